@@ -1,0 +1,63 @@
+"""chatkernel: a plugin-based gateway between chat platforms and an agent.
+
+Plugins import what they need from here::
+
+    from chatkernel import hookimpl, Channel, InboundMessage
+
+Importing this package is cheap: the kernel's heavier parts (the channel base
+class and its pydantic models) load on first access.
+"""
+
+from chatkernel.core.models import (
+    Account,
+    Command,
+    InboundMessage,
+    MediaRef,
+    OutboundPayload,
+    ProbeResult,
+    Route,
+    SendError,
+    SendResult,
+    Session,
+    Verdict,
+)
+from chatkernel.hookspecs import hookimpl, hookspec
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Account",
+    "AccountConfig",
+    "Channel",
+    "ChannelLimits",
+    "Command",
+    "InboundMessage",
+    "MediaRef",
+    "OutboundPayload",
+    "ProbeResult",
+    "Route",
+    "SendError",
+    "SendResult",
+    "Session",
+    "Verdict",
+    "__version__",
+    "hookimpl",
+    "hookspec",
+]
+
+_LAZY = {
+    "Channel": "chatkernel.core.channel",
+    "ChannelLimits": "chatkernel.core.channel",
+    "AccountConfig": "chatkernel.core.config",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'chatkernel' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,229 @@
+"""The ``chatkernel`` command line.
+
+Only click is imported at start-up, so ``--help`` always works and stays fast;
+each command imports what it needs when it runs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from chatkernel import __version__
+
+
+class KernelGroup(click.Group):
+    """Turns the kernel's user-facing errors into one clear line, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from chatkernel.core.config import ConfigError
+
+        try:
+            return super().invoke(ctx)
+        except ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+@click.group(cls=KernelGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="chatkernel")
+def cli() -> None:
+    """chatkernel: a gateway between chat platforms and a bot or AI agent.
+
+    Channels are plugins: `pip install chatkernel-telegram` enables Telegram.
+    """
+
+
+def main() -> None:
+    cli(prog_name="chatkernel")
+
+
+def _plugin_manager():
+    from chatkernel.core.plugins import get_plugin_manager
+
+    pm = get_plugin_manager()
+    for name, reason in sorted(pm.load_errors.items()):
+        click.echo(f"warning: plugin {name!r} failed to load: {reason}", err=True)
+    return pm
+
+
+# -- plugins ------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@click.option("--all", "show_all", is_flag=True, help="Include the built-in plugins.")
+@click.option("--hook", "hook_name", metavar="NAME", help="Only plugins implementing this hook.")
+def plugins(as_json: bool, show_all: bool, hook_name: str | None) -> None:
+    """List installed plugins, their hooks, and any that failed to load."""
+    pm = _plugin_manager()
+    if hook_name is not None and not hasattr(pm.hook, hook_name):
+        known = ", ".join(sorted(name for name in vars(pm.hook) if not name.startswith("_")))
+        raise click.BadParameter(f"no hook named {hook_name!r}; hooks: {known}",
+                                 param_hint="--hook")
+    infos = pm.plugin_infos(include_builtins=show_all)
+    if hook_name is not None:
+        infos = [info for info in infos if hook_name in info.hooks]
+    if as_json:
+        click.echo(json.dumps([info.as_dict() for info in infos], indent=2))
+        return
+    if not infos:
+        click.echo("No plugins installed." + ("" if show_all else " (--all shows built-ins)"))
+        return
+    rows = [("NAME", "VERSION", "DISTRIBUTION", "HOOKS")]
+    for info in infos:
+        hooks = ", ".join(info.hooks) if info.error is None else f"FAILED: {info.error}"
+        rows.append((info.name, info.version or "-", info.distribution or "-", hooks))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  "
+                   + row[3])
+
+
+# -- config ---------------------------------------------------------------------------
+
+
+@cli.group()
+@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG",
+              help="The config file (default $CHATKERNEL_HOME/config.toml).")
+@click.pass_context
+def config(ctx: click.Context, config_file: str | None) -> None:
+    """Read and write the TOML config."""
+    from chatkernel.core.config import config_path
+
+    ctx.obj = config_path(config_file)
+
+
+@config.command("path")
+@click.pass_obj
+def config_path_cmd(path) -> None:
+    """Print where the config file is."""
+    click.echo(str(path))
+
+
+@config.command("init")
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+@click.pass_obj
+def config_init(path, force: bool) -> None:
+    """Write a starter config (mode 0600)."""
+    from chatkernel.core import config as cfg
+
+    if path.exists() and not force:
+        raise click.ClickException(f"{path} exists already (use --force to overwrite)")
+    cfg.write_raw(path, cfg.starter_config())
+    click.echo(f"wrote {path}")
+
+
+@config.command("show")
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@click.pass_obj
+def config_show(path, as_json: bool) -> None:
+    """Print the config file, secrets redacted (${ENV} references are shown as written)."""
+    from chatkernel.core import config as cfg
+
+    data = cfg.redact(cfg.read_raw(path))
+    if as_json:
+        click.echo(json.dumps(data, indent=2, default=str))
+    else:
+        import tomli_w
+
+        click.echo(tomli_w.dumps(data).rstrip("\n") or f"# {path} is empty or missing")
+
+
+@config.command("get")
+@click.argument("key")
+@click.pass_obj
+def config_get(path, key: str) -> None:
+    """Print one value by dotted key (the default when the file does not set it)."""
+    from chatkernel.core import config as cfg
+
+    raw = cfg.read_raw(path)
+    try:
+        value = cfg.get_key(raw, key)
+    except KeyError:
+        effective = cfg.parse(raw, path=path, strict_env=False).model_dump(mode="json")
+        try:
+            value = cfg.get_key(effective, key)
+        except KeyError:
+            raise cfg.ConfigError("not set, and it has no default", path=path, key=key) from None
+    if value is None:
+        raise cfg.ConfigError("not set, and it has no default", path=path, key=key)
+    click.echo(cfg.format_value(cfg.redact(value, key.rsplit(".", 1)[-1])))
+
+
+@config.command("set")
+@click.argument("key")
+@click.argument("value")
+@click.pass_obj
+def config_set(path, key: str, value: str) -> None:
+    """Set a dotted key. VALUE is read as TOML when it parses (numbers, booleans,
+    lists), else as a string. The result is validated before it is written."""
+    from chatkernel.core import config as cfg
+
+    raw = cfg.read_raw(path)
+    cfg.set_key(raw, key, cfg.parse_value(value))
+    # ${ENV} references need not resolve here: the variable may only exist where
+    # the gateway runs.
+    cfg.parse(raw, path=path, strict_env=False)
+    _validate_channels(raw, path, strict_env=False)
+    cfg.write_raw(path, raw)
+
+
+@config.command("unset")
+@click.argument("key")
+@click.pass_obj
+def config_unset(path, key: str) -> None:
+    """Remove a dotted key (its default applies again)."""
+    from chatkernel.core import config as cfg
+
+    raw = cfg.read_raw(path)
+    if not cfg.unset_key(raw, key):
+        raise cfg.ConfigError("not set in the file", path=path, key=key)
+    cfg.write_raw(path, raw)
+
+
+@config.command("validate")
+@click.pass_obj
+def config_validate(path) -> None:
+    """Check the config: kernel sections, ${ENV} references and every channel account."""
+    from chatkernel.core import config as cfg
+
+    raw = cfg.read_raw(path)
+    cfg.parse(raw, path=path)
+    count = _validate_channels(raw, path, strict_env=True)
+    where = str(path) if path.exists() else f"{path} (missing: defaults apply)"
+    click.echo(f"ok: {where}, {count} channel account(s)")
+
+
+def _validate_channels(raw: dict[str, Any], path, *, strict_env: bool) -> int:
+    """Validate ``[channels.*]`` with the installed channel plugins' account models."""
+    from chatkernel.core import config as cfg
+    from chatkernel.core.channel import collect_channels
+
+    tables = raw.get("channels") or {}
+    if not tables:
+        return 0
+    channels = collect_channels(_plugin_manager())
+    count = 0
+    for name, table in tables.items():
+        if name == "defaults":
+            continue
+        if name not in channels:
+            known = ", ".join(sorted(channels)) or "none"
+            raise cfg.ConfigError(
+                f"no installed plugin provides a channel named {name!r} "
+                f"(installed channels: {known}; pip install chatkernel-{name}?)",
+                path=path, key=f"channels.{name}")
+        for account, data in (table.get("accounts") or {}).items():
+            resolved = cfg.resolve_env(data, key=f"channels.{name}.accounts.{account}",
+                                       path=path, strict=strict_env)
+            cfg.validate_account(channels[name].account_model, resolved, channel=name,
+                                 account=account, path=path)
+            count += 1
+    return count
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""The Channel base class: what a channel plugin implements.
+
+A channel holds only what differs per platform: parsing events into
+:class:`InboundMessage`, its wire client, its limits and media-kind table, its
+probe. Chunking, ordering, retries, rate limits, policy, dedupe, durability,
+heartbeats and health are the kernel's.
+
+One instance runs per configured account.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import PurePath
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Literal
+
+from chatkernel.core.config import AccountConfig
+from chatkernel.core.models import (
+    Account,
+    InboundMessage,
+    OutboundPayload,
+    ProbeResult,
+    Route,
+    SendResult,
+)
+
+if TYPE_CHECKING:
+    from chatkernel.core.plugins import PluginManager
+
+#: What a receive loop calls for every normalized message. It returns once the
+#: message is durably journaled, so the loop may then advance its cursor.
+Deliver = Callable[[InboundMessage], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """At most ``count`` sends in any rolling window of ``per`` seconds."""
+
+    count: int
+    per: float
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelLimits:
+    """What a channel declares about its platform."""
+
+    text_limit: int = 4000
+    text_unit: Literal["chars", "utf16"] = "chars"
+    caption_limit: int = 1024
+    #: lower-case extension (".jpg") -> media kind ("photo"); others get default_media_kind.
+    media_kinds: dict[str, str] = field(default_factory=dict)
+    default_media_kind: str = "document"
+    #: rate limits by scope: "account", "chat", "group".
+    rates: dict[str, RateLimit] = field(default_factory=dict)
+    retry_base_delay: float = 0.5
+
+    def media_kind(self, path: str | PurePath) -> str:
+        return self.media_kinds.get(PurePath(path).suffix.lower(), self.default_media_kind)
+
+
+class Channel:
+    """Base class of every channel type.
+
+    Subclasses set :attr:`name`, :attr:`account_model` and :attr:`limits`, and
+    implement :meth:`run`, :meth:`send` and :meth:`probe`; :meth:`indicate`
+    (typing) is optional.
+    """
+
+    #: The channel type's name: the key under ``[channels.<name>]``.
+    name: ClassVar[str]
+    #: The pydantic model of one account's config.
+    account_model: ClassVar[type[AccountConfig]] = AccountConfig
+    limits: ClassVar[ChannelLimits] = ChannelLimits()
+    #: Webhook-driven channels are judged by their probe, not by silence.
+    quiet_by_nature: ClassVar[bool] = False
+
+    def __init__(self, account: Account) -> None:
+        self.account = account
+
+    @property
+    def config(self) -> Any:
+        return self.account.config
+
+    async def run(self, deliver: Deliver) -> None:
+        """The receive loop: long poll, websocket or webhook wait, until cancelled."""
+        raise NotImplementedError(f"channel {self.name!r} has no receive loop")
+
+    async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
+        """Send one payload; raise :class:`chatkernel.SendError` on failure."""
+        raise NotImplementedError(f"channel {self.name!r} cannot send")
+
+    async def probe(self) -> ProbeResult:
+        """Check the platform is reachable and the credentials work."""
+        return ProbeResult(ok=True, detail="no probe for this channel")
+
+    async def indicate(self, route: Route) -> None:
+        """Show a typing/processing indicator, where the platform has one."""
+
+    async def aclose(self) -> None:
+        """Release clients and connections."""
+
+
+def _collect(hook: Any, kind: str) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+
+    def register(item: Any) -> None:
+        name = getattr(item, "name", None)
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a registered {kind} needs a non-empty string name: {item!r}")
+        found.setdefault(name, item)  # hooks run newest plugin first: it wins
+
+    hook(register=register)
+    return found
+
+
+def collect_channels(pm: "PluginManager") -> dict[str, type[Channel]]:
+    """Channel types by name, from every plugin's ``register_channels``."""
+    channels = _collect(pm.hook.register_channels, "channel")
+    for name, cls in channels.items():
+        if not (isinstance(cls, type) and issubclass(cls, Channel)):
+            raise TypeError(f"channel {name!r} is not a chatkernel.Channel subclass: {cls!r}")
+    return channels

@@ -1,0 +1,433 @@
+"""Configuration: TOML on disk, pydantic models in memory, ``${ENV}`` secrets.
+
+The file lives at ``$CHATKERNEL_HOME/config.toml`` (``~/.chatkernel`` by
+default) unless ``CHATKERNEL_CONFIG`` or ``--config`` names another. It is read
+with tomllib and written with tomli-w, always with mode 0600 because it may
+hold secrets. Every error a user can meet names the file, the dotted key and
+what was expected.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from chatkernel.core.models import AccessLevel
+
+# -- locations -------------------------------------------------------------------
+
+
+def home_dir() -> Path:
+    """``$CHATKERNEL_HOME``, or ``~/.chatkernel``."""
+    value = os.environ.get("CHATKERNEL_HOME")
+    return Path(value).expanduser() if value else Path.home() / ".chatkernel"
+
+
+def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The config file: ``explicit``, else ``$CHATKERNEL_CONFIG``, else in the home."""
+    if explicit:
+        return Path(explicit).expanduser()
+    value = os.environ.get("CHATKERNEL_CONFIG")
+    return Path(value).expanduser() if value else home_dir() / "config.toml"
+
+
+# -- errors ---------------------------------------------------------------------------
+
+
+class ConfigError(Exception):
+    """A problem with the config: which file, which key, what was expected."""
+
+    def __init__(self, message: str, *, path: Path | None = None, key: str | None = None):
+        self.path = path
+        self.key = key
+        self.message = message
+        where = ": ".join(str(part) for part in (path, key) if part)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+# -- models ---------------------------------------------------------------------------
+
+
+class Section(BaseModel):
+    """Base of the kernel's sections: unknown keys are typos, and typos are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class GatewayConfig(Section):
+    listen: str = "127.0.0.1:8787"
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    workspace: Path | None = None  # default: $CHATKERNEL_HOME/workspace
+    control_token: str | None = None  # required when listening beyond loopback
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("expected HOST:PORT, such as 127.0.0.1:8787 (port 0 picks one)")
+        return value
+
+
+class AgentConfig(Section):
+    kind: str = "echo"
+    command: list[str] = Field(default_factory=list)
+    timeout: float = Field(120.0, gt=0)
+    base_url: str = "http://127.0.0.1:11434/v1"
+    model: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    system_prompt: str = ""
+    history_limit: int = Field(40, ge=0)
+
+
+QueueMode = Literal["collect", "followup", "interrupt", "steer"]
+DropPolicy = Literal["old", "new", "summarize"]
+
+
+class QueueConfig(Section):
+    mode: QueueMode = "collect"
+    debounce_ms: int = Field(1000, ge=0)
+    cap: int = Field(20, ge=1)
+    drop: DropPolicy = "old"
+    max_concurrent: int = Field(4, ge=1)
+
+
+class StoreConfig(Section):
+    backend: str = "sqlite"
+    path: Path | None = None  # sqlite: default $CHATKERNEL_HOME/state.db
+    url: str | None = None  # redis://...
+
+
+class ActiveHours(Section):
+    start: str = "00:00"
+    end: str = "24:00"
+    timezone: str = "local"
+
+    @field_validator("start", "end")
+    @classmethod
+    def _clock(cls, value: str) -> str:
+        match = re.fullmatch(r"(\d{1,2}):(\d{2})", value)
+        if not match or int(match[2]) > 59 or int(match[1]) > 24 or (
+            int(match[1]) == 24 and int(match[2]) != 0
+        ):
+            raise ValueError("expected a time of day HH:MM (24:00 allowed as an end)")
+        return value
+
+
+class HeartbeatVisibility(Section):
+    show_ok: bool | None = None
+    show_alerts: bool | None = None
+    use_indicator: bool | None = None
+
+
+class HeartbeatConfig(Section):
+    every: str = "30m"
+    prompt: str | None = None
+    target: str = "none"
+    to: str | None = None
+    account: str | None = None
+    direct_policy: Literal["allow", "block"] = "allow"
+    active_hours: ActiveHours | None = None
+    ack_max_chars: int = Field(300, ge=0)
+
+
+class HealthMonitorConfig(Section):
+    enabled: bool = True
+    health_check_minutes: float = Field(5, ge=0)
+    stale_event_threshold_minutes: float = Field(30, ge=0)
+    max_restarts_per_hour: int = Field(10, ge=0)
+
+
+class AccountConfig(BaseModel):
+    """The settings every channel account has; channel plugins subclass it.
+
+    ``allow_from`` is an allowlist, on by default: an empty list lets nobody
+    in. ``"*"`` lets anyone in.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    allow_from: list[str] = Field(default_factory=list)
+    access_level: AccessLevel = "standard"
+    require_mention: bool = True  # in groups: answer only when mentioned or replied to
+    direct_only_commands: bool = False
+    heartbeat: HeartbeatVisibility | None = None
+    health_monitor: HealthMonitorConfig | None = None
+
+    @field_validator("allow_from", mode="before")
+    @classmethod
+    def _ids_as_strings(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [str(item) for item in value]
+        return value
+
+
+class ChannelConfig(BaseModel):
+    """``[channels.<name>]``: channel-wide settings plus its accounts.
+
+    Accounts stay raw here; each is validated by its channel's account model.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    enabled: bool = True
+    accounts: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    queue: dict[str, Any] = Field(default_factory=dict)
+    heartbeat: HeartbeatVisibility | None = None
+    health_monitor: HealthMonitorConfig | None = None
+
+
+class KernelConfig(Section):
+    """The whole config file."""
+
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
+    health_monitor: HealthMonitorConfig = Field(default_factory=HealthMonitorConfig)
+    channels: dict[str, ChannelConfig] = Field(default_factory=dict)
+
+    def workspace(self) -> Path:
+        return (self.gateway.workspace or home_dir() / "workspace").expanduser()
+
+    def store_path(self) -> Path:
+        return (self.store.path or home_dir() / "state.db").expanduser()
+
+
+# -- ${ENV} references ------------------------------------------------------------------
+
+_ENV_REF = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def resolve_env(value: Any, *, key: str = "", path: Path | None = None,
+                environ: dict[str, str] | None = None, strict: bool = True) -> Any:
+    """Replace ``${NAME}`` with the environment's value, recursively.
+
+    ``$$`` is a literal ``$``. A missing variable is an error when ``strict``;
+    otherwise the reference is left as written.
+    """
+    env = os.environ if environ is None else environ
+    if isinstance(value, str):
+        if "$" not in value:
+            return value
+
+        def substitute(match: re.Match[str]) -> str:
+            name = match[1]
+            if name is None:
+                return "$"
+            if name in env:
+                return env[name]
+            if strict:
+                raise ConfigError(
+                    f"environment variable {name} is not set (referenced as ${{{name}}})",
+                    path=path, key=key or None)
+            return match[0]
+
+        return _ENV_REF.sub(substitute, value)
+    if isinstance(value, dict):
+        return {k: resolve_env(v, key=f"{key}.{k}" if key else k, path=path,
+                               environ=environ, strict=strict) for k, v in value.items()}
+    if isinstance(value, list):
+        return [resolve_env(v, key=f"{key}[{i}]", path=path, environ=environ, strict=strict)
+                for i, v in enumerate(value)]
+    return value
+
+
+# -- secrets ---------------------------------------------------------------------------
+
+_SECRET_KEY = re.compile(r"(token|secret|password|passwd|api_key|apikey|private_key|aes_key)",
+                         re.IGNORECASE)
+REDACTED = "***"
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a key's value is a secret, by its name (``bot_token``, ``app_secret``...)."""
+    return bool(_SECRET_KEY.search(key)) and not key.endswith("_env")
+
+
+def redact(value: Any, key: str = "") -> Any:
+    """A copy with secret values replaced; ``${ENV}`` references are kept, they hide nothing."""
+    if isinstance(value, dict):
+        return {k: redact(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, key) for v in value]
+    if is_secret_key(key) and isinstance(value, str) and value and not _ENV_REF.fullmatch(value):
+        return REDACTED
+    return value
+
+
+# -- reading and writing -----------------------------------------------------------------
+
+
+def read_raw(path: Path) -> dict[str, Any]:
+    """The file's TOML as a dict; a missing file is an empty config."""
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", path=path) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot be read: {exc.strerror}", path=path) from None
+
+
+def write_raw(path: Path, data: dict[str, Any]) -> None:
+    """Write the TOML atomically, with mode 0600 from the first byte."""
+    import tomli_w
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = tomli_w.dumps(data)
+    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    key = ""
+    for part in loc:
+        if isinstance(part, int):
+            key += f"[{part}]"
+        else:
+            key += f".{part}" if key else str(part)
+    return key
+
+
+def _expected(error: dict[str, Any]) -> str:
+    if error["type"] == "extra_forbidden":
+        return "unknown key (check its spelling)"
+    message = error["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    given = error.get("input")
+    if error["type"] != "missing" and not isinstance(given, dict):
+        message += f" (got {given!r})"
+    return message
+
+
+def validation_error(exc: ValidationError, *, path: Path | None,
+                     prefix: tuple[Any, ...] = ()) -> ConfigError:
+    """One ConfigError naming every key pydantic rejected, with what was expected."""
+    problems = [(_dotted(prefix + tuple(err["loc"])), _expected(err)) for err in exc.errors()]
+    if len(problems) == 1:
+        key, message = problems[0]
+        return ConfigError(message, path=path, key=key)
+    lines = "\n".join(f"  {key}: {message}" for key, message in problems)
+    return ConfigError(f"{len(problems)} problems:\n{lines}", path=path)
+
+
+def parse(data: dict[str, Any], *, path: Path | None = None,
+          environ: dict[str, str] | None = None, strict_env: bool = True) -> KernelConfig:
+    """Resolve ``${ENV}`` references and validate the kernel's sections."""
+    resolved = resolve_env(data, path=path, environ=environ, strict=strict_env)
+    try:
+        return KernelConfig.model_validate(resolved)
+    except ValidationError as exc:
+        raise validation_error(exc, path=path) from None
+
+
+def load(path: str | os.PathLike[str] | None = None, *,
+         environ: dict[str, str] | None = None) -> KernelConfig:
+    """Read and validate the config file (a missing file gives the defaults)."""
+    file = config_path(path)
+    return parse(read_raw(file), path=file, environ=environ)
+
+
+def validate_account(model: type[BaseModel], data: dict[str, Any], *, channel: str,
+                     account: str, path: Path | None = None) -> BaseModel:
+    """Validate one ``[channels.<channel>.accounts.<account>]`` table with its model."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, path=path,
+                               prefix=("channels", channel, "accounts", account)) from None
+
+
+# -- dotted keys ---------------------------------------------------------------------------
+
+
+def split_key(key: str) -> list[str]:
+    parts = key.split(".")
+    if not key or any(not part for part in parts):
+        raise ConfigError(f"not a dotted key: {key!r} (expected e.g. agent.kind)", key=key)
+    return parts
+
+
+def get_key(data: dict[str, Any], key: str) -> Any:
+    """The value at a dotted key; KeyError when it is not there."""
+    node: Any = data
+    for part in split_key(key):
+        if not isinstance(node, dict) or part not in node:
+            raise KeyError(key)
+        node = node[part]
+    return node
+
+
+def set_key(data: dict[str, Any], key: str, value: Any) -> None:
+    """Set a dotted key, creating the tables on the way."""
+    parts = split_key(key)
+    node = data
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{'.'.join(parts[:i + 1])} is a value, not a table", key=key)
+        node = child
+    node[parts[-1]] = value
+
+
+def unset_key(data: dict[str, Any], key: str) -> bool:
+    """Remove a dotted key; False when it was not set."""
+    parts = split_key(key)
+    node: Any = data
+    for part in parts[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+        if node is None:
+            return False
+    if isinstance(node, dict) and parts[-1] in node:
+        del node[parts[-1]]
+        return True
+    return False
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value: a TOML value when it parses as one, else the string."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def format_value(value: Any) -> str:
+    """Show a value the way it would be written: strings bare, the rest as TOML."""
+    import tomli_w
+
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return tomli_w.dumps(value).rstrip("\n")
+    return tomli_w.dumps({"value": value}).split("=", 1)[1].strip()
+
+
+def starter_config() -> dict[str, Any]:
+    """What ``chatkernel config init`` writes: the defaults, ready to edit."""
+    return {
+        "gateway": {"listen": "127.0.0.1:8787"},
+        "agent": {"kind": "echo"},
+        "queue": {"mode": "collect", "debounce_ms": 1000, "cap": 20, "drop": "old",
+                  "max_concurrent": 4},
+    }

@@ -1,0 +1,200 @@
+"""The kernel's value types: what flows through hooks and between components.
+
+Plain dataclasses with slots: they sit on the hot path of every message, and
+validation happens at the edges (config, wire payloads), not here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal
+
+if TYPE_CHECKING:
+    from chatkernel.core.channel import Channel
+
+AccessLevel = Literal["readonly", "standard", "full"]
+ACCESS_LEVELS: tuple[str, ...] = ("readonly", "standard", "full")
+
+
+@dataclass(slots=True)
+class MediaRef:
+    """A media file attached to an inbound message, once saved locally."""
+
+    kind: str  # "image", "video", "audio", "voice", "document", ...
+    path: Path | None = None
+    mime: str | None = None
+    filename: str | None = None
+    size: int | None = None
+    platform_id: str | None = None  # the platform's file id, before download
+
+
+@dataclass(slots=True)
+class InboundMessage:
+    """One inbound chat message, normalized from a platform event."""
+
+    channel: str
+    account: str
+    chat_id: str
+    message_id: str  # the platform's id: the dedupe key within an account
+    sender_id: str
+    text: str = ""
+    sender_name: str = ""
+    thread_id: str | None = None
+    is_group: bool = False
+    mentions_bot: bool = False
+    reply_to_bot: bool = False
+    media: list[MediaRef] = field(default_factory=list)
+    timestamp: float = field(default_factory=time.time)
+    # Per-message credentials a reply must echo (WeChat's context_token...).
+    route_extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Route:
+    """Where a reply goes: refreshed on every inbound message, read at send time."""
+
+    channel: str
+    account: str
+    chat_id: str
+    thread_id: str | None = None
+    reply_to: str | None = None
+    is_group: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class OutboundPayload:
+    """One unit of sending: a chunk of text or one media file."""
+
+    text: str = ""
+    media_path: Path | None = None
+    media_kind: str | None = None  # from the channel's extension table
+    caption: str = ""
+    chunk_index: int = 1
+    chunk_count: int = 1
+    # "markdown" when text may carry the agent's Markdown, "plain" when it must not.
+    format: Literal["markdown", "plain"] = "markdown"
+
+    @property
+    def is_media(self) -> bool:
+        return self.media_path is not None
+
+
+@dataclass(slots=True)
+class SendResult:
+    """What the platform answered to a successful send."""
+
+    message_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class SendError(Exception):
+    """A send that failed, with what the retry policy needs to know.
+
+    ``retryable``: the request may be repeated (429, 502/503/504, a connection
+    failure before the request was written). ``delivery_unknown``: the request
+    may have reached the platform (a timeout after sending) and must not be
+    repeated blindly. ``retry_after``: seconds the platform asked to wait.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        delivery_unknown: bool = False,
+        status: int | None = None,
+        code: str | int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.delivery_unknown = delivery_unknown
+        self.status = status
+        self.code = code
+
+
+@dataclass(slots=True)
+class ProbeResult:
+    """The answer of one health probe."""
+
+    ok: bool
+    detail: str = ""
+    latency_ms: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A decision of a policy hook: allowed or not, and why."""
+
+    allowed: bool
+    reason: str = ""
+    reply: str | None = None  # a short text for the sender, when denied
+
+    @classmethod
+    def allow(cls, reason: str = "") -> "Verdict":
+        return cls(True, reason)
+
+    @classmethod
+    def deny(cls, reason: str, reply: str | None = None) -> "Verdict":
+        return cls(False, reason, reply)
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+@dataclass(slots=True)
+class Account:
+    """One configured account of a channel (a bot token, a workspace app...)."""
+
+    channel_name: str
+    name: str
+    config: Any  # the channel's validated account model
+    access_level: AccessLevel = "standard"
+    workspace: Path = field(default_factory=Path.cwd)
+    channel: "Channel | None" = None  # the running channel instance
+
+    @property
+    def key(self) -> str:
+        return f"{self.channel_name}:{self.name}"
+
+
+@dataclass(slots=True)
+class Session:
+    """A conversation: one per {channel, account, chat, thread}."""
+
+    key: str
+    channel: str
+    account: str
+    chat_id: str
+    thread_id: str | None = None
+    access_level: AccessLevel = "standard"
+    created_at: float = field(default_factory=time.time)
+
+    @staticmethod
+    def make_key(channel: str, account: str, chat_id: str, thread_id: str | None) -> str:
+        base = f"{channel}:{account}:{chat_id}"
+        return f"{base}:{thread_id}" if thread_id else base
+
+
+CommandHandler = Callable[..., "Awaitable[str | None] | str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A slash command answered before the agent.
+
+    ``handler(ctx)`` receives a command context (the message, the session,
+    the arguments, the kernel) and returns the reply text, or ``None`` for no
+    reply; it may be async.
+    """
+
+    name: str
+    handler: CommandHandler
+    help: str = ""
+    aliases: tuple[str, ...] = ()
+    direct_only: bool = False

@@ -1,0 +1,276 @@
+"""Plugin discovery and the plugin manager.
+
+Two mechanisms, each for what it does best: stevedore finds and imports the
+modules named by entry points in the ``chatkernel`` group (failure-isolated,
+filtered by name before import, with its entry-point cache), and pluggy calls
+their hooks. The kernel's own default implementations are registered as
+built-in plugins, so any hook can be extended or wrapped.
+
+Loading is :meth:`PluginManager.load`, an idempotent call; importing this
+module loads nothing.
+
+Environment:
+
+``CHATKERNEL_LOAD_PLUGINS``
+    Comma-separated entry-point names: load only these installed plugins.
+    Set but empty: load no installed plugin. Built-ins are not affected.
+``CHATKERNEL_DISABLE_PLUGINS``
+    Comma-separated names (entry-point names, or built-in names such as
+    ``chatkernel.builtin.policy``) never to load.
+``CHATKERNEL_TRACE_PLUGINS=1``
+    Print every hook call and result to stderr.
+``CHATKERNEL_STRICT_PLUGINS=1``
+    Raise the first plugin error instead of reporting it and going on.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+from chatkernel import hookspecs
+
+GROUP = "chatkernel"
+
+#: The kernel's default hook implementations, registered under these names.
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "chatkernel.builtin.inbound",
+    "chatkernel.builtin.outbound",
+    "chatkernel.builtin.policy",
+    "chatkernel.builtin.heartbeat",
+    "chatkernel.builtin.health",
+)
+
+
+class PluginLoadError(Exception):
+    """A plugin could not be loaded (raised in strict mode only)."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(f"plugin {name!r} failed to load: {reason}")
+        self.name = name
+        self.reason = reason
+
+
+@dataclass(slots=True)
+class PluginInfo:
+    """What ``chatkernel plugins`` shows about one plugin."""
+
+    name: str
+    version: str | None
+    distribution: str | None
+    hooks: list[str] = field(default_factory=list)
+    builtin: bool = False
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "name": self.name,
+            "version": self.version,
+            "distribution": self.distribution,
+            "hooks": self.hooks,
+            "builtin": self.builtin,
+        }
+        if self.error is not None:
+            data["error"] = self.error
+        return data
+
+
+def _names_from_env(var: str) -> list[str] | None:
+    value = os.environ.get(var)
+    if value is None:
+        return None
+    return [name.strip() for name in value.split(",") if name.strip()]
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class PluginManager(pluggy.PluginManager):
+    """The ``chatkernel`` plugin manager: pluggy plus discovery and load errors."""
+
+    def __init__(self) -> None:
+        super().__init__(GROUP)
+        self.add_hookspecs(hookspecs)
+        #: name -> reason, for every plugin that failed to load or register.
+        self.load_errors: dict[str, str] = {}
+        self.builtin_names: set[str] = set()
+        self._loaded = False
+
+    # -- loading ---------------------------------------------------------------
+
+    def load(
+        self,
+        *,
+        only: list[str] | None = None,
+        disabled: list[str] | None = None,
+        strict: bool | None = None,
+        builtins: bool = True,
+    ) -> "PluginManager":
+        """Register the built-in plugins and every installed plugin. Idempotent.
+
+        ``only`` and ``disabled`` default to ``CHATKERNEL_LOAD_PLUGINS`` and
+        ``CHATKERNEL_DISABLE_PLUGINS``; ``strict`` to
+        ``CHATKERNEL_STRICT_PLUGINS``. A plugin that fails to import, to
+        register, or that implements an unknown hook is recorded in
+        :attr:`load_errors` and left out, unless strict.
+        """
+        if self._loaded:
+            return self
+        self._loaded = True
+        if only is None:
+            only = _names_from_env("CHATKERNEL_LOAD_PLUGINS")
+        if disabled is None:
+            disabled = _names_from_env("CHATKERNEL_DISABLE_PLUGINS") or []
+        if strict is None:
+            strict = os.environ.get("CHATKERNEL_STRICT_PLUGINS", "") not in ("", "0")
+        for name in disabled:
+            self.set_blocked(name)
+        if os.environ.get("CHATKERNEL_TRACE_PLUGINS", "") not in ("", "0"):
+            self.trace.root.setwriter(sys.stderr.write)
+            self.enable_tracing()
+
+        if builtins:
+            self._load_builtins(strict)
+        self._load_entry_points(only, set(disabled), strict)
+        self._check_pending(strict)
+        return self
+
+    def _fail(self, name: str, reason: str, strict: bool) -> None:
+        if strict:
+            raise PluginLoadError(name, reason)
+        self.load_errors[name] = reason
+
+    def _load_builtins(self, strict: bool) -> None:
+        import importlib
+
+        for name in BUILTIN_PLUGINS:
+            if self.is_blocked(name):
+                continue
+            try:
+                module = importlib.import_module(name)
+                self.register(module, name=name)
+            except Exception as exc:  # a built-in bug must not hide the CLI either
+                self._fail(name, _describe(exc), strict)
+                continue
+            self.builtin_names.add(name)
+
+    def _load_entry_points(self, only: list[str] | None, disabled: set[str], strict: bool) -> None:
+        if only is not None and not only:
+            return  # CHATKERNEL_LOAD_PLUGINS set but empty: no installed plugin
+        from stevedore import ExtensionManager, NamedExtensionManager
+
+        class EntryPointList(ExtensionManager):
+            """Reads the group from stevedore's entry-point cache, importing nothing."""
+
+            def __init__(self, namespace: str) -> None:
+                self.namespace = namespace
+
+        available = EntryPointList(GROUP).list_entry_points()
+        installed = {ep.name for ep in available}
+        wanted = [ep.name for ep in available] if only is None else list(only)
+        for name in wanted:
+            if name not in installed:
+                self._fail(name, f"no installed plugin has the entry point {name!r} "
+                           f"in group {GROUP!r}", strict)
+        names = [name for name in dict.fromkeys(wanted) if name in installed
+                 and name not in disabled]
+        if not names:
+            return
+
+        def on_failure(_manager: Any, entry_point: Any, exc: BaseException) -> None:
+            self._fail(entry_point.name, _describe(exc), strict)
+
+        manager = NamedExtensionManager(
+            GROUP, names=names, name_order=True, on_load_failure_callback=on_failure
+        )
+        for extension in manager:
+            try:
+                self.register(extension.plugin, name=extension.name)
+            except Exception as exc:
+                self._fail(extension.name, _describe(exc), strict)
+
+    def _check_pending(self, strict: bool) -> None:
+        """Like pluggy's ``check_pending`` but reports every offending plugin."""
+        while True:
+            try:
+                self.check_pending()
+                return
+            except pluggy.PluginValidationError as exc:
+                name = self.get_name(exc.plugin) or repr(exc.plugin)
+                if strict:
+                    raise PluginLoadError(name, str(exc)) from exc
+                self.load_errors[name] = str(exc)
+                self.unregister(exc.plugin)
+
+    # -- introspection --------------------------------------------------------------
+
+    def hook_names(self, plugin: object) -> list[str]:
+        """The hooks a registered plugin implements, sorted."""
+        return sorted(caller.name for caller in self.get_hookcallers(plugin) or [])
+
+    def plugin_infos(self, *, include_builtins: bool = False) -> list[PluginInfo]:
+        """Every loaded or failed plugin, sorted by name."""
+        owners = _entry_point_distributions()
+        kernel_version = _kernel_version()
+        infos: list[PluginInfo] = []
+        for name, plugin in self.list_name_plugin():
+            if plugin is None:  # blocked
+                continue
+            builtin = name in self.builtin_names
+            if builtin and not include_builtins:
+                continue
+            if builtin:
+                dist, version = "chatkernel", kernel_version
+            else:
+                dist, version = owners.get(name, (None, None))
+            infos.append(PluginInfo(name, version, dist, self.hook_names(plugin), builtin))
+        for name, reason in self.load_errors.items():
+            builtin = name in BUILTIN_PLUGINS
+            if builtin and not include_builtins:
+                continue
+            dist, version = ("chatkernel", kernel_version) if builtin else owners.get(
+                name, (None, None))
+            infos.append(PluginInfo(name, version, dist, [], builtin, error=reason))
+        return sorted(infos, key=lambda info: info.name)
+
+
+def _entry_point_distributions() -> dict[str, tuple[str, str]]:
+    """entry-point name -> (distribution, version) for the ``chatkernel`` group."""
+    from importlib.metadata import distributions
+
+    owners: dict[str, tuple[str, str]] = {}
+    for dist in distributions():
+        for ep in dist.entry_points:
+            if ep.group == GROUP:
+                owners.setdefault(ep.name, (dist.metadata["Name"], dist.version))
+    return owners
+
+
+def _kernel_version() -> str:
+    from chatkernel import __version__
+
+    return __version__
+
+
+_manager: PluginManager | None = None
+
+
+def get_plugin_manager() -> PluginManager:
+    """The process-wide plugin manager, loaded on first use."""
+    global _manager
+    if _manager is None:
+        _manager = PluginManager()
+        _manager.load()
+    return _manager
+
+
+def reset_plugin_manager() -> None:
+    """Forget the process-wide plugin manager (tests, reloads)."""
+    global _manager
+    _manager = None

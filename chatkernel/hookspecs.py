@@ -1,0 +1,179 @@
+"""The chatkernel hook contract: the two markers and the hook specifications.
+
+Plugins implement these with ``@chatkernel.hookimpl``. An implementation may
+accept any subset of a specification's arguments, by name. Hooks that return
+an awaitable are awaited by the kernel, so an implementation may be a plain
+function or return a coroutine.
+
+Sections follow the pipeline: registration, inbound, outbound, policy,
+heartbeat, health.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("chatkernel")
+hookimpl = pluggy.HookimplMarker("chatkernel")
+
+
+# -- registration --------------------------------------------------------------
+
+
+@hookspec
+def register_channels(register):
+    """Register channel types.
+
+    Called once, when the kernel first builds its registry of channels.
+
+    :param register: call ``register(channel_class)`` for each channel type the
+        plugin provides. ``channel_class`` is a subclass of
+        :class:`chatkernel.Channel` whose ``name`` (``"telegram"``) is the key
+        under ``[channels.<name>]`` in the config.
+    :return: nothing.
+    """
+
+
+@hookspec
+def register_agents(register):
+    """Register agent kinds.
+
+    Called once, when the kernel first builds its registry of agents.
+
+    :param register: call ``register(agent_class)`` for each agent kind; the
+        class's ``name`` is what ``[agent] kind = "<name>"`` selects.
+    :return: nothing.
+    """
+
+
+@hookspec
+def register_commands(register):
+    """Register slash commands answered before the agent.
+
+    Called once, when the kernel first builds its command table.
+
+    :param register: call ``register(command)`` with a
+        :class:`chatkernel.Command` (name, handler, help, aliases,
+        direct-only flag) for each command the plugin adds.
+    :return: nothing.
+    """
+
+
+# -- inbound delivery ------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def inbound_accept(message, account):
+    """Decide whether an inbound message may reach its session.
+
+    Called for every normalized inbound message after it is deduplicated and
+    durably journaled, before slash commands and the agent. The built-in
+    implementation (called last) applies the account's allowlist and the group
+    mention rule.
+
+    :param message: the :class:`chatkernel.InboundMessage`.
+    :param account: the :class:`chatkernel.Account` it arrived on (its
+        config, access level and channel).
+    :return: a :class:`chatkernel.Verdict` — ``Verdict.allow()`` or
+        ``Verdict.deny(reason, reply=...)`` where ``reply`` is a short text
+        sent back to the sender — or ``None`` to leave the decision to the
+        next implementation. Stops at the first non-None result.
+    """
+
+
+@hookspec
+def inbound_delivered(message, session):
+    """Observe a message that was accepted and handed to its session's queue.
+
+    Called after the session is resolved and the reply route refreshed, for
+    messages that passed ``inbound_accept`` and were not slash commands. Every
+    implementation is called; results are ignored. Must not block: an
+    implementation that needs I/O may return an awaitable.
+
+    :param message: the :class:`chatkernel.InboundMessage`.
+    :param session: the :class:`chatkernel.Session` it was queued to.
+    :return: nothing (or an awaitable).
+    """
+
+
+# -- outbound send ----------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def outbound_send(account, route, payload):
+    """Send one outbound payload (one chunk of text, or one media file).
+
+    Called by the serialized sender of a session for every payload, after
+    chunking, media policy and rate limiting, once per attempt of the retry
+    policy. The built-in implementation (called last) returns
+    ``account.channel.send(route, payload)``. Wrap it (``wrapper=True``) to
+    observe or transform sends; return a result to replace the channel.
+
+    :param account: the :class:`chatkernel.Account` to send from.
+    :param route: the :class:`chatkernel.Route` (chat, thread, reply-to and
+        per-route credentials), as read at send time.
+    :param payload: the :class:`chatkernel.OutboundPayload`.
+    :return: a :class:`chatkernel.SendResult`, or an awaitable of one; a
+        failure is raised as :class:`chatkernel.SendError`. Stops at the first
+        non-None result.
+    """
+
+
+# -- media-path policy ---------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def media_path_allowed(path, workspace, access_level, account):
+    """Decide whether a local file may be sent as media.
+
+    Called for every ``MEDIA:`` path and every ``--media`` file before it is
+    read. ``path`` is already resolved (symlinks and ``..`` removed), so a check
+    on it cannot be escaped. The built-in implementation (called last) allows
+    any file to a ``full`` account and otherwise only files under the workspace
+    or the system temporary directory.
+
+    :param path: the resolved, absolute :class:`pathlib.Path`.
+    :param workspace: the resolved workspace directory (:class:`pathlib.Path`).
+    :param access_level: ``"readonly"``, ``"standard"`` or ``"full"``.
+    :param account: the :class:`chatkernel.Account` that would send it.
+    :return: a :class:`chatkernel.Verdict` (deny with the reason shown to the
+        chat), or ``None`` for no opinion. Stops at the first non-None result.
+    """
+
+
+# -- heartbeat visibility -------------------------------------------------------------
+
+
+@hookspec
+def heartbeat_visibility(channel, account):
+    """Contribute default heartbeat visibility for a channel's accounts.
+
+    Called when a heartbeat resolves what it may show. The config's settings
+    (per account, then per channel, then ``channels.defaults``) take
+    precedence over every plugin default, and plugin defaults over the
+    built-in ones (``show_ok`` false, ``show_alerts`` true, ``use_indicator``
+    true).
+
+    :param channel: the channel name (``"telegram"``).
+    :param account: the account name within that channel.
+    :return: a mapping with any of ``show_ok``, ``show_alerts``,
+        ``use_indicator``, or ``None``. All results are merged; a plugin
+        registered later wins over an earlier one.
+    """
+
+
+# -- health probes ----------------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def health_probe(account):
+    """Probe the platform behind an account.
+
+    Called by ``chatkernel health``, the health monitor and the snapshot
+    refresher, with a timeout applied by the kernel. The built-in
+    implementation (called last) returns ``account.channel.probe()``.
+
+    :param account: the :class:`chatkernel.Account` to probe.
+    :return: a :class:`chatkernel.ProbeResult` (ok, detail, latency), or an
+        awaitable of one. Stops at the first non-None result.
+    """
