@@ -1,0 +1,133 @@
+"""The store interface: everything the kernel keeps between restarts.
+
+Backends are chosen by name (``[store] backend``) through the stevedore driver
+group ``chatkernel.stores``: ``sqlite`` (default, one process) and, later,
+``redis`` (several gateway processes). Methods are async so a networked
+backend fits; the SQLite backend runs its short statements inline.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+from chatkernel.core.models import InboundMessage, Route
+
+
+@dataclass(slots=True)
+class JournalEntry:
+    """An inbound message as journaled: ``seq`` orders entries, ``status`` tracks it."""
+
+    seq: int
+    message: InboundMessage
+    status: str  # "received" | "queued" | "done" | "rejected"
+    received_at: float
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    """A session row. ``session_id`` changes on ``/new``; ``key`` never does."""
+
+    key: str
+    session_id: str
+    channel: str
+    account: str
+    chat_id: str
+    thread_id: str | None
+    created_at: float
+    last_active_at: float
+    settings: dict[str, Any] = field(default_factory=dict)  # /queue overrides, ...
+
+
+@dataclass(slots=True)
+class LogEntry:
+    """One line of a session's log."""
+
+    seq: int
+    session_key: str
+    session_id: str
+    role: str  # "user" | "assistant" | "system" | "notification"
+    text: str
+    ts: float
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Store(abc.ABC):
+    """Durable state. Every method is safe to call concurrently from one event loop."""
+
+    name: str = "?"
+
+    async def open(self) -> None:
+        """Connect / create the schema (idempotent)."""
+
+    async def close(self) -> None:
+        """Flush and release resources."""
+
+    # -- inbound journal (dedupe + durability) ------------------------------------
+
+    @abc.abstractmethod
+    async def journal_inbound(self, message: InboundMessage) -> int | None:
+        """Durably record an inbound message before its cursor advances.
+
+        Returns the journal ``seq``, or ``None`` if the same platform message
+        (channel, account, message_id) was journaled before: a redelivery.
+        """
+
+    @abc.abstractmethod
+    async def set_journal_status(self, seq: int, status: str) -> None:
+        """Advance a journaled message: ``queued``, ``done`` or ``rejected``."""
+
+    @abc.abstractmethod
+    async def unfinished_inbound(self) -> list[JournalEntry]:
+        """Entries still ``received`` or ``queued``: replayed after a crash, in seq order."""
+
+    # -- platform cursors --------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get_cursor(self, channel: str, account: str) -> str | None: ...
+
+    @abc.abstractmethod
+    async def set_cursor(self, channel: str, account: str, cursor: str) -> None: ...
+
+    # -- sessions and routes -----------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get_session(self, key: str) -> SessionRecord | None: ...
+
+    @abc.abstractmethod
+    async def save_session(self, record: SessionRecord) -> None:
+        """Insert or replace the session row."""
+
+    @abc.abstractmethod
+    async def list_sessions(self, active_since: float | None = None) -> list[SessionRecord]:
+        """Sessions, most recently active first (only those active since, if given)."""
+
+    @abc.abstractmethod
+    async def set_route(self, session_key: str, route: Route) -> None: ...
+
+    @abc.abstractmethod
+    async def get_route(self, session_key: str) -> Route | None: ...
+
+    # -- per-account state (last active chat, context tokens, ...) ----------------------
+
+    @abc.abstractmethod
+    async def get_account_state(self, channel: str, account: str, key: str) -> Any:
+        """A JSON value, or None."""
+
+    @abc.abstractmethod
+    async def set_account_state(self, channel: str, account: str, key: str,
+                                value: Any) -> None: ...
+
+    # -- session logs ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def append_log(self, session_key: str, session_id: str, role: str, text: str,
+                         meta: dict[str, Any] | None = None) -> int:
+        """Append to a session's log; returns the entry's seq."""
+
+    @abc.abstractmethod
+    async def read_log(self, session_key: str, *, session_id: str | None = None,
+                       limit: int | None = None, roles: tuple[str, ...] | None = None,
+                       before_seq: int | None = None) -> list[LogEntry]:
+        """The newest ``limit`` entries (with seq < ``before_seq``, of ``roles``), oldest first."""
