@@ -19,7 +19,7 @@ class KernelGroup(click.Group):
     """Turns the kernel's user-facing errors into one clear line, never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from chatkernel.core.config import ConfigError
+        from chatkernel.core.errors import ConfigError
 
         try:
             return super().invoke(ctx)
@@ -82,6 +82,49 @@ def plugins(as_json: bool, show_all: bool, hook_name: str | None) -> None:
                    + row[3])
 
 
+# -- run -------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG",
+              help="The config file (default $CHATKERNEL_HOME/config.toml).")
+@click.option("--listen", metavar="HOST:PORT",
+              help="Where the HTTP server listens (default gateway.listen, 127.0.0.1:8787; "
+                   "port 0 picks a free one).")
+@click.option("--log-json", is_flag=True, help="Log JSON lines instead of readable lines.")
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]),
+              help="Default gateway.log_level (info).")
+def run(config_file: str | None, listen: str | None, log_json: bool,
+        log_level: str | None) -> None:
+    """Run the gateway: every configured account, the web chat, the agent.
+
+    With no config at all it serves the built-in web chat on 127.0.0.1:8787,
+    answered by the echo agent, with state in SQLite under $CHATKERNEL_HOME.
+    """
+    import anyio
+
+    from chatkernel.core import config as cfg
+    from chatkernel.core import logs
+    from chatkernel.core.gateway import run_gateway
+
+    path = cfg.config_path(config_file)
+    raw = cfg.read_raw(path)
+    config = cfg.parse(raw, path=path)
+    if listen is not None:
+        from pydantic import ValidationError
+
+        try:
+            config.gateway.listen = listen
+        except ValidationError as exc:
+            message = exc.errors()[0]["msg"].removeprefix("Value error, ")
+            raise click.BadParameter(message, param_hint="--listen") from None
+    logs.configure("json" if log_json else config.gateway.log_format,
+                   log_level or config.gateway.log_level,
+                   secrets=cfg.secret_values(cfg.resolve_env(raw, strict=False)))
+    _plugin_manager()
+    anyio.run(lambda: run_gateway(config, config_path=path))
+
+
 # -- config ---------------------------------------------------------------------------
 
 
@@ -141,11 +184,11 @@ def config_get(path, key: str) -> None:
 
     raw = cfg.read_raw(path)
     try:
-        value = cfg.get_key(raw, key)
+        value = cfg.get_key(raw, key, path=path)
     except KeyError:
         effective = cfg.parse(raw, path=path, strict_env=False).model_dump(mode="json")
         try:
-            value = cfg.get_key(effective, key)
+            value = cfg.get_key(effective, key, path=path)
         except KeyError:
             raise cfg.ConfigError("not set, and it has no default", path=path, key=key) from None
     if value is None:
@@ -163,7 +206,7 @@ def config_set(path, key: str, value: str) -> None:
     from chatkernel.core import config as cfg
 
     raw = cfg.read_raw(path)
-    cfg.set_key(raw, key, cfg.parse_value(value))
+    cfg.set_key(raw, key, cfg.parse_value(value), path=path)
     # ${ENV} references need not resolve here: the variable may only exist where
     # the gateway runs.
     cfg.parse(raw, path=path, strict_env=False)
@@ -179,7 +222,7 @@ def config_unset(path, key: str) -> None:
     from chatkernel.core import config as cfg
 
     raw = cfg.read_raw(path)
-    if not cfg.unset_key(raw, key):
+    if not cfg.unset_key(raw, key, path=path):
         raise cfg.ConfigError("not set in the file", path=path, key=key)
     cfg.write_raw(path, raw)
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from chatkernel.core.errors import ConfigError
 from chatkernel.core.models import AccessLevel
 
 # -- locations -------------------------------------------------------------------
@@ -40,15 +41,7 @@ def config_path(explicit: str | os.PathLike[str] | None = None) -> Path:
 # -- errors ---------------------------------------------------------------------------
 
 
-class ConfigError(Exception):
-    """A problem with the config: which file, which key, what was expected."""
-
-    def __init__(self, message: str, *, path: Path | None = None, key: str | None = None):
-        self.path = path
-        self.key = key
-        self.message = message
-        where = ": ".join(str(part) for part in (path, key) if part)
-        super().__init__(f"{where}: {message}" if where else message)
+__all__ = ["ConfigError"]  # defined in errors.py so the CLI can catch it cheaply
 
 
 # -- models ---------------------------------------------------------------------------
@@ -265,6 +258,15 @@ def redact(value: Any, key: str = "") -> Any:
     return value
 
 
+def secret_values(value: Any, key: str = "") -> list[str]:
+    """Every secret string in a (resolved) config, for the log redactor."""
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in secret_values(v, k)]
+    if isinstance(value, list):
+        return [s for v in value for s in secret_values(v, key)]
+    return [value] if is_secret_key(key) and isinstance(value, str) and value else []
+
+
 # -- reading and writing -----------------------------------------------------------------
 
 
@@ -361,38 +363,39 @@ def validate_account(model: type[BaseModel], data: dict[str, Any], *, channel: s
 # -- dotted keys ---------------------------------------------------------------------------
 
 
-def split_key(key: str) -> list[str]:
+def split_key(key: str, *, path: Path | None = None) -> list[str]:
     parts = key.split(".")
     if not key or any(not part for part in parts):
-        raise ConfigError(f"not a dotted key: {key!r} (expected e.g. agent.kind)", key=key)
+        raise ConfigError(f"not a dotted key: {key!r} (expected e.g. agent.kind)", path=path)
     return parts
 
 
-def get_key(data: dict[str, Any], key: str) -> Any:
+def get_key(data: dict[str, Any], key: str, *, path: Path | None = None) -> Any:
     """The value at a dotted key; KeyError when it is not there."""
     node: Any = data
-    for part in split_key(key):
+    for part in split_key(key, path=path):
         if not isinstance(node, dict) or part not in node:
             raise KeyError(key)
         node = node[part]
     return node
 
 
-def set_key(data: dict[str, Any], key: str, value: Any) -> None:
+def set_key(data: dict[str, Any], key: str, value: Any, *, path: Path | None = None) -> None:
     """Set a dotted key, creating the tables on the way."""
-    parts = split_key(key)
+    parts = split_key(key, path=path)
     node = data
     for i, part in enumerate(parts[:-1]):
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"{'.'.join(parts[:i + 1])} is a value, not a table", key=key)
+            raise ConfigError(f"{'.'.join(parts[:i + 1])} is a value, not a table", key=key,
+                              path=path)
         node = child
     node[parts[-1]] = value
 
 
-def unset_key(data: dict[str, Any], key: str) -> bool:
+def unset_key(data: dict[str, Any], key: str, *, path: Path | None = None) -> bool:
     """Remove a dotted key; False when it was not set."""
-    parts = split_key(key)
+    parts = split_key(key, path=path)
     node: Any = data
     for part in parts[:-1]:
         node = node.get(part) if isinstance(node, dict) else None
@@ -413,13 +416,26 @@ def parse_value(text: str) -> Any:
 
 
 def format_value(value: Any) -> str:
-    """Show a value the way it would be written: strings bare, the rest as TOML."""
+    """Show a value the way it would be written: strings bare, tables as TOML, the rest
+    as one inline TOML value (``["llm", "-m", "x"]``)."""
     import tomli_w
 
     if isinstance(value, str):
         return value
     if isinstance(value, dict):
         return tomli_w.dumps(value).rstrip("\n")
+    return _inline(value)
+
+
+def _inline(value: Any) -> str:
+    import tomli_w
+
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_inline(item) for item in value) + "]"
+    if isinstance(value, dict):
+        pairs = (f"{tomli_w.dumps({key: 0}).split('=', 1)[0].strip()} = {_inline(item)}"
+                 for key, item in value.items())
+        return "{ " + ", ".join(pairs) + " }"
     return tomli_w.dumps({"value": value}).split("=", 1)[1].strip()
 
 

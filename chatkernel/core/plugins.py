@@ -43,6 +43,9 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "chatkernel.builtin.policy",
     "chatkernel.builtin.heartbeat",
     "chatkernel.builtin.health",
+    "chatkernel.builtin.agents",
+    "chatkernel.builtin.commands",
+    "chatkernel.builtin.webchat",
 )
 
 
@@ -186,7 +189,17 @@ class PluginManager(pluggy.PluginManager):
         def on_failure(_manager: Any, entry_point: Any, exc: BaseException) -> None:
             self._fail(entry_point.name, _describe(exc), strict)
 
-        manager = NamedExtensionManager(
+        class IsolatedExtensionManager(NamedExtensionManager):
+            """stevedore re-raises AssertionError from a plugin's import; report it too."""
+
+            def _load_one_plugin(self, ep, *args, **kwargs):  # type: ignore[no-untyped-def]
+                try:
+                    return super()._load_one_plugin(ep, *args, **kwargs)
+                except AssertionError as exc:
+                    on_failure(self, ep, exc)
+                    return None
+
+        manager = IsolatedExtensionManager(
             GROUP, names=names, name_order=True, on_load_failure_callback=on_failure
         )
         for extension in manager:

@@ -1,0 +1,65 @@
+"""Shared fixtures and helpers for the kernel's own tests.
+
+The ``chatkernel_home`` fixture comes from the kernel's test kit
+(``chatkernel.testing.plugin``, loaded by pytest through its ``pytest11``
+entry point).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from chatkernel.core.plugins import PluginManager, reset_plugin_manager
+
+#: Environment variables that change how the kernel loads plugins or finds its
+#: config. A developer's shell must not leak them into the tests.
+KERNEL_ENV = (
+    "CHATKERNEL_LOAD_PLUGINS",
+    "CHATKERNEL_DISABLE_PLUGINS",
+    "CHATKERNEL_TRACE_PLUGINS",
+    "CHATKERNEL_STRICT_PLUGINS",
+    "CHATKERNEL_CONFIG",
+)
+
+
+@pytest.fixture(autouse=True)
+def _clean_kernel_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No CHATKERNEL_* variable from outside, and no process-wide manager left over."""
+    for name in KERNEL_ENV:
+        monkeypatch.delenv(name, raising=False)
+    reset_plugin_manager()
+    yield
+    reset_plugin_manager()
+
+
+@pytest.fixture
+def pm() -> PluginManager:
+    """A fresh plugin manager with the built-ins only (no installed plugin)."""
+    return PluginManager().load(only=[], disabled=[], strict=True)
+
+
+@pytest.fixture
+def temp_plugin() -> Iterator[Callable[..., object]]:
+    """Register temporary plugins under known names; all are unregistered after the test.
+
+    Usage: ``temp_plugin(pm, plugin_object, "test-name")``.
+    """
+    done: list[tuple[PluginManager, str]] = []
+
+    def register(manager: PluginManager, plugin: object, name: str) -> object:
+        manager.register(plugin, name=name)
+        done.append((manager, name))
+        return plugin
+
+    yield register
+    for manager, name in reversed(done):
+        if manager.get_plugin(name) is not None:
+            manager.unregister(name=name)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    """The kernel runs on asyncio (aiohttp needs it), so async tests do too."""
+    return "asyncio"

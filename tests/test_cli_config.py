@@ -1,0 +1,298 @@
+"""``chatkernel config init|path|show|get|set|unset|validate`` through click's CliRunner.
+
+``chatkernel_home`` (from the kernel's test kit) points ``CHATKERNEL_HOME`` at
+an empty temporary directory.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+
+import pytest
+from click.testing import CliRunner
+
+from chatkernel import Channel, hookimpl
+from chatkernel.cli import cli
+from chatkernel.core import config as cfg
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+@pytest.fixture
+def config_file(chatkernel_home):
+    return chatkernel_home / "config.toml"
+
+
+def ok(runner, *args, input=None):
+    result = runner.invoke(cli, ["config", *args], input=input, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def fails(runner, *args):
+    """Run a command expected to fail cleanly: exit 1, one message, no traceback."""
+    result = runner.invoke(cli, ["config", *args])
+    assert result.exit_code != 0, result.output
+    # A clean click error, not an exception escaping the command.
+    assert isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    assert result.stderr.startswith("Error: ")
+    return result.stderr
+
+
+def mode(path):
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# -- init and path -------------------------------------------------------------------------
+
+
+def test_config_path(runner, config_file, tmp_path, monkeypatch):
+    assert ok(runner, "path") == f"{config_file}\n"
+    explicit = tmp_path / "elsewhere.toml"
+    assert ok(runner, "--config", str(explicit), "path") == f"{explicit}\n"
+    monkeypatch.setenv("CHATKERNEL_CONFIG", str(tmp_path / "env.toml"))
+    assert ok(runner, "path") == f"{tmp_path / 'env.toml'}\n"
+
+
+def test_config_init_writes_0600_and_refuses_to_overwrite(runner, config_file):
+    assert ok(runner, "init") == f"wrote {config_file}\n"
+    assert mode(config_file) == 0o600
+    assert cfg.load(config_file).agent.kind == "echo"
+
+    ok(runner, "set", "agent.kind", "command")
+    before = config_file.read_bytes()
+    error = fails(runner, "init")
+    assert str(config_file) in error and "--force" in error
+    assert config_file.read_bytes() == before
+
+    ok(runner, "init", "--force")
+    assert cfg.read_raw(config_file) == cfg.starter_config()
+    assert mode(config_file) == 0o600
+
+
+def test_config_init_at_an_explicit_path_creates_directories(runner, tmp_path, chatkernel_home):
+    target = tmp_path / "a" / "b" / "config.toml"
+    ok(runner, "--config", str(target), "init")
+    assert mode(target) == 0o600
+    assert not (chatkernel_home / "config.toml").exists()
+
+
+# -- set and get ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("key", "text", "stored", "shown"), [
+    ("agent.command", '["llm", "-m", "x"]', ["llm", "-m", "x"], '["llm", "-m", "x"]'),
+    ("queue.debounce_ms", "250", 250, "250"),
+    ("agent.timeout", "2.5", 2.5, "2.5"),
+    ("health_monitor.enabled", "false", False, "false"),
+    ("agent.kind", "command", "command", "command"),
+    ("agent.model", "gpt-4o-mini", "gpt-4o-mini", "gpt-4o-mini"),
+    ("gateway.listen", "0.0.0.0:9000", "0.0.0.0:9000", "0.0.0.0:9000"),
+    ("agent.system_prompt", "Be brief.", "Be brief.", "Be brief."),
+])
+def test_config_set_then_get(runner, config_file, key, text, stored, shown):
+    assert ok(runner, "set", key, text) == ""
+    assert cfg.get_key(cfg.read_raw(config_file), key) == stored
+    assert type(cfg.get_key(cfg.read_raw(config_file), key)) is type(stored)
+    assert ok(runner, "get", key) == f"{shown}\n"
+
+
+def test_config_set_keeps_other_keys_and_mode(runner, config_file):
+    ok(runner, "init")
+    ok(runner, "set", "queue.cap", "5")
+    ok(runner, "set", "heartbeat.active_hours.start", "08:00")
+    raw = cfg.read_raw(config_file)
+    assert raw["queue"]["cap"] == 5
+    assert raw["queue"]["mode"] == "collect"  # untouched
+    assert raw["heartbeat"]["active_hours"] == {"start": "08:00"}
+    assert mode(config_file) == 0o600
+
+
+def test_config_set_creates_the_file_with_mode_0600(runner, config_file):
+    assert not config_file.exists()
+    ok(runner, "set", "agent.kind", "echo")
+    assert mode(config_file) == 0o600
+
+
+@pytest.mark.parametrize(("key", "expected"), [
+    ("agent.kind", "echo"),
+    ("queue.debounce_ms", "1000"),
+    ("queue.mode", "collect"),
+    ("queue.cap", "20"),
+    ("gateway.listen", "127.0.0.1:8787"),
+    ("heartbeat.every", "30m"),
+    ("agent.command", "[]"),
+])
+def test_config_get_of_an_unset_key_prints_the_default(runner, config_file, key, expected):
+    assert ok(runner, "get", key) == f"{expected}\n"
+    assert not config_file.exists()  # reading never writes
+
+
+def test_config_get_of_an_unknown_key_fails(runner, config_file):
+    error = fails(runner, "get", "agent.kidn")
+    assert str(config_file) in error and "agent.kidn" in error and "no default" in error
+
+
+def test_config_get_of_a_table(runner, config_file):
+    ok(runner, "init")
+    out = ok(runner, "get", "queue")
+    assert 'mode = "collect"' in out and "debounce_ms = 1000" in out
+
+
+def test_config_get_redacts_a_secret(runner, config_file):
+    cfg.write_raw(config_file, {"gateway": {"control_token": "s3cret"}})
+    assert ok(runner, "get", "gateway.control_token") == "***\n"
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("queue.mode", "bogus", "'collect', 'followup', 'interrupt' or 'steer' (got 'bogus')"),
+    ("queue.cap", "0", "greater than or equal to 1 (got 0)"),
+    ("gateway.listen", "nonsense", "expected HOST:PORT"),
+    ("agent.kidn", "x", "unknown key (check its spelling)"),
+    ("queue.debounce_ms", "soon", "valid integer"),
+    ("agent.kind.sub", "x", "agent.kind is a value, not a table"),
+])
+def test_config_set_invalid_value_fails_and_leaves_the_file(runner, config_file, key, value,
+                                                            expected):
+    ok(runner, "init")
+    ok(runner, "set", "queue.cap", "7")
+    before = config_file.read_bytes()
+    error = fails(runner, "set", key, value)
+    assert str(config_file) in error
+    assert key.rsplit(".", 1)[0] in error  # the dotted key (or its table)
+    assert expected in error
+    assert config_file.read_bytes() == before
+    assert mode(config_file) == 0o600
+    assert sorted(p.name for p in config_file.parent.iterdir()) == ["config.toml"]
+
+
+def test_config_set_invalid_value_names_the_full_dotted_key(runner, config_file):
+    error = fails(runner, "set", "queue.mode", "bogus")
+    assert error.startswith(f"Error: {config_file}: queue.mode: ")
+    assert not config_file.exists()
+
+
+def test_config_set_accepts_an_env_reference_that_is_not_set_here(runner, config_file,
+                                                                  monkeypatch):
+    # The variable may only exist where the gateway runs.
+    monkeypatch.delenv("CK_TEST_TOKEN", raising=False)
+    ok(runner, "set", "gateway.control_token", "${CK_TEST_TOKEN}")
+    assert cfg.read_raw(config_file)["gateway"]["control_token"] == "${CK_TEST_TOKEN}"
+    assert ok(runner, "get", "gateway.control_token") == "${CK_TEST_TOKEN}\n"
+
+
+# -- errors reading the file ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["show"], ["get", "agent.kind"], ["set", "agent.kind", "x"],
+                                  ["validate"], ["unset", "agent.kind"]])
+def test_bad_toml_names_the_file(runner, config_file, args):
+    config_file.write_text("[agent\nkind = 'echo'\n")
+    error = fails(runner, *args)
+    assert f"{config_file}: not valid TOML" in error
+    assert config_file.read_text() == "[agent\nkind = 'echo'\n"
+
+
+# -- show ----------------------------------------------------------------------------------
+
+
+def test_config_show_redacts_secrets_but_keeps_env_references(runner, config_file):
+    config_file.write_text(
+        '[channels.telegram.accounts.main]\nbot_token = "123:abc"\nallow_from = ["42"]\n'
+        '[channels.telegram.accounts.env]\nbot_token = "${TELEGRAM_BOT_TOKEN}"\n')
+    out = ok(runner, "show")
+    assert "123:abc" not in out
+    assert 'bot_token = "***"' in out
+    assert 'bot_token = "${TELEGRAM_BOT_TOKEN}"' in out
+    as_json = json.loads(ok(runner, "show", "--json"))
+    accounts = as_json["channels"]["telegram"]["accounts"]
+    assert accounts["main"] == {"bot_token": "***", "allow_from": ["42"]}
+    assert accounts["env"] == {"bot_token": "${TELEGRAM_BOT_TOKEN}"}
+
+
+def test_config_show_of_a_missing_file(runner, config_file):
+    assert ok(runner, "show") == f"# {config_file} is empty or missing\n"
+
+
+# -- unset ---------------------------------------------------------------------------------
+
+
+def test_config_unset(runner, config_file):
+    ok(runner, "set", "queue.debounce_ms", "250")
+    ok(runner, "unset", "queue.debounce_ms")
+    assert "debounce_ms" not in cfg.read_raw(config_file).get("queue", {})
+    assert ok(runner, "get", "queue.debounce_ms") == "1000\n"  # the default again
+    assert mode(config_file) == 0o600
+    error = fails(runner, "unset", "queue.debounce_ms")
+    assert str(config_file) in error and "queue.debounce_ms" in error and "not set" in error
+
+
+# -- validate ------------------------------------------------------------------------------
+
+
+def test_config_validate_ok(runner, config_file):
+    out = ok(runner, "validate")
+    assert out == f"ok: {config_file} (missing: defaults apply), 0 channel account(s)\n"
+    ok(runner, "init")
+    assert ok(runner, "validate") == f"ok: {config_file}, 0 channel account(s)\n"
+
+
+def test_config_validate_unknown_channel_names_it_and_the_missing_plugin(runner, config_file):
+    config_file.write_text("[channels.nosuch.accounts.main]\nallow_from = ['1']\n")
+    error = fails(runner, "validate")
+    assert f"{config_file}: channels.nosuch: " in error
+    assert "no installed plugin provides a channel named 'nosuch'" in error
+    assert "pip install chatkernel-nosuch" in error
+
+
+def test_config_validate_missing_env_variable(runner, config_file, monkeypatch):
+    monkeypatch.delenv("CK_TEST_TOKEN", raising=False)
+    config_file.write_text('[gateway]\ncontrol_token = "${CK_TEST_TOKEN}"\n')
+    error = fails(runner, "validate")
+    assert f"{config_file}: gateway.control_token: " in error
+    assert "CK_TEST_TOKEN is not set" in error
+    monkeypatch.setenv("CK_TEST_TOKEN", "x")
+    ok(runner, "validate")
+
+
+def test_config_validate_checks_accounts_with_the_channels_model(runner, config_file,
+                                                                 monkeypatch):
+    """Accounts are validated by the account model of the plugin that provides them."""
+    from chatkernel.core.plugins import get_plugin_manager
+
+    class ProbeAccount(cfg.AccountConfig):
+        bot_token: str
+
+    class ProbeChannel(Channel):
+        name = "cktestchan"
+        account_model = ProbeAccount
+
+    class Plugin:
+        @hookimpl
+        def register_channels(self, register):
+            register(ProbeChannel)
+
+    pm = get_plugin_manager()  # the manager the CLI uses (reset after the test)
+    pm.register(Plugin(), name="test-cli-channel")
+    monkeypatch.setenv("CK_TEST_TOKEN", "123:abc")
+    config_file.write_text(
+        '[channels.cktestchan.accounts.main]\nbot_token = "${CK_TEST_TOKEN}"\n'
+        '[channels.cktestchan.accounts.other]\nbot_token = "x"\nallow_from = [42]\n')
+    assert ok(runner, "validate") == f"ok: {config_file}, 2 channel account(s)\n"
+
+    config_file.write_text('[channels.cktestchan.accounts.main]\nbot_tokn = "x"\n')
+    error = fails(runner, "validate")
+    assert f"{config_file}: 2 problems:" in error
+    assert "channels.cktestchan.accounts.main.bot_token: Field required" in error
+    assert "channels.cktestchan.accounts.main.bot_tokn: unknown key" in error
+
+    # set validates channel accounts too, and writes nothing when they are wrong.
+    before = config_file.read_bytes()
+    error = fails(runner, "set", "channels.cktestchan.accounts.main.access_level", "root")
+    assert config_file.read_bytes() == before
+    pm.unregister(name="test-cli-channel")
