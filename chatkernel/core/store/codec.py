@@ -1,0 +1,173 @@
+"""JSON encoding of the kernel's value types, for every store backend.
+
+Explicit field-by-field conversion, not ``dataclasses.asdict``: the stored
+form is a format, and it must keep reading after the dataclasses change.
+Decoding therefore ignores unknown keys and fills missing optional fields
+with their defaults, so rows written by an older or newer kernel still load.
+
+JSON is written with ``ensure_ascii=True``: every ``str`` a Python program can
+hold round-trips, including lone surrogates that a platform's ``\\ud83d``
+escape may produce, and the stored text is plain ASCII for any backend.
+Values a caller puts in ``route_extra``, ``Route.extra``, session settings,
+log meta and account state must be JSON values: ``dict`` with ``str`` keys,
+``list``, ``str``, ``int``, ``float``, ``bool``, ``None``. Tuples come back
+as lists; anything else raises :class:`TypeError` when stored.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from chatkernel.core.models import InboundMessage, MediaRef, Route
+
+__all__ = [
+    "decode_json",
+    "decode_message",
+    "decode_route",
+    "encode_json",
+    "encode_message",
+    "encode_route",
+    "media_from_dict",
+    "media_to_dict",
+    "message_from_dict",
+    "message_to_dict",
+    "route_from_dict",
+    "route_to_dict",
+]
+
+_encoder = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+_decoder = json.JSONDecoder()
+
+
+def encode_json(value: Any, *, what: str = "value") -> str:
+    """Compact JSON text; a value that is not JSON raises TypeError naming ``what``."""
+    try:
+        return _encoder.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} must hold JSON values only: {exc}") from None
+
+
+def decode_json(text: str | bytes | None) -> Any:
+    """The value of JSON text; ``None`` (SQL NULL) decodes to ``None``."""
+    if text is None:
+        return None
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    return _decoder.decode(text)
+
+
+# -- media ---------------------------------------------------------------------------------
+
+
+def media_to_dict(media: MediaRef) -> dict[str, Any]:
+    return {
+        "kind": media.kind,
+        "path": None if media.path is None else os.fspath(media.path),
+        "mime": media.mime,
+        "filename": media.filename,
+        "size": media.size,
+        "platform_id": media.platform_id,
+    }
+
+
+def media_from_dict(data: dict[str, Any]) -> MediaRef:
+    path = data.get("path")
+    return MediaRef(
+        kind=data["kind"],
+        path=None if path is None else Path(path),
+        mime=data.get("mime"),
+        filename=data.get("filename"),
+        size=data.get("size"),
+        platform_id=data.get("platform_id"),
+    )
+
+
+# -- inbound messages ------------------------------------------------------------------------
+
+
+def message_to_dict(message: InboundMessage) -> dict[str, Any]:
+    """The message as a dict of JSON values (media paths as strings)."""
+    return {
+        "channel": message.channel,
+        "account": message.account,
+        "chat_id": message.chat_id,
+        "message_id": message.message_id,
+        "sender_id": message.sender_id,
+        "text": message.text,
+        "sender_name": message.sender_name,
+        "thread_id": message.thread_id,
+        "is_group": message.is_group,
+        "mentions_bot": message.mentions_bot,
+        "reply_to_bot": message.reply_to_bot,
+        "media": [media_to_dict(media) for media in message.media],
+        "timestamp": message.timestamp,
+        "route_extra": message.route_extra,
+    }
+
+
+def message_from_dict(data: dict[str, Any]) -> InboundMessage:
+    """The inverse of :func:`message_to_dict`; tolerant of unknown and missing optional keys."""
+    message = InboundMessage(
+        channel=data["channel"],
+        account=data["account"],
+        chat_id=data["chat_id"],
+        message_id=data["message_id"],
+        sender_id=data["sender_id"],
+        text=data.get("text", ""),
+        sender_name=data.get("sender_name", ""),
+        thread_id=data.get("thread_id"),
+        is_group=data.get("is_group", False),
+        mentions_bot=data.get("mentions_bot", False),
+        reply_to_bot=data.get("reply_to_bot", False),
+        media=[media_from_dict(item) for item in data.get("media") or ()],
+        route_extra=data.get("route_extra") or {},
+    )
+    if "timestamp" in data:  # else keep the dataclass default (now)
+        message.timestamp = data["timestamp"]
+    return message
+
+
+def encode_message(message: InboundMessage) -> str:
+    return encode_json(message_to_dict(message), what="an InboundMessage (fields and route_extra)")
+
+
+def decode_message(text: str | bytes) -> InboundMessage:
+    return message_from_dict(decode_json(text))
+
+
+# -- routes -----------------------------------------------------------------------------------
+
+
+def route_to_dict(route: Route) -> dict[str, Any]:
+    return {
+        "channel": route.channel,
+        "account": route.account,
+        "chat_id": route.chat_id,
+        "thread_id": route.thread_id,
+        "reply_to": route.reply_to,
+        "is_group": route.is_group,
+        "extra": route.extra,
+    }
+
+
+def route_from_dict(data: dict[str, Any]) -> Route:
+    return Route(
+        channel=data["channel"],
+        account=data["account"],
+        chat_id=data["chat_id"],
+        thread_id=data.get("thread_id"),
+        reply_to=data.get("reply_to"),
+        is_group=data.get("is_group", False),
+        extra=data.get("extra") or {},
+    )
+
+
+def encode_route(route: Route) -> str:
+    return encode_json(route_to_dict(route), what="Route.extra")
+
+
+def decode_route(text: str | bytes) -> Route:
+    return route_from_dict(decode_json(text))

@@ -1,0 +1,538 @@
+"""The SQLite store: the default backend, for one gateway process.
+
+One connection, used on the event loop thread with the stdlib ``sqlite3``
+module: every statement is short (an indexed insert, update or lookup), and
+measured, running it inline is faster than a hop to a worker thread. Each
+method runs without awaiting, so it is atomic with respect to the other
+coroutines of the loop.
+
+Configuration::
+
+    [store]
+    backend = "sqlite"                   # the default
+    path = "~/.chatkernel/state.db"      # the default: $CHATKERNEL_HOME/state.db
+
+Durability. The database runs in WAL mode with ``synchronous = NORMAL``, and
+every write method commits before it returns: once ``journal_inbound``
+returns, the message survives a crash of the process (an exception, ``kill
+-9``, the OOM killer), because the commit is in the operating system's
+hands. A power loss or kernel panic may lose the last transactions committed
+before it (WAL with ``NORMAL`` does not fsync on each commit); the database
+itself stays consistent. Pass ``synchronous="FULL"`` to :class:`SQLiteStore`
+to fsync every commit, at a large cost in throughput.
+
+Dedupe. A journal row is the dedupe key of its platform message, so dedupe
+holds as long as rows are kept: :meth:`SQLiteStore.prune_journal` deletes
+finished rows older than a cutoff, and the retention window
+(:data:`JOURNAL_RETENTION`, 7 days by default) is how long a redelivery is
+still recognized.
+
+The schema evolves through numbered :data:`MIGRATIONS`; the number applied is
+the database's ``PRAGMA user_version``. A database written by a newer
+chatkernel (a higher version than this code knows) is refused, not guessed at.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+
+from chatkernel.core.models import InboundMessage, Route
+from chatkernel.core.store.base import JournalEntry, LogEntry, SessionRecord, Store
+from chatkernel.core.store.codec import (
+    decode_json,
+    decode_message,
+    decode_route,
+    encode_json,
+    encode_message,
+    encode_route,
+)
+
+if TYPE_CHECKING:
+    from chatkernel.core.config import KernelConfig
+
+__all__ = [
+    "JOURNAL_RETENTION",
+    "JOURNAL_STATUSES",
+    "MIGRATIONS",
+    "SQLiteStore",
+    "StoreError",
+]
+
+log = logging.getLogger("chatkernel.store")
+
+#: How long finished journal rows (the dedupe keys) are kept, in seconds: 7 days.
+JOURNAL_RETENTION: float = 7 * 24 * 3600.0
+
+JOURNAL_STATUSES: tuple[str, ...] = ("received", "queued", "done", "rejected")
+UNFINISHED_STATUSES: tuple[str, ...] = ("received", "queued")
+
+Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
+
+
+class StoreError(Exception):
+    """The state database cannot be used: unreadable, too new, not open..."""
+
+
+# -- schema ------------------------------------------------------------------------------------
+
+#: The schema, one script per version; ``MIGRATIONS[n - 1]`` takes a database from
+#: version ``n - 1`` to ``n``. Append only: never edit a released script.
+MIGRATIONS: list[str] = [
+    # 1: the initial schema.
+    """
+    CREATE TABLE inbound_journal (
+        seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+        channel      TEXT NOT NULL,
+        account      TEXT NOT NULL,
+        message_id   TEXT NOT NULL,
+        message      TEXT NOT NULL,  -- JSON, chatkernel.core.store.codec
+        status       TEXT NOT NULL DEFAULT 'received'
+                     CHECK (status IN ('received', 'queued', 'done', 'rejected')),
+        received_at  REAL NOT NULL,
+        UNIQUE (channel, account, message_id)
+    );
+    -- Only the few unfinished rows: crash recovery reads them without a scan.
+    CREATE INDEX inbound_journal_unfinished ON inbound_journal (seq)
+        WHERE status IN ('received', 'queued');
+
+    CREATE TABLE cursors (
+        channel     TEXT NOT NULL,
+        account     TEXT NOT NULL,
+        cursor      TEXT NOT NULL,
+        updated_at  REAL NOT NULL,
+        PRIMARY KEY (channel, account)
+    );
+
+    CREATE TABLE sessions (
+        key             TEXT PRIMARY KEY,
+        session_id      TEXT NOT NULL,
+        channel         TEXT NOT NULL,
+        account         TEXT NOT NULL,
+        chat_id         TEXT NOT NULL,
+        thread_id       TEXT,
+        created_at      REAL NOT NULL,
+        last_active_at  REAL NOT NULL,
+        settings        TEXT NOT NULL DEFAULT '{}'  -- JSON object
+    );
+    CREATE INDEX sessions_last_active ON sessions (last_active_at);
+
+    CREATE TABLE routes (
+        session_key  TEXT PRIMARY KEY,
+        route        TEXT NOT NULL,  -- JSON, chatkernel.core.store.codec
+        updated_at   REAL NOT NULL
+    );
+
+    CREATE TABLE account_state (
+        channel     TEXT NOT NULL,
+        account     TEXT NOT NULL,
+        key         TEXT NOT NULL,
+        value       TEXT NOT NULL,  -- JSON
+        updated_at  REAL NOT NULL,
+        PRIMARY KEY (channel, account, key)
+    );
+
+    CREATE TABLE session_log (
+        seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+        session_key  TEXT NOT NULL,
+        session_id   TEXT NOT NULL,
+        role         TEXT NOT NULL,
+        text         TEXT NOT NULL,
+        ts           REAL NOT NULL,
+        meta         TEXT  -- JSON object, NULL when empty
+    );
+    CREATE INDEX session_log_key_seq ON session_log (session_key, seq);
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _statements(script: str) -> Iterator[str]:
+    """The statements of a migration script, one by one (so they run in our transaction)."""
+    pending = ""
+    for line in script.splitlines(keepends=True):
+        pending += line
+        if sqlite3.complete_statement(pending):
+            yield pending.strip()
+            pending = ""
+    rest = "\n".join(line for line in pending.splitlines()
+                     if line.strip() and not line.strip().startswith("--"))
+    if rest:
+        raise ValueError(f"incomplete SQL statement in migration: {rest!r}")
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _clean(params: Sequence[Any]) -> tuple[Any, ...]:
+    """Parameters with lone surrogates replaced by U+FFFD: SQLite stores only valid UTF-8."""
+    return tuple(_SURROGATE.sub("\ufffd", p) if isinstance(p, str) else p for p in params)
+
+
+# -- the store -----------------------------------------------------------------------------------
+
+
+class SQLiteStore(Store):
+    """The store in one SQLite file (see the module's docstring for durability).
+
+    ``SQLiteStore(config)`` uses ``config.store_path()``; ``SQLiteStore.at(path)``
+    takes a path directly (``":memory:"`` for a throwaway database in tests).
+    Use it from the event loop's thread only (``sqlite3`` checks): its methods
+    never await while a statement runs, so concurrent tasks cannot interleave
+    inside one. ``async with store:`` opens and closes it.
+    """
+
+    name = "sqlite"
+
+    def __init__(self, config: KernelConfig | None = None, *,
+                 path: str | os.PathLike[str] | None = None,
+                 synchronous: Synchronous = "NORMAL", busy_timeout: float = 5.0) -> None:
+        if path is None:
+            if config is None:
+                raise TypeError("SQLiteStore needs a config or a path")
+            path = config.store_path()
+        self.memory = os.fspath(path) == ":memory:"
+        self.path = Path(path) if not self.memory else Path(":memory:")
+        if synchronous.upper() not in ("OFF", "NORMAL", "FULL", "EXTRA"):
+            raise ValueError(f"synchronous must be OFF, NORMAL, FULL or EXTRA, "
+                             f"not {synchronous!r}")
+        self.synchronous = synchronous.upper()
+        # How long a write waits for another process's lock (e.g. a CLI command
+        # reading the file); the event loop is blocked while it waits.
+        self.busy_timeout = busy_timeout
+        self._conn: sqlite3.Connection | None = None
+
+    @classmethod
+    def at(cls, path: str | os.PathLike[str], **options: Any) -> "SQLiteStore":
+        """A store on ``path``, without a config."""
+        return cls(path=path, **options)
+
+    def __repr__(self) -> str:
+        state = "open" if self._conn is not None else "closed"
+        return f"<SQLiteStore {os.fspath(self.path)!r} {state}>"
+
+    async def __aenter__(self) -> "SQLiteStore":
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create the file (mode 0600) and its directory, connect, migrate. Idempotent."""
+        if self._conn is not None:
+            return
+        if not self.memory:
+            try:
+                self._prepare_file()
+            except OSError as exc:
+                raise StoreError(f"{self.path}: cannot create the state database: "
+                                 f"{exc.strerror or exc}") from None
+        try:
+            conn = sqlite3.connect(
+                ":memory:" if self.memory else self.path,
+                timeout=self.busy_timeout,
+                isolation_level=None,  # autocommit: each statement commits; BEGIN explicitly
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot open the state database: {exc}") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            if not self.memory:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if str(mode).lower() != "wal":
+                    log.warning("%s: WAL mode unavailable (journal_mode is %s)",
+                                self.path, mode)
+            conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            self._migrate(conn)
+        except StoreError:
+            conn.close()
+            raise
+        except sqlite3.Error as exc:
+            conn.close()
+            raise StoreError(f"{self.path}: cannot open the state database: {exc}") from None
+        self._conn = conn
+
+    async def close(self) -> None:
+        """Close the connection (the last one also checkpoints the WAL). Idempotent."""
+        conn, self._conn = self._conn, None
+        if conn is None:
+            return
+        try:
+            conn.execute("PRAGMA optimize")
+        except sqlite3.Error:  # pragma: no cover - advisory only
+            pass
+        conn.close()
+
+    def _prepare_file(self) -> None:
+        """The parent directory (0700 when created) and the file, 0600 from the start."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.close(fd)
+        # The file may predate us; SQLite gives -wal and -shm the file's mode.
+        for file in (self.path, Path(f"{self.path}-wal"), Path(f"{self.path}-shm")):
+            try:
+                if file.stat().st_mode & 0o777 != 0o600:
+                    os.chmod(file, 0o600)
+            except FileNotFoundError:
+                pass
+            except PermissionError:
+                log.warning("%s: cannot set mode 0600 (not the owner?)", file)
+
+    def _migrate(self, conn: sqlite3.Connection) -> None:
+        """Apply the migrations the database lacks, each in its own transaction."""
+        known = len(MIGRATIONS)
+        version = self._user_version(conn)
+        self._check_version(version)
+        for number in range(version + 1, known + 1):
+            conn.execute("BEGIN IMMEDIATE")  # another process may be migrating too
+            try:
+                current = self._user_version(conn)
+                self._check_version(current)
+                if current < number:
+                    for statement in _statements(MIGRATIONS[number - 1]):
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {number}")
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(f"{self.path}: schema migration {number} failed: "
+                                     f"{exc}") from None
+                raise
+            if current < number:
+                log.info("%s: schema migrated to version %d", self.path, number)
+
+    @staticmethod
+    def _user_version(conn: sqlite3.Connection) -> int:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+    def _check_version(self, version: int) -> None:
+        if version > len(MIGRATIONS):
+            raise StoreError(
+                f"{self.path}: the state database has schema version {version}, but this "
+                f"chatkernel knows versions up to {len(MIGRATIONS)}: it was written by a "
+                f"newer chatkernel. Upgrade chatkernel, or set [store] path to another file.")
+
+    @property
+    def schema_version(self) -> int:
+        """The database's ``PRAGMA user_version``."""
+        return self._user_version(self._db)
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        conn = self._conn
+        if conn is None:
+            raise StoreError(f"{self.path}: the store is not open (await store.open() first)")
+        return conn
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Execute one statement (autocommit: a write is committed when this returns)."""
+        db = self._db
+        try:
+            return db.execute(sql, params)
+        except UnicodeEncodeError:  # a lone surrogate: store U+FFFD rather than fail
+            return db.execute(sql, _clean(params))
+
+    # -- inbound journal -------------------------------------------------------------------
+
+    async def journal_inbound(self, message: InboundMessage) -> int | None:
+        data = encode_message(message)
+        cursor = self._run(
+            "INSERT INTO inbound_journal"
+            " (channel, account, message_id, message, status, received_at)"
+            " VALUES (?, ?, ?, ?, 'received', ?)"
+            " ON CONFLICT (channel, account, message_id) DO NOTHING",
+            (message.channel, message.account, message.message_id, data, time.time()),
+        )
+        return cursor.lastrowid if cursor.rowcount == 1 else None
+
+    async def set_journal_status(self, seq: int, status: str) -> None:
+        """Advance a journaled message; KeyError for a seq not in the journal."""
+        if status not in JOURNAL_STATUSES:
+            raise ValueError(f"journal status must be one of {', '.join(JOURNAL_STATUSES)}, "
+                             f"not {status!r}")
+        cursor = self._run("UPDATE inbound_journal SET status = ? WHERE seq = ?", (status, seq))
+        if cursor.rowcount == 0:
+            raise KeyError(f"no journal entry with seq {seq}")
+
+    async def unfinished_inbound(self) -> list[JournalEntry]:
+        rows = self._run(
+            "SELECT seq, message, status, received_at FROM inbound_journal"
+            " WHERE status IN ('received', 'queued') ORDER BY seq").fetchall()
+        return [JournalEntry(seq=seq, message=decode_message(data), status=status,
+                             received_at=received_at)
+                for seq, data, status, received_at in rows]
+
+    async def prune_journal(self, older_than: float, *, batch: int = 1000) -> int:
+        """Delete ``done`` and ``rejected`` entries received before ``older_than`` (a time).
+
+        Returns how many were deleted. Unfinished entries are kept whatever
+        their age. A deleted entry was its message's dedupe key: call this with
+        ``time.time() - JOURNAL_RETENTION`` (or a longer window), so dedupe
+        holds for at least that window. Deletes in batches, letting other
+        tasks run between them.
+        """
+        total = 0
+        while True:
+            cursor = self._run(
+                "DELETE FROM inbound_journal WHERE seq IN ("
+                " SELECT seq FROM inbound_journal"
+                " WHERE status IN ('done', 'rejected') AND received_at < ?"
+                " ORDER BY seq LIMIT ?)",
+                (older_than, batch))
+            total += cursor.rowcount
+            if cursor.rowcount < batch:
+                return total
+            await anyio.sleep(0)
+
+    # -- platform cursors ------------------------------------------------------------------
+
+    async def get_cursor(self, channel: str, account: str) -> str | None:
+        row = self._run("SELECT cursor FROM cursors WHERE channel = ? AND account = ?",
+                        (channel, account)).fetchone()
+        return None if row is None else row[0]
+
+    async def set_cursor(self, channel: str, account: str, cursor: str) -> None:
+        self._run(
+            "INSERT INTO cursors (channel, account, cursor, updated_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (channel, account) DO UPDATE"
+            " SET cursor = excluded.cursor, updated_at = excluded.updated_at",
+            (channel, account, cursor, time.time()))
+
+    # -- sessions and routes ------------------------------------------------------------------
+
+    _SESSION_COLUMNS = ("key, session_id, channel, account, chat_id, thread_id, created_at,"
+                        " last_active_at, settings")
+
+    @staticmethod
+    def _session(row: tuple[Any, ...]) -> SessionRecord:
+        (key, session_id, channel, account, chat_id, thread_id, created_at, last_active_at,
+         settings) = row
+        return SessionRecord(key=key, session_id=session_id, channel=channel, account=account,
+                             chat_id=chat_id, thread_id=thread_id, created_at=created_at,
+                             last_active_at=last_active_at,
+                             settings=decode_json(settings) or {})
+
+    async def get_session(self, key: str) -> SessionRecord | None:
+        row = self._run(f"SELECT {self._SESSION_COLUMNS} FROM sessions WHERE key = ?",
+                        (key,)).fetchone()
+        return None if row is None else self._session(row)
+
+    async def save_session(self, record: SessionRecord) -> None:
+        settings = encode_json(record.settings or {}, what="SessionRecord.settings")
+        self._run(
+            f"INSERT INTO sessions ({self._SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (key) DO UPDATE SET session_id = excluded.session_id,"
+            " channel = excluded.channel, account = excluded.account,"
+            " chat_id = excluded.chat_id, thread_id = excluded.thread_id,"
+            " created_at = excluded.created_at, last_active_at = excluded.last_active_at,"
+            " settings = excluded.settings",
+            (record.key, record.session_id, record.channel, record.account, record.chat_id,
+             record.thread_id, record.created_at, record.last_active_at, settings))
+
+    async def list_sessions(self, active_since: float | None = None) -> list[SessionRecord]:
+        if active_since is None:
+            rows = self._run(f"SELECT {self._SESSION_COLUMNS} FROM sessions"
+                             " ORDER BY last_active_at DESC, key").fetchall()
+        else:
+            rows = self._run(f"SELECT {self._SESSION_COLUMNS} FROM sessions"
+                             " WHERE last_active_at >= ? ORDER BY last_active_at DESC, key",
+                             (active_since,)).fetchall()
+        return [self._session(row) for row in rows]
+
+    async def set_route(self, session_key: str, route: Route) -> None:
+        self._run(
+            "INSERT INTO routes (session_key, route, updated_at) VALUES (?, ?, ?)"
+            " ON CONFLICT (session_key) DO UPDATE"
+            " SET route = excluded.route, updated_at = excluded.updated_at",
+            (session_key, encode_route(route), time.time()))
+
+    async def get_route(self, session_key: str) -> Route | None:
+        row = self._run("SELECT route FROM routes WHERE session_key = ?",
+                        (session_key,)).fetchone()
+        return None if row is None else decode_route(row[0])
+
+    # -- per-account state -------------------------------------------------------------------
+
+    async def get_account_state(self, channel: str, account: str, key: str) -> Any:
+        row = self._run("SELECT value FROM account_state"
+                        " WHERE channel = ? AND account = ? AND key = ?",
+                        (channel, account, key)).fetchone()
+        return None if row is None else decode_json(row[0])
+
+    async def set_account_state(self, channel: str, account: str, key: str,
+                                value: Any) -> None:
+        """Store a JSON value; ``None`` deletes the key (reading it gives None either way)."""
+        if value is None:
+            self._run("DELETE FROM account_state WHERE channel = ? AND account = ? AND key = ?",
+                      (channel, account, key))
+            return
+        self._run(
+            "INSERT INTO account_state (channel, account, key, value, updated_at)"
+            " VALUES (?, ?, ?, ?, ?) ON CONFLICT (channel, account, key) DO UPDATE"
+            " SET value = excluded.value, updated_at = excluded.updated_at",
+            (channel, account, key, encode_json(value, what=f"account state {key!r}"),
+             time.time()))
+
+    # -- session logs -------------------------------------------------------------------------
+
+    async def append_log(self, session_key: str, session_id: str, role: str, text: str,
+                         meta: dict[str, Any] | None = None) -> int:
+        meta_json = encode_json(meta, what="log meta") if meta else None
+        cursor = self._run(
+            "INSERT INTO session_log (session_key, session_id, role, text, ts, meta)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (session_key, session_id, role, text, time.time(), meta_json))
+        seq = cursor.lastrowid
+        assert seq is not None
+        return seq
+
+    async def read_log(self, session_key: str, *, session_id: str | None = None,
+                       limit: int | None = None, roles: tuple[str, ...] | None = None,
+                       before_seq: int | None = None) -> list[LogEntry]:
+        """The newest ``limit`` matching entries, oldest first.
+
+        ``limit=None``: all of them; ``roles=()``: none. Filters (``session_id``,
+        ``roles``, ``before_seq``) apply before the limit.
+        """
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be >= 0, not {limit}")
+        if isinstance(roles, str):
+            roles = (roles,)
+        if limit == 0 or (roles is not None and not roles):
+            return []
+        sql = ("SELECT seq, session_key, session_id, role, text, ts, meta FROM session_log"
+               " WHERE session_key = ?")
+        params: list[Any] = [session_key]
+        if session_id is not None:
+            sql += " AND session_id = ?"
+            params.append(session_id)
+        if roles is not None:
+            sql += f" AND role IN ({', '.join('?' * len(roles))})"
+            params.extend(roles)
+        if before_seq is not None:
+            sql += " AND seq < ?"
+            params.append(before_seq)
+        if limit is None:
+            rows = self._run(sql + " ORDER BY seq", params).fetchall()
+        else:
+            params.append(limit)
+            rows = self._run(sql + " ORDER BY seq DESC LIMIT ?", params).fetchall()
+            rows.reverse()
+        return [LogEntry(seq=seq, session_key=key, session_id=sid, role=role, text=text,
+                         ts=ts, meta=decode_json(meta) or {})
+                for seq, key, sid, role, text, ts, meta in rows]

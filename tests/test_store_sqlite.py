@@ -1,0 +1,688 @@
+"""The SQLite store backend and the choice of backend (``open_store``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from chatkernel.core.config import ConfigError, KernelConfig, StoreConfig
+from chatkernel.core.models import InboundMessage, MediaRef, Route
+from chatkernel.core.store import (
+    JournalEntry,
+    LogEntry,
+    SessionRecord,
+    Store,
+    installed_backends,
+    open_store,
+)
+from chatkernel.core.store import sqlite as sqlite_module
+from chatkernel.core.store.codec import decode_message, encode_message
+from chatkernel.core.store.sqlite import MIGRATIONS, SQLiteStore, StoreError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture
+def db_path(tmp_path):
+    return tmp_path / "state" / "state.db"
+
+
+@pytest.fixture
+async def store(db_path):
+    store = SQLiteStore.at(db_path)
+    await store.open()
+    yield store
+    await store.close()
+
+
+def msg(message_id: str = "m1", *, channel: str = "telegram", account: str = "main",
+        **fields) -> InboundMessage:
+    fields.setdefault("chat_id", "chat-1")
+    fields.setdefault("sender_id", "user-1")
+    return InboundMessage(channel=channel, account=account, message_id=message_id, **fields)
+
+
+def session(key: str, last_active_at: float, **fields) -> SessionRecord:
+    values = dict(key=key, session_id=f"{key}-s1", channel="telegram", account="main",
+                  chat_id="chat-1", thread_id=None, created_at=1000.0,
+                  last_active_at=last_active_at)
+    values.update(fields)
+    return SessionRecord(**values)
+
+
+# -- opening, files, migrations -------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_fresh_database_is_migrated_with_wal_and_pragmas(store, db_path):
+    assert store.name == "sqlite"
+    assert isinstance(store, Store)
+    assert store.schema_version == len(MIGRATIONS) >= 1
+    db = store._db
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert db.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    assert db.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert db.execute("PRAGMA busy_timeout").fetchone()[0] == 5000
+    with sqlite3.connect(db_path) as other:
+        assert other.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+
+
+@pytest.mark.anyio
+async def test_parent_directories_created_and_files_private(tmp_path):
+    path = tmp_path / "a" / "b" / "state.db"
+    store = SQLiteStore.at(path)
+    await store.open()
+    try:
+        await store.journal_inbound(msg())
+        for file in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            assert stat.S_IMODE(file.stat().st_mode) == 0o600, file
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    finally:
+        await store.close()
+
+
+@pytest.mark.anyio
+async def test_existing_file_with_loose_mode_is_made_private(tmp_path):
+    path = tmp_path / "state.db"
+    sqlite3.connect(path).close()
+    os.chmod(path, 0o644)
+    async with SQLiteStore.at(path):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+@pytest.mark.anyio
+async def test_reopen_is_idempotent_and_keeps_data(db_path):
+    store = SQLiteStore.at(db_path)
+    await store.open()
+    await store.open()  # a second open is a no-op
+    seq = await store.journal_inbound(msg())
+    await store.set_cursor("telegram", "main", "42")
+    await store.close()
+    await store.close()  # so is a second close
+
+    for _ in range(2):
+        async with SQLiteStore.at(db_path) as again:
+            assert again.schema_version == len(MIGRATIONS)
+            assert [e.seq for e in await again.unfinished_inbound()] == [seq]
+            assert await again.get_cursor("telegram", "main") == "42"
+            assert await again.journal_inbound(msg()) is None  # dedupe survives too
+
+
+@pytest.mark.anyio
+async def test_database_newer_than_the_code_is_refused(db_path):
+    db_path.parent.mkdir(parents=True)
+    with sqlite3.connect(db_path) as db:
+        db.execute("CREATE TABLE future (x)")
+        db.execute(f"PRAGMA user_version = {len(MIGRATIONS) + 1}")
+    store = SQLiteStore.at(db_path)
+    with pytest.raises(StoreError) as info:
+        await store.open()
+    text = str(info.value)
+    assert str(db_path) in text
+    assert f"schema version {len(MIGRATIONS) + 1}" in text
+    assert "newer chatkernel" in text
+    assert info.value.__cause__ is None and info.value.__context__ is None
+    with sqlite3.connect(db_path) as db:  # untouched
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS) + 1
+        assert db.execute("SELECT name FROM sqlite_master WHERE name = 'sessions'").fetchone() \
+            is None
+    with pytest.raises(StoreError, match="not open"):
+        await store.get_cursor("a", "b")
+
+
+@pytest.mark.anyio
+async def test_new_migration_upgrades_an_existing_database(db_path, monkeypatch):
+    async with SQLiteStore.at(db_path) as store:
+        await store.save_session(session("k", 5.0))
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [
+        *MIGRATIONS,
+        "-- 2: a note per session\nALTER TABLE sessions ADD COLUMN note TEXT;\n"
+        "CREATE INDEX sessions_note ON sessions (note);",
+    ])
+    async with SQLiteStore.at(db_path) as store:
+        assert store.schema_version == len(MIGRATIONS) + 1
+        columns = [row[1] for row in store._db.execute("PRAGMA table_info(sessions)")]
+        assert "note" in columns
+        assert (await store.get_session("k")).last_active_at == 5.0
+
+
+@pytest.mark.anyio
+async def test_failed_migration_rolls_back_entirely(db_path, monkeypatch):
+    async with SQLiteStore.at(db_path):
+        pass
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [
+        *MIGRATIONS, "CREATE TABLE half_done (x);\nINSERT INTO nowhere VALUES (1);",
+    ])
+    with pytest.raises(StoreError, match=f"schema migration {len(MIGRATIONS) + 1} failed"):
+        await SQLiteStore.at(db_path).open()
+    with sqlite3.connect(db_path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == len(MIGRATIONS)
+        assert db.execute(
+            "SELECT name FROM sqlite_master WHERE name = 'half_done'").fetchone() is None
+
+
+@pytest.mark.anyio
+async def test_a_file_that_is_not_a_database_fails_clearly(tmp_path):
+    path = tmp_path / "state.db"
+    path.write_bytes(b"this is not sqlite, just a text file that happens to be here\n" * 20)
+    with pytest.raises(StoreError, match="cannot open the state database"):
+        await SQLiteStore.at(path).open()
+
+
+@pytest.mark.anyio
+async def test_uncreatable_location_fails_clearly(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    with pytest.raises(StoreError, match="cannot create the state database"):
+        await SQLiteStore.at(blocker / "sub" / "state.db").open()
+
+@pytest.mark.anyio
+async def test_methods_before_open_fail_clearly(db_path):
+    with pytest.raises(StoreError, match=r"not open \(await store.open\(\) first\)"):
+        await SQLiteStore.at(db_path).journal_inbound(msg())
+
+
+def test_constructor_needs_a_config_or_a_path():
+    with pytest.raises(TypeError):
+        SQLiteStore()
+    with pytest.raises(ValueError, match="synchronous"):
+        SQLiteStore.at(":memory:", synchronous="sometimes")
+
+
+@pytest.mark.anyio
+async def test_synchronous_full_option(db_path):
+    async with SQLiteStore.at(db_path, synchronous="full") as store:
+        assert store._db.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+
+@pytest.mark.anyio
+async def test_in_memory_store():
+    async with SQLiteStore.at(":memory:") as store:
+        assert await store.journal_inbound(msg()) == 1
+        assert store.schema_version == len(MIGRATIONS)
+
+
+# -- inbound journal ---------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_journal_dedupes_on_channel_account_and_message_id(store):
+    first = await store.journal_inbound(msg("m1"))
+    assert isinstance(first, int)
+    assert await store.journal_inbound(msg("m1")) is None
+    assert await store.journal_inbound(msg("m1", text="changed on redelivery")) is None
+    other_account = await store.journal_inbound(msg("m1", account="second"))
+    other_channel = await store.journal_inbound(msg("m1", channel="slack"))
+    other_message = await store.journal_inbound(msg("m2"))
+    seqs = [first, other_account, other_channel, other_message]
+    assert None not in seqs and seqs == sorted(seqs) and len(set(seqs)) == 4
+    entries = await store.unfinished_inbound()
+    assert [e.seq for e in entries] == seqs
+    assert entries[0].message.text == ""  # the first delivery is what was kept
+
+
+@pytest.mark.anyio
+async def test_concurrent_journaling_keeps_exactly_one_of_each(store):
+    results: list[int | None] = []
+
+    async def deliver(i: int) -> None:
+        results.append(await store.journal_inbound(msg(f"m{i % 10}")))
+
+    async with anyio.create_task_group() as tg:
+        for i in range(50):
+            tg.start_soon(deliver, i)
+    kept = [seq for seq in results if seq is not None]
+    assert len(kept) == 10 and len(set(kept)) == 10
+
+
+@pytest.mark.anyio
+async def test_journal_statuses_and_unfinished(store):
+    before = time.time()
+    seqs = [await store.journal_inbound(msg(f"m{i}")) for i in range(5)]
+    after = time.time()
+    entries = await store.unfinished_inbound()
+    assert all(isinstance(e, JournalEntry) for e in entries)
+    assert [e.status for e in entries] == ["received"] * 5
+    assert all(before <= e.received_at <= after for e in entries)
+
+    await store.set_journal_status(seqs[0], "queued")
+    await store.set_journal_status(seqs[1], "done")
+    await store.set_journal_status(seqs[2], "rejected")
+    entries = await store.unfinished_inbound()
+    assert [(e.seq, e.status) for e in entries] == [
+        (seqs[0], "queued"), (seqs[3], "received"), (seqs[4], "received")]
+    assert [e.message.message_id for e in entries] == ["m0", "m3", "m4"]
+    # a finished message is still a dedupe key
+    assert await store.journal_inbound(msg("m1")) is None
+
+    with pytest.raises(ValueError, match="journal status"):
+        await store.set_journal_status(seqs[3], "finished")
+    with pytest.raises(KeyError):
+        await store.set_journal_status(9999, "done")
+
+
+@pytest.mark.anyio
+async def test_unfinished_entries_survive_close_and_reopen(db_path):
+    message = msg("m1", text="héllo 👋", thread_id="t-9", is_group=True, mentions_bot=True,
+                  media=[MediaRef("image", Path("/tmp/media/a.jpg"), "image/jpeg", "a.jpg",
+                                  1234, "file-1"),
+                         MediaRef("voice", platform_id="v-1")],
+                  route_extra={"context_token": "abc", "n": [1, 2.5, None, {"x": True}]},
+                  timestamp=1700000000.25)
+    async with SQLiteStore.at(db_path) as store:
+        queued = await store.journal_inbound(message)
+        done = await store.journal_inbound(msg("m2"))
+        await store.set_journal_status(queued, "queued")
+        await store.set_journal_status(done, "done")
+    async with SQLiteStore.at(db_path) as store:
+        (entry,) = await store.unfinished_inbound()
+    assert entry.seq == queued and entry.status == "queued"
+    assert entry.message == message
+    assert isinstance(entry.message.media[0].path, Path)
+    assert entry.message.media[1].path is None
+
+
+@pytest.mark.anyio
+async def test_route_extra_must_be_json(store):
+    with pytest.raises(TypeError, match="JSON values only"):
+        await store.journal_inbound(msg(route_extra={"raw": b"bytes"}))
+    assert await store.unfinished_inbound() == []
+
+
+@pytest.mark.anyio
+async def test_lone_surrogates_do_not_break_the_journal(store):
+    message = msg("m\ud83d", text="broken emoji \ud83d from a platform escape")
+    seq = await store.journal_inbound(message)
+    assert seq is not None
+    assert await store.journal_inbound(msg("m\ud83d")) is None  # still deduped
+    (entry,) = await store.unfinished_inbound()
+    assert entry.message == message  # the JSON keeps the exact text
+
+
+@pytest.mark.anyio
+async def test_prune_journal_deletes_old_finished_entries_only(store):
+    seqs = [await store.journal_inbound(msg(f"m{i}")) for i in range(7)]
+    for seq in seqs[:3]:
+        await store.set_journal_status(seq, "done")
+    await store.set_journal_status(seqs[3], "rejected")
+    await store.set_journal_status(seqs[4], "queued")  # m5, m6 stay "received"
+
+    assert await store.prune_journal(time.time() - 3600) == 0  # nothing that old
+    assert await store.journal_inbound(msg("m0")) is None  # dedupe still holds
+
+    assert await store.prune_journal(time.time() + 1, batch=2) == 4
+    assert [e.seq for e in await store.unfinished_inbound()] == seqs[4:]
+    # the pruned keys are forgotten; the unfinished ones still dedupe
+    assert await store.journal_inbound(msg("m4")) is None
+    again = await store.journal_inbound(msg("m0"))
+    assert again is not None and again > seqs[-1]
+
+
+@pytest.mark.anyio
+async def test_journal_seq_is_never_reused_after_pruning(store):
+    seq = await store.journal_inbound(msg("m1"))
+    await store.set_journal_status(seq, "done")
+    assert await store.prune_journal(time.time() + 1) == 1
+    assert await store.journal_inbound(msg("m2")) > seq
+
+
+# -- a real crash --------------------------------------------------------------------------------
+
+CHILD = textwrap.dedent("""
+    import os, sys, time
+    import anyio
+    from chatkernel.core.models import InboundMessage
+    from chatkernel.core.store.sqlite import SQLiteStore
+
+    path, count, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+    async def main():
+        store = SQLiteStore.at(path)
+        await store.open()
+        for i in range(count):
+            seq = await store.journal_inbound(InboundMessage(
+                "telegram", "main", "chat-1", f"m{i}", "user-1", text=f"message {i}"))
+            if i == 0:
+                await store.set_journal_status(seq, "queued")
+            if mode == "stream":
+                print(f"m{i}", flush=True)
+        print("journaled", flush=True)
+        if mode == "exit":
+            os._exit(1)  # no close, no atexit, no flush of anything
+        time.sleep(60)  # the parent kills us
+
+    anyio.run(main)
+""")
+
+
+def run_child(path: Path, count: int, mode: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-c", CHILD, str(path), str(count), mode],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO)
+
+
+async def assert_all_journaled(path: Path, ids: list[str]) -> None:
+    async with SQLiteStore.at(path) as store:
+        assert store._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        entries = await store.unfinished_inbound()
+        found = {e.message.message_id: e for e in entries}
+        assert set(ids) <= set(found)
+        assert found["m0"].status == "queued"
+        assert found[ids[-1]].message.text == f"message {ids[-1][1:]}"
+        for message_id in ids:  # redeliveries after the restart are recognized
+            assert await store.journal_inbound(msg(message_id, chat_id="chat-1",
+                                                   sender_id="user-1")) is None
+
+
+@pytest.mark.anyio
+async def test_crash_with_os_exit_loses_nothing_journaled(db_path):
+    count = 200
+    child = run_child(db_path, count, "exit")
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 1, err
+    assert out.splitlines() == ["journaled"], err
+    assert Path(f"{db_path}-wal").exists()  # no clean close: the data is in the WAL
+    await assert_all_journaled(db_path, [f"m{i}" for i in range(count)])
+
+
+@pytest.mark.anyio
+async def test_sigkill_after_journaling_loses_nothing(db_path):
+    count = 200
+    child = run_child(db_path, count, "wait")
+    try:
+        line = child.stdout.readline()
+        assert line == "journaled\n", child.stderr.read() if not line else line
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    await assert_all_journaled(db_path, [f"m{i}" for i in range(count)])
+
+
+@pytest.mark.anyio
+async def test_sigkill_mid_stream_loses_no_acknowledged_message(db_path):
+    """Killed while writing: every message whose journal_inbound returned is there."""
+    child = run_child(db_path, 1_000_000, "stream")
+    acknowledged: list[str] = []
+    try:
+        while len(acknowledged) < 500:
+            line = child.stdout.readline()
+            assert line, child.stderr.read()
+            acknowledged.append(line.strip())
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.kill()
+        child.communicate(timeout=60)
+    assert child.returncode == -signal.SIGKILL
+    await assert_all_journaled(db_path, acknowledged)
+
+
+# -- cursors -------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_cursors(store, db_path):
+    assert await store.get_cursor("telegram", "main") is None
+    await store.set_cursor("telegram", "main", "100")
+    await store.set_cursor("telegram", "main", "101")
+    await store.set_cursor("telegram", "other", "7")
+    await store.set_cursor("wechat", "main", "sync-buf==")
+    assert await store.get_cursor("telegram", "main") == "101"
+    assert await store.get_cursor("telegram", "other") == "7"
+    assert await store.get_cursor("wechat", "main") == "sync-buf=="
+    await store.close()
+    async with SQLiteStore.at(db_path) as again:
+        assert await again.get_cursor("telegram", "main") == "101"
+
+
+# -- sessions and routes ---------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_sessions_round_trip_and_upsert(store):
+    assert await store.get_session("nope") is None
+    record = session("telegram:main:chat-1", 2000.0, thread_id=None,
+                     settings={"queue": {"mode": "steer", "cap": 5}, "debounce_ms": 0})
+    await store.save_session(record)
+    assert await store.get_session(record.key) == record
+
+    threaded = session("slack:ws:C1:1700.1", 1500.0, thread_id="1700.1")
+    await store.save_session(threaded)
+    assert (await store.get_session(threaded.key)).thread_id == "1700.1"
+    assert (await store.get_session(threaded.key)).settings == {}
+
+    record.session_id = "after-/new"
+    record.last_active_at = 3000.0
+    record.settings = {}
+    await store.save_session(record)
+    assert await store.get_session(record.key) == record
+    assert len(await store.list_sessions()) == 2
+
+
+@pytest.mark.anyio
+async def test_list_sessions_most_recent_first_and_filtered(store):
+    for key, active in [("a", 100.0), ("b", 300.0), ("c", 200.0), ("d", 300.0)]:
+        await store.save_session(session(key, active))
+    assert [s.key for s in await store.list_sessions()] == ["b", "d", "c", "a"]
+    assert [s.key for s in await store.list_sessions(active_since=200.0)] == ["b", "d", "c"]
+    assert [s.key for s in await store.list_sessions(active_since=300.5)] == []
+    assert all(isinstance(s, SessionRecord) for s in await store.list_sessions())
+
+
+@pytest.mark.anyio
+async def test_routes_round_trip(store):
+    assert await store.get_route("k") is None
+    route = Route("wechat", "main", "wxid_1", thread_id=None, reply_to="m9", is_group=False,
+                  extra={"context_token": "ctx", "nested": {"list": [1, "two", None]}})
+    await store.set_route("k", route)
+    assert await store.get_route("k") == route
+    threaded = Route("slack", "ws", "C1", thread_id="1700.1", is_group=True)
+    await store.set_route("k", threaded)
+    got = await store.get_route("k")
+    assert got == threaded and got.extra == {} and got.reply_to is None
+
+
+# -- account state -----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_account_state(store):
+    assert await store.get_account_state("wechat", "main", "last_chat") is None
+    values = {"last_chat": "wxid_1", "tokens": {"wxid_1": ["t", 1700000000.5]},
+              "count": 0, "flag": False, "list": [1, [2, [3]]], "empty": ""}
+    for key, value in values.items():
+        await store.set_account_state("wechat", "main", key, value)
+    for key, value in values.items():
+        assert await store.get_account_state("wechat", "main", key) == value
+    assert await store.get_account_state("wechat", "other", "last_chat") is None
+    await store.set_account_state("wechat", "main", "count", 1)
+    assert await store.get_account_state("wechat", "main", "count") == 1
+    await store.set_account_state("wechat", "main", "last_chat", None)
+    assert await store.get_account_state("wechat", "main", "last_chat") is None
+    with pytest.raises(TypeError, match="JSON values only"):
+        await store.set_account_state("wechat", "main", "bad", {1, 2})
+
+
+# -- session logs --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def logged(store):
+    """Eight entries in session key k (two session ids) and one in another key."""
+    spec = [("s1", "user", "u1"), ("s1", "assistant", "a1"), ("s1", "user", "u2"),
+            ("s1", "notification", "n1"), ("s1", "assistant", "a2"),
+            ("s2", "user", "u3"), ("s2", "assistant", "a3"), ("s2", "system", "x1")]
+    seqs = {}
+    for i, (sid, role, text) in enumerate(spec):
+        seqs[text] = await store.append_log("k", sid, role, text,
+                                            {"i": i} if i % 2 else None)
+        if i == 3:
+            await store.append_log("other", "s9", "user", "elsewhere")
+    return store, seqs
+
+
+def texts(entries: list[LogEntry]) -> list[str]:
+    return [e.text for e in entries]
+
+
+@pytest.mark.anyio
+async def test_read_log_all_in_order(logged):
+    store, seqs = logged
+    entries = await store.read_log("k")
+    assert texts(entries) == ["u1", "a1", "u2", "n1", "a2", "u3", "a3", "x1"]
+    assert [e.seq for e in entries] == sorted(seqs.values())
+    assert all(isinstance(e, LogEntry) and e.session_key == "k" for e in entries)
+    assert entries[1].meta == {"i": 1} and entries[0].meta == {}
+    assert entries[0].role == "user" and entries[0].session_id == "s1"
+    assert entries[0].ts <= entries[-1].ts <= time.time()
+    assert texts(await store.read_log("other")) == ["elsewhere"]
+    assert await store.read_log("missing") == []
+
+
+@pytest.mark.anyio
+async def test_read_log_limit_roles_session_and_before_seq(logged):
+    store, seqs = logged
+    assert texts(await store.read_log("k", limit=3)) == ["u3", "a3", "x1"]
+    assert texts(await store.read_log("k", limit=100)) == texts(await store.read_log("k"))
+    assert await store.read_log("k", limit=0) == []
+    # filters apply before the limit
+    assert texts(await store.read_log("k", roles=("user", "assistant"), limit=3)) == [
+        "a2", "u3", "a3"]
+    assert texts(await store.read_log("k", roles=("user",))) == ["u1", "u2", "u3"]
+    assert texts(await store.read_log("k", roles="notification")) == ["n1"]
+    assert await store.read_log("k", roles=()) == []
+    assert texts(await store.read_log("k", session_id="s1", limit=2)) == ["n1", "a2"]
+    assert texts(await store.read_log("k", session_id="s2")) == ["u3", "a3", "x1"]
+    assert texts(await store.read_log("k", before_seq=seqs["n1"])) == ["u1", "a1", "u2"]
+    assert texts(await store.read_log("k", before_seq=seqs["u3"], limit=2,
+                                      roles=("user", "assistant"), session_id="s1")) == [
+        "u2", "a2"]
+    with pytest.raises(ValueError, match="limit"):
+        await store.read_log("k", limit=-1)
+
+
+@pytest.mark.anyio
+async def test_read_log_pages_backwards_with_before_seq(logged):
+    store, _ = logged
+    pages, before = [], None
+    while page := await store.read_log("k", limit=3, before_seq=before):
+        pages.append(texts(page))
+        before = page[0].seq
+    assert pages == [["u3", "a3", "x1"], ["u2", "n1", "a2"], ["u1", "a1"]]
+
+
+@pytest.mark.anyio
+async def test_log_text_with_a_lone_surrogate_is_stored_with_a_replacement(store):
+    seq = await store.append_log("k", "s", "user", "bad \udc00 text")
+    (entry,) = await store.read_log("k")
+    assert entry.seq == seq and entry.text == "bad \ufffd text"
+
+
+# -- open_store ------------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_open_store_picks_sqlite_by_name(tmp_path):
+    assert "sqlite" in installed_backends()
+    config = KernelConfig(store=StoreConfig(backend="sqlite", path=tmp_path / "x" / "s.db"))
+    store = open_store(config)
+    assert isinstance(store, SQLiteStore) and store.name == "sqlite"
+    assert store.path == tmp_path / "x" / "s.db"
+    assert not store.path.exists()  # built, not opened: the caller opens it
+    await store.open()
+    try:
+        assert await store.journal_inbound(msg()) == 1
+    finally:
+        await store.close()
+
+
+def test_open_store_default_path_is_in_the_home(chatkernel_home):
+    store = open_store(KernelConfig())
+    assert isinstance(store, SQLiteStore)
+    assert store.path == chatkernel_home / "state.db"
+
+
+def test_open_store_unknown_backend_fails_clearly():
+    with pytest.raises(ConfigError) as info:
+        open_store(KernelConfig(store=StoreConfig(backend="postgres")))
+    error = info.value
+    assert error.key == "store.backend"
+    assert "store.backend" in str(error)
+    assert "'postgres'" in str(error) and "sqlite" in str(error)
+    assert error.__cause__ is None and error.__context__ is None
+
+    file = Path("/etc/chatkernel/config.toml")
+    with pytest.raises(ConfigError) as info:
+        open_store(KernelConfig(store=StoreConfig(backend="postgres")), config_path=file)
+    assert info.value.path == file and str(info.value).startswith(f"{file}: store.backend: ")
+
+
+def test_open_store_backend_that_fails_to_load(monkeypatch):
+    def broken(self, config):
+        raise RuntimeError("no driver for you")
+
+    monkeypatch.setattr(SQLiteStore, "__init__", broken)
+    with pytest.raises(ConfigError, match="'sqlite' failed to load: RuntimeError: no driver") \
+            as info:
+        open_store(KernelConfig())
+    assert info.value.key == "store.backend"
+    assert info.value.__suppress_context__
+
+
+# -- property: any message round-trips -------------------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(), children, max_size=4),
+    max_leaves=12,
+)
+media_refs = st.builds(
+    MediaRef,
+    kind=st.sampled_from(["image", "video", "audio", "voice", "document"]) | st.text(),
+    path=st.none() | st.text().map(Path),
+    mime=st.none() | st.text(),
+    filename=st.none() | st.text(),
+    size=st.none() | st.integers(min_value=0),
+    platform_id=st.none() | st.text(),
+)
+messages = st.builds(
+    InboundMessage,
+    channel=st.text(), account=st.text(), chat_id=st.text(), message_id=st.text(),
+    sender_id=st.text(), text=st.text(), sender_name=st.text(),
+    thread_id=st.none() | st.text(), is_group=st.booleans(), mentions_bot=st.booleans(),
+    reply_to_bot=st.booleans(), media=st.lists(media_refs, max_size=3),
+    timestamp=st.floats(allow_nan=False),
+    route_extra=st.dictionaries(st.text(), json_values, max_size=5),
+)
+
+
+@pytest.mark.anyio
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(message=messages)
+async def test_any_message_round_trips_through_the_journal(message):
+    async with SQLiteStore.at(":memory:") as store:
+        seq = await store.journal_inbound(message)
+        assert seq is not None
+        (entry,) = await store.unfinished_inbound()
+    assert entry.message == message
+    assert repr(entry.message) == repr(message)  # types too: no True for 1, no str for Path
+    assert decode_message(encode_message(message)) == message
