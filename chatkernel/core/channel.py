@@ -73,9 +73,16 @@ class Channel:
     limits: ClassVar[ChannelLimits] = ChannelLimits()
     #: Webhook-driven channels are judged by their probe, not by silence.
     quiet_by_nature: ClassVar[bool] = False
+    #: Characters that start a slash command (Slack also takes "!").
+    command_prefixes: ClassVar[str] = "/"
+    #: Seconds between refreshes of the typing indicator while a turn runs.
+    indicator_interval: ClassVar[float] = 4.0
 
-    def __init__(self, account: Account) -> None:
+    def __init__(self, account: Account, settings: Any = None) -> None:
+        #: The account this instance serves (its validated config is ``account.config``).
         self.account = account
+        #: The channel-wide ``[channels.<name>]`` table (a ChannelConfig), if any.
+        self.settings = settings
 
     @property
     def config(self) -> Any:
@@ -95,6 +102,12 @@ class Channel:
 
     async def indicate(self, route: Route) -> None:
         """Show a typing/processing indicator, where the platform has one."""
+
+    def http_routes(self) -> list[tuple[str, str, Any]]:
+        """``(method, path, aiohttp handler)`` to mount on the gateway's HTTP server
+        (webhooks, web pages). Paths should include the account name when a
+        channel can have several accounts."""
+        return []
 
     async def aclose(self) -> None:
         """Release clients and connections."""

@@ -157,6 +157,8 @@ class Account:
     access_level: AccessLevel = "standard"
     workspace: Path = field(default_factory=Path.cwd)
     channel: "Channel | None" = None  # the running channel instance
+    last_inbound_at: float | None = None
+    last_sent_at: float | None = None
 
     @property
     def key(self) -> str:

@@ -13,3 +13,22 @@ def chatkernel_home(tmp_path, monkeypatch):
     monkeypatch.setenv("CHATKERNEL_HOME", str(home))
     monkeypatch.delenv("CHATKERNEL_CONFIG", raising=False)
     return home
+
+
+@pytest.fixture
+async def chatkernel_kernel(tmp_path):
+    """A running in-process kernel with a MemoryChannel account ``memory:main``.
+
+    Needs an anyio test (``@pytest.mark.anyio``). Inject with
+    ``await h.channel.receive("hi")``; read ``h.channel.sent``.
+    """
+    from chatkernel.testing.memory import KernelHarness
+
+    async with KernelHarness(tmp_path) as harness:
+        yield harness
+
+
+@pytest.fixture
+def anyio_backend():
+    """chatkernel runs on asyncio (aiohttp needs it); plugin tests do too."""
+    return "asyncio"

@@ -1,0 +1,204 @@
+"""The inbound delivery pipeline, the same skeleton for every channel (SPEC §2).
+
+deliver: validate → dedupe + journal → ``inbound_accept`` → slash command? →
+session → route refresh → last active chat → busy hint → queue lane →
+``inbound_delivered``.
+
+``deliver`` returns once the message is durably journaled and handed on, so
+a receive loop may advance its platform cursor after it returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from chatkernel.core.commands import CommandContext, parse_command
+from chatkernel.core.models import Account, InboundMessage, MediaRef, Verdict
+from chatkernel.core.outbound import await_maybe
+from chatkernel.core.queue import QueuedMessage
+from chatkernel.core.sessions import route_for
+
+if TYPE_CHECKING:
+    from chatkernel.core.kernel import Kernel
+
+log = logging.getLogger("chatkernel.inbound")
+
+BUSY_HINT = "⏳ still working on your previous message — I'll get to this one next."
+UNKNOWN_SENDER_REMINDER_SECONDS = 24 * 3600
+
+
+class InvalidMessage(ValueError):
+    """A channel produced a message the kernel cannot accept; names what is wrong."""
+
+
+def validate(message: InboundMessage) -> None:
+    """Reject malformed messages with a clear error before anything is recorded."""
+    if not isinstance(message, InboundMessage):
+        raise InvalidMessage(f"expected an InboundMessage, got {type(message).__name__}")
+    for name in ("channel", "account", "chat_id", "message_id", "sender_id"):
+        value = getattr(message, name)
+        if not isinstance(value, str) or not value:
+            raise InvalidMessage(f"inbound message field {name!r} must be a non-empty string,"
+                                 f" got {value!r}")
+    if not isinstance(message.text, str):
+        raise InvalidMessage(f"inbound message field 'text' must be a string, "
+                             f"got {type(message.text).__name__}")
+    if message.thread_id is not None and not isinstance(message.thread_id, str):
+        raise InvalidMessage("inbound message field 'thread_id' must be a string or None")
+
+
+def envelope(message: InboundMessage) -> str:
+    """``[channel: telegram | user: 42 | thread: 7]``: the line the agent reads first."""
+    parts = [f"channel: {message.channel}", f"user: {message.sender_id}"]
+    if message.sender_name:
+        parts[-1] += f" ({message.sender_name})"
+    if message.is_group:
+        parts.append(f"group: {message.chat_id}")
+    if message.thread_id:
+        parts.append(f"thread: {message.thread_id}")
+    return "[" + " | ".join(parts) + "]"
+
+
+def media_note(media: MediaRef) -> str:
+    """``[image saved: <path>]``: how the agent learns of an inbound file."""
+    if media.path is not None:
+        return f"[{media.kind} saved: {media.path}]"
+    return f"[{media.kind} received but not saved]"
+
+
+def text_with_media_notes(message: InboundMessage) -> str:
+    notes = [media_note(media) for media in message.media]
+    return "\n".join(filter(None, [message.text, *notes]))
+
+
+def inbound_media_dir(workspace: Path, channel: str, account: str,
+                      when: float | None = None) -> Path:
+    """``<workspace>/media/inbound/<channel>/<account>/<YYYY-MM-DD>/``, created."""
+    day = datetime.fromtimestamp(when or time.time()).strftime("%Y-%m-%d")
+    path = workspace / "media" / "inbound" / _safe(channel) / _safe(account) / day
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _safe(part: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in part).strip(".") or "_"
+
+
+class Inbound:
+    """Runs the delivery pipeline for one kernel."""
+
+    def __init__(self, kernel: "Kernel") -> None:
+        self.kernel = kernel
+        self._last_chat: dict[str, tuple[str, str | None]] = {}
+
+    async def deliver(self, message: InboundMessage) -> str:
+        """Deliver one normalized message; returns the outcome (for logs and tests):
+
+        ``duplicate``, ``rejected``, ``command``, or the queue's answer
+        (``started``, ``queued``, ``steered``, ``interrupted``, ``refused``).
+        """
+        validate(message)
+        kernel = self.kernel
+        account = kernel.account_for(message.channel, message.account)
+        seq = await kernel.store.journal_inbound(message)
+        labels = (message.channel, message.account)
+        if seq is None:
+            kernel.metrics.duplicates.labels(*labels).inc()
+            log.debug("duplicate %s message %s ignored", account.key, message.message_id)
+            return "duplicate"
+        kernel.metrics.messages_in.labels(*labels).inc()
+        account.last_inbound_at = time.time()
+        return await self.process(account, message, seq)
+
+    async def process(self, account: Account, message: InboundMessage, seq: int | None) -> str:
+        """Everything after the journal; also how unfinished entries are replayed."""
+        kernel = self.kernel
+        store = kernel.store
+        verdict = await await_maybe(kernel.pm.hook.inbound_accept(message=message,
+                                                                   account=account))
+        if verdict is not None and not verdict:
+            await self._reject(account, message, verdict, seq)
+            return "rejected"
+
+        record = await kernel.sessions.resolve(message)
+        route = await kernel.sessions.refresh_route(record.key, message)
+        await self._remember_last_chat(account, message)
+
+        parsed = parse_command(message.text, account.channel.command_prefixes
+                               if account.channel else "/")
+        if parsed is not None:
+            command = kernel.commands.get(parsed[0])
+            if command is not None:
+                await self._run_command(command, account, message, record, parsed, route)
+                if seq is not None:
+                    await store.set_journal_status(seq, "done")
+                return "command"
+
+        await kernel.sessions.touch(record)
+        if kernel.queue.is_busy(record.key):
+            lane = kernel.queue.lane(record.key)
+            if not lane.busy_hint_sent and kernel.queue_settings(record.key).mode != "interrupt":
+                lane.busy_hint_sent = True
+                await kernel.outbound.send_text(account, route, BUSY_HINT, fmt="plain",
+                                                session_key=record.key,
+                                                session_id=record.session_id)
+        kernel.start_indicator(account, route)
+        if seq is not None:
+            await store.set_journal_status(seq, "queued")
+        outcome = await kernel.queue.enqueue(record.key, QueuedMessage(message, seq))
+        kernel.metrics.queue_depth.set(kernel.queue.depth())
+        for result in kernel.pm.hook.inbound_delivered(message=message, session=record):
+            await await_maybe(result)
+        return outcome
+
+    async def _reject(self, account: Account, message: InboundMessage, verdict: Verdict,
+                      seq: int | None) -> None:
+        kernel = self.kernel
+        kernel.metrics.rejected.labels(message.channel, message.account).inc()
+        log.info("%s: message from %s refused: %s", account.key, message.sender_id,
+                 verdict.reason)
+        if seq is not None:
+            await kernel.store.set_journal_status(seq, "rejected")
+        if not verdict.reply:
+            return
+        # One reply per sender and day, so a stranger cannot make the bot spam.
+        key = f"refusal_sent:{message.sender_id}"
+        last = await kernel.store.get_account_state(account.channel_name, account.name, key)
+        now = time.time()
+        if isinstance(last, (int, float)) and now - last < UNKNOWN_SENDER_REMINDER_SECONDS:
+            return
+        await kernel.store.set_account_state(account.channel_name, account.name, key, now)
+        await kernel.outbound.send_text(account, route_for(message), verdict.reply, fmt="plain")
+
+    async def _remember_last_chat(self, account: Account, message: InboundMessage) -> None:
+        """The target of ``last``: written only when it changes."""
+        current = (message.chat_id, message.thread_id)
+        if self._last_chat.get(account.key) == current:
+            return
+        self._last_chat[account.key] = current
+        await self.kernel.store.set_account_state(
+            account.channel_name, account.name, "last_chat",
+            {"chat_id": message.chat_id, "thread_id": message.thread_id,
+             "is_group": message.is_group, "sender_id": message.sender_id})
+
+    async def _run_command(self, command, account, message, record, parsed, route) -> None:
+        kernel = self.kernel
+        name, args = parsed
+        direct_only = command.direct_only or getattr(account.config, "direct_only_commands",
+                                                     False)
+        if direct_only and message.is_group:
+            reply: str | None = f"/{name} works in direct chats only."
+        else:
+            context = CommandContext(kernel, message, account, record, name, args)
+            try:
+                reply = await await_maybe(command.handler(context))
+            except Exception as exc:
+                log.exception("command /%s failed", name)
+                reply = f"⚠️ /{name} failed: {exc}"
+        if reply:
+            await kernel.outbound.send_text(account, route, reply, session_key=record.key,
+                                            session_id=record.session_id, fmt="plain")

@@ -1,0 +1,317 @@
+"""The kernel: one object wiring config, plugins, store, sessions, queue and agent.
+
+Use it as an async context manager. Channels call :meth:`Kernel.deliver`;
+the gateway (``chatkernel run``) adds receive loops and the HTTP server on
+top, and the test kit runs a kernel in-process without either.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from chatkernel.core import config as cfg
+from chatkernel.core.agents import Agent, TurnRequest, collect_agents
+from chatkernel.core.channel import Channel, collect_channels
+from chatkernel.core.commands import collect_commands
+from chatkernel.core.inbound import Inbound, InvalidMessage, envelope, text_with_media_notes
+from chatkernel.core.metrics import Metrics
+from chatkernel.core.models import Account, Command, InboundMessage, Route
+from chatkernel.core.outbound import Outbound, Responder
+from chatkernel.core.plugins import PluginManager, get_plugin_manager
+from chatkernel.core.queue import Batch, QueuedMessage, QueueSettings, SessionQueue
+from chatkernel.core.sessions import Sessions
+from chatkernel.core.store.base import Store
+
+log = logging.getLogger("chatkernel.kernel")
+
+#: The channel that answers when the config names none.
+EMBEDDED_CHANNEL = "webchat"
+
+
+class Kernel:
+    """Everything that is the same on every platform, for one gateway process."""
+
+    def __init__(self, config: cfg.KernelConfig | None = None, *,
+                 pm: PluginManager | None = None, store: Store | None = None,
+                 config_path: Path | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config or cfg.KernelConfig()
+        self.config_path = config_path
+        self.pm = pm or get_plugin_manager()
+        self._store = store
+        self.clock = clock
+        self.metrics = Metrics()
+        self.workspace = self.config.workspace()
+        self.channel_types: dict[str, type[Channel]] = {}
+        self.commands: dict[str, Command] = {}
+        self.accounts: dict[str, Account] = {}
+        self.agent: Agent | None = None
+        self.outbound = Outbound(self)
+        self.inbound = Inbound(self)
+        self.started_at: float | None = None
+        self._tg: TaskGroup | None = None
+        self._queue: SessionQueue | None = None
+        self._sessions: Sessions | None = None
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    async def __aenter__(self) -> "Kernel":
+        stack = contextlib.AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            await self._start(stack)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.__aexit__(*exc_info)
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        self.workspace.mkdir(parents=True, exist_ok=True)
+        self.channel_types = collect_channels(self.pm)
+        self.commands = collect_commands(self.pm)
+        self._build_accounts()
+        agent_types = collect_agents(self.pm)
+        kind = self.config.agent.kind
+        if kind not in agent_types:
+            raise cfg.ConfigError(
+                f"no agent kind {kind!r} (installed: {', '.join(sorted(agent_types))})",
+                path=self.config_path, key="agent.kind")
+        if self._store is None:
+            from chatkernel.core.store import open_store
+
+            self._store = open_store(self.config)
+        store = self._store
+        await store.open()
+        stack.push_async_callback(store.close)
+        self._sessions = Sessions(store)
+        self.agent = agent_types[kind](self.config.agent, store)
+        stack.push_async_callback(self.agent.aclose)
+        for account in self.accounts.values():
+            if account.channel is not None:
+                stack.push_async_callback(account.channel.aclose)
+
+        self._tg = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(self._tg.cancel_scope.cancel)  # runs first on exit: stop turns
+        self._queue = SessionQueue(self._tg, self.run_turn, self.queue_settings,
+                                   max_concurrent=self.config.queue.max_concurrent,
+                                   on_drop=self._dropped, steer=self._steer)
+        self.started_at = time.time()
+        await self._replay_unfinished()
+
+    def _build_accounts(self) -> None:
+        channels = dict(self.config.channels)
+        channels.pop("defaults", None)
+        if not channels:  # the embedded default: web chat on the gateway's address
+            channels = {EMBEDDED_CHANNEL: cfg.ChannelConfig(accounts={"default": {}})}
+        for channel_name, section in channels.items():
+            if not section.enabled:
+                continue
+            channel_type = self.channel_types.get(channel_name)
+            if channel_type is None:
+                known = ", ".join(sorted(self.channel_types)) or "none"
+                raise cfg.ConfigError(
+                    f"no installed plugin provides a channel named {channel_name!r} "
+                    f"(installed channels: {known}; pip install chatkernel-{channel_name}?)",
+                    path=self.config_path, key=f"channels.{channel_name}")
+            for account_name, raw in section.accounts.items():
+                settings = cfg.validate_account(channel_type.account_model, raw,
+                                                channel=channel_name, account=account_name,
+                                                path=self.config_path)
+                if not getattr(settings, "enabled", True):
+                    continue
+                account = Account(channel_name, account_name, settings,
+                                  access_level=getattr(settings, "access_level", "standard"),
+                                  workspace=self.workspace)
+                account.channel = channel_type(account, section)
+                self.accounts[account.key] = account
+
+    async def _replay_unfinished(self) -> None:
+        """Messages journaled before a crash but never finished go through again."""
+        entries = await self.store.unfinished_inbound()
+        for entry in entries:
+            message = entry.message
+            account = self.accounts.get(f"{message.channel}:{message.account}")
+            if account is None:
+                log.warning("journaled message %s for unknown account %s:%s left unprocessed",
+                            message.message_id, message.channel, message.account)
+                await self.store.set_journal_status(entry.seq, "rejected")
+                continue
+            await self.inbound.process(account, message, entry.seq)
+        if entries:
+            log.info("replayed %d unfinished inbound message(s)", len(entries))
+
+    async def drain(self, timeout: float) -> bool:
+        """Wait (bounded) for running and queued turns to finish; True if they did."""
+        with anyio.move_on_after(timeout):
+            while self._queue is not None and any(
+                    lane.active for lane in self._queue.lanes.values()):
+                await anyio.sleep(0.02)
+            return True
+        return False
+
+    # -- accessors ---------------------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise RuntimeError("the kernel is not started")
+        return self._store
+
+    @property
+    def sessions(self) -> Sessions:
+        if self._sessions is None:
+            raise RuntimeError("the kernel is not started")
+        return self._sessions
+
+    @property
+    def queue(self) -> SessionQueue:
+        if self._queue is None:
+            raise RuntimeError("the kernel is not started")
+        return self._queue
+
+    @property
+    def task_group(self) -> TaskGroup:
+        if self._tg is None:
+            raise RuntimeError("the kernel is not started")
+        return self._tg
+
+    def account_for(self, channel: str, account: str) -> Account:
+        found = self.accounts.get(f"{channel}:{account}")
+        if found is None:
+            raise InvalidMessage(f"no running account {channel}:{account}")
+        return found
+
+    def queue_settings(self, session_key: str) -> QueueSettings:
+        """Session override (``/queue``) > channel ``queue`` table > ``[queue]``."""
+        q = self.config.queue
+        settings = QueueSettings(q.mode, q.debounce_ms, q.cap, q.drop)
+        channel_name = session_key.split(":", 1)[0]
+        section = self.config.channels.get(channel_name)
+        if section is not None and section.queue:
+            settings = settings.merged(section.queue)
+        record = self.sessions.cached(session_key)
+        if record is not None:
+            settings = settings.merged(record.settings.get("queue"))
+        return settings
+
+    # -- the pipeline ---------------------------------------------------------------------
+
+    async def deliver(self, message: InboundMessage) -> str:
+        """Hand an inbound message to the kernel (see :mod:`chatkernel.core.inbound`)."""
+        return await self.inbound.deliver(message)
+
+    def start_indicator(self, account: Account, route: Route) -> None:
+        """Show the typing indicator now (fire and forget; failures only logged)."""
+        if account.channel is not None:
+            self.task_group.start_soon(self._indicate_once, account, route)
+
+    async def _indicate_once(self, account: Account, route: Route) -> None:
+        try:
+            await account.channel.indicate(route)  # type: ignore[union-attr]
+        except Exception as exc:
+            log.debug("typing indicator failed on %s: %s", account.key, exc)
+
+    async def _indicate_while(self, account: Account, key: str, scope: anyio.CancelScope) -> None:
+        interval = account.channel.indicator_interval if account.channel else 4.0
+        with scope:
+            while True:
+                await anyio.sleep(interval)
+                route = await self.sessions.route(key)
+                if route is not None:
+                    await self._indicate_once(account, route)
+
+    async def run_turn(self, key: str, batch: Batch) -> None:
+        """One agent turn for a session: log, ask the agent, send the reply."""
+        record = await self.sessions.get(key)
+        if record is None:
+            raise RuntimeError(f"session {key} vanished")
+        account = self.account_for(record.channel, record.account)
+        store = self.store
+        first_seq: int | None = None
+        for item in batch.items:
+            message = item.message
+            seq = await store.append_log(key, record.session_id, "user",
+                                         text_with_media_notes(message),
+                                         {"sender_id": message.sender_id,
+                                          "message_id": message.message_id})
+            first_seq = first_seq or seq
+        request = TurnRequest(
+            session_key=key, session_id=record.session_id, text=merge_batch(batch),
+            envelope=envelope(batch.last),
+            media=[media for item in batch.items for media in item.message.media],
+            log_seq=first_seq)
+
+        async def logged(text: str) -> None:
+            account.last_sent_at = time.time()
+            await store.append_log(key, record.session_id, "assistant", text)
+
+        responder = Responder(self.outbound, account, key, record.session_id,
+                              route=lambda: self.sessions.route(key), on_sent=logged)
+        indicator = anyio.CancelScope()
+        self.task_group.start_soon(self._indicate_while, account, key, indicator)
+        started = time.monotonic()
+        outcome = "ok"
+        try:
+            assert self.agent is not None
+            async with contextlib.aclosing(self.agent.turn(request)) as events:
+                async for event in events:
+                    await responder.handle(event)
+            await responder.flush()
+        except anyio.get_cancelled_exc_class():
+            outcome = "interrupted"
+            raise
+        except Exception as exc:
+            outcome = "error"
+            log.exception("agent turn failed in %s", key)
+            await responder.flush()
+            from chatkernel.core.agents import AgentEvent
+
+            await responder.handle(AgentEvent.error(f"the agent failed: {exc}"))
+        finally:
+            indicator.cancel()
+            with anyio.CancelScope(shield=True):
+                for item in batch.items:
+                    if item.seq is not None:
+                        await store.set_journal_status(item.seq, "done")
+                self.metrics.turns.labels(outcome).inc()
+                self.metrics.turn_seconds.observe(time.monotonic() - started)
+                self.metrics.queue_depth.set(self.queue.depth())
+
+    async def _dropped(self, key: str, items: list[QueuedMessage], reason: str) -> None:
+        self.metrics.dropped.labels(reason).inc(len(items))
+        for item in items:
+            log.info("session %s: message %s dropped (%s)", key, item.message.message_id,
+                     reason)
+            if item.seq is not None:
+                await self.store.set_journal_status(item.seq, "done")
+
+    async def _steer(self, key: str, message: InboundMessage) -> bool:
+        if self.agent is None or not self.agent.supports_steer:
+            return False
+        return await self.agent.steer(key, text_with_media_notes(message))
+
+
+def merge_batch(batch: Batch) -> str:
+    """The text of a turn: one message as is; several (collect) one after another."""
+    texts = [text_with_media_notes(item.message) for item in batch.items]
+    body = "\n\n".join(text for text in texts if text)
+    if batch.dropped_summary:
+        bullets = "\n".join(f"• {line}" for line in batch.dropped_summary)
+        body = (f"[{len(batch.dropped_summary)} earlier message(s) were dropped while the "
+                f"queue was full:\n{bullets}]\n\n{body}")
+    return body

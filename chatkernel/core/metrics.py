@@ -1,0 +1,39 @@
+"""Prometheus metrics of one kernel (its own registry, so tests can run many kernels)."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+
+class Metrics:
+    """The counters every part of the kernel reports to."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        labels = ("channel", "account")
+        self.messages_in = Counter("chatkernel_messages_in", "Inbound messages journaled",
+                                   labels, registry=self.registry)
+        self.duplicates = Counter("chatkernel_duplicates", "Redelivered inbound messages ignored",
+                                  labels, registry=self.registry)
+        self.rejected = Counter("chatkernel_rejected", "Inbound messages refused by policy",
+                                labels, registry=self.registry)
+        self.messages_out = Counter("chatkernel_messages_out", "Payloads sent", labels,
+                                    registry=self.registry)
+        self.send_failures = Counter("chatkernel_send_failures", "Payloads that failed to send",
+                                     labels, registry=self.registry)
+        self.dropped = Counter("chatkernel_queue_dropped", "Queued messages dropped or refused",
+                               ("reason",), registry=self.registry)
+        self.turns = Counter("chatkernel_turns", "Agent turns run", ("outcome",),
+                             registry=self.registry)
+        self.turn_seconds = Histogram("chatkernel_turn_seconds", "Agent turn latency",
+                                      registry=self.registry,
+                                      buckets=(.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120))
+        self.queue_depth = Gauge("chatkernel_queue_depth", "Messages waiting in session lanes",
+                                 registry=self.registry)
+        self.restarts = Counter("chatkernel_account_restarts", "Receive loops restarted", labels,
+                                registry=self.registry)
+
+    def render(self) -> bytes:
+        from prometheus_client import generate_latest
+
+        return generate_latest(self.registry)

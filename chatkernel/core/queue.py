@@ -1,0 +1,260 @@
+"""Session lanes: one turn at a time per session, a global cap across sessions.
+
+While a session is busy, new messages wait in its lane and are handled by
+the lane's mode (SPEC §3):
+
+``collect``   merged into ONE follow-up turn once the running turn ends;
+``followup``  one follow-up turn each, in order;
+``interrupt`` the running turn is aborted and the newest message runs;
+``steer``     handed to the running turn if the agent can take it, else follow-up.
+
+Follow-up turns wait for ``debounce_ms`` of quiet first. A lane holds at most
+``cap`` waiting messages; on overflow ``drop`` decides: ``old`` drops the
+oldest, ``new`` refuses the newcomer, ``summarize`` drops the oldest but keeps
+a short bullet list of them for the follow-up turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import anyio
+from anyio.abc import TaskGroup
+
+from chatkernel.core.models import InboundMessage
+
+log = logging.getLogger("chatkernel.queue")
+
+QueueMode = Literal["collect", "followup", "interrupt", "steer"]
+QUEUE_MODES: tuple[str, ...] = ("collect", "followup", "interrupt", "steer")
+DROP_POLICIES: tuple[str, ...] = ("old", "new", "summarize")
+
+
+@dataclass(slots=True)
+class QueueSettings:
+    """A lane's effective settings (session override > channel > global)."""
+
+    mode: str = "collect"
+    debounce_ms: int = 1000
+    cap: int = 20
+    drop: str = "old"
+
+    def merged(self, override: dict[str, Any] | None) -> "QueueSettings":
+        if not override:
+            return self
+        values = {name: override.get(name, getattr(self, name))
+                  for name in ("mode", "debounce_ms", "cap", "drop")}
+        return QueueSettings(**values)
+
+
+def parse_queue_args(args: str) -> dict[str, Any]:
+    """Parse ``/queue`` arguments: ``<mode> [debounce:2s] [cap:25] [drop:summarize]``.
+
+    Raises ValueError naming the first thing that is wrong.
+    """
+    settings: dict[str, Any] = {}
+    for token in args.split():
+        name, sep, value = token.partition(":")
+        name = name.lower()
+        if not sep:
+            if name not in QUEUE_MODES:
+                raise ValueError(f"unknown mode {token!r} (modes: {', '.join(QUEUE_MODES)})")
+            settings["mode"] = name
+        elif name == "debounce":
+            settings["debounce_ms"] = parse_duration_ms(value)
+        elif name == "cap":
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"cap must be a whole number of at least 1, not {value!r}")
+            settings["cap"] = int(value)
+        elif name == "drop":
+            if value not in DROP_POLICIES:
+                raise ValueError(f"drop must be one of {', '.join(DROP_POLICIES)}, not {value!r}")
+            settings["drop"] = value
+        else:
+            raise ValueError(f"unknown setting {name!r} (debounce, cap, drop)")
+    return settings
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
+
+
+def parse_duration_ms(text: str) -> int:
+    """``1500``/``1500ms`` → 1500, ``2s`` → 2000, ``1.5m`` → 90000."""
+    match = _DURATION.fullmatch(text.strip().lower())
+    if not match:
+        raise ValueError(f"not a duration: {text!r} (e.g. 500ms, 2s, 1m)")
+    scale = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "h": 3_600_000}[match[2]]
+    return int(float(match[1]) * scale)
+
+
+@dataclass(slots=True)
+class QueuedMessage:
+    """A message waiting in a lane, with its journal seq."""
+
+    message: InboundMessage
+    seq: int | None
+
+
+@dataclass(slots=True)
+class Batch:
+    """What one turn handles: one message, or several merged (collect)."""
+
+    items: list[QueuedMessage]
+    dropped_summary: list[str] = field(default_factory=list)
+
+    @property
+    def last(self) -> InboundMessage:
+        return self.items[-1].message
+
+
+#: runner(session_key, batch): runs one turn. Cancelled when interrupted.
+TurnRunner = Callable[[str, Batch], Awaitable[None]]
+#: called with the messages a lane refused or dropped, and why.
+DropHandler = Callable[[str, list[QueuedMessage], str], Awaitable[None]]
+#: steer(session_key, message) -> True when the running turn took it.
+Steerer = Callable[[str, InboundMessage], Awaitable[bool]]
+
+
+class Lane:
+    """The queue of one session."""
+
+    def __init__(self, key: str, queue: "SessionQueue") -> None:
+        self.key = key
+        self._queue = queue
+        self.pending: list[QueuedMessage] = []
+        self.dropped_summary: list[str] = []
+        self.active = False  # a drain task owns the lane
+        self.running = False  # a turn is running right now
+        self.busy_hint_sent = False
+        self.last_enqueue = 0.0
+        self._scope: anyio.CancelScope | None = None
+
+    @property
+    def busy(self) -> bool:
+        return self.active
+
+
+class SessionQueue:
+    """All lanes, the global concurrency cap, and the task group turns run in."""
+
+    def __init__(self, task_group: TaskGroup, runner: TurnRunner,
+                 settings: Callable[[str], QueueSettings], *, max_concurrent: int = 4,
+                 on_drop: DropHandler | None = None, steer: Steerer | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._tg = task_group
+        self._runner = runner
+        self._settings = settings
+        self._on_drop = on_drop
+        self._steer = steer
+        self._clock = clock
+        self.limiter = anyio.CapacityLimiter(max_concurrent)
+        self.lanes: dict[str, Lane] = {}
+
+    def lane(self, key: str) -> Lane:
+        lane = self.lanes.get(key)
+        if lane is None:
+            lane = self.lanes[key] = Lane(key, self)
+        return lane
+
+    def is_busy(self, key: str) -> bool:
+        lane = self.lanes.get(key)
+        return lane is not None and lane.active
+
+    def depth(self) -> int:
+        return sum(len(lane.pending) for lane in self.lanes.values())
+
+    async def enqueue(self, key: str, item: QueuedMessage) -> str:
+        """Queue a message for its session; returns what happened:
+
+        ``started`` (the lane was idle), ``queued``, ``steered``, ``interrupted``,
+        ``refused`` (cap reached with drop=new).
+        """
+        lane = self.lane(key)
+        lane.last_enqueue = self._clock()
+        if not lane.active:
+            lane.pending.append(item)
+            lane.active = True
+            self._tg.start_soon(self._drain, lane, name=f"lane {key}")
+            return "started"
+        settings = self._settings(key)
+        if settings.mode == "steer" and lane.running and self._steer is not None:
+            if await self._steer(key, item.message):
+                return "steered"
+        if settings.mode == "interrupt":
+            superseded, lane.pending = lane.pending, [item]
+            if superseded and self._on_drop is not None:
+                await self._on_drop(key, superseded, "superseded by a newer message")
+            if lane._scope is not None:
+                lane._scope.cancel()
+            return "interrupted"
+        if len(lane.pending) >= settings.cap:
+            if settings.drop == "new":
+                if self._on_drop is not None:
+                    await self._on_drop(key, [item], "queue full")
+                return "refused"
+            overflow = lane.pending[: len(lane.pending) - settings.cap + 1]
+            del lane.pending[: len(overflow)]
+            if settings.drop == "summarize":
+                lane.dropped_summary.extend(_summary_line(q.message) for q in overflow)
+            if self._on_drop is not None:
+                await self._on_drop(key, overflow, "queue full")
+        lane.pending.append(item)
+        return "queued"
+
+    async def _drain(self, lane: Lane) -> None:
+        first = True
+        try:
+            while lane.pending:
+                settings = self._settings(lane.key)  # /queue may change it between turns
+                if not first:
+                    await self._debounce(lane, settings)
+                first = False
+                batch = self._take(lane, settings)
+                async with self.limiter:
+                    with anyio.CancelScope() as scope:
+                        lane._scope = scope
+                        lane.running = True
+                        try:
+                            await self._runner(lane.key, batch)
+                        except Exception:
+                            log.exception("turn failed in session %s", lane.key)
+                        finally:
+                            lane.running = False
+                            lane._scope = None
+                    if scope.cancelled_caught:
+                        log.info("turn interrupted in session %s", lane.key)
+        finally:
+            # No await between the loop's last check and here: enqueue() cannot
+            # slip a message in unseen.
+            lane.active = False
+            lane.busy_hint_sent = False
+
+    async def _debounce(self, lane: Lane, settings: QueueSettings) -> None:
+        quiet = settings.debounce_ms / 1000
+        while True:
+            remaining = lane.last_enqueue + quiet - self._clock()
+            if remaining <= 0:
+                return
+            await anyio.sleep(remaining)
+
+    @staticmethod
+    def _take(lane: Lane, settings: QueueSettings) -> Batch:
+        if settings.mode == "collect":
+            items, lane.pending = lane.pending, []
+        else:
+            items = [lane.pending.pop(0)]
+        summary, lane.dropped_summary = lane.dropped_summary, []
+        return Batch(items, summary)
+
+
+def _summary_line(message: InboundMessage) -> str:
+    text = " ".join(message.text.split())
+    if len(text) > 80:
+        text = text[:79] + "…"
+    who = message.sender_name or message.sender_id
+    return f"{who}: {text}" if text else f"{who}: (media)"

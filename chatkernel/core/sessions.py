@@ -1,0 +1,106 @@
+"""Sessions and reply routes, cached in memory in front of the store."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+
+from chatkernel.core.models import InboundMessage, Route, Session
+from chatkernel.core.store.base import SessionRecord, Store
+
+
+def new_session_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+def route_for(message: InboundMessage) -> Route:
+    """The reply route an inbound message implies (with its per-message credentials)."""
+    return Route(
+        channel=message.channel,
+        account=message.account,
+        chat_id=message.chat_id,
+        thread_id=message.thread_id,
+        reply_to=message.message_id if message.is_group else None,
+        is_group=message.is_group,
+        extra=dict(message.route_extra),
+    )
+
+
+class Sessions:
+    """Resolves sessions by {channel, account, chat, thread} and keeps their routes fresh."""
+
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._clock = clock
+        self._records: dict[str, SessionRecord] = {}
+        self._routes: dict[str, Route] = {}
+
+    async def resolve(self, message: InboundMessage) -> SessionRecord:
+        """The session of a message, created on first contact."""
+        key = Session.make_key(message.channel, message.account, message.chat_id,
+                               message.thread_id)
+        record = await self.get(key)
+        now = self._clock()
+        if record is None:
+            record = SessionRecord(key=key, session_id=new_session_id(), channel=message.channel,
+                                   account=message.account, chat_id=message.chat_id,
+                                   thread_id=message.thread_id, created_at=now,
+                                   last_active_at=now)
+            self._records[key] = record
+            await self._store.save_session(record)
+        return record
+
+    def cached(self, key: str) -> SessionRecord | None:
+        """The session if it is in memory (no store access: for hot paths)."""
+        return self._records.get(key)
+
+    async def get(self, key: str) -> SessionRecord | None:
+        record = self._records.get(key)
+        if record is None:
+            record = await self._store.get_session(key)
+            if record is not None:
+                self._records[key] = record
+        return record
+
+    async def touch(self, record: SessionRecord) -> None:
+        """Mark user activity (heartbeat-only turns do not call this)."""
+        record.last_active_at = self._clock()
+        await self._store.save_session(record)
+
+    async def reset(self, record: SessionRecord) -> str:
+        """``/new``: a fresh session id (and so a fresh agent history) under the same key."""
+        record.session_id = new_session_id()
+        record.created_at = self._clock()
+        await self._store.save_session(record)
+        return record.session_id
+
+    async def update_settings(self, record: SessionRecord, **changes: object) -> None:
+        for name, value in changes.items():
+            if value is None:
+                record.settings.pop(name, None)
+            else:
+                record.settings[name] = value
+        await self._store.save_session(record)
+
+    async def refresh_route(self, key: str, message: InboundMessage) -> Route:
+        """Refresh the reply route from this message; written only when it changed."""
+        route = route_for(message)
+        if self._routes.get(key) != route:
+            self._routes[key] = route
+            await self._store.set_route(key, route)
+        return route
+
+    async def route(self, key: str) -> Route | None:
+        """The current route, read at send time so a reply never goes somewhere stale."""
+        route = self._routes.get(key)
+        if route is None:
+            route = await self._store.get_route(key)
+            if route is not None:
+                self._routes[key] = route
+        return route
+
+    async def set_route(self, key: str, route: Route) -> None:
+        """Replace a route (e.g. a group migrated to a supergroup)."""
+        self._routes[key] = route
+        await self._store.set_route(key, route)

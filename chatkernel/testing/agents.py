@@ -1,0 +1,73 @@
+"""A scriptable agent for tests: records every turn and can hold a turn open."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+
+from chatkernel.core.agents import Agent, AgentEvent, TurnRequest
+from chatkernel.hookspecs import hookimpl
+
+
+class ScriptedAgent(Agent):
+    """Replies ``re: <text>``; tests control it through class attributes.
+
+    Use :func:`scripted_agent` to get a fresh subclass per test.
+    """
+
+    name = "scripted"
+    requests: list[TurnRequest]
+    steered: list[str]
+    #: while set to an unset Event, every turn waits for it before answering.
+    gate: anyio.Event | None
+    #: events to yield instead of the default reply (a callable of the request).
+    script: Any
+    running: int
+    max_running: int
+
+    async def turn(self, request: TurnRequest) -> AsyncIterator[AgentEvent]:
+        cls = type(self)
+        cls.requests.append(request)
+        cls.running += 1
+        cls.max_running = max(cls.max_running, cls.running)
+        try:
+            if cls.gate is not None:
+                await cls.gate.wait()
+            if cls.script is not None:
+                for event in cls.script(request):
+                    yield event
+            else:
+                yield AgentEvent.reply(f"re: {request.text}")
+        finally:
+            cls.running -= 1
+
+    async def steer(self, session_key: str, text: str) -> bool:
+        if not type(self).supports_steer:
+            return False
+        type(self).steered.append(text)
+        return True
+
+
+def scripted_agent(*, steer: bool = False, gate: bool = False, script: Any = None,
+                   name: str = "scripted") -> type[ScriptedAgent]:
+    """A fresh ScriptedAgent subclass with its own recorded state."""
+    return type("ScriptedAgentForTest", (ScriptedAgent,), {
+        "name": name, "supports_steer": steer, "requests": [], "steered": [],
+        "gate": anyio.Event() if gate else None, "script": script, "running": 0,
+        "max_running": 0,
+    })
+
+
+def agent_plugin(*agent_classes: type[Agent]) -> object:
+    """A plugin object registering the given agent classes."""
+
+    class AgentPlugin:
+        @staticmethod
+        @hookimpl
+        def register_agents(register):
+            for cls in agent_classes:
+                register(cls)
+
+    return AgentPlugin

@@ -1,0 +1,178 @@
+"""An in-memory channel and an in-process kernel harness, for tests.
+
+``MemoryChannel`` is a complete channel with no network: tests inject inbound
+messages with :meth:`MemoryChannel.receive` and read what the kernel sent from
+:attr:`MemoryChannel.sent`. :class:`KernelHarness` runs a real kernel (SQLite
+store, real queue, real agent) around it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from chatkernel.core.channel import Channel, ChannelLimits, Deliver
+from chatkernel.core.config import KernelConfig
+from chatkernel.core.models import (
+    InboundMessage,
+    OutboundPayload,
+    ProbeResult,
+    Route,
+    SendError,
+    SendResult,
+)
+from chatkernel.hookspecs import hookimpl
+
+
+@dataclass(slots=True)
+class Sent:
+    """One payload the kernel sent through a MemoryChannel."""
+
+    route: Route
+    payload: OutboundPayload
+
+    @property
+    def text(self) -> str:
+        return self.payload.text
+
+
+class MemoryChannel(Channel):
+    """A channel whose platform is a list."""
+
+    name = "memory"
+    limits = ChannelLimits(text_limit=4000, text_unit="chars",
+                           media_kinds={".jpg": "photo", ".png": "photo", ".ogg": "voice"})
+
+    def __init__(self, account, settings=None) -> None:
+        super().__init__(account, settings)
+        self.sent: list[Sent] = []
+        self.indications: list[Route] = []
+        self.fail_next: list[BaseException] = []  # raised by the next sends, in order
+        self.send_delay = 0.0
+        self._deliver: Deliver | None = None
+        self._ids = itertools.count(1)
+        self._running = anyio.Event()
+        self._changed = anyio.Event()
+
+    async def run(self, deliver: Deliver) -> None:
+        self._deliver = deliver
+        self._running.set()
+        await anyio.sleep_forever()
+
+    def attach(self, deliver: Deliver) -> None:
+        """Deliver without a running receive loop (in-process kernels)."""
+        self._deliver = deliver
+        self._running.set()
+
+    async def receive(self, text: str = "", *, chat_id: str = "chat-1", sender_id: str = "user-1",
+                      message_id: str | None = None, **fields: Any) -> str:
+        """Inject an inbound message as the platform would; returns the kernel's outcome."""
+        await self._running.wait()
+        assert self._deliver is not None
+        message = InboundMessage(channel=self.name, account=self.account.name, chat_id=chat_id,
+                                 message_id=message_id or f"m{next(self._ids)}",
+                                 sender_id=sender_id, text=text, **fields)
+        return await self._deliver(message)
+
+    async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
+        if self.send_delay:
+            await anyio.sleep(self.send_delay)
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+        if not payload.is_media and not payload.text:
+            raise SendError("empty text")
+        self.sent.append(Sent(route, payload))
+        self._changed.set()
+        self._changed = anyio.Event()
+        return SendResult(message_id=str(len(self.sent)))
+
+    async def indicate(self, route: Route) -> None:
+        self.indications.append(route)
+
+    async def probe(self) -> ProbeResult:
+        return ProbeResult(ok=True, detail="memory", latency_ms=0.0)
+
+    async def wait_for_sent(self, count: int, timeout: float = 5.0) -> list[Sent]:
+        """Wait until at least ``count`` payloads were sent (bounded by ``timeout``)."""
+        with anyio.fail_after(timeout):
+            while len(self.sent) < count:
+                await self._changed.wait()
+        return self.sent
+
+    def texts(self, chat_id: str | None = None) -> list[str]:
+        return [s.text for s in self.sent if chat_id is None or s.route.chat_id == chat_id]
+
+
+class MemoryPlugin:
+    """Registers :class:`MemoryChannel` (register it on a plugin manager)."""
+
+    @staticmethod
+    @hookimpl
+    def register_channels(register):
+        register(MemoryChannel)
+
+
+class KernelHarness:
+    """A real kernel around a MemoryChannel account ``memory:main``.
+
+    ``async with KernelHarness(tmp_path) as h: await h.channel.receive("hi")``.
+    """
+
+    def __init__(self, home: Path, *, config: dict[str, Any] | None = None,
+                 plugins: list[tuple[str, object]] | None = None) -> None:
+        data: dict[str, Any] = {
+            "gateway": {"workspace": str(home / "workspace")},
+            "store": {"path": str(home / "state.db")},
+            "queue": {"debounce_ms": 0},
+            "channels": {"memory": {"accounts": {"main": {"allow_from": ["*"]}}}},
+        }
+        for section, values in (config or {}).items():
+            if isinstance(values, dict) and isinstance(data.get(section), dict):
+                data[section] = {**data[section], **values}
+            else:
+                data[section] = values
+        self.config = KernelConfig.model_validate(data)
+        self.plugins = [("chatkernel.testing.memory", MemoryPlugin), *(plugins or [])]
+        self.kernel: Any = None
+        self._stack: AsyncExitStack | None = None
+
+    async def __aenter__(self) -> "KernelHarness":
+        from chatkernel.core.kernel import Kernel
+        from chatkernel.core.plugins import PluginManager
+
+        pm = PluginManager()
+        pm.load(only=[], disabled=[], strict=True)
+        for name, plugin in self.plugins:
+            pm.register(plugin, name=name)
+        pm.check_pending()
+        self._stack = AsyncExitStack()
+        self.kernel = await self._stack.enter_async_context(Kernel(self.config, pm=pm))
+        for account in self.kernel.accounts.values():
+            if isinstance(account.channel, MemoryChannel):
+                account.channel.attach(self.kernel.deliver)
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        if self._stack is not None:
+            await self._stack.__aexit__(*exc_info)
+
+    def account_channel(self, name: str = "main") -> MemoryChannel:
+        channel = self.kernel.accounts[f"memory:{name}"].channel
+        assert isinstance(channel, MemoryChannel)
+        return channel
+
+    @property
+    def channel(self) -> MemoryChannel:
+        return self.account_channel("main")
+
+    async def settle(self, timeout: float = 5.0) -> None:
+        """Wait until every lane is idle (bounded)."""
+        with anyio.fail_after(timeout):
+            await anyio.sleep(0)
+            while any(lane.active for lane in self.kernel.queue.lanes.values()):
+                await anyio.sleep(0.005)

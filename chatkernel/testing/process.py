@@ -1,0 +1,74 @@
+"""Run ``chatkernel run`` as a real process, for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CHATKERNEL = str(Path(sys.executable).with_name("chatkernel"))
+
+
+@dataclass
+class GatewayProcess:
+    """A running gateway: its base URL, the process, and the log lines read so far."""
+
+    url: str
+    process: subprocess.Popen
+    lines: list[str] = field(default_factory=list)
+
+    def stop(self, timeout: float = 15.0) -> int:
+        """SIGTERM, then wait; returns the exit status (killing it if it hangs)."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+
+
+@contextmanager
+def gateway_process(home: Path, *args: str, start_timeout: float = 20.0,
+                    env: dict[str, str] | None = None) -> Iterator[GatewayProcess]:
+    """Start ``chatkernel run --listen 127.0.0.1:0 ARGS`` with ``CHATKERNEL_HOME=home``
+    and yield once it logs the address it bound."""
+    environ = {**os.environ, "CHATKERNEL_HOME": str(home), **(env or {})}
+    environ.pop("CHATKERNEL_CONFIG", None)
+    process = subprocess.Popen([CHATKERNEL, "run", "--listen", "127.0.0.1:0", *args],
+                               env=environ, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                               text=True)
+    gateway = None
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + start_timeout
+        while time.monotonic() < deadline:
+            line = process.stderr.readline()  # type: ignore[union-attr]
+            if not line:
+                break
+            lines.append(line)
+            match = re.search(r"listening on (http://\S+)", line)
+            if match:
+                gateway = GatewayProcess(match[1], process, lines)
+                break
+        if gateway is None:
+            raise RuntimeError("the gateway did not start:\n" + "".join(lines))
+        yield gateway
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process.stderr is not None:
+            process.stderr.close()

@@ -1,0 +1,1 @@
+"""The built-in web chat channel (see :mod:`chatkernel.webchat.channel`)."""

@@ -1,0 +1,218 @@
+"""The built-in web chat channel: a chat page and its JSON API on the gateway.
+
+API (the page uses it, and so do tests)::
+
+    POST /webchat/messages  {"chat_id", "user_id", "text", "client_message_id"?}
+         -> 202 {"message_id"}
+    GET  /webchat/messages?chat_id=...&after=<id>
+         -> {"messages": [{"id", "role": "user"|"bot", "text", "media", "ts"}]}
+    GET  /webchat/events?chat_id=...&after=<id>      (Server-Sent Events, one per message)
+
+An account other than ``default`` is served under ``/webchat/<account>/...``.
+The transcript is kept in memory (the last ``history_limit`` messages of
+each chat); the kernel's session log is the durable record.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections import OrderedDict, deque
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import anyio
+from aiohttp import web
+from pydantic import Field
+
+from chatkernel.core.channel import Channel, ChannelLimits, Deliver
+from chatkernel.core.config import AccountConfig
+from chatkernel.core.models import (
+    InboundMessage,
+    OutboundPayload,
+    ProbeResult,
+    Route,
+    SendError,
+    SendResult,
+)
+
+MAX_TEXT = 64_000
+SSE_KEEPALIVE_SECONDS = 15.0
+MAX_REMEMBERED_CLIENT_IDS = 10_000
+
+
+class WebChatAccount(AccountConfig):
+    """A web chat account. The page is local, so anyone who reaches it may talk."""
+
+    allow_from: list[str] = Field(default_factory=lambda: ["*"])
+    require_mention: bool = False
+    history_limit: int = Field(500, ge=10)
+
+
+class WebChatChannel(Channel):
+    name = "webchat"
+    account_model = WebChatAccount
+    limits = ChannelLimits(text_limit=4000, text_unit="chars")
+    quiet_by_nature = True
+
+    def __init__(self, account, settings=None) -> None:
+        super().__init__(account, settings)
+        text_limit = getattr(settings, "text_limit", None) if settings is not None else None
+        if text_limit is not None:
+            if not isinstance(text_limit, int) or text_limit < 1:
+                from chatkernel.core.config import ConfigError
+
+                raise ConfigError(f"expected a whole number of at least 1, got {text_limit!r}",
+                                  key="channels.webchat.text_limit")
+            self.limits = ChannelLimits(text_limit=text_limit, text_unit="chars")
+        self._ids = itertools.count(1)
+        self._chats: dict[str, deque[dict[str, Any]]] = {}
+        self._changed: dict[str, anyio.Event] = {}
+        self._deliver: Deliver | None = None
+        self._client_ids: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self.prefix = "/webchat" if account.name == "default" else f"/webchat/{account.name}"
+
+    # -- the channel contract ------------------------------------------------------
+
+    async def run(self, deliver: Deliver) -> None:
+        self._deliver = deliver
+        try:
+            await anyio.sleep_forever()
+        finally:
+            self._deliver = None
+
+    async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
+        if payload.is_media:
+            media = [{"name": Path(payload.media_path).name, "kind": payload.media_kind}]
+            entry = self._append(route.chat_id, "bot", payload.caption, media)
+        else:
+            if not payload.text:
+                raise SendError("empty message")
+            entry = self._append(route.chat_id, "bot", payload.text)
+        return SendResult(message_id=str(entry["id"]))
+
+    async def probe(self) -> ProbeResult:
+        ok = self._deliver is not None
+        return ProbeResult(ok=ok, detail="serving" if ok else "not running", latency_ms=0.0)
+
+    def http_routes(self) -> list[tuple[str, str, Any]]:
+        routes = [
+            ("POST", f"{self.prefix}/messages", self.post_message),
+            ("GET", f"{self.prefix}/messages", self.get_messages),
+            ("GET", f"{self.prefix}/events", self.events),
+        ]
+        if self.account.name == "default":
+            routes.append(("GET", "/", self.page))
+        return routes
+
+    # -- transcript ------------------------------------------------------------------------
+
+    def _append(self, chat_id: str, role: str, text: str,
+                media: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        limit = getattr(self.config, "history_limit", 500)
+        chat = self._chats.setdefault(chat_id, deque(maxlen=limit))
+        entry = {"id": next(self._ids), "role": role, "text": text, "media": media or [],
+                 "ts": time.time()}
+        chat.append(entry)
+        event = self._changed.pop(chat_id, None)
+        if event is not None:
+            event.set()  # wake every SSE stream of this chat
+        return entry
+
+    def messages(self, chat_id: str, after: int = 0) -> list[dict[str, Any]]:
+        return [entry for entry in self._chats.get(chat_id, ()) if entry["id"] > after]
+
+    def _changed_event(self, chat_id: str) -> anyio.Event:
+        event = self._changed.get(chat_id)
+        if event is None:
+            event = self._changed[chat_id] = anyio.Event()
+        return event
+
+    # -- HTTP handlers -----------------------------------------------------------------------
+
+    async def post_message(self, request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return _error(400, "the body must be a JSON object")
+        if not isinstance(body, dict):
+            return _error(400, "the body must be a JSON object")
+        problems = [f"{name!r} must be a non-empty string" for name in ("chat_id", "user_id")
+                    if not isinstance(body.get(name), str) or not body.get(name)]
+        text = body.get("text")
+        if not isinstance(text, str) or not text.strip():
+            problems.append("'text' must be a non-empty string")
+        elif len(text) > MAX_TEXT:
+            problems.append(f"'text' is longer than {MAX_TEXT} characters")
+        client_id = body.get("client_message_id")
+        if client_id is not None and (not isinstance(client_id, str) or not client_id):
+            problems.append("'client_message_id' must be a non-empty string when given")
+        if problems:
+            return _error(400, "; ".join(problems))
+        if self._deliver is None:
+            return _error(503, "the web chat channel is not running")
+        retry_key = (body["chat_id"], client_id) if client_id else None
+        if retry_key in self._client_ids:  # a client retrying: same answer, nothing new
+            return web.json_response({"message_id": str(self._client_ids[retry_key])},
+                                     status=202)
+        entry = self._append(body["chat_id"], "user", text)
+        if retry_key is not None:
+            self._client_ids[retry_key] = entry["id"]
+            while len(self._client_ids) > MAX_REMEMBERED_CLIENT_IDS:
+                self._client_ids.popitem(last=False)
+        message = InboundMessage(
+            channel=self.name, account=self.account.name, chat_id=body["chat_id"],
+            message_id=client_id or f"wc-{entry['id']}-{int(entry['ts'] * 1000)}",
+            sender_id=body["user_id"], sender_name=str(body.get("user_name") or ""),
+            text=text, timestamp=entry["ts"])
+        if await self._deliver(message) == "duplicate":
+            # Seen before a restart: the kernel's journal knows it; keep the page clean.
+            self._chats[body["chat_id"]].remove(entry)
+        return web.json_response({"message_id": str(entry["id"])}, status=202)
+
+    async def get_messages(self, request: web.Request) -> web.Response:
+        chat_id, after = _chat_and_after(request)
+        return web.json_response({"messages": self.messages(chat_id, after)})
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        chat_id, after = _chat_and_after(request)
+        last_seen = request.headers.get("Last-Event-ID", "")
+        if last_seen.isdigit():  # EventSource reconnecting: resume where it was
+            after = max(after, int(last_seen))
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        while True:
+            event = self._changed_event(chat_id)
+            for entry in self.messages(chat_id, after):
+                after = entry["id"]
+                await response.write(f"id: {after}\nevent: message\ndata: "
+                                     f"{json.dumps(entry)}\n\n".encode())
+            with anyio.move_on_after(SSE_KEEPALIVE_SECONDS) as scope:
+                await event.wait()
+            if scope.cancelled_caught:
+                await response.write(b": keepalive\n\n")
+
+    async def page(self, request: web.Request) -> web.Response:
+        html = resources.files("chatkernel.webchat").joinpath("static/index.html").read_text(
+            encoding="utf-8")
+        return web.Response(text=html, content_type="text/html",
+                            headers={"Cache-Control": "no-cache"})
+
+
+def _chat_and_after(request: web.Request) -> tuple[str, int]:
+    chat_id = request.query.get("chat_id", "")
+    if not chat_id:
+        raise web.HTTPBadRequest(text=json.dumps({"error": "'chat_id' is required"}),
+                                 content_type="application/json")
+    after = request.query.get("after", "0")
+    if not after.isdigit():
+        raise web.HTTPBadRequest(text=json.dumps({"error": "'after' must be a message id"}),
+                                 content_type="application/json")
+    return chat_id, int(after)
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)

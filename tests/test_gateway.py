@@ -1,0 +1,216 @@
+"""The gateway: `chatkernel run` on the embedded default, the web chat API, supervision."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import aiohttp
+import anyio
+import pytest
+
+from chatkernel.core import config as cfg
+from chatkernel.core.gateway import run_gateway, supervise
+from chatkernel.testing.memory import KernelHarness
+from chatkernel.testing.process import CHATKERNEL, gateway_process
+
+
+async def start_gateway(tg, home: Path, data: dict | None = None):
+    """Run the gateway in this process on a free port; returns (base_url, stop event)."""
+    config = cfg.parse({"gateway": {"workspace": str(home / "workspace"), "listen": "127.0.0.1:0"},
+                        "store": {"path": str(home / "state.db")}, **(data or {})})
+    ready = anyio.Event()
+    stop = anyio.Event()
+    where = {}
+
+    def on_ready(listening):
+        where["url"] = listening.url
+        ready.set()
+
+    tg.start_soon(lambda: run_gateway(config, on_ready=on_ready, stop=stop,
+                                      handle_signals=False))
+    with anyio.fail_after(10):
+        await ready.wait()
+    return where["url"], stop
+
+
+async def poll_messages(http, base, chat_id, want, timeout=5.0):
+    with anyio.fail_after(timeout):
+        while True:
+            async with http.get(f"{base}/webchat/messages", params={"chat_id": chat_id}) as r:
+                assert r.status == 200
+                messages = (await r.json())["messages"]
+            if len(messages) >= want:
+                return messages
+            await anyio.sleep(0.02)
+
+
+@pytest.mark.anyio
+async def test_embedded_default_web_chat_echoes(tmp_path):
+    async with anyio.create_task_group() as tg:
+        base, stop = await start_gateway(tg, tmp_path)
+        async with aiohttp.ClientSession() as http:
+            async with http.get(base + "/") as r:
+                assert r.status == 200
+                assert "chatkernel" in await r.text()
+            body = {"chat_id": "c1", "user_id": "u1", "text": "hello gateway"}
+            async with http.post(f"{base}/webchat/messages", json=body) as r:
+                assert r.status == 202
+                message_id = (await r.json())["message_id"]
+            messages = await poll_messages(http, base, "c1", 2)
+            assert messages[0] == {**messages[0], "id": int(message_id), "role": "user",
+                                   "text": "hello gateway"}
+            assert messages[1]["role"] == "bot" and messages[1]["text"] == "hello gateway"
+            # `after` returns only newer messages
+            async with http.get(f"{base}/webchat/messages",
+                                params={"chat_id": "c1", "after": str(messages[0]["id"])}) as r:
+                assert [m["role"] for m in (await r.json())["messages"]] == ["bot"]
+        stop.set()
+
+
+@pytest.mark.anyio
+async def test_web_chat_rejects_malformed_requests_with_clear_errors(tmp_path):
+    async with anyio.create_task_group() as tg:
+        base, stop = await start_gateway(tg, tmp_path)
+        async with aiohttp.ClientSession() as http:
+            cases = [
+                (b"not json", "JSON object"),
+                (json.dumps(["list"]).encode(), "JSON object"),
+                (json.dumps({"user_id": "u", "text": "x"}).encode(), "'chat_id'"),
+                (json.dumps({"chat_id": "c", "user_id": "u", "text": ""}).encode(), "'text'"),
+                (json.dumps({"chat_id": "c", "user_id": 5, "text": "x"}).encode(), "'user_id'"),
+            ]
+            for raw, needle in cases:
+                async with http.post(f"{base}/webchat/messages", data=raw,
+                                     headers={"Content-Type": "application/json"}) as r:
+                    assert r.status == 400
+                    assert needle in (await r.json())["error"]
+            async with http.get(f"{base}/webchat/messages") as r:
+                assert r.status == 400
+            async with http.get(f"{base}/webchat/messages",
+                                params={"chat_id": "c", "after": "x"}) as r:
+                assert r.status == 400
+        stop.set()
+
+
+@pytest.mark.anyio
+async def test_web_chat_client_message_id_dedupes_retries(tmp_path):
+    async with anyio.create_task_group() as tg:
+        base, stop = await start_gateway(tg, tmp_path)
+        async with aiohttp.ClientSession() as http:
+            body = {"chat_id": "c1", "user_id": "u1", "text": "once",
+                    "client_message_id": "abc"}
+            ids = []
+            for _ in range(2):
+                async with http.post(f"{base}/webchat/messages", json=body) as r:
+                    assert r.status == 202
+                    ids.append((await r.json())["message_id"])
+            assert ids[0] == ids[1]
+            await poll_messages(http, base, "c1", 2)
+            await anyio.sleep(0.1)
+            messages = await poll_messages(http, base, "c1", 2)
+            assert [m["role"] for m in messages] == ["user", "bot"]
+        stop.set()
+
+
+@pytest.mark.anyio
+async def test_web_chat_server_sent_events(tmp_path):
+    async with anyio.create_task_group() as tg:
+        base, stop = await start_gateway(tg, tmp_path)
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/webchat/events", params={"chat_id": "c9"}) as events:
+                assert events.headers["Content-Type"].startswith("text/event-stream")
+                body = {"chat_id": "c9", "user_id": "u", "text": "streamed"}
+                async with http.post(f"{base}/webchat/messages", json=body) as r:
+                    assert r.status == 202
+                seen = []
+                with anyio.fail_after(5):
+                    async for line in events.content:
+                        if line.startswith(b"data: "):
+                            seen.append(json.loads(line[6:]))
+                            if len(seen) == 2:
+                                break
+                assert [(m["role"], m["text"]) for m in seen] == [("user", "streamed"),
+                                                                   ("bot", "streamed")]
+        stop.set()
+
+
+@pytest.mark.anyio
+async def test_web_chat_text_limit_chunks_replies(tmp_path):
+    data = {"channels": {"webchat": {"text_limit": 20, "accounts": {"default": {}}}}}
+    async with anyio.create_task_group() as tg:
+        base, stop = await start_gateway(tg, tmp_path, data)
+        async with aiohttp.ClientSession() as http:
+            text = "one two three four five six seven eight nine ten"
+            body = {"chat_id": "c", "user_id": "u", "text": text}
+            async with http.post(f"{base}/webchat/messages", json=body) as r:
+                assert r.status == 202
+            messages = await poll_messages(http, base, "c", 4)
+            bot = [m["text"] for m in messages if m["role"] == "bot"]
+            assert len(bot) >= 3 and all(len(t) <= 20 for t in bot)
+            assert " ".join(bot) == text
+        stop.set()
+
+
+@pytest.mark.anyio
+async def test_crashed_receive_loop_is_restarted_with_backoff(tmp_path):
+    waits = []
+    async with KernelHarness(tmp_path) as h:
+        account = h.kernel.accounts["memory:main"]
+        calls = {"n": 0}
+
+        async def flaky_run(deliver):
+            calls["n"] += 1
+            if calls["n"] <= 3:
+                raise ConnectionError("platform went away")
+            await anyio.sleep_forever()
+
+        account.channel.run = flaky_run
+
+        async def fake_sleep(seconds):
+            waits.append(seconds)
+
+        with anyio.move_on_after(2):
+            await supervise(h.kernel, account, sleep=fake_sleep)
+        assert calls["n"] == 4
+        assert waits == [1.0, 2.0, 4.0]
+        assert h.kernel.metrics.restarts.labels("memory", "main")._value.get() == 3
+
+
+def test_run_command_serves_then_stops_cleanly_on_sigterm(tmp_path):
+    import urllib.request
+
+    with gateway_process(tmp_path / "home") as gateway:
+        request = urllib.request.Request(
+            f"{gateway.url}/webchat/messages", method="POST",
+            data=json.dumps({"chat_id": "c", "user_id": "u", "text": "ping"}).encode(),
+            headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=5) as response:
+            assert response.status == 202
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with urllib.request.urlopen(f"{gateway.url}/webchat/messages?chat_id=c",
+                                        timeout=5) as response:
+                messages = json.load(response)["messages"]
+            if len(messages) == 2:
+                break
+            time.sleep(0.05)
+        assert messages[1]["text"] == "ping"
+        assert gateway.stop() == 0
+    assert (tmp_path / "home" / "state.db").exists()
+
+
+def test_run_with_a_bad_config_names_the_file_and_key(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[queue]\nmode = "sometimes"\n')
+    env = {**os.environ, "CHATKERNEL_HOME": str(home)}
+    env.pop("CHATKERNEL_CONFIG", None)
+    result = subprocess.run([CHATKERNEL, "run"], env=env, capture_output=True, text=True,
+                            timeout=30)
+    assert result.returncode != 0
+    assert str(home / "config.toml") in result.stderr
+    assert "queue.mode" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,286 @@
+"""The inbound delivery pipeline, step by step (SPEC §2), on a real in-process kernel."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from chatkernel import Command, InboundMessage, MediaRef, hookimpl
+from chatkernel.core.inbound import BUSY_HINT, InvalidMessage, envelope
+from chatkernel.core.store.sqlite import SQLiteStore
+from chatkernel.testing.agents import agent_plugin, scripted_agent
+from chatkernel.testing.memory import KernelHarness
+
+pytestmark = pytest.mark.anyio
+
+
+def harness(tmp_path, agent=None, config=None, plugins=None):
+    extra = list(plugins or [])
+    cfg = dict(config or {})
+    if agent is not None:
+        extra.append(("test-agent", agent_plugin(agent)))
+        cfg["agent"] = {"kind": agent.name}
+    return KernelHarness(tmp_path, config=cfg, plugins=extra)
+
+
+async def test_echo_reply_round_trip(tmp_path):
+    async with harness(tmp_path) as h:
+        assert await h.channel.receive("hello there") == "started"
+        sent = await h.channel.wait_for_sent(1)
+        assert sent[0].text == "hello there"
+        assert sent[0].route.chat_id == "chat-1"
+
+
+async def test_redelivered_message_is_processed_once(tmp_path):
+    agent = scripted_agent()
+    async with harness(tmp_path, agent) as h:
+        assert await h.channel.receive("once", message_id="42") == "started"
+        assert await h.channel.receive("once", message_id="42") == "duplicate"
+        await h.settle()
+        assert [r.text for r in agent.requests] == ["once"]
+        assert h.channel.texts() == ["re: once"]
+
+
+async def test_message_is_journaled_before_deliver_returns(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent) as h:
+        await h.channel.receive("durable", message_id="7")
+        # The turn is still held open: the journal already has the message.
+        entries = await h.kernel.store.unfinished_inbound()
+        assert [e.message.message_id for e in entries] == ["7"]
+        agent.gate.set()
+        await h.settle()
+        assert await h.kernel.store.unfinished_inbound() == []
+
+
+async def test_unfinished_messages_are_replayed_on_start(tmp_path):
+    store = SQLiteStore.at(tmp_path / "state.db")
+    await store.open()
+    seq = await store.journal_inbound(InboundMessage(
+        channel="memory", account="main", chat_id="chat-1", message_id="lost-1",
+        sender_id="user-1", text="from before the crash"))
+    assert seq is not None
+    await store.close()
+    async with harness(tmp_path) as h:
+        sent = await h.channel.wait_for_sent(1)
+        assert sent[0].text == "from before the crash"
+        # and a platform redelivery of it is still a duplicate
+        assert await h.channel.receive("again", message_id="lost-1") == "duplicate"
+
+
+async def test_malformed_message_is_refused_and_nothing_recorded(tmp_path):
+    async with harness(tmp_path) as h:
+        with pytest.raises(InvalidMessage, match="sender_id"):
+            await h.kernel.deliver(InboundMessage(channel="memory", account="main",
+                                                  chat_id="c", message_id="1", sender_id=""))
+        with pytest.raises(InvalidMessage, match="no running account"):
+            await h.kernel.deliver(InboundMessage(channel="memory", account="nope",
+                                                  chat_id="c", message_id="1", sender_id="u"))
+        assert await h.kernel.store.unfinished_inbound() == []
+
+
+async def test_unknown_sender_told_their_id_once_and_agent_never_called(tmp_path):
+    agent = scripted_agent()
+    config = {"channels": {"memory": {"accounts": {"main": {"allow_from": ["owner"]}}}}}
+    async with harness(tmp_path, agent, config) as h:
+        assert await h.channel.receive("let me in", sender_id="stranger") == "rejected"
+        assert await h.channel.receive("please", sender_id="stranger") == "rejected"
+        texts = h.channel.texts()
+        assert len(texts) == 1 and "stranger" in texts[0]
+        assert "allow_from" in texts[0]
+        assert await h.channel.receive("hi", sender_id="owner") == "started"
+        await h.settle()
+        assert [r.text for r in agent.requests] == ["hi"]
+
+
+async def test_empty_allowlist_admits_nobody(tmp_path):
+    config = {"channels": {"memory": {"accounts": {"main": {}}}}}
+    async with harness(tmp_path, config=config) as h:
+        assert await h.channel.receive("hi", sender_id="anyone") == "rejected"
+
+
+async def test_group_messages_need_a_mention_unless_configured(tmp_path):
+    agent = scripted_agent()
+    async with harness(tmp_path, agent) as h:
+        assert await h.channel.receive("chatter", is_group=True) == "rejected"
+        assert await h.channel.receive("@bot hi", is_group=True, mentions_bot=True) == "started"
+        await h.settle()
+        assert await h.channel.receive("reply", is_group=True, reply_to_bot=True) == "started"
+        await h.settle()
+        assert [r.text for r in agent.requests] == ["@bot hi", "reply"]
+    config = {"channels": {"memory": {"accounts": {"main": {"allow_from": ["*"],
+                                                            "require_mention": False}}}}}
+    async with harness(tmp_path / "open", config=config) as h:
+        assert await h.channel.receive("chatter", is_group=True) == "started"
+
+
+async def test_builtin_commands_answer_without_the_agent(tmp_path):
+    agent = scripted_agent()
+    async with harness(tmp_path, agent) as h:
+        for text in ("/help", "/status", "/whoami", "/queue"):
+            assert await h.channel.receive(text) == "command"
+        texts = h.channel.texts()
+        assert "/queue" in texts[0] and "/new" in texts[0]
+        assert "session: memory:main:chat-1" in texts[1]
+        assert "user-1" in texts[2]
+        assert texts[3].startswith("queue: collect")
+        assert agent.requests == []
+
+
+async def test_new_starts_a_fresh_session_id(tmp_path):
+    agent = scripted_agent()
+    async with harness(tmp_path, agent) as h:
+        await h.channel.receive("first")
+        await h.settle()
+        await h.channel.receive("/new")
+        await h.channel.receive("second")
+        await h.settle()
+        first, second = agent.requests
+        assert first.session_key == second.session_key
+        assert first.session_id != second.session_id
+
+
+async def test_queue_command_sets_and_resets_the_session_override(tmp_path):
+    async with harness(tmp_path) as h:
+        await h.channel.receive("/queue followup debounce:2s cap:5 drop:summarize")
+        key = "memory:main:chat-1"
+        settings = h.kernel.queue_settings(key)
+        assert (settings.mode, settings.debounce_ms, settings.cap, settings.drop) == (
+            "followup", 2000, 5, "summarize")
+        await h.channel.receive("/queue sideways")
+        assert "unknown mode" in h.channel.texts()[-1]
+        await h.channel.receive("/queue reset")
+        assert h.kernel.queue_settings(key).mode == "collect"
+        # the override is persisted with the session
+        record = await h.kernel.store.get_session(key)
+        assert "queue" not in record.settings
+
+
+async def test_plugin_commands_and_direct_only(tmp_path):
+    class Plugin:
+        @staticmethod
+        @hookimpl
+        def register_commands(register):
+            register(Command("ping", lambda ctx: f"pong {ctx.args}", "answers pong"))
+            register(Command("secret", lambda ctx: "dm only", "private", direct_only=True))
+
+    async with harness(tmp_path, plugins=[("cmds", Plugin)]) as h:
+        assert await h.channel.receive("/ping 1 2") == "command"
+        assert await h.channel.receive("/ping@mybot x", is_group=True, mentions_bot=True) \
+            == "command"
+        assert await h.channel.receive("/secret", is_group=True, mentions_bot=True) == "command"
+        assert await h.channel.receive("/secret") == "command"
+        assert h.channel.texts() == ["pong 1 2", "pong x", "/secret works in direct chats only.",
+                                     "dm only"]
+        # an unknown command goes to the agent
+        assert await h.channel.receive("/unknown thing") == "started"
+
+
+async def test_one_session_per_chat_and_thread(tmp_path):
+    agent = scripted_agent()
+    async with harness(tmp_path, agent) as h:
+        await h.channel.receive("a", chat_id="c1")
+        await h.channel.receive("b", chat_id="c1", thread_id="t9")
+        await h.channel.receive("c", chat_id="c2")
+        await h.settle()
+        keys = sorted(r.session_key for r in agent.requests)
+        assert keys == ["memory:main:c1", "memory:main:c1:t9", "memory:main:c2"]
+        sessions = await h.kernel.store.list_sessions()
+        assert len(sessions) == 3
+
+
+async def test_route_is_refreshed_on_every_message_and_read_at_send_time(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent) as h:
+        await h.channel.receive("one", route_extra={"context_token": "old"})
+        # while the first turn runs, a newer message refreshes the route
+        await h.channel.receive("two", route_extra={"context_token": "new"})
+        agent.gate.set()
+        await h.settle()
+        routes = [s.route.extra.get("context_token") for s in h.channel.sent
+                  if not s.text.startswith("⏳")]
+        assert routes and set(routes) == {"new"}
+
+
+async def test_last_active_chat_is_remembered(tmp_path):
+    async with harness(tmp_path) as h:
+        await h.channel.receive("x", chat_id="c1")
+        await h.channel.receive("y", chat_id="c2", thread_id="t")
+        await h.settle()
+        last = await h.kernel.store.get_account_state("memory", "main", "last_chat")
+        assert last["chat_id"] == "c2" and last["thread_id"] == "t"
+
+
+async def test_busy_hint_once_per_busy_period(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent) as h:
+        await h.channel.receive("first")
+        await h.channel.receive("second")
+        await h.channel.receive("third")
+        assert h.channel.texts().count(BUSY_HINT) == 1
+        agent.gate.set()
+        await h.settle()
+        agent.gate = anyio.Event()
+        await h.channel.receive("fourth")
+        await h.channel.receive("fifth")  # a new busy period: one more hint
+        agent.gate.set()
+        await h.settle()
+        assert h.channel.texts().count(BUSY_HINT) == 2
+
+
+async def test_agent_gets_envelope_and_clean_text_and_log_keeps_clean_text(tmp_path):
+    agent = scripted_agent()
+    async with harness(tmp_path, agent) as h:
+        await h.channel.receive("what's up", sender_id="42", sender_name="Ann", thread_id="7")
+        await h.settle()
+        request = agent.requests[0]
+        assert request.envelope == "[channel: memory | user: 42 (Ann) | thread: 7]"
+        assert request.prompt == "[channel: memory | user: 42 (Ann) | thread: 7]\nwhat's up"
+        assert request.text == "what's up"
+        log = await h.kernel.store.read_log("memory:main:chat-1:7")
+        assert [(e.role, e.text) for e in log] == [("user", "what's up"),
+                                                   ("assistant", "re: what's up")]
+
+
+def test_envelope_marks_groups():
+    message = InboundMessage(channel="telegram", account="a", chat_id="-100", message_id="1",
+                             sender_id="42", is_group=True)
+    assert envelope(message) == "[channel: telegram | user: 42 | group: -100]"
+
+
+async def test_inbound_media_note_reaches_the_agent(tmp_path):
+    agent = scripted_agent()
+    async with harness(tmp_path, agent) as h:
+        path = tmp_path / "cat.jpg"
+        path.write_bytes(b"jpeg")
+        await h.channel.receive("look", media=[MediaRef(kind="image", path=path)])
+        await h.settle()
+        assert agent.requests[0].text == f"look\n[image saved: {path}]"
+        assert agent.requests[0].media[0].path == path
+
+
+async def test_inbound_delivered_observers_see_accepted_messages(tmp_path):
+    seen = []
+
+    class Observer:
+        @staticmethod
+        @hookimpl
+        def inbound_delivered(message, session):
+            seen.append((message.text, session.key))
+
+    async with harness(tmp_path, plugins=[("observer", Observer)]) as h:
+        await h.channel.receive("hello")
+        await h.channel.receive("/status")  # commands are not delivered to the agent
+        await h.settle()
+        assert seen == [("hello", "memory:main:chat-1")]
+
+
+async def test_typing_indicator_starts_on_enqueue(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent) as h:
+        await h.channel.receive("hi")
+        with anyio.fail_after(2):
+            while not h.channel.indications:
+                await anyio.sleep(0.005)
+        assert h.channel.indications[0].chat_id == "chat-1"
+        agent.gate.set()

@@ -1,0 +1,197 @@
+"""Session lanes and queue modes (SPEC §3) on a real in-process kernel."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from chatkernel.core.queue import parse_duration_ms, parse_queue_args
+from chatkernel.testing.agents import agent_plugin, scripted_agent
+from chatkernel.testing.memory import KernelHarness
+
+pytestmark = pytest.mark.anyio
+
+
+def harness(tmp_path, agent, queue=None, **extra):
+    config = {"agent": {"kind": agent.name}, "queue": dict(queue or {}), **extra}
+    return KernelHarness(tmp_path, config=config, plugins=[("agent", agent_plugin(agent))])
+
+
+async def wait_for_requests(agent, count, timeout=5.0):
+    with anyio.fail_after(timeout):
+        while len(agent.requests) < count:
+            await anyio.sleep(0.005)
+
+
+async def test_collect_merges_messages_queued_while_busy_into_one_turn(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent, {"mode": "collect"}) as h:
+        await h.channel.receive("first")
+        await wait_for_requests(agent, 1)
+        for text in ("a", "b", "c"):
+            assert await h.channel.receive(text) == "queued"
+        agent.gate.set()
+        await h.settle()
+        assert [r.text for r in agent.requests] == ["first", "a\n\nb\n\nc"]
+        # every merged message is finished in the journal
+        assert await h.kernel.store.unfinished_inbound() == []
+
+
+async def test_collect_keeps_threads_apart(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent, {"mode": "collect"}) as h:
+        await h.channel.receive("t1 first", thread_id="1")
+        await h.channel.receive("t2 first", thread_id="2")
+        await wait_for_requests(agent, 2)
+        await h.channel.receive("t1 more", thread_id="1")
+        await h.channel.receive("t2 more", thread_id="2")
+        agent.gate.set()
+        await h.settle()
+        by_thread = {}
+        for request in agent.requests:
+            by_thread.setdefault(request.session_key, []).append(request.text)
+        assert by_thread == {"memory:main:chat-1:1": ["t1 first", "t1 more"],
+                             "memory:main:chat-1:2": ["t2 first", "t2 more"]}
+
+
+async def test_followup_runs_one_turn_each_in_order(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent, {"mode": "followup"}) as h:
+        await h.channel.receive("first")
+        await wait_for_requests(agent, 1)
+        for text in ("a", "b", "c"):
+            await h.channel.receive(text)
+        agent.gate.set()
+        await h.settle()
+        assert [r.text for r in agent.requests] == ["first", "a", "b", "c"]
+        replies = [t for t in h.channel.texts() if t.startswith("re: ")]
+        assert replies == ["re: first", "re: a", "re: b", "re: c"]
+
+
+async def test_interrupt_aborts_the_running_turn_and_runs_the_newest(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent, {"mode": "interrupt"}) as h:
+        await h.channel.receive("slow one")
+        await wait_for_requests(agent, 1)
+        assert await h.channel.receive("older") == "interrupted"
+        await wait_for_requests(agent, 2)
+        assert await h.channel.receive("newest") == "interrupted"
+        await wait_for_requests(agent, 3)
+        agent.gate.set()
+        await h.settle()
+        # each newcomer aborts the turn before it: only the newest one answers
+        assert [r.text for r in agent.requests] == ["slow one", "older", "newest"]
+        assert h.channel.texts() == ["re: newest"]
+        assert await h.kernel.store.unfinished_inbound() == []
+
+
+async def test_steer_hands_to_the_running_turn_when_the_agent_can(tmp_path):
+    agent = scripted_agent(gate=True, steer=True)
+    async with harness(tmp_path, agent, {"mode": "steer"}) as h:
+        await h.channel.receive("working")
+        await wait_for_requests(agent, 1)
+        assert await h.channel.receive("also this") == "steered"
+        agent.gate.set()
+        await h.settle()
+        assert agent.steered == ["also this"]
+        assert [r.text for r in agent.requests] == ["working"]
+
+
+async def test_steer_falls_back_to_followup(tmp_path):
+    agent = scripted_agent(gate=True, steer=False)
+    async with harness(tmp_path, agent, {"mode": "steer"}) as h:
+        await h.channel.receive("working")
+        await wait_for_requests(agent, 1)
+        assert await h.channel.receive("x") == "queued"
+        assert await h.channel.receive("y") == "queued"
+        agent.gate.set()
+        await h.settle()
+        assert [r.text for r in agent.requests] == ["working", "x", "y"]
+
+
+@pytest.mark.parametrize("drop,expected", [
+    ("old", ["first", "c\n\nd"]),
+    ("new", ["first", "a\n\nb"]),
+])
+async def test_cap_and_drop(tmp_path, drop, expected):
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent, {"mode": "collect", "cap": 2, "drop": drop}) as h:
+        await h.channel.receive("first")
+        await wait_for_requests(agent, 1)
+        outcomes = [await h.channel.receive(t) for t in ("a", "b", "c", "d")]
+        agent.gate.set()
+        await h.settle()
+        assert [r.text for r in agent.requests] == expected
+        if drop == "new":
+            assert outcomes == ["queued", "queued", "refused", "refused"]
+        assert await h.kernel.store.unfinished_inbound() == []
+        metric = h.kernel.metrics.dropped.labels("queue full")._value.get()
+        assert metric == 2
+
+
+async def test_drop_summarize_injects_a_bullet_list(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent, {"mode": "collect", "cap": 2, "drop": "summarize"}) as h:
+        await h.channel.receive("first")
+        await wait_for_requests(agent, 1)
+        for text in ("a", "b", "c", "d"):
+            await h.channel.receive(text, sender_name="Ann")
+        agent.gate.set()
+        await h.settle()
+        follow_up = agent.requests[1].text
+        assert follow_up.startswith("[2 earlier message(s) were dropped")
+        assert "• Ann: a\n• Ann: b" in follow_up
+        assert follow_up.endswith("c\n\nd")
+
+
+async def test_global_cap_on_concurrent_turns(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent, {"max_concurrent": 2}) as h:
+        for i in range(5):
+            await h.channel.receive(f"m{i}", chat_id=f"c{i}")
+        await wait_for_requests(agent, 2)
+        await anyio.sleep(0.05)
+        assert len(agent.requests) == 2  # the other three wait for a slot
+        agent.gate.set()
+        await h.settle()
+        assert len(agent.requests) == 5
+        assert agent.max_running == 2
+
+
+async def test_debounce_waits_for_quiet_before_a_followup(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent, {"mode": "collect", "debounce_ms": 300}) as h:
+        await h.channel.receive("first")
+        await wait_for_requests(agent, 1)
+        await h.channel.receive("a")
+        agent.gate.set()
+        # the turn ends now; "b" arrives inside the quiet period and joins "a"
+        await anyio.sleep(0.05)
+        await h.channel.receive("b")
+        await h.settle()
+        assert [r.text for r in agent.requests] == ["first", "a\n\nb"]
+
+
+async def test_channel_queue_table_overrides_the_global_default(tmp_path):
+    agent = scripted_agent()
+    channels = {"memory": {"queue": {"mode": "followup"},
+                           "accounts": {"main": {"allow_from": ["*"]}}}}
+    async with harness(tmp_path, agent, channels=channels) as h:
+        assert h.kernel.queue_settings("memory:main:x").mode == "followup"
+
+
+def test_parse_queue_args():
+    assert parse_queue_args("interrupt") == {"mode": "interrupt"}
+    assert parse_queue_args("collect debounce:2s cap:25 drop:summarize") == {
+        "mode": "collect", "debounce_ms": 2000, "cap": 25, "drop": "summarize"}
+    for bad, message in [("bogus", "unknown mode"), ("cap:0", "cap"), ("drop:all", "drop"),
+                         ("debounce:soon", "duration"), ("speed:2", "unknown setting")]:
+        with pytest.raises(ValueError, match=message):
+            parse_queue_args(bad)
+
+
+def test_parse_duration_ms():
+    assert parse_duration_ms("250") == 250
+    assert parse_duration_ms("250ms") == 250
+    assert parse_duration_ms("1.5s") == 1500
+    assert parse_duration_ms("2m") == 120_000
