@@ -252,6 +252,29 @@ def check_chunks(text: str, limit: int, unit: str, chunks: list[str]) -> None:
 
 
 # --------------------------------------------------------------------------
+# Strategies: replies made of the pieces that break naive chunkers
+# --------------------------------------------------------------------------
+
+_ATOMS = [
+    "hello", "world", "a", "the quick", " ", "  ", "\t", "\n", "\n\n", "\r\n", "\r\n\r\n",
+    "\n  \n", ". ", "! ", "? ", "… ", '." ', "。", "！", "，", "e\u0301", "a\u0301\u0302",
+    "\u0301", "\u20e3", "\ufe0f", ZWJ, "\U0001f3fd", "\U0001f600", "\U0001f44d", THUMBS_TONE,
+    FAMILY, HEART, KEYCAP, FLAG_US, FLAG_DE, "\U0001f1eb", "日本語のテキスト", "中文句子",
+    "한국어", "\u1100\u1161\u11a8", "\u00a0", "x\u200d ", " \u0301", "```python\n",
+    "```\n", "\n```\n", "````js title=x\n", "\n````\n", "```", "`", "  ```sh\n",
+    "```a`b\n", "MEDIA: /tmp/x.png\n", "    indented", "\U00020000\U00020001",
+]
+atoms = st.one_of(
+    st.sampled_from(_ATOMS),
+    st.text(alphabet="abcdefghij", min_size=15, max_size=120),  # long words
+    st.text(max_size=8),  # anything at all
+)
+texts = st.lists(atoms, max_size=80).map("".join)
+limits = st.one_of(st.integers(10, 40), st.integers(41, 400), st.integers(401, 5000))
+unit_st = st.sampled_from(["chars", "utf16"])
+
+
+# --------------------------------------------------------------------------
 # text_length
 # --------------------------------------------------------------------------
 
@@ -320,6 +343,29 @@ def test_grapheme_boundaries_match_the_naive_scan(text):
     assert [i for i in range(len(text) + 1) if is_grapheme_boundary(text, i)] == bounds
     for i in range(len(text) + 1):
         assert safe_split_point(text, i) == max(b for b in bounds if b <= i)
+
+
+# --------------------------------------------------------------------------
+# Code fences
+# --------------------------------------------------------------------------
+
+
+def test_find_code_fences():
+    text = "a\n```python  \nx\n```py\n  ```\n````\n```\n````\n```x```\n```sh\ny"
+    fences = find_code_fences(text)
+    assert [(f.opener, f.ticks) for f in fences] == [("```python", 3), ("````", 4), ("```sh", 3)]
+    first, second, last = fences
+    assert text[first.start:first.opener_end] == "```python"
+    assert text[first.close_start:first.close_end] == "  ```"  # "```py" did not close it
+    assert text[second.close_start:second.close_end] == "````"  # "```" did not close it
+    assert last.close_start == last.close_end == len(text)  # never closed
+    assert find_code_fences("    ```\nindented four: not a fence") == []
+
+
+@given(texts)
+def test_find_code_fences_matches_the_line_parser(text):
+    assert [(f.opener_end, f.close_start, f.close_end, f.opener, f.ticks)
+            for f in find_code_fences(text)] == o_fences(text)
 
 
 # --------------------------------------------------------------------------
@@ -421,6 +467,13 @@ def test_utf16_limit_counts_surrogate_pairs():
     assert chunk_text("\U0001f600" * 4, 7, "chars") == ["\U0001f600" * 4]
 
 
+def test_utf16_limit_never_lands_between_the_halves_of_a_pair():
+    # Python strings hold code points, so half a surrogate pair cannot even be
+    # expressed; what matters is that the 2-unit character moves whole.
+    assert chunk_text("ab\U0001f600", 3, "utf16") == ["ab", "\U0001f600"]
+    assert all(c.encode("utf-16-le") for c in chunk_text("x\U0001f600" * 9, 4, "utf16"))
+
+
 def test_crlf_is_a_line_break_and_never_split():
     assert chunk_text("abc\r\ndef", 4) == ["abc", "def"]
     assert chunk_text("abc\r\n\r\ndef ghi", 8) == ["abc", "def ghi"]
@@ -486,24 +539,6 @@ def test_fence_overhead_larger_than_the_limit_falls_back_to_plain_splitting():
 # chunk_text: properties
 # --------------------------------------------------------------------------
 
-_ATOMS = [
-    "hello", "world", "a", "the quick", " ", "  ", "\t", "\n", "\n\n", "\r\n", "\r\n\r\n",
-    "\n  \n", ". ", "! ", "? ", "… ", '." ', "。", "！", "，", "e\u0301", "a\u0301\u0302",
-    "\u0301", "\u20e3", "\ufe0f", ZWJ, "\U0001f3fd", "\U0001f600", "\U0001f44d", THUMBS_TONE,
-    FAMILY, HEART, KEYCAP, FLAG_US, FLAG_DE, "\U0001f1eb", "日本語のテキスト", "中文句子",
-    "한국어", "\u1100\u1161\u11a8", "\u00a0", "x\u200d ", " \u0301", "```python\n",
-    "```\n", "\n```\n", "````js title=x\n", "\n````\n", "```", "`", "  ```sh\n",
-    "```a`b\n", "MEDIA: /tmp/x.png\n", "    indented", "\U00020000\U00020001",
-]
-atoms = st.one_of(
-    st.sampled_from(_ATOMS),
-    st.text(alphabet="abcdefghij", min_size=15, max_size=120),  # long words
-    st.text(max_size=8),  # anything at all
-)
-texts = st.lists(atoms, max_size=80).map("".join)
-limits = st.one_of(st.integers(10, 40), st.integers(41, 400), st.integers(401, 5000))
-unit_st = st.sampled_from(["chars", "utf16"])
-
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(texts, limits, unit_st)
@@ -527,7 +562,8 @@ fenced = st.builds(
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(fenced, min_size=1, max_size=4).map("\n".join), st.integers(10, 300), unit_st)
+@given(st.lists(fenced, min_size=1, max_size=4).map("\n".join),
+       st.one_of(st.integers(20, 120), st.integers(10, 300)), unit_st)
 def test_code_blocks_are_closed_and_reopened(text, limit, unit):
     chunks = chunk_text(text, limit, unit)
     check_chunks(text, limit, unit, chunks)
@@ -555,16 +591,16 @@ def _mixed_megabyte() -> str:
     return (block * (1_000_000 // len(block) + 1))[:1_000_000]
 
 
-@pytest.mark.parametrize("text", [
-    pytest.param(_mixed_megabyte(), id="mixed"),
-    pytest.param("x" * 1_000_000, id="one-word"),
-    pytest.param((FLAG_US + FLAG_DE) * 125_000, id="flags"),
-    pytest.param("a" + "\u0301" * 999_999, id="one-cluster"),
-    pytest.param("a" + " " * 999_998 + "b", id="spaces"),
-    pytest.param("```\n" * 250_000, id="fences"),
-    pytest.param(("word " * 30 + "\n") * 6_600, id="lines"),
+@pytest.mark.parametrize("text, unit", [
+    pytest.param(_mixed_megabyte(), "chars", id="mixed-chars"),
+    pytest.param(_mixed_megabyte(), "utf16", id="mixed-utf16"),
+    pytest.param("x" * 1_000_000, "utf16", id="one-word"),
+    pytest.param((FLAG_US + FLAG_DE) * 125_000, "utf16", id="flags"),
+    pytest.param("a" + "\u0301" * 999_999, "utf16", id="one-cluster"),
+    pytest.param("a" + " " * 999_998 + "b", "utf16", id="spaces"),
+    pytest.param("```\n" * 250_000, "utf16", id="fence-lines"),
+    pytest.param(("word " * 30 + "\n") * 6_600, "utf16", id="lines"),
 ])
-@pytest.mark.parametrize("unit", ["chars", "utf16"])
 def test_a_megabyte_reply_terminates(text, unit):
     chunks = chunk_text(text, 4096, unit)
     assert all(text_length(c, unit) <= 4096 for c in chunks)

@@ -207,8 +207,19 @@ async def test_last_active_chat_is_remembered(tmp_path):
         await h.channel.receive("x", chat_id="c1")
         await h.channel.receive("y", chat_id="c2", thread_id="t")
         await h.settle()
+        account = h.kernel.accounts["memory:main"]
+        assert h.kernel.inbound.last_chat(account)["chat_id"] == "c2"
+        # written behind, coalesced: the store has it after the next flush
+        await h.kernel.inbound.flush_last_chats()
         last = await h.kernel.store.get_account_state("memory", "main", "last_chat")
         assert last["chat_id"] == "c2" and last["thread_id"] == "t"
+        await h.channel.receive("z", chat_id="c3")
+    # and the kernel flushes it when it stops
+    from chatkernel.core.store.sqlite import SQLiteStore
+
+    async with SQLiteStore.at(tmp_path / "state.db") as store:
+        last = await store.get_account_state("memory", "main", "last_chat")
+        assert last["chat_id"] == "c3"
 
 
 async def test_busy_hint_once_per_busy_period(tmp_path):

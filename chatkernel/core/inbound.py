@@ -93,7 +93,9 @@ class Inbound:
 
     def __init__(self, kernel: "Kernel") -> None:
         self.kernel = kernel
-        self._last_chat: dict[str, tuple[str, str | None]] = {}
+        self._observed = True  # anyone implementing inbound_delivered? (set on start)
+        self._last_chat: dict[str, dict] = {}
+        self._last_chat_dirty: set[str] = set()
 
     async def deliver(self, message: InboundMessage) -> str:
         """Deliver one normalized message; returns the outcome (for logs and tests):
@@ -105,12 +107,12 @@ class Inbound:
         kernel = self.kernel
         account = kernel.account_for(message.channel, message.account)
         seq = await kernel.store.journal_inbound(message)
-        labels = (message.channel, message.account)
+        metrics = kernel.metrics
         if seq is None:
-            kernel.metrics.duplicates.labels(*labels).inc()
+            metrics.child(metrics.duplicates, message.channel, message.account).inc()
             log.debug("duplicate %s message %s ignored", account.key, message.message_id)
             return "duplicate"
-        kernel.metrics.messages_in.labels(*labels).inc()
+        metrics.child(metrics.messages_in, message.channel, message.account).inc()
         account.last_inbound_at = time.time()
         return await self.process(account, message, seq)
 
@@ -126,7 +128,7 @@ class Inbound:
 
         record = await kernel.sessions.resolve(message)
         route = await kernel.sessions.refresh_route(record.key, message)
-        await self._remember_last_chat(account, message)
+        self._remember_last_chat(account, message)
 
         parsed = parse_command(message.text, account.channel.command_prefixes
                                if account.channel else "/")
@@ -146,13 +148,16 @@ class Inbound:
                 await kernel.outbound.send_text(account, route, BUSY_HINT, fmt="plain",
                                                 session_key=record.key,
                                                 session_id=record.session_id)
-        kernel.start_indicator(account, route)
-        if seq is not None:
-            await store.set_journal_status(seq, "queued")
+        if kernel.queue.is_busy(record.key) and not kernel.queue.lane(record.key).running:
+            # Waiting out a debounce: no turn shows the indicator yet, so show it now.
+            # (An idle lane starts its turn at once, and a turn indicates itself.)
+            kernel.start_indicator(account, route)
+        # The journal entry stays "received" until its turn finishes: both count as
+        # unfinished, so writing "queued" would cost a write and change nothing.
         outcome = await kernel.queue.enqueue(record.key, QueuedMessage(message, seq))
-        kernel.metrics.queue_depth.set(kernel.queue.depth())
-        for result in kernel.pm.hook.inbound_delivered(message=message, session=record):
-            await await_maybe(result)
+        if self._observed:
+            for result in kernel.pm.hook.inbound_delivered(message=message, session=record):
+                await await_maybe(result)
         return outcome
 
     async def _reject(self, account: Account, message: InboundMessage, verdict: Verdict,
@@ -174,16 +179,32 @@ class Inbound:
         await kernel.store.set_account_state(account.channel_name, account.name, key, now)
         await kernel.outbound.send_text(account, route_for(message), verdict.reply, fmt="plain")
 
-    async def _remember_last_chat(self, account: Account, message: InboundMessage) -> None:
-        """The target of ``last``: written only when it changes."""
-        current = (message.chat_id, message.thread_id)
-        if self._last_chat.get(account.key) == current:
+    def _remember_last_chat(self, account: Account, message: InboundMessage) -> None:
+        """The target of ``last``: kept in memory, written when it changed.
+
+        Busy accounts change it with nearly every message, so the write is
+        coalesced: :meth:`flush_last_chats` runs every second and at shutdown.
+        """
+        current = self._last_chat.get(account.key)
+        if current is not None and current["chat_id"] == message.chat_id and \
+                current["thread_id"] == message.thread_id:
             return
-        self._last_chat[account.key] = current
-        await self.kernel.store.set_account_state(
-            account.channel_name, account.name, "last_chat",
-            {"chat_id": message.chat_id, "thread_id": message.thread_id,
-             "is_group": message.is_group, "sender_id": message.sender_id})
+        self._last_chat[account.key] = {
+            "chat_id": message.chat_id, "thread_id": message.thread_id,
+            "is_group": message.is_group, "sender_id": message.sender_id}
+        self._last_chat_dirty.add(account.key)
+
+    def last_chat(self, account: Account) -> dict | None:
+        """The last active chat of an account this run (None: ask the store)."""
+        return self._last_chat.get(account.key)
+
+    async def flush_last_chats(self) -> None:
+        dirty, self._last_chat_dirty = self._last_chat_dirty, set()
+        for key in dirty:
+            account = self.kernel.accounts.get(key)
+            if account is not None:
+                await self.kernel.store.set_account_state(
+                    account.channel_name, account.name, "last_chat", self._last_chat[key])
 
     async def _run_command(self, command, account, message, record, parsed, route) -> None:
         kernel = self.kernel

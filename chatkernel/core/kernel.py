@@ -22,6 +22,7 @@ from chatkernel.core.agents import Agent, TurnRequest, collect_agents
 from chatkernel.core.channel import Channel, collect_channels
 from chatkernel.core.commands import collect_commands
 from chatkernel.core.inbound import Inbound, InvalidMessage, envelope, text_with_media_notes
+from chatkernel.core.indicators import Indicators
 from chatkernel.core.metrics import Metrics
 from chatkernel.core.models import Account, Command, InboundMessage, Route
 from chatkernel.core.outbound import Outbound, Responder
@@ -31,6 +32,8 @@ from chatkernel.core.sessions import Sessions
 from chatkernel.core.store.base import Store
 
 log = logging.getLogger("chatkernel.kernel")
+
+WRITE_BEHIND_SECONDS = 1.0
 
 #: The channel that answers when the config names none.
 EMBEDDED_CHANNEL = "webchat"
@@ -56,6 +59,7 @@ class Kernel:
         self.agent: Agent | None = None
         self.outbound = Outbound(self)
         self.inbound = Inbound(self)
+        self.indicators = Indicators(lambda key: self.sessions.route(key))
         self.started_at: float | None = None
         self._tg: TaskGroup | None = None
         self._queue: SessionQueue | None = None
@@ -110,6 +114,12 @@ class Kernel:
         self._queue = SessionQueue(self._tg, self.run_turn, self.queue_settings,
                                    max_concurrent=self.config.queue.max_concurrent,
                                    on_drop=self._dropped, steer=self._steer)
+        queue = self._queue
+        self.metrics.queue_depth.set_function(queue.depth)  # computed when scraped
+        self._tg.start_soon(self.indicators.run, name="typing indicators")
+        self.inbound._observed = bool(self.pm.hook.inbound_delivered.get_hookimpls())
+        stack.push_async_callback(self.inbound.flush_last_chats)  # after the task group ends
+        self._tg.start_soon(self._write_behind, name="write-behind")
         self.started_at = time.time()
         await self._replay_unfinished()
 
@@ -154,6 +164,12 @@ class Kernel:
             await self.inbound.process(account, message, entry.seq)
         if entries:
             log.info("replayed %d unfinished inbound message(s)", len(entries))
+
+    async def _write_behind(self) -> None:
+        """Coalesced writes of hot, low-value state (the last active chat)."""
+        while True:
+            await anyio.sleep(WRITE_BEHIND_SECONDS)
+            await self.inbound.flush_last_chats()
 
     async def drain(self, timeout: float) -> bool:
         """Wait (bounded) for running and queued turns to finish; True if they did."""
@@ -217,23 +233,7 @@ class Kernel:
 
     def start_indicator(self, account: Account, route: Route) -> None:
         """Show the typing indicator now (fire and forget; failures only logged)."""
-        if account.channel is not None:
-            self.task_group.start_soon(self._indicate_once, account, route)
-
-    async def _indicate_once(self, account: Account, route: Route) -> None:
-        try:
-            await account.channel.indicate(route)  # type: ignore[union-attr]
-        except Exception as exc:
-            log.debug("typing indicator failed on %s: %s", account.key, exc)
-
-    async def _indicate_while(self, account: Account, key: str, scope: anyio.CancelScope) -> None:
-        interval = account.channel.indicator_interval if account.channel else 4.0
-        with scope:
-            while True:
-                await anyio.sleep(interval)
-                route = await self.sessions.route(key)
-                if route is not None:
-                    await self._indicate_once(account, route)
+        self.indicators.once(account, route)
 
     async def run_turn(self, key: str, batch: Batch) -> None:
         """One agent turn for a session: log, ask the agent, send the reply."""
@@ -262,8 +262,8 @@ class Kernel:
 
         responder = Responder(self.outbound, account, key, record.session_id,
                               route=lambda: self.sessions.route(key), on_sent=logged)
-        indicator = anyio.CancelScope()
-        self.task_group.start_soon(self._indicate_while, account, key, indicator)
+        if not request.heartbeat:
+            self.indicators.begin(account, key)
         started = time.monotonic()
         outcome = "ok"
         try:
@@ -283,14 +283,13 @@ class Kernel:
 
             await responder.handle(AgentEvent.error(f"the agent failed: {exc}"))
         finally:
-            indicator.cancel()
+            self.indicators.end(key)
             with anyio.CancelScope(shield=True):
                 for item in batch.items:
                     if item.seq is not None:
                         await store.set_journal_status(item.seq, "done")
-                self.metrics.turns.labels(outcome).inc()
+                self.metrics.child(self.metrics.turns, outcome).inc()
                 self.metrics.turn_seconds.observe(time.monotonic() - started)
-                self.metrics.queue_depth.set(self.queue.depth())
 
     async def _dropped(self, key: str, items: list[QueuedMessage], reason: str) -> None:
         self.metrics.dropped.labels(reason).inc(len(items))

@@ -33,6 +33,16 @@ class Metrics:
         self.restarts = Counter("chatkernel_account_restarts", "Receive loops restarted", labels,
                                 registry=self.registry)
 
+        self._children: dict[tuple[int, tuple[str, ...]], object] = {}
+
+    def child(self, metric, *labels: str):
+        """``metric.labels(*labels)``, memoized: the hot path counts every message."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
     def render(self) -> bytes:
         from prometheus_client import generate_latest
 

@@ -46,7 +46,7 @@ class Outbound:
         """The serialized sender of a session (or of a bare route)."""
         lock = self._locks.get(key)
         if lock is None:
-            lock = self._locks[key] = anyio.Lock()
+            lock = self._locks[key] = anyio.Lock(fast_acquire=True)
         return lock
 
     async def send_payload(self, account: Account, route: Route,
@@ -56,7 +56,8 @@ class Outbound:
         result = await await_maybe(hook(account=account, route=route, payload=payload))
         if result is None:
             raise SendError(f"no plugin sent the payload for {account.key}")
-        self._kernel.metrics.messages_out.labels(account.channel_name, account.name).inc()
+        metrics = self._kernel.metrics
+        metrics.child(metrics.messages_out, account.channel_name, account.name).inc()
         return result
 
     async def send_text(self, account: Account, route: Route, text: str, *,

@@ -17,6 +17,7 @@ a short bullet list of them for the follow-up turn.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -123,15 +124,15 @@ Steerer = Callable[[str, InboundMessage], Awaitable[bool]]
 class Lane:
     """The queue of one session."""
 
-    def __init__(self, key: str, queue: "SessionQueue") -> None:
+    def __init__(self, key: str) -> None:
         self.key = key
-        self._queue = queue
         self.pending: list[QueuedMessage] = []
         self.dropped_summary: list[str] = []
-        self.active = False  # a drain task owns the lane
+        self.active = False  # scheduled, running or waiting out a debounce
         self.running = False  # a turn is running right now
         self.busy_hint_sent = False
         self.last_enqueue = 0.0
+        self.turns = 0  # turns run in the current busy period
         self._scope: anyio.CancelScope | None = None
 
     @property
@@ -140,7 +141,13 @@ class Lane:
 
 
 class SessionQueue:
-    """All lanes, the global concurrency cap, and the task group turns run in."""
+    """All lanes, and the workers that run their turns.
+
+    ``max_concurrent`` long-lived workers take ready lanes from one queue and
+    run one turn each, so the global cap costs nothing per message (no task
+    spawn, no limiter) and lanes are served in the order they became ready.
+    Call :meth:`start` once, inside the task group the workers live in.
+    """
 
     def __init__(self, task_group: TaskGroup, runner: TurnRunner,
                  settings: Callable[[str], QueueSettings], *, max_concurrent: int = 4,
@@ -152,20 +159,28 @@ class SessionQueue:
         self._on_drop = on_drop
         self._steer = steer
         self._clock = clock
-        self.limiter = anyio.CapacityLimiter(max_concurrent)
+        self.max_concurrent = max_concurrent
         self.lanes: dict[str, Lane] = {}
+        self._ready_in, self._ready_out = anyio.create_memory_object_stream[Lane](math.inf)
+        for number in range(max_concurrent):
+            task_group.start_soon(self._worker, name=f"queue worker {number + 1}")
 
     def lane(self, key: str) -> Lane:
         lane = self.lanes.get(key)
         if lane is None:
-            lane = self.lanes[key] = Lane(key, self)
+            lane = self.lanes[key] = Lane(key)
         return lane
 
     def is_busy(self, key: str) -> bool:
         lane = self.lanes.get(key)
         return lane is not None and lane.active
 
+    def running(self) -> int:
+        """Turns running right now."""
+        return sum(1 for lane in self.lanes.values() if lane.running)
+
     def depth(self) -> int:
+        """Messages waiting in all lanes (computed on demand: for metrics scrapes)."""
         return sum(len(lane.pending) for lane in self.lanes.values())
 
     async def enqueue(self, key: str, item: QueuedMessage) -> str:
@@ -179,7 +194,8 @@ class SessionQueue:
         if not lane.active:
             lane.pending.append(item)
             lane.active = True
-            self._tg.start_soon(self._drain, lane, name=f"lane {key}")
+            lane.turns = 0
+            self._ready_in.send_nowait(lane)
             return "started"
         settings = self._settings(key)
         if settings.mode == "steer" and lane.running and self._steer is not None:
@@ -206,41 +222,51 @@ class SessionQueue:
         lane.pending.append(item)
         return "queued"
 
-    async def _drain(self, lane: Lane) -> None:
-        first = True
-        try:
-            while lane.pending:
-                settings = self._settings(lane.key)  # /queue may change it between turns
-                if not first:
-                    await self._debounce(lane, settings)
-                first = False
-                batch = self._take(lane, settings)
-                async with self.limiter:
-                    with anyio.CancelScope() as scope:
-                        lane._scope = scope
-                        lane.running = True
-                        try:
-                            await self._runner(lane.key, batch)
-                        except Exception:
-                            log.exception("turn failed in session %s", lane.key)
-                        finally:
-                            lane.running = False
-                            lane._scope = None
-                    if scope.cancelled_caught:
-                        log.info("turn interrupted in session %s", lane.key)
-        finally:
-            # No await between the loop's last check and here: enqueue() cannot
-            # slip a message in unseen.
-            lane.active = False
-            lane.busy_hint_sent = False
+    async def _worker(self) -> None:
+        async for lane in self._ready_out:
+            if not lane.pending:  # an interrupt can empty a lane while it waits
+                self._finish(lane)
+                continue
+            batch = self._take(lane, self._settings(lane.key))
+            lane.turns += 1
+            with anyio.CancelScope() as scope:
+                lane._scope = scope
+                lane.running = True
+                try:
+                    await self._runner(lane.key, batch)
+                except Exception:
+                    log.exception("turn failed in session %s", lane.key)
+                finally:
+                    lane.running = False
+                    lane._scope = None
+            if scope.cancelled_caught:
+                log.info("turn interrupted in session %s", lane.key)
+            self._after_turn(lane)
 
-    async def _debounce(self, lane: Lane, settings: QueueSettings) -> None:
+    def _after_turn(self, lane: Lane) -> None:
+        if not lane.pending:
+            self._finish(lane)
+            return
+        settings = self._settings(lane.key)  # /queue may have changed it
         quiet = settings.debounce_ms / 1000
+        if quiet and settings.mode != "interrupt":
+            self._tg.start_soon(self._debounce, lane, quiet, name=f"debounce {lane.key}")
+        else:
+            self._ready_in.send_nowait(lane)
+
+    async def _debounce(self, lane: Lane, quiet: float) -> None:
+        """Wait for ``quiet`` seconds without a new message, then make the lane ready."""
         while True:
             remaining = lane.last_enqueue + quiet - self._clock()
             if remaining <= 0:
-                return
+                break
             await anyio.sleep(remaining)
+        self._ready_in.send_nowait(lane)
+
+    @staticmethod
+    def _finish(lane: Lane) -> None:
+        lane.active = False
+        lane.busy_hint_sent = False
 
     @staticmethod
     def _take(lane: Lane, settings: QueueSettings) -> Batch:

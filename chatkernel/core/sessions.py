@@ -10,6 +10,9 @@ from chatkernel.core.models import InboundMessage, Route, Session
 from chatkernel.core.store.base import SessionRecord, Store
 
 
+TOUCH_PERSIST_SECONDS = 30.0
+
+
 def new_session_id() -> str:
     return uuid.uuid4().hex[:16]
 
@@ -35,6 +38,7 @@ class Sessions:
         self._clock = clock
         self._records: dict[str, SessionRecord] = {}
         self._routes: dict[str, Route] = {}
+        self._persisted: dict[str, float] = {}  # last_active_at as last written
 
     async def resolve(self, message: InboundMessage) -> SessionRecord:
         """The session of a message, created on first contact."""
@@ -64,9 +68,17 @@ class Sessions:
         return record
 
     async def touch(self, record: SessionRecord) -> None:
-        """Mark user activity (heartbeat-only turns do not call this)."""
-        record.last_active_at = self._clock()
-        await self._store.save_session(record)
+        """Mark user activity (heartbeat-only turns do not call this).
+
+        The time is persisted at most every ``TOUCH_PERSIST_SECONDS``: activity
+        is reported in minutes, and a write per message would cost more than it says.
+        """
+        now = self._clock()
+        persisted = record.last_active_at
+        record.last_active_at = now
+        if now - self._persisted.get(record.key, persisted) >= TOUCH_PERSIST_SECONDS:
+            self._persisted[record.key] = now
+            await self._store.save_session(record)
 
     async def reset(self, record: SessionRecord) -> str:
         """``/new``: a fresh session id (and so a fresh agent history) under the same key."""

@@ -64,6 +64,13 @@ class Store(abc.ABC):
     async def close(self) -> None:
         """Flush and release resources."""
 
+    async def flush(self) -> None:
+        """Wait until every write made so far is durable.
+
+        ``journal_inbound`` and ``set_cursor`` are durable when they return; other
+        writes may be committed a moment later, but always in the order made.
+        """
+
     # -- inbound journal (dedupe + durability) ------------------------------------
 
     @abc.abstractmethod

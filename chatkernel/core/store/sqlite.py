@@ -3,18 +3,23 @@
 One connection, used on the event loop thread with the stdlib ``sqlite3``
 module: every statement is short (an indexed insert, update or lookup), and
 measured, running it inline is faster than a hop to a worker thread. Each
-method runs without awaiting, so it is atomic with respect to the other
-coroutines of the loop.
+method runs its statement without awaiting, so it is atomic with respect to
+the other coroutines of the loop.
 
-Configuration::
+Group commit. A write runs at once inside an open transaction whose commit
+is scheduled for the next turn of the event loop, so every write made by every
+task in the same turn shares one commit, and writes are committed in the
+order they were made. The writes a caller's durability rests on —
+``journal_inbound`` (a receive loop advances its platform cursor after it) and
+``set_cursor`` — return only after their commit; the others return at once and
+are committed with it (``await store.flush()`` waits for everything written so
+far). Because commits keep order, a message's journal entry is always durable
+before anything written about it later. The store therefore needs the asyncio
+event loop, which is what the kernel runs on; ``bench/pipeline.py`` measures
+the pipeline with it.
 
-    [store]
-    backend = "sqlite"                   # the default
-    path = "~/.chatkernel/state.db"      # the default: $CHATKERNEL_HOME/state.db
-
-Durability. The database runs in WAL mode with ``synchronous = NORMAL``, and
-every write method commits before it returns: once ``journal_inbound``
-returns, the message survives a crash of the process (an exception, ``kill
+Durability. The database runs in WAL mode with ``synchronous = NORMAL``: once
+``journal_inbound`` returns, the message survives a crash of the process (an exception, ``kill
 -9``, the OOM killer), because the commit is in the operating system's
 hands. A power loss or kernel panic may lose the last transactions committed
 before it (WAL with ``NORMAL`` does not fsync on each commit); the database
@@ -34,6 +39,8 @@ chatkernel (a higher version than this code knows) is refused, not guessed at.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import re
@@ -43,7 +50,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import anyio
 
 from chatkernel.core.models import InboundMessage, Route
 from chatkernel.core.store.base import JournalEntry, LogEntry, SessionRecord, Store
@@ -210,6 +216,7 @@ class SQLiteStore(Store):
         # reading the file); the event loop is blocked while it waits.
         self.busy_timeout = busy_timeout
         self._conn: sqlite3.Connection | None = None
+        self._commit_waiter: asyncio.Future[None] | None = None
 
     @classmethod
     def at(cls, path: str | os.PathLike[str], **options: Any) -> "SQLiteStore":
@@ -267,6 +274,8 @@ class SQLiteStore(Store):
 
     async def close(self) -> None:
         """Close the connection (the last one also checkpoints the WAL). Idempotent."""
+        if self._conn is not None:
+            self._commit()
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -347,25 +356,66 @@ class SQLiteStore(Store):
         except UnicodeEncodeError:  # a lone surrogate: store U+FFFD rather than fail
             return db.execute(sql, _clean(params))
 
+    def _write(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """Execute a write in the shared transaction and make sure its commit is scheduled."""
+        db = self._db
+        if not db.in_transaction:
+            db.execute("BEGIN")
+        cursor = self._run(sql, params)
+        if self._commit_waiter is None:
+            loop = asyncio.get_running_loop()
+            self._commit_waiter = loop.create_future()
+            loop.call_soon(self._commit)
+        return cursor
+
+    async def _committed(self) -> None:
+        """Wait for the commit of this loop turn's writes (scheduled once per turn)."""
+        waiter = self._commit_waiter
+        if waiter is not None:
+            # Shielded: a cancelled writer must not cancel the commit others wait for.
+            await asyncio.shield(waiter)
+
+    async def flush(self) -> None:
+        """Wait until everything written so far is committed."""
+        await self._committed()
+
+    def _commit(self) -> None:
+        waiter, self._commit_waiter = self._commit_waiter, None
+        conn = self._conn
+        try:
+            if conn is not None and conn.in_transaction:
+                conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")  # type: ignore[union-attr]
+            if waiter is not None and not waiter.done():
+                waiter.set_exception(StoreError(f"{self.path}: commit failed: {exc}"))
+            return
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
     # -- inbound journal -------------------------------------------------------------------
 
     async def journal_inbound(self, message: InboundMessage) -> int | None:
         data = encode_message(message)
-        cursor = self._run(
+        cursor = self._write(
             "INSERT INTO inbound_journal"
             " (channel, account, message_id, message, status, received_at)"
             " VALUES (?, ?, ?, ?, 'received', ?)"
             " ON CONFLICT (channel, account, message_id) DO NOTHING",
             (message.channel, message.account, message.message_id, data, time.time()),
         )
-        return cursor.lastrowid if cursor.rowcount == 1 else None
+        seq = cursor.lastrowid if cursor.rowcount == 1 else None
+        await self._committed()
+        return seq
 
     async def set_journal_status(self, seq: int, status: str) -> None:
         """Advance a journaled message; KeyError for a seq not in the journal."""
         if status not in JOURNAL_STATUSES:
             raise ValueError(f"journal status must be one of {', '.join(JOURNAL_STATUSES)}, "
                              f"not {status!r}")
-        cursor = self._run("UPDATE inbound_journal SET status = ? WHERE seq = ?", (status, seq))
+        cursor = self._write("UPDATE inbound_journal SET status = ? WHERE seq = ?",
+                             (status, seq))
         if cursor.rowcount == 0:
             raise KeyError(f"no journal entry with seq {seq}")
 
@@ -388,16 +438,16 @@ class SQLiteStore(Store):
         """
         total = 0
         while True:
-            cursor = self._run(
+            cursor = self._write(
                 "DELETE FROM inbound_journal WHERE seq IN ("
                 " SELECT seq FROM inbound_journal"
                 " WHERE status IN ('done', 'rejected') AND received_at < ?"
                 " ORDER BY seq LIMIT ?)",
                 (older_than, batch))
             total += cursor.rowcount
+            await self._committed()  # also lets other tasks run between batches
             if cursor.rowcount < batch:
                 return total
-            await anyio.sleep(0)
 
     # -- platform cursors ------------------------------------------------------------------
 
@@ -407,11 +457,12 @@ class SQLiteStore(Store):
         return None if row is None else row[0]
 
     async def set_cursor(self, channel: str, account: str, cursor: str) -> None:
-        self._run(
+        self._write(
             "INSERT INTO cursors (channel, account, cursor, updated_at) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (channel, account) DO UPDATE"
             " SET cursor = excluded.cursor, updated_at = excluded.updated_at",
             (channel, account, cursor, time.time()))
+        await self._committed()
 
     # -- sessions and routes ------------------------------------------------------------------
 
@@ -434,7 +485,7 @@ class SQLiteStore(Store):
 
     async def save_session(self, record: SessionRecord) -> None:
         settings = encode_json(record.settings or {}, what="SessionRecord.settings")
-        self._run(
+        self._write(
             f"INSERT INTO sessions ({self._SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (key) DO UPDATE SET session_id = excluded.session_id,"
             " channel = excluded.channel, account = excluded.account,"
@@ -455,7 +506,7 @@ class SQLiteStore(Store):
         return [self._session(row) for row in rows]
 
     async def set_route(self, session_key: str, route: Route) -> None:
-        self._run(
+        self._write(
             "INSERT INTO routes (session_key, route, updated_at) VALUES (?, ?, ?)"
             " ON CONFLICT (session_key) DO UPDATE"
             " SET route = excluded.route, updated_at = excluded.updated_at",
@@ -478,10 +529,10 @@ class SQLiteStore(Store):
                                 value: Any) -> None:
         """Store a JSON value; ``None`` deletes the key (reading it gives None either way)."""
         if value is None:
-            self._run("DELETE FROM account_state WHERE channel = ? AND account = ? AND key = ?",
-                      (channel, account, key))
+            self._write("DELETE FROM account_state WHERE channel = ? AND account = ? AND key = ?",
+                        (channel, account, key))
             return
-        self._run(
+        self._write(
             "INSERT INTO account_state (channel, account, key, value, updated_at)"
             " VALUES (?, ?, ?, ?, ?) ON CONFLICT (channel, account, key) DO UPDATE"
             " SET value = excluded.value, updated_at = excluded.updated_at",
@@ -493,7 +544,7 @@ class SQLiteStore(Store):
     async def append_log(self, session_key: str, session_id: str, role: str, text: str,
                          meta: dict[str, Any] | None = None) -> int:
         meta_json = encode_json(meta, what="log meta") if meta else None
-        cursor = self._run(
+        cursor = self._write(
             "INSERT INTO session_log (session_key, session_id, role, text, ts, meta)"
             " VALUES (?, ?, ?, ?, ?, ?)",
             (session_key, session_id, role, text, time.time(), meta_json))

@@ -1,0 +1,165 @@
+"""Messages through the whole kernel pipeline, next to a bare anyio echo loop.
+
+Each of ``--chats`` concurrent chats sends ``--per-chat`` messages one after
+another, waiting for each reply (a closed loop, like people typing). The
+kernel run goes deliver → journal (SQLite, durable) → accept → session →
+route → queue lane → echo agent → responder → in-memory channel. The floor
+is a bare anyio echo loop over the same in-memory channel in the same run.
+
+    .venv/bin/python bench/pipeline.py [--chats 1000] [--per-chat 10]
+
+Prints throughput and p50/p99 latency of each, and the ratio to the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+from chatkernel.core.models import OutboundPayload, Route, SendResult
+from chatkernel.testing.memory import KernelHarness, MemoryChannel
+
+
+class Waiters:
+    """Per-chat events: a reply to chat X wakes the task typing in chat X."""
+
+    def __init__(self) -> None:
+        self.events: dict[str, anyio.Event] = {}
+
+    def arm(self, chat_id: str) -> anyio.Event:
+        event = self.events[chat_id] = anyio.Event()
+        return event
+
+    def reply(self, chat_id: str) -> None:
+        event = self.events.pop(chat_id, None)
+        if event is not None:
+            event.set()
+
+
+async def closed_loop(chats: int, per_chat: int, send) -> tuple[float, list[float]]:
+    """Run every chat's loop; returns (elapsed seconds, latencies)."""
+    latencies: list[float] = []
+
+    async def chat(index: int) -> None:
+        chat_id = f"chat-{index}"
+        for n in range(per_chat):
+            started = time.perf_counter()
+            await send(chat_id, f"message {n} from {chat_id}")
+            latencies.append(time.perf_counter() - started)
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for index in range(chats):
+            tg.start_soon(chat, index)
+    return time.perf_counter() - started, latencies
+
+
+async def floor(chats: int, per_chat: int) -> tuple[float, list[float]]:
+    """A bare anyio echo loop: a stream in, one echo task, replies to waiting chats."""
+    waiters = Waiters()
+    sent: list[str] = []
+    send_stream, receive_stream = anyio.create_memory_object_stream[tuple[str, str]](
+        max_buffer_size=chats)
+
+    async def echo() -> None:
+        async with receive_stream:
+            async for chat_id, text in receive_stream:
+                sent.append(text)
+                waiters.reply(chat_id)
+
+    async def send(chat_id: str, text: str) -> None:
+        event = waiters.arm(chat_id)
+        await send_stream.send((chat_id, text))
+        await event.wait()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(echo)
+        result = await closed_loop(chats, per_chat, send)
+        await send_stream.aclose()
+    assert len(sent) == chats * per_chat
+    return result
+
+
+async def kernel(chats: int, per_chat: int, home: Path) -> tuple[float, list[float]]:
+    waiters = Waiters()
+    harness = KernelHarness(home, config={"queue": {"max_concurrent": 64}})
+    async with harness as h:
+        channel: MemoryChannel = h.channel
+        original_send = channel.send
+
+        async def send_and_wake(route: Route, payload: OutboundPayload) -> SendResult:
+            result = await original_send(route, payload)
+            waiters.reply(route.chat_id)
+            return result
+
+        channel.send = send_and_wake  # type: ignore[method-assign]
+        channel.sent = _Counter()  # type: ignore[assignment]
+
+        async def send(chat_id: str, text: str) -> None:
+            event = waiters.arm(chat_id)
+            await channel.receive(text, chat_id=chat_id, sender_id=chat_id)
+            await event.wait()
+
+        result = await closed_loop(chats, per_chat, send)
+        assert len(channel.sent) == chats * per_chat, len(channel.sent)
+        assert await h.kernel.store.unfinished_inbound() == []
+    return result
+
+
+class _Counter(list):
+    """Counts sends without keeping every payload (memory stays flat)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def append(self, item) -> None:  # type: ignore[override]
+        self.count += 1
+
+    def __len__(self) -> int:
+        return self.count
+
+
+def summary(name: str, elapsed: float, latencies: list[float]) -> dict[str, float]:
+    ordered = sorted(latencies)
+    return {
+        "name": name,
+        "rate": len(latencies) / elapsed,
+        "p50": statistics.median(ordered) * 1000,
+        "p99": ordered[int(len(ordered) * 0.99) - 1] * 1000,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--chats", type=int, default=1000)
+    parser.add_argument("--per-chat", type=int, default=10)
+    args = parser.parse_args()
+    logging.disable(logging.WARNING)
+    total = args.chats * args.per_chat
+
+    rows = [summary("bare anyio echo loop (floor)",
+                    *anyio.run(floor, args.chats, args.per_chat))]
+    with tempfile.TemporaryDirectory() as home:
+        rows.append(summary("kernel pipeline, SQLite journal",
+                            *anyio.run(kernel, args.chats, args.per_chat, Path(home))))
+
+    print(f"{total} messages, {args.chats} concurrent chats, {args.per_chat} each "
+          f"(Python {sys.version.split()[0]})\n")
+    print(f"{'':34}{'msgs/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'floor/x':>10}")
+    for row in rows:
+        print(f"{row['name']:34}{row['rate']:10.0f}{row['p50']:10.2f}{row['p99']:10.2f}"
+              f"{rows[0]['rate'] / row['rate']:10.1f}")
+    verdict = "met" if rows[1]["rate"] >= 5000 else "MISSED"
+    print(f"\ntarget: >= 5,000 msgs/s through the kernel with the durable journal: {verdict}")
+
+
+if __name__ == "__main__":
+    main()
