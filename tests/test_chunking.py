@@ -70,7 +70,7 @@ def o_boundaries(text: str) -> list[int]:
     out = [0]
     for i in range(1, len(text)):
         p, c = text[i - 1], text[i]
-        if (p, c) == ("\r", "\n") or p == ZWJ or o_extend(c):
+        if (p, c) == ("\r", "\n") or (p == ZWJ and not c.isspace()) or o_extend(c):
             continue
         hp, hc = o_hangul(p), o_hangul(c)
         if (hp == "L" and hc in ("L", "V", "LV", "LVT")) or (
@@ -608,3 +608,27 @@ def test_a_megabyte_reply_terminates(text, unit):
     if not find_code_fences(text):
         squeeze = re.compile(r"\s+")
         assert squeeze.sub("", "".join(chunks)) == squeeze.sub("", text)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list(" \n\tab.`😀é\u0301")), max_size=120),
+       st.integers(1, 150), st.sampled_from(["chars", "utf16"]))
+def test_fast_path_for_a_fitting_reply_agrees_with_the_chunker(text, limit, unit):
+    """chunk_text answers a reply that fits without running the chunker: same result."""
+    from chatkernel.core import chunking
+
+    if not text or text.isspace():
+        return
+    utf16 = unit == "utf16" and max(text) > "\uffff"
+    fences, starts, ends = chunking._scan_fences(text)
+    try:
+        try:
+            expected = chunking._Chunker(text, limit, utf16, fences, starts, ends).run() \
+                if fences else None
+        except chunking._NoRoom:
+            expected = None
+        if expected is None:
+            expected = chunking._Chunker(text, limit, utf16, [], starts, ends).run()
+    except ValueError:
+        return
+    assert chunk_text(text, limit, unit) == expected

@@ -80,8 +80,9 @@ def text_length(text: str, unit: Unit) -> int:
 # an approximation of UAX #29 extended grapheme clusters covering what chat
 # text meets: CR LF (GB3), Extend and SpacingMark characters (GB9, GB9a: every
 # combining mark, variation selectors, ZWNJ/ZWJ, emoji modifiers, tag
-# characters), anything after a ZWJ (GB11, applied to any following character
-# rather than only pictographs: stricter, never wrong for emoji), regional
+# characters), anything but whitespace after a ZWJ (GB11, applied to any
+# following character rather than only pictographs: stricter, never wrong for
+# emoji), regional
 # indicator pairs (GB12, GB13) and conjoining Hangul jamo (GB6-GB8). It does
 # not implement Prepend characters or the Indic conjunct rule (GB9c); a split
 # there is legible, merely not ideal.
@@ -127,7 +128,7 @@ def _hangul_type(ch: str) -> str:
 def _joins(prev: str, ch: str) -> bool:
     """True if ``prev`` and ``ch`` are in one cluster (all rules but GB12/13)."""
     if prev == _ZWJ:
-        return True
+        return not ch.isspace()  # GB11 joins pictographs; whitespace after a ZWJ is no part
     if prev == "\r":
         return ch == "\n"
     if _is_extend(ch):
@@ -327,6 +328,9 @@ def chunk_text(text: str, limit: int, unit: Unit = "chars") -> list[str]:
         raise ValueError(f"chunk limit must be at least 1, got {limit}")
     if not text or text.isspace():
         return []
+    whole = text.rstrip()
+    if not text[0].isspace() and len(whole) <= limit and (unit == "chars" or text_length(whole, unit) <= limit):
+        return [whole]  # the common case: a reply that fits as it is
     # Without non-BMP characters both units agree, and counting chars is free.
     utf16 = unit == "utf16" and max(text) > "\uffff"
     fences, zone_starts, zone_ends = _scan_fences(text)
@@ -390,8 +394,6 @@ class _Chunker:
             c = hi - 1
             if t[c] == "\n" and c > lo and t[c - 1] == "\r":
                 c -= 1
-            if c > lo and t[c - 1] == _ZWJ:
-                break  # the space belongs to the ZWJ sequence before it
             hi = c
         return hi
 
