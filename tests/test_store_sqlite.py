@@ -283,7 +283,7 @@ async def test_unfinished_entries_survive_close_and_reopen(db_path):
     message = msg("m1", text="héllo 👋", thread_id="t-9", is_group=True, mentions_bot=True,
                   media=[MediaRef("image", Path("/tmp/media/a.jpg"), "image/jpeg", "a.jpg",
                                   1234, "file-1"),
-                         MediaRef("voice", platform_id="v-1")],
+                         MediaRef("voice", platform_id="v-1", note="not saved: too large")],
                   route_extra={"context_token": "abc", "n": [1, 2.5, None, {"x": True}]},
                   timestamp=1700000000.25)
     async with SQLiteStore.at(db_path) as store:
@@ -663,6 +663,7 @@ media_refs = st.builds(
     filename=st.none() | st.text(),
     size=st.none() | st.integers(min_value=0),
     platform_id=st.none() | st.text(),
+    note=st.none() | st.text(),
 )
 messages = st.builds(
     InboundMessage,

@@ -18,6 +18,7 @@ from chatkernel.core.config import AccountConfig
 from chatkernel.core.models import (
     Account,
     InboundMessage,
+    MediaRef,
     OutboundPayload,
     ProbeResult,
     Route,
@@ -102,6 +103,19 @@ class Channel:
 
     async def indicate(self, route: Route) -> None:
         """Show a typing/processing indicator, where the platform has one."""
+
+    async def save_media(self, chunks: Any, *, kind: str, filename: str | None = None,
+                         mime: str | None = None, platform_id: str | None = None,
+                         declared_size: int | None = None) -> MediaRef:
+        """Save an inbound file under the workspace, within the account's size cap
+        (``max_inbound_media_mb``); see :func:`chatkernel.core.media.save_inbound_media`."""
+        from chatkernel.core.media import save_inbound_media
+
+        cap_mb = getattr(self.config, "max_inbound_media_mb", 20)
+        return await save_inbound_media(
+            self.account.workspace, self.name, self.account.name, chunks, kind=kind,
+            filename=filename, mime=mime, platform_id=platform_id,
+            max_bytes=int(cap_mb * 1024 * 1024), declared_size=declared_size)
 
     def http_routes(self) -> list[tuple[str, str, Any]]:
         """``(method, path, aiohttp handler)`` to mount on the gateway's HTTP server

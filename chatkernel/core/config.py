@@ -151,6 +151,7 @@ class AccountConfig(BaseModel):
     allow_from: list[str] = Field(default_factory=list)
     access_level: AccessLevel = "standard"
     require_mention: bool = True  # in groups: answer only when mentioned or replied to
+    max_inbound_media_mb: float = Field(20, gt=0)
     direct_only_commands: bool = False
     heartbeat: HeartbeatVisibility | None = None
     health_monitor: HealthMonitorConfig | None = None

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from chatkernel.core.commands import CommandContext, parse_command
@@ -67,25 +65,13 @@ def media_note(media: MediaRef) -> str:
     """``[image saved: <path>]``: how the agent learns of an inbound file."""
     if media.path is not None:
         return f"[{media.kind} saved: {media.path}]"
-    return f"[{media.kind} received but not saved]"
+    name = f" {media.filename}" if media.filename else ""
+    return f"[{media.kind}{name} received, {media.note or 'not saved'}]"
 
 
 def text_with_media_notes(message: InboundMessage) -> str:
     notes = [media_note(media) for media in message.media]
     return "\n".join(filter(None, [message.text, *notes]))
-
-
-def inbound_media_dir(workspace: Path, channel: str, account: str,
-                      when: float | None = None) -> Path:
-    """``<workspace>/media/inbound/<channel>/<account>/<YYYY-MM-DD>/``, created."""
-    day = datetime.fromtimestamp(when or time.time()).strftime("%Y-%m-%d")
-    path = workspace / "media" / "inbound" / _safe(channel) / _safe(account) / day
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _safe(part: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in part).strip(".") or "_"
 
 
 class Inbound:

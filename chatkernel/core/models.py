@@ -28,6 +28,7 @@ class MediaRef:
     filename: str | None = None
     size: int | None = None
     platform_id: str | None = None  # the platform's file id, before download
+    note: str | None = None  # why it was not saved (too large, download failed...)
 
 
 @dataclass(slots=True)

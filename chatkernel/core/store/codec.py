@@ -70,6 +70,7 @@ def media_to_dict(media: MediaRef) -> dict[str, Any]:
         "filename": media.filename,
         "size": media.size,
         "platform_id": media.platform_id,
+        "note": media.note,
     }
 
 
@@ -82,6 +83,7 @@ def media_from_dict(data: dict[str, Any]) -> MediaRef:
         filename=data.get("filename"),
         size=data.get("size"),
         platform_id=data.get("platform_id"),
+        note=data.get("note"),
     )
 
 
