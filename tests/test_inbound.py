@@ -85,6 +85,7 @@ async def test_unknown_sender_told_their_id_once_and_agent_never_called(tmp_path
     async with harness(tmp_path, agent, config) as h:
         assert await h.channel.receive("let me in", sender_id="stranger") == "rejected"
         assert await h.channel.receive("please", sender_id="stranger") == "rejected"
+        await h.settle()
         texts = h.channel.texts()
         assert len(texts) == 1 and "stranger" in texts[0]
         assert "allow_from" in texts[0]
@@ -119,6 +120,7 @@ async def test_builtin_commands_answer_without_the_agent(tmp_path):
     async with harness(tmp_path, agent) as h:
         for text in ("/help", "/status", "/whoami", "/queue"):
             assert await h.channel.receive(text) == "command"
+        await h.settle()
         texts = h.channel.texts()
         assert "/queue" in texts[0] and "/new" in texts[0]
         assert "session: memory:main:chat-1" in texts[1]
@@ -148,6 +150,7 @@ async def test_queue_command_sets_and_resets_the_session_override(tmp_path):
         assert (settings.mode, settings.debounce_ms, settings.cap, settings.drop) == (
             "followup", 2000, 5, "summarize")
         await h.channel.receive("/queue sideways")
+        await h.settle()
         assert "unknown mode" in h.channel.texts()[-1]
         await h.channel.receive("/queue reset")
         assert h.kernel.queue_settings(key).mode == "collect"
@@ -170,6 +173,7 @@ async def test_plugin_commands_and_direct_only(tmp_path):
             == "command"
         assert await h.channel.receive("/secret", is_group=True, mentions_bot=True) == "command"
         assert await h.channel.receive("/secret") == "command"
+        await h.settle()
         assert h.channel.texts() == ["pong 1 2", "pong x", "/secret works in direct chats only.",
                                      "dm only"]
         # an unknown command goes to the agent
@@ -228,6 +232,7 @@ async def test_busy_hint_once_per_busy_period(tmp_path):
         await h.channel.receive("first")
         await h.channel.receive("second")
         await h.channel.receive("third")
+        await h.kernel.outbox.wait_idle()  # the turn is still held open
         assert h.channel.texts().count(BUSY_HINT) == 1
         agent.gate.set()
         await h.settle()

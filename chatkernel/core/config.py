@@ -175,8 +175,21 @@ class ChannelConfig(BaseModel):
     enabled: bool = True
     accounts: dict[str, dict[str, Any]] = Field(default_factory=dict)
     queue: dict[str, Any] = Field(default_factory=dict)
+    retry: dict[str, Any] | None = None  # attempts, base_delay_ms, max_delay_ms, jitter
+    rate_limits: dict[str, Any] | None = None  # {"chat": "1/s", "account": "30/s", ...}
     heartbeat: HeartbeatVisibility | None = None
     health_monitor: HealthMonitorConfig | None = None
+
+
+class SendRule(Section):
+    action: Literal["allow", "deny"]
+    channel: str = "*"
+    chat_type: Literal["direct", "group", "any"] = "any"
+
+
+class SendPolicyConfig(Section):
+    default: Literal["allow", "deny"] = "allow"
+    rules: list[SendRule] = Field(default_factory=list)
 
 
 class KernelConfig(Section):
@@ -188,6 +201,7 @@ class KernelConfig(Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
     health_monitor: HealthMonitorConfig = Field(default_factory=HealthMonitorConfig)
+    send_policy: SendPolicyConfig = Field(default_factory=SendPolicyConfig)
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
 
     def workspace(self) -> Path:

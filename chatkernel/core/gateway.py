@@ -48,19 +48,22 @@ def parse_listen(value: str) -> tuple[str, int]:
 KERNEL = web.AppKey("kernel", Kernel)
 
 
-def build_app(kernel: Kernel) -> web.Application:
-    """The HTTP app: every channel's routes (web chat, webhooks)."""
+def build_app(kernel: Kernel, control_token: str) -> web.Application:
+    """The HTTP app: every channel's routes (web chat, webhooks) and the control API."""
+    from chatkernel.core import control
+
     app = web.Application(client_max_size=64 * 1024 * 1024)
     seen: set[tuple[str, str]] = set()
-    for account in kernel.accounts.values():
-        if account.channel is None:
-            continue
-        for method, path, handler in account.channel.http_routes():
-            if (method, path) in seen:
-                raise cfg.ConfigError(f"two accounts want the HTTP route {method} {path}",
-                                      key=f"channels.{account.channel_name}")
-            seen.add((method, path))
-            app.router.add_route(method, path, handler)
+    owned = [(account, route) for account in kernel.accounts.values()
+             if account.channel is not None for route in account.channel.http_routes()]
+    owned += [(None, route) for route in control.routes(kernel, control_token)]
+    for account, (method, path, handler) in owned:
+        if (method, path) in seen:
+            where = f"channels.{account.channel_name}" if account else "gateway"
+            raise cfg.ConfigError(f"two handlers want the HTTP route {method} {path}",
+                                  key=where)
+        seen.add((method, path))
+        app.router.add_route(method, path, handler)
     app[KERNEL] = kernel
     return app
 
@@ -93,8 +96,11 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                       stop: anyio.Event | None = None, handle_signals: bool = True) -> None:
     """Run until SIGINT/SIGTERM (or ``stop`` is set), then shut down in order."""
     host, port = parse_listen(listen or config.gateway.listen)
+    from chatkernel.core import control
+
+    token = config.gateway.control_token or control.new_token()
     async with Kernel(config, config_path=config_path) as kernel:
-        app = build_app(kernel)
+        app = build_app(kernel, token)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         try:
@@ -109,6 +115,7 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
             names = ", ".join(sorted(kernel.accounts)) or "none"
             log.info("chatkernel listening on %s (accounts: %s; agent: %s)", listening.url,
                      names, config.agent.kind)
+            control.write_state(cfg.home_dir(), listening.url, token)
             if on_ready is not None:
                 on_ready(listening)
             async with anyio.create_task_group() as loops:
@@ -121,6 +128,7 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                 log.warning("turns still running after %.0fs: they will be replayed on the "
                             "next start", DRAIN_SECONDS)
         finally:
+            control.remove_state(cfg.home_dir())
             await runner.cleanup()
     log.info("stopped")
 

@@ -131,9 +131,9 @@ class Inbound:
             lane = kernel.queue.lane(record.key)
             if not lane.busy_hint_sent and kernel.queue_settings(record.key).mode != "interrupt":
                 lane.busy_hint_sent = True
-                await kernel.outbound.send_text(account, route, BUSY_HINT, fmt="plain",
-                                                session_key=record.key,
-                                                session_id=record.session_id)
+                await kernel.outbound.deliver_text(account, route, BUSY_HINT, fmt="plain",
+                                                   session_key=record.key,
+                                                   session_id=record.session_id)
         if kernel.queue.is_busy(record.key) and not kernel.queue.lane(record.key).running:
             # Waiting out a debounce: no turn shows the indicator yet, so show it now.
             # (An idle lane starts its turn at once, and a turn indicates itself.)
@@ -163,7 +163,8 @@ class Inbound:
         if isinstance(last, (int, float)) and now - last < UNKNOWN_SENDER_REMINDER_SECONDS:
             return
         await kernel.store.set_account_state(account.channel_name, account.name, key, now)
-        await kernel.outbound.send_text(account, route_for(message), verdict.reply, fmt="plain")
+        await kernel.outbound.deliver_text(account, route_for(message), verdict.reply,
+                                           fmt="plain")
 
     def _remember_last_chat(self, account: Account, message: InboundMessage) -> None:
         """The target of ``last``: kept in memory, written when it changed.
@@ -207,5 +208,5 @@ class Inbound:
                 log.exception("command /%s failed", name)
                 reply = f"⚠️ /{name} failed: {exc}"
         if reply:
-            await kernel.outbound.send_text(account, route, reply, session_key=record.key,
-                                            session_id=record.session_id, fmt="plain")
+            await kernel.outbound.deliver_text(account, route, reply, session_key=record.key,
+                                               session_id=record.session_id, fmt="plain")

@@ -18,14 +18,16 @@ import anyio
 from anyio.abc import TaskGroup
 
 from chatkernel.core import config as cfg
-from chatkernel.core.agents import Agent, TurnRequest, collect_agents
+from chatkernel.core.agents import Agent, AgentEvent, TurnRequest, collect_agents
 from chatkernel.core.channel import Channel, collect_channels
 from chatkernel.core.commands import collect_commands
 from chatkernel.core.inbound import Inbound, InvalidMessage, envelope, text_with_media_notes
 from chatkernel.core.indicators import Indicators
 from chatkernel.core.metrics import Metrics
-from chatkernel.core.models import Account, Command, InboundMessage, Route
+from chatkernel.core.models import Account, Command, InboundMessage, Route, Session
 from chatkernel.core.outbound import Outbound, Responder
+from chatkernel.core.outbox import Outbox
+from chatkernel.core.policy import SendPolicy
 from chatkernel.core.plugins import PluginManager, get_plugin_manager
 from chatkernel.core.queue import Batch, QueuedMessage, QueueSettings, SessionQueue
 from chatkernel.core.sessions import Sessions
@@ -58,6 +60,8 @@ class Kernel:
         self.accounts: dict[str, Account] = {}
         self.agent: Agent | None = None
         self.outbound = Outbound(self)
+        self.outbox = Outbox(self)
+        self.send_policy = SendPolicy.from_config(self.config.send_policy)
         self.inbound = Inbound(self)
         self.indicators = Indicators(lambda key: self.sessions.route(key))
         self.started_at: float | None = None
@@ -89,6 +93,8 @@ class Kernel:
         self.channel_types = collect_channels(self.pm)
         self.commands = collect_commands(self.pm)
         self._build_accounts()
+        for account in self.accounts.values():
+            self.outbox.prepare(account)  # rate limits and retry policy: errors now, not later
         agent_types = collect_agents(self.pm)
         kind = self.config.agent.kind
         if kind not in agent_types:
@@ -121,6 +127,7 @@ class Kernel:
         stack.push_async_callback(self.inbound.flush_last_chats)  # after the task group ends
         self._tg.start_soon(self._write_behind, name="write-behind")
         self.started_at = time.time()
+        await self.outbox.recover()
         await self._replay_unfinished()
 
     def _build_accounts(self) -> None:
@@ -172,11 +179,12 @@ class Kernel:
             await self.inbound.flush_last_chats()
 
     async def drain(self, timeout: float) -> bool:
-        """Wait (bounded) for running and queued turns to finish; True if they did."""
+        """Wait (bounded) for running and queued turns and their sends; True if done."""
         with anyio.move_on_after(timeout):
             while self._queue is not None and any(
                     lane.active for lane in self._queue.lanes.values()):
                 await anyio.sleep(0.02)
+            await self.outbox.wait_idle()
             return True
         return False
 
@@ -211,6 +219,57 @@ class Kernel:
         if found is None:
             raise InvalidMessage(f"no running account {channel}:{account}")
         return found
+
+    def pick_account(self, channel: str, account: str | None = None) -> Account:
+        """The account to send from: named, or the channel's only one. LookupError says why."""
+        mine = sorted(a.name for a in self.accounts.values() if a.channel_name == channel)
+        if not mine:
+            known = ", ".join(sorted({a.channel_name for a in self.accounts.values()})) or "none"
+            raise LookupError(f"no running account of channel {channel!r} (channels: {known})")
+        if account is None:
+            if len(mine) > 1:
+                raise LookupError(f"channel {channel!r} has several accounts "
+                                  f"({', '.join(mine)}): name one with --account")
+            account = mine[0]
+        found = self.accounts.get(f"{channel}:{account}")
+        if found is None:
+            raise LookupError(f"no account {account!r} in channel {channel!r} "
+                              f"(accounts: {', '.join(mine)})")
+        return found
+
+    async def resolve_target(self, channel: str, account: str | None, to: str, *,
+                             thread: str | None = None) -> tuple[Account, Route, str]:
+        """A proactive send's (account, route, session key). ``to`` is a chat id or
+        ``last`` (the account's last active chat). LookupError says what is missing."""
+        if not to:
+            raise LookupError("no target: give a chat id or 'last'")
+        found = self.pick_account(channel, account)
+        if to == "last":
+            last = self.inbound.last_chat(found) or await self.store.get_account_state(
+                found.channel_name, found.name, "last_chat")
+            if not last:
+                raise LookupError(f"{found.key} has no last active chat yet")
+            chat_id, thread, is_group = last["chat_id"], last.get("thread_id"), \
+                bool(last.get("is_group"))
+        else:
+            chat_id, is_group = to, False
+        key = Session.make_key(found.channel_name, found.name, chat_id, thread)
+        known = await self.sessions.route(key)
+        route = known or Route(found.channel_name, found.name, chat_id, thread_id=thread,
+                               is_group=is_group)
+        return found, route, key
+
+    async def session_target(self, key: str) -> tuple[Account, Route, str]:
+        """Where ``sessions send KEY`` goes: the session's account and current route."""
+        record = await self.sessions.get(key)
+        if record is None:
+            raise LookupError(f"no session {key!r} (chatkernel sessions list shows them)")
+        found = self.pick_account(record.channel, record.account)
+        route = await self.sessions.route(key)
+        if route is None:
+            route = Route(record.channel, record.account, record.chat_id,
+                          thread_id=record.thread_id)
+        return found, route, key
 
     def queue_settings(self, session_key: str) -> QueueSettings:
         """Session override (``/queue``) > channel ``queue`` table > ``[queue]``."""
@@ -255,13 +314,11 @@ class Kernel:
             envelope=envelope(batch.last),
             media=[media for item in batch.items for media in item.message.media],
             log_seq=first_seq)
-
-        async def logged(text: str) -> None:
-            account.last_sent_at = time.time()
-            await store.append_log(key, record.session_id, "assistant", text)
-
-        responder = Responder(self.outbound, account, key, record.session_id,
-                              route=lambda: self.sessions.route(key), on_sent=logged)
+        route = await self.sessions.route(key)
+        if route is None:
+            raise RuntimeError(f"session {key} has no reply route")
+        seqs = [item.seq for item in batch.items if item.seq is not None]
+        responder = Responder(self, account, key, record.session_id, route, seqs)
         if not request.heartbeat:
             self.indicators.begin(account, key)
         started = time.monotonic()
@@ -279,15 +336,12 @@ class Kernel:
             outcome = "error"
             log.exception("agent turn failed in %s", key)
             await responder.flush()
-            from chatkernel.core.agents import AgentEvent
-
             await responder.handle(AgentEvent.error(f"the agent failed: {exc}"))
         finally:
             self.indicators.end(key)
             with anyio.CancelScope(shield=True):
-                for item in batch.items:
-                    if item.seq is not None:
-                        await store.set_journal_status(item.seq, "done")
+                for seq in responder.unfinished_journal():  # a turn with no reply
+                    await store.set_journal_status(seq, "done")
                 self.metrics.child(self.metrics.turns, outcome).inc()
                 self.metrics.turn_seconds.observe(time.monotonic() - started)
 

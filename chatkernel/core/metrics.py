@@ -21,6 +21,10 @@ class Metrics:
                                     registry=self.registry)
         self.send_failures = Counter("chatkernel_send_failures", "Payloads that failed to send",
                                      labels, registry=self.registry)
+        self.retries = Counter("chatkernel_send_retries", "Send requests repeated", labels,
+                               registry=self.registry)
+        self.throttled = Counter("chatkernel_throttled", "429 answers from a platform", labels,
+                                 registry=self.registry)
         self.dropped = Counter("chatkernel_queue_dropped", "Queued messages dropped or refused",
                                ("reason",), registry=self.registry)
         self.turns = Counter("chatkernel_turns", "Agent turns run", ("outcome",),

@@ -98,6 +98,8 @@ class SendError(Exception):
     failure before the request was written). ``delivery_unknown``: the request
     may have reached the platform (a timeout after sending) and must not be
     repeated blindly. ``retry_after``: seconds the platform asked to wait.
+    ``markup_rejected``: the platform could not parse the formatting; the
+    kernel resends the same text as plain text (that is not a retry).
     """
 
     def __init__(
@@ -109,8 +111,10 @@ class SendError(Exception):
         delivery_unknown: bool = False,
         status: int | None = None,
         code: str | int | None = None,
+        markup_rejected: bool = False,
     ) -> None:
         super().__init__(message)
+        self.markup_rejected = markup_rejected
         self.retryable = retryable
         self.retry_after = retry_after
         self.delivery_unknown = delivery_unknown

@@ -1,23 +1,25 @@
-"""Outbound: the responder that turns agent events into sends, and the sender.
+"""Outbound: turning an agent's reply into payloads, and sending one payload.
 
 Only final text is sent; tool activity and thinking never are. Errors and
 system notes flush the pending text first and go out with a clear prefix.
-The chunks of one reply go out strictly in order through one serialized
-sender per session, while different sessions send concurrently.
+A reply's text is split at ``MEDIA: <path>`` lines (each file goes out in its
+place in the order, after the media-path policy), then chunked at the
+channel's limit. Payloads go to the outbox (:mod:`chatkernel.core.outbox`),
+which sends them in order, one session at a time, with retries and pacing.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-import anyio
 
 from chatkernel.core.agents import AgentEvent
 from chatkernel.core.chunking import chunk_text
+from chatkernel.core.markers import split_media
 from chatkernel.core.models import Account, OutboundPayload, Route, SendError, SendResult
+from chatkernel.core.policy import resolve_media_path
 
 if TYPE_CHECKING:
     from chatkernel.core.kernel import Kernel
@@ -35,23 +37,20 @@ async def await_maybe(value: Any) -> Any:
     return value
 
 
+def upload_failed(name: str, reason: str) -> str:
+    """What the chat reads when a file could not be sent."""
+    return f"{ERROR_PREFIX}upload failed: {name} — {reason}"
+
+
 class Outbound:
-    """Sends payloads through the ``outbound_send`` hook, one session at a time."""
+    """Builds payloads and sends one through the ``outbound_send`` hook."""
 
     def __init__(self, kernel: "Kernel") -> None:
         self._kernel = kernel
-        self._locks: dict[str, anyio.Lock] = {}
-
-    def lock(self, key: str) -> anyio.Lock:
-        """The serialized sender of a session (or of a bare route)."""
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = self._locks[key] = anyio.Lock(fast_acquire=True)
-        return lock
 
     async def send_payload(self, account: Account, route: Route,
                            payload: OutboundPayload) -> SendResult:
-        """One payload through the hook; raises SendError on failure."""
+        """One request through the hook; raises SendError on failure."""
         hook = self._kernel.pm.hook.outbound_send
         result = await await_maybe(hook(account=account, route=route, payload=payload))
         if result is None:
@@ -60,55 +59,88 @@ class Outbound:
         metrics.child(metrics.messages_out, account.channel_name, account.name).inc()
         return result
 
-    async def send_text(self, account: Account, route: Route, text: str, *,
-                        session_key: str | None = None, session_id: str = "",
-                        fmt: str = "markdown") -> bool:
-        """Chunk and send a text in order; failures are reported, never silent.
+    async def payloads(self, account: Account, text: str, *, fmt: str = "markdown",
+                       media: list[str] = ()) -> list[OutboundPayload]:
+        """The payloads of one reply, in order: text chunks and media files.
 
-        Returns True when every chunk was sent.
+        With ``fmt="markdown"`` the text's ``MEDIA:`` lines become media payloads
+        in their place; ``media`` adds files after the text (``chatkernel send
+        --media``). A file the media-path policy refuses becomes an
+        ``⚠️ upload failed`` line instead, and is logged.
         """
-        limits = account.channel.limits if account.channel else None
-        chunks = chunk_text(text, limits.text_limit, limits.text_unit) if limits else [text]
-        key = session_key or f"{route.channel}:{route.account}:{route.chat_id}"
-        async with self.lock(key):
-            for index, chunk in enumerate(chunks, start=1):
-                payload = OutboundPayload(text=chunk, chunk_index=index,
-                                          chunk_count=len(chunks), format=fmt)  # type: ignore[arg-type]
-                try:
-                    await self.send_payload(account, route, payload)
-                except Exception as exc:
-                    await self.report_failure(account, key, session_id, index, len(chunks), exc)
-                    return False
-        return True
+        limits = account.channel.limits  # type: ignore[union-attr]
+        result: list[OutboundPayload] = []
+        segments = split_media(text) if fmt == "markdown" else None
+        pieces: list[tuple[str, str]] = (
+            [(s.kind, s.value) for s in segments] if segments is not None else [("text", text)])
+        pieces += [("media", path) for path in media]
+        for kind, value in pieces:
+            if kind == "text":
+                result.extend(OutboundPayload(text=chunk, format=fmt)  # type: ignore[arg-type]
+                              for chunk in chunk_text(value, limits.text_limit,
+                                                      limits.text_unit))
+            else:
+                result.append(await self._media_payload(account, value))
+        return result
 
-    async def report_failure(self, account: Account, session_key: str, session_id: str,
-                             index: int, count: int, exc: BaseException) -> None:
-        """Log, count and record a failed chunk; recording never triggers a send."""
-        reason = str(exc) or type(exc).__name__
-        detail = f"chunk {index}/{count}: {reason}"
-        if index < count:
-            detail += f" ({count - index} later chunk(s) not sent)"
-        log.warning("delivery failed in %s: %s", session_key, detail)
-        self._kernel.metrics.send_failures.labels(account.channel_name, account.name).inc()
-        await self._kernel.store.append_log(session_key, session_id, "notification",
-                                            f"delivery failed: {detail}",
-                                            {"kind": "send_failure"})
+    async def check_media(self, account: Account, raw_path: str) -> tuple[Path | None, str]:
+        """Resolve a media path and ask ``media_path_allowed``: (path, "") when it
+        may be sent, else (None, the reason). Refusals are logged."""
+        try:
+            if "\x00" in raw_path:
+                raise ValueError("the path contains a NUL byte")
+            path = resolve_media_path(raw_path, account.workspace)
+        except (OSError, ValueError, RuntimeError) as exc:
+            reason = f"not a usable path ({exc})"
+            log.warning("%s: media %r refused: %s", account.key, raw_path, reason)
+            return None, reason
+        verdict = await await_maybe(self._kernel.pm.hook.media_path_allowed(
+            path=path, workspace=account.workspace.resolve(),
+            access_level=account.access_level, account=account))
+        if verdict is not None and not verdict:
+            log.warning("%s: media %s refused by the media-path policy: %s", account.key, path,
+                        verdict.reason)
+            return None, verdict.reason
+        return path, ""
+
+    async def _media_payload(self, account: Account, raw_path: str) -> OutboundPayload:
+        path, reason = await self.check_media(account, raw_path)
+        if path is None:
+            name = raw_path.replace("\x00", "").rsplit("/", 1)[-1] or raw_path
+            return OutboundPayload(text=upload_failed(name, reason), format="plain")
+        limits = account.channel.limits  # type: ignore[union-attr]
+        return OutboundPayload(media_path=path, media_kind=limits.media_kind(path))
+
+    async def deliver_text(self, account: Account, route: Route, text: str, *,
+                           session_key: str | None = None, session_id: str = "",
+                           fmt: str = "markdown", media: list[str] = ()) -> str | None:
+        """Queue a text (and files) for a route; returns the reply id (None: nothing to send)."""
+        payloads = await self.payloads(account, text, fmt=fmt, media=media)
+        if not payloads:
+            return None
+        key = session_key or route_key(route)
+        return await self._kernel.outbox.submit(account, key, session_id, route, payloads)
+
+
+def route_key(route: Route) -> str:
+    """The outbox ordering key of a send without a session."""
+    base = f"{route.channel}:{route.account}:{route.chat_id}"
+    return f"{base}:{route.thread_id}" if route.thread_id else base
 
 
 class Responder:
-    """Consumes one turn's agent events and sends what should be sent."""
+    """Consumes one turn's agent events and queues what should be sent."""
 
-    def __init__(self, outbound: Outbound, account: Account, session_key: str, session_id: str,
-                 route: Callable[[], Awaitable[Route | None]],
-                 on_sent: Callable[[str], Awaitable[None]] | None = None) -> None:
-        self._outbound = outbound
+    def __init__(self, kernel: "Kernel", account: Account, session_key: str, session_id: str,
+                 route: Route, journal_seqs: list[int]) -> None:
+        self._kernel = kernel
         self._account = account
         self._key = session_key
         self._session_id = session_id
         self._route = route
-        self._on_sent = on_sent
+        self._journal_seqs = journal_seqs  # marked done with the first queued reply
         self._pending: list[str] = []
-        self.sent_texts: list[str] = []
+        self.replies = 0
 
     async def handle(self, event: AgentEvent) -> None:
         if event.kind == "text":
@@ -116,26 +148,28 @@ class Responder:
                 self._pending.append(event.text)
         elif event.kind == "error":
             await self.flush()
-            await self._send(ERROR_PREFIX + event.text, fmt="plain")
+            await self._queue(ERROR_PREFIX + event.text, fmt="plain")
         elif event.kind == "system":
             await self.flush()
-            await self._send(SYSTEM_PREFIX + event.text, fmt="plain")
+            await self._queue(SYSTEM_PREFIX + event.text, fmt="plain")
         # "tool" and "thinking" are never sent.
+
+    def unfinished_journal(self) -> list[int]:
+        """Journal entries no queued reply has finished (the turn said nothing)."""
+        return self._journal_seqs
 
     async def flush(self) -> None:
         pending, self._pending = self._pending, []
         for text in pending:
-            await self._send(text)
+            await self._queue(text)
 
-    async def _send(self, text: str, fmt: str = "markdown") -> None:
-        route = await self._route()  # read at send time: never a stale destination
-        if route is None:
-            log.warning("no route for session %s: reply not sent", self._key)
-            await self._outbound.report_failure(self._account, self._key, self._session_id,
-                                                1, 1, SendError("no reply route"))
+    async def _queue(self, text: str, fmt: str = "markdown") -> None:
+        kernel = self._kernel
+        payloads = await kernel.outbound.payloads(self._account, text, fmt=fmt)
+        if not payloads:
             return
-        if await self._outbound.send_text(self._account, route, text, session_key=self._key,
-                                          session_id=self._session_id, fmt=fmt):
-            self.sent_texts.append(text)
-            if self._on_sent is not None:
-                await self._on_sent(text)
+        await kernel.store.append_log(self._key, self._session_id, "assistant", text)
+        finish, self._journal_seqs = self._journal_seqs, []
+        await kernel.outbox.submit(self._account, self._key, self._session_id, self._route,
+                                   payloads, finish_journal=finish)
+        self.replies += 1

@@ -43,3 +43,42 @@ def default_media_policy(path: Path, workspace: Path, access_level: str) -> Verd
         return Verdict.allow()
     return Verdict.deny(f"outside the workspace (access level {access_level!r} "
                         "may only send files under the workspace or the temp dir)")
+
+
+# -- the send policy -------------------------------------------------------------------------
+
+
+class SendPolicy:
+    """Who the gateway may send to, checked on every outbound payload.
+
+    A session's own override (``allow`` / ``deny``, set with ``/send`` or
+    ``chatkernel sessions policy``) wins; then the first matching rule of
+    ``[send_policy]`` (by channel and chat type); then its ``default``.
+    """
+
+    def __init__(self, default: str = "allow", rules: list[dict] | None = None) -> None:
+        self.default = default
+        self.rules = list(rules or [])
+
+    @classmethod
+    def from_config(cls, config) -> "SendPolicy":
+        return cls(config.default, [rule.model_dump() for rule in config.rules])
+
+    def check(self, route, session=None) -> Verdict:
+        override = (session.settings.get("send") if session is not None else None)
+        if override in ("allow", "deny"):
+            return self._verdict(override, "this session's send setting")
+        chat_type = "group" if route.is_group else "direct"
+        for index, rule in enumerate(self.rules):
+            if rule.get("channel", "*") not in ("*", route.channel):
+                continue
+            if rule.get("chat_type", "any") not in ("any", chat_type):
+                continue
+            return self._verdict(rule["action"], f"send_policy.rules[{index}]")
+        return self._verdict(self.default, "send_policy.default")
+
+    @staticmethod
+    def _verdict(action: str, source: str) -> Verdict:
+        if action == "allow":
+            return Verdict.allow(source)
+        return Verdict.deny(f"blocked by the send policy ({source})")

@@ -171,8 +171,15 @@ class KernelHarness:
         return self.account_channel("main")
 
     async def settle(self, timeout: float = 5.0) -> None:
-        """Wait until every lane is idle (bounded)."""
+        """Wait until every lane is idle and every queued payload was sent (bounded)."""
         with anyio.fail_after(timeout):
-            await anyio.sleep(0)
-            while any(lane.active for lane in self.kernel.queue.lanes.values()):
-                await anyio.sleep(0.005)
+            while True:
+                await anyio.sleep(0)
+                if any(lane.active for lane in self.kernel.queue.lanes.values()):
+                    await anyio.sleep(0.005)
+                    continue
+                await self.kernel.outbox.wait_idle()
+                await anyio.sleep(0)
+                if not any(lane.active for lane in self.kernel.queue.lanes.values()) \
+                        and not self.kernel.outbox.pending():
+                    return

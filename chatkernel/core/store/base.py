@@ -12,7 +12,7 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any
 
-from chatkernel.core.models import InboundMessage, Route
+from chatkernel.core.models import InboundMessage, OutboundPayload, Route
 
 
 @dataclass(slots=True)
@@ -53,6 +53,29 @@ class LogEntry:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class OutboxEntry:
+    """One payload waiting to be sent, being sent, or done.
+
+    ``status``: ``pending`` (not sent yet: sent after a restart), ``sending``
+    (the request may be out: after a crash it becomes ``unknown``, never
+    resent), ``sent``, ``failed`` or ``unknown``. ``reply_id`` groups the
+    chunks of one reply.
+    """
+
+    id: int
+    reply_id: str
+    session_key: str
+    session_id: str
+    channel: str
+    account: str
+    route: Route  # where it was addressed when queued (the session's route wins)
+    payload: OutboundPayload
+    status: str
+    error: str | None
+    created_at: float
+
+
 class Store(abc.ABC):
     """Durable state. Every method is safe to call concurrently from one event loop."""
 
@@ -88,6 +111,25 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def unfinished_inbound(self) -> list[JournalEntry]:
         """Entries still ``received`` or ``queued``: replayed after a crash, in seq order."""
+
+    # -- outbox ---------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def outbox_add(self, entries: list[OutboxEntry], *,
+                         finish_journal: list[int] = ()) -> list[int]:
+        """Queue payloads (ids are assigned) and, in the same transaction, mark the
+        journal entries ``finish_journal`` done: once a reply is queued, a restart
+        sends it rather than running the turn again (which would answer twice)."""
+
+    @abc.abstractmethod
+    async def outbox_mark(self, entry_id: int, status: str, error: str | None = None, *,
+                          durable: bool = False) -> None:
+        """Move an entry on. ``durable=True`` returns only once it is committed:
+        ``sending`` must be, before the request goes out."""
+
+    @abc.abstractmethod
+    async def outbox_unfinished(self) -> list[OutboxEntry]:
+        """``pending`` and ``sending`` entries, oldest first."""
 
     # -- platform cursors --------------------------------------------------------------
 

@@ -21,19 +21,23 @@ import os
 from pathlib import Path
 from typing import Any
 
-from chatkernel.core.models import InboundMessage, MediaRef, Route
+from chatkernel.core.models import InboundMessage, MediaRef, OutboundPayload, Route
 
 __all__ = [
     "decode_json",
     "decode_message",
+    "decode_payload",
     "decode_route",
     "encode_json",
     "encode_message",
+    "encode_payload",
     "encode_route",
     "media_from_dict",
     "media_to_dict",
     "message_from_dict",
     "message_to_dict",
+    "payload_from_dict",
+    "payload_to_dict",
     "route_from_dict",
     "route_to_dict",
 ]
@@ -173,3 +177,39 @@ def encode_route(route: Route) -> str:
 
 def decode_route(text: str | bytes) -> Route:
     return route_from_dict(decode_json(text))
+
+
+# -- outbound payloads ------------------------------------------------------------------------
+
+
+def payload_to_dict(payload: OutboundPayload) -> dict[str, Any]:
+    return {
+        "text": payload.text,
+        "media_path": None if payload.media_path is None else os.fspath(payload.media_path),
+        "media_kind": payload.media_kind,
+        "caption": payload.caption,
+        "chunk_index": payload.chunk_index,
+        "chunk_count": payload.chunk_count,
+        "format": payload.format,
+    }
+
+
+def payload_from_dict(data: dict[str, Any]) -> OutboundPayload:
+    path = data.get("media_path")
+    return OutboundPayload(
+        text=data.get("text", ""),
+        media_path=None if path is None else Path(path),
+        media_kind=data.get("media_kind"),
+        caption=data.get("caption", ""),
+        chunk_index=data.get("chunk_index", 1),
+        chunk_count=data.get("chunk_count", 1),
+        format=data.get("format", "markdown"),
+    )
+
+
+def encode_payload(payload: OutboundPayload) -> str:
+    return encode_json(payload_to_dict(payload), what="OutboundPayload")
+
+
+def decode_payload(text: str | bytes) -> OutboundPayload:
+    return payload_from_dict(decode_json(text))

@@ -54,13 +54,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 
 from chatkernel.core.models import InboundMessage, Route
-from chatkernel.core.store.base import JournalEntry, LogEntry, SessionRecord, Store
+from chatkernel.core.store.base import JournalEntry, LogEntry, OutboxEntry, SessionRecord, Store
 from chatkernel.core.store.codec import (
     decode_json,
     decode_message,
+    decode_payload,
     decode_route,
     encode_json,
     encode_message,
+    encode_payload,
     encode_route,
 )
 
@@ -85,6 +87,7 @@ JOURNAL_RETENTION: float = 7 * 24 * 3600.0
 COMMIT_INTERVAL: float = 0.002
 
 JOURNAL_STATUSES: tuple[str, ...] = ("received", "queued", "done", "rejected")
+OUTBOX_STATUSES: tuple[str, ...] = ("pending", "sending", "sent", "failed", "unknown")
 UNFINISHED_STATUSES: tuple[str, ...] = ("received", "queued")
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
@@ -162,6 +165,25 @@ MIGRATIONS: list[str] = [
         meta         TEXT  -- JSON object, NULL when empty
     );
     CREATE INDEX session_log_key_seq ON session_log (session_key, seq);
+    """,
+    # 2: the outbox.
+    """
+    CREATE TABLE outbox (
+        id           INTEGER PRIMARY KEY AUTOINCREMENT,
+        reply_id     TEXT NOT NULL,
+        session_key  TEXT NOT NULL,
+        session_id   TEXT NOT NULL,
+        channel      TEXT NOT NULL,
+        account      TEXT NOT NULL,
+        route        TEXT NOT NULL,  -- JSON, chatkernel.core.store.codec
+        payload      TEXT NOT NULL,  -- JSON, chatkernel.core.store.codec
+        status       TEXT NOT NULL
+                     CHECK (status IN ('pending', 'sending', 'sent', 'failed', 'unknown')),
+        error        TEXT,
+        created_at   REAL NOT NULL,
+        updated_at   REAL NOT NULL
+    );
+    CREATE INDEX outbox_unfinished ON outbox (id) WHERE status IN ('pending', 'sending');
     """,
 ]
 
@@ -442,6 +464,49 @@ class SQLiteStore(Store):
         return [JournalEntry(seq=seq, message=decode_message(data), status=status,
                              received_at=received_at)
                 for seq, data, status, received_at in rows]
+
+    # -- outbox ------------------------------------------------------------------------------
+
+    async def outbox_add(self, entries: list[OutboxEntry], *,
+                         finish_journal: list[int] | tuple[int, ...] = ()) -> list[int]:
+        now = time.time()
+        ids = []
+        for entry in entries:
+            cursor = self._write(
+                "INSERT INTO outbox (reply_id, session_key, session_id, channel, account, route,"
+                " payload, status, error, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (entry.reply_id, entry.session_key, entry.session_id, entry.channel,
+                 entry.account, encode_route(entry.route), encode_payload(entry.payload),
+                 entry.status, entry.error, now, now))
+            entry.id = cursor.lastrowid  # type: ignore[assignment]
+            ids.append(entry.id)
+        for seq in finish_journal:  # no await since the inserts: one transaction
+            self._write("UPDATE inbound_journal SET status = 'done' WHERE seq = ?", (seq,))
+        return ids
+
+    async def outbox_mark(self, entry_id: int, status: str, error: str | None = None, *,
+                          durable: bool = False) -> None:
+        if status not in OUTBOX_STATUSES:
+            raise ValueError(f"outbox status must be one of {', '.join(OUTBOX_STATUSES)}, "
+                             f"not {status!r}")
+        cursor = self._write("UPDATE outbox SET status = ?, error = ?, updated_at = ?"
+                             " WHERE id = ?", (status, error, time.time(), entry_id))
+        if cursor.rowcount == 0:
+            raise KeyError(f"no outbox entry with id {entry_id}")
+        if durable:
+            await self._committed()
+
+    async def outbox_unfinished(self) -> list[OutboxEntry]:
+        rows = self._run(
+            "SELECT id, reply_id, session_key, session_id, channel, account, route, payload,"
+            " status, error, created_at FROM outbox WHERE status IN ('pending', 'sending')"
+            " ORDER BY id").fetchall()
+        return [OutboxEntry(id=row[0], reply_id=row[1], session_key=row[2],
+                            session_id=row[3], channel=row[4], account=row[5],
+                            route=decode_route(row[6]), payload=decode_payload(row[7]),
+                            status=row[8], error=row[9], created_at=row[10])
+                for row in rows]
 
     async def prune_journal(self, older_than: float, *, batch: int = 1000) -> int:
         """Delete ``done`` and ``rejected`` entries received before ``older_than`` (a time).

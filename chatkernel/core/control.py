@@ -1,0 +1,164 @@
+"""The control API: how the CLI talks to a running gateway.
+
+The gateway serves ``/control/*`` on its HTTP server and writes
+``$CHATKERNEL_HOME/gateway.json`` (mode 0600: pid, URL, token) while it runs.
+Every control request needs ``Authorization: Bearer <token>``: the token is
+``gateway.control_token`` from the config when set, else a random one made at
+start. Commands that find no running gateway work on the local state instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from chatkernel.core.kernel import Kernel
+
+STATE_FILE = "gateway.json"
+
+
+@dataclass(slots=True)
+class GatewayInfo:
+    """What ``gateway.json`` says about the running gateway."""
+
+    pid: int
+    url: str
+    token: str
+    started_at: float
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def state_path(home: Path) -> Path:
+    return home / STATE_FILE
+
+
+def write_state(home: Path, url: str, token: str) -> Path:
+    """Record the running gateway (mode 0600: the token is a secret)."""
+    home.mkdir(parents=True, exist_ok=True)
+    path = state_path(home)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump({"pid": os.getpid(), "url": url, "token": token,
+                   "started_at": time.time()}, handle)
+    os.replace(tmp, path)
+    return path
+
+
+def remove_state(home: Path) -> None:
+    path = state_path(home)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if data.get("pid") == os.getpid():  # never remove another gateway's file
+        path.unlink(missing_ok=True)
+
+
+def read_state(home: Path) -> GatewayInfo | None:
+    """The running gateway, or None (no file, a stale file, an unreadable one)."""
+    try:
+        data = json.loads(state_path(home).read_text())
+        info = GatewayInfo(int(data["pid"]), str(data["url"]), str(data["token"]),
+                           float(data.get("started_at", 0)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return info if info.alive() else None
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+# -- the server side ---------------------------------------------------------------------
+
+
+class ControlError(Exception):
+    """A control request that cannot be done; ``status`` is its HTTP status."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
+    """The ``/control`` routes of the gateway's HTTP app."""
+    from aiohttp import web
+
+    def authorized(request: web.Request) -> bool:
+        given = request.headers.get("Authorization", "")
+        return secrets.compare_digest(given.encode(), f"Bearer {token}".encode())
+
+    def handler(action):
+        async def handle(request: web.Request) -> web.Response:
+            if not authorized(request):
+                return web.json_response({"error": "missing or wrong control token"},
+                                         status=401)
+            try:
+                body = await request.json() if request.can_read_body else {}
+            except ValueError:
+                return web.json_response({"error": "the body must be JSON"}, status=400)
+            if not isinstance(body, dict):
+                return web.json_response({"error": "the body must be a JSON object"},
+                                         status=400)
+            try:
+                return web.json_response(await action(body))
+            except ControlError as exc:
+                return web.json_response({"error": str(exc)}, status=exc.status)
+        return handle
+
+    async def send(body: dict[str, Any]) -> dict[str, Any]:
+        return await send_from_request(kernel, body)
+
+    async def status(body: dict[str, Any]) -> dict[str, Any]:
+        return {"ok": True, "pid": os.getpid(), "accounts": sorted(kernel.accounts),
+                "started_at": kernel.started_at}
+
+    return [("POST", "/control/send", handler(send)),
+            ("POST", "/control/status", handler(status))]
+
+
+async def send_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str, Any]:
+    """Do what ``chatkernel send`` / ``sessions send`` asked (validated here)."""
+    text = body.get("text", "")
+    media = body.get("media") or []
+    if not isinstance(text, str) or not isinstance(media, list) or not all(
+            isinstance(item, str) for item in media):
+        raise ControlError("'text' must be a string and 'media' a list of paths")
+    if not text.strip() and not media:
+        raise ControlError("nothing to send: give a text or a file")
+    try:
+        if body.get("session"):
+            account, route, key = await kernel.session_target(str(body["session"]))
+        else:
+            account, route, key = await kernel.resolve_target(
+                str(body.get("channel") or ""), body.get("account"), str(body.get("to") or ""),
+                thread=body.get("thread"))
+    except LookupError as exc:
+        raise ControlError(str(exc), 404) from None
+    for path in media:  # the sender hears of a refused file now, not the chat later
+        allowed, reason = await kernel.outbound.check_media(account, path)
+        if allowed is None:
+            raise ControlError(f"{path}: {reason}", 403)
+    session = kernel.sessions.cached(key) or await kernel.sessions.get(key)
+    reply_id = await kernel.outbound.deliver_text(
+        account, route, text, session_key=key,
+        session_id=session.session_id if session is not None else "", media=media)
+    return {"reply_id": reply_id, "session": key, "account": account.key,
+            "chat_id": route.chat_id}

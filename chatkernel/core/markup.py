@@ -1,0 +1,623 @@
+"""Convert the Markdown an agent writes into a platform's markup (SPEC §4 "Formatting").
+
+Agents write CommonMark (plus GitHub's ``~~strike~~`` and pipe tables); chat
+platforms each speak their own dialect. The text is parsed once with
+markdown-it-py and its token stream is rendered by a small renderer per
+target:
+
+``telegram_html``
+    Telegram's ``parse_mode=HTML`` subset: ``<b> <i> <s> <code> <pre>``,
+    ``<pre><code class="language-x">`` for a fence with a language,
+    ``<a href>`` and ``<blockquote>``. No other tag is ever emitted, every tag
+    is balanced and properly nested, and Telegram's own nesting rules hold
+    (nothing inside ``<code>``/``<pre>``, no ``<code>`` inside a link, no
+    blockquote inside a blockquote). ``&``, ``<`` and ``>`` are escaped
+    everywhere and ``"`` in attribute values, with the only named entities
+    Telegram accepts (``&amp; &lt; &gt; &quot;``).
+``slack_mrkdwn``
+    ``*bold*``, ``_italic_``, ``~strike~``, `` `code` ``, ``` fences (no
+    language), ``<url|text>`` links, ``>`` quotes; ``&``, ``<`` and ``>`` in
+    text become ``&amp; &lt; &gt;`` (so an agent cannot produce a
+    ``<!channel>`` or ``<@U123>`` mention by accident).
+``whatsapp``
+    ``*bold*``, ``_italic_``, ``~strike~``, `` `inline` ``, ```` ```monospace``` ````,
+    ``- `` bullets, ``> `` quotes, links as ``text (url)``. WhatsApp has no
+    escape mechanism, so text is passed through as is.
+``plain``
+    The readable text with the markup removed: links as ``text (url)``, code
+    verbatim, ``• `` bullets, ``> `` quote prefixes.
+
+Shared layout rules: a heading becomes a bold line; a list becomes lines
+prefixed ``• `` (``◦ ``, ``▪ `` when nested; ``- `` on WhatsApp) or ``1. ``,
+continuation lines indented under the item's text; a table becomes an aligned
+pipe table in a code block; a horizontal rule becomes ``———``; an image becomes
+a link to it; the agent's line breaks are kept; blocks are separated by one
+blank line (list items of a tight list by none). Fenced and indented code
+comes through verbatim (only escaped where the target requires it) and is
+never re-indented.
+
+Links: ``http``/``https`` (and ``tg`` on Telegram, ``mailto`` on Slack) become
+real links. A link with a dangerous scheme (``javascript:``, ``vbscript:``,
+``data:``, ``file:``) keeps only its text. Any other target (``mailto:`` on
+Telegram, ``tel:``, relative paths, …) is shown as ``text (url)``.
+
+Raw HTML the agent writes is not interpreted (markdown-it's ``html`` option
+is off): ``<script>`` shows up as literal, escaped text.
+
+Robustness: the functions never raise on any ``str``. markdown-it bounds
+nesting (``maxNesting``) so rendering recursion is bounded; should anything
+still go wrong, the raw input is returned escaped for the target, which is
+always valid markup.
+
+Chunking: convert each chunk separately *after* splitting the Markdown (see
+:mod:`chatkernel.core.chunking`, which closes and reopens code fences), never
+split converted HTML. Inline Markdown that straddles a cut (``**bold`` … ``**``,
+a link) is rendered literally on both sides, which is still valid markup.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+
+__all__ = [
+    "MARKUPS",
+    "render",
+    "to_plain",
+    "to_slack_mrkdwn",
+    "to_telegram_html",
+    "to_whatsapp",
+]
+
+#: Names accepted by :func:`render`.
+MARKUPS: tuple[str, ...] = ("telegram_html", "slack_mrkdwn", "whatsapp", "plain")
+
+HR_LINE = "———"
+
+# A link target with one of these schemes is never shown as a link or URL.
+_DANGEROUS_SCHEMES = frozenset({"javascript", "vbscript", "data", "file"})
+_SCHEME_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
+_LANG_JUNK_RE = re.compile(r"[^A-Za-z0-9_+#.\-]")
+
+
+def _make_parser() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False}).enable(["strikethrough", "table"])
+    # Accept every link destination at parse time: the renderers decide what
+    # to do with unsafe ones (keep the text), instead of markdown-it leaving
+    # "[text](javascript:…)" as literal brackets.
+    md.validateLink = lambda url: True  # type: ignore[method-assign]
+    return md
+
+
+_MD = _make_parser()
+
+
+# --------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------
+
+
+def _escape_html(text: str) -> str:
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _escape_attr(text: str) -> str:
+    return _escape_html(text).replace('"', "&quot;")
+
+
+def _scheme(url: str) -> str | None:
+    match = _SCHEME_RE.match(url)
+    return match.group(1).lower() if match else None
+
+
+def _display_url(href: str) -> str:
+    """The URL as a person would read it (percent-escapes of text decoded)."""
+    try:
+        return _MD.normalizeLinkText(href)
+    except Exception:  # pragma: no cover - defensive: mdurl/punycode edge cases
+        return href
+
+
+def _hug(content: str, mark: str) -> str:
+    """Wrap ``content`` in ``mark`` the way Slack and WhatsApp need it.
+
+    Their markers only work when they touch non-space characters and stay on
+    one line, so each line is wrapped separately with its surrounding
+    whitespace kept outside; blank lines are left alone.
+    """
+    out = []
+    for line in content.split("\n"):
+        core = line.strip()
+        if not core:
+            out.append(line)
+            continue
+        start = line.index(core[0])
+        out.append(line[:start] + mark + core + mark + line[start + len(core) :])
+    return "\n".join(out)
+
+
+def _width(text: str) -> int:
+    """Monospace display width: wide East Asian characters count 2."""
+    if text.isascii():
+        return len(text)
+    width = 0
+    for ch in text:
+        if unicodedata.combining(ch):
+            continue
+        width += 2 if unicodedata.east_asian_width(ch) in "WF" else 1
+    return width
+
+
+def _pad(text: str, width: int, align: str) -> str:
+    gap = max(width - _width(text), 0)
+    if align == "right":
+        return " " * gap + text
+    if align == "center":
+        left = gap // 2
+        return " " * left + text + " " * (gap - left)
+    return text + " " * gap
+
+
+def _format_table(rows: list[list[str]], aligns: list[str]) -> str:
+    """An aligned pipe table; the first row is the header."""
+    ncols = max(len(row) for row in rows)
+    rows = [row + [""] * (ncols - len(row)) for row in rows]
+    aligns = aligns + ["left"] * (ncols - len(aligns))
+    widths = [max(3, *(_width(row[c]) for row in rows)) for c in range(ncols)]
+    lines = []
+    for i, row in enumerate(rows):
+        cells = [_pad(cell, widths[c], aligns[c]) for c, cell in enumerate(row)]
+        lines.append("| " + " | ".join(cells) + " |")
+        if i == 0:
+            lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(line.rstrip() for line in lines)
+
+
+# A block renders to lines; the flag marks verbatim lines (code), which list
+# indentation must not touch.
+_Line = tuple[str, bool]
+_Node = tuple[Token, "list[_Node] | None"]
+
+
+def _tree(tokens: Sequence[Token]) -> list[_Node]:
+    """Nest markdown-it's flat block token stream (open/close pairs)."""
+    root: list[_Node] = []
+    stack = [root]
+    for tok in tokens:
+        if tok.nesting == 1:
+            children: list[_Node] = []
+            stack[-1].append((tok, children))
+            stack.append(children)
+        elif tok.nesting == -1:
+            if len(stack) > 1:
+                stack.pop()
+        else:
+            stack[-1].append((tok, None))
+    return root
+
+
+# --------------------------------------------------------------------------
+# Renderers
+# --------------------------------------------------------------------------
+
+
+class _Renderer:
+    """Common walk over the token tree; subclasses supply the target syntax."""
+
+    bullets: tuple[str, ...] = ("• ", "◦ ", "▪ ")
+    #: Emphasis inside a link label is dropped (Slack's ``<url|label>``).
+    plain_link_labels = False
+    #: Schemes rendered as the target's own link; others become ``text (url)``.
+    native_schemes: frozenset[str] = frozenset()
+
+    def __init__(self) -> None:
+        self.list_depth = 0
+        self.quote_depth = 0
+
+    # -- entry point -------------------------------------------------------
+
+    def render(self, markdown: str) -> str:
+        lines = self.blocks(_tree(_MD.parse(markdown)))
+        return "\n".join(text for text, _ in lines).strip("\n")
+
+    # -- target hooks (text level) -----------------------------------------
+
+    def text(self, s: str) -> str:
+        return s
+
+    def code_inline(self, s: str, in_link: bool) -> str:
+        return s
+
+    def style(self, kind: str, content: str) -> str:
+        """Wrap ``content`` for ``kind`` in ``strong``, ``em``, ``s``."""
+        return content
+
+    def native_link(self, href: str, content: str, auto: bool) -> str:
+        raise NotImplementedError  # pragma: no cover
+
+    # -- target hooks (block level) ----------------------------------------
+
+    def heading(self, content: str) -> str:
+        return self.style("strong", content)
+
+    def code_block(self, content: str, lang: str) -> list[_Line]:
+        return [(line, True) for line in content.split("\n")]
+
+    def table(self, text: str) -> list[_Line]:
+        return self.code_block(text, "")
+
+    def quote(self, lines: list[_Line]) -> list[_Line]:
+        if self.quote_depth > 0:  # no nested quotes on chat platforms
+            return lines
+        return [("> " + text if text else ">", verbatim) for text, verbatim in lines]
+
+    # -- links -------------------------------------------------------------
+
+    def link(self, href: str, content: str, auto: bool) -> str:
+        scheme = _scheme(href)
+        if scheme in _DANGEROUS_SCHEMES:
+            return content
+        if scheme in self.native_schemes:
+            return self.native_link(href, content, auto)
+        url = _display_url(href).removeprefix("mailto:")
+        if auto:  # <https://…> or <a@b.c>: the text already is the URL
+            return content
+        if not url or url.startswith("#"):  # nothing a chat reader can open
+            return content
+        if not content.strip():
+            return self.text(url)
+        if content == self.text(url):
+            return content
+        return content + self.text(f" ({url})")
+
+    # -- inline ------------------------------------------------------------
+
+    def inline(self, tokens: Sequence[Token] | None, base: frozenset[str] = frozenset()) -> str:
+        parts: list[str] = []
+        frames: list[tuple[str, Token, list[str]]] = []
+        counts = {"strong": 0, "em": 0, "s": 0, "link": 0}
+
+        def close_top() -> None:
+            nonlocal parts
+            kind, tok, outer = frames.pop()
+            content = "".join(parts)
+            parts = outer
+            if kind == "link":
+                if counts["link"] > 1:  # a link inside a link: text only
+                    parts.append(content)
+                else:
+                    href = tok.attrs.get("href")
+                    href = href if isinstance(href, str) else ""
+                    parts.append(self.link(href, content, tok.info == "auto"))
+            elif (
+                counts[kind] > 1
+                or kind in base
+                or (self.plain_link_labels and counts["link"] > 0)
+            ):
+                parts.append(content)
+            else:
+                parts.append(self.style(kind, content))
+            counts[kind] -= 1
+
+        for tok in tokens or ():
+            ttype = tok.type
+            if ttype == "text":
+                parts.append(self.text(tok.content))
+            elif ttype == "softbreak" or ttype == "hardbreak":
+                parts.append("\n")
+            elif ttype == "code_inline":
+                parts.append(self.code_inline(tok.content, counts["link"] > 0))
+            elif ttype == "image":
+                alt = _PlainRenderer().inline(tok.children)
+                src = tok.attrs.get("src")
+                src = src if isinstance(src, str) else ""
+                if counts["link"] > 0:
+                    parts.append(self.text(alt))
+                else:
+                    parts.append(self.link(src, self.text(alt), False))
+            elif tok.nesting == 1 and ttype[:-5] in counts:
+                kind = ttype[:-5]
+                counts[kind] += 1
+                frames.append((kind, tok, parts))
+                parts = []
+            elif tok.nesting == -1 and ttype[:-6] in counts:
+                kind = ttype[:-6]
+                if any(frame[0] == kind for frame in frames):
+                    while frames:
+                        top = frames[-1][0]
+                        close_top()
+                        if top == kind:
+                            break
+            elif tok.content:
+                parts.append(self.text(tok.content))
+        while frames:
+            close_top()
+        return "".join(parts)
+
+    # -- blocks ------------------------------------------------------------
+
+    def blocks(self, nodes: list[_Node], tight: bool = False) -> list[_Line]:
+        out: list[_Line] = []
+        for node in nodes:
+            lines = self.block(node)
+            if not lines:
+                continue
+            if out and not tight:
+                out.append(("", False))
+            out.extend(lines)
+        return out
+
+    def block(self, node: _Node) -> list[_Line]:
+        tok, children = node
+        ttype = tok.type
+        if ttype == "inline":
+            text = self.inline(tok.children)
+            return [(line, False) for line in text.split("\n")] if text.strip() else []
+        if ttype == "paragraph_open":
+            return self.blocks(children or [], tight=True)
+        if ttype == "heading_open":
+            inl = [t for t, _ in children or [] if t.type == "inline"]
+            content = self.inline(inl[0].children if inl else None, frozenset({"strong"}))
+            text = self.heading(content)
+            return [(line, False) for line in text.split("\n")] if text.strip() else []
+        if ttype == "fence" or ttype == "code_block":
+            content = tok.content.removesuffix("\n")
+            if not content:
+                return []
+            lang = ""
+            if ttype == "fence" and tok.info:
+                words = tok.info.split()
+                lang = _LANG_JUNK_RE.sub("", words[0]) if words else ""
+            return self.code_block(content, lang)
+        if ttype == "hr":
+            return [(HR_LINE, False)]
+        if ttype == "blockquote_open":
+            self.quote_depth += 1
+            try:
+                lines = self.blocks(children or [])
+            finally:
+                self.quote_depth -= 1
+            return self.quote(lines) if lines else []
+        if ttype == "bullet_list_open" or ttype == "ordered_list_open":
+            return self.list_block(tok, children or [])
+        if ttype == "table_open":
+            return self.table_block(children or [])
+        if children is not None:
+            return self.blocks(children)
+        if tok.content:  # html_block and anything unknown: literal text
+            return [(line, False) for line in self.text(tok.content.strip("\n")).split("\n")]
+        return []
+
+    def list_block(self, tok: Token, items: list[_Node]) -> list[_Line]:
+        ordered = tok.type == "ordered_list_open"
+        number = 1
+        if ordered:
+            start = tok.attrs.get("start", 1)
+            number = start if isinstance(start, int) else 1
+        tight = not any(
+            t.type == "paragraph_open" and not t.hidden
+            for _, item_children in items
+            for t, _ in item_children or []
+        )
+        bullet = self.bullets[self.list_depth % len(self.bullets)]
+        self.list_depth += 1
+        out: list[_Line] = []
+        try:
+            for item, item_children in items:
+                if item.type != "list_item_open":
+                    continue
+                marker = f"{number}. " if ordered else bullet
+                number += 1
+                lines = self.blocks(item_children or [], tight)
+                if out and not tight:
+                    out.append(("", False))
+                if not lines:
+                    out.append((marker.rstrip(), False))
+                    continue
+                indent = " " * len(marker)
+                out.append((marker + lines[0][0], lines[0][1]))
+                out.extend(
+                    (indent + text if text and not verbatim else text, verbatim)
+                    for text, verbatim in lines[1:]
+                )
+        finally:
+            self.list_depth -= 1
+        return out
+
+    def table_block(self, sections: list[_Node]) -> list[_Line]:
+        rows: list[list[str]] = []
+        aligns: list[str] = []
+        plain = _PlainRenderer()
+
+        def walk(nodes: list[_Node]) -> None:
+            for tok, children in nodes:
+                if tok.type == "tr_open":
+                    row = []
+                    for cell, cell_children in children or []:
+                        if not rows:
+                            style = cell.attrs.get("style")
+                            style = style if isinstance(style, str) else ""
+                            aligns.append(style.removeprefix("text-align:") or "left")
+                        inl = [t for t, _ in cell_children or [] if t.type == "inline"]
+                        text = plain.inline(inl[0].children) if inl else ""
+                        row.append(" ".join(text.split()))
+                    rows.append(row)
+                elif children:
+                    walk(children)
+
+        walk(sections)
+        if not rows or not any(rows):
+            return []
+        return self.table(_format_table(rows, aligns))
+
+
+class _PlainRenderer(_Renderer):
+    def quote(self, lines: list[_Line]) -> list[_Line]:
+        # Nested quotes nest ("> > "): plain text can show that.
+        return [("> " + text if text else ">", verbatim) for text, verbatim in lines]
+
+    def native_link(self, href: str, content: str, auto: bool) -> str:  # pragma: no cover
+        return content
+
+
+class _TelegramRenderer(_Renderer):
+    native_schemes = frozenset({"http", "https", "tg"})
+    _TAGS = {"strong": "b", "em": "i", "s": "s"}
+
+    def text(self, s: str) -> str:
+        return _escape_html(s)
+
+    def code_inline(self, s: str, in_link: bool) -> str:
+        # Telegram: a link cannot contain a code entity.
+        if in_link or not s:
+            return _escape_html(s)
+        return "<code>" + _escape_html(s) + "</code>"
+
+    def style(self, kind: str, content: str) -> str:
+        if not content:
+            return content
+        tag = self._TAGS[kind]
+        return f"<{tag}>{content}</{tag}>"
+
+    def native_link(self, href: str, content: str, auto: bool) -> str:
+        if not content.strip():
+            content = _escape_html(_display_url(href))
+        return f'<a href="{_escape_attr(href)}">{content}</a>'
+
+    def code_block(self, content: str, lang: str) -> list[_Line]:
+        body = _escape_html(content)
+        if lang:
+            html = f'<pre><code class="language-{_escape_attr(lang)}">{body}</code></pre>'
+        else:
+            html = f"<pre>{body}</pre>"
+        return [(line, True) for line in html.split("\n")]
+
+    def quote(self, lines: list[_Line]) -> list[_Line]:
+        if self.quote_depth > 0:  # Telegram: blockquotes can't be nested
+            return lines
+        if not any(text.strip() for text, _ in lines):
+            return []
+        lines = list(lines)
+        text, verbatim = lines[0]
+        lines[0] = ("<blockquote>" + text, verbatim)
+        text, verbatim = lines[-1]
+        lines[-1] = (text + "</blockquote>", verbatim)
+        return lines
+
+
+class _SlackRenderer(_Renderer):
+    native_schemes = frozenset({"http", "https", "mailto"})
+    plain_link_labels = True
+    _MARKS = {"strong": "*", "em": "_", "s": "~"}
+
+    def text(self, s: str) -> str:
+        return _escape_html(s)
+
+    def code_inline(self, s: str, in_link: bool) -> str:
+        # No escape for a backtick inside inline code in mrkdwn.
+        if in_link or "`" in s or not s.strip():
+            return _escape_html(s)
+        return "`" + _escape_html(s) + "`"
+
+    def style(self, kind: str, content: str) -> str:
+        return _hug(content, self._MARKS[kind])
+
+    def native_link(self, href: str, content: str, auto: bool) -> str:
+        # "|" and ">" end the URL part; markdown-it already percent-encodes
+        # ">" and spaces, not "|".
+        url = _escape_html(href.replace("|", "%7C"))
+        label = " ".join(content.replace("|", "¦").split())
+        if not label or label == _escape_html(_display_url(href)):
+            return f"<{url}>"
+        return f"<{url}|{label}>"
+
+    def code_block(self, content: str, lang: str) -> list[_Line]:
+        text = "```\n" + _escape_html(content) + "\n```"
+        return [(line, True) for line in text.split("\n")]
+
+    def quote(self, lines: list[_Line]) -> list[_Line]:
+        if self.quote_depth > 0 or self.list_depth == 0:
+            return super().quote(lines)
+        # Slack only reads ">" as a quote at the very start of a line; inside
+        # a list item the marker is shown as text, so it must be escaped.
+        return [("&gt; " + text if text else "&gt;", verbatim) for text, verbatim in lines]
+
+
+class _WhatsAppRenderer(_Renderer):
+    bullets = ("- ",)
+    _MARKS = {"strong": "*", "em": "_", "s": "~"}
+
+    def code_inline(self, s: str, in_link: bool) -> str:
+        if "`" in s or not s.strip():
+            return s
+        return "`" + s + "`"
+
+    def style(self, kind: str, content: str) -> str:
+        return _hug(content, self._MARKS[kind])
+
+    def native_link(self, href: str, content: str, auto: bool) -> str:  # pragma: no cover
+        return content
+
+    def code_block(self, content: str, lang: str) -> list[_Line]:
+        text = "```" + content + "```"
+        return [(line, True) for line in text.split("\n")]
+
+
+# --------------------------------------------------------------------------
+# Public API
+# --------------------------------------------------------------------------
+
+
+def _convert(markdown: str, renderer: type[_Renderer], fallback: Callable[[str], str]) -> str:
+    if not isinstance(markdown, str):
+        markdown = "" if markdown is None else str(markdown)
+    if not markdown.strip():
+        return ""
+    try:
+        return renderer().render(markdown)
+    except Exception:
+        # Never fail a send over formatting: the raw text, escaped, is valid.
+        return fallback(markdown)
+
+
+def to_telegram_html(markdown: str) -> str:
+    """Markdown → Telegram ``parse_mode=HTML`` text."""
+    return _convert(markdown, _TelegramRenderer, _escape_html)
+
+
+def to_slack_mrkdwn(markdown: str) -> str:
+    """Markdown → Slack ``mrkdwn`` text."""
+    return _convert(markdown, _SlackRenderer, _escape_html)
+
+
+def to_whatsapp(markdown: str) -> str:
+    """Markdown → WhatsApp's formatting syntax."""
+    return _convert(markdown, _WhatsAppRenderer, lambda text: text)
+
+
+def to_plain(markdown: str) -> str:
+    """Markdown → readable plain text (markup removed, code verbatim)."""
+    return _convert(markdown, _PlainRenderer, lambda text: text)
+
+
+_RENDERERS: dict[str, Callable[[str], str]] = {
+    "telegram_html": to_telegram_html,
+    "slack_mrkdwn": to_slack_mrkdwn,
+    "whatsapp": to_whatsapp,
+    "plain": to_plain,
+}
+
+
+def render(markdown: str, markup: str) -> str:
+    """Convert ``markdown`` to ``markup``, one of :data:`MARKUPS`."""
+    try:
+        convert = _RENDERERS[markup]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown markup {markup!r}: expected one of {', '.join(MARKUPS)}"
+        ) from None
+    return convert(markdown)

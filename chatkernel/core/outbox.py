@@ -1,0 +1,248 @@
+"""The outbox: every payload is recorded before it is sent and marked after.
+
+A reply's payloads are queued in the store (``pending``) and sent, in order,
+by the session's sender. Just before a request goes out, its entry is marked
+``sending`` and that mark is committed; after, ``sent`` or ``failed``. So
+after a crash:
+
+- ``pending`` entries were never attempted: they are sent on restart;
+- ``sending`` entries may or may not have reached the platform: they are
+  reported in the session log as "delivery unknown", never resent (a
+  duplicate is a bug like a loss).
+
+Each request runs under the channel's retry policy and the account's rate
+limiter; the send policy is checked on every payload, whatever its origin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+import uuid
+from collections import deque
+from typing import TYPE_CHECKING
+
+import anyio
+
+from chatkernel.core.models import Account, OutboundPayload, Route, SendError, SendResult
+from chatkernel.core.outbound import upload_failed
+from chatkernel.core.retry import RetryPolicy, with_retries
+from chatkernel.core.store.base import OutboxEntry
+
+if TYPE_CHECKING:
+    from chatkernel.core.kernel import Kernel
+    from chatkernel.core.ratelimit import RateLimiter
+
+log = logging.getLogger("chatkernel.outbox")
+
+EARLIER_CHUNK_FAILED = "not sent: an earlier part of this reply failed"
+
+
+class Outbox:
+    """Queues payloads durably and runs one ordered sender per session."""
+
+    def __init__(self, kernel: "Kernel") -> None:
+        self._kernel = kernel
+        self._queues: dict[str, deque[OutboxEntry]] = {}
+        self._failed_replies: set[str] = set()
+        self._limiters: dict[str, RateLimiter] = {}
+        self._policies: dict[str, RetryPolicy] = {}
+        self._idle = anyio.Event()
+        self._idle.set()
+
+    # -- queueing ----------------------------------------------------------------
+
+    async def submit(self, account: Account, session_key: str, session_id: str, route: Route,
+                     payloads: list[OutboundPayload], *,
+                     finish_journal: list[int] | tuple[int, ...] = ()) -> str:
+        """Queue a reply's payloads for the session; returns the reply id.
+
+        ``finish_journal``: journal entries this reply answers, marked in the
+        same transaction (see :meth:`Store.outbox_add`).
+        """
+        reply_id = uuid.uuid4().hex[:12]
+        count = len(payloads)
+        entries = [
+            OutboxEntry(id=0, reply_id=reply_id, session_key=session_key, session_id=session_id,
+                        channel=account.channel_name, account=account.name, route=route,
+                        payload=dataclasses.replace(payload, chunk_index=index,
+                                                    chunk_count=count),
+                        status="pending", error=None, created_at=0.0)
+            for index, payload in enumerate(payloads, start=1)]
+        await self._kernel.store.outbox_add(entries, finish_journal=finish_journal)
+        self._enqueue(entries)
+        return reply_id
+
+    def _enqueue(self, entries: list[OutboxEntry]) -> None:
+        for entry in entries:
+            queue = self._queues.get(entry.session_key)
+            if queue is None:
+                queue = self._queues[entry.session_key] = deque()
+                self._idle = anyio.Event()
+                self._kernel.task_group.start_soon(self._sender, entry.session_key,
+                                                   queue, name=f"sender {entry.session_key}")
+            queue.append(entry)
+
+    def pending(self) -> int:
+        """Payloads queued or being sent."""
+        return sum(len(queue) for queue in self._queues.values())
+
+    async def wait_idle(self) -> None:
+        """Return once every queued payload was sent or failed."""
+        await self._idle.wait()
+
+    async def recover(self) -> None:
+        """After a start: send what was never attempted, report what was in flight."""
+        store = self._kernel.store
+        for entry in await store.outbox_unfinished():
+            if entry.status == "sending":
+                await store.outbox_mark(entry.id, "unknown", "in flight when the gateway stopped")
+                self._failed_replies.add(entry.reply_id)
+                await self._notify(entry, f"delivery unknown: {self._part(entry)} was being "
+                                          "sent when the gateway stopped; it is not resent")
+            elif entry.reply_id in self._failed_replies:
+                await store.outbox_mark(entry.id, "failed", EARLIER_CHUNK_FAILED)
+            else:
+                self._enqueue([entry])
+
+    # -- sending ---------------------------------------------------------------------
+
+    async def _sender(self, session_key: str, queue: deque[OutboxEntry]) -> None:
+        try:
+            while queue:
+                entry = queue[0]
+                try:
+                    await self._send(entry)
+                except Exception:  # a bug must not stall the session's later sends
+                    log.exception("sending outbox entry %s failed unexpectedly", entry.id)
+                queue.popleft()
+                if entry.payload.chunk_index >= entry.payload.chunk_count:
+                    self._failed_replies.discard(entry.reply_id)  # the reply is over
+        finally:
+            # No await between the loop's last check and here.
+            del self._queues[session_key]
+            if not self._queues:
+                self._idle.set()
+
+    async def _send(self, entry: OutboxEntry) -> None:
+        kernel = self._kernel
+        store = kernel.store
+        if entry.reply_id in self._failed_replies:
+            await store.outbox_mark(entry.id, "failed", EARLIER_CHUNK_FAILED)
+            return
+        account = kernel.accounts.get(f"{entry.channel}:{entry.account}")
+        if account is None or account.channel is None:
+            await self._fail(entry, None, SendError(f"account {entry.channel}:{entry.account} "
+                                                    "is not running"))
+            return
+        route = await kernel.sessions.route(entry.session_key) or entry.route
+        verdict = kernel.send_policy.check(route, kernel.sessions.cached(entry.session_key))
+        if not verdict:
+            log.info("%s: not sent to %s: %s", account.key, route.chat_id, verdict.reason)
+            await store.outbox_mark(entry.id, "failed", verdict.reason)
+            self._failed_replies.add(entry.reply_id)
+            return
+        limiter = self._limiter(account)
+        policy = self._policy(account)
+
+        async def attempt() -> SendResult:
+            await limiter.acquire(route.chat_id, is_group=route.is_group)
+            return await self._attempt(account, route, entry.payload)
+
+        def on_retry(retry: int, error: SendError, delay: float) -> None:
+            metrics = kernel.metrics
+            metrics.child(metrics.retries, account.channel_name, account.name).inc()
+            if error.status == 429 or error.retry_after:
+                # The platform throttled us: hold this chat back for as long as it asked.
+                metrics.child(metrics.throttled, account.channel_name, account.name).inc()
+                limiter.penalize(delay, route.chat_id)
+
+        await store.outbox_mark(entry.id, "sending", durable=True)
+        try:
+            await with_retries(attempt, policy, on_retry=on_retry)
+        except Exception as exc:
+            await self._fail(entry, account, exc)
+            return
+        await store.outbox_mark(entry.id, "sent")
+        account.last_sent_at = time.time()
+
+    async def _attempt(self, account: Account, route: Route,
+                       payload: OutboundPayload) -> SendResult:
+        outbound = self._kernel.outbound
+        try:
+            return await outbound.send_payload(account, route, payload)
+        except SendError as exc:
+            if not exc.markup_rejected or payload.format == "plain":
+                raise
+            # The platform refused the markup: the same text as plain text (not a retry).
+            log.info("%s: markup rejected (%s); resending as plain text", account.key, exc)
+            plain = dataclasses.replace(payload, format="plain")
+            return await outbound.send_payload(account, route, plain)
+
+    async def _fail(self, entry: OutboxEntry, account: Account | None,
+                    exc: BaseException) -> None:
+        store = self._kernel.store
+        unknown = isinstance(exc, SendError) and exc.delivery_unknown
+        reason = str(exc) or type(exc).__name__
+        await store.outbox_mark(entry.id, "unknown" if unknown else "failed", reason)
+        self._failed_replies.add(entry.reply_id)
+        detail = f"{self._part(entry)}: {reason}"
+        later = entry.payload.chunk_count - entry.payload.chunk_index
+        if later:
+            detail += f" ({later} later part(s) not sent)"
+        if unknown:
+            detail = f"delivery unknown: {detail}"
+        log.warning("%s: delivery failed in %s: %s", entry.channel + ":" + entry.account,
+                    entry.session_key, detail)
+        if account is not None:
+            metrics = self._kernel.metrics
+            metrics.child(metrics.send_failures, account.channel_name, account.name).inc()
+        await self._notify(entry, f"delivery failed: {detail}")
+        if account is not None and entry.payload.is_media and not unknown:
+            # The chat learns a file did not arrive (a text: this cannot loop).
+            name = entry.payload.media_path.name  # type: ignore[union-attr]
+            await self.submit(account, entry.session_key, entry.session_id, entry.route,
+                              [OutboundPayload(text=upload_failed(name, reason),
+                                               format="plain")])
+
+    async def _notify(self, entry: OutboxEntry, text: str) -> None:
+        """A notification in the session log: recording it never sends anything."""
+        await self._kernel.store.append_log(entry.session_key, entry.session_id, "notification",
+                                            text, {"kind": "delivery", "outbox_id": entry.id})
+
+    @staticmethod
+    def _part(entry: OutboxEntry) -> str:
+        return f"chunk {entry.payload.chunk_index}/{entry.payload.chunk_count}"
+
+    def prepare(self, account: Account) -> None:
+        """Build the account's rate limiter and retry policy from the channel's
+        declared limits and the ``rate_limits`` / ``retry`` config overrides."""
+        from chatkernel.core.config import ConfigError
+        from chatkernel.core.ratelimit import RateLimiter
+
+        section = self._kernel.config.channels.get(account.channel_name)
+        limits = account.channel.limits  # type: ignore[union-attr]
+        prefix = f"channels.{account.channel_name}"
+        try:
+            self._limiters[account.key] = RateLimiter.from_limits(
+                limits.rates, getattr(section, "rate_limits", None))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(str(exc), path=self._kernel.config_path,
+                              key=f"{prefix}.rate_limits") from None
+        try:
+            self._policies[account.key] = RetryPolicy.from_config(
+                getattr(section, "retry", None), base_delay=limits.retry_base_delay)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(str(exc), path=self._kernel.config_path,
+                              key=f"{prefix}.retry") from None
+
+    def _limiter(self, account: Account) -> "RateLimiter":
+        if account.key not in self._limiters:
+            self.prepare(account)
+        return self._limiters[account.key]
+
+    def _policy(self, account: Account) -> RetryPolicy:
+        if account.key not in self._policies:
+            self.prepare(account)
+        return self._policies[account.key]

@@ -1,0 +1,355 @@
+"""Outbound rate limits: pace sends so the platform never has to refuse one.
+
+A channel declares its limits as ``RateLimit(count, per)`` by scope
+(``ChannelLimits.rates``): ``"account"`` (the bot, the number, the app),
+``"chat"`` (one conversation) and ``"group"`` (a group conversation, on top of
+its chat limit). Each limit is read strictly: *at most ``count`` sends in any
+rolling window of ``per`` seconds*. That is a sliding log of the last
+``count`` send times, not a token bucket: a bucket of capacity N refilled at
+N/s lets 2N through in the first second (a full bucket, then the refill), and
+platforms that count sends over a rolling second answer the second N with
+429s.
+
+One :class:`RateLimiter` serves one account. The outbound sender calls
+:meth:`RateLimiter.acquire` before every send and :meth:`RateLimiter.penalize`
+when the platform still answers 429 with a ``retry_after``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import re
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import anyio
+
+from chatkernel.core.channel import ChannelLimits, RateLimit
+
+__all__ = ["SCOPES", "RateLimiter", "SlidingWindow", "parse_rate"]
+
+#: The scopes a limit can apply to.
+SCOPES = ("account", "chat", "group")
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[Any]]
+
+
+def _limit_problem(count: Any, per: Any) -> str | None:
+    """What is wrong with a (count, per) pair, or None when it is a usable limit."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        return f"count must be a whole number >= 1, got {count!r}"
+    if isinstance(per, bool) or not isinstance(per, (int, float)) or not (
+            per > 0 and math.isfinite(per)):
+        return f"per must be a number of seconds > 0, got {per!r}"
+    return None
+
+
+def _check_limit(limit: RateLimit, scope: str = "rate") -> RateLimit:
+    problem = _limit_problem(limit.count, limit.per)
+    if problem:
+        raise ValueError(f"rate limit {scope!r}: {problem}")
+    return limit
+
+
+class SlidingWindow:
+    """The send times that still count against one limit (the last ``count`` of them).
+
+    A new send at ``now`` is allowed when fewer than ``count`` sends happened in
+    ``(now - per, now]``; since only the last ``count`` times can matter, the
+    log is a deque of at most ``count`` entries. Windows are half-open: a send
+    exactly ``per`` seconds after the oldest one is allowed.
+    """
+
+    __slots__ = ("limit", "_times")
+
+    def __init__(self, limit: RateLimit) -> None:
+        self.limit = _check_limit(limit)
+        self._times: deque[float] = deque(maxlen=limit.count)
+
+    def delay(self, now: float) -> float:
+        """Seconds until a send is allowed: 0 when a slot is free at ``now``."""
+        if len(self._times) < self.limit.count:
+            return 0.0
+        # The oldest of the last ``count`` sends must leave the window first.
+        wait = self._times[0] + self.limit.per - now
+        return wait if wait > 0 else 0.0
+
+    def record(self, now: float) -> None:
+        """Count a send at ``now`` (the deque's maxlen forgets what no longer matters)."""
+        self._times.append(now)
+
+    def idle_at(self) -> float:
+        """When this window stops mattering: ``per`` after its newest send (-inf if empty)."""
+        return self._times[-1] + self.limit.per if self._times else -math.inf
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    def __repr__(self) -> str:
+        return f"SlidingWindow({self.limit.count}/{self.limit.per}s, {len(self._times)} recent)"
+
+
+class _ChatState:
+    """One chat's windows, its 429 block, and the lock that keeps its senders in line."""
+
+    __slots__ = ("window", "group", "blocked_until", "lock", "users")
+
+    def __init__(self, window: SlidingWindow | None) -> None:
+        self.window = window
+        self.group: SlidingWindow | None = None  # created on the first group send
+        self.blocked_until = -math.inf
+        # Serializes this chat's senders while they wait for the chat's own slot,
+        # so that wait never involves the account-wide lock.
+        self.lock = anyio.Lock(fast_acquire=True)
+        self.users = 0  # acquires in flight: a state in use is never pruned
+
+    def idle_at(self) -> float:
+        idle = self.blocked_until
+        if self.window is not None:
+            idle = max(idle, self.window.idle_at())
+        if self.group is not None:
+            idle = max(idle, self.group.idle_at())
+        return idle
+
+
+class RateLimiter:
+    """Paces one account's sends against its account, chat and group limits.
+
+    ``rates`` maps a scope (``"account"``, ``"chat"``, ``"group"``) to its
+    :class:`RateLimit`; a missing scope is unlimited. ``clock`` (default
+    :func:`time.monotonic`) and ``sleep`` (default :func:`anyio.sleep`) are
+    injectable so tests can run on virtual time.
+
+    Waiting for one chat's window never holds up other chats: a sender first
+    waits for its chat (and group) slot holding only that chat's lock, then
+    queues for the account slot. The account queue is first come, first
+    served, so no chat starves. Per-chat state is dropped once its windows
+    and any 429 block have expired, so memory follows the chats sent to in
+    the last ``per`` seconds (the longest one), not every chat ever seen.
+    """
+
+    def __init__(self, rates: Mapping[str, RateLimit] | None = None, *,
+                 clock: Clock = time.monotonic, sleep: Sleep = anyio.sleep) -> None:
+        rates = dict(rates or {})
+        for scope, limit in rates.items():
+            if scope not in SCOPES:
+                raise ValueError(f"unknown rate limit scope {scope!r} "
+                                 f"(expected one of {', '.join(SCOPES)})")
+            _check_limit(limit, scope)
+        #: The limits in force, by scope.
+        self.rates: dict[str, RateLimit] = rates
+        self._clock = clock
+        self._sleep = sleep
+        self._account = SlidingWindow(rates["account"]) if "account" in rates else None
+        self._chat_limit = rates.get("chat")
+        self._group_limit = rates.get("group")
+        self._account_blocked_until = -math.inf
+        # Held only by the sender at the head of the account queue; anyio's Lock
+        # hands over to its waiters in arrival order, which makes the queue FIFO.
+        self._account_lock = anyio.Lock(fast_acquire=True)
+        self._chats: dict[str, _ChatState] = {}
+        # (time a chat's state may become idle, chat_id): a min-heap, so pruning
+        # only ever looks at states that may have expired. Entries may be stale;
+        # the state itself is checked before it is dropped.
+        self._expiries: list[tuple[float, str]] = []
+
+    @classmethod
+    def from_limits(cls, rates: Mapping[str, RateLimit] | ChannelLimits,
+                    overrides: Mapping[str, Any] | None = None, *,
+                    clock: Clock = time.monotonic, sleep: Sleep = anyio.sleep) -> "RateLimiter":
+        """A limiter for a channel's declared ``rates`` with the config's ``overrides``.
+
+        ``overrides`` maps a scope to a rate in either form a TOML file can
+        hold: ``{"count": 20, "per": 1.0}`` or a string ``"20/s"``, ``"20/min"``,
+        ``"1/6s"`` (see :func:`parse_rate`); ``"off"`` removes the scope's limit.
+        Raises ValueError naming the scope and the value when one is invalid.
+        """
+        merged = dict(rates.rates if isinstance(rates, ChannelLimits) else rates)
+        for scope, value in (overrides or {}).items():
+            if scope not in SCOPES:
+                raise ValueError(f"rate limit {scope!r}: unknown scope "
+                                 f"(expected one of {', '.join(SCOPES)}), value {value!r}")
+            limit = parse_rate(value, scope=scope)
+            if limit is None:
+                merged.pop(scope, None)
+            else:
+                merged[scope] = limit
+        return cls(merged, clock=clock, sleep=sleep)
+
+    # -- sending -------------------------------------------------------------------------
+
+    async def acquire(self, chat_id: str, *, is_group: bool = False) -> float:
+        """Wait until a send to ``chat_id`` is allowed, and count it; returns the seconds waited.
+
+        The send is allowed when the account window, the chat's window and,
+        for a group chat, the group window all have a free slot, and no 429
+        block (:meth:`penalize`) is in force. It is recorded in all of them at
+        once, right after the last check. Call it immediately before the send.
+        """
+        start = self._clock()
+        state = self._chats.get(chat_id)
+        if state is None:
+            state = self._chats[chat_id] = _ChatState(
+                SlidingWindow(self._chat_limit) if self._chat_limit else None)
+        if is_group and state.group is None and self._group_limit is not None:
+            state.group = SlidingWindow(self._group_limit)
+        state.users += 1
+        try:
+            async with state.lock:
+                while True:
+                    # The chat's own slot first, without the account lock: a slow
+                    # chat waits here while other chats keep sending.
+                    while (wait := self._chat_delay(state, is_group, self._clock())) > 0:
+                        await self._sleep(wait)
+                    async with self._account_lock:
+                        while True:
+                            now = self._clock()
+                            if self._chat_delay(state, is_group, now) > 0:
+                                # A 429 blocked this chat while it queued: give up
+                                # the head of the queue rather than stall it.
+                                break
+                            wait = self._account_delay(now)
+                            if wait <= 0:
+                                # No await between the checks above and these
+                                # records: no other sender can take the slot.
+                                if self._account is not None:
+                                    self._account.record(now)
+                                if state.window is not None:
+                                    state.window.record(now)
+                                if is_group and state.group is not None:
+                                    state.group.record(now)
+                                return now - start
+                            await self._sleep(wait)
+        finally:
+            state.users -= 1
+            if state.users == 0:
+                heapq.heappush(self._expiries, (state.idle_at(), chat_id))
+            self.prune()
+
+    def penalize(self, seconds: float, chat_id: str | None = None) -> None:
+        """Block sends for ``seconds`` after the platform answered 429 with ``retry_after``.
+
+        Blocks ``chat_id``, or the whole account when it is None, until now +
+        ``seconds``; a longer block already in force is kept. ``seconds`` <= 0
+        blocks nothing. The refused send stays counted in the windows: a
+        platform that refused it may still have counted it.
+        """
+        if not math.isfinite(seconds):
+            raise ValueError(f"penalize: seconds must be a finite number, got {seconds!r}")
+        if seconds <= 0:
+            return
+        until = self._clock() + seconds
+        if chat_id is None:
+            self._account_blocked_until = max(self._account_blocked_until, until)
+            return
+        state = self._chats.get(chat_id)
+        if state is None:
+            state = self._chats[chat_id] = _ChatState(
+                SlidingWindow(self._chat_limit) if self._chat_limit else None)
+        state.blocked_until = max(state.blocked_until, until)
+        heapq.heappush(self._expiries, (state.blocked_until, chat_id))
+
+    def delay(self, chat_id: str, *, is_group: bool = False) -> float:
+        """Seconds a send to ``chat_id`` would wait now if nobody else were queued."""
+        now = self._clock()
+        account = self._account_delay(now)
+        state = self._chats.get(chat_id)
+        if state is None:
+            return account
+        return max(account, self._chat_delay(state, is_group, now))
+
+    # -- memory --------------------------------------------------------------------------
+
+    def prune(self) -> int:
+        """Forget the chats whose windows and 429 blocks have all expired; returns how many.
+
+        Called after every acquire, so it is amortized: each heap entry is
+        popped once, when its time has come.
+        """
+        now = self._clock()
+        dropped = 0
+        expiries, chats = self._expiries, self._chats
+        while expiries and expiries[0][0] <= now:
+            _, chat_id = heapq.heappop(expiries)
+            state = chats.get(chat_id)
+            # A state in use, or used again since this entry, has a later entry.
+            if state is not None and state.users == 0 and state.idle_at() <= now:
+                del chats[chat_id]
+                dropped += 1
+        return dropped
+
+    @property
+    def tracked_chats(self) -> int:
+        """How many chats have state right now (the memory the limiter holds)."""
+        return len(self._chats)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _account_delay(self, now: float) -> float:
+        wait = self._account_blocked_until - now
+        if self._account is not None:
+            wait = max(wait, self._account.delay(now))
+        return wait if wait > 0 else 0.0
+
+    @staticmethod
+    def _chat_delay(state: _ChatState, is_group: bool, now: float) -> float:
+        wait = state.blocked_until - now
+        if state.window is not None:
+            wait = max(wait, state.window.delay(now))
+        if is_group and state.group is not None:
+            wait = max(wait, state.group.delay(now))
+        return wait if wait > 0 else 0.0
+
+    def __repr__(self) -> str:
+        rates = ", ".join(f"{scope}={limit.count}/{limit.per}s"
+                          for scope, limit in self.rates.items())
+        return f"RateLimiter({rates or 'unlimited'}, {len(self._chats)} chats tracked)"
+
+
+# -- parsing rates from config ------------------------------------------------------------
+
+_UNITS = {
+    "s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0,
+    "min": 60.0, "mins": 60.0, "minute": 60.0, "minutes": 60.0,
+    "h": 3600.0, "hr": 3600.0, "hour": 3600.0, "hours": 3600.0,
+}
+# "30/s", "20/min", "1/6s", "20 / 1.5 min": a count, a slash, an optional number, a unit.
+_RATE = re.compile(r"\s*(\d+)\s*/\s*(\d+(?:\.\d*)?|\.\d+)?\s*([a-z]+)\s*")
+_OFF = {"off", "none", "unlimited"}
+
+
+def parse_rate(value: Any, *, scope: str = "rate") -> RateLimit | None:
+    """A :class:`RateLimit` from a config value; None for ``"off"`` (no limit).
+
+    Accepts a RateLimit, a table ``{count = 20, per = 1.0}``, or a string
+    ``"N/s"``, ``"N/min"``, ``"N/h"`` or ``"N/<number><unit>"`` such as
+    ``"1/6s"`` or ``"20/2min"``. Raises ValueError naming ``scope`` and the value.
+    """
+    expected = ("expected a rate such as \"30/s\", \"20/min\", \"1/6s\" or "
+                "{count = 30, per = 1.0}, or \"off\"")
+    if isinstance(value, RateLimit):
+        return _check_limit(value, scope)
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"count", "per"}
+        if unknown or "count" not in value or "per" not in value:
+            raise ValueError(f"rate limit {scope!r}: {dict(value)!r} is not a rate; {expected}")
+        problem = _limit_problem(value["count"], value["per"])
+        if problem:
+            raise ValueError(f"rate limit {scope!r}: {dict(value)!r} is not a rate "
+                             f"({problem}); {expected}")
+        return RateLimit(value["count"], value["per"])
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in _OFF:
+            return None
+        match = _RATE.fullmatch(text)
+        if match and match[3] in _UNITS:
+            count = int(match[1])
+            per = float(match[2]) * _UNITS[match[3]] if match[2] else _UNITS[match[3]]
+            if count >= 1 and per > 0 and math.isfinite(per):
+                return RateLimit(count, per)
+    raise ValueError(f"rate limit {scope!r}: {value!r} is not a rate; {expected}")
