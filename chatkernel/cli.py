@@ -125,6 +125,237 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
     anyio.run(lambda: run_gateway(config, config_path=path))
 
 
+# -- proactive sends and sessions -----------------------------------------------------------
+
+
+def _load_config(config_file: str | None):
+    from chatkernel.core import config as cfg
+
+    path = cfg.config_path(config_file)
+    return cfg.parse(cfg.read_raw(path), path=path), path
+
+
+def _running_gateway():
+    from chatkernel.core import config as cfg
+    from chatkernel.core.control import read_state
+
+    return read_state(cfg.home_dir())
+
+
+def _control_or_direct(config_file: str | None, path: str, body: dict[str, Any],
+                       direct, wait: float) -> dict[str, Any]:
+    """Ask the running gateway; with none, do it here with a kernel of our own."""
+    from chatkernel.core.control import call
+
+    info = _running_gateway()
+    if info is not None:
+        status, answer = call(info, path, body)
+        if status >= 400:
+            raise click.ClickException(answer.get("error", f"the gateway answered {status}"))
+        answer["via"] = "gateway"
+        return answer
+    import anyio
+
+    from chatkernel.core import logs
+
+    config, config_path = _load_config(config_file)
+    logs.configure(config.gateway.log_format, "error")  # failures are reported below
+    _plugin_manager()
+    return anyio.run(lambda: _direct(config, config_path, direct, body, wait))
+
+
+async def _direct(config, config_path, action, body, wait: float) -> dict[str, Any]:
+    import anyio
+
+    from chatkernel.core.control import ControlError
+    from chatkernel.core.kernel import Kernel
+
+    async with Kernel(config, config_path=config_path, recover=False) as kernel:
+        try:
+            answer = await action(kernel, body)
+        except ControlError as exc:
+            raise click.ClickException(str(exc)) from None
+        with anyio.move_on_after(wait):
+            await kernel.outbox.wait_idle()
+        reply_id = answer.get("reply_id")
+        if reply_id:
+            entries = await kernel.store.outbox_reply(reply_id)
+            answer["parts"] = [{"status": e.status, "error": e.error} for e in entries]
+    answer["via"] = "direct"
+    return answer
+
+
+def _report_send(answer: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(answer, indent=2))
+    parts = answer.get("parts")
+    failed = [p for p in parts or [] if p["status"] != "sent"]
+    if not as_json:
+        where = f"{answer.get('account')} → {answer.get('chat_id')}"
+        if answer.get("reply_id") is None:
+            click.echo(f"nothing to send to {where}")
+        elif parts is None:
+            click.echo(f"queued by the running gateway for {where} (reply {answer['reply_id']})")
+        elif not failed:
+            click.echo(f"sent to {where} ({len(parts)} part(s))")
+        for index, part in enumerate(parts or [], start=1):
+            if part["status"] != "sent":
+                click.echo(f"part {index}/{len(parts)}: {part['status']}: {part['error']}",
+                           err=True)
+    if failed:
+        sys.exit(1)
+
+
+@cli.command()
+@click.option("--channel", required=True, help="The channel to send on (telegram, ...).")
+@click.option("--account", help="The account, when the channel has several.")
+@click.option("--to", "to", required=True, metavar="CHAT|last",
+              help="A chat id, or 'last' for the account's last active chat.")
+@click.option("--thread", help="A thread / topic id within the chat.")
+@click.option("--media", multiple=True, type=click.Path(dir_okay=False),
+              help="A file to send after the text (repeatable).")
+@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
+@click.option("--wait", default=60.0, show_default=True,
+              help="Seconds to wait for delivery when no gateway runs.")
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@click.argument("text", default="")
+def send(channel: str, account: str | None, to: str, thread: str | None, media: tuple[str],
+         config_file: str | None, wait: float, as_json: bool, text: str) -> None:
+    """Send TEXT (and files) through the same pipeline as replies.
+
+    Talks to the running gateway; when none runs, sends directly and waits for
+    the result (exit 1 if any part failed).
+    """
+    import os
+
+    from chatkernel.core.control import send_from_request
+
+    body = {"channel": channel, "account": account, "to": to, "thread": thread, "text": text,
+            "media": [os.path.abspath(path) for path in media]}
+    _report_send(_control_or_direct(config_file, "/control/send", body, send_from_request,
+                                    wait), as_json)
+
+
+@cli.group()
+@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
+@click.pass_context
+def sessions(ctx: click.Context, config_file: str | None) -> None:
+    """List sessions, read their history, send into them."""
+    ctx.obj = config_file
+
+
+def _with_store(config_file: str | None, action):
+    import anyio
+
+    from chatkernel.core.store import open_store
+
+    config, path = _load_config(config_file)
+
+    async def run():
+        store = open_store(config, config_path=path)
+        await store.open()
+        try:
+            return await action(store)
+        finally:
+            await store.close()
+
+    return anyio.run(run)
+
+
+def _ago(ts: float) -> str:
+    import time
+
+    seconds = max(0, int(time.time() - ts))
+    for size, unit in ((86400, "d"), (3600, "h"), (60, "m")):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{seconds}s ago"
+
+
+@sessions.command("list")
+@click.option("--active-minutes", type=float, metavar="N",
+              help="Only sessions active in the last N minutes.")
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@click.pass_obj
+def sessions_list(config_file: str | None, active_minutes: float | None, as_json: bool) -> None:
+    """Sessions, most recently active first."""
+    import time
+
+    since = None if active_minutes is None else time.time() - active_minutes * 60
+    records = _with_store(config_file, lambda store: store.list_sessions(active_since=since))
+    if as_json:
+        click.echo(json.dumps([{"key": r.key, "session_id": r.session_id, "channel": r.channel,
+                                "account": r.account, "chat_id": r.chat_id,
+                                "thread_id": r.thread_id, "created_at": r.created_at,
+                                "last_active_at": r.last_active_at, "settings": r.settings}
+                               for r in records], indent=2))
+        return
+    if not records:
+        click.echo("No sessions" + ("" if since is None else " active in that time") + ".")
+        return
+    width = max(len(r.key) for r in records)
+    click.echo(f"{'KEY'.ljust(width)}  {'LAST ACTIVE':<12}  SESSION")
+    for r in records:
+        click.echo(f"{r.key.ljust(width)}  {_ago(r.last_active_at):<12}  {r.session_id}")
+
+
+@sessions.command("history")
+@click.argument("key")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@click.pass_obj
+def sessions_history(config_file: str | None, key: str, limit: int, as_json: bool) -> None:
+    """The newest entries of a session's log: messages, replies, notifications."""
+    import datetime
+
+    async def read(store):
+        if await store.get_session(key) is None:
+            raise click.ClickException(f"no session {key!r} (chatkernel sessions list shows "
+                                       "them)")
+        return await store.read_log(key, limit=limit)
+
+    entries = _with_store(config_file, read)
+    if as_json:
+        click.echo(json.dumps([{"seq": e.seq, "session_id": e.session_id, "role": e.role,
+                                "text": e.text, "ts": e.ts, "meta": e.meta}
+                               for e in entries], indent=2))
+        return
+    for e in entries:
+        when = datetime.datetime.fromtimestamp(e.ts).strftime("%Y-%m-%d %H:%M:%S")
+        click.echo(f"{when}  {e.role:<12}  {e.text}")
+
+
+@sessions.command("send")
+@click.argument("key")
+@click.argument("text")
+@click.option("--wait", default=60.0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def sessions_send(config_file: str | None, key: str, text: str, wait: float,
+                  as_json: bool) -> None:
+    """Send TEXT into a session (to its current reply route)."""
+    from chatkernel.core.control import send_from_request
+
+    _report_send(_control_or_direct(config_file, "/control/send",
+                                    {"session": key, "text": text}, send_from_request, wait),
+                 as_json)
+
+
+@sessions.command("policy")
+@click.argument("key")
+@click.argument("policy", type=click.Choice(["allow", "deny", "inherit"]))
+@click.pass_obj
+def sessions_policy(config_file: str | None, key: str, policy: str) -> None:
+    """Override the send policy for one session (inherit: back to the rules)."""
+    from chatkernel.core.control import set_session_policy
+
+    answer = _control_or_direct(config_file, "/control/sessions/policy",
+                                {"session": key, "policy": policy},
+                                lambda kernel, body: set_session_policy(kernel, key, policy),
+                                0)
+    click.echo(f"{answer['session']}: send policy {answer['policy']}")
+
+
 # -- config ---------------------------------------------------------------------------
 
 

@@ -86,6 +86,25 @@ def new_token() -> str:
     return secrets.token_urlsafe(24)
 
 
+def call(info: GatewayInfo, path: str, body: dict[str, Any], timeout: float = 30.0
+         ) -> tuple[int, dict[str, Any]]:
+    """POST to a running gateway's control API (the CLI side; stdlib only, for speed)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        info.url + path, data=json.dumps(body).encode(), method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {info.token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, json.load(exc)
+        except ValueError:
+            return exc.code, {"error": exc.reason}
+
+
 # -- the server side ---------------------------------------------------------------------
 
 
@@ -130,8 +149,24 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
         return {"ok": True, "pid": os.getpid(), "accounts": sorted(kernel.accounts),
                 "started_at": kernel.started_at}
 
+    async def session_policy(body: dict[str, Any]) -> dict[str, Any]:
+        return await set_session_policy(kernel, str(body.get("session") or ""),
+                                        str(body.get("policy") or ""))
+
     return [("POST", "/control/send", handler(send)),
-            ("POST", "/control/status", handler(status))]
+            ("POST", "/control/status", handler(status)),
+            ("POST", "/control/sessions/policy", handler(session_policy))]
+
+
+async def set_session_policy(kernel: "Kernel", key: str, policy: str) -> dict[str, Any]:
+    """A session's own send setting: ``allow``, ``deny`` or ``inherit`` (the rules)."""
+    if policy not in ("allow", "deny", "inherit"):
+        raise ControlError(f"policy must be allow, deny or inherit, not {policy!r}")
+    record = await kernel.sessions.get(key)
+    if record is None:
+        raise ControlError(f"no session {key!r} (chatkernel sessions list shows them)", 404)
+    await kernel.sessions.update_settings(record, send=None if policy == "inherit" else policy)
+    return {"session": key, "policy": policy}
 
 
 async def send_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str, Any]:

@@ -46,10 +46,13 @@ class Kernel:
 
     def __init__(self, config: cfg.KernelConfig | None = None, *,
                  pm: PluginManager | None = None, store: Store | None = None,
-                 config_path: Path | None = None,
+                 config_path: Path | None = None, recover: bool = True,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.config = config or cfg.KernelConfig()
         self.config_path = config_path
+        #: Replay unfinished messages and sends at start (the gateway does; a CLI
+        #: command that only sends must not run the agent).
+        self.recover = recover
         self.pm = pm or get_plugin_manager()
         self._store = store
         self.clock = clock
@@ -83,10 +86,18 @@ class Kernel:
         self._stack = stack
         return self
 
-    async def __aexit__(self, *exc_info: Any) -> None:
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
         stack, self._stack = self._stack, None
-        if stack is not None:
-            await stack.__aexit__(*exc_info)
+        if stack is None:
+            return None
+        try:
+            return await stack.__aexit__(*exc_info)
+        except BaseExceptionGroup as group:
+            # The task group wraps an error raised in the `async with` body: hand the
+            # caller its own exception back, not a group of one.
+            if exc_info[1] is not None and list(group.exceptions) == [exc_info[1]]:
+                return False
+            raise
 
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
         self.workspace.mkdir(parents=True, exist_ok=True)
@@ -127,8 +138,9 @@ class Kernel:
         stack.push_async_callback(self.inbound.flush_last_chats)  # after the task group ends
         self._tg.start_soon(self._write_behind, name="write-behind")
         self.started_at = time.time()
-        await self.outbox.recover()
-        await self._replay_unfinished()
+        if self.recover:
+            await self.outbox.recover()
+            await self._replay_unfinished()
 
     def _build_accounts(self) -> None:
         channels = dict(self.config.channels)

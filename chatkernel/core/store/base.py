@@ -128,6 +128,10 @@ class Store(abc.ABC):
         ``sending`` must be, before the request goes out."""
 
     @abc.abstractmethod
+    async def outbox_reply(self, reply_id: str) -> list[OutboxEntry]:
+        """The entries of one reply, in order (what happened to a send)."""
+
+    @abc.abstractmethod
     async def outbox_unfinished(self) -> list[OutboxEntry]:
         """``pending`` and ``sending`` entries, oldest first."""
 

@@ -497,11 +497,21 @@ class SQLiteStore(Store):
         if durable:
             await self._committed()
 
+    _OUTBOX_COLUMNS = ("id, reply_id, session_key, session_id, channel, account, route, payload,"
+                       " status, error, created_at")
+
+    async def outbox_reply(self, reply_id: str) -> list[OutboxEntry]:
+        rows = self._run(f"SELECT {self._OUTBOX_COLUMNS} FROM outbox WHERE reply_id = ?"
+                         " ORDER BY id", (reply_id,)).fetchall()
+        return self._outbox_entries(rows)
+
     async def outbox_unfinished(self) -> list[OutboxEntry]:
-        rows = self._run(
-            "SELECT id, reply_id, session_key, session_id, channel, account, route, payload,"
-            " status, error, created_at FROM outbox WHERE status IN ('pending', 'sending')"
-            " ORDER BY id").fetchall()
+        rows = self._run(f"SELECT {self._OUTBOX_COLUMNS} FROM outbox"
+                         " WHERE status IN ('pending', 'sending') ORDER BY id").fetchall()
+        return self._outbox_entries(rows)
+
+    @staticmethod
+    def _outbox_entries(rows: list[tuple[Any, ...]]) -> list[OutboxEntry]:
         return [OutboxEntry(id=row[0], reply_id=row[1], session_key=row[2],
                             session_id=row[3], channel=row[4], account=row[5],
                             route=decode_route(row[6]), payload=decode_payload(row[7]),

@@ -1,0 +1,225 @@
+"""Outbound (SPEC §4, §5, §8): responder, MEDIA markers, retries, markup fallback,
+outbox durability, the send policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from chatkernel import SendError
+from chatkernel.core.agents import AgentEvent
+from chatkernel.core.models import OutboundPayload, Route
+from chatkernel.core.store.base import OutboxEntry
+from chatkernel.core.store.sqlite import SQLiteStore
+from chatkernel.testing.agents import agent_plugin, scripted_agent
+from chatkernel.testing.memory import KernelHarness
+
+pytestmark = pytest.mark.anyio
+
+FAST_RETRY = {"attempts": 3, "base_delay_ms": 1, "max_delay_ms": 5, "jitter": 0}
+
+
+def harness(tmp_path, script=None, account=None, channel=None, **config):
+    agent = scripted_agent(script=script)
+    accounts = {"main": {"allow_from": ["*"], **(account or {})}}
+    config.setdefault("channels", {"memory": {"retry": FAST_RETRY, "accounts": accounts,
+                                              **(channel or {})}})
+    config["agent"] = {"kind": agent.name}
+    return KernelHarness(tmp_path, config=config, plugins=[("agent", agent_plugin(agent))])
+
+
+def replying(*events):
+    return lambda request: list(events)
+
+
+async def notifications(h, key="memory:main:chat-1"):
+    return [e.text for e in await h.kernel.store.read_log(key, roles=("notification",))]
+
+
+async def test_only_final_text_is_sent_and_errors_flush_first(tmp_path):
+    script = replying(AgentEvent("thinking", "hmm"), AgentEvent("tool", "search(x)"),
+                      AgentEvent("text", "partial", final=False),
+                      AgentEvent.reply("the answer"), AgentEvent.error("the tool broke"),
+                      AgentEvent("system", "context trimmed"), AgentEvent.reply("after"))
+    async with harness(tmp_path, script) as h:
+        await h.channel.receive("question")
+        await h.settle()
+        assert h.channel.texts() == ["the answer", "⚠️ the tool broke", "ℹ️ context trimmed",
+                                     "after"]
+        formats = [s.payload.format for s in h.channel.sent]
+        assert formats == ["markdown", "plain", "plain", "markdown"]
+
+
+async def test_media_markers_are_sent_in_their_place(tmp_path):
+    workspace = tmp_path / "workspace"
+    (workspace / "out").mkdir(parents=True)
+    (workspace / "out" / "cat.jpg").write_bytes(b"jpeg")
+    (workspace / "notes.ogg").write_bytes(b"ogg")
+    text = "Here is the cat:\nMEDIA: out/cat.jpg\nand a voice note\nMEDIA: notes.ogg\nbye"
+    async with harness(tmp_path, replying(AgentEvent.reply(text))) as h:
+        await h.channel.receive("show me")
+        await h.settle()
+        sent = [(s.payload.media_kind, s.payload.media_path.name if s.payload.is_media
+                 else s.text) for s in h.channel.sent]
+        assert sent == [(None, "Here is the cat:"), ("photo", "cat.jpg"),
+                        (None, "and a voice note"), ("voice", "notes.ogg"), (None, "bye")]
+        assert [s.payload.chunk_index for s in h.channel.sent] == [1, 2, 3, 4, 5]
+        assert {s.payload.chunk_count for s in h.channel.sent} == {5}
+
+
+async def test_blocked_media_is_reported_to_the_chat_and_logged(tmp_path, caplog):
+    # /etc/passwd: readable, and outside both the workspace and the temp dir
+    depth = len((tmp_path / "workspace").resolve().parts) - 1
+    escape = "../" * depth + "etc/passwd"
+    text = f"MEDIA: /etc/passwd\nMEDIA: missing.png\nMEDIA: {escape}\nMEDIA: bad\x00name"
+    async with harness(tmp_path, replying(AgentEvent.reply(text))) as h:
+        await h.channel.receive("leak it")
+        await h.settle()
+        texts = h.channel.texts()
+        assert len(texts) == 4 and not any(s.payload.is_media for s in h.channel.sent)
+        assert texts[0].startswith("⚠️ upload failed: passwd — outside the workspace")
+        assert texts[1] == "⚠️ upload failed: missing.png — no such file"
+        assert texts[2].startswith("⚠️ upload failed: passwd — outside the workspace")
+        assert texts[3].startswith("⚠️ upload failed: badname — not a usable path")
+        assert "refused by the media-path policy" in caplog.text
+
+
+async def test_full_access_may_send_any_readable_file(tmp_path):
+    async with harness(tmp_path, replying(AgentEvent.reply("MEDIA: /etc/passwd")),
+                       account={"access_level": "full"}) as h:
+        await h.channel.receive("send it")
+        await h.settle()
+        assert [s.payload.media_kind for s in h.channel.sent] == ["document"]
+
+
+async def test_retryable_failures_are_retried_then_sent_once(tmp_path):
+    async with harness(tmp_path) as h:
+        h.channel.fail_next = [
+            SendError("Too Many Requests: retry after 0.01", retryable=True, status=429,
+                      retry_after=0.01),
+            SendError("Bad Gateway", retryable=True, status=502),
+        ]
+        await h.channel.receive("hello")
+        await h.settle()
+        assert h.channel.texts() == ["re: hello"]
+        metrics = h.kernel.metrics
+        assert metrics.child(metrics.retries, "memory", "main")._value.get() == 2
+        assert metrics.child(metrics.throttled, "memory", "main")._value.get() == 1
+
+
+async def test_attempts_run_out_and_the_failure_is_reported_not_silent(tmp_path):
+    long_reply = "first part " * 10 + "\n\n" + "second part " * 10
+    async with harness(tmp_path, replying(AgentEvent.reply(long_reply))) as h:
+        h.channel.limits = type(h.channel.limits)(text_limit=120)
+        h.channel.fail_next = [SendError("Service Unavailable", retryable=True, status=503)] * 3
+        await h.channel.receive("go")
+        await h.settle()
+        assert h.channel.texts() == []  # the second chunk is not sent after a hole
+        notes = await notifications(h)
+        assert notes == ["delivery failed: chunk 1/2: Service Unavailable "
+                         "(1 later part(s) not sent)"]
+        metrics = h.kernel.metrics
+        assert metrics.child(metrics.send_failures, "memory", "main")._value.get() == 1
+        # recording the failure sent nothing, and the next reply goes out whole
+        await h.channel.receive("again")
+        await h.settle()
+        assert [t.split()[0] for t in h.channel.texts()] == ["first", "second"]
+
+
+async def test_a_timeout_after_sending_is_never_retried(tmp_path):
+    async with harness(tmp_path) as h:
+        h.channel.fail_next = [SendError("read timeout", retryable=True, delivery_unknown=True)]
+        await h.channel.receive("maybe")
+        await h.settle()
+        assert h.channel.texts() == []
+        assert await notifications(h) == ["delivery failed: delivery unknown: chunk 1/1: "
+                                          "read timeout"]
+        entries = h.kernel.store._run("SELECT status FROM outbox").fetchall()
+        assert entries == [("unknown",)]
+
+
+async def test_non_retryable_errors_fail_at_once(tmp_path):
+    async with harness(tmp_path) as h:
+        h.channel.fail_next = [SendError("Bad Request: chat not found", status=400)]
+        await h.channel.receive("x")
+        await h.settle()
+        metrics = h.kernel.metrics
+        assert metrics.child(metrics.retries, "memory", "main")._value.get() == 0
+        assert (await notifications(h))[0].endswith("chat not found")
+
+
+async def test_rejected_markup_is_resent_as_plain_text_and_is_not_a_retry(tmp_path):
+    async with harness(tmp_path, replying(AgentEvent.reply("*bold* [x"))) as h:
+        h.channel.fail_next = [SendError("Bad Request: can't parse entities",
+                                         status=400, markup_rejected=True)]
+        await h.channel.receive("format")
+        await h.settle()
+        assert [(s.text, s.payload.format) for s in h.channel.sent] == [("*bold* [x", "plain")]
+        metrics = h.kernel.metrics
+        assert metrics.child(metrics.retries, "memory", "main")._value.get() == 0
+
+
+async def test_unsent_outbox_entries_go_out_on_restart_and_in_flight_ones_are_reported(
+        tmp_path):
+    store = SQLiteStore.at(tmp_path / "state.db")
+    await store.open()
+    route = Route("memory", "main", "chat-9")
+    entries = [OutboxEntry(0, reply, "memory:main:chat-9", "s1", "memory", "main", route,
+                           OutboundPayload(text=text, chunk_index=i, chunk_count=n),
+                           "pending", None, 0.0)
+               for reply, text, i, n in [("r1", "was in flight", 1, 2),
+                                          ("r1", "after the unknown one", 2, 2),
+                                          ("r2", "never attempted", 1, 1)]]
+    await store.outbox_add(entries)
+    await store.outbox_mark(entries[0].id, "sending", durable=True)
+    await store.close()
+    async with harness(tmp_path) as h:
+        await h.settle()
+        assert h.channel.texts() == ["never attempted"]
+        notes = await notifications(h, "memory:main:chat-9")
+        assert notes == ["delivery unknown: chunk 1/2 was being sent when the gateway "
+                         "stopped; it is not resent"]
+        statuses = dict(h.kernel.store._run("SELECT id, status FROM outbox").fetchall())
+        assert statuses == {entries[0].id: "unknown", entries[1].id: "failed",
+                            entries[2].id: "sent"}
+
+
+async def test_send_policy_blocks_groups_and_a_session_override_wins(tmp_path):
+    policy = {"default": "allow", "rules": [{"action": "deny", "channel": "memory",
+                                             "chat_type": "group"}]}
+    async with harness(tmp_path, send_policy=policy) as h:
+        await h.channel.receive("in a group", chat_id="g1", is_group=True, mentions_bot=True)
+        await h.channel.receive("direct", chat_id="d1")
+        await h.settle()
+        assert h.channel.texts() == ["re: direct"]
+        record = await h.kernel.sessions.get("memory:main:g1")
+        await h.kernel.sessions.update_settings(record, send="allow")
+        await h.channel.receive("now allowed", chat_id="g1", is_group=True, mentions_bot=True)
+        await h.settle()
+        assert h.channel.texts() == ["re: direct", "re: now allowed"]
+
+
+async def test_chunks_keep_their_order_while_sessions_send_concurrently(tmp_path):
+    text = "\n\n".join(f"paragraph {i} " + "x" * 30 for i in range(6))
+    async with harness(tmp_path, replying(AgentEvent.reply(text))) as h:
+        h.channel.limits = type(h.channel.limits)(text_limit=50)
+        h.channel.send_delay = 0.002
+        for chat in ("a", "b", "c"):
+            await h.channel.receive("go", chat_id=chat)
+        await h.settle()
+        for chat in ("a", "b", "c"):
+            got = [s.text for s in h.channel.sent if s.route.chat_id == chat]
+            assert [t.split()[1] for t in got] == [str(i) for i in range(6)]
+        # and the chats interleaved: nobody waited for another chat's whole reply
+        chats = [s.route.chat_id for s in h.channel.sent]
+        assert chats != sorted(chats)
+
+
+async def test_bad_retry_or_rate_settings_fail_at_start_naming_the_key(tmp_path):
+    from chatkernel.core.config import ConfigError
+
+    with pytest.raises(ConfigError, match="channels.memory.retry"):
+        async with harness(tmp_path, channel={"retry": {"attempts": 0}}):
+            pass
+    with pytest.raises(ConfigError, match="channels.memory.rate_limits"):
+        async with harness(tmp_path, channel={"rate_limits": {"chat": "fast"}}):
+            pass
