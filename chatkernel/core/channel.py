@@ -84,6 +84,8 @@ class Channel:
         self.account = account
         #: The channel-wide ``[channels.<name>]`` table (a ChannelConfig), if any.
         self.settings = settings
+        #: The kernel's store, set when the kernel starts (for cursors and state).
+        self.store: Any = None
 
     @property
     def config(self) -> Any:
@@ -103,6 +105,15 @@ class Channel:
 
     async def indicate(self, route: Route) -> None:
         """Show a typing/processing indicator, where the platform has one."""
+
+    async def load_cursor(self) -> str | None:
+        """The platform cursor saved for this account (an offset, a sync buffer)."""
+        return await self.store.get_cursor(self.name, self.account.name)
+
+    async def save_cursor(self, cursor: str) -> None:
+        """Persist the platform cursor: call it only after ``deliver`` returned for
+        every message before it, so a crash never skips an accepted message."""
+        await self.store.set_cursor(self.name, self.account.name, cursor)
 
     async def save_media(self, chunks: Any, *, kind: str, filename: str | None = None,
                          mime: str | None = None, platform_id: str | None = None,

@@ -91,7 +91,7 @@ async def supervise(kernel: Kernel, account: Account, *,
 
 
 async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
-                      listen: str | None = None,
+                      listen: str | None = None, pm=None,
                       on_ready: Callable[[Listening], None] | None = None,
                       stop: anyio.Event | None = None, handle_signals: bool = True) -> None:
     """Run until SIGINT/SIGTERM (or ``stop`` is set), then shut down in order."""
@@ -99,7 +99,7 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
     from chatkernel.core import control
 
     token = config.gateway.control_token or control.new_token()
-    async with Kernel(config, config_path=config_path) as kernel:
+    async with Kernel(config, config_path=config_path, pm=pm) as kernel:
         app = build_app(kernel, token)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()

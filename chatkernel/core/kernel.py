@@ -124,6 +124,7 @@ class Kernel:
         stack.push_async_callback(self.agent.aclose)
         for account in self.accounts.values():
             if account.channel is not None:
+                account.channel.store = store
                 stack.push_async_callback(account.channel.aclose)
 
         self._tg = await stack.enter_async_context(anyio.create_task_group())

@@ -1,0 +1,261 @@
+"""A small chat platform and its channel, for end-to-end and crash tests.
+
+:class:`FakePlatform` is a real HTTP server on 127.0.0.1 that behaves the way
+long-polling platforms do (Telegram's ``getUpdates`` is the model): updates
+are kept until a later poll confirms them with ``offset``, so a client that
+crashes before confirming gets them again; sends are recorded in order, with
+injectable failures (429 with ``retry_after``, 5xx, dropped connections).
+:class:`LoopbackChannel` is a complete channel plugin for it.
+
+``python -m chatkernel.testing.loopback --platform URL`` runs the real
+gateway with the loopback channel (``CHATKERNEL_HOME`` as usual): the crash
+tests kill that process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import anyio
+from aiohttp import web
+from pydantic import Field
+
+from chatkernel.core.channel import Channel, ChannelLimits, Deliver, RateLimit
+from chatkernel.core.config import AccountConfig
+from chatkernel.core.models import (
+    InboundMessage,
+    OutboundPayload,
+    ProbeResult,
+    Route,
+    SendError,
+    SendResult,
+)
+from chatkernel.hookspecs import hookimpl
+
+
+@dataclass
+class PlatformMessage:
+    """What the platform recorded for one send."""
+
+    message_id: int
+    chat_id: str
+    text: str
+    ts: float = field(default_factory=time.time)
+
+
+class FakePlatform:
+    """The platform side: ``async with FakePlatform() as platform: platform.url``."""
+
+    def __init__(self) -> None:
+        self.updates: list[dict[str, Any]] = []
+        self.sent: list[PlatformMessage] = []
+        self.typing: list[str] = []
+        #: HTTP statuses the next sends answer with, in order (429, 503, "drop").
+        self.fail_next: list[int | str] = []
+        self.retry_after = 1
+        #: seconds each send takes (a network round trip), so a crash can hit one mid-way.
+        self.send_latency = 0.0
+        self._ids = itertools.count(1)
+        self._update_ids = itertools.count(1)
+        self._changed = anyio.Event()
+        self._runner: web.AppRunner | None = None
+        self.url = ""
+
+    async def __aenter__(self) -> "FakePlatform":
+        app = web.Application()
+        app.router.add_get("/updates", self._get_updates)
+        app.router.add_post("/send", self._send)
+        app.router.add_post("/typing", self._typing)
+        app.router.add_get("/me", self._me)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- test side -------------------------------------------------------------------
+
+    def inject(self, chat_id: str, text: str, sender_id: str = "user-1") -> int:
+        """A user writes to the bot; returns the update id."""
+        update_id = next(self._update_ids)
+        self.updates.append({"update_id": update_id, "chat_id": chat_id,
+                             "sender_id": sender_id, "text": text,
+                             "message_id": f"m{update_id}"})
+        self._wake()
+        return update_id
+
+    def texts(self, chat_id: str | None = None) -> list[str]:
+        return [m.text for m in self.sent if chat_id is None or m.chat_id == chat_id]
+
+    async def wait_for_sent(self, count: int, timeout: float = 10.0) -> list[PlatformMessage]:
+        with anyio.fail_after(timeout):
+            while len(self.sent) < count:
+                await self._changed.wait()
+        return self.sent
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    # -- wire side -----------------------------------------------------------------------
+
+    async def _get_updates(self, request: web.Request) -> web.Response:
+        offset = int(request.query.get("offset", "0"))
+        timeout = min(float(request.query.get("timeout", "0")), 10.0)
+        # Confirmed updates are forgotten, as Telegram does.
+        self.updates = [u for u in self.updates if u["update_id"] >= offset]
+        if not self.updates and timeout:
+            with anyio.move_on_after(timeout):
+                await self._changed.wait()
+        return web.json_response({"ok": True, "result": list(self.updates[:100])})
+
+    async def _send(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if self.send_latency:
+            await anyio.sleep(self.send_latency)
+        if self.fail_next:
+            failure = self.fail_next.pop(0)
+            if failure == "drop":  # the connection dies before an answer
+                assert request.transport is not None
+                request.transport.close()
+                return web.Response(status=500)
+            if failure == 429:
+                return web.json_response({"ok": False, "error_code": 429,
+                                          "description": "Too Many Requests",
+                                          "parameters": {"retry_after": self.retry_after}},
+                                         status=429)
+            return web.json_response({"ok": False, "error_code": failure,
+                                      "description": "failure"}, status=int(failure))
+        message = PlatformMessage(next(self._ids), str(body["chat_id"]), str(body["text"]))
+        self.sent.append(message)
+        self._wake()
+        return web.json_response({"ok": True, "result": {"message_id": message.message_id}})
+
+    async def _typing(self, request: web.Request) -> web.Response:
+        self.typing.append(str((await request.json())["chat_id"]))
+        return web.json_response({"ok": True, "result": True})
+
+    async def _me(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, "result": {"name": "loopback-bot"}})
+
+
+class LoopbackAccount(AccountConfig):
+    base_url: str
+    allow_from: list[str] = Field(default_factory=lambda: ["*"])
+    poll_timeout: float = 1.0
+
+
+class LoopbackChannel(Channel):
+    """A channel for :class:`FakePlatform`: long polling, confirm-by-offset."""
+
+    name = "loopback"
+    account_model = LoopbackAccount
+    limits = ChannelLimits(text_limit=1000, rates={"chat": RateLimit(100, 1.0)},
+                           retry_base_delay=0.05)
+
+    def __init__(self, account, settings=None) -> None:
+        super().__init__(account, settings)
+        self._http: aiohttp.ClientSession | None = None
+
+    @property
+    def http(self) -> aiohttp.ClientSession:
+        if self._http is None:
+            self._http = aiohttp.ClientSession(base_url=self.config.base_url)
+        return self._http
+
+    async def run(self, deliver: Deliver) -> None:
+        offset = int(await self.load_cursor() or 0)
+        while True:
+            async with self.http.get("/updates", params={
+                    "offset": str(offset), "timeout": str(self.config.poll_timeout)}) as r:
+                updates = (await r.json())["result"]
+            for update in updates:
+                await deliver(InboundMessage(
+                    channel=self.name, account=self.account.name,
+                    chat_id=update["chat_id"], message_id=update["message_id"],
+                    sender_id=update["sender_id"], text=update["text"]))
+                offset = update["update_id"] + 1
+                await self.save_cursor(str(offset))  # only after the journal has it
+
+    async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
+        try:
+            async with self.http.post("/send", json={"chat_id": route.chat_id,
+                                                     "text": payload.text}) as response:
+                body = await response.json()
+        except aiohttp.ClientConnectorError as exc:  # never reached the platform
+            raise SendError(f"cannot connect: {exc}", retryable=True) from None
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
+                aiohttp.ClientOSError, TimeoutError) as exc:
+            raise SendError(f"no answer: {exc!r}", delivery_unknown=True) from None
+        except aiohttp.ContentTypeError:
+            raise SendError("no answer (the connection was dropped)",
+                            delivery_unknown=True) from None
+        if not body.get("ok"):
+            status = body.get("error_code", response.status)
+            retry_after = (body.get("parameters") or {}).get("retry_after")
+            raise SendError(body.get("description", "error"), status=status,
+                            retryable=status in (429, 502, 503, 504), retry_after=retry_after)
+        return SendResult(message_id=str(body["result"]["message_id"]))
+
+    async def indicate(self, route: Route) -> None:
+        async with self.http.post("/typing", json={"chat_id": route.chat_id}):
+            pass
+
+    async def probe(self) -> ProbeResult:
+        started = time.monotonic()
+        async with self.http.get("/me") as response:
+            ok = response.status == 200
+        return ProbeResult(ok=ok, detail="loopback platform",
+                           latency_ms=(time.monotonic() - started) * 1000)
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.close()
+
+
+class LoopbackPlugin:
+    """Registers :class:`LoopbackChannel`."""
+
+    @staticmethod
+    @hookimpl
+    def register_channels(register):
+        register(LoopbackChannel)
+
+
+def main() -> None:
+    """Run the real gateway with the loopback channel (for crash tests)."""
+    from chatkernel.core import config as cfg
+    from chatkernel.core import logs
+    from chatkernel.core.gateway import run_gateway
+    from chatkernel.core.plugins import PluginManager
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--platform", required=True, help="the FakePlatform's URL")
+    parser.add_argument("--listen", default="127.0.0.1:0")
+    args = parser.parse_args()
+    config = cfg.parse({
+        "gateway": {"listen": args.listen},
+        "queue": {"debounce_ms": 0, "mode": "followup"},
+        "channels": {"loopback": {"accounts": {"main": {"base_url": args.platform,
+                                                        "poll_timeout": 0.5}}}},
+    })
+    logs.configure("text", "info")
+    pm = PluginManager()
+    pm.load(only=[])
+    pm.register(LoopbackPlugin, name="chatkernel.testing.loopback")
+    anyio.run(lambda: run_gateway(config, pm=pm))
+
+
+if __name__ == "__main__":
+    main()
