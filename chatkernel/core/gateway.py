@@ -112,10 +112,10 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                                       path=config_path, key="gateway.listen") from None
             bound = runner.addresses[0]
             listening = Listening(host, bound[1])
+            control.write_state(cfg.home_dir(), listening.url, token)
             names = ", ".join(sorted(kernel.accounts)) or "none"
             log.info("chatkernel listening on %s (accounts: %s; agent: %s)", listening.url,
                      names, config.agent.kind)
-            control.write_state(cfg.home_dir(), listening.url, token)
             if on_ready is not None:
                 on_ready(listening)
             async with anyio.create_task_group() as loops:

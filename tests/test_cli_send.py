@@ -1,0 +1,126 @@
+"""`chatkernel send` and `chatkernel sessions`: through the running gateway, or directly."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from chatkernel.testing.process import CHATKERNEL, gateway_process
+
+
+def run(home, *args, timeout=60):
+    env = {**os.environ, "CHATKERNEL_HOME": str(home)}
+    env.pop("CHATKERNEL_CONFIG", None)
+    return subprocess.run([CHATKERNEL, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def post(url, body, token=None):
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers,
+                                     method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def transcript(url, chat_id, want, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(f"{url}/webchat/messages?chat_id={chat_id}",
+                                    timeout=5) as response:
+            messages = json.load(response)["messages"]
+        if len(messages) >= want or time.monotonic() > deadline:
+            return messages
+        time.sleep(0.05)
+
+
+def test_send_directly_when_no_gateway_runs(tmp_path):
+    home = tmp_path / "home"
+    result = run(home, "send", "--channel", "webchat", "--to", "c1", "hello from the cli")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("sent to webchat:default → c1 (1 part(s))")
+    result = run(home, "send", "--channel", "webchat", "--to", "c1", "--json", "again")
+    answer = json.loads(result.stdout)
+    assert answer["via"] == "direct" and answer["parts"] == [{"status": "sent", "error": None}]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--channel", "telegram", "--to", "c1", "x"], "no running account of channel 'telegram'"),
+    (["--channel", "webchat", "--account", "other", "--to", "c1", "x"],
+     "no account 'other' in channel 'webchat'"),
+    (["--channel", "webchat", "--to", "last", "x"], "has no last active chat yet"),
+    (["--channel", "webchat", "--to", "c1", "--media", "/etc/passwd", "x"],
+     "outside the workspace"),
+    (["--channel", "webchat", "--to", "c1"], "nothing to send"),
+])
+def test_send_errors_are_clear(tmp_path, args, message):
+    result = run(tmp_path / "home", "send", *args)
+    assert result.returncode != 0
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_send_and_sessions_through_the_running_gateway(tmp_path):
+    home = tmp_path / "home"
+    with gateway_process(home) as gateway:
+        state = json.loads((home / "gateway.json").read_text())
+        assert oct((home / "gateway.json").stat().st_mode & 0o777) == "0o600"
+        # the control API wants the token
+        status, body = post(f"{gateway.url}/control/send",
+                            {"channel": "webchat", "to": "c1", "text": "x"})
+        assert status == 401 and "token" in body["error"]
+        status, body = post(f"{gateway.url}/control/send",
+                            {"channel": "webchat", "to": "c1", "text": "x"}, "wrong")
+        assert status == 401
+
+        # a conversation, so there is a session and a last active chat
+        post(f"{gateway.url}/webchat/messages", {"chat_id": "c1", "user_id": "u1",
+                                                 "text": "hi bot"})
+        transcript(gateway.url, "c1", 2)
+
+        result = run(home, "send", "--channel", "webchat", "--to", "last", "proactive hello")
+        assert result.returncode == 0, result.stderr
+        assert "queued by the running gateway" in result.stdout
+        messages = transcript(gateway.url, "c1", 3)
+        assert [m["text"] for m in messages] == ["hi bot", "hi bot", "proactive hello"]
+
+        result = run(home, "sessions", "list", "--json")
+        sessions = json.loads(result.stdout)
+        assert [s["key"] for s in sessions] == ["webchat:default:c1"]
+        result = run(home, "sessions", "list", "--active-minutes", "5")
+        assert "webchat:default:c1" in result.stdout
+
+        result = run(home, "sessions", "send", "webchat:default:c1", "into the session")
+        assert result.returncode == 0, result.stderr
+        assert transcript(gateway.url, "c1", 4)[-1]["text"] == "into the session"
+
+        result = run(home, "sessions", "history", "webchat:default:c1", "--json")
+        roles = [(e["role"], e["text"]) for e in json.loads(result.stdout)]
+        assert roles[:2] == [("user", "hi bot"), ("assistant", "hi bot")]
+
+        # the per-session send policy: deny, and the agent's reply is not sent
+        result = run(home, "sessions", "policy", "webchat:default:c1", "deny")
+        assert result.returncode == 0 and "deny" in result.stdout
+        post(f"{gateway.url}/webchat/messages", {"chat_id": "c1", "user_id": "u1",
+                                                 "text": "are you there?"})
+        time.sleep(0.5)
+        texts = [m["text"] for m in transcript(gateway.url, "c1", 5)]
+        assert texts[-1] == "are you there?"  # the user's message, and no reply
+        assert state["pid"] == gateway.process.pid
+        assert gateway.stop() == 0
+    assert not (home / "gateway.json").exists()
+
+
+def test_sessions_history_of_an_unknown_session(tmp_path):
+    result = run(tmp_path / "home", "sessions", "history", "nope:x:y")
+    assert result.returncode != 0 and "no session 'nope:x:y'" in result.stderr
