@@ -147,13 +147,28 @@ async def test_non_retryable_errors_fail_at_once(tmp_path):
         assert (await notifications(h))[0].endswith("chat not found")
 
 
+async def test_markdown_is_rendered_in_the_channels_markup(tmp_path):
+    async with harness(tmp_path, replying(AgentEvent.reply("**bold** and `x < y`"))) as h:
+        type(h.channel).markup = "telegram_html"
+        try:
+            await h.channel.receive("format")
+            await h.settle()
+            text, markup = h.channel.render_text(h.channel.sent[0].payload)
+            assert (text, markup) == ("<b>bold</b> and <code>x &lt; y</code>", "telegram_html")
+            plain = h.channel.render_text(type(h.channel.sent[0].payload)(text="**as is**",
+                                                                         format="plain"))
+            assert plain == ("**as is**", None)
+        finally:
+            type(h.channel).markup = None
+
+
 async def test_rejected_markup_is_resent_as_plain_text_and_is_not_a_retry(tmp_path):
-    async with harness(tmp_path, replying(AgentEvent.reply("*bold* [x"))) as h:
+    async with harness(tmp_path, replying(AgentEvent.reply("**bold** [x"))) as h:
         h.channel.fail_next = [SendError("Bad Request: can't parse entities",
                                          status=400, markup_rejected=True)]
         await h.channel.receive("format")
         await h.settle()
-        assert [(s.text, s.payload.format) for s in h.channel.sent] == [("*bold* [x", "plain")]
+        assert [(s.text, s.payload.format) for s in h.channel.sent] == [("bold [x", "plain")]
         metrics = h.kernel.metrics
         assert metrics.child(metrics.retries, "memory", "main")._value.get() == 0
 

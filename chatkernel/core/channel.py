@@ -78,6 +78,9 @@ class Channel:
     command_prefixes: ClassVar[str] = "/"
     #: Seconds between refreshes of the typing indicator while a turn runs.
     indicator_interval: ClassVar[float] = 4.0
+    #: The platform's markup for the agent's Markdown ("telegram_html",
+    #: "slack_mrkdwn", "whatsapp"), or None to send text as it is.
+    markup: ClassVar[str | None] = None
 
     def __init__(self, account: Account, settings: Any = None) -> None:
         #: The account this instance serves (its validated config is ``account.config``).
@@ -105,6 +108,19 @@ class Channel:
 
     async def indicate(self, route: Route) -> None:
         """Show a typing/processing indicator, where the platform has one."""
+
+    def render_text(self, payload: OutboundPayload) -> tuple[str, str | None]:
+        """The text to put on the wire and the markup it is in (None: plain).
+
+        Markdown payloads are converted to the channel's :attr:`markup`; plain
+        ones (error notes, command answers, a resend after the platform refused
+        the markup) go as they are.
+        """
+        if payload.format == "markdown" and self.markup:
+            from chatkernel.core.markup import render
+
+            return render(payload.text, self.markup), self.markup
+        return payload.text, None
 
     async def load_cursor(self) -> str | None:
         """The platform cursor saved for this account (an offset, a sync buffer)."""

@@ -176,8 +176,10 @@ class Outbox:
             if not exc.markup_rejected or payload.format == "plain":
                 raise
             # The platform refused the markup: the same text as plain text (not a retry).
+            from chatkernel.core.markup import to_plain
+
             log.info("%s: markup rejected (%s); resending as plain text", account.key, exc)
-            plain = dataclasses.replace(payload, format="plain")
+            plain = dataclasses.replace(payload, text=to_plain(payload.text), format="plain")
             return await outbound.send_payload(account, route, plain)
 
     async def _fail(self, entry: OutboxEntry, account: Account | None,
