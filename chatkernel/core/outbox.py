@@ -17,6 +17,7 @@ limiter; the send policy is checked on every payload, whatever its origin.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import time
 import uuid
@@ -50,6 +51,9 @@ class Outbox:
         self._policies: dict[str, RetryPolicy] = {}
         self._idle = anyio.Event()
         self._idle.set()
+        # Reply ids: unique across restarts without a uuid per reply.
+        self._run_id = uuid.uuid4().hex[:8]
+        self._reply_numbers = itertools.count(1)
 
     # -- queueing ----------------------------------------------------------------
 
@@ -58,18 +62,20 @@ class Outbox:
                      finish_journal: list[int] | tuple[int, ...] = ()) -> str:
         """Queue a reply's payloads for the session; returns the reply id.
 
+        The payloads are numbered in place (``chunk_index``/``chunk_count``).
+
         ``finish_journal``: journal entries this reply answers, marked in the
         same transaction (see :meth:`Store.outbox_add`).
         """
-        reply_id = uuid.uuid4().hex[:12]
+        reply_id = f"{self._run_id}-{next(self._reply_numbers)}"
         count = len(payloads)
+        for index, payload in enumerate(payloads, start=1):  # freshly built: ours to number
+            payload.chunk_index, payload.chunk_count = index, count
         entries = [
             OutboxEntry(id=0, reply_id=reply_id, session_key=session_key, session_id=session_id,
                         channel=account.channel_name, account=account.name, route=route,
-                        payload=dataclasses.replace(payload, chunk_index=index,
-                                                    chunk_count=count),
-                        status="pending", error=None, created_at=0.0)
-            for index, payload in enumerate(payloads, start=1)]
+                        payload=payload, status="pending", error=None, created_at=0.0)
+            for payload in payloads]
         await self._kernel.store.outbox_add(entries, finish_journal=finish_journal)
         self._enqueue(entries)
         return reply_id
