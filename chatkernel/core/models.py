@@ -100,6 +100,8 @@ class SendError(Exception):
     repeated blindly. ``retry_after``: seconds the platform asked to wait.
     ``markup_rejected``: the platform could not parse the formatting; the
     kernel resends the same text as plain text (that is not a retry).
+    ``moved_to``: the chat has a new id (a group became a supergroup); the
+    kernel updates the session's route and sends there (not a retry either).
     """
 
     def __init__(
@@ -112,9 +114,11 @@ class SendError(Exception):
         status: int | None = None,
         code: str | int | None = None,
         markup_rejected: bool = False,
+        moved_to: str | None = None,
     ) -> None:
         super().__init__(message)
         self.markup_rejected = markup_rejected
+        self.moved_to = moved_to
         self.retryable = retryable
         self.retry_after = retry_after
         self.delivery_unknown = delivery_unknown

@@ -153,8 +153,21 @@ class Outbox:
         policy = self._policy(account)
 
         async def attempt() -> SendResult:
+            nonlocal route
             await limiter.acquire(route.chat_id, is_group=route.is_group)
-            return await self._attempt(account, route, entry.payload)
+            try:
+                return await self._attempt(account, route, entry.payload)
+            except SendError as exc:
+                if not exc.moved_to or exc.moved_to == route.chat_id:
+                    raise
+                # The chat moved (a group became a supergroup): follow it, and
+                # remember it for every later send to this session.
+                log.info("%s: chat %s moved to %s", account.key, route.chat_id, exc.moved_to)
+                route = dataclasses.replace(route, chat_id=exc.moved_to)
+                if kernel.sessions.cached(entry.session_key) is not None:
+                    await kernel.sessions.set_route(entry.session_key, route)
+                await limiter.acquire(route.chat_id, is_group=route.is_group)
+                return await self._attempt(account, route, entry.payload)
 
         def on_retry(retry: int, error: SendError, delay: float) -> None:
             metrics = kernel.metrics

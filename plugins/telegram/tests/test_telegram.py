@@ -1,0 +1,295 @@
+"""chatkernel-telegram against the fake Bot API over real HTTP: the Telegram specifics."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from contextlib import asynccontextmanager
+
+import aiohttp
+import anyio
+import pytest
+
+import chatkernel_telegram
+from chatkernel.core.agents import AgentEvent
+from chatkernel.testing.agents import agent_plugin, scripted_agent
+from chatkernel.testing.memory import KernelHarness
+from chatkernel_telegram import channel as telegram_channel
+from chatkernel_telegram.fake import FakeBotAPI
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "123456:AAExampleTokenForTestsOnly_abcdefghij"
+
+
+@asynccontextmanager
+async def telegram(tmp_path, *, agent=None, account=None, channel=None, run=True, api=None):
+    """A kernel with one Telegram account against a FakeBotAPI, its loop running."""
+    agent = agent or scripted_agent()
+    if api is None:
+        async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as fake:
+            async with telegram(tmp_path, agent=agent, account=account, channel=channel,
+                                run=run, api=fake) as parts:
+                yield parts
+        return
+    fake = api
+    if True:
+        config = {
+            "agent": {"kind": agent.name},
+            "queue": {"mode": "followup", "debounce_ms": 0},
+            "channels": {"telegram": {
+                "retry": {"attempts": 3, "base_delay_ms": 10, "jitter": 0},
+                "rate_limits": {"chat": "100/s", "account": "1000/s", "group": "1000/s"},
+                **(channel or {}),
+                "accounts": {"main": {"bot_token": fake.token, "api_base": fake.base_url,
+                                      "allow_from": ["*"], "poll_timeout": 1,
+                                      **(account or {})}}}}}
+        async with KernelHarness(tmp_path, config=config, plugins=[
+                ("telegram", chatkernel_telegram), ("agent", agent_plugin(agent))]) as h:
+            account_ = h.kernel.accounts["telegram:main"]
+            async with anyio.create_task_group() as tg:
+                if run:
+                    tg.start_soon(account_.channel.run, h.kernel.deliver)
+                yield fake, h, account_.channel, agent
+                tg.cancel_scope.cancel()
+
+
+async def test_private_chat_round_trip_with_html_from_markdown(tmp_path):
+    agent = scripted_agent(script=lambda r: [AgentEvent.reply(f"**{r.text}** & more")])
+    async with telegram(tmp_path, agent=agent) as (api, h, channel, _):
+        api.inject_message(42, "hello")
+        sent = await api.wait_for_sent(1)
+        assert sent[0].chat_id == 42 and sent[0].parse_mode == "HTML"
+        assert sent[0].text == "<b>hello</b> &amp; more"
+        assert sent[0].plain_text == "hello & more"
+        assert agent.requests[0].envelope.startswith("[channel: telegram | user: 42")
+
+
+async def test_offset_is_persisted_and_nothing_is_answered_twice_across_a_restart(tmp_path):
+    async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api:
+        async with telegram(tmp_path, api=api) as (api, h, channel, agent):
+            first = api.inject_message(42, "first")
+            await api.wait_for_sent(1)
+            await h.settle()
+        assert await _cursor(tmp_path) == str(first + 1)
+        polls = len(api.calls_to("getUpdates"))
+        async with telegram(tmp_path, api=api) as (api, h, channel, agent):
+            api.inject_message(42, "second")
+            await api.wait_for_sent(2)
+            await h.settle()
+            await anyio.sleep(0.2)
+            assert api.texts(42) == ["re: first", "re: second"]
+            # the second run started where the first stopped
+            assert int(api.calls_to("getUpdates")[polls].params["offset"]) == first + 1
+
+
+async def _cursor(tmp_path):
+    from chatkernel.core.store.sqlite import SQLiteStore
+
+    async with SQLiteStore.at(tmp_path / "state.db") as store:
+        return await store.get_cursor("telegram", "main")
+
+
+async def test_unconfirmed_updates_are_redelivered_and_deduped(tmp_path):
+    async with telegram(tmp_path) as (api, h, channel, agent):
+        update_id = api.inject_message(42, "once")
+        await api.wait_for_sent(1)
+        await h.settle()
+        api.inject_update(api.update(update_id))  # Telegram serves it again
+        await anyio.sleep(0.3)
+        await h.settle()
+        assert api.texts(42) == ["re: once"]
+
+
+async def test_groups_need_a_mention_or_a_reply_to_the_bot(tmp_path):
+    async with telegram(tmp_path) as (api, h, channel, agent):
+        api.inject_message(-1001, "just chatting", chat_type="supergroup", from_id=7)
+        api.inject_message(-1001, "hey @chatkernel_bot what's up", chat_type="supergroup",
+                           from_id=7)
+        await api.wait_for_sent(1)
+        api.inject_message(-1001, "and this?", chat_type="supergroup", from_id=7,
+                           reply_to_bot=True)
+        await api.wait_for_sent(2)
+        await h.settle()
+        assert [r.text for r in agent.requests] == ["hey @chatkernel_bot what's up",
+                                                    "and this?"]
+        # in groups the reply quotes the message it answers
+        assert all(m.reply_to is not None for m in api.sent(chat_id=-1001))
+
+
+async def test_forum_topics_are_threads(tmp_path):
+    async with telegram(tmp_path, account={"require_mention": False}) as (api, h, channel,
+                                                                          agent):
+        api.inject_message(-1002, "in topic 7", chat_type="supergroup", from_id=7,
+                           message_thread_id=7, is_topic_message=True)
+        sent = await api.wait_for_sent(1)
+        assert sent[0].message_thread_id == 7
+        assert agent.requests[0].session_key == "telegram:main:-1002:7"
+
+
+async def test_inbound_photo_is_downloaded_into_the_workspace(tmp_path):
+    async with telegram(tmp_path) as (api, h, channel, agent):
+        file_id = api.add_file(b"\x89PNG fake image", filename="cat.png", mime="image/png")
+        api.inject_message(42, None, photo=file_id, caption="look")
+        await api.wait_for_sent(1)
+        text = agent.requests[0].text
+        assert text.startswith("look\n[image saved: ")
+        saved = agent.requests[0].media[0].path
+        assert saved.read_bytes() == b"\x89PNG fake image"
+        assert "media/inbound/telegram/main" in saved.as_posix()
+
+
+async def test_media_out_by_extension_as_multipart(tmp_path):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    for name in ("a.jpg", "b.ogg", "c.gif", "d.mp3", "e.pdf"):
+        (workspace / name).write_bytes(b"x" * 100)
+    with open(workspace / "big.jpg", "wb") as handle:  # over the 10 MB photo cap
+        handle.truncate(11 * 1024 * 1024)
+    reply = "\n".join(f"MEDIA: {n}" for n in ("a.jpg", "b.ogg", "c.gif", "d.mp3", "e.pdf",
+                                              "big.jpg"))
+    agent = scripted_agent(script=lambda r: [AgentEvent.reply(reply)])
+    async with telegram(tmp_path, agent=agent) as (api, h, channel, _):
+        api.inject_message(42, "files please")
+        sent = await api.wait_for_sent(6, timeout=20)
+        assert [m.method for m in sent] == ["sendPhoto", "sendVoice", "sendAnimation",
+                                            "sendAudio", "sendDocument", "sendDocument"]
+        assert sent[0].files[0].filename == "a.jpg"
+
+
+async def test_markup_refused_is_resent_as_plain_text(tmp_path):
+    agent = scripted_agent(script=lambda r: [AgentEvent.reply("**bold** move")])
+    async with telegram(tmp_path, agent=agent) as (api, h, channel, _):
+        api.fail_next("sendMessage", 400, "Bad Request: can't parse entities: "
+                      "Can't find end tag corresponding to start tag \"b\" at byte offset 0")
+        api.inject_message(42, "x")
+        sent = await api.wait_for_sent(1)
+        assert sent[0].parse_mode is None and sent[0].text == "bold move"
+        retries = h.kernel.metrics.child(h.kernel.metrics.retries, "telegram", "main")
+        assert retries._value.get() == 0
+
+
+async def test_429_retry_after_is_honoured(tmp_path):
+    async with telegram(tmp_path) as (api, h, channel, agent):
+        api.fail_next_with_retry_after("sendMessage", 1)
+        api.inject_message(42, "slow down")
+        sent = await api.wait_for_sent(1, timeout=10)
+        attempts = [c.when for c in api.calls_to("sendMessage")]
+        assert len(attempts) == 2 and attempts[1] - attempts[0] >= 0.9
+        assert sent[0].text == "re: slow down"
+
+
+async def test_migrated_group_updates_the_route(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with telegram(tmp_path, agent=agent, account={"require_mention": False}) as (
+            api, h, channel, _):
+        api.inject_message(-5, "hi", chat_type="group", from_id=7)
+        with anyio.fail_after(5):
+            while not agent.requests:
+                await anyio.sleep(0.01)
+        api.migrate_chat(-5, -1005)
+        agent.gate.set()
+        sent = await api.wait_for_sent(1)
+        assert sent[0].chat_id == -1005
+        route = await h.kernel.sessions.route("telegram:main:-5")
+        assert route.chat_id == "-1005"
+
+
+async def test_typing_is_shown_while_a_turn_runs(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with telegram(tmp_path, agent=agent) as (api, h, channel, _):
+        api.inject_message(42, "think")
+        await api.wait_for_chat_actions(1)
+        assert api.chat_actions[0].action == "typing"
+        agent.gate.set()
+        await api.wait_for_sent(1)
+
+
+async def test_probe_reports_the_bot_and_a_rejected_token(tmp_path):
+    async with telegram(tmp_path, run=False) as (api, h, channel, agent):
+        result = await channel.probe()
+        assert result.ok and result.detail == "@chatkernel_bot" and result.latency_ms >= 0
+        api.revoke_token(api.token)
+        result = await channel.probe()
+        assert not result.ok and result.detail == "token rejected"
+
+
+async def test_another_poller_is_reported_not_restarted(tmp_path, monkeypatch, caplog):
+    monkeypatch.setattr(telegram_channel, "CONFLICT_BACKOFF_SECONDS", 0.05)
+    async with telegram(tmp_path) as (api, h, channel, agent):
+        api.fail_next("getUpdates", 409, "Conflict: terminated by other getUpdates request; "
+                      "make sure that only one bot instance is running")
+        with anyio.fail_after(5):
+            while channel.problem is None:
+                await anyio.sleep(0.01)
+        assert channel.problem == "another instance is polling this bot token"
+        assert "another instance is polling this bot token" in caplog.text
+        # the loop carries on (no crash, no restart) and recovers by itself
+        api.inject_message(42, "still here")
+        await api.wait_for_sent(1)
+        assert channel.problem is None
+        restarts = h.kernel.metrics.child(h.kernel.metrics.restarts, "telegram", "main")
+        assert restarts._value.get() == 0
+
+
+async def test_the_token_never_appears_in_errors_or_logs(tmp_path, caplog):
+    caplog.set_level(logging.DEBUG)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    async with telegram(tmp_path, run=False) as (api, h, channel, agent):
+        channel.api.api_base = f"http://127.0.0.1:{closed_port}"
+        result = await channel.probe()
+        assert not result.ok and TOKEN not in result.detail
+        from chatkernel_telegram.api import TelegramError
+
+        with pytest.raises(TelegramError) as info:
+            await channel.api.call("sendMessage", {"chat_id": 1, "text": "x"})
+        assert TOKEN not in str(info.value)
+        await h.kernel.outbound.deliver_text(h.kernel.accounts["telegram:main"],
+                                             __import__("chatkernel").Route(
+                                                 "telegram", "main", "42"), "hello")
+        await h.settle()
+        notes = await h.kernel.store.read_log("telegram:main:42", roles=("notification",))
+        assert notes and all(TOKEN not in n.text for n in notes)
+    assert TOKEN not in caplog.text
+
+
+async def test_webhook_mode_checks_the_secret_token(tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    from chatkernel.core import config as cfg
+    from chatkernel.core.gateway import run_gateway
+
+    async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api:
+        url = f"http://127.0.0.1:{port}/telegram/main/webhook"
+        config = cfg.parse({
+            "gateway": {"listen": f"127.0.0.1:{port}", "workspace": str(tmp_path / "ws")},
+            "store": {"path": str(tmp_path / "state.db")},
+            "channels": {"telegram": {"accounts": {"main": {
+                "bot_token": api.token, "api_base": api.base_url, "allow_from": ["*"],
+                "mode": "webhook", "webhook_url": url, "secret_token": "s3cret-token"}}}}})
+        stop = anyio.Event()
+        ready = anyio.Event()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: run_gateway(config, on_ready=lambda _: ready.set(),
+                                              stop=stop, handle_signals=False))
+            with anyio.fail_after(10):
+                await ready.wait()
+                while not api.webhook_info().get("url"):
+                    await anyio.sleep(0.02)
+            assert api.webhook_info()["url"] == url
+            api.inject_message(42, "via webhook")
+            await api.wait_for_sent(1)
+            assert api.texts(42) == ["via webhook"]
+            async with aiohttp.ClientSession() as http:
+                update = {"update_id": 999, "message": {
+                    "message_id": 5, "date": 0, "chat": {"id": 42, "type": "private"},
+                    "from": {"id": 42, "is_bot": False, "first_name": "X"}, "text": "forged"}}
+                for headers in ({}, {"X-Telegram-Bot-Api-Secret-Token": "wrong"}):
+                    async with http.post(url, json=update, headers=headers) as response:
+                        assert response.status == 401
+            await anyio.sleep(0.2)
+            assert api.texts(42) == ["via webhook"]  # the forged update did nothing
+            stop.set()
