@@ -127,6 +127,7 @@ class Kernel:
                 account.channel.store = store
                 stack.push_async_callback(account.channel.aclose)
 
+        stack.callback(self._close_queue)  # runs after the task group ended: no worker left
         self._tg = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(self._tg.cancel_scope.cancel)  # runs first on exit: stop turns
         self._queue = SessionQueue(self._tg, self.run_turn, self.queue_settings,
@@ -184,6 +185,10 @@ class Kernel:
             await self.inbound.process(account, message, entry.seq)
         if entries:
             log.info("replayed %d unfinished inbound message(s)", len(entries))
+
+    def _close_queue(self) -> None:
+        if self._queue is not None:
+            self._queue.close()
 
     async def _write_behind(self) -> None:
         """Coalesced writes of hot, low-value state (the last active chat)."""

@@ -165,6 +165,11 @@ class SessionQueue:
         for number in range(max_concurrent):
             task_group.start_soon(self._worker, name=f"queue worker {number + 1}")
 
+    def close(self) -> None:
+        """Close the ready queue (the workers end with the task group)."""
+        self._ready_in.close()
+        self._ready_out.close()
+
     def lane(self, key: str) -> Lane:
         lane = self.lanes.get(key)
         if lane is None:

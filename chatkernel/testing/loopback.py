@@ -44,8 +44,11 @@ class PlatformMessage:
 
     message_id: int
     chat_id: str
-    text: str
+    text: str  # a media message's caption
     ts: float = field(default_factory=time.time)
+    thread_id: str | None = None
+    media_kind: str | None = None  # "image", "voice", "document"...; None: a text message
+    filename: str | None = None
 
 
 class FakePlatform:
@@ -60,8 +63,11 @@ class FakePlatform:
         self.retry_after = 1
         #: seconds each send takes (a network round trip), so a crash can hit one mid-way.
         self.send_latency = 0.0
+        #: The bot's credentials were revoked: /me answers 401.
+        self.revoked = False
         self._ids = itertools.count(1)
         self._update_ids = itertools.count(1)
+        self._injected: list[dict[str, Any]] = []
         self._changed = anyio.Event()
         self._runner: web.AppRunner | None = None
         self.url = ""
@@ -70,6 +76,7 @@ class FakePlatform:
         app = web.Application()
         app.router.add_get("/updates", self._get_updates)
         app.router.add_post("/send", self._send)
+        app.router.add_post("/send_media", self._send_media)
         app.router.add_post("/typing", self._typing)
         app.router.add_get("/me", self._me)
         self._runner = web.AppRunner(app, access_log=None)
@@ -81,22 +88,50 @@ class FakePlatform:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
+        self._wake()  # answer pending long polls now: cleanup waits for open requests
         if self._runner is not None:
             await self._runner.cleanup()
 
     # -- test side -------------------------------------------------------------------
 
-    def inject(self, chat_id: str, text: str, sender_id: str = "user-1") -> int:
+    def inject(self, chat_id: str, text: str, sender_id: str = "user-1", *,
+               sender_name: str = "", is_group: bool = False, mentions_bot: bool = False,
+               thread_id: str | None = None) -> int:
         """A user writes to the bot; returns the update id."""
         update_id = next(self._update_ids)
         self.updates.append({"update_id": update_id, "chat_id": chat_id,
-                             "sender_id": sender_id, "text": text,
-                             "message_id": f"m{update_id}"})
+                             "sender_id": sender_id, "sender_name": sender_name,
+                             "text": text, "message_id": f"m{update_id}",
+                             "is_group": is_group, "mentions_bot": mentions_bot,
+                             "thread_id": thread_id})
+        self._injected.append(self.updates[-1])
         self._wake()
         return update_id
 
-    def texts(self, chat_id: str | None = None) -> list[str]:
-        return [m.text for m in self.sent if chat_id is None or m.chat_id == chat_id]
+    def redeliver(self, message_id: str) -> int:
+        """Serve an injected message again under a new update id (the same message
+        id), as a platform resends an event it thinks was missed."""
+        original = next(u for u in reversed(self.injected) if u["message_id"] == message_id)
+        update_id = next(self._update_ids)
+        self.updates.append({**original, "update_id": update_id})
+        self._wake()
+        return update_id
+
+    @property
+    def injected(self) -> list[dict[str, Any]]:
+        """Every update injected so far, confirmed or not."""
+        return self._injected
+
+    def texts(self, chat_id: str | None = None, *, thread_id: str | None = None) -> list[str]:
+        """Texts of the text messages sent (to a chat; with thread_id, in that thread)."""
+        return [m.text for m in self.sent if m.media_kind is None
+                and (chat_id is None or m.chat_id == chat_id)
+                and (thread_id is None or m.thread_id == thread_id)]
+
+    def media(self, chat_id: str | None = None) -> list[tuple[str, str | None]]:
+        """``(kind, filename)`` of the files sent, in order."""
+        return [(m.media_kind, m.filename) for m in self.sent if m.media_kind is not None
+                and (chat_id is None or m.chat_id == chat_id)]
 
     async def wait_for_sent(self, count: int, timeout: float = 10.0) -> list[PlatformMessage]:
         with anyio.fail_after(timeout):
@@ -122,6 +157,33 @@ class FakePlatform:
 
     async def _send(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
+        failed = await self._failure(request)
+        if failed is not None:
+            return failed
+        return self._record(PlatformMessage(next(self._ids), str(body["chat_id"]),
+                                            str(body["text"]), thread_id=body.get("thread_id")))
+
+    async def _send_media(self, request: web.Request) -> web.StreamResponse:
+        """Multipart: chat_id, kind, optional thread_id and caption, and the file."""
+        form = await request.post()
+        failed = await self._failure(request)
+        if failed is not None:
+            return failed
+        upload = form.get("file")
+        if not isinstance(upload, web.FileField) or not upload.file.read():
+            return web.json_response({"ok": False, "error_code": 400,
+                                      "description": "Bad Request: file is empty"}, status=400)
+        return self._record(PlatformMessage(
+            next(self._ids), str(form["chat_id"]), str(form.get("caption", "")),
+            thread_id=form.get("thread_id") or None, media_kind=str(form["kind"]),
+            filename=upload.filename))
+
+    def _record(self, message: PlatformMessage) -> web.Response:
+        self.sent.append(message)
+        self._wake()
+        return web.json_response({"ok": True, "result": {"message_id": message.message_id}})
+
+    async def _failure(self, request: web.Request) -> web.StreamResponse | None:
         if self.send_latency:
             await anyio.sleep(self.send_latency)
         if self.fail_next:
@@ -137,16 +199,16 @@ class FakePlatform:
                                          status=429)
             return web.json_response({"ok": False, "error_code": failure,
                                       "description": "failure"}, status=int(failure))
-        message = PlatformMessage(next(self._ids), str(body["chat_id"]), str(body["text"]))
-        self.sent.append(message)
-        self._wake()
-        return web.json_response({"ok": True, "result": {"message_id": message.message_id}})
+        return None
 
     async def _typing(self, request: web.Request) -> web.Response:
         self.typing.append(str((await request.json())["chat_id"]))
         return web.json_response({"ok": True, "result": True})
 
     async def _me(self, request: web.Request) -> web.Response:
+        if self.revoked:
+            return web.json_response({"ok": False, "error_code": 401,
+                                      "description": "Unauthorized"}, status=401)
         return web.json_response({"ok": True, "result": {"name": "loopback-bot"}})
 
 
@@ -162,6 +224,7 @@ class LoopbackChannel(Channel):
     name = "loopback"
     account_model = LoopbackAccount
     limits = ChannelLimits(text_limit=1000, rates={"chat": RateLimit(100, 1.0)},
+                           media_kinds={".png": "image", ".jpg": "image", ".ogg": "voice"},
                            retry_base_delay=0.05)
 
     def __init__(self, account, settings=None) -> None:
@@ -184,14 +247,32 @@ class LoopbackChannel(Channel):
                 await deliver(InboundMessage(
                     channel=self.name, account=self.account.name,
                     chat_id=update["chat_id"], message_id=update["message_id"],
-                    sender_id=update["sender_id"], text=update["text"]))
+                    sender_id=update["sender_id"], text=update["text"],
+                    sender_name=update.get("sender_name", ""),
+                    is_group=update.get("is_group", False),
+                    mentions_bot=update.get("mentions_bot", False),
+                    thread_id=update.get("thread_id")))
                 offset = update["update_id"] + 1
                 await self.save_cursor(str(offset))  # only after the journal has it
 
     async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
         try:
-            async with self.http.post("/send", json={"chat_id": route.chat_id,
-                                                     "text": payload.text}) as response:
+            if payload.is_media:
+                assert payload.media_path is not None
+                form = aiohttp.FormData()
+                form.add_field("chat_id", route.chat_id)
+                form.add_field("kind", payload.media_kind or "document")
+                form.add_field("caption", payload.caption)
+                if route.thread_id:
+                    form.add_field("thread_id", route.thread_id)
+                form.add_field("file", payload.media_path.read_bytes(),
+                               filename=payload.media_path.name)
+                request = self.http.post("/send_media", data=form)
+            else:
+                request = self.http.post("/send", json={
+                    "chat_id": route.chat_id, "text": payload.text,
+                    **({"thread_id": route.thread_id} if route.thread_id else {})})
+            async with request as response:
                 body = await response.json()
         except aiohttp.ClientConnectorError as exc:  # never reached the platform
             raise SendError(f"cannot connect: {exc}", retryable=True) from None
@@ -216,7 +297,8 @@ class LoopbackChannel(Channel):
         started = time.monotonic()
         async with self.http.get("/me") as response:
             ok = response.status == 200
-        return ProbeResult(ok=ok, detail="loopback platform",
+        detail = "loopback platform" if ok else f"credentials rejected ({response.status})"
+        return ProbeResult(ok=ok, detail=detail,
                            latency_ms=(time.monotonic() - started) * 1000)
 
     async def aclose(self) -> None:

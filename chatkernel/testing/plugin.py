@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+# Plain asserts in the contract suite report their values, as in the author's own tests.
+pytest.register_assert_rewrite("chatkernel.testing.contract")
+
 
 @pytest.fixture
 def chatkernel_home(tmp_path, monkeypatch):

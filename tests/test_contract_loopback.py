@@ -1,0 +1,63 @@
+"""The channel contract suite, run against the loopback channel and its FakePlatform.
+
+This is what every channel plugin's test suite does with its own fake platform
+(see docs/testing.md); the loopback platform has no groups, threads or media,
+so it declares those capabilities absent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chatkernel.testing.contract import ChannelContract, PlatformAdapter
+from chatkernel.testing.loopback import FakePlatform, LoopbackPlugin
+
+
+class LoopbackAdapter(PlatformAdapter):
+    """Drives :class:`FakePlatform` for :class:`LoopbackChannel`."""
+
+    channel_plugin = LoopbackPlugin
+    channel_name = "loopback"
+
+    def __init__(self) -> None:
+        self.platform = FakePlatform()
+        self._last: dict[str, Any] | None = None
+
+    async def start(self) -> None:
+        await self.platform.__aenter__()
+
+    async def stop(self) -> None:
+        await self.platform.__aexit__(None, None, None)
+
+    def account_config(self) -> dict[str, Any]:
+        return {"base_url": self.platform.url, "poll_timeout": 0.25}
+
+    async def inject(self, chat_id: str, text: str, *, sender_id: str = "user-1",
+                     sender_name: str = "", group: bool = False, mention: bool = False,
+                     thread_id: str | None = None) -> None:
+        update_id = self.platform.inject(chat_id, text, sender_id=sender_id,
+                                         sender_name=sender_name, is_group=group,
+                                         mentions_bot=mention, thread_id=thread_id)
+        self._last = next(u for u in self.platform.injected if u["update_id"] == update_id)
+
+    def sent_texts(self, chat_id: str, *, thread_id: str | None = None) -> list[str]:
+        return self.platform.texts(chat_id, thread_id=thread_id)  # plain text: nothing to render
+
+    def sent_media(self, chat_id: str) -> list[tuple[str, str | None]]:
+        return self.platform.media(chat_id)
+
+    def typing_count(self, chat_id: str) -> int:
+        return self.platform.typing.count(chat_id)
+
+    supports_revoke = True
+
+    async def revoke_credentials(self) -> None:
+        self.platform.revoked = True
+
+    async def redeliver_last(self) -> None:
+        assert self._last is not None, "nothing was injected yet"
+        self.platform.redeliver(self._last["message_id"])
+
+
+class TestLoopbackContract(ChannelContract):
+    adapter_class = LoopbackAdapter
