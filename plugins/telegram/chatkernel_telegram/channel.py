@@ -38,6 +38,7 @@ PHOTO_MAX_BYTES = 10 * 1024 * 1024
 DOWNLOAD_MAX_BYTES = 20 * 1024 * 1024
 CONFLICT_BACKOFF_SECONDS = 30.0
 POLL_ERROR_BACKOFF_SECONDS = 5.0
+REJECTED_BACKOFF_SECONDS = 60.0
 _SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
 
 # Bot API method and multipart field per media kind.
@@ -120,7 +121,12 @@ class TelegramChannel(Channel):
 
     async def run(self, deliver: Deliver) -> None:
         self._deliver = deliver
-        await self._identify()
+        while True:  # a rejected token or a network outage waits here, not in restarts
+            try:
+                await self._identify()
+                break
+            except TelegramError as exc:
+                await self._poll_failed(exc)
         if self.config.mode == "webhook":
             await self.api.call("setWebhook", {
                 "url": self.config.webhook_url, "secret_token": self.config.secret_token,
@@ -151,21 +157,20 @@ class TelegramChannel(Channel):
             log.error("%s: %s (Telegram: %s); retrying in %.0fs", self.account.key,
                       self.problem, exc.description, CONFLICT_BACKOFF_SECONDS)
             await anyio.sleep(CONFLICT_BACKOFF_SECONDS)
-        elif exc.error_code == 401:
+        elif exc.error_code in (401, 404):
+            # 404 is what the Bot API answers for a malformed token. Restarting will
+            # not fix either: wait, keep the account red, try again later.
             self.problem = "token rejected"
-            raise exc
+            log.error("%s: %s (Telegram: %s); retrying in %.0fs", self.account.key,
+                      self.problem, exc.description, REJECTED_BACKOFF_SECONDS)
+            await anyio.sleep(REJECTED_BACKOFF_SECONDS)
         else:
             log.warning("%s: getUpdates failed: %s", self.account.key, exc)
             await anyio.sleep(exc.retry_after or POLL_ERROR_BACKOFF_SECONDS)
 
     async def _identify(self) -> dict[str, Any]:
         if self.bot is None:
-            try:
-                self.bot = await self.api.call("getMe")
-            except TelegramError as exc:
-                if exc.error_code == 401:
-                    self.problem = "token rejected"
-                raise
+            self.bot = await self.api.call("getMe")
         return self.bot
 
     async def _handle(self, update: dict[str, Any]) -> None:
