@@ -10,6 +10,12 @@ N/s lets 2N through in the first second (a full bucket, then the refill), and
 platforms that count sends over a rolling second answer the second N with
 429s.
 
+The platform counts a send when it arrives, a varying network delay after
+the limiter counted it, so two sends exactly ``per`` apart here may land
+slightly less than ``per`` apart there. Every window is therefore widened by a
+small ``margin`` (:data:`DEFAULT_MARGIN`, configurable; 0 paces exactly on the
+limiter's own clock).
+
 One :class:`RateLimiter` serves one account. The outbound sender calls
 :meth:`RateLimiter.acquire` before every send and :meth:`RateLimiter.penalize`
 when the platform still answers 429 with a ``retry_after``.
@@ -29,10 +35,16 @@ import anyio
 
 from chatkernel.core.channel import ChannelLimits, RateLimit
 
-__all__ = ["SCOPES", "RateLimiter", "SlidingWindow", "parse_rate"]
+__all__ = ["DEFAULT_MARGIN", "SCOPES", "RateLimiter", "SlidingWindow", "parse_margin",
+           "parse_rate"]
 
 #: The scopes a limit can apply to.
 SCOPES = ("account", "chat", "group")
+#: Seconds added to every window by default: more than the jitter of one send's
+#: trip to the platform, measured in ms, and only 2% of a 1 s window. Without
+#: it a send paced to the microsecond is refused whenever the one ``count``
+#: sends earlier had a slower trip (the benchmark shows it on a loaded host).
+DEFAULT_MARGIN = 0.02
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[Any]]
@@ -48,6 +60,13 @@ def _limit_problem(count: Any, per: Any) -> str | None:
     return None
 
 
+def _check_margin(margin: Any) -> float:
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not (
+            margin >= 0 and math.isfinite(margin)):
+        raise ValueError(f"rate limit 'margin': {margin!r} is not a number of seconds >= 0")
+    return float(margin)
+
+
 def _check_limit(limit: RateLimit, scope: str = "rate") -> RateLimit:
     problem = _limit_problem(limit.count, limit.per)
     if problem:
@@ -59,15 +78,18 @@ class SlidingWindow:
     """The send times that still count against one limit (the last ``count`` of them).
 
     A new send at ``now`` is allowed when fewer than ``count`` sends happened in
-    ``(now - per, now]``; since only the last ``count`` times can matter, the
-    log is a deque of at most ``count`` entries. Windows are half-open: a send
-    exactly ``per`` seconds after the oldest one is allowed.
+    ``(now - span, now]``, where ``span`` is ``per + margin``; since only the
+    last ``count`` times can matter, the log is a deque of at most ``count``
+    entries. Windows are half-open: a send exactly ``span`` seconds after the
+    oldest one is allowed.
     """
 
-    __slots__ = ("limit", "_times")
+    __slots__ = ("limit", "span", "_times")
 
-    def __init__(self, limit: RateLimit) -> None:
+    def __init__(self, limit: RateLimit, margin: float = 0.0) -> None:
         self.limit = _check_limit(limit)
+        #: The window actually enforced: ``per`` plus the safety margin.
+        self.span = limit.per + _check_margin(margin)
         self._times: deque[float] = deque(maxlen=limit.count)
 
     def delay(self, now: float) -> float:
@@ -75,7 +97,7 @@ class SlidingWindow:
         if len(self._times) < self.limit.count:
             return 0.0
         # The oldest of the last ``count`` sends must leave the window first.
-        wait = self._times[0] + self.limit.per - now
+        wait = self._times[0] + self.span - now
         return wait if wait > 0 else 0.0
 
     def record(self, now: float) -> None:
@@ -83,20 +105,20 @@ class SlidingWindow:
         self._times.append(now)
 
     def idle_at(self) -> float:
-        """When this window stops mattering: ``per`` after its newest send (-inf if empty)."""
-        return self._times[-1] + self.limit.per if self._times else -math.inf
+        """When this window stops mattering: ``span`` after its newest send (-inf if empty)."""
+        return self._times[-1] + self.span if self._times else -math.inf
 
     def __len__(self) -> int:
         return len(self._times)
 
     def __repr__(self) -> str:
-        return f"SlidingWindow({self.limit.count}/{self.limit.per}s, {len(self._times)} recent)"
+        return f"SlidingWindow({self.limit.count}/{self.span}s, {len(self._times)} recent)"
 
 
 class _ChatState:
     """One chat's windows, its 429 block, and the lock that keeps its senders in line."""
 
-    __slots__ = ("window", "group", "blocked_until", "lock", "users")
+    __slots__ = ("window", "group", "blocked_until", "lock", "users", "scheduled")
 
     def __init__(self, window: SlidingWindow | None) -> None:
         self.window = window
@@ -106,6 +128,7 @@ class _ChatState:
         # so that wait never involves the account-wide lock.
         self.lock = anyio.Lock(fast_acquire=True)
         self.users = 0  # acquires in flight: a state in use is never pruned
+        self.scheduled = False  # whether it has its (one) entry in the prune heap
 
     def idle_at(self) -> float:
         idle = self.blocked_until
@@ -120,7 +143,8 @@ class RateLimiter:
     """Paces one account's sends against its account, chat and group limits.
 
     ``rates`` maps a scope (``"account"``, ``"chat"``, ``"group"``) to its
-    :class:`RateLimit`; a missing scope is unlimited. ``clock`` (default
+    :class:`RateLimit`; a missing scope is unlimited. ``margin`` seconds are
+    added to every window (see :data:`DEFAULT_MARGIN`). ``clock`` (default
     :func:`time.monotonic`) and ``sleep`` (default :func:`anyio.sleep`) are
     injectable so tests can run on virtual time.
 
@@ -133,7 +157,8 @@ class RateLimiter:
     """
 
     def __init__(self, rates: Mapping[str, RateLimit] | None = None, *,
-                 clock: Clock = time.monotonic, sleep: Sleep = anyio.sleep) -> None:
+                 margin: float = DEFAULT_MARGIN, clock: Clock = time.monotonic,
+                 sleep: Sleep = anyio.sleep) -> None:
         rates = dict(rates or {})
         for scope, limit in rates.items():
             if scope not in SCOPES:
@@ -142,9 +167,12 @@ class RateLimiter:
             _check_limit(limit, scope)
         #: The limits in force, by scope.
         self.rates: dict[str, RateLimit] = rates
+        #: Seconds added to every window.
+        self.margin = _check_margin(margin)
         self._clock = clock
         self._sleep = sleep
-        self._account = SlidingWindow(rates["account"]) if "account" in rates else None
+        self._account = (SlidingWindow(rates["account"], margin) if "account" in rates
+                         else None)
         self._chat_limit = rates.get("chat")
         self._group_limit = rates.get("group")
         self._account_blocked_until = -math.inf
@@ -152,24 +180,30 @@ class RateLimiter:
         # hands over to its waiters in arrival order, which makes the queue FIFO.
         self._account_lock = anyio.Lock(fast_acquire=True)
         self._chats: dict[str, _ChatState] = {}
-        # (time a chat's state may become idle, chat_id): a min-heap, so pruning
-        # only ever looks at states that may have expired. Entries may be stale;
-        # the state itself is checked before it is dropped.
+        # (time a chat's state may become idle, chat_id): a min-heap with one
+        # entry per idle state, so pruning only looks at states that may have
+        # expired, and the heap is never larger than the chats tracked.
         self._expiries: list[tuple[float, str]] = []
 
     @classmethod
     def from_limits(cls, rates: Mapping[str, RateLimit] | ChannelLimits,
                     overrides: Mapping[str, Any] | None = None, *,
-                    clock: Clock = time.monotonic, sleep: Sleep = anyio.sleep) -> "RateLimiter":
+                    margin: float = DEFAULT_MARGIN, clock: Clock = time.monotonic,
+                    sleep: Sleep = anyio.sleep) -> "RateLimiter":
         """A limiter for a channel's declared ``rates`` with the config's ``overrides``.
 
         ``overrides`` maps a scope to a rate in either form a TOML file can
         hold: ``{"count": 20, "per": 1.0}`` or a string ``"20/s"``, ``"20/min"``,
         ``"1/6s"`` (see :func:`parse_rate`); ``"off"`` removes the scope's limit.
-        Raises ValueError naming the scope and the value when one is invalid.
+        The key ``margin`` (seconds, or a string such as ``"50ms"``) replaces
+        the ``margin`` argument. Raises ValueError naming the scope and the
+        value when one is invalid.
         """
         merged = dict(rates.rates if isinstance(rates, ChannelLimits) else rates)
         for scope, value in (overrides or {}).items():
+            if scope == "margin":
+                margin = parse_margin(value)
+                continue
             if scope not in SCOPES:
                 raise ValueError(f"rate limit {scope!r}: unknown scope "
                                  f"(expected one of {', '.join(SCOPES)}), value {value!r}")
@@ -178,7 +212,7 @@ class RateLimiter:
                 merged.pop(scope, None)
             else:
                 merged[scope] = limit
-        return cls(merged, clock=clock, sleep=sleep)
+        return cls(merged, margin=margin, clock=clock, sleep=sleep)
 
     # -- sending -------------------------------------------------------------------------
 
@@ -194,9 +228,9 @@ class RateLimiter:
         state = self._chats.get(chat_id)
         if state is None:
             state = self._chats[chat_id] = _ChatState(
-                SlidingWindow(self._chat_limit) if self._chat_limit else None)
+                SlidingWindow(self._chat_limit, self.margin) if self._chat_limit else None)
         if is_group and state.group is None and self._group_limit is not None:
-            state.group = SlidingWindow(self._group_limit)
+            state.group = SlidingWindow(self._group_limit, self.margin)
         state.users += 1
         try:
             async with state.lock:
@@ -227,7 +261,7 @@ class RateLimiter:
         finally:
             state.users -= 1
             if state.users == 0:
-                heapq.heappush(self._expiries, (state.idle_at(), chat_id))
+                self._schedule(chat_id, state)
             self.prune()
 
     def penalize(self, seconds: float, chat_id: str | None = None) -> None:
@@ -249,9 +283,10 @@ class RateLimiter:
         state = self._chats.get(chat_id)
         if state is None:
             state = self._chats[chat_id] = _ChatState(
-                SlidingWindow(self._chat_limit) if self._chat_limit else None)
+                SlidingWindow(self._chat_limit, self.margin) if self._chat_limit else None)
         state.blocked_until = max(state.blocked_until, until)
-        heapq.heappush(self._expiries, (state.blocked_until, chat_id))
+        if state.users == 0:
+            self._schedule(chat_id, state)
 
     def delay(self, chat_id: str, *, is_group: bool = False) -> float:
         """Seconds a send to ``chat_id`` would wait now if nobody else were queued."""
@@ -267,19 +302,25 @@ class RateLimiter:
     def prune(self) -> int:
         """Forget the chats whose windows and 429 blocks have all expired; returns how many.
 
-        Called after every acquire, so it is amortized: each heap entry is
-        popped once, when its time has come.
+        Called after every acquire. Cheap: it only looks at heap entries whose
+        time has come, and a chat still active is looked at about once per
+        window, not once per send.
         """
         now = self._clock()
         dropped = 0
         expiries, chats = self._expiries, self._chats
         while expiries and expiries[0][0] <= now:
             _, chat_id = heapq.heappop(expiries)
-            state = chats.get(chat_id)
-            # A state in use, or used again since this entry, has a later entry.
-            if state is not None and state.users == 0 and state.idle_at() <= now:
+            state = chats[chat_id]  # only a pop here removes a state: it is there
+            if state.users:
+                state.scheduled = False  # the last acquire to finish schedules it again
+                continue
+            idle = state.idle_at()
+            if idle <= now:
                 del chats[chat_id]
                 dropped += 1
+            else:  # used again since it was scheduled: look again when that has expired
+                heapq.heappush(expiries, (idle, chat_id))
         return dropped
 
     @property
@@ -288,6 +329,12 @@ class RateLimiter:
         return len(self._chats)
 
     # -- internals -----------------------------------------------------------------------
+
+    def _schedule(self, chat_id: str, state: _ChatState) -> None:
+        """Give an idle state its entry in the prune heap, unless it has one."""
+        if not state.scheduled:
+            state.scheduled = True
+            heapq.heappush(self._expiries, (state.idle_at(), chat_id))
 
     def _account_delay(self, now: float) -> float:
         wait = self._account_blocked_until - now
@@ -307,7 +354,8 @@ class RateLimiter:
     def __repr__(self) -> str:
         rates = ", ".join(f"{scope}={limit.count}/{limit.per}s"
                           for scope, limit in self.rates.items())
-        return f"RateLimiter({rates or 'unlimited'}, {len(self._chats)} chats tracked)"
+        return (f"RateLimiter({rates or 'unlimited'}, margin {self.margin}s, "
+                f"{len(self._chats)} chats tracked)")
 
 
 # -- parsing rates from config ------------------------------------------------------------
@@ -353,3 +401,22 @@ def parse_rate(value: Any, *, scope: str = "rate") -> RateLimit | None:
             if count >= 1 and per > 0 and math.isfinite(per):
                 return RateLimit(count, per)
     raise ValueError(f"rate limit {scope!r}: {value!r} is not a rate; {expected}")
+
+
+_MARGIN = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s)?\s*")
+
+
+def parse_margin(value: Any) -> float:
+    """The ``margin`` of a config: seconds as a number, or a string ``"20ms"`` / ``"0.02s"``.
+
+    Raises ValueError naming ``margin`` and the value.
+    """
+    if isinstance(value, str):
+        match = _MARGIN.fullmatch(value.lower())
+        if match:
+            return float(match[1]) / (1000.0 if match[2] == "ms" else 1.0)
+    elif (not isinstance(value, bool) and isinstance(value, (int, float))
+          and value >= 0 and math.isfinite(value)):
+        return float(value)
+    raise ValueError(f"rate limit 'margin': {value!r} is not a number of seconds >= 0 "
+                     "(expected e.g. 0.02 or \"20ms\")")
