@@ -502,3 +502,24 @@ def test_fenced_code_is_verbatim(code: str, lang: str) -> None:
     if code:
         assert f"```\n{markup._escape_html(code)}\n```" in to_slack_mrkdwn(md)
         assert f"```{code}```" in to_whatsapp(md)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab Z9.,;?'\"\n\t\r*_`#-+1!|~<>&=:/()[]éπ😀 \u00a0")),
+               max_size=60))
+def test_plain_fast_path_is_what_every_renderer_would_give(text):
+    """render() skips the parser for plain text: only when the parser agrees."""
+    from chatkernel.core.markup import _RENDERERS, is_plain
+
+    if not is_plain(text):
+        return
+    for name, convert in _RENDERERS.items():
+        assert convert(text) == text, name
+
+
+def test_plain_fast_path_examples():
+    from chatkernel.core.markup import is_plain
+
+    assert is_plain("chat 3 msg 17") and is_plain("Sure, I can do that. Anything else?")
+    for text in ("**b**", "1. item", "a\n\nb", "see http://x", "a < b", " lead", "x_y"):
+        assert not is_plain(text), text

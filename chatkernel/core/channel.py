@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Literal
+from collections.abc import Hashable, Iterable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Literal, TypeVar
+
+import anyio
 
 from chatkernel.core.config import AccountConfig
 from chatkernel.core.models import (
@@ -27,6 +30,8 @@ from chatkernel.core.models import (
 
 if TYPE_CHECKING:
     from chatkernel.core.plugins import PluginManager
+
+T = TypeVar("T")
 
 #: What a receive loop calls for every normalized message. It returns once the
 #: message is durably journaled, so the loop may then advance its cursor.
@@ -152,6 +157,33 @@ class Channel:
 
     async def aclose(self) -> None:
         """Release clients and connections."""
+
+
+async def per_chat(items: Iterable[T], chat_of: Callable[[T], Hashable],
+                   handle: Callable[[T], Awaitable[Any]]) -> None:
+    """``await handle(item)`` for every item: different chats concurrently, each
+    chat's items in their order. Returns when all are handled.
+
+    For receive loops that get updates in batches (long polling): delivering a
+    batch's chats side by side lets their journal writes share one commit, while
+    the order within every chat is kept. Save the cursor after this returns.
+    """
+    groups: dict[Hashable, list[T]] = {}
+    for item in items:
+        groups.setdefault(chat_of(item), []).append(item)
+    if len(groups) <= 1:
+        for group in groups.values():
+            for item in group:
+                await handle(item)
+        return
+
+    async def run(group: list[T]) -> None:
+        for item in group:
+            await handle(item)
+
+    async with anyio.create_task_group() as tg:
+        for group in groups.values():
+            tg.start_soon(run, group)
 
 
 def _collect(hook: Any, kind: str) -> dict[str, Any]:

@@ -612,6 +612,18 @@ _RENDERERS: dict[str, Callable[[str], str]] = {
 }
 
 
+# Text Markdown leaves alone: no character any target treats specially, no line
+# that could open a block (indent, list number), no run of blank lines to fold.
+_MARKDOWN_SYNTAX = re.compile(r"[\\`*_\[\]()#+\-!|~<>&=:/\r\t]|^\s|\s$|^\d|\n\s*\n\s*\n"
+                              r"|\n\s|\s\n|\n\d")
+
+
+def is_plain(text: str) -> bool:
+    """Whether ``text`` reads the same in every markup (most chat replies do):
+    then rendering is the identity and the parser can be skipped."""
+    return _MARKDOWN_SYNTAX.search(text) is None
+
+
 def render(markdown: str, markup: str) -> str:
     """Convert ``markdown`` to ``markup``, one of :data:`MARKUPS`."""
     try:
@@ -620,4 +632,6 @@ def render(markdown: str, markup: str) -> str:
         raise ValueError(
             f"unknown markup {markup!r}: expected one of {', '.join(MARKUPS)}"
         ) from None
+    if is_plain(markdown):
+        return markdown  # the parse would give it back unchanged (tested)
     return convert(markdown)

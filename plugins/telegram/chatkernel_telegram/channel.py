@@ -19,7 +19,7 @@ import anyio
 from aiohttp import web
 from pydantic import Field, field_validator
 
-from chatkernel.core.channel import Channel, ChannelLimits, Deliver, RateLimit
+from chatkernel.core.channel import Channel, ChannelLimits, Deliver, RateLimit, per_chat
 from chatkernel.core.config import AccountConfig
 from chatkernel.core.models import (
     InboundMessage,
@@ -73,6 +73,13 @@ class TelegramAccount(AccountConfig):
         if value is not None and not _SECRET_TOKEN.fullmatch(value):
             raise ValueError("expected 1-256 characters of A-Z a-z 0-9 _ -")
         return value
+
+
+def _chat_of(update: dict[str, Any]) -> Any:
+    message = update.get("message")
+    if isinstance(message, dict) and isinstance(message.get("chat"), dict):
+        return message["chat"].get("id")
+    return None  # updates we skip: any order will do
 
 
 def _display_name(user: dict[str, Any]) -> str:
@@ -145,10 +152,14 @@ class TelegramChannel(Channel):
                 await self._poll_failed(exc)
                 continue
             self.problem = None
-            for update in updates:
-                await self._handle(update)
-                offset = int(update["update_id"]) + 1
-                await self.save_cursor(str(offset))  # only after the journal has it
+            if not updates:
+                continue
+            # Chats side by side, each in order; the offset moves once the whole
+            # batch is journaled (a crash before that gets it again, and dedupe
+            # drops what was already in).
+            await per_chat(updates, _chat_of, self._handle)
+            offset = max(int(update["update_id"]) for update in updates) + 1
+            await self.save_cursor(str(offset))
 
     async def _poll_failed(self, exc: TelegramError) -> None:
         if exc.error_code == 409:
@@ -174,10 +185,16 @@ class TelegramChannel(Channel):
         return self.bot
 
     async def _handle(self, update: dict[str, Any]) -> None:
-        message = await self.normalize(update)
-        if message is not None:
-            assert self._deliver is not None
-            await self._deliver(message)
+        try:
+            message = await self.normalize(update)
+            if message is not None:
+                assert self._deliver is not None
+                await self._deliver(message)
+        except (KeyError, TypeError, ValueError) as exc:
+            # A malformed update must not stop the loop (it would come back forever).
+            log.error("%s: update %s skipped, it is not a message this channel can read: "
+                      "%s: %s", self.account.key, update.get("update_id"), type(exc).__name__,
+                      exc)
 
     async def normalize(self, update: dict[str, Any]) -> InboundMessage | None:
         """An Update as an InboundMessage (None for updates that are not messages)."""

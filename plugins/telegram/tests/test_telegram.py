@@ -293,3 +293,26 @@ async def test_webhook_mode_checks_the_secret_token(tmp_path):
             await anyio.sleep(0.2)
             assert api.texts(42) == ["via webhook"]  # the forged update did nothing
             stop.set()
+
+
+async def test_a_malformed_update_is_skipped_and_reported_not_fatal(tmp_path, caplog):
+    async with telegram(tmp_path) as (api, h, channel, agent):
+        api.inject_update({"message": {"message_id": 1, "chat": {"id": 42, "type": "private"},
+                                       "date": "not a number", "text": "broken"}})
+        api.inject_message(42, "fine")
+        sent = await api.wait_for_sent(1)
+        assert [m.plain_text for m in sent] == ["re: fine"]
+        assert "skipped, it is not a message this channel can read" in caplog.text
+
+
+async def test_a_batch_keeps_order_within_each_chat(tmp_path):
+    async with telegram(tmp_path, run=False) as (api, h, channel, agent):
+        for i in range(10):
+            for chat in (1, 2, 3):
+                api.inject_message(chat, f"m{i}")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(channel.run, h.kernel.deliver)
+            await api.wait_for_sent(30)
+            tg.cancel_scope.cancel()
+        for chat in (1, 2, 3):
+            assert api.texts(chat) == [f"re: m{i}" for i in range(10)]
