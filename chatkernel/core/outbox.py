@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("chatkernel.outbox")
 
 EARLIER_CHUNK_FAILED = "not sent: an earlier part of this reply failed"
+#: How long an idle session's sender waits for the next reply before it ends.
+SENDER_LINGER_SECONDS = 2.0
 
 
 class Outbox:
@@ -46,6 +48,8 @@ class Outbox:
     def __init__(self, kernel: "Kernel") -> None:
         self._kernel = kernel
         self._queues: dict[str, deque[OutboxEntry]] = {}
+        self._wakers: dict[str, anyio.Event] = {}
+        self._pending = 0
         self._failed_replies: set[str] = set()
         self._limiters: dict[str, RateLimiter] = {}
         self._policies: dict[str, RetryPolicy] = {}
@@ -85,14 +89,19 @@ class Outbox:
             queue = self._queues.get(entry.session_key)
             if queue is None:
                 queue = self._queues[entry.session_key] = deque()
-                self._idle = anyio.Event()
                 self._kernel.task_group.start_soon(self._sender, entry.session_key,
                                                    queue, name=f"sender {entry.session_key}")
             queue.append(entry)
+            if self._pending == 0:
+                self._idle = anyio.Event()
+            self._pending += 1
+            waker = self._wakers.pop(entry.session_key, None)
+            if waker is not None:
+                waker.set()  # a lingering sender: more work
 
     def pending(self) -> int:
         """Payloads queued or being sent."""
-        return sum(len(queue) for queue in self._queues.values())
+        return self._pending
 
     async def wait_idle(self) -> None:
         """Return once every queued payload was sent or failed."""
@@ -116,20 +125,30 @@ class Outbox:
 
     async def _sender(self, session_key: str, queue: deque[OutboxEntry]) -> None:
         try:
-            while queue:
-                entry = queue[0]
-                try:
-                    await self._send(entry)
-                except Exception:  # a bug must not stall the session's later sends
-                    log.exception("sending outbox entry %s failed unexpectedly", entry.id)
-                queue.popleft()
-                if entry.payload.chunk_index >= entry.payload.chunk_count:
-                    self._failed_replies.discard(entry.reply_id)  # the reply is over
+            while True:
+                while queue:
+                    entry = queue[0]
+                    try:
+                        await self._send(entry)
+                    except Exception:  # a bug must not stall the session's later sends
+                        log.exception("sending outbox entry %s failed unexpectedly", entry.id)
+                    queue.popleft()
+                    if entry.payload.chunk_index >= entry.payload.chunk_count:
+                        self._failed_replies.discard(entry.reply_id)  # the reply is over
+                    self._pending -= 1
+                    if self._pending == 0:
+                        self._idle.set()
+                # Linger: a busy chat's next reply usually follows soon, and a task
+                # that waits costs less than a task started for each reply.
+                waker = self._wakers[session_key] = anyio.Event()
+                with anyio.move_on_after(SENDER_LINGER_SECONDS):
+                    await waker.wait()
+                if not queue:
+                    return
         finally:
-            # No await between the loop's last check and here.
+            # No await between the last look at the queue and here.
             del self._queues[session_key]
-            if not self._queues:
-                self._idle.set()
+            self._wakers.pop(session_key, None)
 
     async def _send(self, entry: OutboxEntry) -> None:
         kernel = self._kernel
