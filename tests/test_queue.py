@@ -160,7 +160,7 @@ async def test_global_cap_on_concurrent_turns(tmp_path):
 
 async def test_debounce_waits_for_quiet_before_a_followup(tmp_path):
     agent = scripted_agent(gate=True)
-    async with harness(tmp_path, agent, {"mode": "collect", "debounce_ms": 300}) as h:
+    async with harness(tmp_path, agent, {"mode": "collect", "debounce_ms": 1000}) as h:
         await h.channel.receive("first")
         await wait_for_requests(agent, 1)
         await h.channel.receive("a")
