@@ -300,3 +300,17 @@ async def test_typing_indicator_starts_on_enqueue(tmp_path):
                 await anyio.sleep(0.005)
         assert h.channel.indications[0].chat_id == "chat-1"
         agent.gate.set()
+
+
+async def test_upkeep_prunes_old_finished_journal_entries_but_keeps_fresh_dedupe(tmp_path):
+    import time as _time
+
+    async with harness(tmp_path, config={"store": {"journal_retention_days": 1}}) as h:
+        await h.channel.receive("old", message_id="m-old")
+        await h.settle()
+        later = _time.time() + 2 * 86400  # two days on: the entry is past retention
+        assert await h.kernel.upkeep(now=later) == 1
+        await h.channel.receive("fresh", message_id="m-new")
+        await h.settle()
+        assert await h.kernel.upkeep() == 0  # within retention: kept, so still deduped
+        assert await h.channel.receive("fresh", message_id="m-new") == "duplicate"

@@ -96,6 +96,9 @@ class StoreConfig(Section):
     backend: str = "sqlite"
     path: Path | None = None  # sqlite: default $CHATKERNEL_HOME/state.db
     url: str | None = None  # redis://...
+    # How long finished journal entries (the dedupe keys) are kept: a platform
+    # redelivering a message older than this would have it answered again.
+    journal_retention_days: float = Field(7, gt=0)
 
 
 class ActiveHours(Section):

@@ -36,6 +36,7 @@ from chatkernel.core.store.base import Store
 log = logging.getLogger("chatkernel.kernel")
 
 WRITE_BEHIND_SECONDS = 1.0
+UPKEEP_SECONDS = 3600.0
 
 #: The channel that answers when the config names none.
 EMBEDDED_CHANNEL = "webchat"
@@ -191,10 +192,27 @@ class Kernel:
             self._queue.close()
 
     async def _write_behind(self) -> None:
-        """Coalesced writes of hot, low-value state (the last active chat)."""
+        """Coalesced writes of hot, low-value state (the last active chat), and the
+        hourly upkeep."""
+        last_upkeep = time.monotonic()
         while True:
             await anyio.sleep(WRITE_BEHIND_SECONDS)
             await self.inbound.flush_last_chats()
+            if time.monotonic() - last_upkeep >= UPKEEP_SECONDS:
+                last_upkeep = time.monotonic()
+                try:
+                    await self.upkeep()
+                except Exception:
+                    log.exception("store upkeep failed; trying again in an hour")
+
+    async def upkeep(self, now: float | None = None) -> int:
+        """Prune journal entries past ``store.journal_retention_days``; returns how many."""
+        retention = self.config.store.journal_retention_days * 86400
+        pruned = await self.store.prune_journal((now or time.time()) - retention)
+        if pruned:
+            log.info("pruned %d journal entries older than %g days", pruned,
+                     self.config.store.journal_retention_days)
+        return pruned
 
     async def drain(self, timeout: float) -> bool:
         """Wait (bounded) for running and queued turns and their sends; True if done."""

@@ -109,6 +109,11 @@ class Store(abc.ABC):
         """Advance a journaled message: ``queued``, ``done`` or ``rejected``."""
 
     @abc.abstractmethod
+    async def prune_journal(self, older_than: float) -> int:
+        """Delete finished (done, rejected) entries received before ``older_than``
+        (a Unix time); returns how many. Their dedupe keys go with them."""
+
+    @abc.abstractmethod
     async def unfinished_inbound(self) -> list[JournalEntry]:
         """Entries still ``received`` or ``queued``: replayed after a crash, in seq order."""
 
