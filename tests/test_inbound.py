@@ -309,7 +309,8 @@ async def test_upkeep_prunes_old_finished_journal_entries_but_keeps_fresh_dedupe
         await h.channel.receive("old", message_id="m-old")
         await h.settle()
         later = _time.time() + 2 * 86400  # two days on: the entry is past retention
-        assert await h.kernel.upkeep(now=later) == 1
+        assert await h.kernel.upkeep(now=later) == 2  # its journal entry and its reply
+        assert h.kernel.store._run("SELECT count(*) FROM outbox").fetchone() == (0,)
         await h.channel.receive("fresh", message_id="m-new")
         await h.settle()
         assert await h.kernel.upkeep() == 0  # within retention: kept, so still deduped

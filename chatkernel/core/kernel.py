@@ -206,12 +206,14 @@ class Kernel:
                     log.exception("store upkeep failed; trying again in an hour")
 
     async def upkeep(self, now: float | None = None) -> int:
-        """Prune journal entries past ``store.journal_retention_days``; returns how many."""
+        """Prune finished journal and outbox entries past ``store.journal_retention_days``;
+        returns how many rows went."""
         retention = self.config.store.journal_retention_days * 86400
-        pruned = await self.store.prune_journal((now or time.time()) - retention)
+        cutoff = (now or time.time()) - retention
+        pruned = await self.store.prune_journal(cutoff) + await self.store.prune_outbox(cutoff)
         if pruned:
-            log.info("pruned %d journal entries older than %g days", pruned,
-                     self.config.store.journal_retention_days)
+            log.info("pruned %d finished journal and outbox entries older than %g days",
+                     pruned, self.config.store.journal_retention_days)
         return pruned
 
     async def drain(self, timeout: float) -> bool:

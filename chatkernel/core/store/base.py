@@ -137,6 +137,10 @@ class Store(abc.ABC):
         """The entries of one reply, in order (what happened to a send)."""
 
     @abc.abstractmethod
+    async def prune_outbox(self, older_than: float) -> int:
+        """Delete finished (sent, failed, unknown) entries created before ``older_than``."""
+
+    @abc.abstractmethod
     async def outbox_unfinished(self) -> list[OutboxEntry]:
         """``pending`` and ``sending`` entries, oldest first."""
 

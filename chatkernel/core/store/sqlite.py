@@ -505,6 +505,12 @@ class SQLiteStore(Store):
                          " ORDER BY id", (reply_id,)).fetchall()
         return self._outbox_entries(rows)
 
+    async def prune_outbox(self, older_than: float) -> int:
+        cursor = self._write("DELETE FROM outbox WHERE status IN ('sent', 'failed', 'unknown')"
+                             " AND created_at < ?", (older_than,))
+        await self._committed()
+        return cursor.rowcount
+
     async def outbox_unfinished(self) -> list[OutboxEntry]:
         rows = self._run(f"SELECT {self._OUTBOX_COLUMNS} FROM outbox"
                          " WHERE status IN ('pending', 'sending') ORDER BY id").fetchall()
