@@ -99,19 +99,9 @@ def collect_agents(pm: Any) -> dict[str, type[Agent]]:
     string ``name``. pluggy calls the newest plugin first, so the first
     registration of a name wins: a plugin can replace a built-in kind.
     """
-    found: dict[str, type[Agent]] = {}
+    from chatkernel.core.plugins import collect_registered
 
-    def register(agent_class: Any) -> None:
-        if not (isinstance(agent_class, type) and issubclass(agent_class, Agent)):
-            raise TypeError(f"a registered agent must be a chatkernel Agent subclass: "
-                            f"{agent_class!r}")
-        name = getattr(agent_class, "name", None)
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"a registered agent needs a non-empty string name: {agent_class!r}")
-        found.setdefault(name, agent_class)
-
-    pm.hook.register_agents(register=register)
-    return found
+    return collect_registered(pm.hook.register_agents, "agent", Agent)
 
 
 def describe_media(media: list["MediaRef"]) -> str:

@@ -186,23 +186,8 @@ async def per_chat(items: Iterable[T], chat_of: Callable[[T], Hashable],
             tg.start_soon(run, group)
 
 
-def _collect(hook: Any, kind: str) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-
-    def register(item: Any) -> None:
-        name = getattr(item, "name", None)
-        if not isinstance(name, str) or not name:
-            raise TypeError(f"a registered {kind} needs a non-empty string name: {item!r}")
-        found.setdefault(name, item)  # hooks run newest plugin first: it wins
-
-    hook(register=register)
-    return found
-
-
 def collect_channels(pm: "PluginManager") -> dict[str, type[Channel]]:
     """Channel types by name, from every plugin's ``register_channels``."""
-    channels = _collect(pm.hook.register_channels, "channel")
-    for name, cls in channels.items():
-        if not (isinstance(cls, type) and issubclass(cls, Channel)):
-            raise TypeError(f"channel {name!r} is not a chatkernel.Channel subclass: {cls!r}")
-    return channels
+    from chatkernel.core.plugins import collect_registered
+
+    return collect_registered(pm.hook.register_channels, "channel", Channel)

@@ -253,6 +253,29 @@ class PluginManager(pluggy.PluginManager):
         return sorted(infos, key=lambda info: info.name)
 
 
+def collect_registered(hook: Any, kind: str, base: type | None = None) -> dict[str, Any]:
+    """Call a ``register_*`` hook and collect what was registered, by ``name``.
+
+    Each item needs a non-empty string ``name`` (and must subclass ``base``
+    when given). pluggy calls the newest plugin first, so the first
+    registration of a name wins: an installed plugin replaces a built-in.
+    """
+    found: dict[str, Any] = {}
+
+    def register(item: Any) -> None:
+        name = getattr(item, "name", None)
+        if base is not None and not (isinstance(item, type) and issubclass(item, base)):
+            label = name if isinstance(name, str) and name else item
+            raise TypeError(f"{kind} {label!r} is not a chatkernel.{base.__name__} "
+                            f"subclass: {item!r}")
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"a registered {kind} needs a non-empty string name: {item!r}")
+        found.setdefault(name, item)
+
+    hook(register=register)
+    return found
+
+
 def _entry_point_distributions() -> dict[str, tuple[str, str]]:
     """entry-point name -> (distribution, version) for the ``chatkernel`` group."""
     from importlib.metadata import distributions

@@ -140,7 +140,8 @@ def _find_spec() -> Path | None:
 def spec() -> dict[str, Any]:
     path = _find_spec()
     if path is None:
-        pytest.skip(f"{SPEC_NAME} not found (set TELEGRAM_BOT_API_SPEC)")
+        pytest.fail(f"{SPEC_NAME} not found: it ships in tests/data (or set "
+                    "TELEGRAM_BOT_API_SPEC)")
     return json.loads(path.read_text(encoding="utf-8"))
 
 

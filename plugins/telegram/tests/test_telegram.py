@@ -11,6 +11,7 @@ import anyio
 import pytest
 
 import chatkernel_telegram
+from chatkernel import Route
 from chatkernel.core.agents import AgentEvent
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.memory import KernelHarness
@@ -33,25 +34,24 @@ async def telegram(tmp_path, *, agent=None, account=None, channel=None, run=True
                 yield parts
         return
     fake = api
-    if True:
-        config = {
-            "agent": {"kind": agent.name},
-            "queue": {"mode": "followup", "debounce_ms": 0},
-            "channels": {"telegram": {
-                "retry": {"attempts": 3, "base_delay_ms": 10, "jitter": 0},
-                "rate_limits": {"chat": "100/s", "account": "1000/s", "group": "1000/s"},
-                **(channel or {}),
-                "accounts": {"main": {"bot_token": fake.token, "api_base": fake.base_url,
-                                      "allow_from": ["*"], "poll_timeout": 1,
-                                      **(account or {})}}}}}
-        async with KernelHarness(tmp_path, config=config, plugins=[
-                ("telegram", chatkernel_telegram), ("agent", agent_plugin(agent))]) as h:
-            account_ = h.kernel.accounts["telegram:main"]
-            async with anyio.create_task_group() as tg:
-                if run:
-                    tg.start_soon(account_.channel.run, h.kernel.deliver)
-                yield fake, h, account_.channel, agent
-                tg.cancel_scope.cancel()
+    config = {
+        "agent": {"kind": agent.name},
+        "queue": {"mode": "followup", "debounce_ms": 0},
+        "channels": {"telegram": {
+            "retry": {"attempts": 3, "base_delay_ms": 10, "jitter": 0},
+            "rate_limits": {"chat": "100/s", "account": "1000/s", "group": "1000/s"},
+            **(channel or {}),
+            "accounts": {"main": {"bot_token": fake.token, "api_base": fake.base_url,
+                                  "allow_from": ["*"], "poll_timeout": 1,
+                                  **(account or {})}}}}}
+    async with KernelHarness(tmp_path, config=config, plugins=[
+            ("telegram", chatkernel_telegram), ("agent", agent_plugin(agent))]) as h:
+        account_ = h.kernel.accounts["telegram:main"]
+        async with anyio.create_task_group() as tg:
+            if run:
+                tg.start_soon(account_.channel.run, h.kernel.deliver)
+            yield fake, h, account_.channel, agent
+            tg.cancel_scope.cancel()
 
 
 async def test_private_chat_round_trip_with_html_from_markdown(tmp_path):
@@ -247,8 +247,7 @@ async def test_the_token_never_appears_in_errors_or_logs(tmp_path, caplog):
             await channel.api.call("sendMessage", {"chat_id": 1, "text": "x"})
         assert TOKEN not in str(info.value)
         await h.kernel.outbound.deliver_text(h.kernel.accounts["telegram:main"],
-                                             __import__("chatkernel").Route(
-                                                 "telegram", "main", "42"), "hello")
+                                             Route("telegram", "main", "42"), "hello")
         await h.settle()
         notes = await h.kernel.store.read_log("telegram:main:42", roles=("notification",))
         assert notes and all(TOKEN not in n.text for n in notes)
