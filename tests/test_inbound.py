@@ -315,3 +315,106 @@ async def test_upkeep_prunes_old_finished_journal_entries_but_keeps_fresh_dedupe
         await h.settle()
         assert await h.kernel.upkeep() == 0  # within retention: kept, so still deduped
         assert await h.channel.receive("fresh", message_id="m-new") == "duplicate"
+
+
+# -- accept(): what receive loops call --------------------------------------------------
+
+
+class HeldAccept:
+    """An ``inbound_accept`` hook that holds messages whose text starts with "hold"."""
+
+    def __init__(self) -> None:
+        self.gate = anyio.Event()
+        self.seen: list[str] = []
+
+    @hookimpl
+    async def inbound_accept(self, message, account):
+        self.seen.append(message.text)
+        if message.text.startswith("hold"):
+            await self.gate.wait()
+        return None
+
+
+def incoming(text, message_id, chat_id="chat-1"):
+    return InboundMessage(channel="memory", account="main", chat_id=chat_id,
+                          message_id=message_id, sender_id="user-1", text=text)
+
+
+async def test_accept_returns_once_journaled_and_the_pipeline_follows(tmp_path):
+    held = HeldAccept()
+    agent = scripted_agent()
+    async with harness(tmp_path, agent, plugins=[("held", held)]) as h:
+        assert await h.kernel.accept(incoming("hold me", "a1")) == "accepted"
+        assert await h.kernel.accept(incoming("hold me", "a1")) == "duplicate"
+        # Journaled, not yet processed: no turn ran, the entry is unfinished.
+        entries = await h.kernel.store.unfinished_inbound()
+        assert [e.message.message_id for e in entries] == ["a1"]
+        assert agent.requests == [] and h.kernel.inbound.backlog() == 1
+        held.gate.set()
+        await h.settle()
+        assert [r.text for r in agent.requests] == ["hold me"]
+        assert await h.kernel.store.unfinished_inbound() == []
+
+
+async def test_accept_keeps_each_chats_order_and_does_not_block_other_chats(tmp_path):
+    held = HeldAccept()
+    agent = scripted_agent()
+    async with harness(tmp_path, agent, config={"queue": {"mode": "followup"}},
+                       plugins=[("held", held)]) as h:
+        await h.kernel.accept(incoming("hold 1", "m1"))
+        for n in (2, 3, 4):
+            await h.kernel.accept(incoming(f"next {n}", f"m{n}"))
+        await h.kernel.accept(incoming("other chat", "o1", chat_id="chat-2"))
+        # The other chat went through while chat-1 waits behind its first message.
+        await h.channel.wait_for_sent(1)
+        assert h.channel.texts() == ["re: other chat"]
+        assert held.seen == ["hold 1", "other chat"]
+        held.gate.set()
+        await h.settle()
+        chat1 = [r.text for r in agent.requests if r.session_key.endswith("chat-1")]
+        assert chat1 == ["hold 1", "next 2", "next 3", "next 4"]
+
+
+async def test_accept_waits_when_the_backlog_is_full(tmp_path, monkeypatch):
+    from chatkernel.core import inbound
+
+    monkeypatch.setattr(inbound, "ACCEPT_BACKLOG", 2)
+    held = HeldAccept()
+    async with harness(tmp_path, plugins=[("held", held)]) as h:
+        await h.kernel.accept(incoming("hold a", "b1"))
+        await h.kernel.accept(incoming("hold b", "b2", chat_id="chat-2"))
+        with anyio.move_on_after(0.2) as waited:
+            await h.kernel.accept(incoming("third", "b3", chat_id="chat-3"))
+        assert waited.cancelled_caught, "accept must wait while the backlog is full"
+        held.gate.set()
+        assert await h.kernel.accept(incoming("third", "b3", chat_id="chat-3")) == "accepted"
+        await h.settle()
+        assert sorted(h.channel.texts()) == ["hold a", "hold b", "third"]
+
+
+async def test_a_message_failing_after_accept_stays_unfinished_and_the_chat_goes_on(tmp_path):
+    class Exploding:
+        @hookimpl
+        def inbound_accept(self, message, account):
+            if message.text == "boom":
+                raise RuntimeError("a plugin bug")
+            return None
+
+    async with harness(tmp_path, plugins=[("exploding", Exploding())]) as h:
+        await h.kernel.accept(incoming("boom", "x1"))
+        await h.kernel.accept(incoming("after", "x2"))
+        await h.settle()
+        assert h.channel.texts() == ["after"]
+        # Replayed on the next start, not lost.
+        assert [e.message.message_id for e in await h.kernel.store.unfinished_inbound()] \
+            == ["x1"]
+
+
+async def test_drain_waits_for_accepted_messages(tmp_path):
+    held = HeldAccept()
+    async with harness(tmp_path, plugins=[("held", held)]) as h:
+        await h.kernel.accept(incoming("hold on", "d1"))
+        assert not await h.kernel.drain(0.1)
+        held.gate.set()
+        assert await h.kernel.drain(5)
+        assert h.channel.texts() == ["hold on"]

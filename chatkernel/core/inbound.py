@@ -4,15 +4,21 @@ deliver: validate → dedupe + journal → ``inbound_accept`` → slash command?
 session → route refresh → last active chat → busy hint → queue lane →
 ``inbound_delivered``.
 
-``deliver`` returns once the message is durably journaled and handed on, so
-a receive loop may advance its platform cursor after it returns.
+Two entry points run it. :meth:`Inbound.deliver` goes through every step and
+returns the outcome (tests and tools use it). :meth:`Inbound.accept` is what
+receive loops get: it returns as soon as the message is durably journaled,
+so a loop can advance its platform cursor and fetch more at once, while the
+rest of the pipeline runs behind it, in order within every chat.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from typing import TYPE_CHECKING
+
+import anyio
 
 from chatkernel.core.commands import CommandContext, parse_command
 from chatkernel.core.models import Account, InboundMessage, MediaRef, Verdict
@@ -24,6 +30,10 @@ if TYPE_CHECKING:
     from chatkernel.core.kernel import Kernel
 
 log = logging.getLogger("chatkernel.inbound")
+
+#: Accepted messages still waiting for the rest of the pipeline, across all chats,
+#: before :meth:`Inbound.accept` makes receive loops wait (backpressure).
+ACCEPT_BACKLOG = 2000
 
 BUSY_HINT = "⏳ still working on your previous message — I'll get to this one next."
 UNKNOWN_SENDER_REMINDER_SECONDS = 24 * 3600
@@ -82,6 +92,70 @@ class Inbound:
         self._observed = True  # anyone implementing inbound_delivered? (set on start)
         self._last_chat: dict[str, dict] = {}
         self._last_chat_dirty: set[str] = set()
+        # accept(): per-chat lines of journaled messages, each drained by one task.
+        self._lines: dict[str, deque[tuple[Account, InboundMessage, int]]] = {}
+        self._backlog = 0
+        self._room = anyio.Event()  # set whenever the backlog is below ACCEPT_BACKLOG
+        self._room.set()
+        self._settled = anyio.Event()  # set whenever the backlog is empty
+        self._settled.set()
+
+    async def accept(self, message: InboundMessage) -> str:
+        """Journal a message durably and return; the pipeline goes on behind.
+
+        Returns ``accepted`` or ``duplicate``. Messages of one chat go through
+        the rest of the pipeline one at a time, in the order they were
+        accepted; different chats side by side. A crash before a message is
+        processed loses nothing: it is still unfinished in the journal and is
+        replayed on the next start. Waits while :data:`ACCEPT_BACKLOG`
+        messages are already waiting.
+        """
+        while self._backlog >= ACCEPT_BACKLOG:
+            await self._room.wait()
+        accepted = await self._journal(message)
+        if accepted is None:
+            return "duplicate"
+        account, seq = accepted
+        key = _chat_key(message)
+        line = self._lines.get(key)
+        if line is None:
+            line = self._lines[key] = deque()
+            self.kernel.task_group.start_soon(self._drain_line, key, line,
+                                              name=f"inbound {key}")
+        line.append((account, message, seq))
+        self._backlog += 1
+        if self._backlog == 1:
+            self._settled = anyio.Event()
+        if self._backlog == ACCEPT_BACKLOG:
+            self._room = anyio.Event()
+        return "accepted"
+
+    async def _drain_line(self, key: str, line: deque) -> None:
+        try:
+            while line:
+                account, message, seq = line[0]
+                try:
+                    await self.process(account, message, seq)
+                except Exception:
+                    # Left unfinished in the journal: the next start replays it.
+                    log.exception("%s: message %s failed in the pipeline", account.key,
+                                  message.message_id)
+                line.popleft()
+                self._backlog -= 1
+                if self._backlog == ACCEPT_BACKLOG - 1:
+                    self._room.set()
+                if self._backlog == 0:
+                    self._settled.set()
+        finally:
+            del self._lines[key]  # no await since the last look at the line
+
+    def backlog(self) -> int:
+        """Accepted messages not yet through the pipeline."""
+        return self._backlog
+
+    async def wait_settled(self) -> None:
+        """Return once every accepted message went through the pipeline."""
+        await self._settled.wait()
 
     async def deliver(self, message: InboundMessage) -> str:
         """Deliver one normalized message; returns the outcome (for logs and tests):
@@ -89,6 +163,14 @@ class Inbound:
         ``duplicate``, ``rejected``, ``command``, or the queue's answer
         (``started``, ``queued``, ``steered``, ``interrupted``, ``refused``).
         """
+        accepted = await self._journal(message)
+        if accepted is None:
+            return "duplicate"
+        account, seq = accepted
+        return await self.process(account, message, seq)
+
+    async def _journal(self, message: InboundMessage) -> tuple[Account, int] | None:
+        """Validate, dedupe and journal (durably); None for a duplicate."""
         validate(message)
         kernel = self.kernel
         account = kernel.account_for(message.channel, message.account)
@@ -97,10 +179,10 @@ class Inbound:
         if seq is None:
             metrics.child(metrics.duplicates, message.channel, message.account).inc()
             log.debug("duplicate %s message %s ignored", account.key, message.message_id)
-            return "duplicate"
+            return None
         metrics.child(metrics.messages_in, message.channel, message.account).inc()
         account.last_inbound_at = time.time()
-        return await self.process(account, message, seq)
+        return account, seq
 
     async def process(self, account: Account, message: InboundMessage, seq: int | None) -> str:
         """Everything after the journal; also how unfinished entries are replayed."""
@@ -210,3 +292,8 @@ class Inbound:
         if reply:
             await kernel.outbound.deliver_text(account, route, reply, session_key=record.key,
                                                session_id=record.session_id, fmt="plain")
+
+
+def _chat_key(message: InboundMessage) -> str:
+    # Per chat, not per session: the order a person wrote in holds across threads.
+    return f"{message.channel}:{message.account}:{message.chat_id}"

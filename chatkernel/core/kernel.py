@@ -219,6 +219,7 @@ class Kernel:
     async def drain(self, timeout: float) -> bool:
         """Wait (bounded) for running and queued turns and their sends; True if done."""
         with anyio.move_on_after(timeout):
+            await self.inbound.wait_settled()
             while self._queue is not None and any(
                     lane.active for lane in self._queue.lanes.values()):
                 await anyio.sleep(0.02)
@@ -325,8 +326,14 @@ class Kernel:
     # -- the pipeline ---------------------------------------------------------------------
 
     async def deliver(self, message: InboundMessage) -> str:
-        """Hand an inbound message to the kernel (see :mod:`chatkernel.core.inbound`)."""
+        """Run an inbound message through the whole pipeline; returns the outcome
+        (see :mod:`chatkernel.core.inbound`)."""
         return await self.inbound.deliver(message)
+
+    async def accept(self, message: InboundMessage) -> str:
+        """What receive loops call: returns once the message is durably journaled
+        (``accepted`` or ``duplicate``); the pipeline goes on behind, in order per chat."""
+        return await self.inbound.accept(message)
 
     def start_indicator(self, account: Account, route: Route) -> None:
         """Show the typing indicator now (fire and forget; failures only logged)."""

@@ -174,6 +174,7 @@ class KernelHarness:
         """Wait until every lane is idle and every queued payload was sent (bounded)."""
         with anyio.fail_after(timeout):
             while True:
+                await self.kernel.inbound.wait_settled()  # accepted, not yet queued
                 await anyio.sleep(0)
                 if any(lane.active for lane in self.kernel.queue.lanes.values()):
                     await anyio.sleep(0.005)
@@ -181,5 +182,6 @@ class KernelHarness:
                 await self.kernel.outbox.wait_idle()
                 await anyio.sleep(0)
                 if not any(lane.active for lane in self.kernel.queue.lanes.values()) \
-                        and not self.kernel.outbox.pending():
+                        and not self.kernel.outbox.pending() \
+                        and not self.kernel.inbound.backlog():
                     return

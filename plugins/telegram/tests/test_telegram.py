@@ -49,7 +49,7 @@ async def telegram(tmp_path, *, agent=None, account=None, channel=None, run=True
         account_ = h.kernel.accounts["telegram:main"]
         async with anyio.create_task_group() as tg:
             if run:
-                tg.start_soon(account_.channel.run, h.kernel.deliver)
+                tg.start_soon(account_.channel.run, h.kernel.accept)
             yield fake, h, account_.channel, agent
             tg.cancel_scope.cancel()
 
@@ -310,7 +310,7 @@ async def test_a_batch_keeps_order_within_each_chat(tmp_path):
             for chat in (1, 2, 3):
                 api.inject_message(chat, f"m{i}")
         async with anyio.create_task_group() as tg:
-            tg.start_soon(channel.run, h.kernel.deliver)
+            tg.start_soon(channel.run, h.kernel.accept)
             await api.wait_for_sent(30)
             tg.cancel_scope.cancel()
         for chat in (1, 2, 3):
