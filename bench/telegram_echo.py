@@ -196,7 +196,7 @@ async def chatkernel_bot(api: Fake, *, home: Path) -> AsyncIterator[None]:
         kernel = harness.kernel
         channel = kernel.accounts["telegram:main"].channel
         async with anyio.create_task_group() as tg:
-            tg.start_soon(channel.run, kernel.accept)
+            tg.start_soon(channel.run, kernel.receiver)
             try:
                 yield
             finally:

@@ -418,3 +418,40 @@ async def test_drain_waits_for_accepted_messages(tmp_path):
         held.gate.set()
         assert await h.kernel.drain(5)
         assert h.channel.texts() == ["hold on"]
+
+
+async def test_a_batch_is_journaled_in_one_write_with_duplicates_and_invalid_ones_named(
+        tmp_path, caplog):
+    from chatkernel.core.channel import deliver_many
+
+    agent = scripted_agent()
+    async with harness(tmp_path, agent, config={"queue": {"mode": "followup"}}) as h:
+        bad = InboundMessage(channel="memory", account="main", chat_id="chat-1",
+                             message_id="bad", sender_id="")
+        batch = [incoming("one", "n1"), bad, incoming("two", "n2"),
+                 incoming("elsewhere", "e1", chat_id="chat-2")]
+        outcomes = await h.kernel.receiver.many(batch)
+        assert outcomes == ["accepted", "invalid", "accepted", "accepted"]
+        assert "sender_id" in caplog.text
+        assert await h.kernel.receiver.many([incoming("one", "n1")]) == ["duplicate"]
+        await deliver_many(h.kernel.receiver, [incoming("three", "n3")])
+        await h.settle()
+        chat1 = [r.text for r in agent.requests if r.session_key.endswith("chat-1")]
+        assert chat1 == ["one", "two", "three"]
+        assert await h.kernel.store.unfinished_inbound() == []
+
+
+async def test_deliver_many_with_a_plain_deliver_keeps_each_chats_order():
+    from chatkernel.core.channel import deliver_many
+
+    seen: list[str] = []
+
+    async def deliver(message):
+        await anyio.sleep(0.001 if message.chat_id == "a" else 0)
+        seen.append(message.message_id)
+
+    await deliver_many(deliver, [incoming("x", "a1", "a"), incoming("x", "b1", "b"),
+                                 incoming("x", "a2", "a"), incoming("x", "b2", "b")])
+    assert [m for m in seen if m.startswith("a")] == ["a1", "a2"]
+    assert [m for m in seen if m.startswith("b")] == ["b1", "b2"]
+    assert len(seen) == 4

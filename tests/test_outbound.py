@@ -3,6 +3,9 @@ outbox durability, the send policy."""
 
 from __future__ import annotations
 
+import time
+
+import anyio
 import pytest
 
 from chatkernel import SendError
@@ -238,3 +241,25 @@ async def test_bad_retry_or_rate_settings_fail_at_start_naming_the_key(tmp_path)
     with pytest.raises(ConfigError, match="channels.memory.rate_limits"):
         async with harness(tmp_path, channel={"rate_limits": {"chat": "fast"}}):
             pass
+
+
+async def test_idle_senders_linger_then_end_and_a_later_reply_starts_a_new_one(tmp_path):
+    from chatkernel.core.outbox import SENDER_LINGER_SECONDS
+
+    async with harness(tmp_path, replying(AgentEvent.reply("pong"))) as h:
+        outbox = h.kernel.outbox
+        await h.channel.receive("ping", chat_id="a")
+        await h.settle()
+        assert outbox.reap_idle(time.monotonic()) == 0  # lingering, not yet long enough
+        assert "memory:main:a" in outbox._queues
+        later = time.monotonic() + SENDER_LINGER_SECONDS
+        assert outbox.reap_idle(later) == 1
+        await h.settle()
+        for _ in range(10):  # the woken sender ends on its next turn of the loop
+            if "memory:main:a" not in outbox._queues:
+                break
+            await anyio.sleep(0)
+        assert "memory:main:a" not in outbox._queues
+        await h.channel.receive("ping again", chat_id="a")
+        await h.settle()
+        assert h.channel.texts() == ["pong", "pong"]

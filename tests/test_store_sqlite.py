@@ -687,3 +687,25 @@ async def test_any_message_round_trips_through_the_journal(message):
     assert entry.message == message
     assert repr(entry.message) == repr(message)  # types too: no True for 1, no str for Path
     assert decode_message(encode_message(message)) == message
+
+
+@pytest.mark.anyio
+async def test_journal_inbound_many_commits_the_batch_and_reports_redeliveries(tmp_path):
+    store = SQLiteStore.at(tmp_path / "state.db")
+    await store.open()
+    try:
+        def message(mid):
+            return InboundMessage(channel="t", account="a", chat_id="c", message_id=mid,
+                                  sender_id="u", text=mid)
+
+        first = await store.journal_inbound_many([message("1"), message("2")])
+        assert all(isinstance(seq, int) for seq in first)
+        again = await store.journal_inbound_many([message("2"), message("3")])
+        assert again[0] is None and isinstance(again[1], int)
+        # Committed by the time it returned: another connection sees the rows.
+        other = sqlite3.connect(tmp_path / "state.db")
+        count = other.execute("SELECT count(*) FROM inbound_journal").fetchone()[0]
+        other.close()
+        assert count == 3
+    finally:
+        await store.close()

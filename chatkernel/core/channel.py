@@ -186,6 +186,21 @@ async def per_chat(items: Iterable[T], chat_of: Callable[[T], Hashable],
             tg.start_soon(run, group)
 
 
+async def deliver_many(deliver: Deliver, messages: list[InboundMessage]) -> None:
+    """Hand a batch of messages (in platform order) to ``deliver``; returns once all
+    are journaled, so the loop may then save its cursor.
+
+    With the kernel's receiver the batch is one durable write; any other
+    ``deliver`` (a test's) gets the messages one chat beside the other, each
+    chat's in order.
+    """
+    many = getattr(deliver, "many", None)
+    if many is not None:
+        await many(messages)
+    else:
+        await per_chat(messages, lambda message: (message.account, message.chat_id), deliver)
+
+
 def collect_channels(pm: "PluginManager") -> dict[str, type[Channel]]:
     """Channel types by name, from every plugin's ``register_channels``."""
     from chatkernel.core.plugins import collect_registered

@@ -77,7 +77,7 @@ async def supervise(kernel: Kernel, account: Account, *,
     while True:
         started = anyio.current_time()
         try:
-            await channel.run(kernel.accept)
+            await channel.run(kernel.receiver)
             log.warning("%s: receive loop returned; restarting", account.key)
         except Exception as exc:
             log.error("%s: receive loop failed: %s", account.key, exc,

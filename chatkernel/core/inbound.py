@@ -84,6 +84,27 @@ def text_with_media_notes(message: InboundMessage) -> str:
     return "\n".join(filter(None, [message.text, *notes]))
 
 
+class Receiver:
+    """What a receive loop gets as ``deliver`` from the kernel.
+
+    Call it with one message (:meth:`Inbound.accept`); a loop that gets
+    messages in batches may use :meth:`many` (:meth:`Inbound.accept_many`),
+    or :func:`chatkernel.core.channel.deliver_many`, which works with any
+    ``deliver``. Both return once the messages are durably journaled.
+    """
+
+    __slots__ = ("_inbound",)
+
+    def __init__(self, inbound: "Inbound") -> None:
+        self._inbound = inbound
+
+    async def __call__(self, message: InboundMessage) -> str:
+        return await self._inbound.accept(message)
+
+    async def many(self, messages: list[InboundMessage]) -> list[str]:
+        return await self._inbound.accept_many(messages)
+
+
 class Inbound:
     """Runs the delivery pipeline for one kernel."""
 
@@ -116,6 +137,43 @@ class Inbound:
         if accepted is None:
             return "duplicate"
         account, seq = accepted
+        self._line_up(account, seq, message)
+        return "accepted"
+
+    async def accept_many(self, messages: list[InboundMessage]) -> list[str]:
+        """:meth:`accept` for a batch (a long poll's updates): one durable write for
+        all of them, then each goes on in order within its chat.
+
+        Returns an outcome per message: ``accepted``, ``duplicate``, or
+        ``invalid`` for a message the kernel cannot take (logged with the
+        reason; the rest of the batch is not held back by it).
+        """
+        while self._backlog >= ACCEPT_BACKLOG:
+            await self._room.wait()
+        kernel = self.kernel
+        outcomes: list[str] = []
+        valid: list[tuple[int, Account, InboundMessage]] = []
+        for index, message in enumerate(messages):
+            try:
+                validate(message)
+                account = kernel.account_for(message.channel, message.account)
+            except InvalidMessage as exc:
+                log.error("inbound message %r not accepted: %s",
+                          getattr(message, "message_id", None), exc)
+                outcomes.append("invalid")
+                continue
+            valid.append((index, account, message))
+            outcomes.append("accepted")
+        seqs = await kernel.store.journal_inbound_many([m for _, _, m in valid])
+        for (index, account, message), seq in zip(valid, seqs):
+            if self._counted(account, message, seq) is None:
+                outcomes[index] = "duplicate"
+            else:
+                self._line_up(account, seq, message)
+        return outcomes
+
+    def _line_up(self, account: Account, seq: int, message: InboundMessage) -> None:
+        """Queue a journaled message behind its chat's earlier ones."""
         key = _chat_key(message)
         line = self._lines.get(key)
         if line is None:
@@ -128,7 +186,6 @@ class Inbound:
             self._settled = anyio.Event()
         if self._backlog == ACCEPT_BACKLOG:
             self._room = anyio.Event()
-        return "accepted"
 
     async def _drain_line(self, key: str, line: deque) -> None:
         try:
@@ -172,10 +229,14 @@ class Inbound:
     async def _journal(self, message: InboundMessage) -> tuple[Account, int] | None:
         """Validate, dedupe and journal (durably); None for a duplicate."""
         validate(message)
-        kernel = self.kernel
-        account = kernel.account_for(message.channel, message.account)
-        seq = await kernel.store.journal_inbound(message)
-        metrics = kernel.metrics
+        account = self.kernel.account_for(message.channel, message.account)
+        seq = await self.kernel.store.journal_inbound(message)
+        return self._counted(account, message, seq)
+
+    def _counted(self, account: Account, message: InboundMessage,
+                 seq: int | None) -> tuple[Account, int] | None:
+        """Count a journaled message, or a duplicate (``seq`` None: returns None)."""
+        metrics = self.kernel.metrics
         if seq is None:
             metrics.child(metrics.duplicates, message.channel, message.account).inc()
             log.debug("duplicate %s message %s ignored", account.key, message.message_id)

@@ -21,7 +21,13 @@ from chatkernel.core import config as cfg
 from chatkernel.core.agents import Agent, AgentEvent, TurnRequest, collect_agents
 from chatkernel.core.channel import Channel, collect_channels
 from chatkernel.core.commands import collect_commands
-from chatkernel.core.inbound import Inbound, InvalidMessage, envelope, text_with_media_notes
+from chatkernel.core.inbound import (
+    Inbound,
+    InvalidMessage,
+    Receiver,
+    envelope,
+    text_with_media_notes,
+)
 from chatkernel.core.indicators import Indicators
 from chatkernel.core.metrics import Metrics
 from chatkernel.core.models import Account, Command, InboundMessage, Route, Session
@@ -67,6 +73,8 @@ class Kernel:
         self.outbox = Outbox(self)
         self.send_policy = SendPolicy.from_config(self.config.send_policy)
         self.inbound = Inbound(self)
+        #: What receive loops get as ``deliver`` (see :class:`Receiver`).
+        self.receiver = Receiver(self.inbound)
         self.indicators = Indicators(lambda key: self.sessions.route(key))
         self.started_at: float | None = None
         self._tg: TaskGroup | None = None
@@ -192,11 +200,12 @@ class Kernel:
             self._queue.close()
 
     async def _write_behind(self) -> None:
-        """Coalesced writes of hot, low-value state (the last active chat), and the
-        hourly upkeep."""
+        """Coalesced writes of hot, low-value state (the last active chat), idle
+        senders ended, and the hourly upkeep."""
         last_upkeep = time.monotonic()
         while True:
             await anyio.sleep(WRITE_BEHIND_SECONDS)
+            self.outbox.reap_idle()
             await self.inbound.flush_last_chats()
             if time.monotonic() - last_upkeep >= UPKEEP_SECONDS:
                 last_upkeep = time.monotonic()
@@ -384,11 +393,13 @@ class Kernel:
             await responder.handle(AgentEvent.error(f"the agent failed: {exc}"))
         finally:
             self.indicators.end(key)
-            with anyio.CancelScope(shield=True):
-                for seq in responder.unfinished_journal():  # a turn with no reply
-                    await store.set_journal_status(seq, "done")
-                self.metrics.child(self.metrics.turns, outcome).inc()
-                self.metrics.turn_seconds.observe(time.monotonic() - started)
+            self.metrics.child(self.metrics.turns, outcome).inc()
+            self.metrics.turn_seconds.observe(time.monotonic() - started)
+            unfinished = responder.unfinished_journal()  # a turn with no reply
+            if unfinished:
+                with anyio.CancelScope(shield=True):
+                    for seq in unfinished:
+                        await store.set_journal_status(seq, "done")
 
     async def _dropped(self, key: str, items: list[QueuedMessage], reason: str) -> None:
         self.metrics.dropped.labels(reason).inc(len(items))

@@ -49,6 +49,7 @@ class Outbox:
         self._kernel = kernel
         self._queues: dict[str, deque[OutboxEntry]] = {}
         self._wakers: dict[str, anyio.Event] = {}
+        self._lingering: dict[str, float] = {}  # session key -> idle since (monotonic)
         self._pending = 0
         self._failed_replies: set[str] = set()
         self._limiters: dict[str, RateLimiter] = {}
@@ -97,6 +98,7 @@ class Outbox:
             self._pending += 1
             waker = self._wakers.pop(entry.session_key, None)
             if waker is not None:
+                self._lingering.pop(entry.session_key, None)
                 waker.set()  # a lingering sender: more work
 
     def pending(self) -> int:
@@ -139,16 +141,31 @@ class Outbox:
                     if self._pending == 0:
                         self._idle.set()
                 # Linger: a busy chat's next reply usually follows soon, and a task
-                # that waits costs less than a task started for each reply.
+                # that waits costs less than a task started for each reply. No
+                # timer per wait: reap_idle() wakes senders that lingered long enough.
                 waker = self._wakers[session_key] = anyio.Event()
-                with anyio.move_on_after(SENDER_LINGER_SECONDS):
-                    await waker.wait()
+                self._lingering[session_key] = time.monotonic()
+                await waker.wait()
                 if not queue:
                     return
         finally:
             # No await between the last look at the queue and here.
             del self._queues[session_key]
             self._wakers.pop(session_key, None)
+            self._lingering.pop(session_key, None)
+
+    def reap_idle(self, now: float | None = None) -> int:
+        """End the senders that lingered :data:`SENDER_LINGER_SECONDS` with nothing
+        to send; returns how many were told to. (The kernel calls it every second.)"""
+        now = time.monotonic() if now is None else now
+        done = [key for key, since in self._lingering.items()
+                if now - since >= SENDER_LINGER_SECONDS]
+        for key in done:
+            del self._lingering[key]
+            waker = self._wakers.pop(key, None)
+            if waker is not None:
+                waker.set()  # it wakes to an empty queue and ends
+        return len(done)
 
     async def _send(self, entry: OutboxEntry) -> None:
         kernel = self._kernel

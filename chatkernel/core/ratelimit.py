@@ -125,8 +125,9 @@ class _ChatState:
         self.group: SlidingWindow | None = None  # created on the first group send
         self.blocked_until = -math.inf
         # Serializes this chat's senders while they wait for the chat's own slot,
-        # so that wait never involves the account-wide lock.
-        self.lock = anyio.Lock(fast_acquire=True)
+        # so that wait never involves the account-wide lock. Made on first need:
+        # a send that finds every slot free never takes it.
+        self.lock: anyio.Lock | None = None
         self.users = 0  # acquires in flight: a state in use is never pruned
         self.scheduled = False  # whether it has its (one) entry in the prune heap
 
@@ -231,7 +232,19 @@ class RateLimiter:
                 SlidingWindow(self._chat_limit, self.margin) if self._chat_limit else None)
         if is_group and state.group is None and self._group_limit is not None:
             state.group = SlidingWindow(self._group_limit, self.margin)
+        now = self._clock()
+        if (not state.users and not self._account_lock.locked()
+                and self._chat_delay(state, is_group, now) <= 0
+                and self._account_delay(now) <= 0):
+            # The common case: nobody queued and every slot free. Nothing to wait
+            # for, so no lock either (and no await between the checks and the records).
+            self._record(state, is_group, now)
+            self._schedule(chat_id, state)
+            self.prune()
+            return now - start
         state.users += 1
+        if state.lock is None:
+            state.lock = anyio.Lock(fast_acquire=True)
         try:
             async with state.lock:
                 while True:
@@ -250,12 +263,7 @@ class RateLimiter:
                             if wait <= 0:
                                 # No await between the checks above and these
                                 # records: no other sender can take the slot.
-                                if self._account is not None:
-                                    self._account.record(now)
-                                if state.window is not None:
-                                    state.window.record(now)
-                                if is_group and state.group is not None:
-                                    state.group.record(now)
+                                self._record(state, is_group, now)
                                 return now - start
                             await self._sleep(wait)
         finally:
@@ -335,6 +343,14 @@ class RateLimiter:
         if not state.scheduled:
             state.scheduled = True
             heapq.heappush(self._expiries, (state.idle_at(), chat_id))
+
+    def _record(self, state: _ChatState, is_group: bool, now: float) -> None:
+        if self._account is not None:
+            self._account.record(now)
+        if state.window is not None:
+            state.window.record(now)
+        if is_group and state.group is not None:
+            state.group.record(now)
 
     def _account_delay(self, now: float) -> float:
         wait = self._account_blocked_until - now

@@ -104,6 +104,13 @@ class Store(abc.ABC):
         (channel, account, message_id) was journaled before: a redelivery.
         """
 
+    async def journal_inbound_many(self, messages: list[InboundMessage]) -> list[int | None]:
+        """:meth:`journal_inbound` for a batch (a long poll's updates), in order.
+
+        Backends override it to record the batch in one durable write.
+        """
+        return [await self.journal_inbound(message) for message in messages]
+
     @abc.abstractmethod
     async def set_journal_status(self, seq: int, status: str) -> None:
         """Advance a journaled message: ``queued``, ``done`` or ``rejected``."""
@@ -150,7 +157,10 @@ class Store(abc.ABC):
     async def get_cursor(self, channel: str, account: str) -> str | None: ...
 
     @abc.abstractmethod
-    async def set_cursor(self, channel: str, account: str, cursor: str) -> None: ...
+    async def set_cursor(self, channel: str, account: str, cursor: str) -> None:
+        """Remember a receive loop's platform cursor. Need not be durable at once:
+        a cursor lost in a crash only makes the platform send again what the
+        journal already holds, and dedupe drops that."""
 
     # -- sessions and routes -----------------------------------------------------------
 

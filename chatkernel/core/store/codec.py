@@ -171,8 +171,23 @@ def route_from_dict(data: dict[str, Any]) -> Route:
     )
 
 
+_ROUTE_CACHE_SIZE = 4096
+_route_cache: dict[tuple[Any, ...], str] = {}
+
+
 def encode_route(route: Route) -> str:
-    return encode_json(route_to_dict(route), what="Route.extra")
+    if route.extra:  # arbitrary values: encode every time
+        return encode_json(route_to_dict(route), what="Route.extra")
+    # Every reply stores its route, and a chat's route rarely changes: the text of
+    # a route without extras is remembered by its (immutable) field values.
+    key = (route.channel, route.account, route.chat_id, route.thread_id, route.reply_to,
+           route.is_group)
+    text = _route_cache.get(key)
+    if text is None:
+        if len(_route_cache) >= _ROUTE_CACHE_SIZE:
+            _route_cache.clear()
+        text = _route_cache[key] = encode_json(route_to_dict(route), what="Route.extra")
+    return text
 
 
 def decode_route(text: str | bytes) -> Route:

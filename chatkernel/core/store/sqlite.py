@@ -434,18 +434,34 @@ class SQLiteStore(Store):
 
     # -- inbound journal -------------------------------------------------------------------
 
+    _JOURNAL_INSERT = (
+        "INSERT INTO inbound_journal (channel, account, message_id, message, status, received_at)"
+        " VALUES (?, ?, ?, ?, 'received', ?)"
+        " ON CONFLICT (channel, account, message_id) DO NOTHING")
+
     async def journal_inbound(self, message: InboundMessage) -> int | None:
-        data = encode_message(message)
-        cursor = self._write(
-            "INSERT INTO inbound_journal"
-            " (channel, account, message_id, message, status, received_at)"
-            " VALUES (?, ?, ?, ?, 'received', ?)"
-            " ON CONFLICT (channel, account, message_id) DO NOTHING",
-            (message.channel, message.account, message.message_id, data, time.time()),
-        )
+        cursor = self._write(self._JOURNAL_INSERT, (
+            message.channel, message.account, message.message_id, encode_message(message),
+            time.time()))
         seq = cursor.lastrowid if cursor.rowcount == 1 else None
         await self._committed()
         return seq
+
+    async def journal_inbound_many(self, messages: list[InboundMessage]) -> list[int | None]:
+        # The batch is already grouped: commit it at once rather than wait for
+        # the group commit (a receive loop waits for this before it polls again).
+        now = time.time()
+        seqs = []
+        for message in messages:
+            cursor = self._write(self._JOURNAL_INSERT, (
+                message.channel, message.account, message.message_id,
+                encode_message(message), now))
+            seqs.append(cursor.lastrowid if cursor.rowcount == 1 else None)
+        waiter = self._commit_waiter  # _write made sure there is one
+        self._commit()
+        if waiter is not None and waiter.exception() is not None:
+            raise waiter.exception()  # type: ignore[misc]
+        return seqs
 
     async def set_journal_status(self, seq: int, status: str) -> None:
         """Advance a journaled message; KeyError for a seq not in the journal."""
@@ -559,7 +575,7 @@ class SQLiteStore(Store):
             " ON CONFLICT (channel, account) DO UPDATE"
             " SET cursor = excluded.cursor, updated_at = excluded.updated_at",
             (channel, account, cursor, time.time()))
-        await self._committed()
+        # Not waited for: committed with the next group (see Store.set_cursor).
 
     # -- sessions and routes ------------------------------------------------------------------
 

@@ -19,7 +19,14 @@ import anyio
 from aiohttp import web
 from pydantic import Field, field_validator
 
-from chatkernel.core.channel import Channel, ChannelLimits, Deliver, RateLimit, per_chat
+from chatkernel.core.channel import (
+    Channel,
+    ChannelLimits,
+    Deliver,
+    RateLimit,
+    deliver_many,
+    per_chat,
+)
 from chatkernel.core.config import AccountConfig
 from chatkernel.core.models import (
     InboundMessage,
@@ -80,6 +87,11 @@ def _chat_of(update: dict[str, Any]) -> Any:
     if isinstance(message, dict) and isinstance(message.get("chat"), dict):
         return message["chat"].get("id")
     return None  # updates we skip: any order will do
+
+
+def _has_file(update: dict[str, Any]) -> bool:
+    message = update.get("message")
+    return isinstance(message, dict) and any(field in message for field, _ in INBOUND_MEDIA)
 
 
 def _display_name(user: dict[str, Any]) -> str:
@@ -154,10 +166,9 @@ class TelegramChannel(Channel):
             self.problem = None
             if not updates:
                 continue
-            # Chats side by side, each in order; the offset moves once the whole
-            # batch is journaled (a crash before that gets it again, and dedupe
-            # drops what was already in).
-            await per_chat(updates, _chat_of, self._handle)
+            # The offset moves once the whole batch is journaled (a crash before
+            # that gets it again, and dedupe drops what was already in).
+            await deliver_many(deliver, await self._normalize_batch(updates))
             offset = max(int(update["update_id"]) for update in updates) + 1
             await self.save_cursor(str(offset))
 
@@ -184,17 +195,31 @@ class TelegramChannel(Channel):
             self.bot = await self.api.call("getMe")
         return self.bot
 
-    async def _handle(self, update: dict[str, Any]) -> None:
-        try:
-            message = await self.normalize(update)
+    async def _normalize_batch(self, updates: list[dict[str, Any]]) -> list[InboundMessage]:
+        """The batch's messages in update order. Files are downloaded one chat beside
+        the other; a batch of text alone is read without a single wait."""
+        found: dict[int, InboundMessage] = {}
+
+        async def read(item: tuple[int, dict[str, Any]]) -> None:
+            index, update = item
+            try:
+                message = await self.normalize(update)
+            except (KeyError, TypeError, ValueError) as exc:
+                # A malformed update must not stop the loop (it would come back forever).
+                log.error("%s: update %s skipped, it is not a message this channel can "
+                          "read: %s: %s", self.account.key, update.get("update_id"),
+                          type(exc).__name__, exc)
+                return
             if message is not None:
-                assert self._deliver is not None
-                await self._deliver(message)
-        except (KeyError, TypeError, ValueError) as exc:
-            # A malformed update must not stop the loop (it would come back forever).
-            log.error("%s: update %s skipped, it is not a message this channel can read: "
-                      "%s: %s", self.account.key, update.get("update_id"), type(exc).__name__,
-                      exc)
+                found[index] = message
+
+        items = list(enumerate(updates))
+        if any(_has_file(update) for update in updates):
+            await per_chat(items, lambda item: _chat_of(item[1]), read)
+        else:
+            for item in items:
+                await read(item)
+        return [found[index] for index in sorted(found)]
 
     async def normalize(self, update: dict[str, Any]) -> InboundMessage | None:
         """An Update as an InboundMessage (None for updates that are not messages)."""
@@ -281,7 +306,7 @@ class TelegramChannel(Channel):
             return web.json_response({"error": "the body must be JSON"}, status=400)
         if not isinstance(update, dict):
             return web.json_response({"error": "the body must be an Update"}, status=400)
-        await self._handle(update)
+        await deliver_many(self._deliver, await self._normalize_batch([update]))
         return web.json_response({"ok": True})
 
     # -- sending ------------------------------------------------------------------------
