@@ -75,13 +75,15 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True
               ) -> web.Application:
     """The HTTP app: every channel's routes (web chat, webhooks), the control API and
     the health endpoints (open on loopback, see :mod:`chatkernel.core.health_http`)."""
-    from chatkernel.core import control
+    from chatkernel.core import control, health_http
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
     seen: set[tuple[str, str]] = set()
     owned = [(account, route) for account in kernel.accounts.values()
              if account.channel is not None for route in account.channel.http_routes()]
     owned += [(None, route) for route in control.routes(kernel, control_token)]
+    owned += [(None, route) for route in health_http.routes(kernel, control_token,
+                                                               loopback=loopback)]
     for account, (method, path, handler) in owned:
         if (method, path) in seen:
             where = f"channels.{account.channel_name}" if account else "gateway"
