@@ -139,7 +139,8 @@ class AccountSnapshot(_Model):
     state: Literal["starting", "running", "stopped", "failed", "paused"]
     state_since: float | None = None
     detail: str = ""
-    quiet: bool = False
+    #: Judged by its probe rather than by silence (None: unknown without the gateway).
+    quiet: bool | None = False
     loop_started_at: float | None = None
     last_inbound_at: float | None = None
     last_event_at: float | None = None
@@ -423,7 +424,7 @@ async def local_snapshot(config: cfg.KernelConfig, store: "Store | None", *,
         credentials_at = await _credentials_at(store, name, account_name) if store else None
         entry = AccountSnapshot(
             key=f"{name}:{account_name}", channel=name, account=account_name, enabled=enabled,
-            ok=None, state="stopped",
+            ok=None, state="stopped", quiet=None,
             detail="" if enabled else "disabled in the config",
             last_inbound_at=seen.get("last_inbound_at"), last_sent_at=seen.get("last_sent_at"),
             credentials_at=credentials_at,
