@@ -199,3 +199,19 @@ async def test_local_snapshot_lists_disabled_accounts_and_the_embedded_default()
     assert accounts["old"].detail == "disabled in the config"
     embedded = await local_snapshot(cfg.parse({}), None)
     assert list(embedded.channels) == ["webchat"]
+
+
+async def test_status_chat_command_tells_the_account_health_without_the_agent(tmp_path):
+    async with KernelHarness(tmp_path, config=TWO_ACCOUNTS) as h:
+        async def failing():
+            return ProbeResult(ok=False, detail="credentials rejected")
+
+        h.account_channel("other").probe = failing
+        await h.kernel.health.refresh()
+        assert await h.channel.receive("/status") == "command"
+        await h.settle()
+        lines = h.channel.texts()[-1].splitlines()
+        assert lines[1] == ("account: memory:main running, healthy; probe ok: memory, 0s ago; "
+                            "0 restart(s) in the last hour")
+        assert lines[-1] == ("other accounts with problems: memory:other "
+                             "(chatkernel health says why)")
