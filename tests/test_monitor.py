@@ -352,3 +352,49 @@ async def test_monitor_run_sleeps_until_the_next_check(tmp_path):
             await monitor.run()
         assert sleeps == [5 * MIN, 5 * MIN, 5 * MIN]
         assert h.kernel.accounts["memory:main"].runtime.monitor_checked_at == T0 + 10 * MIN
+
+
+@pytest.mark.anyio
+async def test_a_loop_that_will_not_stop_is_never_doubled_by_the_monitor(tmp_path):
+    aggressive = {"health_check_minutes": 1, "stale_event_threshold_minutes": 1,
+                  "restart_cooldown_minutes": 0, "startup_grace_minutes": 0,
+                  "stop_timeout_seconds": 0.01}
+    async with scene(tmp_path, monitor=aggressive) as s:
+        release = anyio.Event()
+        active = {"now": 0, "max": 0, "started": 0}
+
+        async def stubborn(deliver):
+            active["started"] += 1
+            active["now"] += 1
+            active["max"] = max(active["max"], active["now"])
+            try:
+                await anyio.sleep_forever()
+            finally:
+                with anyio.CancelScope(shield=True):  # ignores the cancellation...
+                    await release.wait()              # ...until released
+                active["now"] -= 1
+
+        supervisor = s.supervisors[0]
+        await supervisor.restart("install the stubborn loop")  # the silent one stops
+        s.account().channel.run = stubborn
+        await supervisor.restart("install it")
+        with anyio.fail_after(5):
+            while active["started"] == 0:
+                await anyio.sleep(0.001)
+        s.account().runtime.restarts.clear()
+
+        async def checks(minutes):  # settle() would wait for the stuck loop: step by hand
+            for _ in range(minutes):
+                s.clock.now = s.monitor.next_wakeup()
+                await s.monitor.check()
+
+        await checks(30)
+        assert active == {"now": 1, "max": 1, "started": 1}  # one loop, still stopping
+        assert len(s.restart_times()) == 1  # asked once; every later check saw it under way
+        assert "did not stop within 0.01 s" in s.account().runtime.last_error
+        assert s.account().runtime.monitor_note == "a restart is under way"
+        release.set()
+        with anyio.fail_after(5):
+            while active["started"] < 2:
+                await anyio.sleep(0.001)
+        assert active["max"] == 1
