@@ -21,13 +21,10 @@ from aiohttp import web
 from chatkernel.core import config as cfg
 from chatkernel.core.kernel import Kernel
 from chatkernel.core.presence import is_loopback
-from chatkernel.core.supervisor import (  # noqa: F401  (supervise: the public entry point)
-    HEALTHY_AFTER_SECONDS,
-    RESTART_BACKOFF_INITIAL,
-    RESTART_BACKOFF_MAX,
-    Supervisor,
-    supervise,
-)
+from chatkernel.core.supervisor import Supervisor, supervise
+
+__all__ = ["DRAIN_SECONDS", "Listening", "build_app", "check_listen", "run_gateway",
+           "supervise"]
 
 log = logging.getLogger("chatkernel.gateway")
 

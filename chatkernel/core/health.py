@@ -365,9 +365,11 @@ class Health:
                                   monitor.next_check_at(account)),
             problems=problems)
 
-    async def snapshot(self, *, live: bool = False, timeout: float | None = None
-                       ) -> HealthSnapshot:
-        """The snapshot; ``live`` probes every account now instead of using the cache."""
+    async def snapshot(self, *, live: bool = False, timeout: float | None = None,
+                       sessions: bool = True) -> HealthSnapshot:
+        """The snapshot; ``live`` probes every account now instead of using the cache.
+        ``sessions=False`` skips the session summary (it reads every session row;
+        ``/healthz``, polled often, does not need it)."""
         kernel = self.kernel
         started = time.perf_counter()
         if live:
@@ -390,9 +392,10 @@ class Health:
                 .accounts[account_name] = entry
         ok, problems = _finish(channels, judged=True)
         queue = kernel.queue
-        sessions = await session_summary(
-            kernel.store, now, queued=queue.depth(),
-            running_turns=sum(1 for lane in queue.lanes.values() if lane.active))
+        running = sum(1 for lane in queue.lanes.values() if lane.active)
+        summary = await session_summary(kernel.store, now, queued=queue.depth(),
+                                        running_turns=running) if sessions else \
+            SessionSummary(running_turns=running, queued_messages=queue.depth())
         started_at = kernel.started_at
         gateway = GatewayInfo(reachable=True, pid=os.getpid(), url=kernel.url,
                               instance_id=kernel.presence.own.instance_id,
@@ -401,7 +404,7 @@ class Health:
                                                                               1))
         return HealthSnapshot(
             ok=ok, ts=now, duration_ms=round((time.perf_counter() - started) * 1000, 1),
-            live=live, gateway=gateway, channels=channels, sessions=sessions,
+            live=live, gateway=gateway, channels=channels, sessions=summary,
             presence=[entry.as_dict() for entry in kernel.presence.entries()],
             problems=problems)
 

@@ -51,7 +51,7 @@ def routes(kernel: "Kernel", token: str, *, loopback: bool) -> list[tuple[str, s
                                  status=401)
 
     async def healthz(request: web.Request) -> web.Response:
-        snapshot = await kernel.health.snapshot()
+        snapshot = await kernel.health.snapshot(sessions=False)
         status = 200 if snapshot.ok else 503
         body: dict[str, Any] = {"ok": bool(snapshot.ok), "ts": snapshot.ts}
         if allowed(request):
