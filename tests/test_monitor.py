@@ -398,3 +398,24 @@ async def test_a_loop_that_will_not_stop_is_never_doubled_by_the_monitor(tmp_pat
             while active["started"] < 2:
                 await anyio.sleep(0.001)
         assert active["max"] == 1
+
+
+@pytest.mark.parametrize("data, key", [
+    ({"health_monitor": {"restart_cooldown_minutes": -1}},
+     "health_monitor.restart_cooldown_minutes"),
+    ({"health": {"probe_timeout_ms": 0}}, "health.probe_timeout_ms"),
+    ({"presence": {"max_entries": 0}}, "presence.max_entries"),
+    ({"channels": {"memory": {"health_monitor": {"enabld": False}}}},
+     "channels.memory.health_monitor.enabld"),
+])
+def test_health_settings_are_validated_with_the_key_named(data, key):
+    with pytest.raises(cfg.ConfigError) as caught:
+        cfg.parse(data)
+    assert caught.value.key == key
+
+
+def test_a_per_account_typo_is_named_too():
+    with pytest.raises(cfg.ConfigError) as caught:
+        cfg.validate_account(cfg.AccountConfig, {"health_monitor": {"enabld": False}},
+                             channel="memory", account="main")
+    assert caught.value.key == "channels.memory.accounts.main.health_monitor.enabld"

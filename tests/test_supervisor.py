@@ -154,3 +154,27 @@ async def test_restart_without_a_running_loop_is_refused(tmp_path):
         supervisor = Supervisor(h.kernel, h.kernel.accounts["memory:main"])
         assert await supervisor.restart("nothing to restart") is False
         assert list(h.kernel.accounts["memory:main"].runtime.restarts) == []
+
+
+async def test_pausing_from_the_kernel_stops_the_loop_until_resumed(tmp_path):
+    async with KernelHarness(tmp_path) as h:
+        account = h.kernel.accounts["memory:main"]
+        starts = []
+
+        async def run(deliver):
+            starts.append(1)
+            await anyio.sleep_forever()
+
+        account.channel.run = run
+        supervisor = h.kernel.supervisors["memory:main"] = Supervisor(h.kernel, account,
+                                                                       sleep=no_sleep)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(supervisor.run)
+            await wait_until(lambda: supervisor.loops_running == 1)
+            h.kernel.pause_account("memory:main", "maintenance")
+            await wait_until(lambda: supervisor.loops_running == 0)
+            assert account.runtime.state == "paused" and len(starts) == 1
+            assert list(account.runtime.restarts) == []  # a pause is not a restart
+            h.kernel.resume_account("memory:main")
+            await wait_until(lambda: len(starts) == 2 and supervisor.loops_running == 1)
+            tg.cancel_scope.cancel()

@@ -287,10 +287,14 @@ class Kernel:
 
     def pause_account(self, key: str, reason: str) -> None:
         """Pause an account (``channel:account``) until :meth:`resume_account`: its
-        health is red with ``reason``, the health monitor leaves it alone and its
-        receive loop is not restarted once it ends (see ``Channel.pause``)."""
-        account = self.accounts[key]
-        account.runtime.set_state("paused", time.time(), reason)
+        receive loop is stopped and not restarted, its health is red with ``reason``,
+        the health monitor leaves it alone. (A channel pausing itself calls
+        ``Channel.pause`` and returns from ``run``.)"""
+        supervisor = self.supervisors.get(key)
+        if supervisor is not None:
+            supervisor.pause(reason)
+        else:
+            self.accounts[key].runtime.set_state("paused", time.time(), reason)
         log.warning("%s: paused: %s", key, reason)
 
     def resume_account(self, key: str) -> None:

@@ -146,6 +146,13 @@ class Supervisor:
         runtime.error(message, self._clock())
         return False
 
+    def pause(self, reason: str) -> None:
+        """Pause the account and stop its loop (not a restart: nothing starts until
+        :meth:`resume`)."""
+        self.account.runtime.set_state("paused", self._clock(), reason)
+        if self._scope is not None:
+            self._scope.cancel()
+
     def resume(self) -> None:
         """Let a paused account run again."""
         runtime = self.account.runtime
