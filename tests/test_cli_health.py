@@ -26,6 +26,18 @@ SECRET_ENV = {"CK_TEST_BOT_TOKEN": BOT_TOKEN, "CK_TEST_CONTROL": CONTROL_TOKEN,
 SECRETS = (BOT_TOKEN, LITERAL_TOKEN, CONTROL_TOKEN, HOOK_URL, "SECRET")
 
 
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """Commands run in-process configure the root logger as a process would: undo it."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
 @pytest.fixture
 def home(tmp_path, monkeypatch):
     home = tmp_path / "home"
