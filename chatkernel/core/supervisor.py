@@ -98,8 +98,7 @@ class Supervisor:
                     continue
                 if runtime.state == "paused":
                     continue
-                message = f"{type(error).__name__}: {error}" if error is not None and str(
-                    error) else (type(error).__name__ if error else "the receive loop returned")
+                message = _describe(error)
                 if error is not None:
                     log.error("%s: receive loop failed: %s", account.key, message,
                               exc_info=(type(error), error, error.__traceback__)
@@ -159,6 +158,12 @@ class Supervisor:
         if runtime.state == "paused":
             runtime.set_state("stopped", self._clock())
         self._resumed.set()
+
+
+def _describe(error: Exception | None) -> str:
+    if error is None:
+        return "the receive loop returned"
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
 async def supervise(kernel: "Kernel", account: Account, *,
