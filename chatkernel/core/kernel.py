@@ -26,8 +26,8 @@ from chatkernel.core.inbound import Inbound, InvalidMessage, envelope, text_with
 from chatkernel.core.indicators import Indicators
 from chatkernel.core.metrics import Metrics
 from chatkernel.core.models import Account, Command, InboundMessage, Route, Session
-from chatkernel.core.outbound import Outbound, Responder
 from chatkernel.core.monitor import HealthMonitor
+from chatkernel.core.outbound import Outbound, Responder
 from chatkernel.core.outbox import Outbox
 from chatkernel.core.policy import SendPolicy
 from chatkernel.core.plugins import PluginManager, get_plugin_manager
