@@ -356,6 +356,318 @@ def sessions_policy(config_file: str | None, key: str, policy: str) -> None:
     click.echo(f"{answer['session']}: send policy {answer['policy']}")
 
 
+# -- status, health, channels ----------------------------------------------------------
+
+#: ``chatkernel health`` exit codes besides 0 (healthy).
+EXIT_UNHEALTHY = 1
+EXIT_UNREACHABLE = 3
+
+
+def _client(reason: str) -> dict[str, Any]:
+    """Who this CLI is, for the gateway's presence table (a stable id, no file)."""
+    import os
+    import platform
+    import socket
+
+    host = socket.gethostname()
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return {"instance_id": f"cli-{host}-{uid}", "mode": "cli", "reason": reason,
+            "host": host, "version": __version__,
+            "platform": f"{platform.system()} {platform.machine()}"}
+
+
+def _ask_gateway(path: str, body: dict[str, Any], timeout: float):
+    """``(gateway info, answer, error)``: the answer of the running gateway, or why none."""
+    from chatkernel.core.control import call
+
+    info = _running_gateway()
+    if info is None:
+        return None, None, "no gateway is running"
+    try:
+        status, answer = call(info, path, body, timeout=timeout)
+    except (OSError, ValueError) as exc:  # refused, timed out, not JSON
+        reason = getattr(exc, "reason", None) or exc
+        return info, None, f"the gateway at {info.url} did not answer ({reason})"
+    if status >= 400:
+        return info, None, f"the gateway answered {status}: {answer.get('error', '?')}"
+    return info, answer, None
+
+
+def _read_config_quietly(config_file: str | None):
+    """``(path, raw, config or None, error or None)``: never raises for a bad file."""
+    from chatkernel.core import config as cfg
+
+    path = cfg.config_path(config_file)
+    try:
+        raw = cfg.read_raw(path)
+        return path, raw, cfg.parse(raw, path=path, strict_env=False), None
+    except cfg.ConfigError as exc:
+        return path, {}, None, str(exc)
+
+
+def _redactor(raw: dict[str, Any], info=None):
+    from chatkernel.core.status_report import Redactor, config_secrets
+
+    return Redactor(config_secrets(raw, extra=[info.token] if info is not None else []))
+
+
+def _local_snapshot(config, *, with_store_counts: bool = False):
+    """The snapshot from the config and the state database, opened read-only."""
+    import anyio
+
+    from chatkernel.core.health import local_snapshot
+    from chatkernel.core.store import open_store
+
+    async def read():
+        counts: dict[str, Any] = {}
+        store = None
+        try:
+            store = open_store(config, read_only=True)
+            await store.open()
+        except Exception as exc:  # no database yet, or one we cannot read: say so
+            counts["state"] = str(exc)
+            store = None
+        try:
+            snapshot = await local_snapshot(config, store)
+            if store is not None and with_store_counts:
+                counts["unfinished inbound messages"] = len(await store.unfinished_inbound())
+                counts["unsent outbox entries"] = len(await store.outbox_unfinished())
+        finally:
+            if store is not None:
+                await store.close()
+        return snapshot.model_dump(mode="json"), counts
+
+    return anyio.run(read)
+
+
+def _print(data: Any, text: str | None, redact, as_json: bool) -> None:
+    out = json.dumps(data, indent=2, ensure_ascii=False, default=str) if as_json else text
+    click.echo(redact(out or ""))
+
+
+@cli.command()
+@click.option("--all", "show_all", is_flag=True,
+              help="A full read-only diagnosis (versions, plugins, config, state), secrets "
+                   "redacted: safe to paste.")
+@click.option("--deep", is_flag=True, help="Ask the running gateway for live probes.")
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@click.option("--timeout", "timeout_ms", type=click.IntRange(min=1), default=10_000,
+              show_default=True, metavar="MS", help="Probe timeout with --deep.")
+@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
+def status(show_all: bool, deep: bool, as_json: bool, timeout_ms: int,
+           config_file: str | None) -> None:
+    """Gateway, channels and accounts, sessions and recent activity.
+
+    Asks the running gateway; when none runs, shows what the config and the state
+    database say (read-only). Never changes anything.
+    """
+    path, raw, config, config_error = _read_config_quietly(config_file)
+    info, answer, error = _ask_gateway(
+        "/control/status", {"live": deep, "timeout_ms": timeout_ms,
+                            "client": _client("status --all" if show_all else "status")},
+        timeout_ms / 1000 + 5)
+    redact = _redactor(raw, info)
+    counts: dict[str, Any] = {}
+    if answer is not None:
+        snapshot = answer
+    elif config is None:
+        if not show_all:
+            raise click.ClickException(redact(config_error or "the config cannot be read"))
+        snapshot = {"ok": None, "gateway": {"reachable": False, "error": error},
+                    "channels": {}, "sessions": {}, "problems": []}
+    else:
+        snapshot, counts = _local_snapshot(config, with_store_counts=show_all)
+        snapshot["gateway"]["error"] = error if info is not None else None
+    for key in ("pid", "accounts", "started_at"):  # the control API's older fields
+        snapshot.pop(key, None)
+    if show_all:
+        diagnosis = _diagnosis(path, raw, config, config_error, snapshot, counts)
+        from chatkernel.core.status_report import render_diagnosis
+
+        _print(diagnosis, None if as_json else render_diagnosis(diagnosis), redact, as_json)
+    else:
+        from chatkernel.core.status_report import render_status
+
+        _print(snapshot, None if as_json else render_status(snapshot), redact, as_json)
+    if deep and answer is None:
+        click.echo(f"error: --deep needs a running gateway for live probes ({redact(error)}); "
+                   "chatkernel channels probe checks credentials without one", err=True)
+        sys.exit(1)
+
+
+def _diagnosis(path, raw, config, config_error, snapshot, counts) -> dict[str, Any]:
+    import tomli_w
+
+    from chatkernel.core import config as cfg
+    from chatkernel.core.status_report import environment
+
+    problems = [config_error] if config_error else []
+    if config is not None:
+        try:
+            cfg.parse(raw, path=path)  # strict: an unset ${ENV} reference is a problem
+            _validate_channels(raw, path, strict_env=True)
+        except cfg.ConfigError as exc:
+            problems.append(str(exc))
+    pm = _plugin_manager()
+    state_path = config.store_path() if config is not None else None
+    if state_path is None:
+        state = "unknown (the config cannot be read)"
+    elif state_path.exists():
+        state = f"{state_path} ({state_path.stat().st_size} bytes)"
+    else:
+        state = f"{state_path} (not created yet)"
+    store = {key: value for key, value in counts.items() if key != "state"}
+    if "state" in counts:
+        store["state database"] = counts["state"]
+    return {
+        "environment": environment(),
+        "home": str(cfg.home_dir()),
+        "config_path": str(path),
+        "config_exists": path.exists(),
+        "state": state,
+        "plugins": [info.as_dict() for info in pm.plugin_infos(include_builtins=True)],
+        "config_problems": problems,
+        "config_text": tomli_w.dumps(cfg.redact(raw)).rstrip("\n"),
+        "snapshot": snapshot,
+        "store": store,
+    }
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Output the snapshot as JSON.")
+@click.option("--timeout", "timeout_ms", type=click.IntRange(min=1), default=10_000,
+              show_default=True, metavar="MS",
+              help="How long each probe, and the gateway, may take.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="Probe every account now (live), and show every detail.")
+@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
+def health(as_json: bool, timeout_ms: int, verbose: bool, config_file: str | None) -> None:
+    """The running gateway's health snapshot.
+
+    Cached probe results by default (refreshed every minute), live probes with
+    --verbose. Exit status: 0 healthy; 1 an account is unhealthy (a probe failed or
+    timed out, a loop failed or is paused); 3 no gateway answered.
+    """
+    _, raw, _, _ = _read_config_quietly(config_file)
+    info, answer, error = _ask_gateway(
+        "/control/health", {"live": verbose, "timeout_ms": timeout_ms,
+                            "client": _client("health")},
+        timeout_ms / 1000 + 1)
+    redact = _redactor(raw, info)
+    if answer is None:
+        if as_json:
+            _print({"ok": False, "gateway": {"reachable": False, "error": error}}, None,
+                   redact, True)
+        else:
+            click.echo(redact(f"unreachable: {error}"), err=True)
+        sys.exit(EXIT_UNREACHABLE)
+    from chatkernel.core.status_report import render_health
+
+    _print(answer, None if as_json else render_health(answer, verbose=verbose), redact,
+           as_json)
+    sys.exit(0 if answer.get("ok") else EXIT_UNHEALTHY)
+
+
+@cli.group()
+def channels() -> None:
+    """Channel accounts: list them, probe them."""
+
+
+def _channel_types() -> list[dict[str, str]]:
+    from importlib.metadata import packages_distributions
+
+    from chatkernel.core.channel import collect_channels
+
+    distributions = packages_distributions()
+    found = []
+    for name, channel_type in sorted(collect_channels(_plugin_manager()).items()):
+        package = channel_type.__module__.split(".")[0]
+        source = "built-in" if package == "chatkernel" else \
+            (distributions.get(package) or [package])[0]
+        found.append({"name": name, "source": source})
+    return found
+
+
+@channels.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
+def channels_list(as_json: bool, config_file: str | None) -> None:
+    """Configured accounts (state from the running gateway, or the config) and the
+    installed channel types."""
+    _, raw, config, config_error = _read_config_quietly(config_file)
+    info, answer, error = _ask_gateway("/control/health", {"client": _client("channels")}, 15)
+    redact = _redactor(raw, info)
+    if answer is not None:
+        snapshot = answer
+    elif config is None:
+        raise click.ClickException(redact(config_error or "the config cannot be read"))
+    else:
+        snapshot, _ = _local_snapshot(config)
+    types = _channel_types()
+    from chatkernel.core.status_report import accounts_of, render_channels
+
+    data = {"gateway": snapshot.get("gateway"), "channel_types": types,
+            "accounts": [{key: account.get(key) for key in
+                          ("key", "channel", "account", "enabled", "state", "quiet", "probe")}
+                         for account in accounts_of(snapshot)]}
+    _print(data, None if as_json else render_channels(snapshot, types), redact, as_json)
+
+
+@channels.command("probe")
+@click.argument("target", required=False, metavar="[CHANNEL[:ACCOUNT]]")
+@click.option("--timeout", "timeout_ms", type=click.IntRange(min=1), default=10_000,
+              show_default=True, metavar="MS", help="How long each probe may take.")
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
+def channels_probe(target: str | None, timeout_ms: int, as_json: bool,
+                   config_file: str | None) -> None:
+    """Probe accounts now (all, a channel's, or one): through the running gateway, or
+    from here when none runs. Exit status 1 if any probe fails or times out."""
+    _, raw, _, _ = _read_config_quietly(config_file)
+    info, answer, error = _ask_gateway(
+        "/control/channels/probe", {"target": target, "timeout_ms": timeout_ms,
+                                    "client": _client("channels probe")},
+        timeout_ms / 1000 + 1)
+    redact = _redactor(raw, info)
+    if answer is None and info is not None:
+        raise click.ClickException(redact(error))
+    if answer is None:
+        answer = _probe_directly(config_file, target, timeout_ms / 1000)
+    else:
+        answer["via"] = "gateway"
+    from chatkernel.core.status_report import render_probes
+
+    _print(answer, None if as_json else render_probes(answer), redact, as_json)
+    sys.exit(0 if answer.get("ok") else EXIT_UNHEALTHY)
+
+
+def _probe_directly(config_file: str | None, target: str | None, timeout: float
+                    ) -> dict[str, Any]:
+    import anyio
+
+    from chatkernel.core import logs
+
+    config, config_path = _load_config(config_file)
+    logs.configure(config.gateway.log_format, "error")
+    pm = _plugin_manager()
+
+    async def probe():
+        from chatkernel.core.health import ProbeInfo, select_accounts
+        from chatkernel.core.kernel import Kernel
+
+        async with Kernel(config, config_path=config_path, pm=pm, recover=False) as kernel:
+            try:
+                accounts = select_accounts(kernel.accounts.values(), target)
+            except LookupError as exc:
+                raise click.ClickException(str(exc)) from None
+            results = await kernel.health.probe(accounts, timeout=timeout)
+        probes = {key: ProbeInfo.of(result, None).model_dump(mode="json")  # type: ignore
+                  for key, result in results.items()}
+        return {"ok": all(p["ok"] for p in probes.values()), "probes": probes, "via": "direct"}
+
+    return anyio.run(probe)
+
+
 # -- config ---------------------------------------------------------------------------
 
 

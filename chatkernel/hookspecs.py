@@ -170,10 +170,12 @@ def health_probe(account):
     """Probe the platform behind an account.
 
     Called by ``chatkernel health``, the health monitor and the snapshot
-    refresher, with a timeout applied by the kernel. The built-in
-    implementation (called last) returns ``account.channel.probe()``.
+    refresher, for every account side by side, each with a timeout applied by
+    the kernel (``health.probe_timeout_ms``). The built-in implementation
+    (called last) returns ``account.channel.probe()``.
 
     :param account: the :class:`chatkernel.Account` to probe.
-    :return: a :class:`chatkernel.ProbeResult` (ok, detail, latency), or an
-        awaitable of one. Stops at the first non-None result.
+    :return: a :class:`chatkernel.ProbeResult` (ok, detail, latency, and
+        ``restartable=False`` when restarting the receive loop cannot fix the
+        failure), or an awaitable of one. Stops at the first non-None result.
     """

@@ -7,6 +7,8 @@ entry point).
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -66,3 +68,29 @@ def temp_plugin() -> Iterator[Callable[..., object]]:
 def anyio_backend() -> str:
     """The kernel runs on asyncio (aiohttp needs it), so async tests do too."""
     return "asyncio"
+
+
+@pytest.fixture
+def browser():
+    """A headless Chromium driven by selenium through Debian's chromedriver."""
+    chromium = shutil.which("chromium")
+    driver_path = shutil.which("chromedriver")
+    if not (chromium and driver_path):
+        pytest.fail("Chromium and ChromeDriver are needed: scripts/system-packages installs "
+                    "Debian's chromium and chromium-driver")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    profile = tempfile.mkdtemp(prefix="chatkernel-chromium-")
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        shutil.rmtree(profile, ignore_errors=True)

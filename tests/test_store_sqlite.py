@@ -709,3 +709,49 @@ async def test_journal_inbound_many_commits_the_batch_and_reports_redeliveries(t
         assert count == 3
     finally:
         await store.close()
+
+
+# -- read-only opening and account activity (chatkernel status) --------------------------------
+
+
+@pytest.mark.anyio
+async def test_account_activity_is_the_last_inbound_and_the_last_send(store):
+    from chatkernel.core.models import OutboundPayload
+    from chatkernel.core.store.base import OutboxEntry
+
+    await store.journal_inbound(msg("m1"))
+    await store.journal_inbound(msg("m2"))
+    await store.journal_inbound(msg("m3", account="other"))
+    route = Route("telegram", "main", "chat-1")
+    ids = await store.outbox_add([
+        OutboxEntry(0, "r1", "telegram:main:chat-1", "s1", "telegram", "main", route,
+                    OutboundPayload(text=text), "pending", None, 0.0) for text in ("a", "b")])
+    await store.outbox_mark(ids[0], "sent")
+    await store.flush()
+    activity = await store.account_activity()
+    assert set(activity) == {("telegram", "main"), ("telegram", "other")}
+    assert activity[("telegram", "main")]["last_inbound_at"] > 0
+    assert activity[("telegram", "main")]["last_sent_at"] > 0
+    assert "last_sent_at" not in activity[("telegram", "other")]
+
+
+@pytest.mark.anyio
+async def test_read_only_open_creates_and_changes_nothing(db_path):
+    missing = SQLiteStore.at(db_path, read_only=True)
+    with pytest.raises(StoreError, match="no state database yet"):
+        await missing.open()
+    assert not db_path.parent.exists()
+    async with SQLiteStore.at(db_path) as writer:
+        await writer.journal_inbound(msg("m1"))
+    files = {p.name: p.stat().st_mtime_ns for p in db_path.parent.iterdir()}
+    async with SQLiteStore.at(db_path, read_only=True) as reader:
+        assert [e.message.message_id for e in await reader.unfinished_inbound()] == ["m1"]
+        with pytest.raises(sqlite3.OperationalError):
+            await reader.journal_inbound(msg("m2"))
+    assert {p.name: p.stat().st_mtime_ns for p in db_path.parent.iterdir()} == files
+    # an older schema is left for the gateway to migrate
+    conn = sqlite3.connect(db_path)
+    conn.execute("PRAGMA user_version = 0")
+    conn.close()
+    with pytest.raises(StoreError, match="migrates it"):
+        await SQLiteStore.at(db_path, read_only=True).open()

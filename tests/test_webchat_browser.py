@@ -1,9 +1,9 @@
-"""The web chat page in a real headless Chromium: type, send, see the echo."""
+"""The web chat page in a real headless Chromium: type, send, see the echo.
+
+The ``browser`` fixture is in conftest.py.
+"""
 
 from __future__ import annotations
-
-import shutil
-import tempfile
 
 import pytest
 
@@ -13,31 +13,6 @@ from chatkernel.testing.process import gateway_process
 def gateway_url(tmp_path):
     with gateway_process(tmp_path / "home") as gateway:
         yield gateway.url
-
-
-@pytest.fixture
-def browser():
-    chromium = shutil.which("chromium")
-    driver_path = shutil.which("chromedriver")
-    if not (chromium and driver_path):
-        pytest.fail("Chromium and ChromeDriver are needed: scripts/system-packages installs "
-                    "Debian's chromium and chromium-driver")
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    profile = tempfile.mkdtemp(prefix="chatkernel-chromium-")
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                 "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(executable_path=driver_path), options=options)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def test_type_send_and_see_the_echo(gateway_url, browser):

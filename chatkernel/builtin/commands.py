@@ -30,20 +30,49 @@ def _age(seconds: float) -> str:
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
+def _account_health(account, now: float) -> str:
+    """One line: this account's state, its last probe, its restarts."""
+    from chatkernel.core.health import account_problems
+
+    runtime = account.runtime
+    state = runtime.effective_state(now)
+    probe = runtime.last_probe
+    if probe is None:
+        probed = "not probed yet"
+    else:
+        when = f", {_age(now - runtime.last_probe_at)} ago" if runtime.last_probe_at else ""
+        probed = f"probe {'ok' if probe.ok else 'FAILED'}: {probe.detail}{when}"
+    verdict = "healthy" if not account_problems(state, runtime, probe) else "UNHEALTHY"
+    return (f"account: {account.key} {state}, {verdict}; {probed}; "
+            f"{runtime.restarts_last_hour(now)} restart(s) in the last hour")
+
+
 def _status(ctx) -> str:
     kernel = ctx.kernel
     session = ctx.session
     settings = kernel.queue_settings(session.key)
     busy = "running a turn" if kernel.queue.is_busy(session.key) else "idle"
     waiting = len(kernel.queue.lane(session.key).pending)
-    uptime = _age(time.time() - kernel.started_at) if kernel.started_at else "?"
-    return "\n".join([
+    now = time.time()
+    uptime = _age(now - kernel.started_at) if kernel.started_at else "?"
+    lines = [
         f"chatkernel is up ({uptime}); agent: {kernel.config.agent.kind}",
+        _account_health(ctx.account, now),
         f"session: {session.key} ({busy}, {waiting} waiting)",
         f"queue: {settings.mode}, debounce {settings.debounce_ms} ms, cap {settings.cap}, "
         f"drop {settings.drop}",
         f"access level: {ctx.account.access_level}",
-    ])
+    ]
+    from chatkernel.core.health import account_problems
+
+    others = [account.key for account in kernel.accounts.values()
+              if account is not ctx.account and account_problems(
+                  account.runtime.effective_state(now), account.runtime,
+                  account.runtime.last_probe)]
+    if others:
+        lines.append(f"other accounts with problems: {', '.join(sorted(others))} "
+                     "(chatkernel health says why)")
+    return "\n".join(lines)
 
 
 async def _new(ctx) -> str:

@@ -10,6 +10,7 @@ One instance runs per configured account.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from collections.abc import Hashable, Iterable
@@ -32,6 +33,10 @@ if TYPE_CHECKING:
     from chatkernel.core.plugins import PluginManager
 
 T = TypeVar("T")
+
+#: The per-account state key under which :meth:`Channel.record_credentials` keeps
+#: the time the credentials were issued.
+CREDENTIALS_KEY = "credentials_at"
 
 #: What a receive loop calls for every normalized message. It returns once the
 #: message is durably journaled, so the loop may then advance its cursor.
@@ -77,7 +82,8 @@ class Channel:
     #: The pydantic model of one account's config.
     account_model: ClassVar[type[AccountConfig]] = AccountConfig
     limits: ClassVar[ChannelLimits] = ChannelLimits()
-    #: Webhook-driven channels are judged by their probe, not by silence.
+    #: Webhook-driven channels are judged by their probe, not by silence
+    #: (see :meth:`is_quiet` for channels whose quietness depends on the account).
     quiet_by_nature: ClassVar[bool] = False
     #: Characters that start a slash command (Slack also takes "!").
     command_prefixes: ClassVar[str] = "/"
@@ -113,6 +119,44 @@ class Channel:
 
     async def indicate(self, route: Route) -> None:
         """Show a typing/processing indicator, where the platform has one."""
+
+    # -- health ---------------------------------------------------------------------
+
+    def is_quiet(self) -> bool:
+        """Whether this account may legitimately go a long time without hearing from
+        its platform (a webhook waits for the platform to call; a web page waits
+        for a person). The health monitor judges a quiet account by its probe, and
+        any other account by how long its platform has been silent. Override it
+        when it depends on the account (Telegram: webhook mode is quiet, polling
+        is not); the default is :attr:`quiet_by_nature`."""
+        return self.quiet_by_nature
+
+    def report_alive(self) -> None:
+        """Tell the kernel the receive loop just heard from its platform: a long poll
+        answered (even with nothing), a websocket ping, the webhook registered.
+
+        It marks the account ``running`` and restarts its silence clock; the health
+        monitor restarts an account (not quiet) whose platform stays silent for
+        ``stale_event_threshold_minutes``. Cheap: call it on every answered poll.
+        """
+        runtime = self.account.runtime
+        now = time.time()
+        runtime.last_event_at = now
+        if runtime.state == "starting":
+            runtime.set_state("running", now)
+
+    def pause(self, reason: str) -> None:
+        """Pause the account until a person acts (a session that expired and needs
+        a new login): its health turns red with ``reason``, the health monitor
+        leaves it alone, and when :meth:`run` returns the supervisor does not
+        restart it until :meth:`chatkernel.core.kernel.Kernel.resume_account`."""
+        self.account.runtime.set_state("paused", time.time(), reason)
+
+    async def record_credentials(self, issued_at: float | None = None) -> None:
+        """Remember when this account's credentials were issued or renewed (a QR
+        login, a refreshed token): ``chatkernel status`` shows their age."""
+        await self.store.set_account_state(self.name, self.account.name, CREDENTIALS_KEY,
+                                           time.time() if issued_at is None else issued_at)
 
     def render_text(self, payload: OutboundPayload) -> tuple[str, str | None]:
         """The text to put on the wire and the markup it is in (None: plain).

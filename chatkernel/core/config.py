@@ -59,6 +59,8 @@ class GatewayConfig(Section):
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     workspace: Path | None = None  # default: $CHATKERNEL_HOME/workspace
     control_token: str | None = None  # required when listening beyond loopback
+    # This gateway's presence id; default: gateway-<hostname>-<hash of CHATKERNEL_HOME>.
+    instance_id: str | None = None
 
     @field_validator("listen")
     @classmethod
@@ -135,10 +137,32 @@ class HeartbeatConfig(Section):
 
 
 class HealthMonitorConfig(Section):
+    """``[health_monitor]``, and per channel / per account overrides of it.
+
+    An override changes only the keys it sets; the rest come from the level above.
+    """
+
     enabled: bool = True
-    health_check_minutes: float = Field(5, ge=0)
-    stale_event_threshold_minutes: float = Field(30, ge=0)
-    max_restarts_per_hour: int = Field(10, ge=0)
+    health_check_minutes: float = Field(5, ge=0)  # 0 disables the monitor
+    stale_event_threshold_minutes: float = Field(30, ge=0)  # never below the check interval
+    max_restarts_per_hour: int = Field(10, ge=0)  # rolling, crash restarts included
+    startup_grace_minutes: float = Field(5, ge=0)  # no restart this soon after start
+    restart_cooldown_minutes: float = Field(10, ge=0)  # between two restarts of an account
+    stop_timeout_seconds: float = Field(30, gt=0)  # how long a restart waits for the old loop
+
+
+class HealthConfig(Section):
+    """``[health]``: probes and the cached snapshot."""
+
+    probe_timeout_ms: int = Field(10_000, gt=0)
+    refresh_seconds: float = Field(60, gt=0)  # background probes for the cached snapshot
+
+
+class PresenceConfig(Section):
+    """``[presence]``: the gateway's list of running instances and clients."""
+
+    ttl_minutes: float = Field(5, gt=0)
+    max_entries: int = Field(200, ge=1)
 
 
 class AccountConfig(BaseModel):
@@ -204,6 +228,8 @@ class KernelConfig(Section):
     store: StoreConfig = Field(default_factory=StoreConfig)
     heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
     health_monitor: HealthMonitorConfig = Field(default_factory=HealthMonitorConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    presence: PresenceConfig = Field(default_factory=PresenceConfig)
     send_policy: SendPolicyConfig = Field(default_factory=SendPolicyConfig)
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
 
@@ -274,6 +300,22 @@ def redact(value: Any, key: str = "") -> Any:
     if is_secret_key(key) and isinstance(value, str) and value and not _ENV_REF.fullmatch(value):
         return REDACTED
     return value
+
+
+def env_values(value: Any, environ: dict[str, str] | None = None) -> list[str]:
+    """Every value a ``${NAME}`` reference in ``value`` (raw config) resolves to.
+
+    Whatever comes from the environment is treated as a secret when a
+    diagnosis is printed, whatever its key is called.
+    """
+    env = os.environ if environ is None else environ
+    if isinstance(value, str):
+        return [env[m[1]] for m in _ENV_REF.finditer(value) if m[1] and env.get(m[1])]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in env_values(v, environ)]
+    if isinstance(value, list):
+        return [s for v in value for s in env_values(v, environ)]
+    return []
 
 
 def secret_values(value: Any, key: str = "") -> list[str]:

@@ -120,13 +120,11 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
     """The ``/control`` routes of the gateway's HTTP app."""
     from aiohttp import web
 
-    def authorized(request: web.Request) -> bool:
-        given = request.headers.get("Authorization", "")
-        return secrets.compare_digest(given.encode(), f"Bearer {token}".encode())
+    from chatkernel.core.health_http import bearer_ok
 
     def handler(action):
         async def handle(request: web.Request) -> web.Response:
-            if not authorized(request):
+            if not bearer_ok(request, token):
                 return web.json_response({"error": "missing or wrong control token"},
                                          status=401)
             try:
@@ -137,6 +135,8 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
                 return web.json_response({"error": "the body must be a JSON object"},
                                          status=400)
             try:
+                if isinstance(body.get("client"), dict):  # the caller says who it is
+                    report_presence(kernel, body["client"], request.remote)
                 return web.json_response(await action(body))
             except ControlError as exc:
                 return web.json_response({"error": str(exc)}, status=exc.status)
@@ -146,8 +146,21 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
         return await send_from_request(kernel, body)
 
     async def status(body: dict[str, Any]) -> dict[str, Any]:
-        return {"ok": True, "pid": os.getpid(), "accounts": sorted(kernel.accounts),
-                "started_at": kernel.started_at}
+        snapshot = await kernel.health.snapshot(live=bool(body.get("live")),
+                                                timeout=probe_timeout(body))
+        return {**snapshot.model_dump(mode="json"), "pid": os.getpid(),
+                "accounts": sorted(kernel.accounts), "started_at": kernel.started_at}
+
+    async def health(body: dict[str, Any]) -> dict[str, Any]:
+        snapshot = await kernel.health.snapshot(live=bool(body.get("live")),
+                                                timeout=probe_timeout(body))
+        return snapshot.model_dump(mode="json")
+
+    async def probe(body: dict[str, Any]) -> dict[str, Any]:
+        return await probe_from_request(kernel, body)
+
+    async def presence(body: dict[str, Any]) -> dict[str, Any]:
+        return {"presence": [entry.as_dict() for entry in kernel.presence.entries()]}
 
     async def session_policy(body: dict[str, Any]) -> dict[str, Any]:
         return await set_session_policy(kernel, str(body.get("session") or ""),
@@ -155,7 +168,50 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
 
     return [("POST", "/control/send", handler(send)),
             ("POST", "/control/status", handler(status)),
+            ("POST", "/control/health", handler(health)),
+            ("POST", "/control/channels/probe", handler(probe)),
+            ("POST", "/control/presence", handler(presence)),
             ("POST", "/control/sessions/policy", handler(session_policy))]
+
+
+def probe_timeout(body: dict[str, Any]) -> float | None:
+    """``timeout_ms`` of a request, in seconds (None: the configured default)."""
+    value = body.get("timeout_ms")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise ControlError("'timeout_ms' must be a positive number of milliseconds")
+    return value / 1000
+
+
+def report_presence(kernel: "Kernel", client: dict[str, Any], remote: str | None) -> None:
+    """Record the caller in the gateway's presence table (``client.instance_id``...)."""
+    fields = {key: value for key, value in client.items()
+              if key != "instance_id" and isinstance(value, (str, int, float))}
+    try:
+        kernel.presence.report(str(client.get("instance_id") or ""), ip=remote, **fields)
+    except ValueError as exc:
+        raise ControlError(f"client: {exc}") from None
+
+
+async def probe_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str, Any]:
+    """Live probes of ``target`` (``CHANNEL`` or ``CHANNEL:ACCOUNT``; all when empty)."""
+    from chatkernel.core.health import ProbeInfo, select_accounts
+
+    target = body.get("target")
+    if target is not None and not isinstance(target, str):
+        raise ControlError("'target' must be CHANNEL or CHANNEL:ACCOUNT")
+    try:
+        accounts = select_accounts(kernel.accounts.values(), target)
+    except LookupError as exc:
+        raise ControlError(str(exc), 404) from None
+    results = await kernel.health.probe(accounts, timeout=probe_timeout(body))
+    probes = {}
+    for account in accounts:
+        info = ProbeInfo.of(results[account.key], account.runtime.last_probe_at)
+        assert info is not None
+        probes[account.key] = info.model_dump(mode="json")
+    return {"ok": all(p["ok"] for p in probes.values()), "probes": probes}
 
 
 async def set_session_policy(kernel: "Kernel", key: str, policy: str) -> dict[str, Any]:

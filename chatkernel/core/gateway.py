@@ -1,8 +1,11 @@
 """The gateway: a kernel, its accounts' receive loops and one HTTP server.
 
-Each account's ``Channel.run`` runs under supervision: a crashed loop is
-restarted with exponential backoff. SIGINT/SIGTERM stop the receive loops,
-let in-flight turns and sends drain (bounded), close the store and return.
+Each account's ``Channel.run`` runs under a :class:`~chatkernel.core.supervisor.Supervisor`:
+a crashed loop is restarted with exponential backoff, and the health monitor
+restarts one that went silent. The HTTP server carries every channel's routes,
+the control API, ``/healthz``, ``/metrics`` and ``/status``. SIGINT/SIGTERM stop
+the receive loops, let in-flight turns and sends drain (bounded), close the
+store and return.
 """
 
 from __future__ import annotations
@@ -17,13 +20,14 @@ from aiohttp import web
 
 from chatkernel.core import config as cfg
 from chatkernel.core.kernel import Kernel
-from chatkernel.core.models import Account
+from chatkernel.core.presence import is_loopback
+from chatkernel.core.supervisor import Supervisor, supervise
+
+__all__ = ["DRAIN_SECONDS", "Listening", "build_app", "check_listen", "run_gateway",
+           "supervise"]
 
 log = logging.getLogger("chatkernel.gateway")
 
-RESTART_BACKOFF_INITIAL = 1.0
-RESTART_BACKOFF_MAX = 60.0
-HEALTHY_AFTER_SECONDS = 60.0  # a loop that ran this long starts its backoff afresh
 DRAIN_SECONDS = 10.0
 
 
@@ -45,18 +49,38 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def is_loopback_host(host: str) -> bool:
+    """Whether a listen host is reachable from this machine only."""
+    return host.lower() == "localhost" or is_loopback(host)
+
+
+def check_listen(config: cfg.KernelConfig, host: str, *, config_path=None) -> None:
+    """Refuse to serve the control API beyond loopback without a token from the config."""
+    if not is_loopback_host(host) and not config.gateway.control_token:
+        raise cfg.ConfigError(
+            f"the gateway would listen on {host or 'every address'}, beyond this machine, "
+            "with a random control token: set gateway.control_token (a long random secret, "
+            "e.g. \"${CHATKERNEL_CONTROL_TOKEN}\") so the control API, /metrics and /status "
+            "need it, or listen on 127.0.0.1",
+            path=config_path, key="gateway.control_token")
+
+
 KERNEL = web.AppKey("kernel", Kernel)
 
 
-def build_app(kernel: Kernel, control_token: str) -> web.Application:
-    """The HTTP app: every channel's routes (web chat, webhooks) and the control API."""
-    from chatkernel.core import control
+def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True
+              ) -> web.Application:
+    """The HTTP app: every channel's routes (web chat, webhooks), the control API and
+    the health endpoints (open on loopback, see :mod:`chatkernel.core.health_http`)."""
+    from chatkernel.core import control, health_http
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
     seen: set[tuple[str, str]] = set()
     owned = [(account, route) for account in kernel.accounts.values()
              if account.channel is not None for route in account.channel.http_routes()]
     owned += [(None, route) for route in control.routes(kernel, control_token)]
+    owned += [(None, route) for route in health_http.routes(kernel, control_token,
+                                                               loopback=loopback)]
     for account, (method, path, handler) in owned:
         if (method, path) in seen:
             where = f"channels.{account.channel_name}" if account else "gateway"
@@ -68,39 +92,18 @@ def build_app(kernel: Kernel, control_token: str) -> web.Application:
     return app
 
 
-async def supervise(kernel: Kernel, account: Account, *,
-                    sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
-    """Run an account's receive loop forever, restarting it with backoff when it fails."""
-    channel = account.channel
-    assert channel is not None
-    backoff = RESTART_BACKOFF_INITIAL
-    while True:
-        started = anyio.current_time()
-        try:
-            await channel.run(kernel.receiver)
-            log.warning("%s: receive loop returned; restarting", account.key)
-        except Exception as exc:
-            log.error("%s: receive loop failed: %s", account.key, exc,
-                      exc_info=log.isEnabledFor(logging.DEBUG))
-        if anyio.current_time() - started >= HEALTHY_AFTER_SECONDS:
-            backoff = RESTART_BACKOFF_INITIAL
-        kernel.metrics.restarts.labels(account.channel_name, account.name).inc()
-        log.info("%s: restarting the receive loop in %.0fs", account.key, backoff)
-        await sleep(backoff)
-        backoff = min(backoff * 2, RESTART_BACKOFF_MAX)
-
-
 async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                       listen: str | None = None, pm=None,
                       on_ready: Callable[[Listening], None] | None = None,
                       stop: anyio.Event | None = None, handle_signals: bool = True) -> None:
     """Run until SIGINT/SIGTERM (or ``stop`` is set), then shut down in order."""
     host, port = parse_listen(listen or config.gateway.listen)
+    check_listen(config, host, config_path=config_path)
     from chatkernel.core import control
 
     token = config.gateway.control_token or control.new_token()
     async with Kernel(config, config_path=config_path, pm=pm) as kernel:
-        app = build_app(kernel, token)
+        app = build_app(kernel, token, loopback=is_loopback_host(host))
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         try:
@@ -112,6 +115,7 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                                       path=config_path, key="gateway.listen") from None
             bound = runner.addresses[0]
             listening = Listening(host, bound[1])
+            kernel.url = listening.url
             control.write_state(cfg.home_dir(), listening.url, token)
             names = ", ".join(sorted(kernel.accounts)) or "none"
             log.info("chatkernel listening on %s (accounts: %s; agent: %s)", listening.url,
@@ -120,7 +124,10 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                 on_ready(listening)
             async with anyio.create_task_group() as loops:
                 for account in kernel.accounts.values():
-                    loops.start_soon(supervise, kernel, account, name=f"receive {account.key}")
+                    supervisor = kernel.supervisors[account.key] = Supervisor(kernel, account)
+                    loops.start_soon(supervisor.run, name=f"receive {account.key}")
+                loops.start_soon(kernel.health.run_refresher, name="health refresher")
+                loops.start_soon(kernel.monitor.run, name="health monitor")
                 await _wait_for_stop(stop, handle_signals)
                 log.info("stopping: no new messages; draining in-flight turns")
                 loops.cancel_scope.cancel()

@@ -21,6 +21,7 @@ from chatkernel.core import config as cfg
 from chatkernel.core.agents import Agent, AgentEvent, TurnRequest, collect_agents
 from chatkernel.core.channel import Channel, collect_channels
 from chatkernel.core.commands import collect_commands
+from chatkernel.core.health import Health
 from chatkernel.core.inbound import (
     Inbound,
     InvalidMessage,
@@ -31,10 +32,12 @@ from chatkernel.core.inbound import (
 from chatkernel.core.indicators import Indicators
 from chatkernel.core.metrics import Metrics
 from chatkernel.core.models import Account, Command, InboundMessage, Route, Session
+from chatkernel.core.monitor import HealthMonitor
 from chatkernel.core.outbound import Outbound, Responder
 from chatkernel.core.outbox import Outbox
 from chatkernel.core.policy import SendPolicy
 from chatkernel.core.plugins import PluginManager, get_plugin_manager
+from chatkernel.core.presence import Presence, PresenceEntry
 from chatkernel.core.queue import Batch, QueuedMessage, QueueSettings, SessionQueue
 from chatkernel.core.sessions import Sessions
 from chatkernel.core.store.base import Store
@@ -77,6 +80,16 @@ class Kernel:
         self.receiver = Receiver(self.inbound)
         self.indicators = Indicators(lambda key: self.sessions.route(key))
         self.started_at: float | None = None
+        #: The gateway's base URL once its HTTP server listens (None in-process).
+        self.url: str | None = None
+        #: Probes and snapshots; the health monitor; who is around.
+        self.health = Health(self)
+        self.monitor = HealthMonitor(self)
+        self.presence = Presence(own_presence_entry(self.config),
+                                 ttl=self.config.presence.ttl_minutes * 60,
+                                 max_entries=self.config.presence.max_entries)
+        #: The receive-loop supervisors by account key (the gateway fills it).
+        self.supervisors: dict[str, Any] = {}
         self._tg: TaskGroup | None = None
         self._queue: SessionQueue | None = None
         self._sessions: Sessions | None = None
@@ -148,6 +161,7 @@ class Kernel:
         self.inbound._observed = bool(self.pm.hook.inbound_delivered.get_hookimpls())
         stack.push_async_callback(self.inbound.flush_last_chats)  # after the task group ends
         self._tg.start_soon(self._write_behind, name="write-behind")
+        await self._seed_activity()
         self.started_at = time.time()
         if self.recover:
             await self.outbox.recover()
@@ -179,6 +193,19 @@ class Kernel:
                                   workspace=self.workspace)
                 account.channel = channel_type(account, section)
                 self.accounts[account.key] = account
+
+    async def _seed_activity(self) -> None:
+        """Last inbound and last send per account from the store, so a snapshot right
+        after a restart still says when the account last did something."""
+        try:
+            activity = await self.store.account_activity()
+        except Exception:  # informative only: never a reason not to start
+            log.exception("could not read the accounts' last activity")
+            return
+        for account in self.accounts.values():
+            seen = activity.get((account.channel_name, account.name), {})
+            account.last_inbound_at = account.last_inbound_at or seen.get("last_inbound_at")
+            account.last_sent_at = account.last_sent_at or seen.get("last_sent_at")
 
     async def _replay_unfinished(self) -> None:
         """Messages journaled before a crash but never finished go through again."""
@@ -267,6 +294,28 @@ class Kernel:
         if found is None:
             raise InvalidMessage(f"no running account {channel}:{account}")
         return found
+
+    def pause_account(self, key: str, reason: str) -> None:
+        """Pause an account (``channel:account``) until :meth:`resume_account`: its
+        receive loop is stopped and not restarted, its health is red with ``reason``,
+        the health monitor leaves it alone. (A channel pausing itself calls
+        ``Channel.pause`` and returns from ``run``.)"""
+        supervisor = self.supervisors.get(key)
+        if supervisor is not None:
+            supervisor.pause(reason)
+        else:
+            self.accounts[key].runtime.set_state("paused", time.time(), reason)
+        log.warning("%s: paused: %s", key, reason)
+
+    def resume_account(self, key: str) -> None:
+        """Let a paused account's receive loop start again."""
+        account = self.accounts[key]
+        supervisor = self.supervisors.get(key)
+        if supervisor is not None:
+            supervisor.resume()
+        elif account.runtime.state == "paused":
+            account.runtime.set_state("stopped", time.time())
+        log.info("%s: resumed", key)
 
     def pick_account(self, channel: str, account: str | None = None) -> Account:
         """The account to send from: named, or the channel's only one. LookupError says why."""
@@ -413,6 +462,22 @@ class Kernel:
         if self.agent is None or not self.agent.supports_steer:
             return False
         return await self.agent.steer(key, text_with_media_notes(message))
+
+
+def own_presence_entry(config: cfg.KernelConfig) -> PresenceEntry:
+    """The gateway's own presence entry; its id is stable across restarts."""
+    import hashlib
+    import platform
+    import socket
+
+    from chatkernel import __version__
+
+    host = socket.gethostname()
+    instance_id = config.gateway.instance_id or "gateway-{}-{}".format(
+        host, hashlib.sha256(str(cfg.home_dir()).encode()).hexdigest()[:8])
+    return PresenceEntry(instance_id, kind="gateway", host=host, version=__version__,
+                         platform=f"{platform.system()} {platform.machine()}".strip(),
+                         mode="gateway", reason="self")
 
 
 def merge_batch(batch: Batch) -> str:

@@ -34,8 +34,17 @@ class Metrics:
                                       buckets=(.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120))
         self.queue_depth = Gauge("chatkernel_queue_depth", "Messages waiting in session lanes",
                                  registry=self.registry)
-        self.restarts = Counter("chatkernel_account_restarts", "Receive loops restarted", labels,
-                                registry=self.registry)
+        self.restarts = Counter("chatkernel_account_restarts",
+                                "Receive loops restarted (after a crash or by the monitor)",
+                                labels, registry=self.registry)
+        self.monitor_restarts = Counter("chatkernel_monitor_restarts",
+                                        "Receive loops the health monitor restarted", labels,
+                                        registry=self.registry)
+        self.probe_ok = Gauge("chatkernel_probe_ok", "1 when the account's last probe passed",
+                              labels, registry=self.registry)
+        self.probe_failures = Counter("chatkernel_probe_failures",
+                                      "Health probes that failed or timed out", labels,
+                                      registry=self.registry)
 
         self._children: dict[tuple[int, tuple[str, ...]], object] = {}
 

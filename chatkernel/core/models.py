@@ -7,6 +7,7 @@ validation happens at the edges (config, wire payloads), not here.
 from __future__ import annotations
 
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal
@@ -128,12 +129,20 @@ class SendError(Exception):
 
 @dataclass(slots=True)
 class ProbeResult:
-    """The answer of one health probe."""
+    """The answer of one health probe.
+
+    ``detail`` says what was found in words a person acts on ("@mybot",
+    "token rejected"). ``restartable`` is False when restarting the receive
+    loop cannot fix what failed (credentials rejected, another instance owns
+    the account): the health monitor then leaves the account alone and its
+    health stays red until a person acts.
+    """
 
     ok: bool
     detail: str = ""
     latency_ms: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    restartable: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +165,83 @@ class Verdict:
         return self.allowed
 
 
+AccountState = Literal["starting", "running", "stopped", "failed", "paused"]
+ACCOUNT_STATES: tuple[str, ...] = ("starting", "running", "stopped", "failed", "paused")
+
+#: A loop that neither failed nor reported in counts as running after this many seconds
+#: (for channels that never call ``Channel.report_alive``).
+SETTLE_SECONDS = 10.0
+#: The window of "restarts in the last hour".
+RESTART_WINDOW_SECONDS = 3600.0
+
+
+@dataclass(slots=True)
+class AccountRuntime:
+    """What the kernel knows about one account's receive loop while it runs.
+
+    The supervisor writes the state (``starting`` when it starts the loop,
+    ``failed`` when the loop crashed, ``stopped`` when it is not running), the
+    channel reports signs of life (:meth:`Channel.report_alive`) and pauses
+    (:meth:`Channel.pause`), the health monitor notes what it decided. Times
+    are Unix times. The snapshot reads all of it.
+    """
+
+    state: AccountState = "stopped"
+    state_since: float | None = None
+    #: Why it is paused or failed, in words.
+    detail: str = ""
+    #: When the current receive loop started.
+    loop_started_at: float | None = None
+    #: The platform's last sign of life: a message, an answered long poll.
+    last_event_at: float | None = None
+    last_error: str | None = None
+    last_error_at: float | None = None
+    #: (time, reason) of each restart, crash or monitor, oldest first.
+    restarts: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=512))
+    last_probe: ProbeResult | None = None
+    last_probe_at: float | None = None
+    #: The health monitor's last verdict on this account, and when.
+    monitor_note: str = ""
+    monitor_checked_at: float | None = None
+
+    def set_state(self, state: AccountState, now: float, detail: str = "") -> None:
+        if state != self.state:
+            self.state_since = now
+        self.state = state
+        self.detail = detail
+
+    def loop_started(self, now: float) -> None:
+        """The supervisor starts a receive loop."""
+        self.loop_started_at = now
+        self.set_state("starting", now)
+
+    def effective_state(self, now: float) -> AccountState:
+        """The state, with a loop that has been starting for a while counted as running."""
+        if self.state == "starting" and self.loop_started_at is not None and \
+                now - self.loop_started_at >= SETTLE_SECONDS:
+            return "running"
+        return self.state
+
+    def error(self, message: str, now: float) -> None:
+        self.last_error, self.last_error_at = message, now
+
+    def record_restart(self, now: float, reason: str) -> None:
+        self.restarts.append((now, reason))
+
+    def restarts_since(self, since: float) -> int:
+        return sum(1 for at, _ in self.restarts if at >= since)
+
+    def restarts_last_hour(self, now: float) -> int:
+        return self.restarts_since(now - RESTART_WINDOW_SECONDS)
+
+    @property
+    def last_restart_at(self) -> float | None:
+        return self.restarts[-1][0] if self.restarts else None
+
+    def record_probe(self, result: ProbeResult, now: float) -> None:
+        self.last_probe, self.last_probe_at = result, now
+
+
 @dataclass(slots=True)
 class Account:
     """One configured account of a channel (a bot token, a workspace app...)."""
@@ -168,6 +254,8 @@ class Account:
     channel: "Channel | None" = None  # the running channel instance
     last_inbound_at: float | None = None
     last_sent_at: float | None = None
+    #: The receive loop's runtime state (see :class:`AccountRuntime`).
+    runtime: AccountRuntime = field(default_factory=AccountRuntime)
 
     @property
     def key(self) -> str:

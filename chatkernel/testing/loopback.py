@@ -243,6 +243,7 @@ class LoopbackChannel(Channel):
             async with self.http.get("/updates", params={
                     "offset": str(offset), "timeout": str(self.config.poll_timeout)}) as r:
                 updates = (await r.json())["result"]
+            self.report_alive()
             for update in updates:
                 await deliver(InboundMessage(
                     channel=self.name, account=self.account.name,

@@ -62,12 +62,18 @@ class MemoryChannel(Channel):
     async def run(self, deliver: Deliver) -> None:
         self._deliver = deliver
         self._running.set()
+        self.report_alive()
         await anyio.sleep_forever()
 
     def attach(self, deliver: Deliver) -> None:
-        """Deliver without a running receive loop (in-process kernels)."""
+        """Deliver without a running receive loop (in-process kernels); the account
+        counts as running."""
+        import time
+
         self._deliver = deliver
         self._running.set()
+        self.account.runtime.loop_started(time.time())
+        self.report_alive()
 
     async def receive(self, text: str = "", *, chat_id: str = "chat-1", sender_id: str = "user-1",
                       message_id: str | None = None, **fields: Any) -> str:

@@ -78,6 +78,7 @@ class WebChatChannel(Channel):
 
     async def run(self, deliver: Deliver) -> None:
         self._deliver = deliver
+        self.report_alive()  # serving the page is all there is to connect
         try:
             await anyio.sleep_forever()
         finally:

@@ -29,8 +29,12 @@ def installed_backends() -> list[str]:
     return sorted({ep.name for ep in entry_points(group=NAMESPACE)})
 
 
-def open_store(config: KernelConfig, *, config_path: Path | None = None) -> Store:
+def open_store(config: KernelConfig, *, config_path: Path | None = None,
+               read_only: bool = False) -> Store:
     """The store backend ``config.store.backend``, constructed with ``config`` (not opened).
+
+    ``read_only=True`` asks the backend to open without creating or changing
+    anything (``chatkernel status``); it raises on open when there is nothing yet.
 
     Raises :class:`~chatkernel.core.config.ConfigError` (key ``store.backend``,
     and ``config_path`` as its file when given) when no installed backend has
@@ -61,7 +65,9 @@ def open_store(config: KernelConfig, *, config_path: Path | None = None) -> Stor
 
     try:
         manager = DriverManager(namespace=NAMESPACE, name=name, invoke_on_load=True,
-                                invoke_args=(config,), on_load_failure_callback=on_failure)
+                                invoke_args=(config,),
+                                invoke_kwds={"read_only": True} if read_only else {},
+                                on_load_failure_callback=on_failure)
     except NoMatches:
         raise unknown() from None
     except MultipleMatches:

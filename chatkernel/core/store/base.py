@@ -181,6 +181,13 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def get_route(self, session_key: str) -> Route | None: ...
 
+    async def account_activity(self) -> dict[tuple[str, str], dict[str, float]]:
+        """``(channel, account) -> {"last_inbound_at", "last_sent_at"}`` (Unix times; a
+        key is missing when nothing is known), from the journal and the outbox: what
+        ``chatkernel status`` shows when no gateway runs. A backend that cannot tell
+        returns ``{}`` (the default)."""
+        return {}
+
     # -- per-account state (last active chat, context tokens, ...) ----------------------
 
     @abc.abstractmethod

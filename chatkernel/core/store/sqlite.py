@@ -229,7 +229,8 @@ class SQLiteStore(Store):
 
     def __init__(self, config: KernelConfig | None = None, *,
                  path: str | os.PathLike[str] | None = None,
-                 synchronous: Synchronous = "NORMAL", busy_timeout: float = 5.0) -> None:
+                 synchronous: Synchronous = "NORMAL", busy_timeout: float = 5.0,
+                 read_only: bool = False) -> None:
         if path is None:
             if config is None:
                 raise TypeError("SQLiteStore needs a config or a path")
@@ -243,6 +244,8 @@ class SQLiteStore(Store):
         # How long a write waits for another process's lock (e.g. a CLI command
         # reading the file); the event loop is blocked while it waits.
         self.busy_timeout = busy_timeout
+        #: Open without creating, migrating or writing anything (``chatkernel status``).
+        self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
         self._commit_waiter: asyncio.Future[None] | None = None
         self._last_commit = -math.inf
@@ -268,6 +271,9 @@ class SQLiteStore(Store):
     async def open(self) -> None:
         """Create the file (mode 0600) and its directory, connect, migrate. Idempotent."""
         if self._conn is not None:
+            return
+        if self.read_only:
+            self._conn = self._open_read_only()
             return
         if not self.memory:
             try:
@@ -301,12 +307,42 @@ class SQLiteStore(Store):
             raise StoreError(f"{self.path}: cannot open the state database: {exc}") from None
         self._conn = conn
 
+    def _open_read_only(self) -> sqlite3.Connection:
+        """A connection that cannot write: no file is created, no schema migrated."""
+        if self.memory or not self.path.exists():
+            raise StoreError(f"{self.path}: no state database yet")
+        # With no -wal file everything is in the main file and nobody is writing:
+        # "immutable" then reads it without creating -wal/-shm files. Otherwise they
+        # exist already, and a plain read-only connection sees the latest commits.
+        wal = Path(f"{self.path}-wal").exists()
+        query = "mode=ro" if wal else "mode=ro&immutable=1"
+        try:
+            conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?{query}", uri=True,
+                                   timeout=self.busy_timeout, isolation_level=None)
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            version = self._user_version(conn)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot read the state database: {exc}") from None
+        try:
+            self._check_version(version)
+            if version < len(MIGRATIONS):
+                raise StoreError(f"{self.path}: the state database has schema version "
+                                 f"{version}; the gateway migrates it to {len(MIGRATIONS)} on "
+                                 "its next start")
+        except StoreError:
+            conn.close()
+            raise
+        return conn
+
     async def close(self) -> None:
         """Close the connection (the last one also checkpoints the WAL). Idempotent."""
-        if self._conn is not None:
+        if self._conn is not None and not self.read_only:
             self._commit()
         conn, self._conn = self._conn, None
         if conn is None:
+            return
+        if self.read_only:
+            conn.close()
             return
         try:
             conn.execute("PRAGMA optimize")
@@ -629,6 +665,18 @@ class SQLiteStore(Store):
         row = self._run("SELECT route FROM routes WHERE session_key = ?",
                         (session_key,)).fetchone()
         return None if row is None else decode_route(row[0])
+
+    async def account_activity(self) -> dict[tuple[str, str], dict[str, float]]:
+        activity: dict[tuple[str, str], dict[str, float]] = {}
+        for channel, account, at in self._run(
+                "SELECT channel, account, MAX(received_at) FROM inbound_journal"
+                " GROUP BY channel, account"):
+            activity.setdefault((channel, account), {})["last_inbound_at"] = at
+        for channel, account, at in self._run(
+                "SELECT channel, account, MAX(updated_at) FROM outbox WHERE status = 'sent'"
+                " GROUP BY channel, account"):
+            activity.setdefault((channel, account), {})["last_sent_at"] = at
+        return activity
 
     # -- per-account state -------------------------------------------------------------------
 

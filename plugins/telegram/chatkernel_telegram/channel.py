@@ -151,6 +151,7 @@ class TelegramChannel(Channel):
                 "url": self.config.webhook_url, "secret_token": self.config.secret_token,
                 "allowed_updates": self.config.allowed_updates})
             log.info("%s: webhook set", self.account.key)
+            self.report_alive()
             await anyio.sleep_forever()
         # Polling: a webhook left from an earlier run would make getUpdates fail.
         await self.api.call("deleteWebhook", {"drop_pending_updates": False})
@@ -164,6 +165,9 @@ class TelegramChannel(Channel):
                 await self._poll_failed(exc)
                 continue
             self.problem = None
+            # An answered poll, even an empty one, is the platform's sign of life: the
+            # health monitor restarts a loop only when these stop coming.
+            self.report_alive()
             if not updates:
                 continue
             # The offset moves once the whole batch is journaled (a crash before
@@ -371,19 +375,26 @@ class TelegramChannel(Channel):
             params["message_thread_id"] = int(route.thread_id)
         await self.api.call("sendChatAction", params, timeout=10)
 
+    def is_quiet(self) -> bool:
+        # A webhook waits for Telegram to call: silence says nothing, the probe does.
+        return self.config.mode == "webhook"
+
     async def probe(self) -> ProbeResult:
         started = time.monotonic()
         try:
             me = await self.api.call("getMe", timeout=10)
         except TelegramError as exc:
-            detail = "token rejected" if exc.error_code == 401 else str(exc)
-            return ProbeResult(ok=False, detail=detail,
+            # A rejected token stays rejected: restarting the loop cannot help.
+            rejected = exc.error_code in (401, 404)
+            detail = "token rejected" if rejected else str(exc)
+            return ProbeResult(ok=False, detail=detail, restartable=not rejected,
                                latency_ms=(time.monotonic() - started) * 1000)
         latency = (time.monotonic() - started) * 1000
         self.bot = me
         if self.problem:
+            # Another poller or a rejected token: a person has to act, not the monitor.
             return ProbeResult(ok=False, detail=self.problem, latency_ms=latency,
-                               extra={"username": me.get("username")})
+                               restartable=False, extra={"username": me.get("username")})
         return ProbeResult(ok=True, detail=f"@{me.get('username')}", latency_ms=latency,
                            extra={"username": me.get("username"), "id": me.get("id")})
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import time
 from contextlib import asynccontextmanager
 
 import aiohttp
@@ -213,6 +214,42 @@ async def test_probe_reports_the_bot_and_a_rejected_token(tmp_path):
         api.revoke_token(api.token)
         result = await channel.probe()
         assert not result.ok and result.detail == "token rejected"
+        assert result.restartable is False  # the health monitor will not restart for it
+
+
+async def test_health_another_poller_is_a_problem_a_restart_cannot_fix(tmp_path, monkeypatch):
+    from chatkernel.core.monitor import AccountView, MonitorSettings, judge
+
+    monkeypatch.setattr(telegram_channel, "CONFLICT_BACKOFF_SECONDS", 30)
+    async with telegram(tmp_path) as (api, h, channel, agent):
+        api.fail_next("getUpdates", 409, "Conflict: terminated by other getUpdates request")
+        with anyio.fail_after(5):
+            while channel.problem is None:
+                await anyio.sleep(0.01)
+        result = await channel.probe()
+        assert not result.ok and result.restartable is False
+        assert result.detail == "another instance is polling this bot token"
+        account = h.kernel.accounts["telegram:main"]
+        account.runtime.record_probe(result, 0.0)
+        now = time.time()
+        account.runtime.loop_started(now)  # as the supervisor does (it is not used here)
+        later = now + 10 * 3600  # silent for hours
+        decision = judge(AccountView.of(account, later), MonitorSettings(), later, now)
+        assert not decision.restart and "a restart would not help" in decision.reason
+
+
+async def test_health_answered_polls_are_signs_of_life_and_webhook_mode_is_quiet(tmp_path):
+    async with telegram(tmp_path) as (api, h, channel, agent):
+        runtime = h.kernel.accounts["telegram:main"].runtime
+        runtime.last_event_at = None
+        with anyio.fail_after(5):
+            while runtime.last_event_at is None:  # an empty poll answered is enough
+                await anyio.sleep(0.01)
+        assert channel.is_quiet() is False
+    webhook = {"mode": "webhook", "webhook_url": "http://127.0.0.1:1/telegram/main/webhook",
+               "secret_token": "s3cret"}
+    async with telegram(tmp_path / "w", run=False, account=webhook) as (api, h, channel, _):
+        assert channel.is_quiet() is True
 
 
 async def test_another_poller_is_reported_not_restarted(tmp_path, monkeypatch, caplog):

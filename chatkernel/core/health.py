@@ -1,0 +1,447 @@
+"""Health: probes with a timeout, the snapshot and its cache.
+
+Probes go through the ``health_probe`` hook (the channel's own probe by
+default: Telegram ``getMe``...). :meth:`Health.probe` runs them side by side,
+each under its own timeout (``health.probe_timeout_ms``, 10 s), so a slow or
+hung probe only ever costs its own result ("no answer within 10 s"), never
+another account's. A probe that raises is a failed probe, not a crash; one
+without a latency gets the time the kernel measured.
+
+The **snapshot** (:class:`HealthSnapshot`) is what ``chatkernel health``,
+``/healthz``, ``/status`` and the control API show: ``ok``, ``ts``,
+``duration_ms``, every channel and account (state, last events, restarts in
+the last hour, last error, credential age, probe result, what the monitor
+thinks), the session summary and presence. A background refresher probes
+every account every ``health.refresh_seconds`` (60 s); a snapshot uses those
+cached probe results and reads everything else fresh when asked, unless a
+live probe is requested.
+
+:func:`local_snapshot` builds the same shape from the config and the store
+alone, for ``chatkernel status`` when no gateway runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+from pydantic import BaseModel, ConfigDict
+
+from chatkernel import __version__
+from chatkernel.core import config as cfg
+from chatkernel.core.channel import CREDENTIALS_KEY
+from chatkernel.core.models import Account, AccountRuntime, ProbeResult
+from chatkernel.core.monitor import MonitorSettings, resolve_settings, settings_for
+from chatkernel.core.outbound import await_maybe
+
+if TYPE_CHECKING:
+    from chatkernel.core.kernel import Kernel
+    from chatkernel.core.plugins import PluginManager
+    from chatkernel.core.store.base import Store
+
+log = logging.getLogger("chatkernel.health")
+
+RECENT_SESSIONS = 5
+
+
+# -- probes ---------------------------------------------------------------------------------
+
+
+async def probe_account(pm: "PluginManager", account: Account, timeout: float) -> ProbeResult:
+    """Probe one account through ``health_probe``; never raises, never exceeds ``timeout``.
+
+    A timeout gives ``ok=False`` with ``extra["timed_out"] = True``.
+    """
+    started = time.perf_counter()
+
+    def elapsed() -> float:
+        return round((time.perf_counter() - started) * 1000, 1)
+
+    try:
+        with anyio.fail_after(timeout):
+            result = await await_maybe(pm.hook.health_probe(account=account))
+    except TimeoutError:
+        return ProbeResult(ok=False, detail=f"no answer within {timeout:g} s",
+                           latency_ms=elapsed(), extra={"timed_out": True})
+    except Exception as exc:
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return ProbeResult(ok=False, detail=f"the probe failed: {reason}", latency_ms=elapsed())
+    if result is None:
+        return ProbeResult(ok=False, detail="no probe answered (the account is not running)",
+                           latency_ms=elapsed())
+    if not isinstance(result, ProbeResult):
+        return ProbeResult(ok=False, detail=f"the probe returned {type(result).__name__}, "
+                                            "not a ProbeResult", latency_ms=elapsed())
+    if result.latency_ms is None:
+        result.latency_ms = elapsed()
+    return result
+
+
+def select_accounts(accounts: Iterable[Account], target: str | None) -> list[Account]:
+    """The accounts ``CHANNEL`` or ``CHANNEL:ACCOUNT`` names (all for None);
+    LookupError says what exists when nothing matches."""
+    accounts = sorted(accounts, key=lambda a: a.key)
+    if not target:
+        return accounts
+    channel, _, name = target.partition(":")
+    chosen = [a for a in accounts if a.channel_name == channel and (not name or a.name == name)]
+    if not chosen:
+        known = ", ".join(a.key for a in accounts) or "none"
+        raise LookupError(f"no running account matches {target!r} (accounts: {known})")
+    return chosen
+
+
+# -- the snapshot ---------------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ProbeInfo(_Model):
+    ok: bool
+    detail: str
+    latency_ms: float | None
+    at: float | None
+    timed_out: bool = False
+    restartable: bool = True
+
+    @classmethod
+    def of(cls, result: ProbeResult | None, at: float | None) -> "ProbeInfo | None":
+        if result is None:
+            return None
+        return cls(ok=result.ok, detail=result.detail, latency_ms=result.latency_ms, at=at,
+                   timed_out=bool(result.extra.get("timed_out")),
+                   restartable=result.restartable)
+
+
+class MonitorInfo(_Model):
+    enabled: bool
+    check_seconds: float
+    stale_seconds: float
+    max_restarts_per_hour: int
+    note: str = ""
+    checked_at: float | None = None
+    next_check_at: float | None = None
+
+
+class AccountSnapshot(_Model):
+    key: str
+    channel: str
+    account: str
+    enabled: bool = True
+    #: None when not judged (disabled, or read from local state with no gateway).
+    ok: bool | None
+    state: Literal["starting", "running", "stopped", "failed", "paused"]
+    state_since: float | None = None
+    detail: str = ""
+    #: Judged by its probe rather than by silence (None: unknown without the gateway).
+    quiet: bool | None = False
+    loop_started_at: float | None = None
+    last_inbound_at: float | None = None
+    last_event_at: float | None = None
+    last_sent_at: float | None = None
+    restarts_last_hour: int = 0
+    last_error: str | None = None
+    last_error_at: float | None = None
+    credentials_at: float | None = None
+    credential_age_s: float | None = None
+    probe: ProbeInfo | None = None
+    monitor: MonitorInfo | None = None
+    problems: list[str] = []
+
+
+class ChannelSnapshot(_Model):
+    ok: bool | None
+    accounts: dict[str, AccountSnapshot]
+
+
+class RecentSession(_Model):
+    key: str
+    last_active_at: float
+
+
+class SessionSummary(_Model):
+    total: int = 0
+    active_last_hour: int = 0
+    active_last_day: int = 0
+    running_turns: int | None = None
+    queued_messages: int | None = None
+    recent: list[RecentSession] = []
+
+
+class GatewayInfo(_Model):
+    reachable: bool
+    pid: int | None = None
+    url: str | None = None
+    version: str = __version__
+    instance_id: str | None = None
+    started_at: float | None = None
+    uptime_s: float | None = None
+
+
+class HealthSnapshot(_Model):
+    """Everything ``chatkernel health`` and ``status`` show; JSON through ``model_dump``."""
+
+    ok: bool | None
+    ts: float
+    duration_ms: float
+    live: bool = False
+    source: Literal["gateway", "local"] = "gateway"
+    gateway: GatewayInfo
+    channels: dict[str, ChannelSnapshot]
+    sessions: SessionSummary
+    presence: list[dict[str, Any]] = []
+    problems: list[str] = []
+
+    def accounts(self) -> list[AccountSnapshot]:
+        return [a for c in self.channels.values() for a in c.accounts.values()]
+
+
+def account_problems(state: str, runtime: AccountRuntime, probe: ProbeResult | None
+                     ) -> list[str]:
+    """Why an enabled account is not healthy (empty: healthy)."""
+    problems = []
+    if state == "failed":
+        problems.append(f"receive loop failed: {runtime.detail or runtime.last_error or '?'}")
+    elif state == "paused":
+        problems.append(f"paused: {runtime.detail or 'no reason given'}")
+    elif state == "stopped":
+        problems.append("receive loop not running")
+    if probe is not None and not probe.ok:
+        problems.append(f"probe failed: {probe.detail or 'no detail'}")
+    return problems
+
+
+def configured_accounts(config: cfg.KernelConfig) -> list[tuple[str, str, bool, dict]]:
+    """``(channel, account, enabled, raw table)`` for every account the config names
+    (the embedded web chat when it names none)."""
+    channels = {name: section for name, section in config.channels.items() if name != "defaults"}
+    if not channels:
+        from chatkernel.core.kernel import EMBEDDED_CHANNEL
+
+        return [(EMBEDDED_CHANNEL, "default", True, {})]
+    found = []
+    for name, section in channels.items():
+        for account, raw in section.accounts.items():
+            enabled = bool(section.enabled and raw.get("enabled", True) is not False)
+            found.append((name, account, enabled, raw))
+    return found
+
+
+def _monitor_info(settings: MonitorSettings, runtime: AccountRuntime | None = None,
+                  next_check_at: float | None = None) -> MonitorInfo:
+    return MonitorInfo(enabled=settings.active, check_seconds=settings.check_seconds,
+                       stale_seconds=settings.effective_stale_seconds,
+                       max_restarts_per_hour=settings.max_restarts_per_hour,
+                       note=runtime.monitor_note if runtime else "",
+                       checked_at=runtime.monitor_checked_at if runtime else None,
+                       next_check_at=next_check_at)
+
+
+def _raw_monitor_override(raw: dict) -> cfg.HealthMonitorConfig | None:
+    table = raw.get("health_monitor")
+    if not isinstance(table, dict):
+        return None
+    try:
+        return cfg.HealthMonitorConfig.model_validate(table)
+    except Exception:
+        return None  # reported by config validation, not here
+
+
+async def session_summary(store: "Store", now: float, *, running_turns: int | None = None,
+                          queued: int | None = None) -> SessionSummary:
+    records = await store.list_sessions()
+    return SessionSummary(
+        total=len(records),
+        active_last_hour=sum(1 for r in records if r.last_active_at >= now - 3600),
+        active_last_day=sum(1 for r in records if r.last_active_at >= now - 86400),
+        running_turns=running_turns, queued_messages=queued,
+        recent=[RecentSession(key=r.key, last_active_at=r.last_active_at)
+                for r in records[:RECENT_SESSIONS]])
+
+
+def _finish(channels: dict[str, ChannelSnapshot], judged: bool) -> tuple[bool | None, list[str]]:
+    problems = []
+    for channel in channels.values():
+        enabled = [a for a in channel.accounts.values() if a.enabled]
+        if judged:
+            channel.ok = all(a.ok for a in enabled)
+        for account in enabled:
+            problems += [f"{account.key}: {problem}" for problem in account.problems]
+    if not judged:
+        return None, problems
+    return not problems, problems
+
+
+class Health:
+    """Probes, the cached probe results and the snapshot of one running kernel."""
+
+    def __init__(self, kernel: "Kernel", *, clock: Callable[[], float] = time.time) -> None:
+        self.kernel = kernel
+        self.clock = clock
+        #: When every account was last probed (by the refresher or a live snapshot).
+        self.refreshed_at: float | None = None
+        self._refreshing: anyio.Event | None = None
+
+    @property
+    def probe_timeout(self) -> float:
+        return self.kernel.config.health.probe_timeout_ms / 1000
+
+    async def probe(self, accounts: Iterable[Account] | None = None, *,
+                    timeout: float | None = None) -> dict[str, ProbeResult]:
+        """Probe accounts (all by default) side by side, each within ``timeout`` seconds;
+        the results are also kept for the cached snapshot."""
+        chosen = list(self.kernel.accounts.values()) if accounts is None else list(accounts)
+        limit = self.probe_timeout if timeout is None else timeout
+        results: dict[str, ProbeResult] = {}
+        metrics = self.kernel.metrics
+
+        async def one(account: Account) -> None:
+            result = await probe_account(self.kernel.pm, account, limit)
+            account.runtime.record_probe(result, self.clock())
+            results[account.key] = result
+            metrics.child(metrics.probe_ok, account.channel_name, account.name).set(
+                1 if result.ok else 0)
+            if not result.ok:
+                metrics.child(metrics.probe_failures, account.channel_name, account.name).inc()
+
+        async with anyio.create_task_group() as tg:
+            for account in chosen:
+                tg.start_soon(one, account, name=f"probe {account.key}")
+        return {account.key: results[account.key] for account in chosen}
+
+    async def refresh(self) -> None:
+        """Probe every account for the cached snapshot; callers at the same time share
+        one round of probes."""
+        running = self._refreshing
+        if running is not None:
+            await running.wait()
+            return
+        self._refreshing = done = anyio.Event()
+        try:
+            await self.probe()
+            self.refreshed_at = self.clock()
+        finally:
+            self._refreshing = None
+            done.set()
+
+    async def run_refresher(self, *,
+                            sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
+        """Keep the cached probe results fresh, forever."""
+        while True:
+            try:
+                await self.refresh()
+            except Exception:
+                log.exception("health: refreshing the probes failed")
+            await sleep(self.kernel.config.health.refresh_seconds)
+
+    def account_snapshot(self, account: Account, now: float,
+                         credentials_at: float | None = None) -> AccountSnapshot:
+        runtime = account.runtime
+        state = runtime.effective_state(now)
+        probe = runtime.last_probe
+        problems = account_problems(state, runtime, probe)
+        monitor = self.kernel.monitor
+        return AccountSnapshot(
+            key=account.key, channel=account.channel_name, account=account.name,
+            ok=not problems, state=state, state_since=runtime.state_since,
+            detail=runtime.detail,
+            quiet=account.channel.is_quiet() if account.channel is not None else False,
+            loop_started_at=runtime.loop_started_at, last_inbound_at=account.last_inbound_at,
+            last_event_at=max((t for t in (runtime.last_event_at, account.last_inbound_at)
+                               if t is not None), default=None),
+            last_sent_at=account.last_sent_at,
+            restarts_last_hour=runtime.restarts_last_hour(now),
+            last_error=runtime.last_error, last_error_at=runtime.last_error_at,
+            credentials_at=credentials_at,
+            credential_age_s=None if credentials_at is None else round(now - credentials_at, 1),
+            probe=ProbeInfo.of(probe, runtime.last_probe_at),
+            monitor=_monitor_info(monitor.settings(account), runtime,
+                                  monitor.next_check_at(account)),
+            problems=problems)
+
+    async def snapshot(self, *, live: bool = False, timeout: float | None = None,
+                       sessions: bool = True) -> HealthSnapshot:
+        """The snapshot; ``live`` probes every account now instead of using the cache.
+        ``sessions=False`` skips the session summary (it reads every session row;
+        ``/healthz``, polled often, does not need it)."""
+        kernel = self.kernel
+        started = time.perf_counter()
+        if live:
+            await self.probe(timeout=timeout)
+            self.refreshed_at = self.clock()
+        now = self.clock()
+        channels: dict[str, ChannelSnapshot] = {}
+        for name, account_name, enabled, raw in configured_accounts(kernel.config):
+            account = kernel.accounts.get(f"{name}:{account_name}")
+            if account is not None:
+                credentials_at = await _credentials_at(kernel.store, name, account_name)
+                entry = self.account_snapshot(account, now, credentials_at)
+            else:
+                entry = AccountSnapshot(
+                    key=f"{name}:{account_name}", channel=name, account=account_name,
+                    enabled=False, ok=None, state="stopped", detail="disabled in the config",
+                    monitor=_monitor_info(resolve_settings(kernel.config, name,
+                                                           _raw_monitor_override(raw))))
+            channels.setdefault(name, ChannelSnapshot(ok=None, accounts={})) \
+                .accounts[account_name] = entry
+        ok, problems = _finish(channels, judged=True)
+        queue = kernel.queue
+        running = sum(1 for lane in queue.lanes.values() if lane.active)
+        summary = await session_summary(kernel.store, now, queued=queue.depth(),
+                                        running_turns=running) if sessions else \
+            SessionSummary(running_turns=running, queued_messages=queue.depth())
+        started_at = kernel.started_at
+        gateway = GatewayInfo(reachable=True, pid=os.getpid(), url=kernel.url,
+                              instance_id=kernel.presence.own.instance_id,
+                              started_at=started_at,
+                              uptime_s=None if started_at is None else round(now - started_at,
+                                                                              1))
+        return HealthSnapshot(
+            ok=ok, ts=now, duration_ms=round((time.perf_counter() - started) * 1000, 1),
+            live=live, gateway=gateway, channels=channels, sessions=summary,
+            presence=[entry.as_dict() for entry in kernel.presence.entries()],
+            problems=problems)
+
+
+async def _credentials_at(store: "Store", channel: str, account: str) -> float | None:
+    value = await store.get_account_state(channel, account, CREDENTIALS_KEY)
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+async def local_snapshot(config: cfg.KernelConfig, store: "Store | None", *,
+                         now: float | None = None) -> HealthSnapshot:
+    """What the config and the state database say when no gateway runs: every account
+    ``stopped``, not judged (``ok`` None), with its last activity and credential age."""
+    started = time.perf_counter()
+    now = time.time() if now is None else now
+    activity = await store.account_activity() if store is not None else {}
+    channels: dict[str, ChannelSnapshot] = {}
+    for name, account_name, enabled, raw in configured_accounts(config):
+        seen = activity.get((name, account_name), {})
+        credentials_at = await _credentials_at(store, name, account_name) if store else None
+        entry = AccountSnapshot(
+            key=f"{name}:{account_name}", channel=name, account=account_name, enabled=enabled,
+            ok=None, state="stopped", quiet=None,
+            detail="" if enabled else "disabled in the config",
+            last_inbound_at=seen.get("last_inbound_at"), last_sent_at=seen.get("last_sent_at"),
+            credentials_at=credentials_at,
+            credential_age_s=None if credentials_at is None else round(now - credentials_at, 1),
+            monitor=_monitor_info(resolve_settings(config, name, _raw_monitor_override(raw))))
+        channels.setdefault(name, ChannelSnapshot(ok=None, accounts={})) \
+            .accounts[account_name] = entry
+    _, problems = _finish(channels, judged=False)
+    sessions = await session_summary(store, now) if store is not None else SessionSummary()
+    return HealthSnapshot(ok=None, ts=now,
+                          duration_ms=round((time.perf_counter() - started) * 1000, 1),
+                          source="local", gateway=GatewayInfo(reachable=False),
+                          channels=channels, sessions=sessions, problems=problems)
+
+
+__all__ = ["AccountSnapshot", "Health", "HealthSnapshot", "local_snapshot", "probe_account",
+           "select_accounts", "settings_for"]

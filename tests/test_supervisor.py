@@ -1,0 +1,180 @@
+"""Supervision of receive loops: runtime state, restarts on request, pause and resume."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+from chatkernel.core.supervisor import Supervisor
+from chatkernel.testing.memory import KernelHarness
+
+pytestmark = pytest.mark.anyio
+
+
+async def no_sleep(seconds):
+    await anyio.sleep(0)
+
+
+class StubbornLoop:
+    """A receive loop that, once cancelled, takes its time to stop (until released)."""
+
+    def __init__(self):
+        self.active = 0
+        self.max_active = 0
+        self.started = 0
+        self.release = anyio.Event()
+        self.running = anyio.Event()
+
+    async def run(self, deliver):
+        self.started += 1
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        self.running.set()
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):  # resists cancellation
+                await self.release.wait()
+            self.active -= 1
+            self.running = anyio.Event()
+
+
+async def wait_until(predicate, timeout=5.0):
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.001)
+
+
+async def test_restart_waits_for_the_old_loop_and_never_runs_two(tmp_path):
+    async with KernelHarness(tmp_path) as h:
+        account = h.kernel.accounts["memory:main"]
+        loop = StubbornLoop()
+        account.channel.run = loop.run
+        supervisor = Supervisor(h.kernel, account, sleep=no_sleep)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(supervisor.run)
+            await loop.running.wait()
+            # the old loop does not stop in time: the restart fails, nothing new starts
+            assert await supervisor.restart("test", timeout=0.05) is False
+            assert loop.started == 1 and loop.active == 1
+            assert supervisor.loops_running == 1
+            assert "did not stop within 0.05 s" in account.runtime.last_error
+            # asking again while the old loop is still stopping starts nothing either
+            assert await supervisor.restart("again", timeout=0.01) is False
+            assert loop.started == 1
+            # once the old loop ends, exactly one new loop starts
+            loop.release.set()
+            await wait_until(lambda: loop.started == 2 and loop.active == 1)
+            assert loop.max_active == 1
+            assert supervisor.loops_running == 1
+            # a loop that stops promptly is restarted at once
+            assert await supervisor.restart("prompt") is True
+            await wait_until(lambda: loop.started == 3)
+            assert loop.max_active == 1
+            tg.cancel_scope.cancel()
+        reasons = [reason for _, reason in account.runtime.restarts]
+        assert reasons == ["test", "prompt"]  # a refused restart is not counted
+        assert account.runtime.state == "stopped"
+
+
+async def test_runtime_state_follows_the_loop(tmp_path):
+    async with KernelHarness(tmp_path) as h:
+        account = h.kernel.accounts["memory:main"]
+        channel = account.channel
+        calls = {"n": 0}
+        alive = anyio.Event()
+
+        async def run(deliver):
+            calls["n"] += 1
+            if calls["n"] == 1:
+                raise ConnectionError("platform went away")
+            channel.report_alive()
+            alive.set()
+            await anyio.sleep_forever()
+
+        channel.run = run
+        supervisor = Supervisor(h.kernel, account, sleep=no_sleep)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(supervisor.run)
+            await alive.wait()
+            runtime = account.runtime
+            assert runtime.state == "running"
+            assert runtime.last_error == "ConnectionError: platform went away"
+            assert [reason for _, reason in runtime.restarts] == ["crash"]
+            assert runtime.last_event_at is not None
+            tg.cancel_scope.cancel()
+        assert account.runtime.state == "stopped"
+
+
+async def test_a_paused_account_waits_to_be_resumed(tmp_path):
+    async with KernelHarness(tmp_path) as h:
+        account = h.kernel.accounts["memory:main"]
+        channel = account.channel
+        runs = []
+
+        async def run(deliver):
+            runs.append(1)
+            if len(runs) == 1:
+                channel.pause("session expired: log in again")
+                return
+            await anyio.sleep_forever()
+
+        channel.run = run
+        supervisor = h.kernel.supervisors["memory:main"] = Supervisor(h.kernel, account,
+                                                                       sleep=no_sleep)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(supervisor.run)
+            await wait_until(lambda: account.runtime.state == "paused")
+            for _ in range(20):
+                await anyio.sleep(0)
+            assert len(runs) == 1  # not restarted while paused
+            assert account.runtime.detail == "session expired: log in again"
+            assert list(account.runtime.restarts) == []
+            snapshot = await h.kernel.health.snapshot()
+            entry = snapshot.channels["memory"].accounts["main"]
+            assert entry.ok is False and entry.problems == ["paused: session expired: log in again"]
+            h.kernel.resume_account("memory:main")
+            await wait_until(lambda: len(runs) == 2)
+            assert account.runtime.state in ("starting", "running")
+            tg.cancel_scope.cancel()
+
+
+async def test_kernel_pause_account_is_red_until_resumed(tmp_path):
+    async with KernelHarness(tmp_path) as h:
+        h.kernel.pause_account("memory:main", "maintenance")
+        snapshot = await h.kernel.health.snapshot()
+        assert snapshot.ok is False
+        assert snapshot.problems == ["memory:main: paused: maintenance"]
+        h.kernel.resume_account("memory:main")
+        assert h.kernel.accounts["memory:main"].runtime.state == "stopped"
+
+
+async def test_restart_without_a_running_loop_is_refused(tmp_path):
+    async with KernelHarness(tmp_path) as h:
+        supervisor = Supervisor(h.kernel, h.kernel.accounts["memory:main"])
+        assert await supervisor.restart("nothing to restart") is False
+        assert list(h.kernel.accounts["memory:main"].runtime.restarts) == []
+
+
+async def test_pausing_from_the_kernel_stops_the_loop_until_resumed(tmp_path):
+    async with KernelHarness(tmp_path) as h:
+        account = h.kernel.accounts["memory:main"]
+        starts = []
+
+        async def run(deliver):
+            starts.append(1)
+            await anyio.sleep_forever()
+
+        account.channel.run = run
+        supervisor = h.kernel.supervisors["memory:main"] = Supervisor(h.kernel, account,
+                                                                       sleep=no_sleep)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(supervisor.run)
+            await wait_until(lambda: supervisor.loops_running == 1)
+            h.kernel.pause_account("memory:main", "maintenance")
+            await wait_until(lambda: supervisor.loops_running == 0)
+            assert account.runtime.state == "paused" and len(starts) == 1
+            assert list(account.runtime.restarts) == []  # a pause is not a restart
+            h.kernel.resume_account("memory:main")
+            await wait_until(lambda: len(starts) == 2 and supervisor.loops_running == 1)
+            tg.cancel_scope.cancel()
