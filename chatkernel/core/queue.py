@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any, Literal
 import anyio
 from anyio.abc import TaskGroup
 
+from chatkernel.core.durations import parse_duration_ms
 from chatkernel.core.models import InboundMessage
 
 log = logging.getLogger("chatkernel.queue")
@@ -79,18 +79,6 @@ def parse_queue_args(args: str) -> dict[str, Any]:
         else:
             raise ValueError(f"unknown setting {name!r} (debounce, cap, drop)")
     return settings
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
-
-
-def parse_duration_ms(text: str) -> int:
-    """``1500``/``1500ms`` → 1500, ``2s`` → 2000, ``1.5m`` → 90000."""
-    match = _DURATION.fullmatch(text.strip().lower())
-    if not match:
-        raise ValueError(f"not a duration: {text!r} (e.g. 500ms, 2s, 1m)")
-    scale = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "h": 3_600_000}[match[2]]
-    return int(float(match[1]) * scale)
 
 
 @dataclass(slots=True)
