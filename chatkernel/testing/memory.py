@@ -124,7 +124,8 @@ class KernelHarness:
     """
 
     def __init__(self, home: Path, *, config: dict[str, Any] | None = None,
-                 plugins: list[tuple[str, object]] | None = None) -> None:
+                 plugins: list[tuple[str, object]] | None = None,
+                 heartbeat_clock: Any = None) -> None:
         data: dict[str, Any] = {
             "gateway": {"workspace": str(home / "workspace")},
             "store": {"path": str(home / "state.db")},
@@ -138,6 +139,8 @@ class KernelHarness:
                 data[section] = values
         self.config = KernelConfig.model_validate(data)
         self.plugins = [("chatkernel.testing.memory", MemoryPlugin), *(plugins or [])]
+        #: The heartbeat scheduler's clock (e.g. a chatkernel.testing.clock.ManualClock).
+        self.heartbeat_clock = heartbeat_clock
         self.kernel: Any = None
         self._stack: AsyncExitStack | None = None
 
@@ -151,7 +154,8 @@ class KernelHarness:
             pm.register(plugin, name=name)
         pm.check_pending()
         self._stack = AsyncExitStack()
-        self.kernel = await self._stack.enter_async_context(Kernel(self.config, pm=pm))
+        self.kernel = await self._stack.enter_async_context(
+            Kernel(self.config, pm=pm, heartbeat_clock=self.heartbeat_clock))
         for account in self.kernel.accounts.values():
             if isinstance(account.channel, MemoryChannel):
                 account.channel.attach(self.kernel.deliver)
@@ -183,3 +187,17 @@ class KernelHarness:
                 if not any(lane.active for lane in self.kernel.queue.lanes.values()) \
                         and not self.kernel.outbox.pending():
                     return
+
+    async def heartbeats_settled(self, timeout: float = 5.0) -> None:
+        """Wait until the heartbeat scheduler has acted on its clock (nothing due is
+        left undecided, no heartbeat turn runs) and everything queued was sent."""
+        scheduler = self.kernel.heartbeats
+        with anyio.fail_after(timeout):
+            while True:
+                await anyio.sleep(0)
+                if scheduler.quiescent():
+                    await self.settle(timeout)
+                    if scheduler.quiescent():
+                        return
+                else:
+                    await anyio.sleep(0.002)
