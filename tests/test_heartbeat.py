@@ -827,6 +827,47 @@ async def test_wake_next_waits_for_the_next_scheduled_run(tmp_path):
         assert "check the certificate" in heartbeat_turns(agent)[0].text
 
 
+async def test_a_wake_note_is_work_enough_past_an_empty_file(tmp_path):
+    write_heartbeat_file(tmp_path, "# nothing\n")
+    agent = scripted_agent(script=replies())
+    clock = ManualClock()
+    async with harness(tmp_path, agent, clock=clock, heartbeat={"every": "30m"}) as h:
+        await h.kernel.heartbeats.wake_up("rotate the logs", mode="next")
+        clock.advance(30 * MINUTE)
+        await h.heartbeats_settled()
+        [turn] = heartbeat_turns(agent)
+        assert "rotate the logs" in turn.text
+        clock.advance(30 * MINUTE)  # the note was delivered: the empty file skips again
+        await h.heartbeats_settled()
+        assert len(heartbeat_turns(agent)) == 1 and skips(h, "empty-heartbeat-file") == 1
+
+
+async def test_a_preempted_wake_runs_again_when_the_session_is_idle(tmp_path):
+    agent = heartbeat_gated_agent("alert!")
+    clock = ManualClock()
+    async with harness(tmp_path, agent, clock=clock,
+                       heartbeat={"every": "30m", "target": "last"}) as h:
+        await say_hi(h)
+        await h.kernel.heartbeats.wake_up("look now")  # long before the 30 minutes
+        await wait_for(lambda: len(heartbeat_turns(agent)) == 1)
+        await h.channel.receive("me first")
+        await wait_for(lambda: len(heartbeat_turns(agent)) == 2)
+        agent.heartbeat_gate.set()
+        await h.heartbeats_settled()
+        assert h.channel.texts() == ["re: hi", "re: me first", "alert!"]
+        assert "look now" in heartbeat_turns(agent)[1].text
+
+
+async def test_an_unknown_heartbeat_account_is_a_config_error(tmp_path):
+    from chatkernel.core.errors import ConfigError
+
+    agent = scripted_agent(script=replies())
+    with pytest.raises(ConfigError, match="no running account 'nobody'") as info:
+        async with harness(tmp_path, agent, heartbeat={"target": "last", "account": "nobody"}):
+            pass
+    assert info.value.key == "heartbeat.account"
+
+
 async def test_wake_errors(tmp_path):
     from chatkernel.core.heartbeat import HeartbeatError
 

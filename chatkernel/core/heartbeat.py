@@ -357,6 +357,16 @@ class HeartbeatScheduler:
             raise ConfigError(f"no running channel {target!r} to send heartbeats to "
                               f"(expected none, last or one of: {known})",
                               path=self.kernel.config_path, key="heartbeat.target")
+        wanted = settings.account
+        if wanted:
+            candidates = [a for a in self.kernel.accounts.values()
+                          if wanted in (a.name, a.key)
+                          and target in ("none", "last", a.channel_name)]
+            if not candidates:
+                known = ", ".join(sorted(self.kernel.accounts)) or "none"
+                raise ConfigError(f"no running account {wanted!r} to send heartbeats from "
+                                  f"(accounts: {known})", path=self.kernel.config_path,
+                                  key="heartbeat.account")
 
     async def start(self, task_group: "TaskGroup") -> None:
         """Load the state and start the loop if any heartbeat is timed."""
@@ -486,7 +496,13 @@ class HeartbeatScheduler:
                     due = self._due_at(job)
                     if due is None or now < due:
                         continue
-                record = await self._consider(job, now)
+                try:
+                    record = await self._consider(job, now)
+                except Exception:  # e.g. the store: look again later, do not spin
+                    log.exception("heartbeat %s: cannot be considered; trying again in %gs",
+                                  job.id, MAX_SLEEP)
+                    job.hold_until = now + MAX_SLEEP
+                    continue
                 if record is not None:
                     decided.append(record)
         return decided
@@ -519,14 +535,14 @@ class HeartbeatScheduler:
                       destination.session_key)
             return self._record(job, "waiting", now, destination.session_key)
         assert self._tg is not None
-        job.forced = False
+        forced, job.forced = job.forced, False
         job.hold_until = None
         job.quiet_logged = False
         job.preempted = False
         job.scope = anyio.CancelScope()
         job.running_in = destination.session_key
         self._tg.start_soon(self._run, job, destination, settings, visibility, prompt, now,
-                            name=f"heartbeat {job.id}")
+                            forced, name=f"heartbeat {job.id}")
         return self._record(job, "started", now, destination.session_key)
 
     async def _skip(self, job: HeartbeatJob, reason: str, now: float, *, reanchor: bool,
@@ -631,15 +647,15 @@ class HeartbeatScheduler:
         if file.error:
             log.warning("heartbeat %s: %s; the tasks block is ignored", job.id, file.error)
             return TaskPrompt(base + wake)
-        if file.effectively_empty and not job.forced:
+        # A manual wake, or a wake note waiting, is work enough to run.
+        woken = job.forced or bool(job.state.wake_texts)
+        if file.effectively_empty and not woken:
             return "empty-heartbeat-file"
         if not file.has_tasks:
             return TaskPrompt(base + wake)
         due = file.due(job.state.task_runs, now)
         if not due:
-            if job.forced:
-                return TaskPrompt(base + wake)
-            return "no-tasks-due"
+            return TaskPrompt(base + wake) if woken else "no-tasks-due"
         prompt = prompt_with_tasks(base, file, due)
         prompt.text += wake
         return prompt
@@ -648,7 +664,7 @@ class HeartbeatScheduler:
 
     async def _run(self, job: HeartbeatJob, destination: Destination,
                    settings: HeartbeatConfig, visibility: dict[str, bool],
-                   prompt: TaskPrompt, fired_at: float) -> None:
+                   prompt: TaskPrompt, fired_at: float, forced: bool) -> None:
         kernel = self.kernel
         store = kernel.store
         scope = job.scope
@@ -658,11 +674,12 @@ class HeartbeatScheduler:
         texts: list[str] = []
         errors: list[str] = []
         indicate = visibility["use_indicator"]
+        typing = indicate and destination.account is not None
         try:
             if indicate:
                 self._emit(job, "running", key, fired_at)
-                if destination.account is not None:
-                    kernel.indicators.begin(destination.account, key)
+            if typing:
+                kernel.indicators.begin(destination.account, key)
             with scope:
                 async with self._slots:
                     seq = await store.append_log(key, destination.session_id, "heartbeat",
@@ -684,7 +701,8 @@ class HeartbeatScheduler:
                         log.exception("heartbeat %s: the agent failed", job.id)
                         errors.append(f"the agent failed: {exc}")
         finally:
-            kernel.indicators.end(key)
+            if typing and not kernel.queue.is_busy(key):  # a user turn's indicator stays
+                kernel.indicators.end(key)
             job.scope = None
             job.running_in = ""
         with anyio.CancelScope(shield=True):  # the turn is over: record it whatever comes
@@ -692,6 +710,7 @@ class HeartbeatScheduler:
             if scope.cancelled_caught:
                 if job.preempted and current:
                     job.waiting_for = key  # fires again when the user's turn is over
+                    job.forced = forced
                 job.preempted = False
                 # Preempted by a user message, or cleared with /heartbeat clear.
                 self._finish(job, "preempted" if current else "cancelled", fired_at, key,
