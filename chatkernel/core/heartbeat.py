@@ -37,7 +37,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import time as time_of_day
 from datetime import tzinfo
@@ -302,7 +302,6 @@ class HeartbeatJob:
     preempted: bool = False
     waiting_for: str | None = None  # a busy session's key: fire when its lane is idle
     hold_until: float | None = None  # outside active hours: not before the window opens
-    quiet_logged: bool = False
     forced: bool = False  # a manual wake: due now, past quiet hours and HEARTBEAT.md
     generation: int = 0  # bumped when /heartbeat replaces the definition
 
@@ -520,10 +519,7 @@ class HeartbeatScheduler:
                 opening = next_window_start(now, hours, zone)
                 if opening is None:  # an empty window: every tick is skipped
                     return await self._skip(job, "quiet-hours", now, reanchor=True)
-                job.hold_until = opening
-                if job.quiet_logged:
-                    return None
-                job.quiet_logged = True
+                job.hold_until = opening  # not looked at again before: one skip per quiet spell
                 return await self._skip(job, "quiet-hours", now, reanchor=False,
                                         detail=f"until {_when(opening, zone)}")
         prompt = self.prompt_for(job, settings, now)
@@ -537,7 +533,6 @@ class HeartbeatScheduler:
         assert self._tg is not None
         forced, job.forced = job.forced, False
         job.hold_until = None
-        job.quiet_logged = False
         job.preempted = False
         job.scope = anyio.CancelScope()
         job.running_in = destination.session_key
@@ -555,7 +550,6 @@ class HeartbeatScheduler:
         if reanchor:
             job.state.anchor_at = now
             job.hold_until = None
-            job.quiet_logged = False
         await self.kernel.store.save_heartbeat(job.state)
         return self._record(job, f"skipped:{reason}", now)
 
@@ -832,7 +826,7 @@ class HeartbeatScheduler:
         else:
             job.state, job.generation = state, job.generation + 1
             job.waiting_for = job.hold_until = None
-            job.quiet_logged = job.forced = False
+            job.forced = False
         await self.kernel.store.save_heartbeat(state)
         self._ensure_loop()
         self.wake()
@@ -843,7 +837,6 @@ class HeartbeatScheduler:
         every heartbeat is looked at again now."""
         for job in self.jobs.values():
             job.hold_until = None
-            job.quiet_logged = False
         self.wake()
 
     def session_job(self, session_key: str) -> HeartbeatJob | None:
@@ -863,7 +856,6 @@ class HeartbeatScheduler:
         job.state.paused = False
         job.state.anchor_at = self.clock.now()
         job.hold_until = None
-        job.quiet_logged = False
         await self.kernel.store.save_heartbeat(job.state)
         self.wake()
         return job
