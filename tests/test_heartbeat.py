@@ -60,6 +60,26 @@ def runs(h, outcome):
     return h.kernel.metrics.heartbeats.labels(outcome)._value.get()
 
 
+def heartbeat_gated_agent(reply):
+    """User turns answer at once; heartbeat turns wait for ``Agent.heartbeat_gate``."""
+    base = scripted_agent(script=replies(reply))
+
+    class Agent(base):  # type: ignore[misc, valid-type]
+        heartbeat_gate: anyio.Event
+
+        async def turn(self, request):
+            if not request.heartbeat:
+                async for event in super().turn(request):
+                    yield event
+                return
+            type(self).requests.append(request)
+            await type(self).heartbeat_gate.wait()
+            yield AgentEvent.reply(reply)
+
+    Agent.heartbeat_gate = anyio.Event()
+    return Agent
+
+
 async def wait_for(predicate, timeout=5.0):
     with anyio.fail_after(timeout):
         while not predicate():
@@ -347,7 +367,7 @@ async def test_show_ok_sends_the_acknowledgement(tmp_path):
 
 @pytest.mark.parametrize("use_indicator", [True, False])
 async def test_the_indicator_drives_typing_and_an_event(tmp_path, use_indicator):
-    agent = scripted_agent(script=replies("HEARTBEAT_OK"))
+    agent = heartbeat_gated_agent("HEARTBEAT_OK")
     clock = ManualClock()
     channels = {"memory": {"accounts": accounts_config(
         main={"use_indicator": use_indicator, "show_alerts": True})}}
@@ -358,15 +378,20 @@ async def test_the_indicator_drives_typing_and_an_event(tmp_path, use_indicator)
         h.kernel.heartbeats.listeners.append(events.append)
         typed_before = len(h.channel.indications)
         clock.advance(30 * MINUTE)
-        await h.heartbeats_settled()
-        await wait_for(lambda: not use_indicator or len(h.channel.indications) > typed_before)
-        typed = len(h.channel.indications) - typed_before
+        await wait_for(lambda: len(heartbeat_turns(agent)) == 1)  # the turn is held open
         if use_indicator:
-            assert typed >= 1 and h.channel.indications[-1].chat_id == "chat-1"
+            await wait_for(lambda: len(h.channel.indications) > typed_before)
+            assert h.channel.indications[-1].chat_id == "chat-1"
+        else:
+            for _ in range(20):  # give the indicator task every chance to show one
+                await anyio.sleep(0)
+        agent.heartbeat_gate.set()
+        await h.heartbeats_settled()
+        if use_indicator:
             assert [(e.heartbeat, e.status) for e in events] == [(MAIN, "running"),
                                                                   (MAIN, "ok")]
         else:
-            assert typed == 0 and events == []
+            assert len(h.channel.indications) == typed_before and events == []
 
 
 # -- HEARTBEAT.md -------------------------------------------------------------------------
@@ -558,26 +583,6 @@ async def test_no_destination_runs_and_sends_nothing(tmp_path):
 
 
 # -- idle only, user messages win, own lane ---------------------------------------------------
-
-
-def heartbeat_gated_agent(reply):
-    """User turns answer at once; heartbeat turns wait for ``Agent.heartbeat_gate``."""
-    base = scripted_agent(script=replies(reply))
-
-    class Agent(base):  # type: ignore[misc, valid-type]
-        heartbeat_gate: anyio.Event
-
-        async def turn(self, request):
-            if not request.heartbeat:
-                async for event in super().turn(request):
-                    yield event
-                return
-            type(self).requests.append(request)
-            await type(self).heartbeat_gate.wait()
-            yield AgentEvent.reply(reply)
-
-    Agent.heartbeat_gate = anyio.Event()
-    return Agent
 
 
 async def test_a_busy_session_defers_the_heartbeat_and_missed_ticks_coalesce(tmp_path):

@@ -14,14 +14,14 @@ Two kinds, one scheduler:
 
 Scheduling (:class:`HeartbeatScheduler`). Each heartbeat has an anchor (its last
 fire, its creation or its resume) and is due at ``anchor + every``. One task
-sleeps until the earliest due time (or until woken) and then :meth:`tick`\\s:
-a due heartbeat is skipped with a logged, counted reason, or waits while its
+sleeps until the earliest due time (or until woken) and then ticks: a due
+heartbeat is skipped with a logged, counted reason, or waits while its
 session's lane is busy, or runs. However many ticks were missed (a long busy
 period, the gateway down), a due heartbeat fires once, and its anchor moves to
-that moment. Heartbeat turns run outside the session queue (so they never
-take a worker from user messages), one session at a time; a user message
-arriving in a session cancels its running heartbeat, which fires again at
-the next idle moment. The clock is injectable: tests use
+that moment. Heartbeat turns run outside the session queue (so they never take
+a worker from user messages), at most :data:`MAX_RUNNING` at once; a user
+message arriving in a session cancels its running heartbeat, which fires again
+at the next idle moment. The clock is injectable: tests use
 :class:`chatkernel.testing.clock.ManualClock`.
 
 The turn itself goes through the agent and the same :class:`Responder` and
@@ -278,7 +278,6 @@ class HeartbeatEvent:
     status: str  # running, ok, alert, error, preempted
     session_key: str
     at: float
-    text: str = ""
 
 
 @dataclass(slots=True)
