@@ -832,6 +832,21 @@ async def test_wake_next_waits_for_the_next_scheduled_run(tmp_path):
         assert "check the certificate" in heartbeat_turns(agent)[0].text
 
 
+async def test_a_note_left_during_a_run_waits_for_the_next(tmp_path):
+    agent = heartbeat_gated_agent("HEARTBEAT_OK")
+    clock = ManualClock()
+    async with harness(tmp_path, agent, clock=clock, heartbeat={"every": "30m"}) as h:
+        await h.kernel.heartbeats.wake_up("first note")
+        await wait_for(lambda: len(heartbeat_turns(agent)) == 1)
+        await h.kernel.heartbeats.wake_up("second note", mode="next")
+        agent.heartbeat_gate.set()
+        await h.heartbeats_settled()
+        assert (await h.kernel.store.get_heartbeat(MAIN)).wake_texts == ["second note"]
+        clock.advance(30 * MINUTE)
+        await h.heartbeats_settled()
+        assert heartbeat_turns(agent)[-1].text.endswith("Woken with a note: second note")
+
+
 async def test_a_wake_note_is_work_enough_past_an_empty_file(tmp_path):
     write_heartbeat_file(tmp_path, "# nothing\n")
     agent = scripted_agent(script=replies())

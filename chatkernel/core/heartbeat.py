@@ -535,8 +535,9 @@ class HeartbeatScheduler:
         job.preempted = False
         job.scope = anyio.CancelScope()
         job.running_in = destination.session_key
+        notes = len(job.state.wake_texts)  # in the prompt: cleared once the run completes
         self._tg.start_soon(self._run, job, destination, settings, visibility, prompt, now,
-                            forced, name=f"heartbeat {job.id}")
+                            forced, notes, name=f"heartbeat {job.id}")
         return self._record(job, "started", now, destination.session_key)
 
     async def _skip(self, job: HeartbeatJob, reason: str, now: float, *, reanchor: bool,
@@ -657,7 +658,7 @@ class HeartbeatScheduler:
 
     async def _run(self, job: HeartbeatJob, destination: Destination,
                    settings: HeartbeatConfig, visibility: dict[str, bool],
-                   prompt: TaskPrompt, fired_at: float, forced: bool) -> None:
+                   prompt: TaskPrompt, fired_at: float, forced: bool, notes: int) -> None:
         kernel = self.kernel
         store = kernel.store
         scope = job.scope
@@ -710,12 +711,12 @@ class HeartbeatScheduler:
                              indicate)
                 return
             await self._complete(job, current, destination, settings, visibility, prompt,
-                                 fired_at, texts, errors)
+                                 fired_at, texts, errors, notes)
 
     async def _complete(self, job: HeartbeatJob, current: bool, destination: Destination,
                         settings: HeartbeatConfig, visibility: dict[str, bool],
                         prompt: TaskPrompt, fired_at: float, texts: list[str],
-                        errors: list[str]) -> None:
+                        errors: list[str], notes: int) -> None:
         kernel = self.kernel
         store = kernel.store
         key = destination.session_key
@@ -754,7 +755,7 @@ class HeartbeatScheduler:
             if outcome != "error":  # only a completed run advances its tasks
                 for name in prompt.tasks:
                     state.task_runs[name] = fired_at
-                state.wake_texts = []
+                del state.wake_texts[:notes]  # a note left during the run waits
             await store.save_heartbeat(state)
         self._finish(job, outcome, fired_at, key, visibility["use_indicator"], sent)
 
