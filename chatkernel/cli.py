@@ -668,6 +668,130 @@ def _probe_directly(config_file: str | None, target: str | None, timeout: float
     return anyio.run(probe)
 
 
+# -- heartbeats -----------------------------------------------------------------------
+
+
+@cli.group()
+@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
+@click.pass_context
+def heartbeat(ctx: click.Context, config_file: str | None) -> None:
+    """Heartbeats: their status, and waking one by hand."""
+    ctx.obj = config_file
+
+
+def _local_heartbeats(config_file: str | None) -> dict[str, Any]:
+    """The heartbeats as the store and the config describe them (no gateway runs)."""
+    import time
+
+    from chatkernel.core.heartbeat import MAIN, describe_state, is_configured, merged_settings
+
+    config, _ = _load_config(config_file)
+    states = _with_store(config_file, lambda store: store.list_heartbeats())
+    now = time.time()
+    heartbeats = []
+    for state in states:
+        if state.id == MAIN and not is_configured(config):
+            continue  # left from an earlier config
+        heartbeats.append(describe_state(state, merged_settings(config, state.settings), now))
+    if is_configured(config) and not any(h["id"] == MAIN for h in heartbeats):
+        from chatkernel.core.store.base import HeartbeatState
+
+        never = describe_state(HeartbeatState(id=MAIN), merged_settings(config), now)
+        heartbeats.insert(0, never)  # configured, never started
+    return {"heartbeats": heartbeats, "now": now}
+
+
+@heartbeat.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@click.pass_obj
+def heartbeat_status(config_file: str | None, as_json: bool) -> None:
+    """Every heartbeat: interval, prompt, last run, time to the next.
+
+    Asks the running gateway; when none runs, reads the local state.
+    """
+    from chatkernel.core.control import call
+
+    info = _running_gateway()
+    if info is not None:
+        status, answer = call(info, "/control/heartbeat/status", {})
+        if status >= 400:
+            raise click.ClickException(answer.get("error", f"the gateway answered {status}"))
+        answer["via"] = "gateway"
+    else:
+        answer = {**_local_heartbeats(config_file), "via": "local"}
+    if as_json:
+        click.echo(json.dumps(answer, indent=2))
+        return
+    heartbeats = answer["heartbeats"]
+    if not heartbeats:
+        click.echo("No heartbeats. Add a [heartbeat] table to the config, or send "
+                   "/heartbeat every 30m <what to check> in a chat.")
+        return
+    for item in heartbeats:
+        click.echo(_heartbeat_line(item, answer["now"]))
+    if answer["via"] == "local":
+        click.echo("(no gateway is running: from the local state)")
+
+
+def _heartbeat_line(item: dict[str, Any], now: float) -> str:
+    from chatkernel.core.durations import format_interval
+
+    target = item["session"] if item["kind"] == "session" else f"target {item['target']}"
+    parts = [item["id"], f"every {item['every']}", target]
+    if item.get("paused"):
+        parts.append("paused")
+    elif item.get("running"):
+        parts.append("running now")
+    elif item.get("waiting_for"):
+        parts.append(f"due, waits for {item['waiting_for']} to be idle")
+    elif not item.get("every_seconds"):
+        parts.append("not timed (every = 0): wake only")
+    elif item.get("next_in_seconds") is not None:
+        parts.append(f"next in {format_interval(item['next_in_seconds'])}")
+    else:
+        parts.append("starts with the gateway")
+    if item.get("last_run_at"):
+        parts.append(f"last run {_ago(item['last_run_at'])}: {item['last_outcome']}")
+    elif item.get("last_outcome"):
+        parts.append(f"last: {item['last_outcome']}")
+    if item.get("wake_texts"):
+        parts.append(f"{len(item['wake_texts'])} wake note(s) waiting")
+    prompt = " ".join((item.get("prompt") or "").split())
+    if len(prompt) > 60:
+        prompt = prompt[:59] + "…"
+    return "  ".join(parts) + (f"\n    {prompt}" if prompt else "")
+
+
+@heartbeat.command("wake")
+@click.option("--text", help="A note for the agent, added to the heartbeat's prompt.")
+@click.option("--mode", type=click.Choice(["now", "next"]), default="now", show_default=True,
+              help="now: run at once (when its session is idle); next: the note waits for "
+                   "the next scheduled run.")
+@click.option("--session", "session_key", metavar="KEY",
+              help="Wake a session heartbeat (default: the config heartbeat).")
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+def heartbeat_wake(text: str | None, mode: str, session_key: str | None, as_json: bool) -> None:
+    """Wake a heartbeat of the running gateway by hand."""
+    from chatkernel.core.control import call
+
+    info = _running_gateway()
+    if info is None:
+        raise click.ClickException("no gateway is running: a wake needs the running gateway "
+                                   "(start it with: chatkernel run)")
+    status, answer = call(info, "/control/heartbeat/wake",
+                          {"text": text, "mode": mode, "session": session_key})
+    if status >= 400:
+        raise click.ClickException(answer.get("error", f"the gateway answered {status}"))
+    if as_json:
+        click.echo(json.dumps(answer, indent=2))
+        return
+    name = answer["heartbeat"]["id"]
+    if mode == "now":
+        click.echo(f"woke heartbeat {name}: it runs as soon as its session is idle")
+    else:
+        click.echo(f"the note waits for the next run of heartbeat {name}")
+
+
 # -- config ---------------------------------------------------------------------------
 
 

@@ -52,6 +52,28 @@ def test_missing_file_gives_the_defaults(chatkernel_home):
     assert config.workspace() == chatkernel_home / "workspace"
 
 
+def test_heartbeat_settings_accept_intervals_zones_and_an_agent_override(tmp_path):
+    path = write(tmp_path / "config.toml", """
+[heartbeat]
+every = 0
+target = "last"
+[heartbeat.active_hours]
+start = "22:00"
+end = "24:00"
+timezone = "America/New_York"
+[agent.heartbeat]
+every = "1h30m"
+prompt = "Anything on fire?"
+""")
+    config = cfg.load(path)
+    assert config.heartbeat.interval() == 0
+    assert config.heartbeat.active_hours.timezone == "America/New_York"
+    assert config.agent.heartbeat.interval() == 5400
+    assert config.agent.heartbeat.model_fields_set == {"every", "prompt"}
+    for zone in ("local", "user", "UTC", "Asia/Kolkata"):
+        assert cfg.ActiveHours(timezone=zone).timezone == zone
+
+
 def test_starter_config_is_valid_and_round_trips(tmp_path):
     path = tmp_path / "config.toml"
     cfg.write_raw(path, cfg.starter_config())
@@ -82,6 +104,15 @@ def test_unreadable_path_names_the_file(tmp_path):
     ("[heartbeat.active_hours]\nstart = '25:00'\n", "heartbeat.active_hours.start",
      "expected a time of day HH:MM"),
     ("[queue]\ndebounce_ms = 'soon'\n", "queue.debounce_ms", "valid integer"),
+    ("[heartbeat]\nevery = '30'\n", "heartbeat.every", "'30' needs a unit"),
+    ("[heartbeat]\nevery = 15\n", "heartbeat.every", "needs a unit"),
+    ("[heartbeat]\nevery = 'often'\n", "heartbeat.every", "not an interval"),
+    ("[heartbeat]\ndirect_policy = 'maybe'\n", "heartbeat.direct_policy", "'allow' or 'block'"),
+    ("[heartbeat.active_hours]\nstart = '24:00'\n", "heartbeat.active_hours.start",
+     "24:00 is allowed as an end only"),
+    ("[heartbeat.active_hours]\ntimezone = 'Mars/Olympus'\n",
+     "heartbeat.active_hours.timezone", "unknown time zone 'Mars/Olympus'"),
+    ("[agent.heartbeat]\nevry = '1h'\n", "agent.heartbeat.evry", "unknown key"),
     ("bogus_section = 1\n", "bogus_section", "unknown key"),
 ])
 def test_invalid_values_name_file_key_and_expectation(tmp_path, text, key, expected):

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from chatkernel.core.config import ConfigError, KernelConfig, StoreConfig
 from chatkernel.core.models import InboundMessage, MediaRef, Route
 from chatkernel.core.store import (
+    HeartbeatState,
     JournalEntry,
     LogEntry,
     SessionRecord,
@@ -519,6 +520,34 @@ async def test_account_state(store):
     assert await store.get_account_state("wechat", "main", "last_chat") is None
     with pytest.raises(TypeError, match="JSON values only"):
         await store.set_account_state("wechat", "main", "bad", {1, 2})
+
+
+@pytest.mark.anyio
+async def test_heartbeat_state_round_trips_survives_reopen_and_deletes(store, db_path):
+    assert await store.get_heartbeat("main") is None
+    assert await store.list_heartbeats() == []
+    main = HeartbeatState(id="main", anchor_at=1000.5, last_run_at=900.0, last_outcome="ok",
+                          task_runs={"inbox": 950.0}, wake_texts=["deploy done"])
+    mine = HeartbeatState(id="session:telegram:main:42", session_key="telegram:main:42",
+                          settings={"every": "2m", "prompt": "check the build"}, paused=True)
+    await store.save_heartbeat(main)
+    await store.save_heartbeat(mine)
+    await store.close()
+    again = SQLiteStore.at(db_path)
+    await again.open()
+    try:
+        assert await again.get_heartbeat("main") == main
+        assert await again.list_heartbeats() == [main, mine]
+        main.wake_texts = []
+        main.anchor_at = 2000.0
+        await again.save_heartbeat(main)  # an upsert
+        assert await again.get_heartbeat("main") == main
+        assert await again.delete_heartbeat(mine.id) is True
+        assert await again.delete_heartbeat(mine.id) is False
+        assert [s.id for s in await again.list_heartbeats()] == ["main"]
+    finally:
+        await again.close()
+    await store.open()  # the fixture closes it
 
 
 # -- session logs --------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Built-in slash commands: /help, /status, /new, /queue, /whoami."""
+"""Built-in slash commands: /help, /status, /new, /queue, /heartbeat, /whoami."""
 
 from __future__ import annotations
 
@@ -101,6 +101,106 @@ async def _queue(ctx) -> str:
             f"drop {settings.drop}")
 
 
+HEARTBEAT_USAGE = ("Usage: /heartbeat every <interval> <what to check> (at least 1m), "
+                   "/heartbeat [status], pause, resume, clear, tz [<IANA zone>|local]")
+
+
+async def _heartbeat(ctx) -> str:
+    """``/heartbeat`` (``/hb``): this session's own heartbeat."""
+    from chatkernel.core.durations import parse_interval
+    from chatkernel.core.heartbeat import HeartbeatError
+
+    scheduler = ctx.kernel.heartbeats
+    key = ctx.session.key
+    action, _, rest = ctx.args.strip().partition(" ")
+    if not action.strip():  # "/heartbeat" alone, maybe followed by a newline
+        action, rest = "status", ""
+    action, rest = action.lower().strip(), rest.strip()
+    try:
+        if action == "status":
+            return _heartbeat_status(ctx)
+        if action == "every":
+            interval, _, prompt = rest.partition(" ")
+            if "\n" in interval:
+                interval, _, more = interval.partition("\n")
+                prompt = f"{more} {prompt}"
+            try:
+                seconds = parse_interval(interval)
+            except ValueError as exc:
+                return f"/heartbeat: {exc}. {HEARTBEAT_USAGE}"
+            replaced = scheduler.session_job(key) is not None
+            await scheduler.set_session(key, seconds, prompt)
+            return (f"Heartbeat {'replaced' if replaced else 'set'}: every "
+                    f"{_span(seconds)}, first run in {_span(seconds)}.")
+        if action == "pause":
+            await scheduler.pause(key)
+            return "Heartbeat paused. /heartbeat resume starts it again."
+        if action == "resume":
+            job = await scheduler.resume(key)
+            every = scheduler.describe(job)["every_seconds"]
+            return f"Heartbeat resumed: next run in {_span(every)}."
+        if action == "clear":
+            if await scheduler.clear(key):
+                return "Heartbeat cleared."
+            return "There is no heartbeat in this session."
+        if action == "tz":
+            return await _heartbeat_zone(ctx, rest)
+    except HeartbeatError as exc:
+        return f"/heartbeat: {exc}."
+    return f"/heartbeat: unknown action {action!r}. {HEARTBEAT_USAGE}"
+
+
+def _span(seconds: float) -> str:
+    from chatkernel.core.durations import format_interval
+
+    return format_interval(seconds)
+
+
+def _heartbeat_status(ctx) -> str:
+    scheduler = ctx.kernel.heartbeats
+    job = scheduler.session_job(ctx.session.key)
+    zone = ctx.session.settings.get("timezone")
+    if job is None:
+        return ("No heartbeat in this session. Set one: /heartbeat every 30m <what to check>."
+                + (f"\nTime zone: {zone}." if zone else ""))
+    info = scheduler.describe(job)
+    lines = [f"Heartbeat: every {info['every']}: {info['prompt']}"]
+    if info["paused"]:
+        lines.append("Paused (/heartbeat resume).")
+    elif info["running"]:
+        lines.append("Running now.")
+    elif info["waiting_for"]:
+        lines.append("Due: waits for this chat to be idle.")
+    elif info["next_in_seconds"] is not None:
+        lines.append(f"Next run in {_span(info['next_in_seconds'])}.")
+    if info["last_run_at"] is not None:
+        ago = _span(max(0.0, scheduler.clock.now() - info["last_run_at"]))
+        lines.append(f"Last run {ago} ago: {info['last_outcome']}.")
+    if zone:
+        lines.append(f"Time zone: {zone}.")
+    return "\n".join(lines)
+
+
+async def _heartbeat_zone(ctx, zone: str) -> str:
+    """The session's own time zone: what active_hours timezone = "user" means here."""
+    from chatkernel.core.config import check_timezone
+
+    if not zone:
+        current = ctx.session.settings.get("timezone") or "local (the gateway's)"
+        return f"Time zone: {current}. Set one: /heartbeat tz Europe/Berlin"
+    if zone == "local":
+        await ctx.kernel.sessions.update_settings(ctx.session, timezone=None)
+        ctx.kernel.heartbeats.reconsider()
+        return "Time zone: local (the gateway's)."
+    try:
+        check_timezone(zone)
+    except ValueError as exc:
+        return f"/heartbeat: {exc}."
+    await ctx.kernel.sessions.update_settings(ctx.session, timezone=zone)
+    ctx.kernel.heartbeats.reconsider()  # quiet hours may have ended here
+    return f"Time zone: {zone}."
+
+
 def _whoami(ctx) -> str:
     message = ctx.message
     name = f" ({message.sender_name})" if message.sender_name else ""
@@ -117,6 +217,9 @@ BUILTIN_COMMANDS = (
     Command("queue", _queue, "show or set how messages queue while busy: "
             "/queue <collect|followup|interrupt|steer> [debounce:2s cap:25 drop:old|new|summarize]"
             ", /queue reset"),
+    Command("heartbeat", _heartbeat, "a periodic check in this chat: /heartbeat every "
+            "<interval> <what to check>, /heartbeat [status|pause|resume|clear|tz <zone>]",
+            aliases=("hb",)),
     Command("whoami", _whoami, "your sender id (for allowlists) and this chat"),
 )
 

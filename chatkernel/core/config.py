@@ -80,6 +80,8 @@ class AgentConfig(Section):
     api_key_env: str = "OPENAI_API_KEY"
     system_prompt: str = ""
     history_limit: int = Field(40, ge=0)
+    #: The agent's heartbeat settings, merged over ``[heartbeat]``.
+    heartbeat: "HeartbeatConfig | None" = None
 
 
 QueueMode = Literal["collect", "followup", "interrupt", "steer"]
@@ -104,19 +106,49 @@ class StoreConfig(Section):
 
 
 class ActiveHours(Section):
+    """When heartbeats may run: ``start`` ≤ time of day < ``end`` in ``timezone``.
+
+    ``end`` may be ``24:00``; ``start`` after ``end`` spans midnight
+    (``22:00``–``06:00``); ``start == end`` is an empty window (never).
+    ``timezone``: an IANA name (``Europe/Berlin``), ``local`` (the gateway's
+    zone) or ``user`` (the session's ``/heartbeat tz`` setting, else local).
+    """
+
     start: str = "00:00"
     end: str = "24:00"
     timezone: str = "local"
 
     @field_validator("start", "end")
     @classmethod
-    def _clock(cls, value: str) -> str:
+    def _clock(cls, value: str, info: Any) -> str:
         match = re.fullmatch(r"(\d{1,2}):(\d{2})", value)
         if not match or int(match[2]) > 59 or int(match[1]) > 24 or (
             int(match[1]) == 24 and int(match[2]) != 0
         ):
             raise ValueError("expected a time of day HH:MM (24:00 allowed as an end)")
+        if info.field_name == "start" and int(match[1]) == 24:
+            raise ValueError("24:00 is allowed as an end only; a window starts at 00:00")
         return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        if value in ("local", "user"):
+            return value
+        check_timezone(value)
+        return value
+
+
+def check_timezone(name: str) -> str:
+    """An IANA time zone name the system knows; ValueError says what is expected."""
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {name!r}: expected an IANA name such as "
+                         "Europe/Berlin or America/New_York, 'local' or 'user'") from None
+    return name
 
 
 class HeartbeatVisibility(Section):
@@ -126,14 +158,42 @@ class HeartbeatVisibility(Section):
 
 
 class HeartbeatConfig(Section):
-    every: str = "30m"
-    prompt: str | None = None
-    target: str = "none"
-    to: str | None = None
-    account: str | None = None
+    """``[heartbeat]`` (and the overrides merged over it: ``[agent.heartbeat]``, a
+    session's own). See docs/heartbeats.md."""
+
+    every: str = "30m"  # 0 disables
+    prompt: str | None = None  # None: the built-in prompt (heartbeat.DEFAULT_PROMPT)
+    target: str = "none"  # none | last | a channel name
+    to: str | None = None  # with a channel target: the chat id (default: its last chat)
+    account: str | None = None  # the account to send from, where a channel has several
     direct_policy: Literal["allow", "block"] = "allow"
     active_hours: ActiveHours | None = None
     ack_max_chars: int = Field(300, ge=0)
+
+    @field_validator("every", mode="before")
+    @classmethod
+    def _interval(cls, value: Any) -> str:
+        from chatkernel.core.durations import parse_interval
+
+        parse_interval(value)  # ValueError names what is wrong
+        return str(value).strip()
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("expected none, last or a channel name")
+        return value
+
+    def interval(self) -> float:
+        """``every`` in seconds (0: disabled)."""
+        from chatkernel.core.durations import parse_interval
+
+        return parse_interval(self.every)
+
+
+AgentConfig.model_rebuild()  # its heartbeat table is defined above
 
 
 class HealthMonitorConfig(Section):

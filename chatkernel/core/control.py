@@ -166,12 +166,35 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
         return await set_session_policy(kernel, str(body.get("session") or ""),
                                         str(body.get("policy") or ""))
 
+    async def heartbeat_status(body: dict[str, Any]) -> dict[str, Any]:
+        return {**kernel.heartbeats.status(), "now": kernel.heartbeats.clock.now()}
+
+    async def heartbeat_wake(body: dict[str, Any]) -> dict[str, Any]:
+        return await wake_heartbeat(kernel, body)
+
     return [("POST", "/control/send", handler(send)),
             ("POST", "/control/status", handler(status)),
             ("POST", "/control/health", handler(health)),
             ("POST", "/control/channels/probe", handler(probe)),
             ("POST", "/control/presence", handler(presence)),
-            ("POST", "/control/sessions/policy", handler(session_policy))]
+            ("POST", "/control/sessions/policy", handler(session_policy)),
+            ("POST", "/control/heartbeat/status", handler(heartbeat_status)),
+            ("POST", "/control/heartbeat/wake", handler(heartbeat_wake))]
+
+
+async def wake_heartbeat(kernel: "Kernel", body: dict[str, Any]) -> dict[str, Any]:
+    """``chatkernel heartbeat wake``: run a heartbeat now, or leave a note for its next run."""
+    from chatkernel.core.heartbeat import HeartbeatError
+
+    text, mode, session = body.get("text"), body.get("mode") or "now", body.get("session")
+    if text is not None and not isinstance(text, str) or not isinstance(mode, str) or (
+            session is not None and not isinstance(session, str)):
+        raise ControlError("'text', 'mode' and 'session' must be strings")
+    try:
+        job = await kernel.heartbeats.wake_up(text, mode=mode, session_key=session or None)
+    except HeartbeatError as exc:
+        raise ControlError(str(exc), 404 if "no heartbeat" in str(exc) else 400) from None
+    return {"heartbeat": kernel.heartbeats.describe(job), "mode": mode}
 
 
 def probe_timeout(body: dict[str, Any]) -> float | None:

@@ -22,6 +22,8 @@ from chatkernel.core.agents import Agent, AgentEvent, TurnRequest, collect_agent
 from chatkernel.core.channel import Channel, collect_channels
 from chatkernel.core.commands import collect_commands
 from chatkernel.core.health import Health
+from chatkernel.core.heartbeat import Clock as HeartbeatClock
+from chatkernel.core.heartbeat import HeartbeatScheduler
 from chatkernel.core.inbound import (
     Inbound,
     InvalidMessage,
@@ -57,12 +59,17 @@ class Kernel:
     def __init__(self, config: cfg.KernelConfig | None = None, *,
                  pm: PluginManager | None = None, store: Store | None = None,
                  config_path: Path | None = None, recover: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 heartbeats: bool | None = None,
+                 heartbeat_clock: HeartbeatClock | None = None) -> None:
         self.config = config or cfg.KernelConfig()
         self.config_path = config_path
         #: Replay unfinished messages and sends at start (the gateway does; a CLI
         #: command that only sends must not run the agent).
         self.recover = recover
+        #: Run the heartbeat scheduler (default: as ``recover``; a CLI command's own
+        #: kernel must not fire an overdue heartbeat).
+        self.run_heartbeats = recover if heartbeats is None else heartbeats
         self.pm = pm or get_plugin_manager()
         self._store = store
         self.clock = clock
@@ -79,6 +86,7 @@ class Kernel:
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
         self.receiver = Receiver(self.inbound)
         self.indicators = Indicators(lambda key: self.sessions.route(key))
+        self.heartbeats = HeartbeatScheduler(self, heartbeat_clock)
         self.started_at: float | None = None
         #: The gateway's base URL once its HTTP server listens (None in-process).
         self.url: str | None = None
@@ -128,6 +136,7 @@ class Kernel:
         self._build_accounts()
         for account in self.accounts.values():
             self.outbox.prepare(account)  # rate limits and retry policy: errors now, not later
+        self.heartbeats.check_config()
         agent_types = collect_agents(self.pm)
         kind = self.config.agent.kind
         if kind not in agent_types:
@@ -154,7 +163,9 @@ class Kernel:
         stack.callback(self._tg.cancel_scope.cancel)  # runs first on exit: stop turns
         self._queue = SessionQueue(self._tg, self.run_turn, self.queue_settings,
                                    max_concurrent=self.config.queue.max_concurrent,
-                                   on_drop=self._dropped, steer=self._steer)
+                                   on_drop=self._dropped, steer=self._steer,
+                                   on_busy=self.heartbeats.lane_busy,
+                                   on_idle=self.heartbeats.lane_idle)
         queue = self._queue
         self.metrics.queue_depth.set_function(queue.depth)  # computed when scraped
         self._tg.start_soon(self.indicators.run, name="typing indicators")
@@ -166,6 +177,8 @@ class Kernel:
         if self.recover:
             await self.outbox.recover()
             await self._replay_unfinished()
+        if self.run_heartbeats:
+            await self.heartbeats.start(self._tg)
 
     def _build_accounts(self) -> None:
         channels = dict(self.config.channels)

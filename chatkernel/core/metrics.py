@@ -34,6 +34,13 @@ class Metrics:
                                       buckets=(.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120))
         self.queue_depth = Gauge("chatkernel_queue_depth", "Messages waiting in session lanes",
                                  registry=self.registry)
+        self.heartbeats = Counter("chatkernel_heartbeats", "Heartbeat turns run, by outcome"
+                                  " (ok, alert, error, preempted)", ("outcome",),
+                                  registry=self.registry)
+        self.heartbeat_skips = Counter(
+            "chatkernel_heartbeat_skips", "Heartbeat runs or sends skipped, by reason"
+            " (alerts-disabled, quiet-hours, empty-heartbeat-file, no-tasks-due, dm-blocked,"
+            " no-target, alerts-hidden)", ("reason",), registry=self.registry)
         self.restarts = Counter("chatkernel_account_restarts",
                                 "Receive loops restarted (after a crash or by the monitor)",
                                 labels, registry=self.registry)

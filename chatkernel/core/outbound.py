@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from chatkernel.core.agents import AgentEvent
 from chatkernel.core.chunking import chunk_text
+from chatkernel.core.heartbeat_ack import strip_stray_token
 from chatkernel.core.markers import split_media
 from chatkernel.core.models import Account, OutboundPayload, Route, SendError, SendResult
 from chatkernel.core.policy import resolve_media_path
@@ -129,11 +130,18 @@ def route_key(route: Route) -> str:
 
 
 class Responder:
-    """Consumes one turn's agent events and queues what should be sent."""
+    """Consumes one turn's agent events and queues what should be sent.
+
+    Outside heartbeats, a stray ``HEARTBEAT_OK`` at the start or end of a text is
+    stripped and a text that is only the token is dropped (SPEC §6). A heartbeat
+    turn's reply has been judged already (:mod:`chatkernel.core.heartbeat`):
+    ``heartbeat=True`` sends it as it is.
+    """
 
     def __init__(self, kernel: "Kernel", account: Account, session_key: str, session_id: str,
-                 route: Route, journal_seqs: list[int]) -> None:
+                 route: Route, journal_seqs: list[int], *, heartbeat: bool = False) -> None:
         self._kernel = kernel
+        self._heartbeat = heartbeat
         self._account = account
         self._key = session_key
         self._session_id = session_id
@@ -145,7 +153,9 @@ class Responder:
     async def handle(self, event: AgentEvent) -> None:
         if event.kind == "text":
             if event.final and event.text.strip():
-                self._pending.append(event.text)
+                text = event.text if self._heartbeat else strip_stray_token(event.text)
+                if text:
+                    self._pending.append(text)
         elif event.kind == "error":
             await self.flush()
             await self._queue(ERROR_PREFIX + event.text, fmt="plain")

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import Any, Literal
 import anyio
 from anyio.abc import TaskGroup
 
+from chatkernel.core.durations import parse_duration_ms
 from chatkernel.core.models import InboundMessage
 
 log = logging.getLogger("chatkernel.queue")
@@ -81,18 +81,6 @@ def parse_queue_args(args: str) -> dict[str, Any]:
     return settings
 
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)?")
-
-
-def parse_duration_ms(text: str) -> int:
-    """``1500``/``1500ms`` → 1500, ``2s`` → 2000, ``1.5m`` → 90000."""
-    match = _DURATION.fullmatch(text.strip().lower())
-    if not match:
-        raise ValueError(f"not a duration: {text!r} (e.g. 500ms, 2s, 1m)")
-    scale = {"ms": 1, None: 1, "s": 1000, "m": 60_000, "h": 3_600_000}[match[2]]
-    return int(float(match[1]) * scale)
-
-
 @dataclass(slots=True)
 class QueuedMessage:
     """A message waiting in a lane, with its journal seq."""
@@ -119,6 +107,8 @@ TurnRunner = Callable[[str, Batch], Awaitable[None]]
 DropHandler = Callable[[str, list[QueuedMessage], str], Awaitable[None]]
 #: steer(session_key, message) -> True when the running turn took it.
 Steerer = Callable[[str, InboundMessage], Awaitable[bool]]
+#: told a session key when its lane becomes busy, or idle again (no await: it runs inline).
+LaneObserver = Callable[[str], None]
 
 
 class Lane:
@@ -152,8 +142,13 @@ class SessionQueue:
     def __init__(self, task_group: TaskGroup, runner: TurnRunner,
                  settings: Callable[[str], QueueSettings], *, max_concurrent: int = 4,
                  on_drop: DropHandler | None = None, steer: Steerer | None = None,
+                 on_busy: LaneObserver | None = None, on_idle: LaneObserver | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self._tg = task_group
+        # The heartbeat scheduler listens: a user message preempts a heartbeat turn in
+        # its session, and a heartbeat that waited for the lane fires when it is idle.
+        self._on_busy = on_busy
+        self._on_idle = on_idle
         self._runner = runner
         self._settings = settings
         self._on_drop = on_drop
@@ -201,6 +196,8 @@ class SessionQueue:
             lane.active = True
             lane.turns = 0
             self._ready_in.send_nowait(lane)
+            if self._on_busy is not None:
+                self._on_busy(key)
             return "started"
         settings = self._settings(key)
         if settings.mode == "steer" and lane.running and self._steer is not None:
@@ -268,10 +265,11 @@ class SessionQueue:
             await anyio.sleep(remaining)
         self._ready_in.send_nowait(lane)
 
-    @staticmethod
-    def _finish(lane: Lane) -> None:
+    def _finish(self, lane: Lane) -> None:
         lane.active = False
         lane.busy_hint_sent = False
+        if self._on_idle is not None:
+            self._on_idle(lane.key)
 
     @staticmethod
     def _take(lane: Lane, settings: QueueSettings) -> Batch:

@@ -130,7 +130,8 @@ class KernelHarness:
     """
 
     def __init__(self, home: Path, *, config: dict[str, Any] | None = None,
-                 plugins: list[tuple[str, object]] | None = None) -> None:
+                 plugins: list[tuple[str, object]] | None = None,
+                 heartbeat_clock: Any = None) -> None:
         data: dict[str, Any] = {
             "gateway": {"workspace": str(home / "workspace")},
             "store": {"path": str(home / "state.db")},
@@ -144,6 +145,8 @@ class KernelHarness:
                 data[section] = values
         self.config = KernelConfig.model_validate(data)
         self.plugins = [("chatkernel.testing.memory", MemoryPlugin), *(plugins or [])]
+        #: The heartbeat scheduler's clock (e.g. a chatkernel.testing.clock.ManualClock).
+        self.heartbeat_clock = heartbeat_clock
         self.kernel: Any = None
         self._stack: AsyncExitStack | None = None
 
@@ -157,7 +160,8 @@ class KernelHarness:
             pm.register(plugin, name=name)
         pm.check_pending()
         self._stack = AsyncExitStack()
-        self.kernel = await self._stack.enter_async_context(Kernel(self.config, pm=pm))
+        self.kernel = await self._stack.enter_async_context(
+            Kernel(self.config, pm=pm, heartbeat_clock=self.heartbeat_clock))
         for account in self.kernel.accounts.values():
             if isinstance(account.channel, MemoryChannel):
                 account.channel.attach(self.kernel.deliver)
@@ -191,3 +195,17 @@ class KernelHarness:
                         and not self.kernel.outbox.pending() \
                         and not self.kernel.inbound.backlog():
                     return
+
+    async def heartbeats_settled(self, timeout: float = 5.0) -> None:
+        """Wait until the heartbeat scheduler has acted on its clock (nothing due is
+        left undecided, no heartbeat turn runs) and everything queued was sent."""
+        scheduler = self.kernel.heartbeats
+        with anyio.fail_after(timeout):
+            while True:
+                await anyio.sleep(0)
+                if scheduler.quiescent():
+                    await self.settle(timeout)
+                    if scheduler.quiescent():
+                        return
+                else:
+                    await anyio.sleep(0.002)

@@ -10,14 +10,21 @@ from __future__ import annotations
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
 
-from chatkernel.core.store.base import JournalEntry, LogEntry, OutboxEntry, SessionRecord, Store
+from chatkernel.core.store.base import (
+    HeartbeatState,
+    JournalEntry,
+    LogEntry,
+    OutboxEntry,
+    SessionRecord,
+    Store,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from chatkernel.core.config import KernelConfig
 
-__all__ = ["NAMESPACE", "JournalEntry", "LogEntry", "OutboxEntry", "SessionRecord", "Store",
+__all__ = ["NAMESPACE", "HeartbeatState", "JournalEntry", "LogEntry", "OutboxEntry", "SessionRecord", "Store",
            "installed_backends", "open_store"]
 
 #: The entry-point group of store backends.

@@ -76,6 +76,30 @@ class OutboxEntry:
     created_at: float
 
 
+@dataclass(slots=True)
+class HeartbeatState:
+    """What the heartbeat scheduler keeps of one heartbeat between restarts.
+
+    ``id`` is ``main`` for the config heartbeat and ``session:<key>`` for a
+    session heartbeat (``/heartbeat every ...``), whose own settings
+    (``every``, ``prompt``) are in ``settings``. ``anchor_at`` is when the
+    current interval began (the last fire, the creation, a resume): the next
+    run is due at ``anchor_at + every``. ``task_runs`` maps each HEARTBEAT.md
+    task to its last completed run; ``wake_texts`` wait for the next run
+    (``chatkernel heartbeat wake --mode next``). Times are Unix times.
+    """
+
+    id: str
+    session_key: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    paused: bool = False
+    anchor_at: float | None = None
+    last_run_at: float | None = None
+    last_outcome: str | None = None
+    task_runs: dict[str, float] = field(default_factory=dict)
+    wake_texts: list[str] = field(default_factory=list)
+
+
 class Store(abc.ABC):
     """Durable state. Every method is safe to call concurrently from one event loop."""
 
@@ -210,3 +234,21 @@ class Store(abc.ABC):
                        limit: int | None = None, roles: tuple[str, ...] | None = None,
                        before_seq: int | None = None) -> list[LogEntry]:
         """The newest ``limit`` entries (with seq < ``before_seq``, of ``roles``), oldest first."""
+
+    # -- heartbeats -----------------------------------------------------------------------
+
+    @abc.abstractmethod
+    async def get_heartbeat(self, heartbeat_id: str) -> HeartbeatState | None:
+        """One heartbeat's scheduler state, or None."""
+
+    @abc.abstractmethod
+    async def save_heartbeat(self, state: HeartbeatState) -> None:
+        """Insert or replace a heartbeat's state."""
+
+    @abc.abstractmethod
+    async def delete_heartbeat(self, heartbeat_id: str) -> bool:
+        """Forget a heartbeat (``/heartbeat clear``); False when there was none."""
+
+    @abc.abstractmethod
+    async def list_heartbeats(self) -> list[HeartbeatState]:
+        """Every heartbeat's state, by id."""

@@ -54,7 +54,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 
 from chatkernel.core.models import InboundMessage, Route
-from chatkernel.core.store.base import JournalEntry, LogEntry, OutboxEntry, SessionRecord, Store
+from chatkernel.core.store.base import (
+    HeartbeatState,
+    JournalEntry,
+    LogEntry,
+    OutboxEntry,
+    SessionRecord,
+    Store,
+)
 from chatkernel.core.store.codec import (
     decode_json,
     decode_message,
@@ -184,6 +191,21 @@ MIGRATIONS: list[str] = [
         updated_at   REAL NOT NULL
     );
     CREATE INDEX outbox_unfinished ON outbox (id) WHERE status IN ('pending', 'sending');
+    """,
+    # 3: heartbeat scheduler state.
+    """
+    CREATE TABLE heartbeats (
+        id            TEXT PRIMARY KEY,  -- "main" or "session:<key>"
+        session_key   TEXT,
+        settings      TEXT NOT NULL DEFAULT '{}',  -- JSON object
+        paused        INTEGER NOT NULL DEFAULT 0,
+        anchor_at     REAL,
+        last_run_at   REAL,
+        last_outcome  TEXT,
+        task_runs     TEXT NOT NULL DEFAULT '{}',  -- JSON object: task name -> time
+        wake_texts    TEXT NOT NULL DEFAULT '[]',  -- JSON list
+        updated_at    REAL NOT NULL
+    );
     """,
 ]
 
@@ -748,3 +770,49 @@ class SQLiteStore(Store):
         return [LogEntry(seq=seq, session_key=key, session_id=sid, role=role, text=text,
                          ts=ts, meta=decode_json(meta) or {})
                 for seq, key, sid, role, text, ts, meta in rows]
+
+    # -- heartbeats -----------------------------------------------------------------------------
+
+    _HEARTBEAT_COLUMNS = ("id, session_key, settings, paused, anchor_at, last_run_at,"
+                          " last_outcome, task_runs, wake_texts")
+
+    @staticmethod
+    def _heartbeat(row: tuple[Any, ...]) -> HeartbeatState:
+        (heartbeat_id, session_key, settings, paused, anchor_at, last_run_at, last_outcome,
+         task_runs, wake_texts) = row
+        return HeartbeatState(id=heartbeat_id, session_key=session_key,
+                              settings=decode_json(settings) or {}, paused=bool(paused),
+                              anchor_at=anchor_at, last_run_at=last_run_at,
+                              last_outcome=last_outcome,
+                              task_runs=decode_json(task_runs) or {},
+                              wake_texts=decode_json(wake_texts) or [])
+
+    async def get_heartbeat(self, heartbeat_id: str) -> HeartbeatState | None:
+        row = self._run(f"SELECT {self._HEARTBEAT_COLUMNS} FROM heartbeats WHERE id = ?",
+                        (heartbeat_id,)).fetchone()
+        return None if row is None else self._heartbeat(row)
+
+    async def save_heartbeat(self, state: HeartbeatState) -> None:
+        self._write(
+            f"INSERT INTO heartbeats ({self._HEARTBEAT_COLUMNS}, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+            " session_key = excluded.session_key, settings = excluded.settings,"
+            " paused = excluded.paused, anchor_at = excluded.anchor_at,"
+            " last_run_at = excluded.last_run_at, last_outcome = excluded.last_outcome,"
+            " task_runs = excluded.task_runs, wake_texts = excluded.wake_texts,"
+            " updated_at = excluded.updated_at",
+            (state.id, state.session_key,
+             encode_json(state.settings or {}, what="HeartbeatState.settings"),
+             int(state.paused), state.anchor_at, state.last_run_at, state.last_outcome,
+             encode_json(state.task_runs or {}, what="HeartbeatState.task_runs"),
+             encode_json(list(state.wake_texts), what="HeartbeatState.wake_texts"),
+             time.time()))
+
+    async def delete_heartbeat(self, heartbeat_id: str) -> bool:
+        cursor = self._write("DELETE FROM heartbeats WHERE id = ?", (heartbeat_id,))
+        return cursor.rowcount > 0
+
+    async def list_heartbeats(self) -> list[HeartbeatState]:
+        rows = self._run(f"SELECT {self._HEARTBEAT_COLUMNS} FROM heartbeats ORDER BY id"
+                         ).fetchall()
+        return [self._heartbeat(row) for row in rows]

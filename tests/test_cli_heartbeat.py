@@ -1,0 +1,128 @@
+"""``chatkernel heartbeat status|wake``: from the local state, and through the running gateway."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+import urllib.request
+
+import anyio
+import pytest
+from click.testing import CliRunner
+
+from chatkernel.cli import cli
+from chatkernel.core.store.base import HeartbeatState
+from chatkernel.core.store.sqlite import SQLiteStore
+from chatkernel.testing.process import CHATKERNEL, gateway_process
+
+
+def run(home, *args, timeout=60):
+    env = {**os.environ, "CHATKERNEL_HOME": str(home)}
+    env.pop("CHATKERNEL_CONFIG", None)
+    return subprocess.run([CHATKERNEL, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def post(url, body):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
+def transcript(url, chat_id, want, timeout=10.0):
+    """The web chat's messages once there are ``want`` of them (bounded)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(f"{url}/webchat/messages?chat_id={chat_id}",
+                                    timeout=5) as response:
+            messages = json.load(response)["messages"]
+        if len(messages) >= want or time.monotonic() > deadline:
+            return messages
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def invoke(runner, *args):
+    return runner.invoke(cli, ["heartbeat", *args])
+
+
+def save_states(home, *states):
+    async def write():
+        async with SQLiteStore.at(home / "state.db") as store:
+            for state in states:
+                await store.save_heartbeat(state)
+    anyio.run(write)
+
+
+def test_status_without_a_gateway_reads_the_local_state(runner, chatkernel_home):
+    (chatkernel_home / "config.toml").write_text('[heartbeat]\nevery = "30m"\ntarget = "last"\n')
+    now = time.time()
+    save_states(chatkernel_home,
+                HeartbeatState(id="main", anchor_at=now - 600, last_run_at=now - 600,
+                               last_outcome="alert (sent)"),
+                HeartbeatState(id="session:webchat:default:c1", session_key="webchat:default:c1",
+                               settings={"every": "2m", "prompt": "check the build"},
+                               anchor_at=now, paused=True, wake_texts=["deploy done"]))
+    result = invoke(runner, "status", "--json")
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert answer["via"] == "local"
+    main, session = answer["heartbeats"]
+    assert (main["id"], main["every"], main["target"], main["last_outcome"]) == (
+        "main", "30m", "last", "alert (sent)")
+    assert 1100 <= main["next_in_seconds"] <= 1200  # due 20 minutes from the test's now
+    assert (session["every"], session["prompt"], session["paused"], session["wake_texts"]) == (
+        "2m", "check the build", True, ["deploy done"])
+    text = invoke(runner, "status").stdout
+    assert re.search(r"^main  every 30m  target last  next in (19m\d*s|20m)  ", text, re.M)
+    assert "session:webchat:default:c1  every 2m  webchat:default:c1  paused" in text
+    assert "from the local state" in text
+
+
+def test_status_of_a_configured_heartbeat_that_never_ran(runner, chatkernel_home):
+    (chatkernel_home / "config.toml").write_text('[heartbeat]\nevery = "0"\n')
+    text = invoke(runner, "status").stdout
+    assert "main  every 0  target none  not timed (every = 0): wake only" in text
+    (chatkernel_home / "config.toml").write_text("")
+    assert invoke(runner, "status").stdout.startswith("No heartbeats.")
+
+
+def test_wake_without_a_gateway_is_a_clear_error(runner, chatkernel_home):
+    result = invoke(runner, "wake", "--text", "hello")
+    assert result.exit_code == 1
+    assert "no gateway is running" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_wake_and_status_through_the_running_gateway(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[heartbeat]\nevery = "30m"\ntarget = "last"\n')
+    with gateway_process(home) as gateway:
+        post(f"{gateway.url}/webchat/messages", {"chat_id": "c1", "user_id": "u1",
+                                                 "text": "hi bot"})
+        transcript(gateway.url, "c1", 2)
+        # the echo agent repeats the prompt: an alert, sent to the last active chat
+        result = run(home, "heartbeat", "wake", "--text", "deploy 42 finished")
+        assert result.returncode == 0, result.stderr
+        assert "woke heartbeat main" in result.stdout
+        messages = transcript(gateway.url, "c1", 3)
+        assert messages[-1]["text"].endswith("Woken with a note: deploy 42 finished")
+        result = run(home, "heartbeat", "status", "--json")
+        answer = json.loads(result.stdout)
+        assert answer["via"] == "gateway"
+        [main] = answer["heartbeats"]
+        assert main["last_outcome"] == "alert (sent)" and main["wake_texts"] == []
+        result = run(home, "heartbeat", "wake", "--mode", "next")
+        assert result.returncode != 0 and "needs --text" in result.stderr
+        result = run(home, "heartbeat", "wake", "--session", "webchat:default:nope")
+        assert result.returncode != 0 and "has no heartbeat" in result.stderr
+        assert gateway.stop() == 0
