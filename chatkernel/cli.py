@@ -683,21 +683,18 @@ def _local_heartbeats(config_file: str | None) -> dict[str, Any]:
     """The heartbeats as the store and the config describe them (no gateway runs)."""
     import time
 
-    from chatkernel.core.heartbeat import MAIN, describe_state, is_configured, merged_settings
+    from chatkernel.core.heartbeat import MAIN, describe_state, merged_settings
 
     config, _ = _load_config(config_file)
     states = _with_store(config_file, lambda store: store.list_heartbeats())
     now = time.time()
-    heartbeats = []
-    for state in states:
-        if state.id == MAIN and not is_configured(config):
-            continue  # left from an earlier config
-        heartbeats.append(describe_state(state, merged_settings(config, state.settings), now))
-    if is_configured(config) and not any(h["id"] == MAIN for h in heartbeats):
+    heartbeats = [describe_state(state, merged_settings(config, state.settings), now)
+                  for state in states]
+    if not any(h["id"] == MAIN for h in heartbeats):
         from chatkernel.core.store.base import HeartbeatState
 
         never = describe_state(HeartbeatState(id=MAIN), merged_settings(config), now)
-        heartbeats.insert(0, never)  # configured, never started
+        heartbeats.insert(0, never)  # no gateway has started it yet
     return {"heartbeats": heartbeats, "now": now}
 
 
@@ -724,8 +721,7 @@ def heartbeat_status(config_file: str | None, as_json: bool) -> None:
         return
     heartbeats = answer["heartbeats"]
     if not heartbeats:
-        click.echo("No heartbeats. Add a [heartbeat] table to the config, or send "
-                   "/heartbeat every 30m <what to check> in a chat.")
+        click.echo("No heartbeats. Set one in a chat: /heartbeat every 30m <what to check>.")
         return
     for item in heartbeats:
         click.echo(_heartbeat_line(item, answer["now"]))

@@ -91,8 +91,9 @@ def test_status_of_a_configured_heartbeat_that_never_ran(runner, chatkernel_home
     (chatkernel_home / "config.toml").write_text('[heartbeat]\nevery = "0"\n')
     text = invoke(runner, "status").stdout
     assert "main  every 0  target none  not timed (every = 0): wake only" in text
-    (chatkernel_home / "config.toml").write_text("")
-    assert invoke(runner, "status").stdout.startswith("No heartbeats.")
+    (chatkernel_home / "config.toml").write_text("")  # the default: every 30m, target none
+    assert invoke(runner, "status").stdout.startswith(
+        "main  every 30m  target none  starts with the gateway")
 
 
 def test_wake_without_a_gateway_is_a_clear_error(runner, chatkernel_home):

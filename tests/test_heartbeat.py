@@ -108,14 +108,19 @@ def test_agent_and_session_settings_merge_over_the_config():
     assert "HEARTBEAT.md" in DEFAULT_PROMPT and HEARTBEAT_TOKEN in DEFAULT_PROMPT
 
 
-async def test_without_a_heartbeat_table_nothing_is_scheduled(tmp_path):
-    agent = scripted_agent(script=replies())
+async def test_without_a_heartbeat_table_the_default_runs_every_30m_and_sends_nothing(
+        tmp_path):
+    agent = scripted_agent(script=replies("all quiet"))
     clock = ManualClock()
     async with harness(tmp_path, agent, clock=clock) as h:
-        assert h.kernel.heartbeats.jobs == {}
-        clock.advance(24 * 3600)
+        assert list(h.kernel.heartbeats.jobs) == ["main"]
+        clock.advance(29 * 60)
         await h.heartbeats_settled()
         assert heartbeat_turns(agent) == []
+        clock.advance(60)
+        await h.heartbeats_settled()
+        assert len(heartbeat_turns(agent)) == 1
+        assert h.channel.sent == []  # target none: the run happens, nothing is sent
 
 
 async def test_every_zero_disables_the_config_heartbeat(tmp_path):
@@ -893,8 +898,6 @@ async def test_wake_errors(tmp_path):
 
     agent = scripted_agent(script=replies())
     async with harness(tmp_path, agent) as h:
-        with pytest.raises(HeartbeatError, match="no heartbeat is configured"):
-            await h.kernel.heartbeats.wake_up()
         with pytest.raises(HeartbeatError, match="has no heartbeat"):
             await h.kernel.heartbeats.wake_up(session_key="memory:main:nope")
     async with harness(tmp_path, agent, heartbeat={"every": "0"}) as h:

@@ -19,6 +19,8 @@ KEY = "memory:main:chat-1"
 
 
 def harness(tmp_path, agent, clock, **sections):
+    # The config heartbeat (always there) is kept off the clock: these are session ones.
+    sections.setdefault("heartbeat", {"every": "0"})
     return KernelHarness(tmp_path, config={"agent": {"kind": agent.name}, **sections},
                          heartbeat_clock=clock, plugins=[("test-agent", agent_plugin(agent))])
 
@@ -71,7 +73,7 @@ async def test_hb_alias_minimum_interval_and_usage(tmp_path):
         assert "needs a unit" in await command(h, "/hb every 5 what unit?")
         assert "give the prompt" in await command(h, "/hb every 5m")
         assert "unknown action 'sometimes'" in await command(h, "/hb sometimes")
-        assert h.kernel.heartbeats.jobs == {}
+        assert list(h.kernel.heartbeats.jobs) == ["main"]  # no session heartbeat
         assert (await command(h, "/hb every 1m ok")).startswith("Heartbeat set")
 
 
@@ -84,7 +86,7 @@ async def test_every_replaces_an_existing_heartbeat(tmp_path):
         await h.heartbeats_settled()
         reply = await command(h, "/heartbeat every 3m second prompt")
         assert reply == "Heartbeat replaced: every 3m, first run in 3m."
-        assert len(h.kernel.heartbeats.jobs) == 1
+        assert len(h.kernel.heartbeats.jobs) == 2  # the config one and this session's
         clock.advance(3 * MINUTE)
         await h.heartbeats_settled()
         [turn] = heartbeat_turns(agent)
@@ -136,7 +138,7 @@ async def test_clear_removes_the_heartbeat(tmp_path):
         clock.advance(60 * MINUTE)
         await h.heartbeats_settled()
         assert heartbeat_turns(agent) == []
-        assert await h.kernel.store.list_heartbeats() == []
+        assert [state.id for state in await h.kernel.store.list_heartbeats()] == ["main"]
 
 
 async def test_session_heartbeats_survive_a_restart(tmp_path):

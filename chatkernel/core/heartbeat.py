@@ -152,12 +152,6 @@ def _layer(value: Any) -> dict[str, Any] | None:
 # -- settings --------------------------------------------------------------------------------
 
 
-def is_configured(config: "KernelConfig") -> bool:
-    """Whether the config asks for the config heartbeat: a ``[heartbeat]`` or an
-    ``[agent.heartbeat]`` table (its ``every`` then defaults to 30m)."""
-    return "heartbeat" in config.model_fields_set or config.agent.heartbeat is not None
-
-
 def merged_settings(config: "KernelConfig",
                     override: Mapping[str, Any] | None = None) -> HeartbeatConfig:
     """``[heartbeat]``, then ``[agent.heartbeat]``, then a session's own settings, each
@@ -345,8 +339,6 @@ class HeartbeatScheduler:
     def check_config(self) -> None:
         """``heartbeat.target`` names none, last, or a channel that runs."""
         config = self.kernel.config
-        if not is_configured(config):
-            return
         settings = merged_settings(config)
         target = settings.target
         channels = {account.channel_name for account in self.kernel.accounts.values()}
@@ -375,9 +367,9 @@ class HeartbeatScheduler:
         for state in await store.list_heartbeats():
             if state.id.startswith(SESSION_PREFIX) and state.session_key:
                 self.jobs[state.id] = HeartbeatJob(state)
-            elif state.id == MAIN and is_configured(self.kernel.config):
+            elif state.id == MAIN:
                 self.jobs[MAIN] = HeartbeatJob(state)
-        if is_configured(self.kernel.config) and MAIN not in self.jobs:
+        if MAIN not in self.jobs:  # the config heartbeat: always there, every = 0 stops its timer
             self.jobs[MAIN] = HeartbeatJob(HeartbeatState(id=MAIN))
         for job in self.jobs.values():
             if job.state.anchor_at is None:  # new: the first run is one interval away
@@ -888,8 +880,8 @@ class HeartbeatScheduler:
         else:
             job = self.jobs.get(MAIN)
             if job is None:
-                raise HeartbeatError("no heartbeat is configured (add a [heartbeat] table to "
-                                     "the config, or name a session heartbeat with --session)")
+                raise HeartbeatError("the config heartbeat does not run in this kernel "
+                                     "(only the gateway runs heartbeats)")
         text = (text or "").strip()
         if mode == "next" and not text:
             raise HeartbeatError("--mode next needs --text: the note for the next heartbeat")
@@ -957,7 +949,7 @@ __all__ = [
     "DEFAULT_PROMPT", "MAIN", "MIN_SESSION_EVERY", "SESSION_GUARD", "SKIP_REASONS",
     "Clock", "Destination", "HeartbeatError", "HeartbeatEvent",
     "HeartbeatJob", "HeartbeatRecord", "HeartbeatScheduler", "SystemClock",
-    "describe_state", "in_active_hours", "is_configured", "merged_settings",
+    "describe_state", "in_active_hours", "merged_settings",
     "next_window_start", "plugin_visibility_defaults", "resolve_visibility",
     "visibility_for", "zone_for",
 ]
