@@ -100,6 +100,7 @@ class Kernel:
         self.supervisors: dict[str, Any] = {}
         self._tg: TaskGroup | None = None
         self._queue: SessionQueue | None = None
+        self._channel_queue_settings: dict[str, QueueSettings] = {}
         self._sessions: Sessions | None = None
         self._stack: contextlib.AsyncExitStack | None = None
 
@@ -383,12 +384,15 @@ class Kernel:
 
     def queue_settings(self, session_key: str) -> QueueSettings:
         """Session override (``/queue``) > channel ``queue`` table > ``[queue]``."""
-        q = self.config.queue
-        settings = QueueSettings(q.mode, q.debounce_ms, q.cap, q.drop)
         channel_name = session_key.split(":", 1)[0]
-        section = self.config.channels.get(channel_name)
-        if section is not None and section.queue:
-            settings = settings.merged(section.queue)
+        settings = self._channel_queue_settings.get(channel_name)
+        if settings is None:  # the config does not change while the kernel runs
+            q = self.config.queue
+            settings = QueueSettings(q.mode, q.debounce_ms, q.cap, q.drop)
+            section = self.config.channels.get(channel_name)
+            if section is not None and section.queue:
+                settings = settings.merged(section.queue)
+            self._channel_queue_settings[channel_name] = settings
         record = self.sessions.cached(session_key)
         if record is not None:
             settings = settings.merged(record.settings.get("queue"))

@@ -36,7 +36,7 @@ QUEUE_MODES: tuple[str, ...] = ("collect", "followup", "interrupt", "steer")
 DROP_POLICIES: tuple[str, ...] = ("old", "new", "summarize")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, frozen=True)
 class QueueSettings:
     """A lane's effective settings (session override > channel > global)."""
 
