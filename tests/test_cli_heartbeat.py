@@ -33,18 +33,6 @@ def post(url, body):
         return json.load(response)
 
 
-def transcript(url, chat_id, want, timeout=10.0):
-    """The web chat's messages once there are ``want`` of them (bounded)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with urllib.request.urlopen(f"{url}/webchat/messages?chat_id={chat_id}",
-                                    timeout=5) as response:
-            messages = json.load(response)["messages"]
-        if len(messages) >= want or time.monotonic() > deadline:
-            return messages
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def runner():
     return CliRunner()
@@ -110,12 +98,12 @@ def test_wake_and_status_through_the_running_gateway(tmp_path):
     with gateway_process(home) as gateway:
         post(f"{gateway.url}/webchat/messages", {"chat_id": "c1", "user_id": "u1",
                                                  "text": "hi bot"})
-        transcript(gateway.url, "c1", 2)
+        gateway.webchat_messages("c1", 2)
         # the echo agent repeats the prompt: an alert, sent to the last active chat
         result = run(home, "heartbeat", "wake", "--text", "deploy 42 finished")
         assert result.returncode == 0, result.stderr
         assert "woke heartbeat main" in result.stdout
-        messages = transcript(gateway.url, "c1", 3)
+        messages = gateway.webchat_messages("c1", 3)
         assert messages[-1]["text"].endswith("Woken with a note: deploy 42 finished")
         result = run(home, "heartbeat", "status", "--json")
         answer = json.loads(result.stdout)

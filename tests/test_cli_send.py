@@ -33,17 +33,6 @@ def post(url, body, token=None):
         return exc.code, json.load(exc)
 
 
-def transcript(url, chat_id, want, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        with urllib.request.urlopen(f"{url}/webchat/messages?chat_id={chat_id}",
-                                    timeout=5) as response:
-            messages = json.load(response)["messages"]
-        if len(messages) >= want or time.monotonic() > deadline:
-            return messages
-        time.sleep(0.05)
-
-
 def test_send_directly_when_no_gateway_runs(tmp_path):
     home = tmp_path / "home"
     result = run(home, "send", "--channel", "webchat", "--to", "c1", "hello from the cli")
@@ -86,12 +75,12 @@ def test_send_and_sessions_through_the_running_gateway(tmp_path):
         # a conversation, so there is a session and a last active chat
         post(f"{gateway.url}/webchat/messages", {"chat_id": "c1", "user_id": "u1",
                                                  "text": "hi bot"})
-        transcript(gateway.url, "c1", 2)
+        gateway.webchat_messages("c1", 2)
 
         result = run(home, "send", "--channel", "webchat", "--to", "last", "proactive hello")
         assert result.returncode == 0, result.stderr
         assert "queued by the running gateway" in result.stdout
-        messages = transcript(gateway.url, "c1", 3)
+        messages = gateway.webchat_messages("c1", 3)
         assert [m["text"] for m in messages] == ["hi bot", "hi bot", "proactive hello"]
 
         result = run(home, "sessions", "list", "--json")
@@ -102,7 +91,7 @@ def test_send_and_sessions_through_the_running_gateway(tmp_path):
 
         result = run(home, "sessions", "send", "webchat:default:c1", "into the session")
         assert result.returncode == 0, result.stderr
-        assert transcript(gateway.url, "c1", 4)[-1]["text"] == "into the session"
+        assert gateway.webchat_messages("c1", 4)[-1]["text"] == "into the session"
 
         result = run(home, "sessions", "history", "webchat:default:c1", "--json")
         roles = [(e["role"], e["text"]) for e in json.loads(result.stdout)]
@@ -114,7 +103,7 @@ def test_send_and_sessions_through_the_running_gateway(tmp_path):
         post(f"{gateway.url}/webchat/messages", {"chat_id": "c1", "user_id": "u1",
                                                  "text": "are you there?"})
         time.sleep(0.5)
-        texts = [m["text"] for m in transcript(gateway.url, "c1", 5)]
+        texts = [m["text"] for m in gateway.webchat_messages("c1", 5)]
         assert texts[-1] == "are you there?"  # the user's message, and no reply
         assert state["pid"] == gateway.process.pid
         assert gateway.stop() == 0

@@ -24,6 +24,23 @@ class GatewayProcess:
     process: subprocess.Popen
     lines: list[str] = field(default_factory=list)
 
+    def webchat_messages(self, chat_id: str, want: int, timeout: float = 10.0) -> list[dict]:
+        """The web chat's messages in ``chat_id`` once there are ``want`` of them, or
+        what there is when ``timeout`` seconds have passed (the caller asserts)."""
+        import json
+        import urllib.parse
+        import urllib.request
+
+        query = urllib.parse.urlencode({"chat_id": chat_id})
+        deadline = time.monotonic() + timeout
+        while True:
+            with urllib.request.urlopen(f"{self.url}/webchat/messages?{query}",
+                                        timeout=5) as response:
+                messages = json.load(response)["messages"]
+            if len(messages) >= want or time.monotonic() > deadline:
+                return messages
+            time.sleep(0.05)
+
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM, then wait; returns the exit status (killing it if it hangs)."""
         if self.process.poll() is None:
