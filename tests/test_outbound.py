@@ -251,15 +251,15 @@ async def test_idle_senders_linger_then_end_and_a_later_reply_starts_a_new_one(t
         await h.channel.receive("ping", chat_id="a")
         await h.settle()
         assert outbox.reap_idle(time.monotonic()) == 0  # lingering, not yet long enough
-        assert "memory:main:a" in outbox._queues
+        assert outbox.lines.active("memory:main:a")
         later = time.monotonic() + SENDER_LINGER_SECONDS
         assert outbox.reap_idle(later) == 1
         await h.settle()
         for _ in range(10):  # the woken sender ends on its next turn of the loop
-            if "memory:main:a" not in outbox._queues:
+            if not outbox.lines.active("memory:main:a"):
                 break
             await anyio.sleep(0)
-        assert "memory:main:a" not in outbox._queues
+        assert not outbox.lines.active("memory:main:a")
         await h.channel.receive("ping again", chat_id="a")
         await h.settle()
         assert h.channel.texts() == ["pong", "pong"]

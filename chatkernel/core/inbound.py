@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from typing import TYPE_CHECKING
 
 import anyio
 
 from chatkernel.core.commands import CommandContext, parse_command
+from chatkernel.core.lines import Lines
 from chatkernel.core.models import Account, InboundMessage, MediaRef, Verdict
 from chatkernel.core.outbound import await_maybe
 from chatkernel.core.queue import QueuedMessage
@@ -34,6 +34,8 @@ log = logging.getLogger("chatkernel.inbound")
 #: Accepted messages still waiting for the rest of the pipeline, across all chats,
 #: before :meth:`Inbound.accept` makes receive loops wait (backpressure).
 ACCEPT_BACKLOG = 2000
+#: How long an idle chat's line task waits for the next message before it ends.
+LINE_LINGER_SECONDS = 2.0
 
 BUSY_HINT = "⏳ still working on your previous message — I'll get to this one next."
 UNKNOWN_SENDER_REMINDER_SECONDS = 24 * 3600
@@ -113,13 +115,12 @@ class Inbound:
         self._observed = True  # anyone implementing inbound_delivered? (set on start)
         self._last_chat: dict[str, dict] = {}
         self._last_chat_dirty: set[str] = set()
-        # accept(): per-chat lines of journaled messages, each drained by one task.
-        self._lines: dict[str, deque[tuple[Account, InboundMessage, int]]] = {}
-        self._backlog = 0
+        # accept(): a line per chat of journaled messages (see chatkernel.core.lines).
+        self.lines: Lines[tuple[Account, InboundMessage, int]] = Lines(
+            "inbound", self._process_accepted, task_group=lambda: kernel.task_group,
+            linger=LINE_LINGER_SECONDS, after=self._taken)
         self._room = anyio.Event()  # set whenever the backlog is below ACCEPT_BACKLOG
         self._room.set()
-        self._settled = anyio.Event()  # set whenever the backlog is empty
-        self._settled.set()
 
     async def accept(self, message: InboundMessage) -> str:
         """Journal a message durably and return; the pipeline goes on behind.
@@ -131,7 +132,7 @@ class Inbound:
         replayed on the next start. Waits while :data:`ACCEPT_BACKLOG`
         messages are already waiting.
         """
-        while self._backlog >= ACCEPT_BACKLOG:
+        while len(self.lines) >= ACCEPT_BACKLOG:
             await self._room.wait()
         accepted = await self._journal(message)
         if accepted is None:
@@ -148,7 +149,7 @@ class Inbound:
         ``invalid`` for a message the kernel cannot take (logged with the
         reason; the rest of the batch is not held back by it).
         """
-        while self._backlog >= ACCEPT_BACKLOG:
+        while len(self.lines) >= ACCEPT_BACKLOG:
             await self._room.wait()
         kernel = self.kernel
         outcomes: list[str] = []
@@ -174,45 +175,30 @@ class Inbound:
 
     def _line_up(self, account: Account, seq: int, message: InboundMessage) -> None:
         """Queue a journaled message behind its chat's earlier ones."""
-        key = _chat_key(message)
-        line = self._lines.get(key)
-        if line is None:
-            line = self._lines[key] = deque()
-            self.kernel.task_group.start_soon(self._drain_line, key, line,
-                                              name=f"inbound {key}")
-        line.append((account, message, seq))
-        self._backlog += 1
-        if self._backlog == 1:
-            self._settled = anyio.Event()
-        if self._backlog == ACCEPT_BACKLOG:
+        self.lines.put(_chat_key(message), (account, message, seq))
+        if len(self.lines) == ACCEPT_BACKLOG:
             self._room = anyio.Event()
 
-    async def _drain_line(self, key: str, line: deque) -> None:
+    async def _process_accepted(self, item: tuple[Account, InboundMessage, int]) -> None:
+        account, message, seq = item
         try:
-            while line:
-                account, message, seq = line[0]
-                try:
-                    await self.process(account, message, seq)
-                except Exception:
-                    # Left unfinished in the journal: the next start replays it.
-                    log.exception("%s: message %s failed in the pipeline", account.key,
-                                  message.message_id)
-                line.popleft()
-                self._backlog -= 1
-                if self._backlog == ACCEPT_BACKLOG - 1:
-                    self._room.set()
-                if self._backlog == 0:
-                    self._settled.set()
-        finally:
-            del self._lines[key]  # no await since the last look at the line
+            await self.process(account, message, seq)
+        except Exception:
+            # Left unfinished in the journal: the next start replays it.
+            log.exception("%s: message %s failed in the pipeline", account.key,
+                          message.message_id)
+
+    def _taken(self, item: tuple[Account, InboundMessage, int]) -> None:
+        if len(self.lines) == ACCEPT_BACKLOG - 1:
+            self._room.set()
 
     def backlog(self) -> int:
         """Accepted messages not yet through the pipeline."""
-        return self._backlog
+        return len(self.lines)
 
     async def wait_settled(self) -> None:
         """Return once every accepted message went through the pipeline."""
-        await self._settled.wait()
+        await self.lines.wait_empty()
 
     async def deliver(self, message: InboundMessage) -> str:
         """Deliver one normalized message; returns the outcome (for logs and tests):

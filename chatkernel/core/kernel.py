@@ -247,6 +247,7 @@ class Kernel:
         while True:
             await anyio.sleep(WRITE_BEHIND_SECONDS)
             self.outbox.reap_idle()
+            self.inbound.lines.reap_idle()
             await self.inbound.flush_last_chats()
             if time.monotonic() - last_upkeep >= UPKEEP_SECONDS:
                 last_upkeep = time.monotonic()

@@ -21,11 +21,10 @@ import itertools
 import logging
 import time
 import uuid
-from collections import deque
 from typing import TYPE_CHECKING
 
-import anyio
 
+from chatkernel.core.lines import Lines
 from chatkernel.core.models import Account, OutboundPayload, Route, SendError, SendResult
 from chatkernel.core.outbound import upload_failed
 from chatkernel.core.retry import RetryPolicy, with_retries
@@ -47,15 +46,13 @@ class Outbox:
 
     def __init__(self, kernel: "Kernel") -> None:
         self._kernel = kernel
-        self._queues: dict[str, deque[OutboxEntry]] = {}
-        self._wakers: dict[str, anyio.Event] = {}
-        self._lingering: dict[str, float] = {}  # session key -> idle since (monotonic)
-        self._pending = 0
+        # One ordered sender per session (see chatkernel.core.lines).
+        self.lines: Lines[OutboxEntry] = Lines(
+            "sender", self._send, task_group=lambda: kernel.task_group,
+            linger=SENDER_LINGER_SECONDS, after=self._sent)
         self._failed_replies: set[str] = set()
         self._limiters: dict[str, RateLimiter] = {}
         self._policies: dict[str, RetryPolicy] = {}
-        self._idle = anyio.Event()
-        self._idle.set()
         # Reply ids: unique across restarts without a uuid per reply.
         self._run_id = uuid.uuid4().hex[:8]
         self._reply_numbers = itertools.count(1)
@@ -87,27 +84,19 @@ class Outbox:
 
     def _enqueue(self, entries: list[OutboxEntry]) -> None:
         for entry in entries:
-            queue = self._queues.get(entry.session_key)
-            if queue is None:
-                queue = self._queues[entry.session_key] = deque()
-                self._kernel.task_group.start_soon(self._sender, entry.session_key,
-                                                   queue, name=f"sender {entry.session_key}")
-            queue.append(entry)
-            if self._pending == 0:
-                self._idle = anyio.Event()
-            self._pending += 1
-            waker = self._wakers.pop(entry.session_key, None)
-            if waker is not None:
-                self._lingering.pop(entry.session_key, None)
-                waker.set()  # a lingering sender: more work
+            self.lines.put(entry.session_key, entry)
+
+    def _sent(self, entry: OutboxEntry) -> None:
+        if entry.payload.chunk_index >= entry.payload.chunk_count:
+            self._failed_replies.discard(entry.reply_id)  # the reply is over
 
     def pending(self) -> int:
         """Payloads queued or being sent."""
-        return self._pending
+        return len(self.lines)
 
     async def wait_idle(self) -> None:
         """Return once every queued payload was sent or failed."""
-        await self._idle.wait()
+        await self.lines.wait_empty()
 
     async def recover(self) -> None:
         """After a start: send what was never attempted, report what was in flight."""
@@ -125,47 +114,9 @@ class Outbox:
 
     # -- sending ---------------------------------------------------------------------
 
-    async def _sender(self, session_key: str, queue: deque[OutboxEntry]) -> None:
-        try:
-            while True:
-                while queue:
-                    entry = queue[0]
-                    try:
-                        await self._send(entry)
-                    except Exception:  # a bug must not stall the session's later sends
-                        log.exception("sending outbox entry %s failed unexpectedly", entry.id)
-                    queue.popleft()
-                    if entry.payload.chunk_index >= entry.payload.chunk_count:
-                        self._failed_replies.discard(entry.reply_id)  # the reply is over
-                    self._pending -= 1
-                    if self._pending == 0:
-                        self._idle.set()
-                # Linger: a busy chat's next reply usually follows soon, and a task
-                # that waits costs less than a task started for each reply. No
-                # timer per wait: reap_idle() wakes senders that lingered long enough.
-                waker = self._wakers[session_key] = anyio.Event()
-                self._lingering[session_key] = time.monotonic()
-                await waker.wait()
-                if not queue:
-                    return
-        finally:
-            # No await between the last look at the queue and here.
-            del self._queues[session_key]
-            self._wakers.pop(session_key, None)
-            self._lingering.pop(session_key, None)
-
     def reap_idle(self, now: float | None = None) -> int:
-        """End the senders that lingered :data:`SENDER_LINGER_SECONDS` with nothing
-        to send; returns how many were told to. (The kernel calls it every second.)"""
-        now = time.monotonic() if now is None else now
-        done = [key for key, since in self._lingering.items()
-                if now - since >= SENDER_LINGER_SECONDS]
-        for key in done:
-            del self._lingering[key]
-            waker = self._wakers.pop(key, None)
-            if waker is not None:
-                waker.set()  # it wakes to an empty queue and ends
-        return len(done)
+        """End the senders that lingered with nothing to send (see :class:`Lines`)."""
+        return self.lines.reap_idle(now)
 
     async def _send(self, entry: OutboxEntry) -> None:
         kernel = self._kernel
