@@ -17,13 +17,14 @@ a short bullet list of them for the follow-up turn.
 from __future__ import annotations
 
 import logging
-import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from chatkernel.core.durations import parse_duration_ms
@@ -156,14 +157,19 @@ class SessionQueue:
         self._clock = clock
         self.max_concurrent = max_concurrent
         self.lanes: dict[str, Lane] = {}
-        self._ready_in, self._ready_out = anyio.create_memory_object_stream[Lane](math.inf)
+        # Lanes ready for a turn, in the order they became ready, and the workers
+        # waiting for one (a deque and an event per idle worker: cheaper per turn
+        # than a memory stream).
+        self._ready: deque[Lane] = deque()
+        self._idle_workers: deque[anyio.Event] = deque()
+        self._closed = False
         for number in range(max_concurrent):
             task_group.start_soon(self._worker, name=f"queue worker {number + 1}")
 
     def close(self) -> None:
-        """Close the ready queue (the workers end with the task group)."""
-        self._ready_in.close()
-        self._ready_out.close()
+        """Take no more turns (the workers end with the task group)."""
+        self._closed = True
+        self._ready.clear()
 
     def lane(self, key: str) -> Lane:
         lane = self.lanes.get(key)
@@ -195,7 +201,7 @@ class SessionQueue:
             lane.pending.append(item)
             lane.active = True
             lane.turns = 0
-            self._ready_in.send_nowait(lane)
+            self._make_ready(lane)
             if self._on_busy is not None:
                 self._on_busy(key)
             return "started"
@@ -225,7 +231,22 @@ class SessionQueue:
         return "queued"
 
     async def _worker(self) -> None:
-        async for lane in self._ready_out:
+        while True:
+            if not self._ready:
+                waiter = anyio.Event()
+                self._idle_workers.append(waiter)
+                try:
+                    await waiter.wait()
+                except BaseException:  # cancelled: the kernel is stopping
+                    if not waiter.is_set():
+                        self._idle_workers.remove(waiter)
+                    elif self._ready:  # woken, then cancelled: pass the wake-up on
+                        self._wake_one()
+                    raise
+                continue
+            if self._closed:
+                return
+            lane = self._ready.popleft()
             if not lane.pending:  # an interrupt can empty a lane while it waits
                 self._finish(lane)
                 continue
@@ -244,6 +265,20 @@ class SessionQueue:
             if scope.cancelled_caught:
                 log.info("turn interrupted in session %s", lane.key)
             self._after_turn(lane)
+            if self._ready:
+                # More work at once: let other tasks (receive loops, senders) in
+                # first; a turn may not have waited for anything.
+                await anyio.lowlevel.checkpoint()
+
+    def _make_ready(self, lane: Lane) -> None:
+        if self._closed:
+            return
+        self._ready.append(lane)
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        if self._idle_workers:
+            self._idle_workers.popleft().set()
 
     def _after_turn(self, lane: Lane) -> None:
         if not lane.pending:
@@ -254,7 +289,7 @@ class SessionQueue:
         if quiet and settings.mode != "interrupt":
             self._tg.start_soon(self._debounce, lane, quiet, name=f"debounce {lane.key}")
         else:
-            self._ready_in.send_nowait(lane)
+            self._make_ready(lane)
 
     async def _debounce(self, lane: Lane, quiet: float) -> None:
         """Wait for ``quiet`` seconds without a new message, then make the lane ready."""
@@ -263,7 +298,7 @@ class SessionQueue:
             if remaining <= 0:
                 break
             await anyio.sleep(remaining)
-        self._ready_in.send_nowait(lane)
+        self._make_ready(lane)
 
     def _finish(self, lane: Lane) -> None:
         lane.active = False
