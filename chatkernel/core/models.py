@@ -256,10 +256,11 @@ class Account:
     last_sent_at: float | None = None
     #: The receive loop's runtime state (see :class:`AccountRuntime`).
     runtime: AccountRuntime = field(default_factory=AccountRuntime)
+    #: ``channel:name``, the account's id everywhere (made once: hot paths read it).
+    key: str = field(init=False, repr=False, compare=False)
 
-    @property
-    def key(self) -> str:
-        return f"{self.channel_name}:{self.name}"
+    def __post_init__(self) -> None:
+        self.key = f"{self.channel_name}:{self.name}"
 
 
 @dataclass(slots=True)
