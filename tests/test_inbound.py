@@ -455,3 +455,14 @@ async def test_deliver_many_with_a_plain_deliver_keeps_each_chats_order():
     assert [m for m in seen if m.startswith("a")] == ["a1", "a2"]
     assert [m for m in seen if m.startswith("b")] == ["b1", "b2"]
     assert len(seen) == 4
+
+
+async def test_no_busy_hint_for_a_message_that_joins_a_turn_not_yet_started(tmp_path):
+    agent = scripted_agent()
+    async with harness(tmp_path, agent, config={"queue": {"mode": "collect"}}) as h:
+        # One poll's burst: both are accepted before any turn starts, and collect
+        # answers them in one turn; nobody was kept waiting, so no hint.
+        await h.kernel.receiver.many([incoming("hello", "b1"), incoming("again", "b2")])
+        await h.settle()
+        assert BUSY_HINT not in h.channel.texts()
+        assert [r.text for r in agent.requests] == ["hello\n\nagain"]

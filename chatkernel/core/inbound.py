@@ -258,7 +258,10 @@ class Inbound:
         await kernel.sessions.touch(record)
         if kernel.queue.is_busy(record.key):
             lane = kernel.queue.lane(record.key)
-            if not lane.busy_hint_sent and kernel.queue_settings(record.key).mode != "interrupt":
+            # Only while a turn runs: a message that joins a turn not yet started
+            # (a burst from one poll, a debounce) is not "waiting for the previous one".
+            if lane.running and not lane.busy_hint_sent and \
+                    kernel.queue_settings(record.key).mode != "interrupt":
                 lane.busy_hint_sent = True
                 await kernel.outbound.deliver_text(account, route, BUSY_HINT, fmt="plain",
                                                    session_key=record.key,

@@ -1183,9 +1183,13 @@ class FakeBotAPI:
 
     def __init__(self, token: str = DEFAULT_TOKEN, username: str = "chatkernel_bot", *,
                  first_name: str | None = None, host: str = "127.0.0.1", port: int = 0,
-                 strict_chats: bool = False) -> None:
+                 strict_chats: bool = False,
+                 extra_routes: Callable[[FakeBotAPI], list[web.RouteDef]] | None = None
+                 ) -> None:
         self.host = host
         self.port = port
+        #: More routes for the server (the dev server's ``/_fake/*``), made at start.
+        self.extra_routes = extra_routes
         self.base_url = ""
         #: When True, sends to chats that were never declared (``add_chat``) or seen
         #: (``inject_message``) answer 400 "chat not found".
@@ -1240,6 +1244,8 @@ class FakeBotAPI:
             app = web.Application(client_max_size=self.max_upload + 16 * MB)
             app.router.add_route("*", "/file/bot{token}/{file_path:.+}", self._download)
             app.router.add_route("*", "/bot{token}/{method}", self._handle)
+            if self.extra_routes is not None:
+                app.router.add_routes(self.extra_routes(self))
             app.router.add_route("*", "/{tail:.*}", self._not_found)
             self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
             await self._runner.setup()
