@@ -46,8 +46,18 @@ class TelegramError(Exception):
         return self.parameters.get("migrate_to_chat_id")
 
 
+#: Methods that hold their connection for a long time: they get one of their own.
+LONG_POLL_METHODS = frozenset({"getUpdates"})
+
+
 class BotAPI:
-    """One bot's Bot API client (one aiohttp session, created on first use)."""
+    """One bot's Bot API client.
+
+    Two aiohttp sessions, made on first use: one connection kept for long polls
+    (``getUpdates`` holds it for up to its timeout), and a pool of up to 100 for
+    everything else. A long poll never waits for a free connection behind a
+    burst of sends, and sends never lose a connection to the poll.
+    """
 
     def __init__(self, token: str, api_base: str = DEFAULT_API_BASE, *,
                  timeout: float = 30.0) -> None:
@@ -55,13 +65,23 @@ class BotAPI:
         self.api_base = api_base.rstrip("/")
         self.timeout = timeout
         self._session: aiohttp.ClientSession | None = None
+        self._poll_session: aiohttp.ClientSession | None = None
 
     @property
     def session(self) -> aiohttp.ClientSession:
+        """The session for sends and every other call."""
         if self._session is None or self._session.closed:
             self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=100, keepalive_timeout=60))
         return self._session
+
+    @property
+    def poll_session(self) -> aiohttp.ClientSession:
+        """The session for long polls: a single connection, kept alive."""
+        if self._poll_session is None or self._poll_session.closed:
+            self._poll_session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=1, keepalive_timeout=60))
+        return self._poll_session
 
     def redact(self, text: str) -> str:
         """The text with the token replaced (for anything that might show a URL)."""
@@ -90,7 +110,8 @@ class BotAPI:
             kwargs = {"json": {k: v for k, v in (params or {}).items() if v is not None}}
         limit = aiohttp.ClientTimeout(total=timeout or self.timeout)
         try:
-            async with self.session.post(url, timeout=limit, **kwargs) as response:
+            session = self.poll_session if method in LONG_POLL_METHODS else self.session
+            async with session.post(url, timeout=limit, **kwargs) as response:
                 try:
                     body = await response.json(content_type=None)
                 except (json.JSONDecodeError, UnicodeDecodeError, aiohttp.ContentTypeError):
@@ -132,6 +153,7 @@ class BotAPI:
             raise TelegramError(f"download failed ({type(exc).__name__})") from None
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        for session in (self._session, self._poll_session):
+            if session is not None:
+                await session.close()
+        self._session = self._poll_session = None
