@@ -466,3 +466,42 @@ async def test_no_busy_hint_for_a_message_that_joins_a_turn_not_yet_started(tmp_
         await h.settle()
         assert BUSY_HINT not in h.channel.texts()
         assert [r.text for r in agent.requests] == ["hello\n\nagain"]
+
+
+async def test_normalize_batch_keeps_order_skips_what_it_cannot_read_and_downloads_side_by_side(
+        caplog):
+    from chatkernel.core.channel import normalize_batch
+
+    started: list[str] = []
+    gate = anyio.Event()
+
+    async def normalize(event):
+        if event["id"] == "bad":
+            raise KeyError("chat")
+        if event.get("skip"):
+            return None
+        started.append(event["id"])
+        if event.get("file") and event["chat"] == "a":
+            await gate.wait()  # a slow download in chat a
+        return incoming(event["id"], event["id"], chat_id=event["chat"])
+
+    events = [{"id": "a1", "chat": "a", "file": True}, {"id": "bad", "chat": "b"},
+              {"id": "b1", "chat": "b"}, {"id": "s", "chat": "b", "skip": True},
+              {"id": "a2", "chat": "a"}, {"id": "b2", "chat": "b"}]
+    async with anyio.create_task_group() as tg:
+        result: list = []
+
+        async def run():
+            result.extend(await normalize_batch(
+                events, normalize, chat_of=lambda e: e["chat"],
+                downloads=lambda e: bool(e.get("file")), account="t:main",
+                describe=lambda e: f"event {e['id']}"))
+
+        tg.start_soon(run)
+        with anyio.fail_after(5):
+            while "b2" not in started:  # chat b went on while chat a downloads
+                await anyio.sleep(0)
+        assert "a2" not in started
+        gate.set()
+    assert [m.message_id for m in result] == ["a1", "b1", "a2", "b2"]
+    assert "event bad skipped" in caplog.text

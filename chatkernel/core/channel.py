@@ -10,6 +10,8 @@ One instance runs per configured account.
 
 from __future__ import annotations
 
+import logging
+
 import time
 from dataclasses import dataclass, field
 from pathlib import PurePath
@@ -33,6 +35,8 @@ if TYPE_CHECKING:
     from chatkernel.core.plugins import PluginManager
 
 T = TypeVar("T")
+
+log = logging.getLogger("chatkernel.channel")
 
 #: The per-account state key under which :meth:`Channel.record_credentials` keeps
 #: the time the credentials were issued.
@@ -228,6 +232,42 @@ async def per_chat(items: Iterable[T], chat_of: Callable[[T], Hashable],
     async with anyio.create_task_group() as tg:
         for group in groups.values():
             tg.start_soon(run, group)
+
+
+async def normalize_batch(events: list[T], normalize: Callable[[T], Awaitable[InboundMessage | None]],
+                          *, chat_of: Callable[[T], Hashable], downloads: Callable[[T], bool],
+                          describe: Callable[[T], str] = repr,
+                          account: str = "") -> list[InboundMessage]:
+    """A receive loop's batch of platform events as messages, in platform order.
+
+    ``normalize`` turns one event into a message (None: not a message, skipped).
+    An event it cannot read (``KeyError``, ``TypeError``, ``ValueError``) is
+    logged with ``describe(event)`` and skipped: a malformed event must not stop
+    the loop, or it would come back forever. When some event ``downloads`` a
+    file, the batch is read one chat beside the other (each chat in order), so
+    one big file does not hold up the other chats; a batch without files is read
+    in one go, without a single wait.
+    """
+    found: dict[int, InboundMessage] = {}
+
+    async def read(item: tuple[int, T]) -> None:
+        index, event = item
+        try:
+            message = await normalize(event)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.error("%s: %s skipped, it is not a message this channel can read: %s: %s",
+                      account, describe(event), type(exc).__name__, exc)
+            return
+        if message is not None:
+            found[index] = message
+
+    items = list(enumerate(events))
+    if any(downloads(event) for event in events):
+        await per_chat(items, lambda item: chat_of(item[1]), read)
+    else:
+        for item in items:
+            await read(item)
+    return [found[index] for index in sorted(found)]
 
 
 async def deliver_many(deliver: Deliver, messages: list[InboundMessage]) -> None:

@@ -25,7 +25,7 @@ from chatkernel.core.channel import (
     Deliver,
     RateLimit,
     deliver_many,
-    per_chat,
+    normalize_batch,
 )
 from chatkernel.core.config import AccountConfig
 from chatkernel.core.models import (
@@ -200,30 +200,10 @@ class TelegramChannel(Channel):
         return self.bot
 
     async def _normalize_batch(self, updates: list[dict[str, Any]]) -> list[InboundMessage]:
-        """The batch's messages in update order. Files are downloaded one chat beside
-        the other; a batch of text alone is read without a single wait."""
-        found: dict[int, InboundMessage] = {}
-
-        async def read(item: tuple[int, dict[str, Any]]) -> None:
-            index, update = item
-            try:
-                message = await self.normalize(update)
-            except (KeyError, TypeError, ValueError) as exc:
-                # A malformed update must not stop the loop (it would come back forever).
-                log.error("%s: update %s skipped, it is not a message this channel can "
-                          "read: %s: %s", self.account.key, update.get("update_id"),
-                          type(exc).__name__, exc)
-                return
-            if message is not None:
-                found[index] = message
-
-        items = list(enumerate(updates))
-        if any(_has_file(update) for update in updates):
-            await per_chat(items, lambda item: _chat_of(item[1]), read)
-        else:
-            for item in items:
-                await read(item)
-        return [found[index] for index in sorted(found)]
+        """The batch's messages in update order (see :func:`normalize_batch`)."""
+        return await normalize_batch(updates, self.normalize, chat_of=_chat_of,
+                                     downloads=_has_file, account=self.account.key,
+                                     describe=lambda u: f"update {u.get('update_id')}")
 
     async def normalize(self, update: dict[str, Any]) -> InboundMessage | None:
         """An Update as an InboundMessage (None for updates that are not messages)."""
