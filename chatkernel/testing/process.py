@@ -27,19 +27,10 @@ class GatewayProcess:
     def webchat_messages(self, chat_id: str, want: int, timeout: float = 10.0) -> list[dict]:
         """The web chat's messages in ``chat_id`` once there are ``want`` of them, or
         what there is when ``timeout`` seconds have passed (the caller asserts)."""
-        import json
         import urllib.parse
-        import urllib.request
 
         query = urllib.parse.urlencode({"chat_id": chat_id})
-        deadline = time.monotonic() + timeout
-        while True:
-            with urllib.request.urlopen(f"{self.url}/webchat/messages?{query}",
-                                        timeout=5) as response:
-                messages = json.load(response)["messages"]
-            if len(messages) >= want or time.monotonic() > deadline:
-                return messages
-            time.sleep(0.05)
+        return wait_for_messages(f"{self.url}/webchat/messages?{query}", want, timeout)
 
     def stop(self, timeout: float = 15.0) -> int:
         """SIGTERM, then wait; returns the exit status (killing it if it hangs)."""
@@ -51,6 +42,21 @@ class GatewayProcess:
             self.process.kill()
             self.process.wait()
             raise
+
+
+def wait_for_messages(url: str, want: int, timeout: float = 10.0) -> list[dict]:
+    """GET ``url`` (JSON with a ``messages`` list) until it holds ``want`` messages, or
+    ``timeout`` seconds have passed; returns the last list (the caller asserts)."""
+    import json
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            messages = json.load(response)["messages"]
+        if len(messages) >= want or time.monotonic() > deadline:
+            return messages
+        time.sleep(0.05)
 
 
 @contextmanager

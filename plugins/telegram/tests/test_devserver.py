@@ -5,12 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from contextlib import contextmanager
 
-from chatkernel.testing.process import gateway_process
+from chatkernel.testing.process import gateway_process, wait_for_messages
 
 
 @contextmanager
@@ -39,14 +38,7 @@ def post(url, body):
 
 
 def sent(base_url, chat_id, want, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        with urllib.request.urlopen(f"{base_url}/_fake/sent?chat_id={chat_id}",
-                                    timeout=5) as response:
-            messages = json.load(response)["messages"]
-        if len(messages) >= want or time.monotonic() > deadline:
-            return messages
-        time.sleep(0.05)
+    return wait_for_messages(f"{base_url}/_fake/sent?chat_id={chat_id}", want, timeout)
 
 
 def test_chatkernel_run_answers_a_user_of_the_dev_server(tmp_path):
