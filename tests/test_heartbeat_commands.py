@@ -175,3 +175,15 @@ async def test_tz_sets_the_user_time_zone_used_by_active_hours(tmp_path):
         await h.heartbeats_settled()
         assert len(heartbeat_turns(agent)) == 1  # 13:05 in Berlin: inside
         assert (await command(h, "/hb tz local")).startswith("Time zone: local")
+
+
+async def test_status_in_a_chat_tells_the_sessions_heartbeat(tmp_path):
+    agent = agent_saying("HEARTBEAT_OK")
+    clock = ManualClock()
+    async with harness(tmp_path, agent, clock) as h:
+        assert "heartbeat: none in this session" in await command(h, "/status")
+        await command(h, "/heartbeat every 10m check the build")
+        clock.advance(4 * MINUTE)
+        assert "heartbeat: every 10m, next in 6m" in await command(h, "/status")
+        await command(h, "/heartbeat pause")
+        assert "heartbeat: every 10m, paused" in await command(h, "/status")

@@ -62,6 +62,7 @@ def _status(ctx) -> str:
         f"queue: {settings.mode}, debounce {settings.debounce_ms} ms, cap {settings.cap}, "
         f"drop {settings.drop}",
         f"access level: {ctx.account.access_level}",
+        _heartbeat_line(kernel, session.key),
     ]
     from chatkernel.core.health import account_problems
 
@@ -73,6 +74,22 @@ def _status(ctx) -> str:
         lines.append(f"other accounts with problems: {', '.join(sorted(others))} "
                      "(chatkernel health says why)")
     return "\n".join(lines)
+
+
+def _heartbeat_line(kernel, session_key: str) -> str:
+    job = kernel.heartbeats.session_job(session_key)
+    if job is None:
+        return "heartbeat: none in this session (/heartbeat every 30m <what to check>)"
+    from chatkernel.core.durations import format_interval
+
+    info = kernel.heartbeats.describe(job)
+    if info["paused"]:
+        when = "paused"
+    elif info["next_in_seconds"] is not None:
+        when = f"next in {format_interval(info['next_in_seconds'])}"
+    else:
+        when = "not scheduled"
+    return f"heartbeat: every {info['every']}, {when}"
 
 
 async def _new(ctx) -> str:
