@@ -16,6 +16,7 @@ from chatkernel.core import config as cfg
 from chatkernel.core.gateway import run_gateway, supervise
 from chatkernel.testing.memory import KernelHarness
 from chatkernel.testing.process import CHATKERNEL, gateway_process
+from chatkernel.webchat.channel import SSE_KEEPALIVE_SECONDS
 
 
 async def start_gateway(tg, home: Path, data: dict | None = None):
@@ -136,6 +137,19 @@ async def test_web_chat_server_sent_events(tmp_path):
                 assert [(m["role"], m["text"]) for m in seen] == [("user", "streamed"),
                                                                    ("bot", "streamed")]
         stop.set()
+
+
+@pytest.mark.anyio
+async def test_open_event_streams_end_when_the_gateway_stops(tmp_path):
+    async with anyio.create_task_group() as tg:
+        base, stop = await start_gateway(tg, tmp_path)
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/webchat/events", params={"chat_id": "c1"}) as events:
+                assert events.status == 200
+                stop.set()
+                # The stream ends (EOF) as the gateway stops, not at the next keepalive.
+                with anyio.fail_after(SSE_KEEPALIVE_SECONDS / 2):
+                    assert await events.content.read() == b""
 
 
 @pytest.mark.anyio

@@ -71,6 +71,7 @@ class WebChatChannel(Channel):
         self._chats: dict[str, deque[dict[str, Any]]] = {}
         self._changed: dict[str, anyio.Event] = {}
         self._deliver: Deliver | None = None
+        self._stopped = False  # the receive loop ended: event streams end too
         self._client_ids: OrderedDict[tuple[str, str], int] = OrderedDict()
         self.prefix = "/webchat" if account.name == "default" else f"/webchat/{account.name}"
 
@@ -78,11 +79,19 @@ class WebChatChannel(Channel):
 
     async def run(self, deliver: Deliver) -> None:
         self._deliver = deliver
+        self._stopped = False
         self.report_alive()  # serving the page is all there is to connect
         try:
             await anyio.sleep_forever()
         finally:
             self._deliver = None
+            # End every open event stream now: the gateway's HTTP server waits for its
+            # handlers when it stops, and a stream would otherwise wait for a keepalive
+            # to find its client gone. Browsers reconnect by themselves.
+            self._stopped = True
+            for event in self._changed.values():
+                event.set()
+            self._changed.clear()
 
     async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
         if payload.is_media:
@@ -185,7 +194,7 @@ class WebChatChannel(Channel):
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache"})
         await response.prepare(request)
-        while True:
+        while not self._stopped:
             event = self._changed_event(chat_id)
             for entry in self.messages(chat_id, after):
                 after = entry["id"]
@@ -195,6 +204,7 @@ class WebChatChannel(Channel):
                 await event.wait()
             if scope.cancelled_caught:
                 await response.write(b": keepalive\n\n")
+        return response
 
     async def page(self, request: web.Request) -> web.Response:
         html = resources.files("chatkernel.webchat").joinpath("static/index.html").read_text(
