@@ -784,3 +784,27 @@ async def test_read_only_open_creates_and_changes_nothing(db_path):
     conn.close()
     with pytest.raises(StoreError, match="migrates it"):
         await SQLiteStore.at(db_path, read_only=True).open()
+
+
+def journal_in_database_file(db_path) -> int:
+    """Rows of the journal in the database file itself, the WAL ignored (immutable)."""
+    conn = sqlite3.connect(f"file:{db_path}?immutable=1", uri=True)
+    try:
+        return conn.execute("SELECT count(*) FROM inbound_journal").fetchone()[0]
+    finally:
+        conn.close()
+
+
+@pytest.mark.anyio
+async def test_the_wal_is_checkpointed_from_a_thread_not_inside_a_commit(store, db_path):
+    assert store._db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    for n in range(50):
+        await store.journal_inbound(msg(f"m{n}"))
+    store._last_checkpoint = -float("inf")  # due: the next commit starts one
+    await store.journal_inbound(msg("due"))
+    assert store._last_checkpoint > -float("inf")  # that commit started one, aside
+    await store.checkpoint()
+    assert journal_in_database_file(db_path) == 51
+    await store.journal_inbound(msg("after"))
+    await store.checkpoint()  # on demand too
+    assert journal_in_database_file(db_path) == 52

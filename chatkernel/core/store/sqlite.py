@@ -92,6 +92,10 @@ JOURNAL_RETENTION: float = 7 * 24 * 3600.0
 #: The shortest time between two commits when writes keep coming: under load
 #: more writes share a commit; an idle store still commits on the next loop turn.
 COMMIT_INTERVAL: float = 0.002
+#: Seconds between WAL checkpoints. SQLite's automatic checkpoint would run inside a
+#: commit, on the event loop, fsync included (stalls of 10+ ms under load); the store
+#: turns it off and checkpoints from a thread of its own instead, at most this often.
+CHECKPOINT_INTERVAL: float = 1.0
 
 JOURNAL_STATUSES: tuple[str, ...] = ("received", "queued", "done", "rejected")
 OUTBOX_STATUSES: tuple[str, ...] = ("pending", "sending", "sent", "failed", "unknown")
@@ -271,6 +275,11 @@ class SQLiteStore(Store):
         self._conn: sqlite3.Connection | None = None
         self._commit_waiter: asyncio.Future[None] | None = None
         self._last_commit = -math.inf
+        # Background WAL checkpoints (see CHECKPOINT_INTERVAL): their own connection,
+        # used only by the one checkpoint running at a time.
+        self._checkpointer: sqlite3.Connection | None = None
+        self._checkpointing: asyncio.Future[None] | None = None
+        self._last_checkpoint = -math.inf
 
     @classmethod
     def at(cls, path: str | os.PathLike[str], **options: Any) -> "SQLiteStore":
@@ -320,6 +329,8 @@ class SQLiteStore(Store):
                                 self.path, mode)
             conn.execute(f"PRAGMA synchronous = {self.synchronous}")
             conn.execute("PRAGMA foreign_keys = ON")
+            if not self.memory:
+                conn.execute("PRAGMA wal_autocheckpoint = 0")  # ours run in a thread
             self._migrate(conn)
         except StoreError:
             conn.close()
@@ -360,6 +371,11 @@ class SQLiteStore(Store):
         """Close the connection (the last one also checkpoints the WAL). Idempotent."""
         if self._conn is not None and not self.read_only:
             self._commit()
+        if self._checkpointing is not None:
+            await asyncio.shield(self._checkpointing)
+        checkpointer, self._checkpointer = self._checkpointer, None
+        if checkpointer is not None:
+            checkpointer.close()
         conn, self._conn = self._conn, None
         if conn is None:
             return
@@ -473,6 +489,36 @@ class SQLiteStore(Store):
         """Wait until everything written so far is committed."""
         await self._committed()
 
+    async def checkpoint(self) -> None:
+        """Checkpoint the WAL now, in a thread (the store also does it by itself)."""
+        if self._checkpointing is None:
+            self._start_checkpoint(asyncio.get_running_loop())
+        if self._checkpointing is not None:
+            await asyncio.shield(self._checkpointing)
+
+    def _start_checkpoint(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self.memory or self.read_only or self._conn is None:
+            return
+        self._last_checkpoint = loop.time()
+        future = self._checkpointing = loop.run_in_executor(None, self._checkpoint_now)
+        future.add_done_callback(self._checkpoint_done)
+
+    def _checkpoint_now(self) -> None:
+        """In a worker thread: copy the WAL into the database (PASSIVE: never waits
+        for readers or writers, so the event loop's writes go on meanwhile)."""
+        conn = self._checkpointer
+        if conn is None:
+            conn = self._checkpointer = sqlite3.connect(
+                self.path, timeout=self.busy_timeout, isolation_level=None,
+                check_same_thread=False)
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+
+    def _checkpoint_done(self, future: asyncio.Future[None]) -> None:
+        self._checkpointing = None
+        if not future.cancelled() and future.exception() is not None:
+            # Not fatal: the WAL keeps everything; the next checkpoint tries again.
+            log.warning("%s: WAL checkpoint failed: %s", self.path, future.exception())
+
     def _commit(self) -> None:
         waiter, self._commit_waiter = self._commit_waiter, None
         if waiter is not None:
@@ -489,6 +535,9 @@ class SQLiteStore(Store):
             return
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        if waiter is not None and self._checkpointing is None and \
+                self._last_commit - self._last_checkpoint >= CHECKPOINT_INTERVAL:
+            self._start_checkpoint(waiter.get_loop())
 
     # -- inbound journal -------------------------------------------------------------------
 
