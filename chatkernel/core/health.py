@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict
 from chatkernel import __version__
 from chatkernel.core import config as cfg
 from chatkernel.core.channel import CREDENTIALS_KEY
-from chatkernel.core.models import Account, AccountRuntime, ProbeResult
+from chatkernel.core.models import Account, AccountRuntime, AccountState, ProbeResult
 from chatkernel.core.monitor import MonitorSettings, resolve_settings, settings_for
 from chatkernel.core.outbound import await_maybe
 
@@ -136,7 +136,7 @@ class AccountSnapshot(_Model):
     enabled: bool = True
     #: None when not judged (disabled, or read from local state with no gateway).
     ok: bool | None
-    state: Literal["starting", "running", "stopped", "failed", "paused"]
+    state: AccountState
     state_since: float | None = None
     detail: str = ""
     #: Judged by its probe rather than by silence (None: unknown without the gateway).

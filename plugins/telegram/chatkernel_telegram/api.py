@@ -70,17 +70,13 @@ class BotAPI:
     @property
     def session(self) -> aiohttp.ClientSession:
         """The session for sends and every other call."""
-        if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=100, keepalive_timeout=60))
+        self._session = _open(self._session, limit=100)
         return self._session
 
     @property
     def poll_session(self) -> aiohttp.ClientSession:
         """The session for long polls: a single connection, kept alive."""
-        if self._poll_session is None or self._poll_session.closed:
-            self._poll_session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=1, keepalive_timeout=60))
+        self._poll_session = _open(self._poll_session, limit=1)
         return self._poll_session
 
     def redact(self, text: str) -> str:
@@ -157,3 +153,11 @@ class BotAPI:
             if session is not None:
                 await session.close()
         self._session = self._poll_session = None
+
+
+def _open(session: aiohttp.ClientSession | None, *, limit: int) -> aiohttp.ClientSession:
+    """``session`` if it is still open, else a new one with at most ``limit`` connections."""
+    if session is None or session.closed:
+        session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=limit, keepalive_timeout=60))
+    return session
