@@ -201,6 +201,29 @@ async def test_unsent_outbox_entries_go_out_on_restart_and_in_flight_ones_are_re
                             entries[2].id: "sent"}
 
 
+async def test_a_payload_waiting_for_its_rate_limit_slot_stays_pending(tmp_path):
+    # `sending` means "the request may be out": it is written after the rate-limit
+    # wait, so a crash during that wait leaves the payload `pending` (resent on restart).
+    async with harness(tmp_path) as h:
+        outbox = h.kernel.outbox
+        account = h.kernel.accounts["memory:main"]
+        route = Route("memory", "main", "chat-1")
+        outbox._limiter(account).penalize(0.3, "chat-1")  # as after a 429 for this chat
+
+        def statuses():
+            return [row[0] for row in h.kernel.store._run(
+                "SELECT status FROM outbox ORDER BY id").fetchall()]
+
+        await outbox.submit(account, "k", "s", route, [OutboundPayload(text="later")])
+        with anyio.move_on_after(0.1):
+            await h.settle()
+        assert h.channel.texts() == []
+        assert statuses() == ["pending"]
+        await h.settle()
+        assert h.channel.texts() == ["later"]
+        assert statuses() == ["sent"]
+
+
 async def test_send_policy_blocks_groups_and_a_session_override_wins(tmp_path):
     policy = {"default": "allow", "rules": [{"action": "deny", "channel": "memory",
                                              "chat_type": "group"}]}

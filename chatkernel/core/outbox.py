@@ -1,9 +1,9 @@
 """The outbox: every payload is recorded before it is sent and marked after.
 
 A reply's payloads are queued in the store (``pending``) and sent, in order,
-by the session's sender. Just before a request goes out, its entry is marked
-``sending`` and that mark is committed; after, ``sent`` or ``failed``. So
-after a crash:
+by the session's sender. Just before a request goes out (after any wait for
+a rate-limit slot), its entry is marked ``sending`` and that mark is
+committed; after, ``sent`` or ``failed``. So after a crash:
 
 - ``pending`` entries were never attempted: they are sent on restart;
 - ``sending`` entries may or may not have reached the platform: they are
@@ -138,10 +138,16 @@ class Outbox:
             return
         limiter = self._limiter(account)
         policy = self._policy(account)
+        marked = False
 
         async def attempt() -> SendResult:
-            nonlocal route
+            nonlocal route, marked
             await limiter.acquire(route.chat_id, is_group=route.is_group)
+            if not marked:
+                # After the rate-limit wait, not before: a crash while a payload
+                # waits for its slot must leave it `pending` (resent), not `unknown`.
+                await store.outbox_mark(entry.id, "sending", durable=True)
+                marked = True
             try:
                 return await self._attempt(account, route, entry.payload)
             except SendError as exc:
@@ -164,7 +170,6 @@ class Outbox:
                 metrics.child(metrics.throttled, account.channel_name, account.name).inc()
                 limiter.penalize(delay, route.chat_id)
 
-        await store.outbox_mark(entry.id, "sending", durable=True)
         try:
             await with_retries(attempt, policy, on_retry=on_retry)
         except Exception as exc:
