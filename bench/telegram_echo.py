@@ -301,6 +301,12 @@ class Run:
     extra: int = 0                    # messages sent that are not echoes
     timed_out: bool = False
     error: str | None = None
+    cpu: float = 0.0                  # this process's CPU seconds while it answered
+
+    @property
+    def cpu_per_update(self) -> float:
+        """Microseconds of this process's CPU per answered update."""
+        return self.cpu / self.answered * 1e6 if self.answered else float("nan")
 
     @property
     def rate(self) -> float:
@@ -483,7 +489,9 @@ async def run_once(contender: Contender, updates: int, chats: int, latency: floa
             profiler.enable()
         try:
             async with contender.start(fake):
+                cpu_started = time.process_time()
                 fake.completed = await fake.wait_complete(timeout)
+                run.cpu = time.process_time() - cpu_started
                 run.timed_out = not fake.completed
                 ended = time.time()
         except Exception as exc:  # noqa: BLE001 - one broken contender must not end the run
@@ -533,6 +541,10 @@ class Row:
         return statistics.median(percentile(r.latencies, 0.99) for r in self.runs) * 1000
 
     @property
+    def cpu_per_update(self) -> float:
+        return statistics.median(r.cpu_per_update for r in self.runs)
+
+    @property
     def violations(self) -> int:
         return sum(r.violations for r in self.runs)
 
@@ -546,9 +558,8 @@ class Row:
                    for r in self.runs)
 
 
-async def scenario(latency: float, updates: int, sequential_updates: int, args,
-                   selected: list[Contender], profiler: cProfile.Profile | None
-                   ) -> list[Row]:
+def scenario(latency: float, updates: int, sequential_updates: int, args,
+             selected: list[Contender], profiler: cProfile.Profile | None) -> list[Row]:
     chosen = [c for c in selected if latency > 0 or not c.latency_only]
     n_for = {c.name: (min(updates, sequential_updates) if c.sequential and latency > 0
                       else updates) for c in chosen}
@@ -559,9 +570,12 @@ async def scenario(latency: float, updates: int, sequential_updates: int, args,
         shift = round_number % len(chosen)          # rotate who goes first
         for contender in chosen[shift:] + chosen[:shift]:
             n = n_for[contender.name]
-            run = await run_once(contender, n, args.chats, latency, args.timeout,
-                                 profiler if contender.is_kernel else None,
-                                 InProcessFake if args.fake == "inline" else SubprocessFake)
+            # A fresh event loop per run: nothing one contender left behind slows the next.
+            with asyncio.Runner() as runner:
+                run = runner.run(run_once(
+                    contender, n, args.chats, latency, args.timeout,
+                    profiler if contender.is_kernel else None,
+                    InProcessFake if args.fake == "inline" else SubprocessFake))
             results[contender.name].append(run)
             note = ""
             if run.timed_out:
@@ -584,7 +598,7 @@ def report(latency: float, updates: int, rows: list[Row], args) -> list[bool]:
     print(f"\n-- latency {latency * 1000:.0f} ms, {updates:,} updates over {args.chats} chats, "
           f"median of {args.rounds} round(s) --")
     print(f"{'':27}{'updates':>8}{'upd/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'order':>7}"
-          f"{'reord.':>8}{'x floor':>9}{'ref upd/s':>11}")
+          f"{'reord.':>8}{'x floor':>9}{'ref upd/s':>11}{'cpu us/upd':>11}")
     for row in rows:
         ratio = row.rate / floor.rate if floor and floor.rate else float("nan")
         ref = reference.get(row.name)
@@ -592,7 +606,7 @@ def report(latency: float, updates: int, rows: list[Row], args) -> list[bool]:
         mark = "*" if row is floor else " "
         print(f"{mark}{row.name:26}{row.updates:8}{row.rate:9.0f}{row.p50:9.1f}{row.p99:9.1f}"
               f"{row.violations:7}{row.reordered_runs:5}/{len(row.runs)}{ratio:9.2f}"
-              f"{(f'{ref:,}' if ref else ''):>11}{flag}")
+              f"{(f'{ref:,}' if ref else ''):>11}{row.cpu_per_update:11.0f}{flag}")
     smaller = [r for r in rows if r.updates != updates]
     if smaller:
         print(f"  ({', '.join(r.name for r in smaller)}: {smaller[0].updates} updates instead "
@@ -600,7 +614,8 @@ def report(latency: float, updates: int, rows: list[Row], args) -> list[bool]:
               "--sequential-updates)")
     print("  order = per-chat order violations summed over the rounds; reord. = rounds with "
           "any;\n  x floor = updates/s over the floor's (*: the faster aiohttp loop here); "
-          "ref = the issue's reference machine")
+          "ref = the issue's reference machine;\n  cpu us/upd = this process's CPU time "
+          "per update while answering (the fake's own process not included)")
 
     kernel = next((r for r in rows if r.name == "chatkernel"), None)
     if kernel is None or floor is None:
@@ -689,8 +704,8 @@ def main() -> None:
         summaries = []
         for latency in latencies:
             updates = args.updates or (3000 if latency == 0 else 1000)
-            rows = asyncio.run(scenario(latency, updates, args.sequential_updates, args,
-                                        selected, profiler))
+            rows = scenario(latency, updates, args.sequential_updates, args, selected,
+                            profiler)
             summaries.append((latency, updates, rows))
         for latency, updates, rows in summaries:
             verdicts += report(latency, updates, rows, args)
