@@ -562,7 +562,6 @@ class ChannelContract:
     async def test_redelivered_update_is_answered_once(self, contract_kernel):
         run = contract_kernel
         adapter = run.adapter
-        self.require(adapter, "redelivery")
         chat, user = adapter.direct_chat(1), adapter.user_id(1)
         await adapter.inject(chat, "once rd01z", sender_id=user)
         await run.wait_for_tokens(chat, ["rd01z"])
@@ -644,7 +643,6 @@ class ChannelContract:
             self, contract_kernel):
         run = contract_kernel
         adapter = run.adapter
-        self.require(adapter, "groups")
         group, user = adapter.group_chat(1), adapter.user_id(1)
         await adapter.inject(group, "just chatting gr01z", sender_id=user, group=True)
         await adapter.inject(group, "bot, answer gr02z", sender_id=user, group=True,
@@ -661,7 +659,6 @@ class ChannelContract:
     async def test_thread_message_is_answered_in_its_thread(self, contract_kernel):
         run = contract_kernel
         adapter = run.adapter
-        self.require(adapter, "threads")
         group = adapter.supports_groups
         chat = adapter.group_chat(1) if group else adapter.direct_chat(1)
         first, second = adapter.thread_id(1), adapter.thread_id(2)
@@ -682,7 +679,6 @@ class ChannelContract:
     async def test_media_marker_sends_a_file_of_the_right_kind(self, contract_kernel):
         run = contract_kernel
         adapter = run.adapter
-        self.require(adapter, "media_out")
         chat = adapter.direct_chat(1)
         folder = run.kernel.workspace / "contract-media"
         folder.mkdir(parents=True, exist_ok=True)
@@ -721,7 +717,6 @@ class ChannelContract:
     async def test_probe_reports_refused_credentials_without_raising(self, contract_kernel):
         run = contract_kernel
         adapter = run.adapter
-        self.require(adapter, "revoke")
         await adapter.revoke_credentials()
         with anyio.fail_after(run.timeout):
             result = await run.channel.probe()
@@ -733,7 +728,6 @@ class ChannelContract:
             self, contract_kernel):
         run = contract_kernel
         adapter = run.adapter
-        self.require(adapter, "typing")
         chat = adapter.direct_chat(1)
         run.agent.gate = anyio.Event()
         await adapter.inject(chat, "think about it ty01z", sender_id=adapter.user_id(1))
