@@ -23,6 +23,7 @@ from pathlib import Path
 
 import anyio
 
+from chatkernel.core.gc_tuning import tune_for_serving
 from chatkernel.core.models import OutboundPayload, Route, SendResult
 from chatkernel.testing.memory import KernelHarness, MemoryChannel
 
@@ -87,10 +88,13 @@ async def floor(chats: int, per_chat: int) -> tuple[float, list[float]]:
     return result
 
 
-async def kernel(chats: int, per_chat: int, home: Path) -> tuple[float, list[float]]:
+async def kernel(chats: int, per_chat: int, home: Path, gc_tuning: bool = True
+                 ) -> tuple[float, list[float]]:
     waiters = Waiters()
     harness = KernelHarness(home, config={"queue": {"max_concurrent": 64}})
     async with harness as h:
+        # The collector settings `chatkernel run` applies once started.
+        restore_gc = tune_for_serving() if gc_tuning else (lambda: None)
         channel: MemoryChannel = h.channel
         original_send = channel.send
 
@@ -107,7 +111,10 @@ async def kernel(chats: int, per_chat: int, home: Path) -> tuple[float, list[flo
             await channel.receive(text, chat_id=chat_id, sender_id=chat_id)
             await event.wait()
 
-        result = await closed_loop(chats, per_chat, send)
+        try:
+            result = await closed_loop(chats, per_chat, send)
+        finally:
+            restore_gc()
         assert len(channel.sent) == chats * per_chat, len(channel.sent)
         assert await h.kernel.store.unfinished_inbound() == []
     return result
@@ -141,6 +148,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--chats", type=int, default=1000)
     parser.add_argument("--per-chat", type=int, default=10)
+    parser.add_argument("--no-gc-tuning", action="store_true",
+                        help="run the kernel with CPython's default collector settings "
+                             "instead of those `chatkernel run` applies")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     total = args.chats * args.per_chat
@@ -149,7 +159,8 @@ def main() -> None:
                     *anyio.run(floor, args.chats, args.per_chat))]
     with tempfile.TemporaryDirectory() as home:
         rows.append(summary("kernel pipeline, SQLite journal",
-                            *anyio.run(kernel, args.chats, args.per_chat, Path(home))))
+                            *anyio.run(kernel, args.chats, args.per_chat, Path(home),
+                                      not args.no_gc_tuning)))
 
     print(f"{total} messages, {args.chats} concurrent chats, {args.per_chat} each "
           f"(Python {sys.version.split()[0]})\n")

@@ -176,11 +176,14 @@ async def aiohttp_floor(api: Fake, *, pipelined: bool = False) -> AsyncIterator[
 
 
 @contextlib.asynccontextmanager
-async def chatkernel_bot(api: Fake, *, home: Path) -> AsyncIterator[None]:
-    """A real kernel: telegram plugin, echo agent, durable SQLite journal."""
+async def chatkernel_bot(api: Fake, *, home: Path, gc_tuning: bool = True
+                         ) -> AsyncIterator[None]:
+    """A real kernel: telegram plugin, echo agent, durable SQLite journal, and the
+    collector settings ``chatkernel run`` applies once started (undone after)."""
     import anyio
 
     import chatkernel_telegram
+    from chatkernel.core.gc_tuning import tune_for_serving
     from chatkernel.testing.memory import KernelHarness
 
     config = {
@@ -195,6 +198,7 @@ async def chatkernel_bot(api: Fake, *, home: Path) -> AsyncIterator[None]:
                              plugins=[("telegram", chatkernel_telegram)]) as harness:
         kernel = harness.kernel
         channel = kernel.accounts["telegram:main"].channel
+        restore_gc = tune_for_serving() if gc_tuning else (lambda: None)
         async with anyio.create_task_group() as tg:
             tg.start_soon(channel.run, kernel.receiver)
             try:
@@ -211,6 +215,7 @@ async def chatkernel_bot(api: Fake, *, home: Path) -> AsyncIterator[None]:
                         print(f"    ! chatkernel left {len(unfinished)} journal entries "
                               "unfinished", flush=True)
                 tg.cancel_scope.cancel()
+                restore_gc()
 
 
 @contextlib.asynccontextmanager
@@ -268,14 +273,15 @@ async def ptb_bot(api: Fake) -> AsyncIterator[None]:
             await asyncio.wait_for(app.shutdown(), STOP_TIMEOUT)
 
 
-def contenders(home: Path) -> list[Contender]:
+def contenders(home: Path, *, gc_tuning: bool = True) -> list[Contender]:
     runs = itertools.count(1)
     return [
         Contender("aiohttp floor", lambda api: aiohttp_floor(api), is_floor=True, always=True),
         Contender("aiohttp floor, pipelined", lambda api: aiohttp_floor(api, pipelined=True),
                   always=True),
         Contender("chatkernel",
-                  lambda api: chatkernel_bot(api, home=home / f"kernel-{next(runs)}"),
+                  lambda api: chatkernel_bot(api, home=home / f"kernel-{next(runs)}",
+                                             gc_tuning=gc_tuning),
                   is_kernel=True),
         Contender("aiogram (default)", lambda api: aiogram_bot(api), package="aiogram"),
         Contender("aiogram (sequential)", lambda api: aiogram_bot(api, as_tasks=False),
@@ -672,6 +678,9 @@ def main() -> None:
                         help="run each fake Bot API in a child process (default: the "
                              "contender has this process to itself, as with the real Bot "
                              "API) or on the contender's own event loop")
+    parser.add_argument("--no-gc-tuning", action="store_true",
+                        help="run chatkernel with CPython's default collector settings "
+                             "instead of those `chatkernel run` applies")
     parser.add_argument("--serve-fake", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:
@@ -682,7 +691,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="telegram-echo-") as tmp:
         selected = []
-        for contender in contenders(Path(tmp)):
+        for contender in contenders(Path(tmp), gc_tuning=not args.no_gc_tuning):
             wanted = [w.strip() for w in args.only.split(",") if w.strip()]
             if wanted and not (contender.is_floor or contender.always) and not any(
                     w.lower() in contender.name.lower() for w in wanted):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 
 from chatkernel.core import config as cfg
 from chatkernel.core.gateway import run_gateway, supervise
+from chatkernel.core.gc_tuning import GEN0_THRESHOLD
 from chatkernel.testing.memory import KernelHarness
 from chatkernel.testing.process import CHATKERNEL, gateway_process
 from chatkernel.webchat.channel import SSE_KEEPALIVE_SECONDS
@@ -70,6 +72,18 @@ async def test_embedded_default_web_chat_echoes(tmp_path):
                                 params={"chat_id": "c1", "after": str(messages[0]["id"])}) as r:
                 assert [m["role"] for m in (await r.json())["messages"]] == ["bot"]
         stop.set()
+
+
+@pytest.mark.anyio
+async def test_a_serving_gateway_tunes_the_collector_and_restores_it_when_stopped(tmp_path):
+    before = gc.get_threshold()
+    async with anyio.create_task_group() as tg:
+        _, stop = await start_gateway(tg, tmp_path)
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold()[0] >= GEN0_THRESHOLD
+        stop.set()
+    assert gc.get_threshold() == before
+    assert gc.get_freeze_count() == 0
 
 
 @pytest.mark.anyio

@@ -19,6 +19,7 @@ import anyio
 from aiohttp import web
 
 from chatkernel.core import config as cfg
+from chatkernel.core.gc_tuning import tune_for_serving
 from chatkernel.core.kernel import Kernel
 from chatkernel.core.presence import is_loopback
 from chatkernel.core.supervisor import Supervisor, supervise
@@ -106,6 +107,7 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
         app = build_app(kernel, token, loopback=is_loopback_host(host))
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
+        restore_gc = None
         try:
             site = web.TCPSite(runner, host, port)
             try:
@@ -122,6 +124,8 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                      names, config.agent.kind)
             if on_ready is not None:
                 on_ready(listening)
+            # Started: what start-up built is never garbage (chatkernel.core.gc_tuning).
+            restore_gc = tune_for_serving()
             async with anyio.create_task_group() as loops:
                 for account in kernel.accounts.values():
                     supervisor = kernel.supervisors[account.key] = Supervisor(kernel, account)
@@ -135,6 +139,8 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                 log.warning("turns still running after %.0fs: they will be replayed on the "
                             "next start", DRAIN_SECONDS)
         finally:
+            if restore_gc is not None:
+                restore_gc()
             control.remove_state(cfg.home_dir())
             await runner.cleanup()
     log.info("stopped")
