@@ -7,17 +7,21 @@ a line's task lingers: a busy chat's next item usually follows soon, and a
 task that waits costs less than a task started for every item. There is no
 timer per wait: :meth:`Lines.reap_idle` (the kernel calls it every second)
 ends the tasks that have lingered long enough.
+
+Its events are asyncio's own: every message passes through here twice, and
+``anyio.Event()`` looks the running backend up on each construction (the
+gateway runs on asyncio; see docs/ARCHITECTURE.md, "Hot-path primitives").
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
-import anyio
 from anyio.abc import TaskGroup
 
 log = logging.getLogger("chatkernel.lines")
@@ -43,10 +47,10 @@ class Lines(Generic[T]):
         self._after = after
         self._task_group = task_group
         self._lines: dict[str, deque[T]] = {}
-        self._wakers: dict[str, anyio.Event] = {}
+        self._wakers: dict[str, asyncio.Event] = {}
         self._idle_since: dict[str, float] = {}
         self._count = 0
-        self._empty = anyio.Event()
+        self._empty = asyncio.Event()
         self._empty.set()
 
     def __len__(self) -> int:
@@ -65,7 +69,7 @@ class Lines(Generic[T]):
             self._task_group().start_soon(self._drain, key, line, name=f"{self.name} {key}")
         line.append(item)
         if self._count == 0:
-            self._empty = anyio.Event()
+            self._empty = asyncio.Event()
         self._count += 1
         waker = self._wakers.pop(key, None)
         if waker is not None:  # a lingering task: more work
@@ -103,7 +107,7 @@ class Lines(Generic[T]):
                         self._after(item)
                     if self._count == 0:
                         self._empty.set()
-                waker = self._wakers[key] = anyio.Event()
+                waker = self._wakers[key] = asyncio.Event()
                 self._idle_since[key] = time.monotonic()
                 await waker.wait()
                 if not line:

@@ -16,6 +16,7 @@ a short bullet list of them for the follow-up turn.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
@@ -24,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import anyio
-import anyio.lowlevel
 from anyio.abc import TaskGroup
 
 from chatkernel.core.durations import parse_duration_ms
@@ -161,7 +161,7 @@ class SessionQueue:
         # waiting for one (a deque and an event per idle worker: cheaper per turn
         # than a memory stream).
         self._ready: deque[Lane] = deque()
-        self._idle_workers: deque[anyio.Event] = deque()
+        self._idle_workers: deque[asyncio.Event] = deque()
         self._closed = False
         for number in range(max_concurrent):
             task_group.start_soon(self._worker, name=f"queue worker {number + 1}")
@@ -231,9 +231,13 @@ class SessionQueue:
         return "queued"
 
     async def _worker(self) -> None:
+        # Per turn, asyncio's primitives and the running backend's CancelScope
+        # class, looked up once: anyio's generic ones find the backend on every
+        # construction (docs/ARCHITECTURE.md, "Hot-path primitives").
+        cancel_scope = type(anyio.CancelScope())
         while True:
             if not self._ready:
-                waiter = anyio.Event()
+                waiter = asyncio.Event()
                 self._idle_workers.append(waiter)
                 try:
                     await waiter.wait()
@@ -252,7 +256,7 @@ class SessionQueue:
                 continue
             batch = self._take(lane, self._settings(lane.key))
             lane.turns += 1
-            with anyio.CancelScope() as scope:
+            with cancel_scope() as scope:
                 lane._scope = scope
                 lane.running = True
                 try:
@@ -268,7 +272,7 @@ class SessionQueue:
             if self._ready:
                 # More work at once: let other tasks (receive loops, senders) in
                 # first; a turn may not have waited for anything.
-                await anyio.lowlevel.checkpoint()
+                await asyncio.sleep(0)
 
     def _make_ready(self, lane: Lane) -> None:
         if self._closed:
