@@ -222,6 +222,7 @@ async def kernel_broadcast(run: Run, chats: int, per_chat: int, retries: int,
                         fmt="plain")
             await h.kernel.outbox.wait_idle()
             run.finished = time.monotonic()
+            await h.kernel.store.flush()
             rows = h.kernel.store._run("SELECT status FROM outbox").fetchall()
             run.lost = sum(1 for (status,) in rows if status != "sent")
     for _, chat_id, seq in run.platform.accepted:

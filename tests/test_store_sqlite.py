@@ -740,6 +740,102 @@ async def test_journal_inbound_many_commits_the_batch_and_reports_redeliveries(t
         await store.close()
 
 
+# -- coalesced sent / done marks ------------------------------------------------------------
+
+
+def outbox_entries(count: int, reply: str = "r1") -> list:
+    from chatkernel.core.models import OutboundPayload
+    from chatkernel.core.store.base import OutboxEntry
+
+    route = Route("telegram", "main", "chat-1")
+    return [OutboxEntry(0, reply, "telegram:main:chat-1", "s1", "telegram", "main", route,
+                        OutboundPayload(text=f"part {i}"), "pending", None, 0.0)
+            for i in range(count)]
+
+
+def file_statuses(db_path, table: str, key: str) -> dict[int, str]:
+    """What another connection reads: committed rows only."""
+    with sqlite3.connect(db_path) as conn:
+        return dict(conn.execute(f"SELECT {key}, status FROM {table}").fetchall())
+
+
+@pytest.mark.anyio
+async def test_sent_and_done_marks_share_one_statement_per_table_and_one_commit(store, db_path):
+    seqs = [await store.journal_inbound(msg(f"m{i}")) for i in range(5)]
+    entries = outbox_entries(5)
+    ids = await store.outbox_add(entries, finish_journal=seqs)
+    await store.flush()
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    for entry_id in ids:
+        await store.outbox_mark(entry_id, "sent")
+    for seq in seqs:  # a later reply finishing the same entries again changes nothing
+        await store.outbox_add([], finish_journal=[seq])
+    assert statements == []  # nothing written yet: the marks wait for the commit
+    await store.flush()
+    store._db.set_trace_callback(None)
+    updates = [sql for sql in statements if sql.startswith("UPDATE")]
+    assert len(updates) == 2, updates
+    assert file_statuses(db_path, "outbox", "id") == {i: "sent" for i in ids}
+    assert file_statuses(db_path, "inbound_journal", "seq") == {s: "done" for s in seqs}
+
+
+@pytest.mark.anyio
+async def test_done_marks_commit_with_their_reply_and_reads_see_every_mark(store, db_path):
+    seq = await store.journal_inbound(msg("m1"))
+    (entry_id,) = await store.outbox_add(outbox_entries(1), finish_journal=[seq])
+    # Not committed yet: another connection sees neither the reply nor the mark.
+    assert file_statuses(db_path, "outbox", "id") == {}
+    assert file_statuses(db_path, "inbound_journal", "seq") == {seq: "received"}
+    # This connection's own reads see both at once.
+    assert await store.unfinished_inbound() == []
+    assert [e.id for e in await store.outbox_unfinished()] == [entry_id]
+    await store.outbox_mark(entry_id, "sent")
+    assert await store.outbox_unfinished() == []
+    assert [e.status for e in await store.outbox_reply("r1")] == ["sent"]
+    await store.flush()
+    assert file_statuses(db_path, "outbox", "id") == {entry_id: "sent"}
+    assert file_statuses(db_path, "inbound_journal", "seq") == {seq: "done"}
+
+
+@pytest.mark.anyio
+async def test_a_later_explicit_status_wins_over_a_coalesced_mark(store):
+    seq = await store.journal_inbound(msg("m1"))
+    (entry_id,) = await store.outbox_add(outbox_entries(1), finish_journal=[seq])
+    await store.outbox_mark(entry_id, "sent")
+    await store.outbox_mark(entry_id, "unknown", "in flight when the gateway stopped")
+    await store.set_journal_status(seq, "rejected")
+    await store.flush()
+    assert [(e.status, e.error) for e in await store.outbox_reply("r1")] == [
+        ("unknown", "in flight when the gateway stopped")]
+    rows = store._db.execute("SELECT status FROM inbound_journal").fetchall()
+    assert rows == [("rejected",)]
+
+
+@pytest.mark.anyio
+async def test_closing_writes_the_pending_marks(db_path):
+    async with SQLiteStore.at(db_path) as store:
+        seqs = [await store.journal_inbound(msg(f"m{i}")) for i in range(70)]
+        ids = await store.outbox_add(outbox_entries(70), finish_journal=seqs)
+        for entry_id in ids:  # more than one statement's worth
+            await store.outbox_mark(entry_id, "sent")
+    assert set(file_statuses(db_path, "outbox", "id").values()) == {"sent"}
+    assert set(file_statuses(db_path, "inbound_journal", "seq").values()) == {"done"}
+    async with SQLiteStore.at(db_path) as store:
+        assert await store.unfinished_inbound() == []
+        assert await store.outbox_unfinished() == []
+
+
+@pytest.mark.anyio
+async def test_marks_on_a_closed_store_are_refused_at_once(db_path):
+    store = SQLiteStore.at(db_path)
+    await store.open()
+    (entry_id,) = await store.outbox_add(outbox_entries(1))
+    await store.close()
+    with pytest.raises(StoreError, match="not open"):
+        await store.outbox_mark(entry_id, "sent")
+
+
 # -- read-only opening and account activity (chatkernel status) --------------------------------
 
 

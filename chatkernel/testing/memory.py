@@ -181,7 +181,8 @@ class KernelHarness:
         return self.account_channel("main")
 
     async def settle(self, timeout: float = 5.0) -> None:
-        """Wait until every lane is idle and every queued payload was sent (bounded)."""
+        """Wait until every lane is idle, every queued payload was sent and what
+        that wrote is committed (bounded)."""
         with anyio.fail_after(timeout):
             while True:
                 await self.kernel.inbound.wait_settled()  # accepted, not yet queued
@@ -194,6 +195,7 @@ class KernelHarness:
                 if not any(lane.active for lane in self.kernel.queue.lanes.values()) \
                         and not self.kernel.outbox.pending() \
                         and not self.kernel.inbound.backlog():
+                    await self.kernel.store.flush()
                     return
 
     async def heartbeats_settled(self, timeout: float = 5.0) -> None:
