@@ -224,6 +224,48 @@ async def test_a_payload_waiting_for_its_rate_limit_slot_stays_pending(tmp_path)
         assert statuses() == ["sent"]
 
 
+async def test_every_request_goes_out_after_its_row_is_committed_sending(tmp_path):
+    # An idle session's first payload is stored `sending` from the start (its
+    # rate-limit slot taken at once); the next ones are marked when their turn
+    # comes. Either way, another connection must read `sending` when the request
+    # leaves: a crash then reports "delivery unknown" and never resends.
+    import sqlite3
+
+    def reply(request):
+        return [AgentEvent.reply("\n\n".join(f"{request.text} part {i} " + "x" * 3000
+                                               for i in range(3)))]
+
+    async with harness(tmp_path, reply) as h:
+        channel, store = h.channel, h.kernel.store
+        original_send, original_mark = channel.send, store.outbox_mark
+        seen: list[tuple[str, str]] = []
+        marks: list[str] = []
+
+        async def mark(entry_id, status, error=None, *, durable=False):
+            marks.append(status)
+            await original_mark(entry_id, status, error, durable=durable)
+
+        async def send(route, payload):
+            head = payload.text.split(" x")[0]  # "<chat> part <i>"
+            with sqlite3.connect(store.path) as other:
+                (status,) = other.execute("SELECT status FROM outbox WHERE payload LIKE ?",
+                                          (f'%"{head} x%',)).fetchone()
+            seen.append((head, status))
+            return await original_send(route, payload)
+
+        channel.send, store.outbox_mark = send, mark
+        await channel.receive("one", chat_id="chat-1")
+        await channel.receive("two", chat_id="chat-2")
+        await h.settle()
+        assert sorted(seen) == [(f"{text} part {i}", "sending")
+                                for text in ("one", "two") for i in range(3)]
+        # Each reply's first payload was stored `sending`; only the later ones were marked.
+        assert marks.count("sending") == 2 * 2
+        assert marks.count("sent") == 2 * 3
+        statuses = {row[0] for row in store._run("SELECT status FROM outbox").fetchall()}
+        assert statuses == {"sent"}
+
+
 async def test_send_policy_blocks_groups_and_a_session_override_wins(tmp_path):
     policy = {"default": "allow", "rules": [{"action": "deny", "channel": "memory",
                                              "chat_type": "group"}]}

@@ -548,6 +548,43 @@ async def test_penalize_during_a_wait_extends_it() -> None:
     assert sent == [7.0]
 
 
+@pytest.mark.anyio
+async def test_try_acquire_takes_a_free_slot_and_records_nothing_otherwise() -> None:
+    vt = VirtualTime()
+    limiter = limiter_on(vt, {"chat": RateLimit(2, 1.0), "account": RateLimit(3, 1.0)})
+    assert limiter.try_acquire("c1") is True
+    assert limiter.try_acquire("c1") is True
+    assert limiter.try_acquire("c1") is False  # the chat's window is full
+    assert limiter.delay("c1") == pytest.approx(1.0)  # the refusal counted nothing
+    assert limiter.try_acquire("c2") is True
+    assert limiter.try_acquire("c3") is False  # the account's window is full
+    limiter.penalize(4.0, "c4")
+    vt.now = 1.0
+    assert limiter.try_acquire("c4") is False  # blocked after a 429
+    assert limiter.try_acquire("c3") is True
+    # What it takes counts for acquire too: c1 sends twice more at t=1.
+    assert limiter.try_acquire("c1") is True
+    assert limiter.try_acquire("c1") is True
+    vt.now = 1.5
+    assert await run_one(vt, limiter, "c1") == pytest.approx(0.5)
+
+
+@pytest.mark.anyio
+async def test_try_acquire_never_jumps_a_queued_sender() -> None:
+    vt = VirtualTime()
+    limiter = limiter_on(vt, {"account": RateLimit(1, 1.0)})
+    await limiter.acquire("a")
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(limiter.acquire, "b")
+        await settle()  # "b" waits at the head of the account queue for t=1
+        vt.now = 1.0  # b's slot is free, but b has not woken yet
+        assert limiter.try_acquire("c") is False
+        await vt.drive()
+    vt.now = 5.0
+    limiter.prune()
+    assert limiter.tracked_chats == 0  # a refused newcomer's state goes too
+
+
 # -- memory -----------------------------------------------------------------------------------
 
 

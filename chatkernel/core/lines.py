@@ -61,6 +61,10 @@ class Lines(Generic[T]):
         """Whether ``key`` has a task (working or lingering)."""
         return key in self._lines
 
+    def busy(self, key: str) -> bool:
+        """Whether ``key`` has items waiting or being handled."""
+        return bool(self._lines.get(key))
+
     def put(self, key: str, item: T) -> None:
         """Queue ``item`` behind ``key``'s earlier items."""
         line = self._lines.get(key)

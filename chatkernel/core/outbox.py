@@ -10,6 +10,12 @@ committed; after, ``sent`` or ``failed``. So after a crash:
   reported in the session log as "delivery unknown", never resent (a
   duplicate is a bug like a loss).
 
+The usual reply goes out at once: its session's sender is idle and its
+rate-limit slot is free. Then the slot is taken when the reply is queued and
+its first payload is stored ``sending`` from the start (one write instead of
+an insert and an update); the sender sends it as soon as that row is
+committed. Otherwise the payload is stored ``pending`` and waits its turn.
+
 Each request runs under the channel's retry policy and the account's rate
 limiter; the send policy is checked on every payload, whatever its origin.
 """
@@ -51,6 +57,8 @@ class Outbox:
             "sender", self._send, task_group=lambda: kernel.task_group,
             linger=SENDER_LINGER_SECONDS, after=self._sent)
         self._failed_replies: set[str] = set()
+        # Sessions whose reply was claimed and is not in its line yet (see _claim).
+        self._claiming: set[str] = set()
         self._limiters: dict[str, RateLimiter] = {}
         self._policies: dict[str, RetryPolicy] = {}
         # Reply ids: unique across restarts without a uuid per reply.
@@ -78,9 +86,29 @@ class Outbox:
                         channel=account.channel_name, account=account.name, route=route,
                         payload=payload, status="pending", error=None, created_at=0.0)
             for payload in payloads]
-        await self._kernel.store.outbox_add(entries, finish_journal=finish_journal)
+        claimed = bool(entries) and self._claim(account, session_key, route)
+        if claimed:
+            entries[0].status = "sending"
+            self._claiming.add(session_key)
+        try:
+            await self._kernel.store.outbox_add(entries, finish_journal=finish_journal)
+        finally:
+            if claimed:
+                self._claiming.discard(session_key)
         self._enqueue(entries)
         return reply_id
+
+    def _claim(self, account: Account, session_key: str, route: Route) -> bool:
+        """Whether a reply's first payload may be stored ``sending`` and go out at
+        once: the session's sender has nothing before it, the send policy allows
+        it, and the rate limiter grants its slot now (which takes the slot)."""
+        kernel = self._kernel
+        if (session_key in self._claiming or self.lines.busy(session_key)
+                or account.channel is None
+                or kernel.accounts.get(account.key) is not account
+                or not kernel.send_policy.check(route, kernel.sessions.cached(session_key))):
+            return False
+        return self._limiter(account).try_acquire(route.chat_id, is_group=route.is_group)
 
     def _enqueue(self, entries: list[OutboxEntry]) -> None:
         for entry in entries:
@@ -138,11 +166,17 @@ class Outbox:
             return
         limiter = self._limiter(account)
         policy = self._policy(account)
-        marked = False
+        # Claimed at submit (stored `sending`, its slot taken): send once it is committed.
+        marked = claimed = entry.status == "sending"
+        if claimed:
+            await store.flush()
 
         async def attempt() -> SendResult:
-            nonlocal route, marked
-            await limiter.acquire(route.chat_id, is_group=route.is_group)
+            nonlocal route, marked, claimed
+            if claimed:
+                claimed = False
+            else:
+                await limiter.acquire(route.chat_id, is_group=route.is_group)
             if not marked:
                 # After the rate-limit wait, not before: a crash while a payload
                 # waits for its slot must leave it `pending` (resent), not `unknown`.

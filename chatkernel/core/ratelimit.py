@@ -226,22 +226,11 @@ class RateLimiter:
         once, right after the last check. Call it immediately before the send.
         """
         start = self._clock()
-        state = self._chats.get(chat_id)
-        if state is None:
-            state = self._chats[chat_id] = _ChatState(
-                SlidingWindow(self._chat_limit, self.margin) if self._chat_limit else None)
-        if is_group and state.group is None and self._group_limit is not None:
-            state.group = SlidingWindow(self._group_limit, self.margin)
-        now = self._clock()
-        if (not state.users and not self._account_lock.locked()
-                and self._chat_delay(state, is_group, now) <= 0
-                and self._account_delay(now) <= 0):
+        if self.try_acquire(chat_id, is_group=is_group):
             # The common case: nobody queued and every slot free. Nothing to wait
-            # for, so no lock either (and no await between the checks and the records).
-            self._record(state, is_group, now)
-            self._schedule(chat_id, state)
-            self.prune()
-            return now - start
+            # for, so no lock either.
+            return 0.0
+        state = self._chats[chat_id]
         state.users += 1
         if state.lock is None:
             state.lock = anyio.Lock(fast_acquire=True)
@@ -271,6 +260,32 @@ class RateLimiter:
             if state.users == 0:
                 self._schedule(chat_id, state)
             self.prune()
+
+    def try_acquire(self, chat_id: str, *, is_group: bool = False) -> bool:
+        """Count a send to ``chat_id`` if it is allowed right now, without waiting.
+
+        True when nobody is queued for the chat or the account and every slot
+        is free (the send is recorded, as :meth:`acquire` does); False, with
+        nothing recorded, when :meth:`acquire` would have to wait.
+        """
+        state = self._chats.get(chat_id)
+        if state is None:
+            state = self._chats[chat_id] = _ChatState(
+                SlidingWindow(self._chat_limit, self.margin) if self._chat_limit else None)
+        if is_group and state.group is None and self._group_limit is not None:
+            state.group = SlidingWindow(self._group_limit, self.margin)
+        now = self._clock()
+        if (not state.users and not self._account_lock.locked()
+                and self._chat_delay(state, is_group, now) <= 0
+                and self._account_delay(now) <= 0):
+            # No await between the checks and the records: nobody can take the slot.
+            self._record(state, is_group, now)
+            self._schedule(chat_id, state)
+            self.prune()
+            return True
+        if not state.users:
+            self._schedule(chat_id, state)  # a state made here is pruned in its time
+        return False
 
     def penalize(self, seconds: float, chat_id: str | None = None) -> None:
         """Block sends for ``seconds`` after the platform answered 429 with ``retry_after``.
