@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sqlite3
@@ -738,6 +739,73 @@ async def test_journal_inbound_many_commits_the_batch_and_reports_redeliveries(t
         assert count == 3
     finally:
         await store.close()
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_writer_does_not_cancel_the_commit_others_wait_for(
+        store, db_path, monkeypatch):
+    monkeypatch.setattr(sqlite_module, "COMMIT_INTERVAL", 0.2)
+    store._last_commit = asyncio.get_running_loop().time()  # the next commit waits 0.2 s
+    results = {}
+
+    async def journal(name: str) -> None:
+        results[name] = await store.journal_inbound(msg(name))
+
+    doomed = anyio.CancelScope()
+    gave_up = anyio.Event()
+
+    async def cancelled() -> None:
+        with doomed:
+            await journal("cancelled")
+        gave_up.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(journal, "kept")
+        tg.start_soon(cancelled)
+        await anyio.sleep(0.05)  # both wait for the same commit
+        doomed.cancel()
+        await gave_up.wait()
+        assert "cancelled" not in results and "kept" not in results
+    assert results["kept"] is not None
+    # The shared commit happened all the same: both rows are in the file.
+    with sqlite3.connect(db_path) as other:
+        rows = other.execute("SELECT message_id FROM inbound_journal ORDER BY seq").fetchall()
+    assert rows == [("kept",), ("cancelled",)]
+
+
+@pytest.mark.anyio
+async def test_a_failed_commit_is_raised_to_every_waiter(store, monkeypatch):
+    async def journal(name: str):
+        try:
+            return await store.journal_inbound(msg(name))
+        except StoreError as exc:
+            return exc
+
+    original = store._conn
+    class FailingCommit:
+        """The connection, with COMMIT failing once (a full disk, say)."""
+
+        def __getattr__(self, name):
+            return getattr(original, name)
+
+        def execute(self, sql, *args):
+            if sql == "COMMIT":
+                store._conn = original
+                raise sqlite3.OperationalError("database or disk is full")
+            return original.execute(sql, *args)
+
+    store._conn = FailingCommit()
+    async with anyio.create_task_group() as tg:
+        outcomes = []
+
+        async def run(name):
+            outcomes.append(await journal(name))
+
+        tg.start_soon(run, "a")
+        tg.start_soon(run, "b")
+    assert len(outcomes) == 2
+    assert all(isinstance(o, StoreError) and "disk is full" in str(o) for o in outcomes)
+    assert await store.unfinished_inbound() == []  # rolled back: nothing half-written
 
 
 # -- coalesced sent / done marks ------------------------------------------------------------

@@ -226,10 +226,11 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def _chunks(ids: list[int]) -> Iterator[tuple[int, ...]]:
+def _chunks(marks: set[int]) -> Iterator[tuple[int, ...]]:
     """``ids`` in chunks of at most MARKS_PER_STATEMENT, each padded to a power of two
     by repeating its last id (``IN`` ignores the repeats): a handful of statement
     texts, so the connection's statement cache keeps them all prepared."""
+    ids = sorted(marks)
     for start in range(0, len(ids), MARKS_PER_STATEMENT):
         chunk = ids[start:start + MARKS_PER_STATEMENT]
         size = 1 << (len(chunk) - 1).bit_length()
@@ -297,11 +298,14 @@ class SQLiteStore(Store):
         #: Open without creating, migrating or writing anything (``chatkernel status``).
         self.read_only = read_only
         self._conn: sqlite3.Connection | None = None
-        self._commit_waiter: asyncio.Future[None] | None = None
+        # Group commit: whether one is scheduled, and the futures of those waiting
+        # for it (each caller's own, so a cancelled caller cancels only its wait).
+        self._commit_scheduled = False
+        self._commit_waiters: list[asyncio.Future[None]] = []
         self._last_commit = -math.inf
         # Coalesced marks, written by _write_marks before the next commit.
-        self._sent_marks: list[int] = []
-        self._done_marks: list[int] = []
+        self._sent_marks: set[int] = set()
+        self._done_marks: set[int] = set()
         # Background WAL checkpoints (see CHECKPOINT_INTERVAL): their own connection,
         # used only by the one checkpoint running at a time.
         self._checkpointer: sqlite3.Connection | None = None
@@ -496,9 +500,9 @@ class SQLiteStore(Store):
         return cursor
 
     def _schedule_commit(self) -> None:
-        if self._commit_waiter is None:
+        if not self._commit_scheduled:
             loop = asyncio.get_running_loop()
-            self._commit_waiter = loop.create_future()
+            self._commit_scheduled = True
             # Idle: commit on the next loop turn. Busy: at most one commit per
             # COMMIT_INTERVAL, so more writes share each (a commit costs more
             # than several inserts).
@@ -508,10 +512,10 @@ class SQLiteStore(Store):
             else:
                 loop.call_soon(self._commit)
 
-    def _mark(self, marks: list[int], row_id: int) -> None:
+    def _mark(self, marks: set[int], row_id: int) -> None:
         """Coalesce a ``sent`` / ``done`` mark into the next commit."""
         self._db  # noqa: B018 - a closed store refuses now, not at the commit
-        marks.append(row_id)
+        marks.add(row_id)
         self._schedule_commit()
 
     def _write_marks(self) -> None:
@@ -519,7 +523,7 @@ class SQLiteStore(Store):
         sent, done = self._sent_marks, self._done_marks
         if not sent and not done:
             return
-        self._sent_marks, self._done_marks = [], []
+        self._sent_marks, self._done_marks = set(), set()
         db = self._db
         if not db.in_transaction:
             db.execute("BEGIN")
@@ -534,10 +538,10 @@ class SQLiteStore(Store):
 
     async def _committed(self) -> None:
         """Wait for the commit of this loop turn's writes (scheduled once per turn)."""
-        waiter = self._commit_waiter
-        if waiter is not None:
-            # Shielded: a cancelled writer must not cancel the commit others wait for.
-            await asyncio.shield(waiter)
+        if self._commit_scheduled:
+            waiter = asyncio.get_running_loop().create_future()
+            self._commit_waiters.append(waiter)
+            await waiter
 
     async def flush(self) -> None:
         """Wait until everything written so far is committed."""
@@ -573,11 +577,15 @@ class SQLiteStore(Store):
             # Not fatal: the WAL keeps everything; the next checkpoint tries again.
             log.warning("%s: WAL checkpoint failed: %s", self.path, future.exception())
 
-    def _commit(self) -> None:
-        waiter, self._commit_waiter = self._commit_waiter, None
-        if waiter is not None:
-            self._last_commit = waiter.get_loop().time()
+    def _commit(self) -> StoreError | None:
+        """Commit the open transaction and wake its waiters; returns the error, if any."""
+        scheduled, self._commit_scheduled = self._commit_scheduled, False
+        waiters, self._commit_waiters = self._commit_waiters, []
+        loop = asyncio.get_running_loop()  # always called on the loop: a callback or a method
+        if scheduled:
+            self._last_commit = loop.time()
         conn = self._conn
+        error = None
         try:
             if conn is not None:
                 self._write_marks()
@@ -586,14 +594,17 @@ class SQLiteStore(Store):
         except sqlite3.Error as exc:
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")  # type: ignore[union-attr]
-            if waiter is not None and not waiter.done():
-                waiter.set_exception(StoreError(f"{self.path}: commit failed: {exc}"))
-            return
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-        if waiter is not None and self._checkpointing is None and \
+            error = StoreError(f"{self.path}: commit failed: {exc}")
+        for waiter in waiters:
+            if not waiter.done():  # a cancelled waiter's future is done already
+                if error is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(error)
+        if error is None and scheduled and self._checkpointing is None and \
                 self._last_commit - self._last_checkpoint >= CHECKPOINT_INTERVAL:
-            self._start_checkpoint(waiter.get_loop())
+            self._start_checkpoint(loop)
+        return error
 
     # -- inbound journal -------------------------------------------------------------------
 
@@ -620,10 +631,9 @@ class SQLiteStore(Store):
                 message.channel, message.account, message.message_id,
                 encode_message(message), now))
             seqs.append(cursor.lastrowid if cursor.rowcount == 1 else None)
-        waiter = self._commit_waiter  # _write made sure there is one
-        self._commit()
-        if waiter is not None and waiter.exception() is not None:
-            raise waiter.exception()  # type: ignore[misc]
+        error = self._commit()
+        if error is not None:
+            raise error
         return seqs
 
     async def set_journal_status(self, seq: int, status: str) -> None:
@@ -631,7 +641,7 @@ class SQLiteStore(Store):
         if status not in JOURNAL_STATUSES:
             raise ValueError(f"journal status must be one of {', '.join(JOURNAL_STATUSES)}, "
                              f"not {status!r}")
-        self._write_marks()  # an earlier coalesced mark must not land after this one
+        self._done_marks.discard(seq)  # this status supersedes a coalesced `done`
         cursor = self._write("UPDATE inbound_journal SET status = ? WHERE seq = ?",
                              (status, seq))
         if cursor.rowcount == 0:
@@ -674,7 +684,7 @@ class SQLiteStore(Store):
         if status == "sent" and error is None and not durable:
             self._mark(self._sent_marks, entry_id)
             return
-        self._write_marks()  # an earlier coalesced mark must not land after this one
+        self._sent_marks.discard(entry_id)  # this status supersedes a coalesced `sent`
         cursor = self._write("UPDATE outbox SET status = ?, error = ?, updated_at = ?"
                              " WHERE id = ?", (status, error, time.time(), entry_id))
         if cursor.rowcount == 0:
