@@ -8,9 +8,10 @@ task that waits costs less than a task started for every item. There is no
 timer per wait: :meth:`Lines.reap_idle` (the kernel calls it every second)
 ends the tasks that have lingered long enough.
 
-Its events are asyncio's own: every message passes through here twice, and
-``anyio.Event()`` looks the running backend up on each construction (the
-gateway runs on asyncio; see docs/ARCHITECTURE.md, "Hot-path primitives").
+A lingering task waits on a bare asyncio future: every message passes through
+here twice, and ``anyio.Event()`` looks the running backend up on each
+construction (the gateway runs on asyncio; see docs/ARCHITECTURE.md,
+"Hot-path primitives").
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ class Lines(Generic[T]):
         self._after = after
         self._task_group = task_group
         self._lines: dict[str, deque[T]] = {}
-        self._wakers: dict[str, asyncio.Event] = {}
+        self._wakers: dict[str, asyncio.Future[None]] = {}
         self._idle_since: dict[str, float] = {}
         self._count = 0
         self._empty = asyncio.Event()
@@ -78,7 +79,7 @@ class Lines(Generic[T]):
         waker = self._wakers.pop(key, None)
         if waker is not None:  # a lingering task: more work
             self._idle_since.pop(key, None)
-            waker.set()
+            _wake(waker)
 
     async def wait_empty(self) -> None:
         """Return once every item put so far was handled."""
@@ -93,7 +94,7 @@ class Lines(Generic[T]):
             del self._idle_since[key]
             waker = self._wakers.pop(key, None)
             if waker is not None:
-                waker.set()  # it wakes to an empty line and ends
+                _wake(waker)  # it wakes to an empty line and ends
         return len(done)
 
     async def _drain(self, key: str, line: deque[T]) -> None:
@@ -111,9 +112,9 @@ class Lines(Generic[T]):
                         self._after(item)
                     if self._count == 0:
                         self._empty.set()
-                waker = self._wakers[key] = asyncio.Event()
+                waker = self._wakers[key] = asyncio.get_running_loop().create_future()
                 self._idle_since[key] = time.monotonic()
-                await waker.wait()
+                await waker
                 if not line:
                     return
         finally:
@@ -121,3 +122,8 @@ class Lines(Generic[T]):
             del self._lines[key]
             self._wakers.pop(key, None)
             self._idle_since.pop(key, None)
+
+
+def _wake(waker: asyncio.Future[None]) -> None:
+    if not waker.done():  # done: its task was cancelled while it lingered
+        waker.set_result(None)

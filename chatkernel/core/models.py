@@ -155,7 +155,7 @@ class Verdict:
 
     @classmethod
     def allow(cls, reason: str = "") -> "Verdict":
-        return cls(True, reason)
+        return cls(True, reason) if reason else _ALLOWED  # frozen: one instance will do
 
     @classmethod
     def deny(cls, reason: str, reply: str | None = None) -> "Verdict":
@@ -164,6 +164,8 @@ class Verdict:
     def __bool__(self) -> bool:
         return self.allowed
 
+
+_ALLOWED = Verdict(True)
 
 AccountState = Literal["starting", "running", "stopped", "failed", "paused"]
 ACCOUNT_STATES: tuple[str, ...] = ("starting", "running", "stopped", "failed", "paused")

@@ -8,6 +8,7 @@ of the workspace is judged by where it points.
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from pathlib import Path
@@ -78,6 +79,7 @@ class SendPolicy:
         return self._verdict(self.default, "send_policy.default")
 
     @staticmethod
+    @functools.lru_cache(maxsize=256)  # a handful of (action, source) pairs; checked per payload
     def _verdict(action: str, source: str) -> Verdict:
         if action == "allow":
             return Verdict.allow(source)

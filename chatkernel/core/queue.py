@@ -17,6 +17,7 @@ a short bullet list of them for the follow-up turn.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -161,7 +162,7 @@ class SessionQueue:
         # waiting for one (a deque and an event per idle worker: cheaper per turn
         # than a memory stream).
         self._ready: deque[Lane] = deque()
-        self._idle_workers: deque[asyncio.Event] = deque()
+        self._idle_workers: deque[asyncio.Future[None]] = deque()
         self._closed = False
         for number in range(max_concurrent):
             task_group.start_soon(self._worker, name=f"queue worker {number + 1}")
@@ -237,13 +238,14 @@ class SessionQueue:
         cancel_scope = type(anyio.CancelScope())
         while True:
             if not self._ready:
-                waiter = asyncio.Event()
+                waiter = asyncio.get_running_loop().create_future()
                 self._idle_workers.append(waiter)
                 try:
-                    await waiter.wait()
+                    await waiter
                 except BaseException:  # cancelled: the kernel is stopping
-                    if not waiter.is_set():
-                        self._idle_workers.remove(waiter)
+                    if waiter.cancelled():  # not woken: out of the line, if still in it
+                        with contextlib.suppress(ValueError):
+                            self._idle_workers.remove(waiter)
                     elif self._ready:  # woken, then cancelled: pass the wake-up on
                         self._wake_one()
                     raise
@@ -281,8 +283,11 @@ class SessionQueue:
         self._wake_one()
 
     def _wake_one(self) -> None:
-        if self._idle_workers:
-            self._idle_workers.popleft().set()
+        while self._idle_workers:
+            waiter = self._idle_workers.popleft()
+            if not waiter.done():  # done: cancelled, its worker is stopping
+                waiter.set_result(None)
+                return
 
     def _after_turn(self, lane: Lane) -> None:
         if not lane.pending:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any
 
@@ -42,15 +43,32 @@ __all__ = [
     "route_to_dict",
 ]
 
-_encoder = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 _decoder = json.JSONDecoder()
+
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+if c_make_encoder is not None:
+    # The C encoder, made once: JSONEncoder.encode builds one (and a closure) per
+    # call, which cost more than encoding a whole message. No circular check: the
+    # values are the kernel's own records (a cycle raises RecursionError, below).
+    _iterencode = c_make_encoder(None, _not_json, encode_basestring_ascii, None, ":", ",",
+                                 False, False, True)
+
+    def _encode(value: Any) -> str:
+        return "".join(_iterencode(value, 0))
+else:  # pragma: no cover - interpreters without the C accelerator
+    _encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"),
+                               default=_not_json).encode
 
 
 def encode_json(value: Any, *, what: str = "value") -> str:
     """Compact JSON text; a value that is not JSON raises TypeError naming ``what``."""
     try:
-        return _encoder.encode(value)
-    except (TypeError, ValueError) as exc:
+        return _encode(value)
+    except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"{what} must hold JSON values only: {exc}") from None
 
 
