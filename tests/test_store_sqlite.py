@@ -849,6 +849,28 @@ async def test_sent_and_done_marks_share_one_statement_per_table_and_one_commit(
 
 
 @pytest.mark.anyio
+async def test_durable_sending_marks_share_a_statement_and_are_committed_on_return(
+        store, db_path):
+    ids = await store.outbox_add(outbox_entries(3))
+    await store.flush()
+    statements: list[str] = []
+    store._db.set_trace_callback(statements.append)
+    returned: list[dict[int, str]] = []
+
+    async def mark(entry_id: int) -> None:
+        await store.outbox_mark(entry_id, "sending", durable=True)
+        returned.append(file_statuses(db_path, "outbox", "id"))
+
+    async with anyio.create_task_group() as tg:
+        for entry_id in ids:  # three senders at once
+            tg.start_soon(mark, entry_id)
+    store._db.set_trace_callback(None)
+    # Each returned only once another connection could read its mark.
+    assert returned == [{i: "sending" for i in ids}] * 3
+    assert len([sql for sql in statements if sql.startswith("UPDATE")]) == 1
+
+
+@pytest.mark.anyio
 async def test_done_marks_commit_with_their_reply_and_reads_see_every_mark(store, db_path):
     seq = await store.journal_inbound(msg("m1"))
     (entry_id,) = await store.outbox_add(outbox_entries(1), finish_journal=[seq])

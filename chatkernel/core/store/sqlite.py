@@ -19,13 +19,16 @@ before anything written about it later. The store therefore needs the asyncio
 event loop, which is what the kernel runs on; ``bench/pipeline.py`` measures
 the pipeline with it.
 
-Coalesced marks. The two status marks every message gets once its work is
-over — the outbox entry's ``sent`` and the journal entry's ``done`` — are
-kept in memory and written at the commit that would have carried them, as
-one ``UPDATE ... WHERE id IN (...)`` per table: an update per row cost as
-much again as the row's insert. They are still committed in the same
-transaction as the writes made before them (``done`` with its reply's outbox
-rows), and every read or delete of those tables writes them first.
+Coalesced marks. The status marks every message gets — the outbox entry's
+``sending`` and ``sent``, the journal entry's ``done`` — are kept in memory
+and written at the commit that would have carried them, as one ``UPDATE ...
+WHERE id IN (...)`` per status: an update per row cost as much again as the
+row's insert. They are still committed in the same transaction as the writes
+made before them (``done`` with its reply's outbox rows), a durable mark
+(``sending``) still returns only once committed, and every read or delete of
+those tables, and any other status for the same row, writes or drops them
+first. A mark for a row that does not exist is not an error then: it changes
+nothing.
 
 Durability. The database runs in WAL mode with ``synchronous = NORMAL``: once
 ``journal_inbound`` returns, the message survives a crash of the process (an exception, ``kill
@@ -304,6 +307,7 @@ class SQLiteStore(Store):
         self._commit_waiters: list[asyncio.Future[None]] = []
         self._last_commit = -math.inf
         # Coalesced marks, written by _write_marks before the next commit.
+        self._sending_marks: set[int] = set()
         self._sent_marks: set[int] = set()
         self._done_marks: set[int] = set()
         # Background WAL checkpoints (see CHECKPOINT_INTERVAL): their own connection,
@@ -513,25 +517,26 @@ class SQLiteStore(Store):
                 loop.call_soon(self._commit)
 
     def _mark(self, marks: set[int], row_id: int) -> None:
-        """Coalesce a ``sent`` / ``done`` mark into the next commit."""
+        """Coalesce a ``sending`` / ``sent`` / ``done`` mark into the next commit."""
         self._db  # noqa: B018 - a closed store refuses now, not at the commit
         marks.add(row_id)
         self._schedule_commit()
 
     def _write_marks(self) -> None:
         """Write the coalesced marks in the open transaction (before a commit or a read)."""
-        sent, done = self._sent_marks, self._done_marks
-        if not sent and not done:
+        sending, sent, done = self._sending_marks, self._sent_marks, self._done_marks
+        if not sending and not sent and not done:
             return
-        self._sent_marks, self._done_marks = set(), set()
+        self._sending_marks, self._sent_marks, self._done_marks = set(), set(), set()
         db = self._db
         if not db.in_transaction:
             db.execute("BEGIN")
-        if sent:
-            now = time.time()
-            for ids in _chunks(sent):
-                db.execute("UPDATE outbox SET status = 'sent', error = NULL, updated_at = ?"
-                           f" WHERE id IN ({_placeholders(len(ids))})", (now, *ids))
+        now = time.time()
+        for status, marked in (("sending", sending), ("sent", sent)):
+            for ids in _chunks(marked):
+                db.execute(f"UPDATE outbox SET status = '{status}', error = NULL,"
+                           f" updated_at = ? WHERE id IN ({_placeholders(len(ids))})",
+                           (now, *ids))
         for seqs in _chunks(done):
             db.execute("UPDATE inbound_journal SET status = 'done'"
                        f" WHERE seq IN ({_placeholders(len(seqs))})", seqs)
@@ -681,10 +686,15 @@ class SQLiteStore(Store):
         if status not in OUTBOX_STATUSES:
             raise ValueError(f"outbox status must be one of {', '.join(OUTBOX_STATUSES)}, "
                              f"not {status!r}")
-        if status == "sent" and error is None and not durable:
-            self._mark(self._sent_marks, entry_id)
+        # The latest status of a row wins over a coalesced one not written yet.
+        self._sending_marks.discard(entry_id)
+        self._sent_marks.discard(entry_id)
+        if status in ("sending", "sent") and error is None:
+            self._mark(self._sending_marks if status == "sending" else self._sent_marks,
+                       entry_id)
+            if durable:
+                await self._committed()
             return
-        self._sent_marks.discard(entry_id)  # this status supersedes a coalesced `sent`
         cursor = self._write("UPDATE outbox SET status = ?, error = ?, updated_at = ?"
                              " WHERE id = ?", (status, error, time.time(), entry_id))
         if cursor.rowcount == 0:
