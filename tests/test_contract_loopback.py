@@ -1,12 +1,14 @@
 """The channel contract suite, run against the loopback channel and its FakePlatform.
 
 This is what every channel plugin's test suite does with its own fake platform
-(see docs/testing.md); the loopback platform has no groups, threads or media,
-so it declares those capabilities absent.
+(see docs/testing.md). The loopback platform has every optional capability,
+revoked credentials included; the last test here runs the suite again for an
+adapter that declares some absent, to show they are skipped and named.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from chatkernel.testing.contract import ChannelContract, PlatformAdapter
@@ -61,3 +63,29 @@ class LoopbackAdapter(PlatformAdapter):
 
 class TestLoopbackContract(ChannelContract):
     adapter_class = LoopbackAdapter
+
+
+pytest_plugins = ["pytester"]
+
+
+def test_absent_capabilities_are_skipped_by_name_and_the_rest_still_runs(pytester):
+    pytester.syspathinsert(str(Path(__file__).parent))
+    pytester.makepyfile(test_partial="""
+        from chatkernel.testing.contract import ChannelContract
+        from test_contract_loopback import LoopbackAdapter
+
+
+        class PartialAdapter(LoopbackAdapter):
+            supports_threads = False
+            supports_media_out = False
+            supports_revoke = False
+
+
+        class TestPartialContract(ChannelContract):
+            adapter_class = PartialAdapter
+    """)
+    result = pytester.runpytest_inprocess("-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=11, skipped=3)
+    for capability in ("threads", "media_out", "revoke"):
+        result.stdout.fnmatch_lines(
+            [f"SKIPPED*PartialAdapter declares supports_{capability} = False"])
