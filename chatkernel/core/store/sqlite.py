@@ -305,6 +305,7 @@ class SQLiteStore(Store):
         # for it (each caller's own, so a cancelled caller cancels only its wait).
         self._commit_scheduled = False
         self._commit_waiters: list[asyncio.Future[None]] = []
+        self._writer: sqlite3.Cursor | None = None  # see _write
         self._last_commit = -math.inf
         # Coalesced marks, written by _write_marks before the next commit.
         self._sending_marks: set[int] = set()
@@ -412,6 +413,7 @@ class SQLiteStore(Store):
         if checkpointer is not None:
             checkpointer.close()
         conn, self._conn = self._conn, None
+        self._writer = None
         if conn is None:
             return
         if self.read_only:
@@ -495,11 +497,21 @@ class SQLiteStore(Store):
             return db.execute(sql, _clean(params))
 
     def _write(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
-        """Execute a write in the shared transaction and make sure its commit is scheduled."""
+        """Execute a write in the shared transaction and make sure its commit is scheduled.
+
+        Every write goes through one cursor (a new one per statement cost a good
+        part of a small insert): read its ``lastrowid`` / ``rowcount`` at once.
+        """
         db = self._db
         if not db.in_transaction:
             db.execute("BEGIN")
-        cursor = self._run(sql, params)
+        cursor = self._writer
+        if cursor is None or cursor.connection is not db:
+            cursor = self._writer = db.cursor()
+        try:
+            cursor.execute(sql, params)
+        except UnicodeEncodeError:  # a lone surrogate: store U+FFFD rather than fail
+            cursor.execute(sql, _clean(params))
         self._schedule_commit()
         return cursor
 
