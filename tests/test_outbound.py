@@ -235,7 +235,8 @@ async def test_every_request_goes_out_after_its_row_is_committed_sending(tmp_pat
         return [AgentEvent.reply("\n\n".join(f"{request.text} part {i} " + "x" * 3000
                                                for i in range(3)))]
 
-    async with harness(tmp_path, reply) as h:
+    # A wide margin: a slow machine must not make a claimed slot stale (see below).
+    async with harness(tmp_path, reply, channel={"rate_limits": {"margin": 0.5}}) as h:
         channel, store = h.channel, h.kernel.store
         original_send, original_mark = channel.send, store.outbox_mark
         seen: list[tuple[str, str]] = []
@@ -264,6 +265,29 @@ async def test_every_request_goes_out_after_its_row_is_committed_sending(tmp_pat
         assert marks.count("sent") == 2 * 3
         statuses = {row[0] for row in store._run("SELECT status FROM outbox").fetchall()}
         assert statuses == {"sent"}
+
+
+async def test_a_claimed_slot_gone_stale_is_given_up_before_the_request(tmp_path):
+    # With no margin on the limits, a claimed slot is stale as soon as any time
+    # passes: the payload goes back to `pending`, takes a fresh slot and only
+    # then is marked `sending` again; the platform never sees an uncounted send.
+    channel = {"rate_limits": {"chat": "5/s", "margin": 0}}
+    async with harness(tmp_path, replying(AgentEvent.reply("hi")), channel=channel) as h:
+        store = h.kernel.store
+        original_mark = store.outbox_mark
+        marks: list[str] = []
+
+        async def mark(entry_id, status, error=None, *, durable=False):
+            marks.append(status)
+            await original_mark(entry_id, status, error, durable=durable)
+
+        store.outbox_mark = mark
+        await h.channel.receive("one")
+        await h.settle()
+        assert h.channel.texts() == ["hi"]
+        assert marks == ["pending", "sending", "sent"]
+        limiter = h.kernel.outbox._limiter(h.kernel.accounts["memory:main"])
+        assert len(limiter._chats["chat-1"].window) == 2  # the stale slot stays counted
 
 
 async def test_send_policy_blocks_groups_and_a_session_override_wins(tmp_path):

@@ -14,7 +14,11 @@ The usual reply goes out at once: its session's sender is idle and its
 rate-limit slot is free. Then the slot is taken when the reply is queued and
 its first payload is stored ``sending`` from the start (one write instead of
 an insert and an update); the sender sends it as soon as that row is
-committed. Otherwise the payload is stored ``pending`` and waits its turn.
+committed. Otherwise the payload is stored ``pending`` and waits its turn. A
+claimed payload that could not go out within half the limiter's margin of its
+slot (a burst of replies queued at once) gives the slot up: it is set back to
+``pending`` and waits for a fresh slot like any other, so the platform never
+sees more sends in a window than the limiter counted.
 
 Each request runs under the channel's retry policy and the account's rate
 limiter; the send policy is checked on every payload, whatever its origin.
@@ -57,8 +61,10 @@ class Outbox:
             "sender", self._send, task_group=lambda: kernel.task_group,
             linger=SENDER_LINGER_SECONDS, after=self._sent)
         self._failed_replies: set[str] = set()
-        # Sessions whose reply was claimed and is not in its line yet (see _claim).
+        # Sessions whose reply was claimed and is not in its line yet (see _claim),
+        # and when each claimed entry got its slot (time.monotonic, the limiter's clock).
         self._claiming: set[str] = set()
+        self._claimed_at: dict[int, float] = {}
         self._limiters: dict[str, RateLimiter] = {}
         self._policies: dict[str, RetryPolicy] = {}
         # Reply ids: unique across restarts without a uuid per reply.
@@ -90,11 +96,14 @@ class Outbox:
         if claimed:
             entries[0].status = "sending"
             self._claiming.add(session_key)
+            slot_at = time.monotonic()
         try:
             await self._kernel.store.outbox_add(entries, finish_journal=finish_journal)
         finally:
             if claimed:
                 self._claiming.discard(session_key)
+        if claimed:
+            self._claimed_at[entries[0].id] = slot_at
         self._enqueue(entries)
         return reply_id
 
@@ -149,6 +158,7 @@ class Outbox:
     async def _send(self, entry: OutboxEntry) -> None:
         kernel = self._kernel
         store = kernel.store
+        slot_at = self._claimed_at.pop(entry.id, None)  # see submit
         if entry.reply_id in self._failed_replies:
             await store.outbox_mark(entry.id, "failed", EARLIER_CHUNK_FAILED)
             return
@@ -167,9 +177,14 @@ class Outbox:
         limiter = self._limiter(account)
         policy = self._policy(account)
         # Claimed at submit (stored `sending`, its slot taken): send once it is committed.
-        marked = claimed = entry.status == "sending"
+        marked = claimed = slot_at is not None
         if claimed:
             await store.flush()
+            if time.monotonic() - slot_at > limiter.margin / 2:
+                # Too late for the slot it took: back to `pending` (nothing went out),
+                # and a fresh slot like any other payload. The stale one stays counted.
+                await store.outbox_mark(entry.id, "pending")
+                marked = claimed = False
 
         async def attempt() -> SendResult:
             nonlocal route, marked, claimed
