@@ -267,13 +267,15 @@ async def test_every_request_goes_out_after_its_row_is_committed_sending(tmp_pat
         assert statuses == {"sent"}
 
 
-async def test_a_claimed_slot_gone_stale_is_given_up_before_the_request(tmp_path):
-    # With no margin on the limits, a claimed slot is stale as soon as any time
-    # passes: the payload goes back to `pending`, takes a fresh slot and only
-    # then is marked `sending` again; the platform never sees an uncounted send.
-    channel = {"rate_limits": {"chat": "5/s", "margin": 0}}
-    async with harness(tmp_path, replying(AgentEvent.reply("hi")), channel=channel) as h:
-        store = h.kernel.store
+async def test_a_claimed_payload_whose_slot_is_taken_meanwhile_waits_as_pending(tmp_path):
+    # An idle session's reply is stored `sending` when its slot is free; the sender
+    # takes the slot just before the request. If another send took it in between,
+    # the payload goes back to `pending` while it waits: nothing went out yet.
+    channel = {"rate_limits": {"chat": "1/s"}}
+    async with harness(tmp_path, channel=channel) as h:
+        outbox, store = h.kernel.outbox, h.kernel.store
+        account = h.kernel.accounts["memory:main"]
+        route = Route("memory", "main", "chat-1")
         original_mark = store.outbox_mark
         marks: list[str] = []
 
@@ -282,12 +284,17 @@ async def test_a_claimed_slot_gone_stale_is_given_up_before_the_request(tmp_path
             await original_mark(entry_id, status, error, durable=durable)
 
         store.outbox_mark = mark
-        await h.channel.receive("one")
+        await outbox.submit(account, "k", "s", route, [OutboundPayload(text="later")])
+        assert outbox._limiter(account).try_acquire("chat-1")  # someone else's send
+        with anyio.move_on_after(0.2):
+            await h.settle()
+        assert h.channel.texts() == []
+        assert marks == ["pending"]
+        await store.flush()
+        assert [row[0] for row in store._run("SELECT status FROM outbox")] == ["pending"]
         await h.settle()
-        assert h.channel.texts() == ["hi"]
+        assert h.channel.texts() == ["later"]
         assert marks == ["pending", "sending", "sent"]
-        limiter = h.kernel.outbox._limiter(h.kernel.accounts["memory:main"])
-        assert len(limiter._chats["chat-1"].window) == 2  # the stale slot stays counted
 
 
 async def test_send_policy_blocks_groups_and_a_session_override_wins(tmp_path):

@@ -552,11 +552,14 @@ async def test_penalize_during_a_wait_extends_it() -> None:
 async def test_try_acquire_takes_a_free_slot_and_records_nothing_otherwise() -> None:
     vt = VirtualTime()
     limiter = limiter_on(vt, {"chat": RateLimit(2, 1.0), "account": RateLimit(3, 1.0)})
+    assert limiter.is_free("c1") and limiter.is_free("c1")  # a look takes nothing
     assert limiter.try_acquire("c1") is True
     assert limiter.try_acquire("c1") is True
+    assert not limiter.is_free("c1")
     assert limiter.try_acquire("c1") is False  # the chat's window is full
     assert limiter.delay("c1") == pytest.approx(1.0)  # the refusal counted nothing
     assert limiter.try_acquire("c2") is True
+    assert not limiter.is_free("c3")
     assert limiter.try_acquire("c3") is False  # the account's window is full
     limiter.penalize(4.0, "c4")
     vt.now = 1.0

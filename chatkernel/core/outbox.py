@@ -11,14 +11,12 @@ committed; after, ``sent`` or ``failed``. So after a crash:
   duplicate is a bug like a loss).
 
 The usual reply goes out at once: its session's sender is idle and its
-rate-limit slot is free. Then the slot is taken when the reply is queued and
-its first payload is stored ``sending`` from the start (one write instead of
-an insert and an update); the sender sends it as soon as that row is
-committed. Otherwise the payload is stored ``pending`` and waits its turn. A
-claimed payload that could not go out within half the limiter's margin of its
-slot (a burst of replies queued at once) gives the slot up: it is set back to
-``pending`` and waits for a fresh slot like any other, so the platform never
-sees more sends in a window than the limiter counted.
+rate-limit slot is free. Then its first payload is stored ``sending`` from the
+start (one write instead of an insert and an update), and the sender takes
+the slot and sends it as soon as that row is committed. If the slot is no
+longer free by then (a burst of replies queued at once), the payload goes
+back to ``pending`` and waits for its slot like any other. Otherwise the
+payload is stored ``pending`` and waits its turn.
 
 Each request runs under the channel's retry policy and the account's rate
 limiter; the send policy is checked on every payload, whatever its origin.
@@ -61,10 +59,10 @@ class Outbox:
             "sender", self._send, task_group=lambda: kernel.task_group,
             linger=SENDER_LINGER_SECONDS, after=self._sent)
         self._failed_replies: set[str] = set()
-        # Sessions whose reply was claimed and is not in its line yet (see _claim),
-        # and when each claimed entry got its slot (time.monotonic, the limiter's clock).
+        # Sessions whose reply was claimed and is not in its line yet, and the
+        # claimed entries not sent yet (see _claim).
         self._claiming: set[str] = set()
-        self._claimed_at: dict[int, float] = {}
+        self._claimed: set[int] = set()
         self._limiters: dict[str, RateLimiter] = {}
         self._policies: dict[str, RetryPolicy] = {}
         # Reply ids: unique across restarts without a uuid per reply.
@@ -96,28 +94,27 @@ class Outbox:
         if claimed:
             entries[0].status = "sending"
             self._claiming.add(session_key)
-            slot_at = time.monotonic()
         try:
             await self._kernel.store.outbox_add(entries, finish_journal=finish_journal)
         finally:
             if claimed:
                 self._claiming.discard(session_key)
         if claimed:
-            self._claimed_at[entries[0].id] = slot_at
+            self._claimed.add(entries[0].id)
         self._enqueue(entries)
         return reply_id
 
     def _claim(self, account: Account, session_key: str, route: Route) -> bool:
         """Whether a reply's first payload may be stored ``sending`` and go out at
         once: the session's sender has nothing before it, the send policy allows
-        it, and the rate limiter grants its slot now (which takes the slot)."""
+        it, and its rate-limit slot is free now (the sender takes it, see _send)."""
         kernel = self._kernel
         if (session_key in self._claiming or self.lines.busy(session_key)
                 or account.channel is None
                 or kernel.accounts.get(account.key) is not account
                 or not kernel.send_policy.check(route, kernel.sessions.cached(session_key))):
             return False
-        return self._limiter(account).try_acquire(route.chat_id, is_group=route.is_group)
+        return self._limiter(account).is_free(route.chat_id, is_group=route.is_group)
 
     def _enqueue(self, entries: list[OutboxEntry]) -> None:
         for entry in entries:
@@ -158,7 +155,8 @@ class Outbox:
     async def _send(self, entry: OutboxEntry) -> None:
         kernel = self._kernel
         store = kernel.store
-        slot_at = self._claimed_at.pop(entry.id, None)  # see submit
+        claimed = entry.id in self._claimed  # see submit
+        self._claimed.discard(entry.id)
         if entry.reply_id in self._failed_replies:
             await store.outbox_mark(entry.id, "failed", EARLIER_CHUNK_FAILED)
             return
@@ -176,14 +174,13 @@ class Outbox:
             return
         limiter = self._limiter(account)
         policy = self._policy(account)
-        # Claimed at submit (stored `sending`, its slot taken): send once it is committed.
-        marked = claimed = slot_at is not None
+        # Claimed at submit (stored `sending`): take the slot right before the request,
+        # once the row is committed; a slot taken meanwhile sends it back to `pending`.
+        marked = claimed
         if claimed:
             await store.flush()
-            if time.monotonic() - slot_at > limiter.margin / 2:
-                # Too late for the slot it took: back to `pending` (nothing went out),
-                # and a fresh slot like any other payload. The stale one stays counted.
-                await store.outbox_mark(entry.id, "pending")
+            if not limiter.try_acquire(route.chat_id, is_group=route.is_group):
+                await store.outbox_mark(entry.id, "pending")  # nothing went out
                 marked = claimed = False
 
         async def attempt() -> SendResult:

@@ -268,16 +268,9 @@ class RateLimiter:
         is free (the send is recorded, as :meth:`acquire` does); False, with
         nothing recorded, when :meth:`acquire` would have to wait.
         """
-        state = self._chats.get(chat_id)
-        if state is None:
-            state = self._chats[chat_id] = _ChatState(
-                SlidingWindow(self._chat_limit, self.margin) if self._chat_limit else None)
-        if is_group and state.group is None and self._group_limit is not None:
-            state.group = SlidingWindow(self._group_limit, self.margin)
+        state = self._state(chat_id, is_group)
         now = self._clock()
-        if (not state.users and not self._account_lock.locked()
-                and self._chat_delay(state, is_group, now) <= 0
-                and self._account_delay(now) <= 0):
+        if self._free(state, is_group, now):
             # No await between the checks and the records: nobody can take the slot.
             self._record(state, is_group, now)
             self._schedule(chat_id, state)
@@ -286,6 +279,14 @@ class RateLimiter:
         if not state.users:
             self._schedule(chat_id, state)  # a state made here is pruned in its time
         return False
+
+    def is_free(self, chat_id: str, *, is_group: bool = False) -> bool:
+        """Whether :meth:`try_acquire` would succeed right now (nothing is recorded)."""
+        state = self._chats.get(chat_id)
+        now = self._clock()
+        if state is None:
+            return not self._account_lock.locked() and self._account_delay(now) <= 0
+        return self._free(state, is_group, now)
 
     def penalize(self, seconds: float, chat_id: str | None = None) -> None:
         """Block sends for ``seconds`` after the platform answered 429 with ``retry_after``.
@@ -352,6 +353,21 @@ class RateLimiter:
         return len(self._chats)
 
     # -- internals -----------------------------------------------------------------------
+
+    def _state(self, chat_id: str, is_group: bool) -> _ChatState:
+        state = self._chats.get(chat_id)
+        if state is None:
+            state = self._chats[chat_id] = _ChatState(
+                SlidingWindow(self._chat_limit, self.margin) if self._chat_limit else None)
+        if is_group and state.group is None and self._group_limit is not None:
+            state.group = SlidingWindow(self._group_limit, self.margin)
+        return state
+
+    def _free(self, state: _ChatState, is_group: bool, now: float) -> bool:
+        """Nobody queued for the chat or the account, and every slot free at ``now``."""
+        return (not state.users and not self._account_lock.locked()
+                and self._chat_delay(state, is_group, now) <= 0
+                and self._account_delay(now) <= 0)
 
     def _schedule(self, chat_id: str, state: _ChatState) -> None:
         """Give an idle state its entry in the prune heap, unless it has one."""
