@@ -6,6 +6,7 @@ import anyio
 import pytest
 
 from chatkernel.core.queue import parse_duration_ms, parse_queue_args
+from chatkernel.core.agents import AgentEvent
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.memory import KernelHarness
 
@@ -83,6 +84,44 @@ async def test_interrupt_aborts_the_running_turn_and_runs_the_newest(tmp_path):
         assert [r.text for r in agent.requests] == ["slow one", "older", "newest"]
         assert h.channel.texts() == ["re: newest"]
         assert await h.kernel.store.unfinished_inbound() == []
+
+
+async def test_after_an_interrupt_the_same_worker_serves_other_sessions(tmp_path):
+    agent = scripted_agent(gate=True)
+    queue = {"mode": "interrupt", "max_concurrent": 1}  # one worker does everything
+    async with harness(tmp_path, agent, queue) as h:
+        await h.channel.receive("slow one", chat_id="a")
+        await wait_for_requests(agent, 1)
+        assert await h.channel.receive("newest", chat_id="a") == "interrupted"
+        await wait_for_requests(agent, 2)
+        agent.gate.set()
+        await h.channel.receive("hello", chat_id="b")
+        await h.settle()
+        assert [r.text for r in agent.requests] == ["slow one", "newest", "hello"]
+        assert h.channel.texts() == ["re: newest", "re: hello"]
+
+
+async def test_an_interrupt_after_a_turns_last_wait_reaches_no_later_turn(tmp_path):
+    # The turn is cut after its last wait (as a newcomer's enqueue could do at that
+    # instant): it has nothing left to abort, finishes, and the cancellation must
+    # not spill into what the worker does next.
+    kernel = {}
+
+    def script(request):
+        if request.text == "cut":
+            kernel["it"].queue.lanes[request.session_key]._scope.cancel()
+        return [AgentEvent.reply(f"re: {request.text}")]
+
+    agent = scripted_agent(script=script)
+    async with harness(tmp_path, agent, {"max_concurrent": 1}) as h:
+        kernel["it"] = h.kernel
+        await h.channel.receive("cut", chat_id="a")
+        await h.channel.receive("next", chat_id="b")
+        await h.settle()
+        await h.channel.receive("later", chat_id="a")
+        await h.settle()
+        assert [r.text for r in agent.requests] == ["cut", "next", "later"]
+        assert h.channel.texts() == ["re: cut", "re: next", "re: later"]
 
 
 async def test_steer_hands_to_the_running_turn_when_the_agent_can(tmp_path):

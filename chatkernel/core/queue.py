@@ -232,10 +232,26 @@ class SessionQueue:
         return "queued"
 
     async def _worker(self) -> None:
-        # Per turn, asyncio's primitives and the running backend's CancelScope
-        # class, looked up once: anyio's generic ones find the backend on every
-        # construction (docs/ARCHITECTURE.md, "Hot-path primitives").
+        # One cancel scope serves a worker's turns until an interrupt cancels it:
+        # entering and leaving one per turn cost ~9 us a turn. It is the running
+        # backend's CancelScope class, looked up once, and the waits are asyncio's
+        # own (docs/ARCHITECTURE.md, "Hot-path primitives").
         cancel_scope = type(anyio.CancelScope())
+        running: list[Lane] = []  # the lane whose turn runs, if any
+        while True:
+            closed = False
+            with cancel_scope() as scope:
+                closed = await self._serve(scope, running)
+            if running:  # its turn was interrupted: the scope caught the cancellation
+                lane = running.pop()
+                log.info("turn interrupted in session %s", lane.key)
+                self._after_turn(lane)
+            if closed:
+                return
+
+    async def _serve(self, scope: anyio.CancelScope, running: list[Lane]) -> bool:
+        """Run turns inside ``scope`` until the queue closes (True) or an interrupt
+        cancelled ``scope`` (False: the worker goes on in a fresh one)."""
         while True:
             if not self._ready:
                 waiter = asyncio.get_running_loop().create_future()
@@ -251,26 +267,29 @@ class SessionQueue:
                     raise
                 continue
             if self._closed:
-                return
+                return True
             lane = self._ready.popleft()
             if not lane.pending:  # an interrupt can empty a lane while it waits
                 self._finish(lane)
                 continue
             batch = self._take(lane, self._settings(lane.key))
             lane.turns += 1
-            with cancel_scope() as scope:
-                lane._scope = scope
-                lane.running = True
-                try:
-                    await self._runner(lane.key, batch)
-                except Exception:
-                    log.exception("turn failed in session %s", lane.key)
-                finally:
-                    lane.running = False
-                    lane._scope = None
-            if scope.cancelled_caught:
-                log.info("turn interrupted in session %s", lane.key)
+            running.append(lane)
+            lane._scope = scope
+            lane.running = True
+            try:
+                await self._runner(lane.key, batch)
+            except Exception:
+                log.exception("turn failed in session %s", lane.key)
+            finally:
+                lane.running = False
+                lane._scope = None
+            running.pop()
             self._after_turn(lane)
+            if scope.cancel_called:
+                # Interrupted after the turn's last wait: leave the cancelled scope
+                # now, rather than let its cancellation land in the next wait.
+                return False
             if self._ready:
                 # More work at once: let other tasks (receive loops, senders) in
                 # first; a turn may not have waited for anything.
