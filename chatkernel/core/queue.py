@@ -159,7 +159,7 @@ class SessionQueue:
         self.max_concurrent = max_concurrent
         self.lanes: dict[str, Lane] = {}
         # Lanes ready for a turn, in the order they became ready, and the workers
-        # waiting for one (a deque and an event per idle worker: cheaper per turn
+        # waiting for one (a deque and a future per idle worker: cheaper per turn
         # than a memory stream).
         self._ready: deque[Lane] = deque()
         self._idle_workers: deque[asyncio.Future[None]] = deque()
