@@ -230,9 +230,10 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def _chunks(marks: set[int]) -> Iterator[tuple[int, ...]]:
-    """``ids`` in chunks of at most MARKS_PER_STATEMENT, each padded to a power of two
-    by repeating its last id (``IN`` ignores the repeats): a handful of statement
-    texts, so the connection's statement cache keeps them all prepared."""
+    """The marked ids, sorted, in chunks of at most MARKS_PER_STATEMENT, each padded
+    to a power of two by repeating its last id (``IN`` ignores the repeats): a
+    handful of statement texts, so the connection's statement cache keeps them all
+    prepared."""
     ids = sorted(marks)
     for start in range(0, len(ids), MARKS_PER_STATEMENT):
         chunk = ids[start:start + MARKS_PER_STATEMENT]
@@ -506,7 +507,7 @@ class SQLiteStore(Store):
         if not db.in_transaction:
             db.execute("BEGIN")
         cursor = self._writer
-        if cursor is None or cursor.connection is not db:
+        if cursor is None:  # made on the first write after open; close() drops it
             cursor = self._writer = db.cursor()
         try:
             cursor.execute(sql, params)
