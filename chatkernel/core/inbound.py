@@ -227,7 +227,7 @@ class Inbound:
             metrics.child(metrics.duplicates, message.channel, message.account).inc()
             log.debug("duplicate %s message %s ignored", account.key, message.message_id)
             return None
-        metrics.child(metrics.messages_in, message.channel, message.account).inc()
+        metrics.tally(metrics.messages_in, message.channel, message.account).inc()
         account.last_inbound_at = time.time()
         return account, seq
 

@@ -460,7 +460,7 @@ class Kernel:
             await responder.handle(AgentEvent.error(f"the agent failed: {exc}"))
         finally:
             self.indicators.end(key)
-            self.metrics.child(self.metrics.turns, outcome).inc()
+            self.metrics.tally(self.metrics.turns, outcome).inc()
             self.metrics.turn_seconds.observe(time.monotonic() - started)
             unfinished = responder.unfinished_journal()  # a turn with no reply
             if unfinished:

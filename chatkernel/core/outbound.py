@@ -57,7 +57,7 @@ class Outbound:
         if result is None:
             raise SendError(f"no plugin sent the payload for {account.key}")
         metrics = self._kernel.metrics
-        metrics.child(metrics.messages_out, account.channel_name, account.name).inc()
+        metrics.tally(metrics.messages_out, account.channel_name, account.name).inc()
         return result
 
     async def payloads(self, account: Account, text: str, *, fmt: str = "markdown",

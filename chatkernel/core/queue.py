@@ -36,6 +36,9 @@ log = logging.getLogger("chatkernel.queue")
 QueueMode = Literal["collect", "followup", "interrupt", "steer"]
 QUEUE_MODES: tuple[str, ...] = ("collect", "followup", "interrupt", "steer")
 DROP_POLICIES: tuple[str, ...] = ("old", "new", "summarize")
+#: Seconds a worker may run turns back to back (turns that never wait, like an
+#: echo's) before it lets the other tasks in.
+TURN_SLICE = 0.001
 
 
 @dataclass(slots=True, frozen=True)
@@ -252,9 +255,11 @@ class SessionQueue:
     async def _serve(self, scope: anyio.CancelScope, running: list[Lane]) -> bool:
         """Run turns inside ``scope`` until the queue closes (True) or an interrupt
         cancelled ``scope`` (False: the worker goes on in a fresh one)."""
+        loop = asyncio.get_running_loop()
+        slice_ends = loop.time() + TURN_SLICE
         while True:
             if not self._ready:
-                waiter = asyncio.get_running_loop().create_future()
+                waiter = loop.create_future()
                 self._idle_workers.append(waiter)
                 try:
                     await waiter
@@ -265,6 +270,7 @@ class SessionQueue:
                     elif self._ready:  # woken, then cancelled: pass the wake-up on
                         self._wake_one()
                     raise
+                slice_ends = loop.time() + TURN_SLICE
                 continue
             if self._closed:
                 return True
@@ -290,10 +296,13 @@ class SessionQueue:
                 # Interrupted after the turn's last wait: leave the cancelled scope
                 # now, rather than let its cancellation land in the next wait.
                 return False
-            if self._ready:
-                # More work at once: let other tasks (receive loops, senders) in
-                # first; a turn may not have waited for anything.
+            if self._ready and loop.time() >= slice_ends:
+                # More work at once, and this worker had its slice: let the other
+                # tasks (receive loops, senders) in first; a turn may not have
+                # waited for anything. (A yield after every turn cost a task
+                # switch per message.)
                 await asyncio.sleep(0)
+                slice_ends = loop.time() + TURN_SLICE
 
     def _make_ready(self, lane: Lane) -> None:
         if self._closed:

@@ -57,7 +57,7 @@ class MemoryChannel(Channel):
         self._deliver: Deliver | None = None
         self._ids = itertools.count(1)
         self._running = anyio.Event()
-        self._changed = anyio.Event()
+        self._changed: anyio.Event | None = None  # made by a waiter, set by the next send
 
     async def run(self, deliver: Deliver) -> None:
         self._deliver = deliver
@@ -93,8 +93,9 @@ class MemoryChannel(Channel):
         if not payload.is_media and not payload.text:
             raise SendError("empty text")
         self.sent.append(Sent(route, payload))
-        self._changed.set()
-        self._changed = anyio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
         return SendResult(message_id=str(len(self.sent)))
 
     async def indicate(self, route: Route) -> None:
@@ -107,6 +108,8 @@ class MemoryChannel(Channel):
         """Wait until at least ``count`` payloads were sent (bounded by ``timeout``)."""
         with anyio.fail_after(timeout):
             while len(self.sent) < count:
+                if self._changed is None:
+                    self._changed = anyio.Event()
                 await self._changed.wait()
         return self.sent
 
