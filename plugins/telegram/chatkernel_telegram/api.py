@@ -10,12 +10,15 @@ replaced by :class:`TelegramError` with a redacted message.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+
+from chatkernel.core.store.codec import encode_json
 
 DEFAULT_API_BASE = "https://api.telegram.org"
 
@@ -48,6 +51,14 @@ class TelegramError(Exception):
 
 #: Methods that hold their connection for a long time: they get one of their own.
 LONG_POLL_METHODS = frozenset({"getUpdates"})
+
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+@functools.lru_cache(maxsize=16)
+def _timeout(total: float) -> aiohttp.ClientTimeout:
+    """One ClientTimeout per distinct value (immutable; a call uses one of a few)."""
+    return aiohttp.ClientTimeout(total=total)
 
 
 class BotAPI:
@@ -103,14 +114,20 @@ class BotAPI:
             kwargs: dict[str, Any] = {"data": data}
         else:
             handles = []
-            kwargs = {"json": {k: v for k, v in (params or {}).items() if v is not None}}
-        limit = aiohttp.ClientTimeout(total=timeout or self.timeout)
+            # Encoded here rather than with ``json=``: aiohttp's json.dumps builds a
+            # new encoder per call, which costs more than the encoding itself.
+            kwargs = {"data": encode_json({k: v for k, v in (params or {}).items()
+                                           if v is not None}, what=method).encode("ascii"),
+                      "headers": _JSON_HEADERS}
+        limit = _timeout(timeout or self.timeout)
         try:
             session = self.poll_session if method in LONG_POLL_METHODS else self.session
             async with session.post(url, timeout=limit, **kwargs) as response:
                 try:
-                    body = await response.json(content_type=None)
-                except (json.JSONDecodeError, UnicodeDecodeError, aiohttp.ContentTypeError):
+                    # The Bot API answers JSON whatever the status; json.loads reads
+                    # UTF-8 bytes itself (response.json() guesses the charset first).
+                    body = json.loads(await response.read())
+                except (json.JSONDecodeError, UnicodeDecodeError):
                     raise TelegramError(f"{method}: HTTP {response.status} without a Bot API "
                                         "answer", error_code=response.status) from None
         except aiohttp.ClientConnectorError as exc:
