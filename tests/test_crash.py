@@ -34,9 +34,13 @@ def outbox(db) -> list[tuple[str, str]]:
 
 
 def notifications(db) -> list[str]:
+    return logged(db, "notification")
+
+
+def logged(db, role: str) -> list[str]:
     with sqlite3.connect(db, timeout=5) as conn:
         return [text for (text,) in conn.execute(
-            "SELECT text FROM session_log WHERE role = 'notification'")]
+            "SELECT text FROM session_log WHERE role = ?", (role,))]
 
 
 async def start(platform, home):
@@ -96,6 +100,8 @@ async def test_kill_9_during_a_burst_loses_nothing_and_sends_nothing_twice(tmp_p
     assert sum("delivery unknown" in note for note in reported) == len(unknown)
     statuses = collections.Counter(status for status, _ in entries)
     assert set(statuses) <= {"sent", "unknown"}, statuses
+    # Replayed turns logged nothing twice: every message is in the session log once.
+    assert collections.Counter(logged(db, "user")) == collections.Counter(texts)
 
 
 async def test_real_http_failures_429_5xx_and_a_dropped_connection(tmp_path):

@@ -258,6 +258,58 @@ async def test_agent_gets_envelope_and_clean_text_and_log_keeps_clean_text(tmp_p
                                                    ("assistant", "re: what's up")]
 
 
+async def test_a_turns_messages_are_logged_with_its_reply_not_before(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent) as h:
+        await h.channel.receive("first")
+        with anyio.fail_after(5):
+            while not agent.running:  # the turn waits at the gate
+                await anyio.sleep(0.005)
+        key = "memory:main:chat-1"
+        # While the turn runs the log is the history before it (what an agent reads).
+        assert await h.kernel.store.read_log(key) == []
+        agent.gate.set()
+        await h.settle()
+        log = await h.kernel.store.read_log(key)
+        assert [(e.role, e.text) for e in log] == [("user", "first"), ("assistant", "re: first")]
+        assert log[0].meta == {"sender_id": "user-1", "message_id": log[0].meta["message_id"]}
+
+
+async def test_a_turn_without_a_reply_still_logs_its_messages(tmp_path):
+    def script(request):
+        if request.text == "boom":
+            raise RuntimeError("agent crashed")
+        return []  # says nothing
+
+    agent = scripted_agent(script=script)
+    async with harness(tmp_path, agent) as h:
+        await h.channel.receive("quiet")
+        await h.settle()
+        await h.channel.receive("boom")
+        await h.settle()
+        log = await h.kernel.store.read_log("memory:main:chat-1")
+        assert [(e.role, e.text) for e in log] == [
+            ("user", "quiet"), ("user", "boom"),
+            ("assistant", "⚠️ the agent failed: agent crashed")]
+        assert await h.kernel.store.unfinished_inbound() == []
+
+
+async def test_an_interrupted_turn_logs_its_message_before_the_next_turn(tmp_path):
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent, config={"queue": {"mode": "interrupt"}}) as h:
+        await h.channel.receive("first")
+        with anyio.fail_after(5):
+            while not agent.running:
+                await anyio.sleep(0.005)
+        assert await h.channel.receive("second") == "interrupted"
+        agent.gate.set()
+        await h.settle()
+        log = await h.kernel.store.read_log("memory:main:chat-1")
+        assert [(e.role, e.text) for e in log] == [
+            ("user", "first"), ("user", "second"), ("assistant", "re: second")]
+        assert await h.kernel.store.unfinished_inbound() == []
+
+
 def test_envelope_marks_groups():
     message = InboundMessage(channel="telegram", account="a", chat_id="-100", message_id="1",
                              sender_id="42", is_group=True)

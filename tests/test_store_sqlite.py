@@ -626,6 +626,25 @@ async def test_log_text_with_a_lone_surrogate_is_stored_with_a_replacement(store
     assert entry.seq == seq and entry.text == "bad \ufffd text"
 
 
+@pytest.mark.anyio
+async def test_append_logs_writes_entries_in_order_with_their_seqs(store):
+    first = await store.append_log("k", "s", "user", "before")
+    seqs = await store.append_logs("k", "s", [
+        ("user", "u1", {"sender_id": "42"}), ("user", "u2 \udc00", None),
+        ("assistant", "a1", None)])
+    assert seqs == [first + 1, first + 2, first + 3]
+    after = await store.append_log("k", "s", "user", "after")
+    assert after == first + 4
+    entries = await store.read_log("k")
+    assert [(e.seq, e.role, e.text, e.meta) for e in entries] == [
+        (first, "user", "before", {}), (first + 1, "user", "u1", {"sender_id": "42"}),
+        (first + 2, "user", "u2 \ufffd", {}), (first + 3, "assistant", "a1", {}),
+        (after, "user", "after", {})]
+    assert await store.append_logs("k", "s", []) == []
+    with pytest.raises(TypeError, match="JSON values only"):
+        await store.append_logs("k", "s", [("user", "x", {"bad": object()})])
+
+
 # -- open_store ------------------------------------------------------------------------------------
 
 

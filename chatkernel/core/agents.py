@@ -56,7 +56,9 @@ class TurnRequest:
     envelope: str  # "[channel: telegram | user: 42 | thread: 7]"
     media: list["MediaRef"] = field(default_factory=list)
     heartbeat: bool = False
-    #: seq of this turn's first session-log entry: the history is what came before.
+    #: Where the history ends: entries with a smaller seq. None: the whole log, which
+    #: is the history before this turn (a message turn's own entries are logged with
+    #: its reply); a heartbeat turn, logged as it starts, sets its entry's seq.
     log_seq: int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
 

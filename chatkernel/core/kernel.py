@@ -42,7 +42,7 @@ from chatkernel.core.plugins import PluginManager, get_plugin_manager
 from chatkernel.core.presence import Presence, PresenceEntry
 from chatkernel.core.queue import Batch, QueuedMessage, QueueSettings, SessionQueue
 from chatkernel.core.sessions import Sessions
-from chatkernel.core.store.base import Store
+from chatkernel.core.store.base import LogRow, Store
 
 log = logging.getLogger("chatkernel.kernel")
 
@@ -422,24 +422,24 @@ class Kernel:
             raise RuntimeError(f"session {key} vanished")
         account = self.account_for(record.channel, record.account)
         store = self.store
-        first_seq: int | None = None
-        for item in batch.items:
-            message = item.message
-            seq = await store.append_log(key, record.session_id, "user",
-                                         text_with_media_notes(message),
-                                         {"sender_id": message.sender_id,
-                                          "message_id": message.message_id})
-            first_seq = first_seq or seq
+        # The turn's messages are logged with its first reply (or when it ends without
+        # one), in the transaction that finishes their journal entries: a turn replayed
+        # after a crash does not log them twice. Until then the log holds exactly the
+        # history before this turn, which is what the agent reads.
+        user_log: list[LogRow] = [
+            ("user", text_with_media_notes(item.message),
+             {"sender_id": item.message.sender_id, "message_id": item.message.message_id})
+            for item in batch.items]
         request = TurnRequest(
             session_key=key, session_id=record.session_id, text=merge_batch(batch),
             envelope=envelope(batch.last),
-            media=[media for item in batch.items for media in item.message.media],
-            log_seq=first_seq)
+            media=[media for item in batch.items for media in item.message.media])
         route = await self.sessions.route(key)
         if route is None:
             raise RuntimeError(f"session {key} has no reply route")
         seqs = [item.seq for item in batch.items if item.seq is not None]
-        responder = Responder(self, account, key, record.session_id, route, seqs)
+        responder = Responder(self, account, key, record.session_id, route, seqs,
+                              user_log=user_log)
         if not request.heartbeat:
             self.indicators.begin(account, key)
         started = time.monotonic()
@@ -462,9 +462,12 @@ class Kernel:
             self.indicators.end(key)
             self.metrics.tally(self.metrics.turns, outcome).inc()
             self.metrics.turn_seconds.observe(time.monotonic() - started)
-            unfinished = responder.unfinished_journal()  # a turn with no reply
-            if unfinished:
+            unlogged = responder.unlogged()  # a turn with no reply
+            unfinished = responder.unfinished_journal()
+            if unlogged or unfinished:
                 with anyio.CancelScope(shield=True):
+                    if unlogged:
+                        await store.append_logs(key, record.session_id, unlogged)
                     for seq in unfinished:
                         await store.set_journal_status(seq, "done")
 

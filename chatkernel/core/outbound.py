@@ -21,6 +21,7 @@ from chatkernel.core.heartbeat_ack import strip_stray_token
 from chatkernel.core.markers import split_media
 from chatkernel.core.models import Account, OutboundPayload, Route, SendError, SendResult
 from chatkernel.core.policy import resolve_media_path
+from chatkernel.core.store.base import LogRow
 
 if TYPE_CHECKING:
     from chatkernel.core.kernel import Kernel
@@ -139,7 +140,8 @@ class Responder:
     """
 
     def __init__(self, kernel: "Kernel", account: Account, session_key: str, session_id: str,
-                 route: Route, journal_seqs: list[int], *, heartbeat: bool = False) -> None:
+                 route: Route, journal_seqs: list[int], *, heartbeat: bool = False,
+                 user_log: list[LogRow] | None = None) -> None:
         self._kernel = kernel
         self._heartbeat = heartbeat
         self._account = account
@@ -147,6 +149,7 @@ class Responder:
         self._session_id = session_id
         self._route = route
         self._journal_seqs = journal_seqs  # marked done with the first queued reply
+        self._user_log = user_log or []  # logged with the first queued reply
         self._pending: list[str] = []
         self.replies = 0
 
@@ -168,6 +171,10 @@ class Responder:
         """Journal entries no queued reply has finished (the turn said nothing)."""
         return self._journal_seqs
 
+    def unlogged(self) -> list[LogRow]:
+        """The turn's user entries no queued reply has logged (the turn said nothing)."""
+        return self._user_log
+
     async def flush(self) -> None:
         pending, self._pending = self._pending, []
         for text in pending:
@@ -178,7 +185,11 @@ class Responder:
         payloads = await kernel.outbound.payloads(self._account, text, fmt=fmt)
         if not payloads:
             return
-        await kernel.store.append_log(self._key, self._session_id, "assistant", text)
+        # The turn's user entries, the reply, its outbox rows and its journal `done`
+        # share one transaction (no wait in between): a replayed turn logs nothing twice.
+        rows, self._user_log = self._user_log, []
+        rows.append(("assistant", text, None))
+        await kernel.store.append_logs(self._key, self._session_id, rows)
         finish, self._journal_seqs = self._journal_seqs, []
         await kernel.outbox.submit(self._account, self._key, self._session_id, self._route,
                                    payloads, finish_journal=finish)

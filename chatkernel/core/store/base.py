@@ -9,10 +9,15 @@ backend fits; the SQLite backend runs its short statements inline.
 from __future__ import annotations
 
 import abc
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from chatkernel.core.models import InboundMessage, OutboundPayload, Route
+
+
+#: A session-log entry to append: ``(role, text, meta)``.
+LogRow = tuple[str, str, "dict[str, Any] | None"]
 
 
 @dataclass(slots=True)
@@ -228,6 +233,15 @@ class Store(abc.ABC):
     async def append_log(self, session_key: str, session_id: str, role: str, text: str,
                          meta: dict[str, Any] | None = None) -> int:
         """Append to a session's log; returns the entry's seq."""
+
+    async def append_logs(self, session_key: str, session_id: str,
+                          entries: Sequence[LogRow]) -> list[int]:
+        """Append several ``(role, text, meta)`` entries in order; returns their seqs.
+
+        Backends that can write them in one statement override this.
+        """
+        return [await self.append_log(session_key, session_id, role, text, meta)
+                for role, text, meta in entries]
 
     @abc.abstractmethod
     async def read_log(self, session_key: str, *, session_id: str | None = None,

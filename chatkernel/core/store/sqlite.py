@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -69,6 +70,7 @@ from chatkernel.core.store.base import (
     HeartbeatState,
     JournalEntry,
     LogEntry,
+    LogRow,
     OutboxEntry,
     SessionRecord,
     Store,
@@ -243,6 +245,15 @@ def _chunks(marks: set[int]) -> Iterator[tuple[int, ...]]:
 
 def _placeholders(count: int) -> str:
     return ", ".join("?" * count)
+
+
+@functools.lru_cache(maxsize=16)
+def _log_insert(rows: int) -> str:
+    """The session-log INSERT of ``rows`` rows (one text per count, so the
+    connection's statement cache keeps it)."""
+    values = ", ".join(["(?, ?, ?, ?, ?, ?)"] * rows)
+    return ("INSERT INTO session_log (session_key, session_id, role, text, ts, meta)"
+            f" VALUES {values}")
 
 
 def _statements(script: str) -> Iterator[str]:
@@ -883,6 +894,24 @@ class SQLiteStore(Store):
         seq = cursor.lastrowid
         assert seq is not None
         return seq
+
+    async def append_logs(self, session_key: str, session_id: str,
+                          entries: Sequence[LogRow]) -> list[int]:
+        # One INSERT for all of them (a turn's user rows and its reply): a statement
+        # costs more than the row it writes.
+        if not entries:
+            return []
+        now = time.time()
+        params: list[Any] = []
+        for role, text, meta in entries:
+            params += (session_key, session_id, role, text, now,
+                       encode_json(meta, what="log meta") if meta else None)
+        cursor = self._write(_log_insert(len(entries)), params)
+        last = cursor.lastrowid
+        assert last is not None
+        # The rows of one INSERT get consecutive seqs, in order (AUTOINCREMENT, one writer
+        # per transaction).
+        return list(range(last - len(entries) + 1, last + 1))
 
     async def read_log(self, session_key: str, *, session_id: str | None = None,
                        limit: int | None = None, roles: tuple[str, ...] | None = None,
