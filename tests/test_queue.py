@@ -134,6 +134,45 @@ async def test_steer_hands_to_the_running_turn_when_the_agent_can(tmp_path):
         await h.settle()
         assert agent.steered == ["also this"]
         assert [r.text for r in agent.requests] == ["working"]
+        # The steered message is part of the turn: finished with it, logged with it,
+        # never replayed as a turn of its own after a restart.
+        assert await h.kernel.store.unfinished_inbound() == []
+        log = await h.kernel.store.read_log("memory:main:chat-1")
+        assert [(e.role, e.text) for e in log] == [
+            ("user", "working"), ("user", "also this"), ("assistant", "re: working")]
+
+
+async def test_a_message_steered_as_the_turn_ends_is_still_finished_and_logged(tmp_path):
+    base = scripted_agent(gate=True, steer=True)
+    release = anyio.Event()
+
+    class SlowToSteer(base):  # type: ignore[valid-type, misc]
+        async def steer(self, session_key, text):
+            await release.wait()  # the turn ends meanwhile
+            return await super().steer(session_key, text)
+
+    async with harness(tmp_path, SlowToSteer, {"mode": "steer"}) as h:
+        await h.channel.receive("working")
+        await wait_for_requests(base, 1)
+        outcomes = []
+        async with anyio.create_task_group() as tg:
+            async def steer_one():
+                outcomes.append(await h.channel.receive("also this"))
+
+            tg.start_soon(steer_one)
+            await anyio.sleep(0.05)  # the steer waits in the agent
+            base.gate.set()
+            await h.channel.wait_for_sent(1)  # the turn answered...
+            with anyio.fail_after(5):
+                while h.kernel.queue.is_busy("memory:main:chat-1"):  # ...and ended
+                    await anyio.sleep(0.005)
+            release.set()
+        await h.settle()
+        assert outcomes == ["steered"] and base.steered == ["also this"]
+        assert await h.kernel.store.unfinished_inbound() == []
+        log = await h.kernel.store.read_log("memory:main:chat-1")
+        assert [(e.role, e.text) for e in log] == [
+            ("user", "working"), ("assistant", "re: working"), ("user", "also this")]
 
 
 async def test_steer_falls_back_to_followup(tmp_path):

@@ -86,6 +86,8 @@ class Kernel:
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
         self.receiver = Receiver(self.inbound)
         self.indicators = Indicators(lambda key: self.sessions.route(key))
+        #: The responder of each session's running turn (steered messages join it).
+        self._turns: dict[str, Responder] = {}
         self.heartbeats = HeartbeatScheduler(self, heartbeat_clock)
         self.started_at: float | None = None
         #: The gateway's base URL once its HTTP server listens (None in-process).
@@ -426,10 +428,7 @@ class Kernel:
         # one), in the transaction that finishes their journal entries: a turn replayed
         # after a crash does not log them twice. Until then the log holds exactly the
         # history before this turn, which is what the agent reads.
-        user_log: list[LogRow] = [
-            ("user", text_with_media_notes(item.message),
-             {"sender_id": item.message.sender_id, "message_id": item.message.message_id})
-            for item in batch.items]
+        user_log = [user_log_row(item.message) for item in batch.items]
         request = TurnRequest(
             session_key=key, session_id=record.session_id, text=merge_batch(batch),
             envelope=envelope(batch.last),
@@ -440,6 +439,7 @@ class Kernel:
         seqs = [item.seq for item in batch.items if item.seq is not None]
         responder = Responder(self, account, key, record.session_id, route, seqs,
                               user_log=user_log)
+        self._turns[key] = responder
         if not request.heartbeat:
             self.indicators.begin(account, key)
         started = time.monotonic()
@@ -459,6 +459,7 @@ class Kernel:
             await responder.flush()
             await responder.handle(AgentEvent.error(f"the agent failed: {exc}"))
         finally:
+            del self._turns[key]
             self.indicators.end(key)
             self.metrics.tally(self.metrics.turns, outcome).inc()
             self.metrics.turn_seconds.observe(time.monotonic() - started)
@@ -479,10 +480,24 @@ class Kernel:
             if item.seq is not None:
                 await self.store.set_journal_status(item.seq, "done")
 
-    async def _steer(self, key: str, message: InboundMessage) -> bool:
-        if self.agent is None or not self.agent.supports_steer:
+    async def _steer(self, key: str, item: QueuedMessage) -> bool:
+        if self.agent is None or not self.agent.supports_steer or key not in self._turns:
             return False
-        return await self.agent.steer(key, text_with_media_notes(message))
+        if not await self.agent.steer(key, text_with_media_notes(item.message)):
+            return False
+        responder = self._turns.get(key)
+        if responder is not None:
+            # Part of the turn now: logged and finished with its next reply, or its end.
+            responder.join(user_log_row(item.message), item.seq)
+        else:  # the turn ended while the agent took it: it is over for this message too
+            record = self.sessions.cached(key)
+            with anyio.CancelScope(shield=True):
+                if record is not None:
+                    await self.store.append_logs(key, record.session_id,
+                                                 [user_log_row(item.message)])
+                if item.seq is not None:
+                    await self.store.set_journal_status(item.seq, "done")
+        return True
 
 
 def own_presence_entry(config: cfg.KernelConfig) -> PresenceEntry:
@@ -499,6 +514,12 @@ def own_presence_entry(config: cfg.KernelConfig) -> PresenceEntry:
     return PresenceEntry(instance_id, kind="gateway", host=host, version=__version__,
                          platform=f"{platform.system()} {platform.machine()}".strip(),
                          mode="gateway", reason="self")
+
+
+def user_log_row(message: InboundMessage) -> LogRow:
+    """A message's session-log entry: the clean text, who sent it, its platform id."""
+    return ("user", text_with_media_notes(message),
+            {"sender_id": message.sender_id, "message_id": message.message_id})
 
 
 def merge_batch(batch: Batch) -> str:

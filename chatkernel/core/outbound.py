@@ -171,6 +171,13 @@ class Responder:
         """Journal entries no queued reply has finished (the turn said nothing)."""
         return self._journal_seqs
 
+    def join(self, log_row: LogRow, journal_seq: int | None) -> None:
+        """A message steered into this turn: logged and finished with the turn's
+        next reply, or when it ends."""
+        self._user_log.append(log_row)
+        if journal_seq is not None:
+            self._journal_seqs.append(journal_seq)
+
     def unlogged(self) -> list[LogRow]:
         """The turn's user entries no queued reply has logged (the turn said nothing)."""
         return self._user_log

@@ -110,8 +110,9 @@ class Batch:
 TurnRunner = Callable[[str, Batch], Awaitable[None]]
 #: called with the messages a lane refused or dropped, and why.
 DropHandler = Callable[[str, list[QueuedMessage], str], Awaitable[None]]
-#: steer(session_key, message) -> True when the running turn took it.
-Steerer = Callable[[str, InboundMessage], Awaitable[bool]]
+#: steer(session_key, item) -> True when the running turn took the message (and with it
+#: the finishing of its journal entry).
+Steerer = Callable[[str, QueuedMessage], Awaitable[bool]]
 #: told a session key when its lane becomes busy, or idle again (no await: it runs inline).
 LaneObserver = Callable[[str], None]
 
@@ -211,7 +212,7 @@ class SessionQueue:
             return "started"
         settings = self._settings(key)
         if settings.mode == "steer" and lane.running and self._steer is not None:
-            if await self._steer(key, item.message):
+            if await self._steer(key, item):
                 return "steered"
         if settings.mode == "interrupt":
             superseded, lane.pending = lane.pending, [item]
