@@ -418,7 +418,7 @@ class Kernel:
         self.indicators.once(account, route)
 
     async def run_turn(self, key: str, batch: Batch) -> None:
-        """One agent turn for a session: log, ask the agent, send the reply."""
+        """One agent turn for a session: ask the agent, queue its replies, log the turn."""
         record = await self.sessions.get(key)
         if record is None:
             raise RuntimeError(f"session {key} vanished")
