@@ -423,7 +423,6 @@ class Kernel:
         if record is None:
             raise RuntimeError(f"session {key} vanished")
         account = self.account_for(record.channel, record.account)
-        store = self.store
         # The turn's messages are logged with its first reply (or when it ends without
         # one), in the transaction that finishes their journal entries: a turn replayed
         # after a crash does not log them twice. Until then the log holds exactly the
@@ -463,14 +462,21 @@ class Kernel:
             self.indicators.end(key)
             self.metrics.tally(self.metrics.turns, outcome).inc()
             self.metrics.turn_seconds.observe(time.monotonic() - started)
-            unlogged = responder.unlogged()  # a turn with no reply
-            unfinished = responder.unfinished_journal()
-            if unlogged or unfinished:
-                with anyio.CancelScope(shield=True):
-                    if unlogged:
-                        await store.append_logs(key, record.session_id, unlogged)
-                    for seq in unfinished:
-                        await store.set_journal_status(seq, "done")
+            # A turn with no reply (or none since these joined it) finishes them here.
+            await self._finish(key, record.session_id, responder.unlogged(),
+                               responder.unfinished_journal())
+
+    async def _finish(self, key: str, session_id: str, log_rows: list[LogRow],
+                      journal_seqs: list[int]) -> None:
+        """Log messages no reply carried and finish their journal entries (shielded:
+        a cancelled turn still closes its books)."""
+        if not log_rows and not journal_seqs:
+            return
+        with anyio.CancelScope(shield=True):
+            if log_rows:
+                await self.store.append_logs(key, session_id, log_rows)
+            for seq in journal_seqs:
+                await self.store.set_journal_status(seq, "done")
 
     async def _dropped(self, key: str, items: list[QueuedMessage], reason: str) -> None:
         self.metrics.dropped.labels(reason).inc(len(items))
@@ -491,12 +497,9 @@ class Kernel:
             responder.join(user_log_row(item.message), item.seq)
         else:  # the turn ended while the agent took it: it is over for this message too
             record = self.sessions.cached(key)
-            with anyio.CancelScope(shield=True):
-                if record is not None:
-                    await self.store.append_logs(key, record.session_id,
-                                                 [user_log_row(item.message)])
-                if item.seq is not None:
-                    await self.store.set_journal_status(item.seq, "done")
+            await self._finish(key, record.session_id if record else "",
+                               [user_log_row(item.message)] if record else [],
+                               [item.seq] if item.seq is not None else [])
         return True
 
 
