@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chatkernel.core.config import ConfigError, KernelConfig, StoreConfig
-from chatkernel.core.models import InboundMessage, MediaRef, Route
+from chatkernel.core.models import InboundMessage, MediaRef, OutboundPayload, Route
 from chatkernel.core.store import (
     HeartbeatState,
     JournalEntry,
@@ -30,7 +30,12 @@ from chatkernel.core.store import (
     open_store,
 )
 from chatkernel.core.store import sqlite as sqlite_module
-from chatkernel.core.store.codec import decode_message, encode_message
+from chatkernel.core.store.codec import (
+    decode_message,
+    encode_message,
+    encode_payload,
+    encode_route,
+)
 from chatkernel.core.store.sqlite import MIGRATIONS, SQLiteStore, StoreError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -163,6 +168,56 @@ async def test_new_migration_upgrades_an_existing_database(db_path, monkeypatch)
         columns = [row[1] for row in store._db.execute("PRAGMA table_info(sessions)")]
         assert "note" in columns
         assert (await store.get_session("k")).last_active_at == 5.0
+
+
+@pytest.mark.anyio
+async def test_migration_4_rebuilds_journal_and_outbox_keeping_rows_and_ids(db_path):
+    db_path.parent.mkdir(parents=True)
+    db = sqlite3.connect(db_path, isolation_level=None)
+    for script in MIGRATIONS[:3]:
+        for statement in sqlite_module._statements(script):
+            db.execute(statement)
+    db.execute("PRAGMA user_version = 3")
+    for n in range(1, 5):
+        db.execute("INSERT INTO inbound_journal (channel, account, message_id, message, status,"
+                   " received_at) VALUES ('telegram', 'main', ?, ?, ?, 1.0)",
+                   (f"m{n}", encode_message(msg(f"m{n}")), "done" if n < 3 else "received"))
+        db.execute("INSERT INTO outbox (reply_id, session_key, session_id, channel, account,"
+                   " route, payload, status, created_at, updated_at)"
+                   " VALUES ('r', 'k', 's', 'telegram', 'main', ?, ?, ?, 1.0, 1.0)",
+                   (encode_route(Route("telegram", "main", "chat-1")),
+                    encode_payload(OutboundPayload(text=f"t{n}")),
+                    "sent" if n < 3 else "pending"))
+    # the newest rows gone (pruned): the next ids must still not reuse theirs
+    db.execute("DELETE FROM inbound_journal WHERE seq = 4")
+    db.execute("DELETE FROM outbox WHERE id = 4")
+    db.close()
+
+    async with SQLiteStore.at(db_path) as store:
+        assert store.schema_version == len(MIGRATIONS) >= 4
+        assert [(e.seq, e.message.message_id) for e in await store.unfinished_inbound()] == \
+            [(3, "m3")]
+        assert await store.journal_inbound(msg("m5")) == 5
+        assert await store.journal_inbound(msg("m1")) is None  # dedupe keys kept
+        assert [(e.id, e.payload.text) for e in await store.outbox_unfinished()] == [(3, "t3")]
+        (new,) = await store.outbox_add(outbox_entries(1))
+        assert new == 5
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            store._db.execute("UPDATE outbox SET status = 'lost' WHERE id = 3")
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            store._db.execute("UPDATE inbound_journal SET status = 'lost' WHERE seq = 3")
+        # what the migration is for: no temporary b-tree per row for the status CHECK
+        for sql in (sqlite_module.SQLiteStore._JOURNAL_INSERT,
+                    "UPDATE outbox SET status = 'sent' WHERE id = 1"):
+            ops = [row[1] for row in store._db.execute(
+                "EXPLAIN " + sql, ("c", "a", "m", "{}", 1.0) if "?" in sql else ())]
+            assert "OpenEphemeral" not in ops, sql
+        indexes = {row[0] for row in store._db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL")}
+        assert {"inbound_journal_unfinished", "outbox_unfinished"} <= indexes
+        tables = {row[0] for row in store._db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert not any(name.endswith("_v4") for name in tables)
 
 
 @pytest.mark.anyio
