@@ -76,6 +76,11 @@ async def test_malformed_message_is_refused_and_nothing_recorded(tmp_path):
         with pytest.raises(InvalidMessage, match="no running account"):
             await h.kernel.deliver(InboundMessage(channel="memory", account="nope",
                                                   chat_id="c", message_id="1", sender_id="u"))
+        for timestamp in (float("nan"), float("inf"), None, "1700000000"):
+            with pytest.raises(InvalidMessage, match=r"'timestamp' must be a finite number"):
+                await h.kernel.deliver(InboundMessage(
+                    channel="memory", account="main", chat_id="c", message_id="1",
+                    sender_id="u", timestamp=timestamp))  # type: ignore[arg-type]
         assert await h.kernel.store.unfinished_inbound() == []
 
 

@@ -753,8 +753,11 @@ def test_open_store_backend_that_fails_to_load(monkeypatch):
 
 # -- property: any message round-trips -------------------------------------------------------------
 
+# JSON values as the codec stores them exactly (NaN, infinities and integers beyond 64
+# bits are the codec's own tests, tests/test_codec.py).
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
     lambda children: st.lists(children, max_size=4)
     | st.dictionaries(st.text(), children, max_size=4),
     max_leaves=12,
@@ -765,7 +768,7 @@ media_refs = st.builds(
     path=st.none() | st.text().map(Path),
     mime=st.none() | st.text(),
     filename=st.none() | st.text(),
-    size=st.none() | st.integers(min_value=0),
+    size=st.none() | st.integers(min_value=0, max_value=2**63 - 1),
     platform_id=st.none() | st.text(),
     note=st.none() | st.text(),
 )
@@ -775,7 +778,7 @@ messages = st.builds(
     sender_id=st.text(), text=st.text(), sender_name=st.text(),
     thread_id=st.none() | st.text(), is_group=st.booleans(), mentions_bot=st.booleans(),
     reply_to_bot=st.booleans(), media=st.lists(media_refs, max_size=3),
-    timestamp=st.floats(allow_nan=False),
+    timestamp=st.floats(allow_nan=False, allow_infinity=False),
     route_extra=st.dictionaries(st.text(), json_values, max_size=5),
 )
 

@@ -14,6 +14,7 @@ rest of the pipeline runs behind it, in order within every chat.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import TYPE_CHECKING
 
@@ -59,6 +60,11 @@ def validate(message: InboundMessage) -> None:
                              f"got {type(message.text).__name__}")
     if message.thread_id is not None and not isinstance(message.thread_id, str):
         raise InvalidMessage("inbound message field 'thread_id' must be a string or None")
+    timestamp = message.timestamp
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) \
+            or not math.isfinite(timestamp):
+        raise InvalidMessage(f"inbound message field 'timestamp' must be a finite number of "
+                             f"seconds, got {timestamp!r}")
 
 
 def envelope(message: InboundMessage) -> str:

@@ -5,22 +5,34 @@ form is a format, and it must keep reading after the dataclasses change.
 Decoding therefore ignores unknown keys and fills missing optional fields
 with their defaults, so rows written by an older or newer kernel still load.
 
-JSON is written with ``ensure_ascii=True``: every ``str`` a Python program can
-hold round-trips, including lone surrogates that a platform's ``\\ud83d``
-escape may produce, and the stored text is plain ASCII for any backend.
-Values a caller puts in ``route_extra``, ``Route.extra``, session settings,
-log meta and account state must be JSON values: ``dict`` with ``str`` keys,
-``list``, ``str``, ``int``, ``float``, ``bool``, ``None``. Tuples come back
-as lists; anything else raises :class:`TypeError` when stored.
+JSON is written by orjson (a C encoder; the standard library's is several
+times slower, and every message is encoded at least three times on its way
+through). Values a caller puts in ``route_extra``, ``Route.extra``, session
+settings, log meta and account state must be JSON values: ``dict`` with
+``str`` keys, ``list``, ``str``, ``int``, ``float``, ``bool``, ``None``.
+Tuples come back as lists. UUIDs and enums are written as their JSON form (a
+string, the enum's value); anything else (bytes, sets, dataclasses, dates)
+raises :class:`TypeError` when stored. JSON has no NaN or infinity: they are
+written as ``null``; an integer beyond 64 bits raises. Text is written as
+UTF-8; a value orjson refuses (a lone surrogate, which a platform's
+``\\ud83d`` escape may produce, a non-``str`` dict key, deep nesting) takes
+the standard library's ASCII encoder instead, so every ``str`` a Python
+program can hold round-trips. Decoding reads both forms, and the ``NaN``
+that rows written by older versions may hold.
 """
 
 from __future__ import annotations
 
+import enum
 import json
+import math
 import os
+import uuid
 from json.encoder import c_make_encoder, encode_basestring_ascii  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from chatkernel.core.models import InboundMessage, MediaRef, OutboundPayload, Route
 
@@ -30,6 +42,7 @@ __all__ = [
     "decode_payload",
     "decode_route",
     "encode_json",
+    "encode_json_bytes",
     "encode_message",
     "encode_payload",
     "encode_route",
@@ -50,24 +63,65 @@ def _not_json(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
+# Dataclasses and datetimes are refused like any other non-JSON type (orjson would
+# write them), and str/int/dict/list subclasses are written as their base types.
+_OPTIONS = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+
 if c_make_encoder is not None:
-    # The C encoder, made once: JSONEncoder.encode builds one (and a closure) per
-    # call, which cost more than encoding a whole message. No circular check: the
-    # values are the kernel's own records (a cycle raises RecursionError, below).
+    # The fallback's C encoder, made once: JSONEncoder.encode builds one (and a
+    # closure) per call. No circular check: a cycle raises RecursionError.
     _iterencode = c_make_encoder(None, _not_json, encode_basestring_ascii, None, ":", ",",
                                  False, False, True)
 
-    def _encode(value: Any) -> str:
+    def _encode_ascii(value: Any) -> str:
         return "".join(_iterencode(value, 0))
 else:  # pragma: no cover - interpreters without the C accelerator
-    _encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"),
-                               default=_not_json).encode
+    _encode_ascii = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"),
+                                     default=_not_json).encode
+
+
+def _encode_bytes(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, default=_not_json, option=_OPTIONS)
+    except orjson.JSONEncodeError as exc:
+        if isinstance(exc.__cause__, TypeError):  # from _not_json: not a JSON value
+            raise TypeError(str(exc.__cause__)) from None
+        # A lone surrogate, a non-str key, deep nesting: the stdlib's encoder writes
+        # what it can, with the values orjson would have written.
+        return _encode_ascii(_as_orjson_would(value)).encode("ascii")
+
+
+_INT_RANGE = range(-(2**63), 2**64)
+
+
+def _as_orjson_would(value: Any) -> Any:
+    """``value`` as orjson writes it (NaN and infinities as None, UUIDs as strings,
+    enums as their values); an integer orjson cannot write raises (it would not read
+    it back as an int either)."""
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return _as_orjson_would(value.value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, int) and value not in _INT_RANGE:
+        raise TypeError(f"integer {value} is beyond 64 bits")
+    if isinstance(value, dict):
+        return {key: _as_orjson_would(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_as_orjson_would(item) for item in value]
+    return value
 
 
 def encode_json(value: Any, *, what: str = "value") -> str:
     """Compact JSON text; a value that is not JSON raises TypeError naming ``what``."""
+    return encode_json_bytes(value, what=what).decode()
+
+
+def encode_json_bytes(value: Any, *, what: str = "value") -> bytes:
+    """:func:`encode_json` as UTF-8 bytes (a request body)."""
     try:
-        return _encode(value)
+        return _encode_bytes(value)
     except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"{what} must hold JSON values only: {exc}") from None
 
@@ -76,9 +130,13 @@ def decode_json(text: str | bytes | None) -> Any:
     """The value of JSON text; ``None`` (SQL NULL) decodes to ``None``."""
     if text is None:
         return None
-    if isinstance(text, bytes):
-        text = text.decode("utf-8")
-    return _decoder.decode(text)
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        # What orjson refuses but the stdlib reads: an escaped lone surrogate, NaN.
+        if isinstance(text, bytes):
+            text = text.decode("utf-8")
+        return _decoder.decode(text)
 
 
 # -- media ---------------------------------------------------------------------------------

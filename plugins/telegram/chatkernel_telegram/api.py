@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 
-from chatkernel.core.store.codec import encode_json
+from chatkernel.core.store.codec import decode_json, encode_json_bytes
 
 DEFAULT_API_BASE = "https://api.telegram.org"
 
@@ -116,17 +116,17 @@ class BotAPI:
             handles = []
             # Encoded here rather than with ``json=``: aiohttp's json.dumps builds a
             # new encoder per call, which costs more than the encoding itself.
-            kwargs = {"data": encode_json({k: v for k, v in (params or {}).items()
-                                           if v is not None}, what=method).encode("ascii"),
+            kwargs = {"data": encode_json_bytes({k: v for k, v in (params or {}).items()
+                                                 if v is not None}, what=method),
                       "headers": _JSON_HEADERS}
         limit = _timeout(timeout or self.timeout)
         try:
             session = self.poll_session if method in LONG_POLL_METHODS else self.session
             async with session.post(url, timeout=limit, **kwargs) as response:
                 try:
-                    # The Bot API answers JSON whatever the status; json.loads reads
-                    # UTF-8 bytes itself (response.json() guesses the charset first).
-                    body = json.loads(await response.read())
+                    # The Bot API answers JSON whatever the status; read as UTF-8 bytes
+                    # (response.json() guesses the charset first).
+                    body = decode_json(await response.read())
                 except (json.JSONDecodeError, UnicodeDecodeError):
                     raise TelegramError(f"{method}: HTTP {response.status} without a Bot API "
                                         "answer", error_code=response.status) from None
