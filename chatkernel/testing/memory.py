@@ -78,7 +78,8 @@ class MemoryChannel(Channel):
     async def receive(self, text: str = "", *, chat_id: str = "chat-1", sender_id: str = "user-1",
                       message_id: str | None = None, **fields: Any) -> str:
         """Inject an inbound message as the platform would; returns the kernel's outcome."""
-        await self._running.wait()
+        if not self._running.is_set():  # anyio's wait() yields even when it is set
+            await self._running.wait()
         assert self._deliver is not None
         message = InboundMessage(channel=self.name, account=self.account.name, chat_id=chat_id,
                                  message_id=message_id or f"m{next(self._ids)}",
