@@ -27,3 +27,20 @@ def test_tallies_and_direct_counts_of_one_counter_add_up():
     metrics.child(metrics.turns, "ok").inc()
     metrics.sync()
     assert metrics.child(metrics.turns, "ok")._value.get() == 2
+
+
+def test_turn_seconds_renders_cumulative_buckets_count_and_sum():
+    metrics = Metrics()
+    for seconds in (0.01, 0.05, 0.3, 7.0, 500.0):
+        metrics.turn_seconds.observe(seconds)
+    text = metrics.render().decode()
+    bucket = 'chatkernel_turn_seconds_bucket{le="%s"}'
+    assert _line(text, bucket % "0.05") == f'{bucket % "0.05"} 2.0'  # le: 0.05 itself counts
+    assert _line(text, bucket % "0.1") == f'{bucket % "0.1"} 2.0'
+    assert _line(text, bucket % "0.5") == f'{bucket % "0.5"} 3.0'
+    assert _line(text, bucket % "10.0") == f'{bucket % "10.0"} 4.0'
+    assert _line(text, bucket % "120.0") == f'{bucket % "120.0"} 4.0'
+    assert _line(text, bucket % "+Inf") == f'{bucket % "+Inf"} 5.0'
+    assert _line(text, "chatkernel_turn_seconds_count ") == "chatkernel_turn_seconds_count 5.0"
+    assert _line(text, "chatkernel_turn_seconds_sum ") == "chatkernel_turn_seconds_sum 507.36"
+    assert "# TYPE chatkernel_turn_seconds histogram" in text
