@@ -114,8 +114,8 @@ class BotAPI:
             kwargs: dict[str, Any] = {"data": data}
         else:
             handles = []
-            # Encoded here rather than with ``json=``: aiohttp's json.dumps builds a
-            # new encoder per call, which costs more than the encoding itself.
+            # Encoded with the kernel's codec (orjson) rather than aiohttp's ``json=``,
+            # which runs json.dumps with a new encoder per call, several times slower.
             kwargs = {"data": encode_json_bytes({k: v for k, v in (params or {}).items()
                                                  if v is not None}, what=method),
                       "headers": _JSON_HEADERS}
