@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import statistics
 import sys
 import tempfile
@@ -170,7 +171,8 @@ def main() -> None:
             summary("kernel pipeline, SQLite journal", kernels)]
 
     print(f"{total} messages, {args.chats} concurrent chats, {args.per_chat} each, "
-          f"median of {args.rounds} round(s) (Python {sys.version.split()[0]})\n")
+          f"median of {args.rounds} round(s)\n(Python {sys.version.split()[0]}, "
+          f"{os.path.realpath(sys.executable)})\n")
     print(f"{'':34}{'msgs/s':>10}{'p50 ms':>10}{'p99 ms':>10}{'floor/x':>10}"
           f"{'cpu us/msg':>12}")
     for row in rows:

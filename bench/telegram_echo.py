@@ -703,7 +703,8 @@ def main() -> None:
             selected.append(contender)
         versions = ", ".join(versions_of(selected))
         print(f"Telegram echo against the fake Bot API on loopback (Python "
-              f"{sys.version.split()[0]}; {versions}; fake: {args.fake})")
+              f"{sys.version.split()[0]} at {os.path.realpath(sys.executable)}; {versions}; "
+              f"fake: {args.fake})")
         with contextlib.suppress(OSError):
             load = Path("/proc/loadavg").read_text().split()[:3]
             print(f"load average before the run: {' '.join(load)} on {os.cpu_count()} CPUs "
