@@ -24,6 +24,7 @@ import stevedore
 import stevedore._cache
 from stevedore import ExtensionManager
 
+from chatkernel import hookimpl
 from chatkernel.core.plugins import BUILTIN_PLUGINS, PluginLoadError, PluginManager
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "plugins"
@@ -383,6 +384,102 @@ def test_get_plugin_manager_is_process_wide_and_resettable(fake_site):
     assert first.get_plugin("fakegood") is not None
     reset_plugin_manager()
     assert get_plugin_manager() is not first
+
+
+# -- PluginManager.call: the hot path's hook calls ----------------------------------------
+
+
+class Deny:
+    @hookimpl
+    def inbound_accept(self, message, account):
+        return ("deny", message, account)
+
+
+class AllowFirst:
+    @hookimpl(tryfirst=True)
+    def inbound_accept(self, message):  # a subset of the spec's arguments
+        return ("allow", message)
+
+
+class Observer:
+    def __init__(self) -> None:
+        self.seen: list[tuple] = []
+
+    @hookimpl
+    def inbound_delivered(self, message, session):
+        self.seen.append((message, session))
+
+
+class Stamp:
+    @hookimpl(wrapper=True)
+    def inbound_accept(self, message, account):
+        result = yield
+        return ("stamped", result)
+
+
+def bare_manager(*plugins) -> PluginManager:
+    pm = PluginManager()
+    for plugin in plugins:
+        pm.register(plugin)
+    return pm
+
+
+def test_call_gives_what_the_hook_gives_for_one_implementation():
+    pm = bare_manager(Deny())
+    assert pm.call("inbound_accept", message="m", account="a") == ("deny", "m", "a")
+    assert pm.hook.inbound_accept(message="m", account="a") == ("deny", "m", "a")
+    # Not firstresult: the list of non-None results, as pluggy gives it.
+    observer = Observer()
+    pm.register(observer)
+    assert pm.call("inbound_delivered", message="m", session="s") == []
+    assert observer.seen == [("m", "s")]
+
+
+def test_call_passes_only_the_arguments_an_implementation_takes():
+    pm = bare_manager(AllowFirst())
+    assert pm.call("inbound_accept", message="m", account="a") == ("allow", "m")
+
+
+def test_call_follows_registrations_made_after_earlier_calls():
+    deny, allow = Deny(), AllowFirst()
+    pm = bare_manager(deny)
+    assert pm.call("inbound_accept", message="m", account="a")[0] == "deny"
+    pm.register(allow)
+    assert pm.call("inbound_accept", message="m", account="a") == ("allow", "m")
+    pm.unregister(allow)
+    assert pm.call("inbound_accept", message="m", account="a")[0] == "deny"
+    pm.unregister(deny)
+    assert pm.call("inbound_accept", message="m", account="a") is None
+    assert pm.call("inbound_delivered", message="m", session="s") == []
+
+
+def test_call_goes_through_wrappers():
+    pm = bare_manager(Deny(), Stamp())
+    assert pm.call("inbound_accept", message="m", account="a") == (
+        "stamped", ("deny", "m", "a"))
+
+
+def test_call_raises_what_the_implementation_raises():
+    class Broken:
+        @hookimpl
+        def inbound_accept(self, message, account):
+            raise LookupError("no such account")
+
+    pm = bare_manager(Broken())
+    with pytest.raises(LookupError, match="no such account"):
+        pm.call("inbound_accept", message="m", account="a")
+
+
+def test_call_is_traced_when_tracing_is_on():
+    pm = bare_manager(Deny())
+    pm.call("inbound_accept", message="m", account="a")  # before tracing: direct
+    lines: list[str] = []
+    pm.trace.root.setwriter(lines.append)
+    undo = pm.enable_tracing()
+    pm.call("inbound_accept", message="m", account="a")
+    assert any("inbound_accept [hook]" in line for line in lines)
+    undo()
+    assert pm.call("inbound_accept", message="m", account="a")[0] == "deny"
 
 
 # -- for real: installed packages and the console script -----------------------------------

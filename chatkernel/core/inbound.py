@@ -241,8 +241,8 @@ class Inbound:
         """Everything after the journal; also how unfinished entries are replayed."""
         kernel = self.kernel
         store = kernel.store
-        verdict = await await_maybe(kernel.pm.hook.inbound_accept(message=message,
-                                                                   account=account))
+        verdict = await await_maybe(kernel.pm.call("inbound_accept", message=message,
+                                                    account=account))
         if verdict is not None and not verdict:
             await self._reject(account, message, verdict, seq)
             return "rejected"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import logging
 from pathlib import Path
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any
 
 from chatkernel.core.agents import AgentEvent
@@ -34,7 +35,9 @@ SYSTEM_PREFIX = "ℹ️ "
 
 async def await_maybe(value: Any) -> Any:
     """Hooks may answer with a value or an awaitable of one."""
-    if inspect.isawaitable(value):
+    # A coroutine or None first: what hooks answer nearly always, and
+    # inspect.isawaitable's fallback is an ABC check.
+    if type(value) is CoroutineType or (value is not None and inspect.isawaitable(value)):
         return await value
     return value
 
@@ -53,8 +56,8 @@ class Outbound:
     async def send_payload(self, account: Account, route: Route,
                            payload: OutboundPayload) -> SendResult:
         """One request through the hook; raises SendError on failure."""
-        hook = self._kernel.pm.hook.outbound_send
-        result = await await_maybe(hook(account=account, route=route, payload=payload))
+        result = await await_maybe(self._kernel.pm.call(
+            "outbound_send", account=account, route=route, payload=payload))
         if result is None:
             raise SendError(f"no plugin sent the payload for {account.key}")
         metrics = self._kernel.metrics
