@@ -617,6 +617,27 @@ async def test_idle_chats_are_forgotten() -> None:
 
 
 @pytest.mark.anyio
+async def test_without_limits_sends_keep_no_state_but_blocks_still_hold() -> None:
+    vt = VirtualTime()
+    limiter = limiter_on(vt, {})
+    for index in range(100):
+        assert limiter.try_acquire(f"chat-{index}")
+        assert await limiter.acquire(f"chat-{index}") == 0
+    assert limiter.tracked_chats == 0
+    limiter.penalize(2.0, "c1")
+    assert not limiter.try_acquire("c1")
+    assert limiter.try_acquire("c2")
+    assert await run_one(vt, limiter, "c1") == 2.0
+    limiter.penalize(1.0)  # the whole account
+    assert not limiter.try_acquire("c3")
+    assert await run_one(vt, limiter, "c3") == 1.0
+    vt.now += 10.0
+    limiter.prune()
+    assert limiter.tracked_chats == 0
+    assert limiter.try_acquire("c1")
+
+
+@pytest.mark.anyio
 async def test_a_chat_used_again_is_forgotten_once_it_goes_quiet() -> None:
     vt = VirtualTime()
     limiter = limiter_on(vt, {"chat": RateLimit(5, 1.0)})

@@ -176,6 +176,9 @@ class RateLimiter:
                          else None)
         self._chat_limit = rates.get("chat")
         self._group_limit = rates.get("group")
+        # No limit in any scope (a channel without platform limits, like the web chat):
+        # a send needs no per-chat state unless a 429 block (penalize) gave it one.
+        self._unlimited = not rates
         self._account_blocked_until = -math.inf
         # Held only by the sender at the head of the account queue; anyio's Lock
         # hands over to its waiters in arrival order, which makes the queue FIFO.
@@ -268,8 +271,11 @@ class RateLimiter:
         is free (the send is recorded, as :meth:`acquire` does); False, with
         nothing recorded, when :meth:`acquire` would have to wait.
         """
-        state = self._state(chat_id, is_group)
         now = self._clock()
+        if self._unlimited and chat_id not in self._chats and \
+                self._account_blocked_until <= now and not self._account_lock.locked():
+            return True  # nothing to count and nothing blocked
+        state = self._state(chat_id, is_group)
         if self._free(state, is_group, now):
             # No await between the checks and the records: nobody can take the slot.
             self._record(state, is_group, now)
