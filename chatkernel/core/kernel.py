@@ -445,9 +445,12 @@ class Kernel:
         outcome = "ok"
         try:
             assert self.agent is not None
-            async with contextlib.aclosing(self.agent.turn(request)) as events:
+            events = self.agent.turn(request)
+            try:
                 async for event in events:
                     await responder.handle(event)
+            finally:  # what contextlib.aclosing does, without its two coroutines a turn
+                await events.aclose()
             await responder.flush()
         except anyio.get_cancelled_exc_class():
             outcome = "interrupted"
@@ -463,8 +466,9 @@ class Kernel:
             self.metrics.tally(self.metrics.turns, outcome).inc()
             self.metrics.turn_seconds.observe(time.monotonic() - started)
             # A turn with no reply (or none since these joined it) finishes them here.
-            await self._finish(key, record.session_id, responder.unlogged(),
-                               responder.unfinished_journal())
+            unlogged, unfinished = responder.unlogged(), responder.unfinished_journal()
+            if unlogged or unfinished:
+                await self._finish(key, record.session_id, unlogged, unfinished)
 
     async def _finish(self, key: str, session_id: str, log_rows: list[LogRow],
                       journal_seqs: list[int]) -> None:
