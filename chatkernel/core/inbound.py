@@ -252,8 +252,9 @@ class Inbound:
             await self._reject(account, message, verdict, seq)
             return "rejected"
 
-        record = await kernel.sessions.resolve(message)
-        route = await kernel.sessions.refresh_route(record.key, message)
+        sessions, queue = kernel.sessions, kernel.queue
+        record = await sessions.resolve(message)
+        route = await sessions.refresh_route(record.key, message)
         self._remember_last_chat(account, message)
 
         parsed = parse_command(message.text, account.channel.command_prefixes
@@ -266,9 +267,9 @@ class Inbound:
                     await store.set_journal_status(seq, "done")
                 return "command"
 
-        await kernel.sessions.touch(record)
-        if kernel.queue.is_busy(record.key):
-            lane = kernel.queue.lane(record.key)
+        await sessions.touch(record)
+        if queue.is_busy(record.key):
+            lane = queue.lane(record.key)
             # Only while a turn runs: a message that joins a turn not yet started
             # (a burst from one poll, a debounce) is not "waiting for the previous one".
             if lane.running and not lane.busy_hint_sent and \
@@ -277,13 +278,13 @@ class Inbound:
                 await kernel.outbound.deliver_text(account, route, BUSY_HINT, fmt="plain",
                                                    session_key=record.key,
                                                    session_id=record.session_id)
-        if kernel.queue.is_busy(record.key) and not kernel.queue.lane(record.key).running:
+        if queue.is_busy(record.key) and not queue.lane(record.key).running:
             # Waiting out a debounce: no turn shows the indicator yet, so show it now.
             # (An idle lane starts its turn at once, and a turn indicates itself.)
             kernel.start_indicator(account, route)
         # The journal entry stays "received" until its turn finishes: both count as
         # unfinished, so writing "queued" would cost a write and change nothing.
-        outcome = await kernel.queue.enqueue(record.key, QueuedMessage(message, seq))
+        outcome = await queue.enqueue(record.key, QueuedMessage(message, seq))
         if self._observed:
             for result in kernel.pm.hook.inbound_delivered(message=message, session=record):
                 await await_maybe(result)

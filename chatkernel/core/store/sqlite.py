@@ -555,8 +555,11 @@ class SQLiteStore(Store):
     def _db(self) -> sqlite3.Connection:
         conn = self._conn
         if conn is None:
-            raise StoreError(f"{self.path}: the store is not open (await store.open() first)")
+            raise self._not_open()
         return conn
+
+    def _not_open(self) -> StoreError:
+        return StoreError(f"{self.path}: the store is not open (await store.open() first)")
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """Execute one statement (autocommit: a write is committed when this returns)."""
@@ -572,37 +575,40 @@ class SQLiteStore(Store):
         Every write goes through one cursor (a new one per statement cost a good
         part of a small insert): read its ``lastrowid`` / ``rowcount`` at once.
         """
-        db = self._db
-        if not db.in_transaction:
-            db.execute("BEGIN")
         cursor = self._writer
         if cursor is None:  # made on the first write after open; close() drops it
-            cursor = self._writer = db.cursor()
+            cursor = self._writer = self._db.cursor()
+        db = self._conn  # open: it has a writer
+        if not db.in_transaction:  # type: ignore[union-attr]
+            db.execute("BEGIN")  # type: ignore[union-attr]
         try:
             cursor.execute(sql, params)
         except UnicodeEncodeError:  # a lone surrogate: store U+FFFD rather than fail
             cursor.execute(sql, _clean(params))
-        self._schedule_commit()
+        if not self._commit_scheduled:
+            self._schedule_commit()
         return cursor
 
     def _schedule_commit(self) -> None:
-        if not self._commit_scheduled:
-            loop = asyncio.get_running_loop()
-            self._commit_scheduled = True
-            # Idle: commit on the next loop turn. Busy: at most one commit per
-            # COMMIT_INTERVAL, so more writes share each (a commit costs more
-            # than several inserts).
-            delay = self._last_commit + COMMIT_INTERVAL - loop.time()
-            if delay > 0:
-                loop.call_later(delay, self._commit)
-            else:
-                loop.call_soon(self._commit)
+        """Schedule the commit of the open transaction (callers check it is not yet)."""
+        loop = asyncio.get_running_loop()
+        self._commit_scheduled = True
+        # Idle: commit on the next loop turn. Busy: at most one commit per
+        # COMMIT_INTERVAL, so more writes share each (a commit costs more
+        # than several inserts).
+        delay = self._last_commit + COMMIT_INTERVAL - loop.time()
+        if delay > 0:
+            loop.call_later(delay, self._commit)
+        else:
+            loop.call_soon(self._commit)
 
     def _mark(self, marks: set[int], row_id: int) -> None:
         """Coalesce a ``sending`` / ``sent`` / ``done`` mark into the next commit."""
-        self._db  # noqa: B018 - a closed store refuses now, not at the commit
+        if self._conn is None:  # a closed store refuses now, not at the commit
+            raise self._not_open()
         marks.add(row_id)
-        self._schedule_commit()
+        if not self._commit_scheduled:
+            self._schedule_commit()
 
     def _write_marks(self) -> None:
         """Write the coalesced marks in the open transaction (before a commit or a read)."""
@@ -626,13 +632,19 @@ class SQLiteStore(Store):
     async def _committed(self) -> None:
         """Wait for the commit of this loop turn's writes (scheduled once per turn)."""
         if self._commit_scheduled:
-            waiter = asyncio.get_running_loop().create_future()
-            self._commit_waiters.append(waiter)
-            await waiter
+            await self._commit_waiter()
+
+    def _commit_waiter(self) -> asyncio.Future[None]:
+        """A future of the caller's own, done at the scheduled commit. (The hot paths
+        await it inline rather than through _committed: a coroutine less a wait.)"""
+        waiter = asyncio.get_running_loop().create_future()
+        self._commit_waiters.append(waiter)
+        return waiter
 
     async def flush(self) -> None:
         """Wait until everything written so far is committed."""
-        await self._committed()
+        if self._commit_scheduled:
+            await self._commit_waiter()
 
     async def checkpoint(self) -> None:
         """Checkpoint the WAL now, in a thread (the store also does it by itself)."""
@@ -705,7 +717,8 @@ class SQLiteStore(Store):
             message.channel, message.account, message.message_id, encode_message(message),
             time.time()))
         seq = cursor.lastrowid if cursor.rowcount == 1 else None
-        await self._committed()
+        if self._commit_scheduled:
+            await self._commit_waiter()
         return seq
 
     async def journal_inbound_many(self, messages: list[InboundMessage]) -> list[int | None]:
