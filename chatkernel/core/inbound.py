@@ -55,7 +55,7 @@ def validate(message: InboundMessage) -> None:
         raise InvalidMessage(f"expected an InboundMessage, got {type(message).__name__}")
     required = (message.channel, message.account, message.chat_id, message.message_id,
                 message.sender_id)
-    if not all(type(value) is str and value for value in required):  # noqa: E721
+    if not all(type(value) is str and value for value in required):
         for name, value in zip(_REQUIRED, required):  # name the first bad one
             if not isinstance(value, str) or not value:
                 raise InvalidMessage(f"inbound message field {name!r} must be a non-empty "

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
