@@ -46,20 +46,15 @@ class InvalidMessage(ValueError):
     """A channel produced a message the kernel cannot accept; names what is wrong."""
 
 
-_REQUIRED = ("channel", "account", "chat_id", "message_id", "sender_id")
-
-
 def validate(message: InboundMessage) -> None:
     """Reject malformed messages with a clear error before anything is recorded."""
     if not isinstance(message, InboundMessage):
         raise InvalidMessage(f"expected an InboundMessage, got {type(message).__name__}")
-    required = (message.channel, message.account, message.chat_id, message.message_id,
-                message.sender_id)
-    if not all(type(value) is str and value for value in required):
-        for name, value in zip(_REQUIRED, required):  # name the first bad one
-            if not isinstance(value, str) or not value:
-                raise InvalidMessage(f"inbound message field {name!r} must be a non-empty "
-                                     f"string, got {value!r}")
+    for name in ("channel", "account", "chat_id", "message_id", "sender_id"):
+        value = getattr(message, name)
+        if not isinstance(value, str) or not value:
+            raise InvalidMessage(f"inbound message field {name!r} must be a non-empty string,"
+                                 f" got {value!r}")
     if not isinstance(message.text, str):
         raise InvalidMessage(f"inbound message field 'text' must be a string, "
                              f"got {type(message.text).__name__}")
