@@ -65,6 +65,30 @@ def temp_plugin() -> Iterator[Callable[..., object]]:
 
 
 @pytest.fixture
+def fail_next_commit() -> Callable[[object], None]:
+    """``fail_next_commit(store)``: the SQLite store's next COMMIT fails once, as a
+    full disk would make it; everything else goes to the real connection."""
+    import sqlite3
+
+    def arm(store) -> None:
+        original = store._conn
+
+        class FailingCommit:
+            def __getattr__(self, name):
+                return getattr(original, name)
+
+            def execute(self, sql, *args):
+                if sql == "COMMIT":
+                    store._conn = original
+                    raise sqlite3.OperationalError("database or disk is full")
+                return original.execute(sql, *args)
+
+        store._conn = FailingCommit()
+
+    return arm
+
+
+@pytest.fixture
 def anyio_backend() -> str:
     """The kernel runs on asyncio (aiohttp needs it), so async tests do too."""
     return "asyncio"

@@ -67,3 +67,30 @@ async def test_an_idle_line_lingers_until_reaped_and_a_new_item_starts_it_again(
         await lines.wait_empty()
         assert handled == [1, 2, 3]
         tg.cancel_scope.cancel()
+
+
+async def test_an_item_put_without_waking_waits_for_wake_and_is_never_reaped_meanwhile():
+    handled: list[int] = []
+
+    async def handle(item):
+        handled.append(item)
+
+    async with anyio.create_task_group() as tg:
+        lines = Lines("test", handle, task_group=lambda: tg, linger=2.0)
+        lines.put("k", 1)
+        await lines.wait_empty()
+        lines.put("k", 2, wake=False)  # the lingering task stays asleep
+        for _ in range(10):
+            await anyio.sleep(0)
+        assert handled == [1] and len(lines) == 1
+        assert lines.reap_idle(time.monotonic() + 60) == 0  # it has work: not idle
+        lines.wake("k")
+        with anyio.fail_after(5):
+            await lines.wait_empty()
+        assert handled == [1, 2]
+        lines.wake("k")  # lingering again: waking it with nothing to do ends nothing
+        lines.put("new", 3, wake=False)  # a new line's task takes its item regardless
+        with anyio.fail_after(5):
+            await lines.wait_empty()
+        assert handled == [1, 2, 3]
+        tg.cancel_scope.cancel()

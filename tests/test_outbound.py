@@ -12,7 +12,7 @@ from chatkernel import SendError
 from chatkernel.core.agents import AgentEvent
 from chatkernel.core.models import OutboundPayload, Route
 from chatkernel.core.store.base import OutboxEntry
-from chatkernel.core.store.sqlite import SQLiteStore
+from chatkernel.core.store.sqlite import SQLiteStore, StoreError
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.memory import KernelHarness
 
@@ -295,6 +295,53 @@ async def test_a_claimed_payload_whose_slot_is_taken_meanwhile_waits_as_pending(
         await h.settle()
         assert h.channel.texts() == ["later"]
         assert marks == ["pending", "sending", "sent"]
+
+
+async def test_a_lingering_sender_is_woken_by_the_commit_of_its_claimed_row(tmp_path):
+    # The usual reply: its session's sender lingers, idle. The reply is stored
+    # `sending` and the sender is woken by that row's commit, not before.
+    import sqlite3
+
+    async with harness(tmp_path) as h:
+        channel, store = h.channel, h.kernel.store
+        original_send = channel.send
+        seen: list[str] = []
+
+        async def send(route, payload):
+            with sqlite3.connect(store.path) as other:
+                (status,) = other.execute("SELECT status FROM outbox WHERE payload LIKE ?",
+                                          (f'%{payload.text}%',)).fetchone()
+            seen.append(status)
+            return await original_send(route, payload)
+
+        channel.send = send
+        await channel.receive("one", chat_id="chat-1")
+        await h.settle()
+        assert h.kernel.outbox.lines.active("memory:main:chat-1")  # lingering
+        for text in ("two", "three"):
+            await channel.receive(text, chat_id="chat-1")
+            await h.settle()
+        assert channel.texts() == ["re: one", "re: two", "re: three"]
+        assert seen == ["sending"] * 3
+
+
+async def test_a_claimed_payload_lost_by_a_failed_commit_is_not_sent(tmp_path,
+                                                                   fail_next_commit):
+    async with harness(tmp_path) as h:
+        outbox, store = h.kernel.outbox, h.kernel.store
+        account = h.kernel.accounts["memory:main"]
+        route = Route("memory", "main", "chat-1")
+        await outbox.submit(account, "k", "s", route, [OutboundPayload(text="first")])
+        await h.settle()  # its sender lingers now
+        fail_next_commit(store)
+        await outbox.submit(account, "k", "s", route, [OutboundPayload(text="lost")])
+        with pytest.raises(StoreError, match="disk is full"):
+            await store.flush()  # the commit that would have carried it
+        await outbox.submit(account, "k", "s", route, [OutboundPayload(text="later")])
+        await h.settle()
+        # Its row was never written: nothing about it may go out. The line goes on.
+        assert h.channel.texts() == ["first", "later"]
+        assert outbox._claim_commits == {} and outbox._claimed == set()
 
 
 async def test_send_policy_blocks_groups_and_a_session_override_wins(tmp_path):

@@ -851,27 +851,14 @@ async def test_a_cancelled_writer_does_not_cancel_the_commit_others_wait_for(
 
 
 @pytest.mark.anyio
-async def test_a_failed_commit_is_raised_to_every_waiter(store, monkeypatch):
+async def test_a_failed_commit_is_raised_to_every_waiter(store, fail_next_commit):
     async def journal(name: str):
         try:
             return await store.journal_inbound(msg(name))
         except StoreError as exc:
             return exc
 
-    original = store._conn
-    class FailingCommit:
-        """The connection, with COMMIT failing once (a full disk, say)."""
-
-        def __getattr__(self, name):
-            return getattr(original, name)
-
-        def execute(self, sql, *args):
-            if sql == "COMMIT":
-                store._conn = original
-                raise sqlite3.OperationalError("database or disk is full")
-            return original.execute(sql, *args)
-
-    store._conn = FailingCommit()
+    fail_next_commit(store)
     async with anyio.create_task_group() as tg:
         outcomes = []
 
@@ -883,6 +870,31 @@ async def test_a_failed_commit_is_raised_to_every_waiter(store, monkeypatch):
     assert len(outcomes) == 2
     assert all(isinstance(o, StoreError) and "disk is full" in str(o) for o in outcomes)
     assert await store.unfinished_inbound() == []  # rolled back: nothing half-written
+
+
+@pytest.mark.anyio
+async def test_after_commit_callbacks_run_once_the_writes_are_committed(store, db_path):
+    told: list[object] = []
+    store.after_commit(told.append)  # nothing waits for a commit: at once
+    assert told == [None]
+    await store.outbox_add(outbox_entries(1))
+    store.after_commit(lambda error: told.append((error, file_statuses(db_path, "outbox",
+                                                                         "id"))))
+    assert len(told) == 1  # not yet: the row is not committed
+    await store.flush()
+    assert told[1] == (None, {1: "pending"})  # called after the COMMIT: the row is there
+
+
+@pytest.mark.anyio
+async def test_after_commit_callbacks_get_the_error_of_a_failed_commit(store, fail_next_commit):
+    await store.outbox_add(outbox_entries(1))
+    told: list[object] = []
+    store.after_commit(told.append)
+    fail_next_commit(store)
+    with pytest.raises(StoreError, match="disk is full"):
+        await store.flush()
+    assert len(told) == 1 and isinstance(told[0], StoreError)
+    assert "disk is full" in str(told[0])
 
 
 # -- coalesced sent / done marks ------------------------------------------------------------

@@ -66,8 +66,12 @@ class Lines(Generic[T]):
         """Whether ``key`` has items waiting or being handled."""
         return bool(self._lines.get(key))
 
-    def put(self, key: str, item: T) -> None:
-        """Queue ``item`` behind ``key``'s earlier items."""
+    def put(self, key: str, item: T, *, wake: bool = True) -> None:
+        """Queue ``item`` behind ``key``'s earlier items.
+
+        ``wake=False``: a lingering task is left asleep until :meth:`wake`, for an
+        item that is not ready yet (a new or busy task still takes it in its turn).
+        """
         line = self._lines.get(key)
         if line is None:
             line = self._lines[key] = deque()
@@ -76,9 +80,15 @@ class Lines(Generic[T]):
         if self._count == 0:
             self._empty = asyncio.Event()
         self._count += 1
-        waker = self._wakers.pop(key, None)
-        if waker is not None:  # a lingering task: more work
+        if key in self._wakers:  # a lingering task: more work
             self._idle_since.pop(key, None)
+            if wake:
+                _wake(self._wakers.pop(key))
+
+    def wake(self, key: str) -> None:
+        """Wake ``key``'s task if it lingers (after a :meth:`put` with ``wake=False``)."""
+        waker = self._wakers.pop(key, None)
+        if waker is not None:
             _wake(waker)
 
     async def wait_empty(self) -> None:

@@ -12,8 +12,8 @@ committed; after, ``sent`` or ``failed``. So after a crash:
 
 The usual reply goes out at once: its session's sender is idle and its
 rate-limit slot is free. Then its first payload is stored ``sending`` from the
-start (one write instead of an insert and an update), and the sender takes
-the slot and sends it as soon as that row is committed. If the slot is no
+start (one write instead of an insert and an update), and the sender, woken
+by that row's commit (``Store.after_commit``), takes the slot and sends it. If the slot is no
 longer free by then (a burst of replies queued at once), the payload goes
 back to ``pending`` and waits for its slot like any other. Otherwise the
 payload is stored ``pending`` and waits its turn.
@@ -25,6 +25,7 @@ limiter; the send policy is checked on every payload, whatever its origin.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import logging
 import time
@@ -63,6 +64,9 @@ class Outbox:
         # claimed entries not sent yet (see _claim).
         self._claiming: set[str] = set()
         self._claimed: set[int] = set()
+        # Claimed entries whose commit is over, before their sender takes them: None,
+        # or the error that lost them.
+        self._claim_commits: dict[int, Exception | None] = {}
         self._limiters: dict[str, RateLimiter] = {}
         self._policies: dict[str, RetryPolicy] = {}
         # Reply ids: unique across restarts without a uuid per reply.
@@ -100,9 +104,21 @@ class Outbox:
             if claimed:
                 self._claiming.discard(session_key)
         if claimed:
-            self._claimed.add(entries[0].id)
-        self._enqueue(entries)
+            # Its sender has nothing before it: wake it once the row is committed
+            # (rather than now, to wait for that commit), see _send.
+            first = entries[0]
+            self._claimed.add(first.id)
+            self.lines.put(session_key, first, wake=False)
+            self._enqueue(entries[1:])
+            self._kernel.store.after_commit(functools.partial(self._claim_committed, first))
+        else:
+            self._enqueue(entries)
         return reply_id
+
+    def _claim_committed(self, entry: OutboxEntry, error: Exception | None) -> None:
+        if entry.id in self._claimed:  # not taken by its sender yet
+            self._claim_commits[entry.id] = error
+        self.lines.wake(entry.session_key)
 
     def _claim(self, account: Account, session_key: str, route: Route) -> bool:
         """Whether a reply's first payload may be stored ``sending`` and go out at
@@ -157,6 +173,8 @@ class Outbox:
         store = kernel.store
         claimed = entry.id in self._claimed  # see submit
         self._claimed.discard(entry.id)
+        settled = entry.id in self._claim_commits
+        commit_error = self._claim_commits.pop(entry.id, None)
         if entry.reply_id in self._failed_replies:
             await store.outbox_mark(entry.id, "failed", EARLIER_CHUNK_FAILED)
             return
@@ -178,7 +196,10 @@ class Outbox:
         # once the row is committed; a slot taken meanwhile sends it back to `pending`.
         marked = claimed
         if claimed:
-            await store.flush()
+            if not settled:  # woken before its commit (a busy or new sender)
+                await store.flush()
+            elif commit_error is not None:
+                raise commit_error  # its row was never written: nothing to send
             if not limiter.try_acquire(route.chat_id, is_group=route.is_group):
                 await store.outbox_mark(entry.id, "pending")  # nothing went out
                 marked = claimed = False

@@ -9,7 +9,7 @@ backend fits; the SQLite backend runs its short statements inline.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -122,6 +122,12 @@ class Store(abc.ABC):
         ``journal_inbound`` and ``set_cursor`` are durable when they return; other
         writes may be committed a moment later, but always in the order made.
         """
+
+    def after_commit(self, callback: Callable[[Exception | None], None]) -> None:
+        """Call ``callback(None)`` once every write made so far is durable, or
+        ``callback(error)`` if committing them failed. A store whose writes are
+        durable when they return (this default) calls it at once."""
+        callback(None)
 
     # -- inbound journal (dedupe + durability) ------------------------------------
 

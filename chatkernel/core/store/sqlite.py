@@ -60,7 +60,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -375,6 +375,7 @@ class SQLiteStore(Store):
         # for it (each caller's own, so a cancelled caller cancels only its wait).
         self._commit_scheduled = False
         self._commit_waiters: list[asyncio.Future[None]] = []
+        self._commit_callbacks: list[Callable[[Exception | None], None]] = []
         self._writer: sqlite3.Cursor | None = None  # see _write
         self._last_commit = -math.inf
         # Coalesced marks, written by _write_marks before the next commit.
@@ -641,6 +642,12 @@ class SQLiteStore(Store):
         self._commit_waiters.append(waiter)
         return waiter
 
+    def after_commit(self, callback: Callable[[Exception | None], None]) -> None:
+        if self._commit_scheduled:
+            self._commit_callbacks.append(callback)
+        else:  # nothing waits for a commit: what was written is committed
+            callback(None)
+
     async def flush(self) -> None:
         """Wait until everything written so far is committed."""
         if self._commit_scheduled:
@@ -680,6 +687,7 @@ class SQLiteStore(Store):
         """Commit the open transaction and wake its waiters; returns the error, if any."""
         scheduled, self._commit_scheduled = self._commit_scheduled, False
         waiters, self._commit_waiters = self._commit_waiters, []
+        callbacks, self._commit_callbacks = self._commit_callbacks, []
         loop = asyncio.get_running_loop()  # always called on the loop: a callback or a method
         if scheduled:
             self._last_commit = loop.time()
@@ -694,6 +702,11 @@ class SQLiteStore(Store):
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")  # type: ignore[union-attr]
             error = StoreError(f"{self.path}: commit failed: {exc}")
+        for callback in callbacks:
+            try:
+                callback(error)
+            except Exception:  # one caller's bug must not keep the others waiting
+                log.exception("%s: a commit callback failed", self.path)
         for waiter in waiters:
             if not waiter.done():  # a cancelled waiter's future is done already
                 if error is None:
