@@ -13,10 +13,10 @@ committed; after, ``sent`` or ``failed``. So after a crash:
 The usual reply goes out at once: its session's sender is idle and its
 rate-limit slot is free. Then its first payload is stored ``sending`` from the
 start (one write instead of an insert and an update), and the sender, woken
-by that row's commit (``Store.after_commit``), takes the slot and sends it. If the slot is no
-longer free by then (a burst of replies queued at once), the payload goes
-back to ``pending`` and waits for its slot like any other. Otherwise the
-payload is stored ``pending`` and waits its turn.
+by that row's commit (``Store.after_commit``), takes the slot and sends it.
+If the slot is no longer free by then (a burst of replies queued at once),
+the payload goes back to ``pending`` and waits for its slot like any other.
+Otherwise the payload is stored ``pending`` and waits its turn.
 
 Each request runs under the channel's retry policy and the account's rate
 limiter; the send policy is checked on every payload, whatever its origin.
