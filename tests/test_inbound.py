@@ -562,3 +562,36 @@ async def test_normalize_batch_keeps_order_skips_what_it_cannot_read_and_downloa
         gate.set()
     assert [m.message_id for m in result] == ["a1", "b1", "a2", "b2"]
     assert "event bad skipped" in caplog.text
+
+
+async def test_a_route_is_written_when_any_part_of_it_changes_and_only_then():
+    from dataclasses import replace
+
+    from chatkernel.core.sessions import Sessions, route_for, routes_to
+
+    base = InboundMessage(channel="tg", account="main", chat_id="c1", message_id="m1",
+                          sender_id="u1", text="hi", route_extra={"token": "a"})
+    assert routes_to(route_for(base), base)
+    changes = [dict(channel="wa"), dict(account="other"), dict(chat_id="c2"),
+               dict(thread_id="t1"), dict(is_group=True), dict(route_extra={"token": "b"})]
+    for change in changes:
+        changed = replace(base, **change)
+        assert not routes_to(route_for(base), changed), change
+        assert routes_to(route_for(changed), changed), change
+    group = replace(base, is_group=True)
+    # In a group a reply quotes the message it answers: each message is a new route.
+    assert not routes_to(route_for(group), replace(group, message_id="m2"))
+    # A direct chat's route does not depend on the message id.
+    assert routes_to(route_for(base), replace(base, message_id="m2", text="other"))
+
+    written: list = []
+
+    class Store:
+        async def set_route(self, key, route):
+            written.append(route)
+
+    sessions = Sessions(Store())  # type: ignore[arg-type]
+    first = await sessions.refresh_route("k", base)
+    assert await sessions.refresh_route("k", replace(base, message_id="m2")) is first
+    await sessions.refresh_route("k", replace(base, route_extra={"token": "b"}))
+    assert written == [route_for(base), route_for(replace(base, route_extra={"token": "b"}))]

@@ -429,7 +429,8 @@ class Kernel:
         # history before this turn, which is what the agent reads.
         user_log = [user_log_row(item.message) for item in batch.items]
         request = TurnRequest(
-            session_key=key, session_id=record.session_id, text=merge_batch(batch),
+            session_key=key, session_id=record.session_id,
+            text=merge_batch(batch, [text for _, text, _ in user_log]),
             envelope=envelope(batch.last),
             media=[media for item in batch.items for media in item.message.media])
         route = await self.sessions.route(key)
@@ -529,9 +530,15 @@ def user_log_row(message: InboundMessage) -> LogRow:
             {"sender_id": message.sender_id, "message_id": message.message_id})
 
 
-def merge_batch(batch: Batch) -> str:
-    """The text of a turn: one message as is; several (collect) one after another."""
-    texts = [text_with_media_notes(item.message) for item in batch.items]
+def merge_batch(batch: Batch, texts: list[str] | None = None) -> str:
+    """The text of a turn: one message as is; several (collect) one after another.
+
+    ``texts``: the messages' texts with their media notes, if the caller has them.
+    """
+    if texts is None:
+        texts = [text_with_media_notes(item.message) for item in batch.items]
+    if len(texts) == 1 and not batch.dropped_summary:
+        return texts[0]
     body = "\n\n".join(text for text in texts if text)
     if batch.dropped_summary:
         bullets = "\n".join(f"• {line}" for line in batch.dropped_summary)

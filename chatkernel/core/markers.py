@@ -73,6 +73,8 @@ def split_media(text: str) -> list[Segment]:
     as a single text segment (or none if it is blank).
     """
     if MARKER not in text:
+        if "\n" not in text:  # one line: the usual short reply
+            return [Segment("text", text.removesuffix("\r"))] if text.strip() else []
         segment = _text_segment(text.split("\n"))
         return [segment] if segment else []
     fences = find_code_fences(text)

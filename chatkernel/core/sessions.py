@@ -30,6 +30,16 @@ def route_for(message: InboundMessage) -> Route:
     )
 
 
+def routes_to(route: Route, message: InboundMessage) -> bool:
+    """Whether ``route`` is the one :func:`route_for` makes of ``message`` (checked
+    without making it: a chat's route rarely changes, and this runs per message)."""
+    return (route.chat_id == message.chat_id and route.thread_id == message.thread_id
+            and route.is_group == message.is_group
+            and route.reply_to == (message.message_id if message.is_group else None)
+            and route.extra == message.route_extra
+            and route.channel == message.channel and route.account == message.account)
+
+
 class Sessions:
     """Resolves sessions by {channel, account, chat, thread} and keeps their routes fresh."""
 
@@ -97,10 +107,12 @@ class Sessions:
 
     async def refresh_route(self, key: str, message: InboundMessage) -> Route:
         """Refresh the reply route from this message; written only when it changed."""
+        current = self._routes.get(key)
+        if current is not None and routes_to(current, message):
+            return current
         route = route_for(message)
-        if self._routes.get(key) != route:
-            self._routes[key] = route
-            await self._store.set_route(key, route)
+        self._routes[key] = route
+        await self._store.set_route(key, route)
         return route
 
     async def route(self, key: str) -> Route | None:
