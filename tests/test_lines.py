@@ -44,14 +44,19 @@ async def test_each_keys_items_in_order_keys_side_by_side_and_failures_do_not_st
         tg.cancel_scope.cancel()
 
 
-async def test_an_idle_line_lingers_until_reaped_and_a_new_item_starts_it_again():
+def recording_lines(tg, linger: float = 2.0) -> tuple[Lines, list[int]]:
+    """Lines whose handler records each item, and the record."""
     handled: list[int] = []
 
     async def handle(item):
         handled.append(item)
 
+    return Lines("test", handle, task_group=lambda: tg, linger=linger), handled
+
+
+async def test_an_idle_line_lingers_until_reaped_and_a_new_item_starts_it_again():
     async with anyio.create_task_group() as tg:
-        lines = Lines("test", handle, task_group=lambda: tg, linger=2.0)
+        lines, handled = recording_lines(tg)
         lines.put("k", 1)
         await lines.wait_empty()
         await anyio.sleep(0)
@@ -70,13 +75,8 @@ async def test_an_idle_line_lingers_until_reaped_and_a_new_item_starts_it_again(
 
 
 async def test_an_item_put_without_waking_waits_for_wake_and_is_never_reaped_meanwhile():
-    handled: list[int] = []
-
-    async def handle(item):
-        handled.append(item)
-
     async with anyio.create_task_group() as tg:
-        lines = Lines("test", handle, task_group=lambda: tg, linger=2.0)
+        lines, handled = recording_lines(tg)
         lines.put("k", 1)
         await lines.wait_empty()
         lines.put("k", 2, wake=False)  # the lingering task stays asleep
