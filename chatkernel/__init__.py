@@ -1,11 +1,13 @@
 """chatkernel: a plugin-based gateway between chat platforms and an agent.
 
-Plugins import what they need from here::
+Plugins import what they need from here or from :mod:`chatkernel.channels`
+(the whole public plugin API)::
 
     from chatkernel import hookimpl, Channel, InboundMessage
 
 Importing this package is cheap: the kernel's heavier parts (the channel base
-class and its pydantic models) load on first access.
+class and its pydantic models) load on first access. ``chatkernel.core`` is
+the kernel's internals: plugins never import it.
 """
 
 from chatkernel.core.models import (
@@ -31,10 +33,12 @@ __all__ = [
     "Channel",
     "ChannelLimits",
     "Command",
+    "ConfigError",
     "InboundMessage",
     "MediaRef",
     "OutboundPayload",
     "ProbeResult",
+    "RateLimit",
     "Route",
     "SendError",
     "SendResult",
@@ -48,7 +52,9 @@ __all__ = [
 _LAZY = {
     "Channel": "chatkernel.core.channel",
     "ChannelLimits": "chatkernel.core.channel",
+    "RateLimit": "chatkernel.core.channel",
     "AccountConfig": "chatkernel.core.config",
+    "ConfigError": "chatkernel.core.config",
 }
 
 

@@ -406,8 +406,11 @@ def _read_config_quietly(config_file: str | None):
 
 
 def _redactor(raw: dict[str, Any], info=None):
+    from chatkernel.core.channel import collect_channels
+    from chatkernel.core.plugins import get_plugin_manager
     from chatkernel.core.status_report import Redactor, config_secrets
 
+    collect_channels(get_plugin_manager())  # their secret patterns join the redaction
     return Redactor(config_secrets(raw, extra=[info.token] if info is not None else []))
 
 

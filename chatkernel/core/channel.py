@@ -1,24 +1,31 @@
-"""The Channel base class: what a channel plugin implements.
+"""The Channel base class: what a channel plugin implements, and the kit it builds on.
 
 A channel holds only what differs per platform: parsing events into
-:class:`InboundMessage`, its wire client, its limits and media-kind table, its
-probe. Chunking, ordering, retries, rate limits, policy, dedupe, durability,
-heartbeats and health are the kernel's.
+:class:`InboundMessage`, its wire calls, its limits and media-kind table, its
+probe. Everything else is the kernel's: chunking, ordering, retries, rate
+limits, policy, dedupe, durability, heartbeats, health — and the transports
+every platform shares (chatkernel.core.http_client, receiving, webhooks,
+sockets), which this class puts a few lines away:
 
-One instance runs per configured account.
+- a long-polling channel implements :meth:`Channel.poll` (and
+  :meth:`Channel.normalize`) and runs :meth:`Channel.poll_forever`;
+- a webhook channel returns a verifier from :meth:`Channel.webhook_verifier`
+  and runs :meth:`Channel.serve_webhook`;
+- a socket channel runs :meth:`Channel.supervise_socket` with its session.
+
+One instance runs per configured account. Plugins import all of this from
+:mod:`chatkernel.channels`.
 """
 
 from __future__ import annotations
 
 import logging
-
+import re
 import time
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from collections.abc import Hashable, Iterable
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar, Literal, TypeVar
-
-import anyio
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from chatkernel.core.config import AccountConfig
 from chatkernel.core.models import (
@@ -30,11 +37,21 @@ from chatkernel.core.models import (
     Route,
     SendResult,
 )
+from chatkernel.core.receiving import (  # noqa: F401 - part of this module's API
+    Polled,
+    Trouble,
+    deliver_many,
+    normalize_batch,
+    per_chat,
+)
 
 if TYPE_CHECKING:
-    from chatkernel.core.plugins import PluginManager
+    from aiohttp import web
 
-T = TypeVar("T")
+    from chatkernel.core.markup import MarkdownRenderer
+    from chatkernel.core.plugins import PluginManager
+    from chatkernel.core.sockets import SocketLink
+    from chatkernel.core.webhooks import Verifier
 
 log = logging.getLogger("chatkernel.channel")
 
@@ -42,9 +59,25 @@ log = logging.getLogger("chatkernel.channel")
 #: the time the credentials were issued.
 CREDENTIALS_KEY = "credentials_at"
 
-#: What a receive loop calls for every normalized message. It returns once the
-#: message is durably journaled, so the loop may then advance its cursor.
-Deliver = Callable[[InboundMessage], Awaitable[Any]]
+
+@runtime_checkable
+class Deliver(Protocol):
+    """What a receive loop calls for every normalized message (the kernel's receiver).
+
+    It returns once the message is durably journaled (``"accepted"``, or
+    ``"duplicate"`` for one the journal already has), so the loop may then
+    advance its platform cursor. The kernel's receiver also has
+    ``many(messages)``, one durable write for a batch: use
+    :func:`deliver_many`, which takes either.
+    """
+
+    async def __call__(self, message: InboundMessage) -> str: ...
+
+
+class BatchDeliver(Deliver, Protocol):
+    """A :class:`Deliver` that journals a batch in one write (the kernel's receiver)."""
+
+    async def many(self, messages: list[InboundMessage]) -> list[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,20 +98,40 @@ class ChannelLimits:
     #: lower-case extension (".jpg") -> media kind ("photo"); others get default_media_kind.
     media_kinds: dict[str, str] = field(default_factory=dict)
     default_media_kind: str = "document"
+    #: media kind -> the largest file the platform takes as that kind, in bytes. A
+    #: file over its kind's cap goes as ``default_media_kind`` (a photo over
+    #: Telegram's 10 MB is sent as a document, whole); one over the default
+    #: kind's cap is refused before any request, with the reason.
+    media_max_bytes: dict[str, int] = field(default_factory=dict)
     #: rate limits by scope: "account", "chat", "group".
     rates: dict[str, RateLimit] = field(default_factory=dict)
     retry_base_delay: float = 0.5
 
-    def media_kind(self, path: str | PurePath) -> str:
-        return self.media_kinds.get(PurePath(path).suffix.lower(), self.default_media_kind)
+    def media_kind(self, path: str | PurePath, size: int | None = None) -> str:
+        """The kind a file is sent as: by extension, then by the kind's size cap."""
+        kind = self.media_kinds.get(PurePath(path).suffix.lower(), self.default_media_kind)
+        cap = self.media_max_bytes.get(kind)
+        if size is not None and cap is not None and size > cap:
+            return self.default_media_kind
+        return kind
+
+    def media_refusal(self, size: int) -> str | None:
+        """Why a file of ``size`` bytes cannot be sent at all (None: it can)."""
+        cap = self.media_max_bytes.get(self.default_media_kind)
+        if cap is not None and size > cap:
+            return f"larger than the platform's {cap / 1024 / 1024:g} MB limit for files"
+        return None
 
 
 class Channel:
     """Base class of every channel type.
 
     Subclasses set :attr:`name`, :attr:`account_model` and :attr:`limits`, and
-    implement :meth:`run`, :meth:`send` and :meth:`probe`; :meth:`indicate`
-    (typing) is optional.
+    implement :meth:`run` (usually one line: :meth:`poll_forever`,
+    :meth:`serve_webhook` or :meth:`supervise_socket`), :meth:`send` and
+    :meth:`probe`; :meth:`indicate` (typing) is optional. The receive side's
+    platform pieces are :meth:`identify`, :meth:`normalize`, :meth:`poll` and
+    :meth:`receive_trouble`.
     """
 
     #: The channel type's name: the key under ``[channels.<name>]``.
@@ -86,16 +139,25 @@ class Channel:
     #: The pydantic model of one account's config.
     account_model: ClassVar[type[AccountConfig]] = AccountConfig
     limits: ClassVar[ChannelLimits] = ChannelLimits()
-    #: Webhook-driven channels are judged by their probe, not by silence
-    #: (see :meth:`is_quiet` for channels whose quietness depends on the account).
+    #: Channels that legitimately wait a long time for their platform (a web page)
+    #: are judged by their probe, not by silence (see :meth:`is_quiet`).
     quiet_by_nature: ClassVar[bool] = False
     #: Characters that start a slash command (Slack also takes "!").
     command_prefixes: ClassVar[str] = "/"
     #: Seconds between refreshes of the typing indicator while a turn runs.
     indicator_interval: ClassVar[float] = 4.0
-    #: The platform's markup for the agent's Markdown ("telegram_html",
-    #: "slack_mrkdwn", "whatsapp"), or None to send text as it is.
-    markup: ClassVar[str | None] = None
+    #: The renderer of the agent's Markdown into the platform's markup (a
+    #: :class:`chatkernel.channels.MarkdownRenderer` subclass, or the name of
+    #: one), or None to send text as it is.
+    markup: ClassVar[type["MarkdownRenderer"] | str | None] = None
+    #: Regular expressions of secrets that can show up where no config holds
+    #: them (a token inside a URL): every log line is redacted with them.
+    secret_patterns: ClassVar[tuple[str, ...]] = ()
+    #: Receive-loop backoff after a failed call: first delay and cap, in seconds.
+    receive_backoff: ClassVar[tuple[float, float]] = (1.0, 30.0)
+    #: Webhook requests: the largest body taken (413 beyond) and the content types.
+    webhook_max_bytes: ClassVar[int] = 1024 * 1024
+    webhook_content_types: ClassVar[tuple[str, ...]] = ("application/json",)
 
     def __init__(self, account: Account, settings: Any = None) -> None:
         #: The account this instance serves (its validated config is ``account.config``).
@@ -104,40 +166,172 @@ class Channel:
         self.settings = settings
         #: The kernel's store, set when the kernel starts (for cursors and state).
         self.store: Any = None
+        #: The bot's own user id on the platform, once :meth:`identify` learnt it:
+        #: messages it sent itself are never delivered.
+        self.self_id: str | None = None
+        #: The receiver a running webhook receive loop hands requests to.
+        self.webhook_deliver: Deliver | None = None
 
     @property
     def config(self) -> Any:
         return self.account.config
 
+    # -- what a channel implements -------------------------------------------------------
+
     async def run(self, deliver: Deliver) -> None:
-        """The receive loop: long poll, websocket or webhook wait, until cancelled."""
+        """The receive loop, until cancelled: usually ``await self.poll_forever(deliver)``,
+        ``await self.serve_webhook(deliver)`` or ``await self.supervise_socket(...)``."""
         raise NotImplementedError(f"channel {self.name!r} has no receive loop")
 
     async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
-        """Send one payload; raise :class:`chatkernel.SendError` on failure."""
+        """Send one payload; raise :class:`chatkernel.SendError` on failure
+        (``PlatformError.send_error()`` builds it from a failed call).
+
+        ``route.reply_to`` is set only on the first payload of a reply that
+        should quote its message, and ``payload.media_kind`` is already the kind
+        that fits the platform's size caps: both are the kernel's decisions.
+        """
         raise NotImplementedError(f"channel {self.name!r} cannot send")
 
     async def probe(self) -> ProbeResult:
-        """Check the platform is reachable and the credentials work."""
+        """Check the platform is reachable and the credentials work. The kernel
+        times it and bounds it; a problem the receive loop reported turns it red."""
         return ProbeResult(ok=True, detail="no probe for this channel")
 
     async def indicate(self, route: Route) -> None:
         """Show a typing/processing indicator, where the platform has one."""
 
-    # -- health ---------------------------------------------------------------------
+    async def identify(self) -> None:
+        """Learn who the bot is before receiving (set :attr:`self_id`); the loops call
+        it until it succeeds, raising :class:`PlatformError` meanwhile."""
+
+    async def normalize(self, event: Any) -> InboundMessage | None:
+        """One platform event as a message (None: not a message, ignored).
+
+        Raising for a malformed event is fine: it is logged and skipped."""
+        raise NotImplementedError(f"channel {self.name!r} cannot read events")
+
+    def event_chat(self, event: Any) -> Hashable:
+        """The chat an event belongs to (events of one chat are read in order)."""
+        return None
+
+    def event_has_media(self, event: Any) -> bool:
+        """Whether reading the event downloads a file (such batches are read a chat
+        beside the other)."""
+        return False
+
+    def describe_event(self, event: Any) -> str:
+        """The event in a few words, for a log line about it."""
+        return f"an event of type {type(event).__name__}"
+
+    async def poll(self, cursor: str | None) -> Polled:
+        """One long poll from ``cursor``: the events and the next cursor. Raise
+        :class:`PlatformError` when it fails."""
+        raise NotImplementedError(f"channel {self.name!r} does not poll")
+
+    async def start_polling(self) -> None:
+        """Called once before the first poll (Telegram removes a leftover webhook)."""
+
+    def receive_trouble(self, error: Exception) -> Trouble:
+        """What a failed receive call means: a passing failure (the default), or a
+        problem a person must fix. The default knows rejected credentials (401,
+        403) and the platform's own ``retry_after``."""
+        from chatkernel.core.http_client import PlatformError
+
+        if isinstance(error, PlatformError):
+            if error.kind == "rate_limited":
+                return Trouble(wait=error.retry_after)
+            if error.status in (401, 403):
+                return Trouble(problem="credentials rejected", wait=60.0, restartable=False)
+        return Trouble()
+
+    # -- the kit's receive loops ---------------------------------------------------------
+
+    async def poll_forever(self, deliver: Deliver) -> None:
+        """The long-polling receive loop (see chatkernel.core.receiving.poll_forever)."""
+        from chatkernel.core.receiving import poll_forever
+
+        await poll_forever(self, deliver)
+
+    async def serve_webhook(self, deliver: Deliver) -> None:
+        """The webhook receive loop: identify, :meth:`register_webhook`, then take the
+        platform's requests until cancelled."""
+        from chatkernel.core.webhooks import serve_webhook
+
+        await serve_webhook(self, deliver)
+
+    async def supervise_socket(self, deliver: Deliver,
+                               session: Callable[["SocketLink"], Awaitable[None]], *,
+                               silent_after: float = 120.0) -> None:
+        """The socket receive loop: ``session(link)`` run again and again, with
+        liveness from real traffic (see chatkernel.core.sockets)."""
+        from chatkernel.core.sockets import supervise_socket
+
+        await supervise_socket(self, deliver, session, silent_after=silent_after)
+
+    async def receive(self, deliver: Deliver, events: list[Any]) -> int:
+        """Normalize events that arrived (in platform order) and journal them; returns
+        how many messages they held. For loops the kit does not run."""
+        from chatkernel.core.receiving import receive_events
+
+        return await receive_events(self, deliver, events)
+
+    # -- webhooks --------------------------------------------------------------------------
+
+    @property
+    def webhook_path(self) -> str:
+        """Where the platform posts: ``/<channel>/<account>/webhook``."""
+        return f"/{self.name}/{self.account.name}/webhook"
+
+    def webhook_verifier(self) -> "Verifier | None":
+        """The verifier of this account's webhook requests (a secret header, an HMAC),
+        or None when the account does not take webhooks."""
+        return None
+
+    async def register_webhook(self) -> None:
+        """Tell the platform where to post (Telegram's setWebhook), when it is told by
+        a call rather than in its console."""
+
+    def webhook_answer(self, payload: Any) -> "web.StreamResponse | None":
+        """An answer the platform expects at once, instead of delivering (Slack's
+        ``url_verification`` challenge); None for ordinary events."""
+        return None
+
+    def webhook_events(self, payload: Any) -> list[Any]:
+        """The events in one verified request's JSON (default: the payload itself).
+        Raise :class:`chatkernel.channels.WebhookRejected` for a malformed one."""
+        return [payload]
+
+    def webhook_ok(self) -> "web.StreamResponse":
+        """The answer once the request's messages are journaled."""
+        from aiohttp import web
+
+        return web.json_response({"ok": True})
+
+    def http_routes(self) -> list[tuple[str, str, Any]]:
+        """``(method, path, aiohttp handler)`` to mount on the gateway's HTTP server:
+        the webhook's when :meth:`webhook_verifier` gives one. Override to add
+        pages; paths include the account name when there can be several."""
+        verifier = self.webhook_verifier()
+        if verifier is None:
+            return []
+        from chatkernel.core.webhooks import webhook_routes
+
+        return webhook_routes(self, verifier)
+
+    # -- health ---------------------------------------------------------------------------
 
     def is_quiet(self) -> bool:
         """Whether this account may legitimately go a long time without hearing from
         its platform (a webhook waits for the platform to call; a web page waits
-        for a person). The health monitor judges a quiet account by its probe, and
-        any other account by how long its platform has been silent. Override it
-        when it depends on the account (Telegram: webhook mode is quiet, polling
-        is not); the default is :attr:`quiet_by_nature`."""
-        return self.quiet_by_nature
+        for a person). The health monitor judges a quiet account by its probe,
+        and any other by how long its platform has been silent. The default: a
+        webhook account, or :attr:`quiet_by_nature`."""
+        return self.quiet_by_nature or self.webhook_verifier() is not None
 
     def report_alive(self) -> None:
         """Tell the kernel the receive loop just heard from its platform: a long poll
-        answered (even with nothing), a websocket ping, the webhook registered.
+        answered (even with nothing), a websocket frame, the webhook registered.
 
         It marks the account ``running`` and restarts its silence clock; the health
         monitor restarts an account (not quiet) whose platform stays silent for
@@ -149,11 +343,23 @@ class Channel:
         if runtime.state == "starting":
             runtime.set_state("running", now)
 
+    def report_problem(self, reason: str, *, restartable: bool = True) -> None:
+        """The account cannot receive right now, and why ("another instance polls this
+        token"): its health turns red with ``reason`` until :meth:`clear_problem`.
+        ``restartable=False``: restarting the loop cannot fix it, so the health
+        monitor leaves it alone (a person must act). The kit's loops call both."""
+        self.account.runtime.set_problem(reason, time.time(), restartable)
+
+    def clear_problem(self) -> None:
+        """The problem reported before is over (a call worked again)."""
+        if self.account.runtime.problem is not None:
+            self.account.runtime.clear_problem()
+
     def pause(self, reason: str) -> None:
         """Pause the account until a person acts (a session that expired and needs
         a new login): its health turns red with ``reason``, the health monitor
         leaves it alone, and when :meth:`run` returns the supervisor does not
-        restart it until :meth:`chatkernel.core.kernel.Kernel.resume_account`."""
+        restart it until the account is resumed."""
         self.account.runtime.set_state("paused", time.time(), reason)
 
     async def record_credentials(self, issued_at: float | None = None) -> None:
@@ -162,17 +368,20 @@ class Channel:
         await self.store.set_account_state(self.name, self.account.name, CREDENTIALS_KEY,
                                            time.time() if issued_at is None else issued_at)
 
-    def render_text(self, payload: OutboundPayload) -> tuple[str, str | None]:
-        """The text to put on the wire and the markup it is in (None: plain).
+    # -- text, state, media ----------------------------------------------------------------
 
-        Markdown payloads are converted to the channel's :attr:`markup`; plain
+    def render_text(self, payload: OutboundPayload) -> tuple[str, str | None]:
+        """The text to put on the wire and the name of the markup it is in (None: plain).
+
+        Markdown payloads are converted with the channel's :attr:`markup`; plain
         ones (error notes, command answers, a resend after the platform refused
         the markup) go as they are.
         """
         if payload.format == "markdown" and self.markup:
-            from chatkernel.core.markup import render
+            from chatkernel.core.markup import render, renderer_for
 
-            return render(payload.text, self.markup), self.markup
+            renderer = renderer_for(self.markup)
+            return render(payload.text, renderer), renderer.name
         return payload.text, None
 
     async def load_cursor(self) -> str | None:
@@ -197,96 +406,23 @@ class Channel:
             filename=filename, mime=mime, platform_id=platform_id,
             max_bytes=int(cap_mb * 1024 * 1024), declared_size=declared_size)
 
-    def http_routes(self) -> list[tuple[str, str, Any]]:
-        """``(method, path, aiohttp handler)`` to mount on the gateway's HTTP server
-        (webhooks, web pages). Paths should include the account name when a
-        channel can have several accounts."""
-        return []
+    @property
+    def max_inbound_bytes(self) -> int:
+        """The account's cap on one inbound file, in bytes."""
+        return int(getattr(self.config, "max_inbound_media_mb", 20) * 1024 * 1024)
 
     async def aclose(self) -> None:
         """Release clients and connections."""
 
 
-async def per_chat(items: Iterable[T], chat_of: Callable[[T], Hashable],
-                   handle: Callable[[T], Awaitable[Any]]) -> None:
-    """``await handle(item)`` for every item: different chats concurrently, each
-    chat's items in their order. Returns when all are handled.
-
-    For receive loops that get updates in batches (long polling): delivering a
-    batch's chats side by side lets their journal writes share one commit, while
-    the order within every chat is kept. Save the cursor after this returns.
-    """
-    groups: dict[Hashable, list[T]] = {}
-    for item in items:
-        groups.setdefault(chat_of(item), []).append(item)
-    if len(groups) <= 1:
-        for group in groups.values():
-            for item in group:
-                await handle(item)
-        return
-
-    async def run(group: list[T]) -> None:
-        for item in group:
-            await handle(item)
-
-    async with anyio.create_task_group() as tg:
-        for group in groups.values():
-            tg.start_soon(run, group)
-
-
-async def normalize_batch(events: list[T], normalize: Callable[[T], Awaitable[InboundMessage | None]],
-                          *, chat_of: Callable[[T], Hashable], downloads: Callable[[T], bool],
-                          describe: Callable[[T], str] = repr,
-                          account: str = "") -> list[InboundMessage]:
-    """A receive loop's batch of platform events as messages, in platform order.
-
-    ``normalize`` turns one event into a message (None: not a message, skipped).
-    An event it cannot read (``KeyError``, ``TypeError``, ``ValueError``) is
-    logged with ``describe(event)`` and skipped: a malformed event must not stop
-    the loop, or it would come back forever. When some event ``downloads`` a
-    file, the batch is read one chat beside the other (each chat in order), so
-    one big file does not hold up the other chats; a batch without files is read
-    in one go, without a single wait.
-    """
-    found: dict[int, InboundMessage] = {}
-
-    async def read(item: tuple[int, T]) -> None:
-        index, event = item
-        try:
-            message = await normalize(event)
-        except (KeyError, TypeError, ValueError) as exc:
-            log.error("%s: %s skipped, it is not a message this channel can read: %s: %s",
-                      account, describe(event), type(exc).__name__, exc)
-            return
-        if message is not None:
-            found[index] = message
-
-    items = list(enumerate(events))
-    if any(downloads(event) for event in events):
-        await per_chat(items, lambda item: chat_of(item[1]), read)
-    else:
-        for item in items:
-            await read(item)
-    return [found[index] for index in sorted(found)]
-
-
-async def deliver_many(deliver: Deliver, messages: list[InboundMessage]) -> None:
-    """Hand a batch of messages (in platform order) to ``deliver``; returns once all
-    are journaled, so the loop may then save its cursor.
-
-    With the kernel's receiver the batch is one durable write; any other
-    ``deliver`` (a test's) gets the messages one chat beside the other, each
-    chat's in order.
-    """
-    many = getattr(deliver, "many", None)
-    if many is not None:
-        await many(messages)
-    else:
-        await per_chat(messages, lambda message: (message.account, message.chat_id), deliver)
-
-
 def collect_channels(pm: "PluginManager") -> dict[str, type[Channel]]:
-    """Channel types by name, from every plugin's ``register_channels``."""
+    """Channel types by name, from every plugin's ``register_channels``. Each type's
+    :attr:`Channel.secret_patterns` join the log redaction."""
+    from chatkernel.core.logs import secret_filter
     from chatkernel.core.plugins import collect_registered
 
-    return collect_registered(pm.hook.register_channels, "channel", Channel)
+    channels = collect_registered(pm.hook.register_channels, "channel", Channel)
+    for channel in channels.values():
+        secret_filter.add_patterns(*(re.compile(p) if isinstance(p, str) else p
+                                     for p in channel.secret_patterns))
+    return channels

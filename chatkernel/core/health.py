@@ -78,6 +78,12 @@ async def probe_account(pm: "PluginManager", account: Account, timeout: float) -
                                             "not a ProbeResult", latency_ms=elapsed())
     if result.latency_ms is None:
         result.latency_ms = elapsed()
+    problem = account.runtime.problem
+    if problem is not None and result.ok and not account.runtime.problem_restartable:
+        # The platform answers, but the receive loop cannot work (another instance
+        # polls the token): a person has to act, not the monitor.
+        return ProbeResult(ok=False, detail=problem, latency_ms=result.latency_ms,
+                           extra=result.extra, restartable=False)
     return result
 
 
@@ -212,6 +218,8 @@ def account_problems(state: str, runtime: AccountRuntime, probe: ProbeResult | N
         problems.append(f"paused: {runtime.detail or 'no reason given'}")
     elif state == "stopped":
         problems.append("receive loop not running")
+    if runtime.problem is not None and (probe is None or probe.detail != runtime.problem):
+        problems.append(runtime.problem)
     if probe is not None and not probe.ok:
         problems.append(f"probe failed: {probe.detail or 'no detail'}")
     return problems

@@ -9,26 +9,34 @@ import sys
 import time
 from collections.abc import Iterable
 
-# A Telegram bot token in a URL or text ("bot123456:AA...") is redacted even
-# when nobody registered it: it is the one secret that travels inside URLs.
-_TELEGRAM_TOKEN = re.compile(r"\b(bot)?\d{5,}:[A-Za-z0-9_-]{20,}")
-
-
 class SecretFilter(logging.Filter):
-    """Replaces known secret values (and token-shaped strings) in every record."""
+    """Replaces known secret values, and whatever matches a channel's secret
+    patterns (a token inside a URL that no config holds), in every record.
+
+    A pattern's first group, if it has one, is kept: ``(bot)\\d+:\\w+`` turns
+    ``bot123:abc`` into ``bot***``.
+    """
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         super().__init__()
         self.secrets: set[str] = {s for s in secrets if s and len(s) >= 6}
+        self.patterns: list[re.Pattern[str]] = []
 
     def add(self, *secrets: str) -> None:
         self.secrets.update(s for s in secrets if s and len(s) >= 6)
+
+    def add_patterns(self, *patterns: re.Pattern[str]) -> None:
+        for pattern in patterns:
+            if pattern not in self.patterns:
+                self.patterns.append(pattern)
 
     def redact(self, text: str) -> str:
         for secret in self.secrets:
             if secret in text:
                 text = text.replace(secret, "***")
-        return _TELEGRAM_TOKEN.sub(lambda m: (m[1] or "") + "***", text)
+        for pattern in self.patterns:
+            text = pattern.sub(_keep_first_group, text)
+        return text
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
@@ -41,6 +49,10 @@ class SecretFilter(logging.Filter):
         if redacted != message or record.args:
             record.msg, record.args = redacted, None
         return True
+
+
+def _keep_first_group(match: re.Match[str]) -> str:
+    return (match[1] or "") + "***" if match.re.groups else "***"
 
 
 class JsonFormatter(logging.Formatter):

@@ -1,19 +1,14 @@
-"""Convert the Markdown an agent writes into a platform's markup (SPEC §4 "Formatting").
+"""Convert the Markdown an agent writes into a platform's markup (docs/outbound.md).
 
 Agents write CommonMark (plus GitHub's ``~~strike~~`` and pipe tables); chat
 platforms each speak their own dialect. The text is parsed once with
-markdown-it-py and its token stream is rendered by a small renderer per
-target:
+markdown-it-py and its token stream is walked by :class:`MarkdownRenderer`,
+whose small subclasses supply a target's syntax. A channel names its renderer
+in ``Channel.markup``; a plugin defines its platform's renderer by subclassing
+:class:`MarkdownRenderer` (Telegram's HTML lives in chatkernel-telegram), and
+every subclass with a ``name`` can be chosen by that name. The kernel keeps the
+generic ones:
 
-``telegram_html``
-    Telegram's ``parse_mode=HTML`` subset: ``<b> <i> <s> <code> <pre>``,
-    ``<pre><code class="language-x">`` for a fence with a language,
-    ``<a href>`` and ``<blockquote>``. No other tag is ever emitted, every tag
-    is balanced and properly nested, and Telegram's own nesting rules hold
-    (nothing inside ``<code>``/``<pre>``, no ``<code>`` inside a link, no
-    blockquote inside a blockquote). ``&``, ``<`` and ``>`` are escaped
-    everywhere and ``"`` in attribute values, with the only named entities
-    Telegram accepts (``&amp; &lt; &gt; &quot;``).
 ``slack_mrkdwn``
     ``*bold*``, ``_italic_``, ``~strike~``, `` `code` ``, ``` fences (no
     language), ``<url|text>`` links, ``>`` quotes; ``&``, ``<`` and ``>`` in
@@ -36,10 +31,10 @@ blank line (list items of a tight list by none). Fenced and indented code
 comes through verbatim (only escaped where the target requires it) and is
 never re-indented.
 
-Links: ``http``/``https`` (and ``tg`` on Telegram, ``mailto`` on Slack) become
-real links. A link with a dangerous scheme (``javascript:``, ``vbscript:``,
+Links: the schemes a renderer lists (``http``/``https``, ``mailto`` on Slack)
+become real links. A link with a dangerous scheme (``javascript:``, ``vbscript:``,
 ``data:``, ``file:``) keeps only its text. Any other target (``mailto:`` on
-Telegram, ``tel:``, relative paths, …) is shown as ``text (url)``.
+``tel:``, relative paths, …) is shown as ``text (url)``.
 
 Raw HTML the agent writes is not interpreted (markdown-it's ``html`` option
 is off): ``<script>`` shows up as literal, escaped text.
@@ -60,21 +55,27 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 __all__ = [
-    "MARKUPS",
+    "Line",
+    "MarkdownRenderer",
+    "PlainText",
+    "SlackMrkdwn",
+    "WhatsAppText",
+    "display_url",
+    "escape_attr",
+    "escape_html",
     "render",
+    "renderer_for",
+    "renderers",
     "to_plain",
     "to_slack_mrkdwn",
-    "to_telegram_html",
     "to_whatsapp",
 ]
-
-#: Names accepted by :func:`render`.
-MARKUPS: tuple[str, ...] = ("telegram_html", "slack_mrkdwn", "whatsapp", "plain")
 
 HR_LINE = "———"
 
@@ -94,6 +95,7 @@ def _make_parser() -> MarkdownIt:
 
 
 _MD = _make_parser()
+_registry: dict[str, "type[MarkdownRenderer]"] = {}
 
 
 # --------------------------------------------------------------------------
@@ -101,12 +103,14 @@ _MD = _make_parser()
 # --------------------------------------------------------------------------
 
 
-def _escape_html(text: str) -> str:
+def escape_html(text: str) -> str:
+    """``&``, ``<`` and ``>`` as HTML entities."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def _escape_attr(text: str) -> str:
-    return _escape_html(text).replace('"', "&quot;")
+def escape_attr(text: str) -> str:
+    """:func:`escape_html`, and ``"`` too (for attribute values)."""
+    return escape_html(text).replace('"', "&quot;")
 
 
 def _scheme(url: str) -> str | None:
@@ -114,7 +118,7 @@ def _scheme(url: str) -> str | None:
     return match.group(1).lower() if match else None
 
 
-def _display_url(href: str) -> str:
+def display_url(href: str) -> str:
     """The URL as a person would read it (percent-escapes of text decoded)."""
     try:
         return _MD.normalizeLinkText(href)
@@ -177,9 +181,10 @@ def _format_table(rows: list[list[str]], aligns: list[str]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
-# A block renders to lines; the flag marks verbatim lines (code), which list
-# indentation must not touch.
-_Line = tuple[str, bool]
+#: A block renders to lines; the flag marks verbatim lines (code), which list
+#: indentation must not touch.
+Line = tuple[str, bool]
+_Line = Line
 _Node = tuple[Token, "list[_Node] | None"]
 
 
@@ -205,8 +210,19 @@ def _tree(tokens: Sequence[Token]) -> list[_Node]:
 # --------------------------------------------------------------------------
 
 
-class _Renderer:
-    """Common walk over the token tree; subclasses supply the target syntax."""
+class MarkdownRenderer:
+    """The walk over the Markdown's token tree; subclasses supply the target syntax.
+
+    Set :attr:`name` (how ``Channel.markup`` and :func:`render` may name it)
+    and override the target hooks below: :meth:`text` (escape plain text),
+    :meth:`code_inline`, :meth:`style` (bold, italic, strike), :meth:`native_link`
+    (for the :attr:`native_schemes`), :meth:`code_block`, :meth:`quote`, and
+    :meth:`fallback`, the whole input escaped for the target, which is what is
+    sent should rendering ever fail. A renderer is made anew for each text.
+    """
+
+    #: The markup's name ("telegram_html"): a subclass with a name is registered.
+    name: ClassVar[str] = ""
 
     bullets: tuple[str, ...] = ("• ", "◦ ", "▪ ")
     #: Emphasis inside a link label is dropped (Slack's ``<url|label>``).
@@ -218,11 +234,26 @@ class _Renderer:
         self.list_depth = 0
         self.quote_depth = 0
 
-    # -- entry point -------------------------------------------------------
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            _registry[cls.name] = cls
+
+    # -- entry points ------------------------------------------------------
 
     def render(self, markdown: str) -> str:
         lines = self.blocks(_tree(_MD.parse(markdown)))
         return "\n".join(text for text, _ in lines).strip("\n")
+
+    @staticmethod
+    def fallback(markdown: str) -> str:
+        """The raw text made valid for the target (sent if rendering fails)."""
+        return markdown
+
+    @classmethod
+    def convert(cls, markdown: str) -> str:
+        """``markdown`` in this markup; never raises."""
+        return _convert(markdown, cls, cls.fallback)
 
     # -- target hooks (text level) -----------------------------------------
 
@@ -263,7 +294,7 @@ class _Renderer:
             return content
         if scheme in self.native_schemes:
             return self.native_link(href, content, auto)
-        url = _display_url(href).removeprefix("mailto:")
+        url = display_url(href).removeprefix("mailto:")
         if auto:  # <https://…> or <a@b.c>: the text already is the URL
             return content
         if not url or url.startswith("#"):  # nothing a chat reader can open
@@ -312,7 +343,7 @@ class _Renderer:
             elif ttype == "code_inline":
                 parts.append(self.code_inline(tok.content, counts["link"] > 0))
             elif ttype == "image":
-                alt = _PlainRenderer().inline(tok.children)
+                alt = PlainText().inline(tok.children)
                 src = tok.attrs.get("src")
                 src = src if isinstance(src, str) else ""
                 if counts["link"] > 0:
@@ -431,7 +462,7 @@ class _Renderer:
     def table_block(self, sections: list[_Node]) -> list[_Line]:
         rows: list[list[str]] = []
         aligns: list[str] = []
-        plain = _PlainRenderer()
+        plain = PlainText()
 
         def walk(nodes: list[_Node]) -> None:
             for tok, children in nodes:
@@ -455,7 +486,11 @@ class _Renderer:
         return self.table(_format_table(rows, aligns))
 
 
-class _PlainRenderer(_Renderer):
+class PlainText(MarkdownRenderer):
+    """Readable plain text: the markup removed."""
+
+    name = "plain"
+
     def quote(self, lines: list[_Line]) -> list[_Line]:
         # Nested quotes nest ("> > "): plain text can show that.
         return [("> " + text if text else ">", verbatim) for text, verbatim in lines]
@@ -464,79 +499,39 @@ class _PlainRenderer(_Renderer):
         return content
 
 
-class _TelegramRenderer(_Renderer):
-    native_schemes = frozenset({"http", "https", "tg"})
-    _TAGS = {"strong": "b", "em": "i", "s": "s"}
+class SlackMrkdwn(MarkdownRenderer):
+    """Slack's ``mrkdwn``."""
 
-    def text(self, s: str) -> str:
-        return _escape_html(s)
-
-    def code_inline(self, s: str, in_link: bool) -> str:
-        # Telegram: a link cannot contain a code entity.
-        if in_link or not s:
-            return _escape_html(s)
-        return "<code>" + _escape_html(s) + "</code>"
-
-    def style(self, kind: str, content: str) -> str:
-        if not content:
-            return content
-        tag = self._TAGS[kind]
-        return f"<{tag}>{content}</{tag}>"
-
-    def native_link(self, href: str, content: str, auto: bool) -> str:
-        if not content.strip():
-            content = _escape_html(_display_url(href))
-        return f'<a href="{_escape_attr(href)}">{content}</a>'
-
-    def code_block(self, content: str, lang: str) -> list[_Line]:
-        body = _escape_html(content)
-        if lang:
-            html = f'<pre><code class="language-{_escape_attr(lang)}">{body}</code></pre>'
-        else:
-            html = f"<pre>{body}</pre>"
-        return [(line, True) for line in html.split("\n")]
-
-    def quote(self, lines: list[_Line]) -> list[_Line]:
-        if self.quote_depth > 0:  # Telegram: blockquotes can't be nested
-            return lines
-        if not any(text.strip() for text, _ in lines):
-            return []
-        lines = list(lines)
-        text, verbatim = lines[0]
-        lines[0] = ("<blockquote>" + text, verbatim)
-        text, verbatim = lines[-1]
-        lines[-1] = (text + "</blockquote>", verbatim)
-        return lines
-
-
-class _SlackRenderer(_Renderer):
+    name = "slack_mrkdwn"
     native_schemes = frozenset({"http", "https", "mailto"})
     plain_link_labels = True
     _MARKS = {"strong": "*", "em": "_", "s": "~"}
 
     def text(self, s: str) -> str:
-        return _escape_html(s)
+        return escape_html(s)
 
     def code_inline(self, s: str, in_link: bool) -> str:
         # No escape for a backtick inside inline code in mrkdwn.
         if in_link or "`" in s or not s.strip():
-            return _escape_html(s)
-        return "`" + _escape_html(s) + "`"
+            return escape_html(s)
+        return "`" + escape_html(s) + "`"
 
     def style(self, kind: str, content: str) -> str:
         return _hug(content, self._MARKS[kind])
 
+    fallback = staticmethod(escape_html)
+
     def native_link(self, href: str, content: str, auto: bool) -> str:
         # "|" and ">" end the URL part; markdown-it already percent-encodes
         # ">" and spaces, not "|".
-        url = _escape_html(href.replace("|", "%7C"))
+        url = escape_html(href.replace("|", "%7C"))
         label = " ".join(content.replace("|", "¦").split())
-        if not label or label == _escape_html(_display_url(href)):
+        if not label or label == escape_html(display_url(href)):
             return f"<{url}>"
         return f"<{url}|{label}>"
 
     def code_block(self, content: str, lang: str) -> list[_Line]:
-        text = "```\n" + _escape_html(content) + "\n```"
+        text = "```\n" + escape_html(content) + "\n```"
         return [(line, True) for line in text.split("\n")]
 
     def quote(self, lines: list[_Line]) -> list[_Line]:
@@ -547,7 +542,10 @@ class _SlackRenderer(_Renderer):
         return [("&gt; " + text if text else "&gt;", verbatim) for text, verbatim in lines]
 
 
-class _WhatsAppRenderer(_Renderer):
+class WhatsAppText(MarkdownRenderer):
+    """WhatsApp's formatting syntax."""
+
+    name = "whatsapp"
     bullets = ("- ",)
     _MARKS = {"strong": "*", "em": "_", "s": "~"}
 
@@ -572,7 +570,7 @@ class _WhatsAppRenderer(_Renderer):
 # --------------------------------------------------------------------------
 
 
-def _convert(markdown: str, renderer: type[_Renderer], fallback: Callable[[str], str]) -> str:
+def _convert(markdown: str, renderer: type[MarkdownRenderer], fallback: Callable[[str], str]) -> str:
     if not isinstance(markdown, str):
         markdown = "" if markdown is None else str(markdown)
     if not markdown.strip():
@@ -584,32 +582,36 @@ def _convert(markdown: str, renderer: type[_Renderer], fallback: Callable[[str],
         return fallback(markdown)
 
 
-def to_telegram_html(markdown: str) -> str:
-    """Markdown → Telegram ``parse_mode=HTML`` text."""
-    return _convert(markdown, _TelegramRenderer, _escape_html)
-
-
 def to_slack_mrkdwn(markdown: str) -> str:
     """Markdown → Slack ``mrkdwn`` text."""
-    return _convert(markdown, _SlackRenderer, _escape_html)
+    return SlackMrkdwn.convert(markdown)
 
 
 def to_whatsapp(markdown: str) -> str:
     """Markdown → WhatsApp's formatting syntax."""
-    return _convert(markdown, _WhatsAppRenderer, lambda text: text)
+    return WhatsAppText.convert(markdown)
 
 
 def to_plain(markdown: str) -> str:
     """Markdown → readable plain text (markup removed, code verbatim)."""
-    return _convert(markdown, _PlainRenderer, lambda text: text)
+    return PlainText.convert(markdown)
 
 
-_RENDERERS: dict[str, Callable[[str], str]] = {
-    "telegram_html": to_telegram_html,
-    "slack_mrkdwn": to_slack_mrkdwn,
-    "whatsapp": to_whatsapp,
-    "plain": to_plain,
-}
+def renderers() -> dict[str, type[MarkdownRenderer]]:
+    """Every renderer with a name, by name: the kernel's and those of the plugins
+    imported so far."""
+    return dict(_registry)
+
+
+def renderer_for(markup: "type[MarkdownRenderer] | str") -> type[MarkdownRenderer]:
+    """The renderer ``markup`` is or names; ValueError for an unknown name."""
+    if isinstance(markup, type) and issubclass(markup, MarkdownRenderer):
+        return markup
+    try:
+        return _registry[markup]  # type: ignore[index]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown markup {markup!r}: expected a MarkdownRenderer or one of "
+                         f"{', '.join(sorted(_registry))}") from None
 
 
 # Text Markdown leaves alone: no character any target treats specially, no line
@@ -624,14 +626,9 @@ def is_plain(text: str) -> bool:
     return _MARKDOWN_SYNTAX.search(text) is None
 
 
-def render(markdown: str, markup: str) -> str:
-    """Convert ``markdown`` to ``markup``, one of :data:`MARKUPS`."""
-    try:
-        convert = _RENDERERS[markup]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"unknown markup {markup!r}: expected one of {', '.join(MARKUPS)}"
-        ) from None
+def render(markdown: str, markup: "type[MarkdownRenderer] | str") -> str:
+    """Convert ``markdown`` with ``markup``: a renderer, or a registered renderer's name."""
+    renderer = renderer_for(markup)
     if is_plain(markdown):
         return markdown  # the parse would give it back unchanged (tested)
-    return convert(markdown)
+    return renderer.convert(markdown)

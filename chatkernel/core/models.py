@@ -126,6 +126,19 @@ class SendError(Exception):
         self.status = status
         self.code = code
 
+    @classmethod
+    def from_http(cls, status: int | None, description: str, *,
+                  retry_after: float | None = None, code: str | int | None = None,
+                  **flags: Any) -> "SendError":
+        """The error for a platform's HTTP answer, classified by its status: 429 and
+        502/503/504 may be retried (after ``retry_after``), any other status was a
+        refusal, and no status (None: no answer came) means delivery unknown.
+        ``flags`` add what only the platform can tell (``markup_rejected``...)."""
+        from chatkernel.core.http_client import PlatformError
+
+        return PlatformError(description, status=status, code=code,
+                             retry_after=retry_after).send_error(**flags)
+
 
 @dataclass(slots=True)
 class ProbeResult:
@@ -205,6 +218,11 @@ class AccountRuntime:
     #: The health monitor's last verdict on this account, and when.
     monitor_note: str = ""
     monitor_checked_at: float | None = None
+    #: Why the receive loop cannot receive right now (``Channel.report_problem``),
+    #: since when, and whether restarting the loop can fix it.
+    problem: str | None = None
+    problem_since: float | None = None
+    problem_restartable: bool = True
 
     def set_state(self, state: AccountState, now: float, detail: str = "") -> None:
         if state != self.state:
@@ -223,6 +241,15 @@ class AccountRuntime:
                 now - self.loop_started_at >= SETTLE_SECONDS:
             return "running"
         return self.state
+
+    def set_problem(self, reason: str, now: float, restartable: bool = True) -> None:
+        if reason != self.problem:
+            self.problem_since = now
+        self.problem, self.problem_restartable = reason, restartable
+
+    def clear_problem(self) -> None:
+        self.problem = self.problem_since = None
+        self.problem_restartable = True
 
     def error(self, message: str, now: float) -> None:
         self.last_error, self.last_error_at = message, now

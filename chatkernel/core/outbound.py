@@ -10,6 +10,7 @@ which sends them in order, one session at a time, with retries and pacing.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import logging
 from pathlib import Path
@@ -55,7 +56,12 @@ class Outbound:
 
     async def send_payload(self, account: Account, route: Route,
                            payload: OutboundPayload) -> SendResult:
-        """One request through the hook; raises SendError on failure."""
+        """One request through the hook; raises SendError on failure.
+
+        A reply quotes its message (``route.reply_to``) in its first part only.
+        """
+        if route.reply_to is not None and payload.chunk_index != 1:
+            route = dataclasses.replace(route, reply_to=None)
         result = await await_maybe(self._kernel.pm.call(
             "outbound_send", account=account, route=route, payload=payload))
         if result is None:
@@ -114,7 +120,17 @@ class Outbound:
             name = raw_path.replace("\x00", "").rsplit("/", 1)[-1] or raw_path
             return OutboundPayload(text=upload_failed(name, reason), format="plain")
         limits = account.channel.limits  # type: ignore[union-attr]
-        return OutboundPayload(media_path=path, media_kind=limits.media_kind(path))
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            return OutboundPayload(text=upload_failed(path.name, f"cannot read it ({exc})"),
+                                   format="plain")
+        refusal = limits.media_refusal(size)
+        if refusal is not None:
+            log.warning("%s: media %s not sent: %s", account.key, path, refusal)
+            return OutboundPayload(text=upload_failed(path.name, refusal), format="plain")
+        # The kind by extension, then by its size cap (a photo too big goes as a document).
+        return OutboundPayload(media_path=path, media_kind=limits.media_kind(path, size))
 
     async def deliver_text(self, account: Account, route: Route, text: str, *,
                            session_key: str | None = None, session_id: str = "",

@@ -24,10 +24,11 @@ from chatkernel import __version__
 
 
 class Redactor:
-    """Replaces known secrets (and token-shaped strings) in text before it is printed."""
+    """Replaces known secrets, and what matches the log redaction's patterns (the
+    installed channels' token shapes), in text before it is printed."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        from chatkernel.core.logs import SecretFilter
+        from chatkernel.core.logs import SecretFilter, secret_filter
 
         variants: list[str] = []
         for secret in secrets:
@@ -38,6 +39,7 @@ class Redactor:
             if escaped != secret:
                 variants.append(escaped)
         self._filter = SecretFilter(variants)
+        self._filter.add_patterns(*secret_filter.patterns)
 
     def __call__(self, text: str) -> str:
         return self._filter.redact(text)

@@ -12,12 +12,18 @@ import anyio
 import pytest
 
 import chatkernel_telegram
-from chatkernel import Route
-from chatkernel.core.agents import AgentEvent
-from chatkernel.core.inbound import BUSY_HINT
-from chatkernel.testing.agents import agent_plugin, scripted_agent
-from chatkernel.testing.memory import KernelHarness
+from chatkernel.channels import PlatformError, Route
+from chatkernel.testing import (
+    BUSY_HINT,
+    AgentEvent,
+    KernelHarness,
+    agent_plugin,
+    gateway_config,
+    run_gateway,
+    scripted_agent,
+)
 from chatkernel_telegram import channel as telegram_channel
+from chatkernel_telegram.api import BotAPI
 from chatkernel_telegram.fake import FakeBotAPI
 
 pytestmark = pytest.mark.anyio
@@ -73,7 +79,9 @@ async def test_offset_is_persisted_and_nothing_is_answered_twice_across_a_restar
             first = api.inject_message(42, "first")
             await api.wait_for_sent(1)
             await h.settle()
-        assert await _cursor(tmp_path) == str(first + 1)
+            with anyio.fail_after(5):
+                while await channel.load_cursor() != str(first + 1):
+                    await anyio.sleep(0.01)
         polls = len(api.calls_to("getUpdates"))
         async with telegram(tmp_path, api=api) as (api, h, channel, agent):
             api.inject_message(42, "second")
@@ -83,13 +91,6 @@ async def test_offset_is_persisted_and_nothing_is_answered_twice_across_a_restar
             assert api.texts(42) == ["re: first", "re: second"]
             # the second run started where the first stopped
             assert int(api.calls_to("getUpdates")[polls].params["offset"]) == first + 1
-
-
-async def _cursor(tmp_path):
-    from chatkernel.core.store.sqlite import SQLiteStore
-
-    async with SQLiteStore.at(tmp_path / "state.db") as store:
-        return await store.get_cursor("telegram", "main")
 
 
 async def test_unconfirmed_updates_are_redelivered_and_deduped(tmp_path):
@@ -207,35 +208,38 @@ async def test_typing_is_shown_while_a_turn_runs(tmp_path):
         await api.wait_for_sent(1)
 
 
+async def _probe(h):
+    """The account probed the way ``chatkernel health`` probes it: timed by the kernel."""
+    return (await h.kernel.health.probe())["telegram:main"]
+
+
 async def test_probe_reports_the_bot_and_a_rejected_token(tmp_path):
     async with telegram(tmp_path, run=False) as (api, h, channel, agent):
-        result = await channel.probe()
+        result = await _probe(h)
         assert result.ok and result.detail == "@chatkernel_bot" and result.latency_ms >= 0
         api.revoke_token(api.token)
-        result = await channel.probe()
+        result = await _probe(h)
         assert not result.ok and result.detail == "token rejected"
         assert result.restartable is False  # the health monitor will not restart for it
 
 
 async def test_health_another_poller_is_a_problem_a_restart_cannot_fix(tmp_path, monkeypatch):
-    from chatkernel.core.monitor import AccountView, MonitorSettings, judge
-
-    monkeypatch.setattr(telegram_channel, "CONFLICT_BACKOFF_SECONDS", 30)
+    monkeypatch.setattr(telegram_channel, "CONFLICT_WAIT_SECONDS", 30)
     async with telegram(tmp_path) as (api, h, channel, agent):
+        runtime = h.kernel.accounts["telegram:main"].runtime
         api.fail_next("getUpdates", 409, "Conflict: terminated by other getUpdates request")
         with anyio.fail_after(5):
-            while channel.problem is None:
+            while runtime.problem is None:
                 await anyio.sleep(0.01)
-        result = await channel.probe()
+        # getMe still works, but the kernel's probe path reports the loop's problem,
+        # and says a restart cannot fix it (so the health monitor leaves it alone).
+        result = await _probe(h)
         assert not result.ok and result.restartable is False
         assert result.detail == "another instance is polling this bot token"
-        account = h.kernel.accounts["telegram:main"]
-        account.runtime.record_probe(result, 0.0)
-        now = time.time()
-        account.runtime.loop_started(now)  # as the supervisor does (it is not used here)
-        later = now + 10 * 3600  # silent for hours
-        decision = judge(AccountView.of(account, later), MonitorSettings(), later, now)
-        assert not decision.restart and "a restart would not help" in decision.reason
+        assert runtime.problem_restartable is False and runtime.problem_since is not None
+        snapshot = await h.kernel.health.snapshot()
+        assert any("another instance is polling this bot token" in problem
+                   for problem in snapshot.problems), snapshot.problems
 
 
 async def test_health_answered_polls_are_signs_of_life_and_webhook_mode_is_quiet(tmp_path):
@@ -253,19 +257,20 @@ async def test_health_answered_polls_are_signs_of_life_and_webhook_mode_is_quiet
 
 
 async def test_another_poller_is_reported_not_restarted(tmp_path, monkeypatch, caplog):
-    monkeypatch.setattr(telegram_channel, "CONFLICT_BACKOFF_SECONDS", 0.05)
+    monkeypatch.setattr(telegram_channel, "CONFLICT_WAIT_SECONDS", 0.05)
     async with telegram(tmp_path) as (api, h, channel, agent):
+        runtime = h.kernel.accounts["telegram:main"].runtime
         api.fail_next("getUpdates", 409, "Conflict: terminated by other getUpdates request; "
                       "make sure that only one bot instance is running")
         with anyio.fail_after(5):
-            while channel.problem is None:
+            while runtime.problem is None:
                 await anyio.sleep(0.01)
-        assert channel.problem == "another instance is polling this bot token"
+        assert runtime.problem == "another instance is polling this bot token"
         assert "another instance is polling this bot token" in caplog.text
         # the loop carries on (no crash, no restart) and recovers by itself
         api.inject_message(42, "still here")
         await api.wait_for_sent(1)
-        assert channel.problem is None
+        assert runtime.problem is None
         restarts = h.kernel.metrics.child(h.kernel.metrics.restarts, "telegram", "main")
         assert restarts._value.get() == 0
 
@@ -276,12 +281,10 @@ async def test_the_token_never_appears_in_errors_or_logs(tmp_path, caplog):
         sock.bind(("127.0.0.1", 0))
         closed_port = sock.getsockname()[1]
     async with telegram(tmp_path, run=False) as (api, h, channel, agent):
-        channel.api.api_base = f"http://127.0.0.1:{closed_port}"
-        result = await channel.probe()
+        channel.api = BotAPI(TOKEN, f"http://127.0.0.1:{closed_port}")
+        result = await _probe(h)
         assert not result.ok and TOKEN not in result.detail
-        from chatkernel_telegram.api import TelegramError
-
-        with pytest.raises(TelegramError) as info:
+        with pytest.raises(PlatformError) as info:
             await channel.api.call("sendMessage", {"chat_id": 1, "text": "x"})
         assert TOKEN not in str(info.value)
         await h.kernel.outbound.deliver_text(h.kernel.accounts["telegram:main"],
@@ -296,12 +299,9 @@ async def test_webhook_mode_checks_the_secret_token(tmp_path):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    from chatkernel.core import config as cfg
-    from chatkernel.core.gateway import run_gateway
-
     async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api:
         url = f"http://127.0.0.1:{port}/telegram/main/webhook"
-        config = cfg.parse({
+        config = gateway_config({
             "gateway": {"listen": f"127.0.0.1:{port}", "workspace": str(tmp_path / "ws")},
             "store": {"path": str(tmp_path / "state.db")},
             "channels": {"telegram": {"accounts": {"main": {
@@ -311,7 +311,7 @@ async def test_webhook_mode_checks_the_secret_token(tmp_path):
         ready = anyio.Event()
         async with anyio.create_task_group() as tg:
             tg.start_soon(lambda: run_gateway(config, on_ready=lambda _: ready.set(),
-                                              stop=stop, handle_signals=False))
+                                              stop=stop))
             with anyio.fail_after(10):
                 await ready.wait()
                 while not api.webhook_info().get("url"):

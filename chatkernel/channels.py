@@ -1,0 +1,128 @@
+"""The public plugin API: everything a channel plugin imports from the kernel.
+
+A channel plugin imports from here (and ``hookimpl`` from here or from
+``chatkernel``), never from ``chatkernel.core``, which is the kernel's
+internals and changes without notice — as pytest keeps ``_pytest`` behind
+``pytest``. What this module exports is kept compatible::
+
+    from chatkernel.channels import (
+        Channel, ChannelLimits, RateLimit, AccountConfig, HttpClient, PlatformError,
+        InboundMessage, OutboundPayload, Route, SendResult, ProbeResult, Polled, hookimpl,
+    )
+
+docs/writing-a-channel.md walks through a channel end to end.
+
+The pieces, by concern:
+
+- the channel: :class:`Channel` (the base class, with the kit's receive loops),
+  :class:`ChannelLimits`, :class:`RateLimit`, :class:`AccountConfig` (the base
+  of an account's config model), :class:`ConfigError`;
+- the values that flow through it: :class:`InboundMessage`, :class:`MediaRef`,
+  :class:`Route`, :class:`OutboundPayload`, :class:`SendResult`,
+  :class:`SendError`, :class:`ProbeResult`, :class:`Account`;
+- receiving: :class:`Deliver` / :class:`BatchDeliver` (what ``Channel.run``
+  gets), :class:`Polled`, :class:`Trouble`, :func:`deliver_many`,
+  :func:`normalize_batch`, :func:`per_chat`; webhooks: :class:`Verifier`,
+  :class:`SecretHeader`, :class:`SlackSignature`, :class:`MetaSignature`,
+  :class:`WebhookRejected`; sockets: :class:`SocketLink`;
+- the platform's HTTP API: :class:`HttpClient`, :class:`Answer`,
+  :class:`PlatformError`, :func:`transport_error`, :func:`parse_retry_after`;
+- formatting: :class:`MarkdownRenderer` (subclass it for the platform's
+  markup), :func:`render`, :func:`escape_html`, :func:`escape_attr`, :func:`display_url`;
+- JSON with the kernel's codec: :func:`encode_json`, :func:`decode_json`.
+
+Importing this module loads aiohttp and pydantic: import it inside hook bodies
+(or the channel's own module), not at the top of the plugin's ``__init__``.
+"""
+
+from chatkernel.core.channel import (
+    BatchDeliver,
+    Channel,
+    ChannelLimits,
+    Deliver,
+    Polled,
+    RateLimit,
+    Trouble,
+    deliver_many,
+    normalize_batch,
+    per_chat,
+)
+from chatkernel.core.config import AccountConfig, ConfigError
+from chatkernel.core.http_client import (
+    Answer,
+    HttpClient,
+    PlatformError,
+    parse_retry_after,
+    transport_error,
+)
+from chatkernel.core.markup import (
+    Line,
+    MarkdownRenderer,
+    display_url,
+    escape_attr,
+    escape_html,
+    render,
+)
+from chatkernel.core.models import (
+    Account,
+    InboundMessage,
+    MediaRef,
+    OutboundPayload,
+    ProbeResult,
+    Route,
+    SendError,
+    SendResult,
+)
+from chatkernel.core.sockets import SocketLink
+from chatkernel.core.store.codec import decode_json, encode_json
+from chatkernel.core.webhooks import (
+    MetaSignature,
+    SecretHeader,
+    SlackSignature,
+    Verifier,
+    WebhookRejected,
+)
+from chatkernel.hookspecs import hookimpl
+
+__all__ = [
+    "Account",
+    "AccountConfig",
+    "Answer",
+    "BatchDeliver",
+    "Channel",
+    "ChannelLimits",
+    "ConfigError",
+    "Deliver",
+    "HttpClient",
+    "InboundMessage",
+    "Line",
+    "MarkdownRenderer",
+    "MediaRef",
+    "MetaSignature",
+    "OutboundPayload",
+    "PlatformError",
+    "Polled",
+    "ProbeResult",
+    "RateLimit",
+    "Route",
+    "SecretHeader",
+    "SendError",
+    "SendResult",
+    "SlackSignature",
+    "SocketLink",
+    "Trouble",
+    "Verifier",
+    "WebhookRejected",
+    "decode_json",
+    "deliver_many",
+    "display_url",
+    "encode_json",
+    "escape_attr",
+    "escape_html",
+    "hookimpl",
+    "normalize_batch",
+    "parse_retry_after",
+    "per_chat",
+    "render",
+    "transport_error",
+]

@@ -1,0 +1,251 @@
+"""The channel kit's receiving side: what every receive loop does the same way.
+
+A receive loop turns platform events into messages and hands them to the
+kernel's receiver. Whatever the transport (a long poll, a webhook request, a
+socket frame), the same steps follow, written once here:
+
+- the batch is read in platform order (:func:`normalize_batch`): an event the
+  channel cannot read is logged and skipped, never allowed to stop the loop
+  (it would come back forever); the bot's own messages are dropped;
+- the messages are journaled through the receiver in one durable write
+  (:func:`deliver_many`) before the platform's cursor moves;
+- failures are classified (:class:`Trouble`): a passing one is retried with
+  backoff, one a person must fix (credentials rejected, another instance polls
+  the account) is reported as the account's problem, and the account's health
+  says so until a call succeeds again.
+
+:func:`poll_forever` is the long-polling loop on top of these; webhooks
+(chatkernel.core.webhooks) and sockets (chatkernel.core.sockets) use the same
+pieces.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Hashable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+
+from chatkernel.core.http_client import PlatformError
+from chatkernel.core.models import InboundMessage
+
+if TYPE_CHECKING:
+    from chatkernel.core.channel import Channel, Deliver
+
+T = TypeVar("T")
+
+log = logging.getLogger("chatkernel.channel")
+
+
+@dataclass(frozen=True, slots=True)
+class Trouble:
+    """What a failed receive call means for the loop (see ``Channel.receive_trouble``).
+
+    ``problem``: words for the account's health ("token rejected"); None for a
+    passing failure, which is reported only once it repeats. ``wait``: seconds
+    before the next try (None: the loop's backoff). ``restartable``: False when
+    restarting the loop cannot fix it, so the health monitor leaves the account
+    alone and its health stays red until the call works again.
+    """
+
+    problem: str | None = None
+    wait: float | None = None
+    restartable: bool = True
+
+
+@dataclass(slots=True)
+class Polled:
+    """One long poll's answer: the events, and the cursor to save once they are journaled
+    (None: the cursor does not move)."""
+
+    events: list[Any]
+    cursor: str | None = None
+
+
+class Backoff:
+    """Exponential backoff: ``first`` seconds, doubling up to ``cap``; :meth:`reset` on success."""
+
+    __slots__ = ("first", "cap", "_next")
+
+    def __init__(self, first: float = 1.0, cap: float = 30.0) -> None:
+        self.first, self.cap = first, cap
+        self._next = first
+
+    def next(self) -> float:
+        delay, self._next = self._next, min(self._next * 2, self.cap)
+        return delay
+
+    def reset(self) -> None:
+        self._next = self.first
+
+
+# -- batches ------------------------------------------------------------------------------
+
+
+async def per_chat(items: Iterable[T], chat_of: Callable[[T], Hashable],
+                   handle: Callable[[T], Awaitable[Any]]) -> None:
+    """``await handle(item)`` for every item: different chats concurrently, each
+    chat's items in their order. Returns when all are handled."""
+    groups: dict[Hashable, list[T]] = {}
+    for item in items:
+        groups.setdefault(chat_of(item), []).append(item)
+    if len(groups) <= 1:
+        for group in groups.values():
+            for item in group:
+                await handle(item)
+        return
+
+    async def run(group: list[T]) -> None:
+        for item in group:
+            await handle(item)
+
+    async with anyio.create_task_group() as tg:
+        for group in groups.values():
+            tg.start_soon(run, group)
+
+
+async def normalize_batch(events: list[T], normalize: Callable[[T], Awaitable[InboundMessage | None]],
+                          *, chat_of: Callable[[T], Hashable], downloads: Callable[[T], bool],
+                          describe: Callable[[T], str] = repr, account: str = "",
+                          self_id: str | None = None) -> list[InboundMessage]:
+    """A batch of platform events as messages, in platform order.
+
+    ``normalize`` turns one event into a message (None: not a message, skipped).
+    An event it cannot read (any ``Exception``: a malformed event is the
+    platform's data, not the loop's fault) is logged with ``describe(event)``
+    and skipped. Messages sent by ``self_id`` (the bot itself) are dropped.
+    When some event ``downloads`` a file, the batch is read one chat beside the
+    other (each chat in order), so one big file does not hold up the others; a
+    batch without files is read in one go, without a single wait.
+    """
+    found: dict[int, InboundMessage] = {}
+
+    async def read(item: tuple[int, T]) -> None:
+        index, event = item
+        try:
+            message = await normalize(event)
+        except Exception as exc:  # noqa: BLE001 - see the docstring
+            log.error("%s: %s skipped, it is not a message this channel can read: %s: %s",
+                      account, describe(event), type(exc).__name__, exc)
+            return
+        if message is not None and (self_id is None or message.sender_id != self_id):
+            found[index] = message
+
+    items = list(enumerate(events))
+    if any(_safe(downloads, event) for event in events):
+        await per_chat(items, lambda item: _safe(chat_of, item[1]), read)
+    else:
+        for item in items:
+            await read(item)
+    return [found[index] for index in sorted(found)]
+
+
+def _safe(function: Callable[[T], Any], event: T) -> Any:
+    """``function(event)``, or None for an event too malformed to answer."""
+    try:
+        return function(event)
+    except Exception:  # noqa: BLE001 - normalize reports the event; grouping must not fail
+        return None
+
+
+async def deliver_many(deliver: "Deliver", messages: list[InboundMessage]) -> None:
+    """Hand a batch of messages (in platform order) to ``deliver``; returns once all
+    are journaled, so the loop may then save its cursor.
+
+    With the kernel's receiver the batch is one durable write; any other
+    ``deliver`` (a test's) gets the messages one chat beside the other, each
+    chat's in order.
+    """
+    if not messages:
+        return
+    many = getattr(deliver, "many", None)
+    if many is not None:
+        await many(messages)
+    else:
+        await per_chat(messages, lambda message: (message.account, message.chat_id), deliver)
+
+
+async def receive_events(channel: "Channel", deliver: "Deliver", events: list[Any]) -> int:
+    """Normalize ``events`` with the channel and journal the messages; returns how many."""
+    messages = await normalize_batch(
+        events, channel.normalize, chat_of=channel.event_chat,
+        downloads=channel.event_has_media, describe=channel.describe_event,
+        account=channel.account.key, self_id=channel.self_id)
+    await deliver_many(deliver, messages)
+    return len(messages)
+
+
+# -- failures -----------------------------------------------------------------------------
+
+
+async def receive_failed(channel: "Channel", exc: Exception, backoff: Backoff,
+                         failures: int, what: str) -> None:
+    """Report a failed receive call and wait before the next try.
+
+    A failure the channel classifies as a problem is reported at once; a passing
+    one only from its second time in a row (one lost poll is not news).
+    """
+    trouble = channel.receive_trouble(exc)
+    delay = trouble.wait if trouble.wait is not None else backoff.next()
+    if trouble.problem is not None:
+        reason = trouble.problem
+    else:
+        reason = f"{what} failed: {exc}"
+    if trouble.problem is not None or failures >= 2:
+        if channel.account.runtime.problem != reason:
+            log.error("%s: %s; retrying in %.0fs", channel.account.key, reason, delay)
+        channel.report_problem(reason, restartable=trouble.restartable)
+    else:
+        log.warning("%s: %s; retrying in %.0fs", channel.account.key, reason, delay)
+    channel.account.runtime.error(reason, time.time())
+    await anyio.sleep(delay)
+
+
+async def identify(channel: "Channel") -> None:
+    """``channel.identify()`` until it succeeds: a rejected token or an outage waits
+    here, reported, rather than in the supervisor's restarts."""
+    backoff = Backoff(*channel.receive_backoff)
+    failures = 0
+    while True:
+        try:
+            await channel.identify()
+            return
+        except PlatformError as exc:
+            failures += 1
+            await receive_failed(channel, exc, backoff, failures, "identify")
+
+
+async def poll_forever(channel: "Channel", deliver: "Deliver") -> None:
+    """The long-polling receive loop, until cancelled.
+
+    Identify (with backoff), then poll from the saved cursor forever: every
+    answered poll, even an empty one, is the platform's sign of life; its events
+    are journaled, and only then is the cursor saved (a crash before that gets
+    the batch again, and dedupe drops what was already in). A failed poll is
+    classified by ``channel.receive_trouble`` and retried.
+    """
+    await identify(channel)
+    await channel.start_polling()
+    cursor = await channel.load_cursor()
+    backoff = Backoff(*channel.receive_backoff)
+    failures = 0
+    while True:
+        try:
+            polled = await channel.poll(cursor)
+        except PlatformError as exc:
+            failures += 1
+            await receive_failed(channel, exc, backoff, failures, "poll")
+            continue
+        if failures:
+            failures = 0
+            backoff.reset()
+        channel.clear_problem()
+        channel.report_alive()
+        if polled.events:
+            await receive_events(channel, deliver, polled.events)
+        if polled.cursor is not None and polled.cursor != cursor:
+            cursor = polled.cursor
+            await channel.save_cursor(cursor)
