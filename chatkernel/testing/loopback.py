@@ -20,22 +20,26 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import anyio
 from aiohttp import web
 from pydantic import Field
 
-from chatkernel.core.channel import Channel, ChannelLimits, Deliver, RateLimit
-from chatkernel.core.config import AccountConfig
-from chatkernel.core.models import (
+from chatkernel.channels import (
+    AccountConfig,
+    Channel,
+    ChannelLimits,
+    Deliver,
+    HttpClient,
     InboundMessage,
     OutboundPayload,
+    PlatformError,
+    Polled,
     ProbeResult,
+    RateLimit,
     Route,
-    SendError,
     SendResult,
+    hookimpl,
 )
-from chatkernel.hookspecs import hookimpl
 
 
 @dataclass
@@ -219,92 +223,80 @@ class LoopbackAccount(AccountConfig):
 
 
 class LoopbackChannel(Channel):
-    """A channel for :class:`FakePlatform`: long polling, confirm-by-offset."""
+    """A channel for :class:`FakePlatform`, on the channel kit: long polling,
+    confirm-by-offset. It is what a small polling plugin looks like."""
 
     name = "loopback"
     account_model = LoopbackAccount
     limits = ChannelLimits(text_limit=1000, rates={"chat": RateLimit(100, 1.0)},
                            media_kinds={".png": "image", ".jpg": "image", ".ogg": "voice"},
                            retry_base_delay=0.05)
+    receive_backoff = (0.05, 1.0)
 
     def __init__(self, account, settings=None) -> None:
         super().__init__(account, settings)
-        self._http: aiohttp.ClientSession | None = None
-
-    @property
-    def http(self) -> aiohttp.ClientSession:
-        if self._http is None:
-            self._http = aiohttp.ClientSession(base_url=self.config.base_url)
-        return self._http
+        self.http = HttpClient(self.config.base_url, timeout=self.config.poll_timeout + 10,
+                               platform="the loopback platform")
 
     async def run(self, deliver: Deliver) -> None:
-        offset = int(await self.load_cursor() or 0)
-        while True:
-            async with self.http.get("/updates", params={
-                    "offset": str(offset), "timeout": str(self.config.poll_timeout)}) as r:
-                updates = (await r.json())["result"]
-            self.report_alive()
-            for update in updates:
-                await deliver(InboundMessage(
-                    channel=self.name, account=self.account.name,
-                    chat_id=update["chat_id"], message_id=update["message_id"],
-                    sender_id=update["sender_id"], text=update["text"],
-                    sender_name=update.get("sender_name", ""),
-                    is_group=update.get("is_group", False),
-                    mentions_bot=update.get("mentions_bot", False),
-                    thread_id=update.get("thread_id")))
-                offset = update["update_id"] + 1
-                await self.save_cursor(str(offset))  # only after the journal has it
+        await self.poll_forever(deliver)
+
+    async def poll(self, cursor: str | None) -> Polled:
+        updates = await self._call("GET", "/updates", long_poll=True, params={
+            "offset": cursor or "0", "timeout": str(self.config.poll_timeout)})
+        last = max((update["update_id"] for update in updates), default=None)
+        return Polled(updates, None if last is None else str(last + 1))
+
+    def event_chat(self, update: dict[str, Any]) -> str:
+        return update["chat_id"]
+
+    async def normalize(self, update: dict[str, Any]) -> InboundMessage:
+        return InboundMessage(
+            channel=self.name, account=self.account.name,
+            chat_id=update["chat_id"], message_id=update["message_id"],
+            sender_id=update["sender_id"], text=update["text"],
+            sender_name=update.get("sender_name", ""), is_group=update.get("is_group", False),
+            mentions_bot=update.get("mentions_bot", False), thread_id=update.get("thread_id"))
 
     async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
+        fields = {"chat_id": route.chat_id, "thread_id": route.thread_id}
         try:
             if payload.is_media:
-                assert payload.media_path is not None
-                form = aiohttp.FormData()
-                form.add_field("chat_id", route.chat_id)
-                form.add_field("kind", payload.media_kind or "document")
-                form.add_field("caption", payload.caption)
-                if route.thread_id:
-                    form.add_field("thread_id", route.thread_id)
-                form.add_field("file", payload.media_path.read_bytes(),
-                               filename=payload.media_path.name)
-                request = self.http.post("/send_media", data=form)
+                result = await self._call("POST", "/send_media", files={
+                    "file": payload.media_path}, data={
+                    **fields, "kind": payload.media_kind or "document",
+                    "caption": payload.caption})
             else:
-                request = self.http.post("/send", json={
-                    "chat_id": route.chat_id, "text": payload.text,
-                    **({"thread_id": route.thread_id} if route.thread_id else {})})
-            async with request as response:
-                body = await response.json()
-        except aiohttp.ClientConnectorError as exc:  # never reached the platform
-            raise SendError(f"cannot connect: {exc}", retryable=True) from None
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError,
-                aiohttp.ClientOSError, TimeoutError) as exc:
-            raise SendError(f"no answer: {exc!r}", delivery_unknown=True) from None
-        except aiohttp.ContentTypeError:
-            raise SendError("no answer (the connection was dropped)",
-                            delivery_unknown=True) from None
-        if not body.get("ok"):
-            status = body.get("error_code", response.status)
-            retry_after = (body.get("parameters") or {}).get("retry_after")
-            raise SendError(body.get("description", "error"), status=status,
-                            retryable=status in (429, 502, 503, 504), retry_after=retry_after)
-        return SendResult(message_id=str(body["result"]["message_id"]))
+                result = await self._call("POST", "/send", json={
+                    **{k: v for k, v in fields.items() if v}, "text": payload.text})
+        except PlatformError as exc:
+            raise exc.send_error() from None
+        return SendResult(message_id=str(result["message_id"]))
 
     async def indicate(self, route: Route) -> None:
-        async with self.http.post("/typing", json={"chat_id": route.chat_id}):
-            pass
+        await self._call("POST", "/typing", json={"chat_id": route.chat_id})
 
     async def probe(self) -> ProbeResult:
-        started = time.monotonic()
-        async with self.http.get("/me") as response:
-            ok = response.status == 200
-        detail = "loopback platform" if ok else f"credentials rejected ({response.status})"
-        return ProbeResult(ok=ok, detail=detail,
-                           latency_ms=(time.monotonic() - started) * 1000)
+        try:
+            await self._call("GET", "/me")
+        except PlatformError as exc:
+            return ProbeResult(ok=False, detail=f"credentials rejected ({exc.status})"
+                               if exc.status == 401 else str(exc))
+        return ProbeResult(ok=True, detail="loopback platform")
+
+    async def _call(self, method: str, path: str, **options: Any) -> Any:
+        """The platform's answer ``{"ok": true, "result": ...}``, or a PlatformError."""
+        answer = await self.http.request(method, path, **options)
+        body = answer.json()
+        if not isinstance(body, dict) or not body.get("ok"):
+            body = body if isinstance(body, dict) else {}
+            raise PlatformError.from_answer(
+                answer, str(body.get("description", "error")), code=body.get("error_code"),
+                retry_after=(body.get("parameters") or {}).get("retry_after"))
+        return body["result"]
 
     async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.close()
+        await self.http.close()
 
 
 class LoopbackPlugin:
