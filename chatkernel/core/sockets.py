@@ -55,6 +55,7 @@ class SocketLink:
         self.last_traffic = anyio.current_time()
         self.frames += 1
         self.channel.report_alive()
+        self.channel.clear_problem()
 
     async def deliver(self, events: list[Any]) -> int:
         """Normalize and journal events that arrived; returns once they are durable
@@ -95,7 +96,7 @@ async def _run_session(session: Callable[[SocketLink], Awaitable[None]], link: S
     if isinstance(exc, PlatformError):
         return exc
     if isinstance(exc, (aiohttp.ClientError, OSError, TimeoutError)):
-        return transport_error(exc, "the socket")
+        return transport_error(exc, "connect")
     raise exc  # a bug in the session: the supervisor restarts the receive loop
 
 
@@ -131,7 +132,6 @@ async def supervise_socket(channel: "Channel", deliver: "Deliver",
             await anyio.sleep(backoff.next())
             continue
         if link.frames:
-            channel.clear_problem()
             log.info("%s: the socket closed; reconnecting", channel.account.key)
             await anyio.sleep(0)
         else:

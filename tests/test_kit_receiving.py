@@ -1,0 +1,218 @@
+"""The channel kit's long-polling loop (``Channel.poll_forever``), on its own: a channel
+whose polls the test scripts, in a real kernel. Identify with backoff, liveness,
+problems reported and cleared, batches journaled before the cursor moves, the
+bot's own and unreadable events skipped."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import anyio
+import pytest
+
+from chatkernel.channels import (
+    Channel,
+    ChannelLimits,
+    InboundMessage,
+    PlatformError,
+    Polled,
+    Trouble,
+    hookimpl,
+)
+from chatkernel.testing import KernelHarness
+
+pytestmark = pytest.mark.anyio
+
+
+class ScriptedPolls(Channel):
+    """Each poll takes the next item the test sends: a Polled, or an exception to raise."""
+
+    name = "scripted"
+    limits = ChannelLimits()
+    receive_backoff = (0.01, 0.02)
+
+    def __init__(self, account, settings=None) -> None:
+        super().__init__(account, settings)
+        self.identify_failures: list[Exception] = []
+        self.polls_seen: list[str | None] = []
+        self.problems: list[str | None] = []  # every report (a reason) and clear (None)
+        self.send_script, self.script = anyio.create_memory_object_stream[Any](100)
+
+    async def run(self, deliver):
+        await self.poll_forever(deliver)
+
+    async def identify(self) -> None:
+        if self.identify_failures:
+            raise self.identify_failures.pop(0)
+        self.self_id = "bot"
+
+    async def poll(self, cursor):
+        self.polls_seen.append(cursor)
+        item = await self.script.receive()
+        if isinstance(item, Exception):
+            raise item
+        return item
+
+    def receive_trouble(self, error):
+        if isinstance(error, PlatformError) and error.status == 401:
+            return Trouble("token rejected", wait=0.01, restartable=False)
+        return super().receive_trouble(error)
+
+    async def normalize(self, event: dict[str, Any]) -> InboundMessage | None:
+        if event.get("kind") == "join":  # not a message
+            return None
+        return InboundMessage(channel=self.name, account=self.account.name,
+                              chat_id=event["chat"], message_id=event["id"],
+                              sender_id=event.get("from", "u1"), text=event["text"])
+
+    def event_chat(self, event):
+        return event.get("chat")
+
+    def describe_event(self, event):
+        return f"event {event.get('id')}"
+
+    def report_problem(self, reason, *, restartable=True):
+        self.problems.append(reason)
+        super().report_problem(reason, restartable=restartable)
+
+    def clear_problem(self):
+        if self.account.runtime.problem is not None:
+            self.problems.append(None)
+        super().clear_problem()
+
+
+class Plugin:
+    @staticmethod
+    @hookimpl
+    def register_channels(register):
+        register(ScriptedPolls)
+
+
+class Recorder:
+    """The kernel's receiver, recording what it was given; ``gate`` holds batches."""
+
+    def __init__(self, receiver) -> None:
+        self.receiver = receiver
+        self.batches: list[list[str]] = []
+        self.gate: anyio.Event | None = None
+
+    async def __call__(self, message):
+        return (await self.many([message]))[0]
+
+    async def many(self, messages):
+        if self.gate is not None:
+            await self.gate.wait()
+        outcomes = await self.receiver.many(messages)
+        self.batches.append([m.text for m in messages])
+        return outcomes
+
+
+async def until(predicate, what: str) -> None:
+    with anyio.fail_after(5):
+        while not predicate():
+            await anyio.sleep(0.005)
+
+
+def event(n: int, **extra: Any) -> dict[str, Any]:
+    return {"chat": "c1", "id": f"m{n}", "text": f"text {n}", **extra}
+
+
+@pytest.fixture
+async def polling(tmp_path):
+    config = {"channels": {"scripted": {"accounts": {"main": {"allow_from": ["*"]}}}}}
+    async with KernelHarness(tmp_path, config=config, plugins=[("scripted", Plugin)]) as h:
+        channel: ScriptedPolls = h.kernel.accounts["scripted:main"].channel
+        recorder = Recorder(h.kernel.receiver)
+        async with anyio.create_task_group() as tg:
+            yield h, channel, recorder, tg
+            tg.cancel_scope.cancel()
+
+
+async def test_identify_is_retried_reported_and_then_the_loop_polls(polling):
+    h, channel, recorder, tg = polling
+    runtime = channel.account.runtime
+    channel.identify_failures = [PlatformError("getMe: cannot connect", kind="not_sent")] * 3
+    tg.start_soon(channel.run, recorder)
+    await until(lambda: channel.polls_seen, "the first poll")
+    # One failure is not news; the second in a row is reported, with what failed.
+    assert channel.problems[0] == "identify failed: getMe: cannot connect"
+    assert "identify failed" in (runtime.last_error or "")
+    assert channel.self_id == "bot" and channel.polls_seen == [None]
+    await channel.send_script.send(Polled([]))
+    await until(lambda: runtime.problem is None, "the problem cleared by an answered poll")
+    assert channel.problems[-1] is None
+
+
+async def test_an_answered_poll_even_empty_is_a_sign_of_life(polling):
+    h, channel, recorder, tg = polling
+    runtime = channel.account.runtime
+    runtime.loop_started(0.0)
+    tg.start_soon(channel.run, recorder)
+    await channel.send_script.send(Polled([]))
+    await until(lambda: runtime.last_event_at is not None, "a sign of life")
+    assert runtime.state == "running"
+
+
+async def test_the_cursor_is_saved_only_once_the_batch_is_journaled(polling):
+    h, channel, recorder, tg = polling
+    recorder.gate = anyio.Event()
+    tg.start_soon(channel.run, recorder)
+    await channel.send_script.send(Polled([event(1), event(2)], cursor="c-2"))
+    await until(lambda: len(channel.polls_seen) == 1, "the poll")
+    await anyio.sleep(0.05)
+    assert await channel.load_cursor() is None  # the journal does not have them yet
+    recorder.gate.set()
+    await until(lambda: recorder.batches, "the batch journaled")
+    await until(lambda: len(channel.polls_seen) == 2, "the next poll")
+    assert channel.polls_seen[1] == "c-2" and await channel.load_cursor() == "c-2"
+    assert recorder.batches == [["text 1", "text 2"]]  # one durable write for the batch
+
+
+async def test_own_messages_non_messages_and_unreadable_events_are_skipped(polling, caplog):
+    h, channel, recorder, tg = polling
+    tg.start_soon(channel.run, recorder)
+    await channel.send_script.send(Polled([
+        event(1), event(2, **{"from": "bot"}), {"kind": "join", "chat": "c1"},
+        {"id": "m3", "chat": "c1"},  # no text: normalize raises KeyError
+        event(4)], cursor="c-4"))
+    await until(lambda: len(channel.polls_seen) == 2, "the next poll")
+    assert recorder.batches == [["text 1", "text 4"]]
+    assert channel.polls_seen[1] == "c-4"  # the bad event does not come back forever
+    assert "event m3 skipped, it is not a message this channel can read: KeyError" \
+        in caplog.text
+
+
+async def test_a_problem_is_reported_at_once_a_passing_failure_only_when_it_repeats(
+        polling, caplog):
+    caplog.set_level(logging.WARNING)
+    h, channel, recorder, tg = polling
+    runtime = channel.account.runtime
+    tg.start_soon(channel.run, recorder)
+    await channel.send_script.send(PlatformError("Unauthorized", status=401))
+    await until(lambda: runtime.problem is not None, "the problem")
+    assert runtime.problem == "token rejected" and runtime.problem_restartable is False
+    await channel.send_script.send(Polled([]))
+    await until(lambda: runtime.problem is None, "the problem cleared")
+    # A passing failure (the platform's 502) once: a warning, no problem.
+    await channel.send_script.send(PlatformError("Bad Gateway", status=502))
+    await channel.send_script.send(Polled([]))
+    await until(lambda: len(channel.polls_seen) == 4, "two more polls")
+    assert channel.problems == ["token rejected", None]
+    assert "poll failed: Bad Gateway" in caplog.text
+    # Twice in a row: reported, and cleared by the next answer.
+    await channel.send_script.send(PlatformError("Bad Gateway", status=502))
+    await channel.send_script.send(PlatformError("Bad Gateway", status=502))
+    await until(lambda: runtime.problem is not None, "a repeated failure reported")
+    assert runtime.problem == "poll failed: Bad Gateway" and runtime.problem_restartable
+    await channel.send_script.send(Polled([]))
+    await until(lambda: runtime.problem is None, "cleared again")
+
+
+async def test_the_default_trouble_knows_credentials_and_retry_after(polling):
+    h, channel, recorder, tg = polling
+    trouble = Channel.receive_trouble(channel, PlatformError("Forbidden", status=403))
+    assert trouble.problem == "credentials rejected" and trouble.restartable is False
+    trouble = Channel.receive_trouble(channel, PlatformError("slow", status=429, retry_after=9))
+    assert trouble.problem is None and trouble.wait == 9
+    assert Channel.receive_trouble(channel, PlatformError("x", kind="not_sent")) == Trouble()

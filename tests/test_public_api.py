@@ -1,0 +1,87 @@
+"""The public plugin API: what plugins may import, that it imports on its own, and that
+the guide for channel authors documents every name of it."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import chatkernel
+import chatkernel.channels
+
+ROOT = Path(__file__).resolve().parents[1]
+GUIDE = ROOT / "docs" / "writing-a-channel.md"
+#: What a plugin (its package and its tests) may import from the kernel.
+PUBLIC = ("chatkernel", "chatkernel.channels", "chatkernel.testing")
+
+
+def is_public(module: str) -> bool:
+    if any(part.startswith("_") for part in module.split(".")):
+        return False
+    return module in PUBLIC or module.startswith("chatkernel.testing.")
+
+
+def private_imports(source: str) -> list[str]:
+    """The kernel modules ``source`` imports that are not public (``chatkernel.core``,
+    anything private), as written."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [node.module]
+            if node.module == "chatkernel":  # from chatkernel import core
+                names += [f"chatkernel.{alias.name}" for alias in node.names
+                          if alias.name in ("core", "hookspecs") or alias.name.startswith("_")]
+        else:
+            continue
+        found += [name for name in names
+                  if (name == "chatkernel" or name.startswith("chatkernel.")) and not is_public(name)]
+    return found
+
+
+def plugin_sources() -> list[Path]:
+    roots = [ROOT / "plugins", ROOT / "cookiecutter-plugin"]
+    return sorted(p for root in roots if root.exists() for p in root.rglob("*.py")
+                  if ".venv" not in p.parts)
+
+
+def test_the_check_finds_private_imports():
+    source = ("import chatkernel.core.models\nfrom chatkernel.core import config\n"
+              "from chatkernel import core\nfrom chatkernel.testing._x import y\n"
+              "from chatkernel.hookspecs import hookimpl\n"
+              "from chatkernel.channels import Channel\nfrom chatkernel import hookimpl\n"
+              "from chatkernel.testing.contract import ChannelContract\nimport os\n")
+    assert private_imports(source) == ["chatkernel.core.models", "chatkernel.core",
+                                       "chatkernel.core", "chatkernel.testing._x",
+                                       "chatkernel.hookspecs"]
+
+
+def test_no_plugin_imports_a_private_module():
+    sources = plugin_sources()
+    assert any("chatkernel_telegram" in str(path) for path in sources)
+    offenders = {str(path.relative_to(ROOT)): names for path in sources
+                 if (names := private_imports(path.read_text()))}
+    assert offenders == {}, ("plugins import the kernel's internals; use chatkernel.channels "
+                             f"or chatkernel.testing: {offenders}")
+
+
+def test_the_public_api_imports_in_a_fresh_interpreter():
+    names = ", ".join(chatkernel.channels.__all__)
+    code = (f"from chatkernel.channels import {names}\n"
+            "import chatkernel, chatkernel.testing\n"
+            "for name in chatkernel.__all__: getattr(chatkernel, name)\n"
+            "for name in chatkernel.testing.__all__: getattr(chatkernel.testing, name)\n"
+            "print('ok')\n")
+    result = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                            timeout=60, cwd="/", check=False)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+@pytest.mark.parametrize("name", chatkernel.channels.__all__)
+def test_every_public_name_is_in_the_guide_for_channel_authors(name):
+    assert f"`{name}" in GUIDE.read_text(), f"docs/writing-a-channel.md does not mention {name}"
