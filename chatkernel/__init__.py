@@ -30,6 +30,8 @@ __version__ = "0.1.0"
 __all__ = [
     "Account",
     "AccountConfig",
+    "Agent",
+    "AgentEvent",
     "Channel",
     "ChannelLimits",
     "Command",
@@ -43,6 +45,7 @@ __all__ = [
     "SendError",
     "SendResult",
     "Session",
+    "TurnRequest",
     "Verdict",
     "__version__",
     "hookimpl",
@@ -50,6 +53,9 @@ __all__ = [
 ]
 
 _LAZY = {
+    "Agent": "chatkernel.core.agents",
+    "AgentEvent": "chatkernel.core.agents",
+    "TurnRequest": "chatkernel.core.agents",
     "Channel": "chatkernel.core.channel",
     "ChannelLimits": "chatkernel.core.channel",
     "RateLimit": "chatkernel.core.channel",

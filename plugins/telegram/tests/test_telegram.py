@@ -332,14 +332,21 @@ async def test_webhook_mode_checks_the_secret_token(tmp_path):
             stop.set()
 
 
-async def test_a_malformed_update_is_skipped_and_reported_not_fatal(tmp_path, caplog):
+@pytest.mark.parametrize("broken", [{"date": "not a number", "text": "broken"},
+                                    {"date": 0, "text": 12345}, {"date": 0, "text": {"a": 1}},
+                                    {"date": 0, "text": "x", "entities": "nope"}])
+async def test_a_malformed_update_is_skipped_and_reported_not_fatal(tmp_path, caplog, broken):
     async with telegram(tmp_path) as (api, h, channel, agent):
-        api.inject_update({"message": {"message_id": 1, "chat": {"id": 42, "type": "private"},
-                                       "date": "not a number", "text": "broken"}})
+        poison = api.inject_update({"message": {
+            "message_id": 1, "chat": {"id": 42, "type": "private"}, **broken}})
         api.inject_message(42, "fine")
         sent = await api.wait_for_sent(1)
         assert [m.plain_text for m in sent] == ["re: fine"]
-        assert "skipped, it is not a message this channel can read" in caplog.text
+        assert f"update {poison} skipped, it is not a message this channel can read" \
+            in caplog.text
+        # The poison update is confirmed with the rest: it never comes back.
+        assert int(await channel.load_cursor()) > poison
+        assert [r.text for r in agent.requests] == ["fine"]
 
 
 async def test_a_batch_keeps_order_within_each_chat(tmp_path):
