@@ -269,7 +269,7 @@ class Channel:
 
         await supervise_socket(self, deliver, session, silent_after=silent_after)
 
-    async def receive(self, deliver: Deliver, events: list[Any]) -> int:
+    async def deliver_events(self, deliver: Deliver, events: list[Any]) -> int:
         """Normalize events that arrived (in platform order) and journal them; returns
         how many messages they held. For loops the kit does not run."""
         from chatkernel.core.receiving import receive_events
