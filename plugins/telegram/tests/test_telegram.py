@@ -363,3 +363,17 @@ async def test_a_batch_keeps_order_within_each_chat(tmp_path):
             # A burst in one chat may also get the busy hint, once.
             replies = [text for text in api.texts(chat) if text != BUSY_HINT]
             assert replies == [f"re: m{i}" for i in range(10)]
+
+
+async def test_webhook_mode_without_a_secret_token_makes_one_per_start(tmp_path):
+    webhook = {"mode": "webhook", "webhook_url": "http://127.0.0.1:1/telegram/main/webhook"}
+    secrets = []
+    for run in ("a", "b"):
+        async with telegram(tmp_path / run, run=False, account=webhook) as (api, h, channel, _):
+            secrets.append(channel.secret_token)
+            assert len(channel.secret_token) >= 32
+            channel.webhook_verifier().verify(
+                {"X-Telegram-Bot-Api-Secret-Token": channel.secret_token}, b"{}")
+            await channel.register_webhook()
+            assert api.webhook_info()["url"] == webhook["webhook_url"]
+    assert secrets[0] != secrets[1]
