@@ -1,1 +1,71 @@
-"""The chatkernel test kit for plugin authors (a pytest plugin, entry point ``pytest11``)."""
+"""The chatkernel test kit for plugin authors (a pytest plugin, entry point ``pytest11``).
+
+A plugin's tests import what they need from here, never from ``chatkernel.core``::
+
+    from chatkernel.testing import AgentEvent, KernelHarness, scripted_agent
+    from chatkernel.testing import ChannelContract, PlatformAdapter
+    from chatkernel.testing import FakePlatform, Call, PlatformError   # a fake's base
+
+Importing this package is cheap (pytest loads it at start-up): each name loads its
+module on first access.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    # The kernel's side of a turn, as agents and tests see it.
+    "AgentEvent": "chatkernel.core.agents",
+    "TurnRequest": "chatkernel.core.agents",
+    "BUSY_HINT": "chatkernel.core.inbound",
+    # A kernel in-process, its memory channel, scripted agents, a manual clock.
+    "KernelHarness": "chatkernel.testing.memory",
+    "MemoryChannel": "chatkernel.testing.memory",
+    "MemoryPlugin": "chatkernel.testing.memory",
+    "ScriptedAgent": "chatkernel.testing.agents",
+    "agent_plugin": "chatkernel.testing.agents",
+    "scripted_agent": "chatkernel.testing.agents",
+    "ManualClock": "chatkernel.testing.clock",
+    "FakeOpenAI": "chatkernel.testing.fake_openai",
+    # The channel contract suite.
+    "ChannelContract": "chatkernel.testing.contract",
+    "ContractRun": "chatkernel.testing.contract",
+    "PlatformAdapter": "chatkernel.testing.contract",
+    "needs": "chatkernel.testing.contract",
+    "open_contract_run": "chatkernel.testing.contract",
+    "png_bytes": "chatkernel.testing.contract",
+    "long_text": "chatkernel.testing.contract",
+    # The base of fake platform servers.
+    "Call": "chatkernel.testing.fake_platform",
+    "FakePlatform": "chatkernel.testing.fake_platform",
+    "Fault": "chatkernel.testing.fake_platform",
+    "FaultQueue": "chatkernel.testing.fake_platform",
+    "MetaSignature": "chatkernel.testing.fake_platform",
+    "PlatformError": "chatkernel.testing.fake_platform",
+    "RateWindows": "chatkernel.testing.fake_platform",
+    "SecretTokenHeader": "chatkernel.testing.fake_platform",
+    "Signal": "chatkernel.testing.fake_platform",
+    "SlackSignature": "chatkernel.testing.fake_platform",
+    "WebhookAttempt": "chatkernel.testing.fake_platform",
+    "WebhookPusher": "chatkernel.testing.fake_platform",
+    # Processes: a gateway run as its own process.
+    "gateway_process": "chatkernel.testing.process",
+    "wait_for_messages": "chatkernel.testing.process",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'chatkernel.testing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])
