@@ -148,7 +148,7 @@ async def test_wait_until_wakes_on_a_change_and_times_out(platform) -> None:
         await platform.wait_until(lambda: False, timeout=0.1)
 
 
-# -- latency ------------------------------------------------------------------------------------
+# -- latency ----------------------------------------------------------------------------------
 
 
 async def test_latency_holds_each_answer_and_jitter_is_seeded(platform, http) -> None:
@@ -174,7 +174,7 @@ async def test_latency_holds_each_answer_and_jitter_is_seeded(platform, http) ->
     assert all(0.05 <= d <= 0.07 for d in delays(3)) and len(set(delays(3))) == 5
 
 
-# -- faults -------------------------------------------------------------------------------------
+# -- faults -----------------------------------------------------------------------------------
 
 
 async def test_faults_answer_errors_in_queue_order_without_effect(platform, http) -> None:
@@ -215,7 +215,7 @@ async def test_dropped_connections_before_and_after_the_effect(platform, http) -
     assert (await send(http, platform, text="fine", chat=1))[0] == 200
 
 
-# -- rate windows -------------------------------------------------------------------------------
+# -- rate windows -----------------------------------------------------------------------------
 
 
 async def test_rate_windows_answer_429_and_count_the_throttled(platform, http) -> None:
@@ -245,7 +245,7 @@ def test_rate_windows_roll_rather_than_reset() -> None:
     assert at(10.6) == 0
 
 
-# -- long polls and shutdown ------------------------------------------------------------------------
+# -- long polls and shutdown ------------------------------------------------------------------
 
 
 async def test_a_long_poll_answers_when_something_arrives(platform, http) -> None:
@@ -289,7 +289,7 @@ async def test_exit_answers_long_polls_at_once_and_cancels_background_work(http)
     assert platform.start_soon(background) is False
 
 
-# -- webhooks and signers -----------------------------------------------------------------------------
+# -- webhooks and signers ---------------------------------------------------------------------
 
 
 async def test_webhook_push_retries_and_records_every_attempt() -> None:

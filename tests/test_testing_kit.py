@@ -11,7 +11,7 @@ import chatkernel.testing as kit
 def test_every_exported_name_resolves() -> None:
     for name in kit.__all__:
         assert getattr(kit, name) is not None, name
-    from chatkernel.testing import AgentEvent, BUSY_HINT, KernelHarness  # noqa: F401
+    from chatkernel.testing import BUSY_HINT, AgentEvent, KernelHarness  # noqa: F401
 
 
 def test_importing_the_kit_loads_nothing_beyond_the_package() -> None:
