@@ -1,4 +1,4 @@
-"""The channel contract suite, run against the loopback channel and its FakePlatform.
+"""The channel contract suite, run against the loopback channel and its LoopbackPlatform.
 
 This is what every channel plugin's test suite does with its own fake platform
 (see docs/testing.md). The loopback platform has every optional capability,
@@ -12,17 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from chatkernel.testing.contract import ChannelContract, PlatformAdapter
-from chatkernel.testing.loopback import FakePlatform, LoopbackPlugin
+from chatkernel.testing.loopback import LoopbackPlatform, LoopbackPlugin
 
 
 class LoopbackAdapter(PlatformAdapter):
-    """Drives :class:`FakePlatform` for :class:`LoopbackChannel`."""
+    """Drives :class:`LoopbackPlatform` for :class:`LoopbackChannel`."""
 
     channel_plugin = LoopbackPlugin
     channel_name = "loopback"
 
     def __init__(self) -> None:
-        self.platform = FakePlatform()
+        self.platform = LoopbackPlatform()
         self._last: dict[str, Any] | None = None
 
     async def start(self) -> None:
