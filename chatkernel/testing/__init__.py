@@ -31,6 +31,7 @@ _LAZY = {
     "FakeOpenAI": "chatkernel.testing.fake_openai",
     # The channel contract suite.
     "ChannelContract": "chatkernel.testing.contract",
+    "ContractReceiver": "chatkernel.testing.contract",
     "ContractRun": "chatkernel.testing.contract",
     "PlatformAdapter": "chatkernel.testing.contract",
     "needs": "chatkernel.testing.contract",

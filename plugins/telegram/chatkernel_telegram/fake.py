@@ -866,7 +866,7 @@ class FakeBotAPI(FakePlatform):
                        video: str | None = None, audio: str | None = None,
                        voice: str | None = None, animation: str | None = None,
                        date: int | None = None, edited_message_id: int | None = None,
-                       token: str | None = None) -> int:
+                       from_bot: bool = False, token: str | None = None) -> int:
         """A user writes to the bot; returns the update_id.
 
         Builds a real Update/Message: the chat (type from ``chat_type``, else the declared
@@ -874,7 +874,8 @@ class FakeBotAPI(FakePlatform):
         sender, ``mention`` / ``bot_command`` entities with UTF-16 offsets (unless
         ``entities`` is given), a reply to the bot's last message in the chat with
         ``reply_to_bot``, media from file ids made by :meth:`add_file`. With
-        ``edited_message_id`` it is an ``edited_message`` update of that message.
+        ``edited_message_id`` it is an ``edited_message`` update of that message; with
+        ``from_bot`` the bot itself is the sender.
         """
         bot = self._bot(token)
         declared = self._chats.get(chat_id)
@@ -913,7 +914,8 @@ class FakeBotAPI(FakePlatform):
             message = dict(self._messages[(bot.token, chat_id)][edited_message_id])
             message["edit_date"] = int(date if date is not None else time.time())
         else:
-            message = self._new_message(bot, chat, user, thread_id=message_thread_id,
+            sender = self.bot_user(bot.token) if from_bot else user
+            message = self._new_message(bot, chat, sender, thread_id=message_thread_id,
                                         is_topic=is_topic_message, reply_to=reply_to, date=date)
         if text is not None:
             message["text"] = text

@@ -760,6 +760,15 @@ async def test_replies_to_the_bot_and_edits(api, http) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_message_from_the_bot_itself(api, http) -> None:
+    api.inject_message(42, "user first")
+    api.inject_message(42, "the bot's own", from_bot=True)
+    user, own = [u["message"] for u in ok(await call(http, api, "getUpdates"))]
+    assert own["from"] == api.bot_user() and own["from"]["is_bot"] is True
+    assert own["chat"] == user["chat"]   # the user's private chat, as before
+
+
+@pytest.mark.anyio
 async def test_injected_media_can_be_downloaded(api, http) -> None:
     picture = png(200, 100)
     photo = api.add_file(picture, "cat.png", "image/png")
