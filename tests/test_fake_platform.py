@@ -297,12 +297,13 @@ async def test_webhook_push_retries_and_records_every_attempt() -> None:
     async with Receiver([500, 502]) as receiver, WebhookPusher(delays=(0.01, 0.01, 0.01)) \
             as pusher:
         last = await pusher.push(receiver.url, {"n": 1}, on_attempt=lambda a: seen.append(
-            a.attempt))
+            a.attempt), headers=lambda n: {"X-Retry-Num": str(n - 1)} if n > 1 else {})
     assert last is not None and last.ok and last.attempt == 3
     assert [(a.attempt, a.status, a.error) for a in pusher.attempts] == [
         (1, 500, None), (2, 502, None), (3, 200, None)]
     assert pusher.attempts[1].reason == "Bad Gateway" and seen == [1, 2, 3]
     assert [body for body, _ in receiver.requests] == [b'{"n": 1}'] * 3
+    assert [h.get("X-Retry-Num") for _, h in receiver.requests] == [None, "1", "2"]
 
 
 async def test_webhook_push_gives_up_or_stops_when_no_longer_wanted() -> None:

@@ -47,7 +47,7 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 import anyio
@@ -287,7 +287,7 @@ class WebhookAttempt:
     status: int | None             # HTTP status; None when no answer came
     error: str | None              # why no answer came ("Read timeout expired"...)
     reason: str = ""               # the answer's HTTP reason phrase
-    headers: dict[str, str]        # the request's headers, signature included
+    headers: dict[str, str] = field(repr=False)  # the request's, signature included
     body: bytes = field(repr=False)
     timestamp: float
 
@@ -313,7 +313,7 @@ class WebhookPusher:
         self.attempts: list[WebhookAttempt] = []
         self._http: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> WebhookPusher:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
@@ -326,7 +326,7 @@ class WebhookPusher:
             await http.close()
 
     async def push(self, url: str, event: Any, *, signer: Signer | None = None,
-                   headers: Mapping[str, str] | None = None,
+                   headers: Mapping[str, str] | Callable[[int], Mapping[str, str]] | None = None,
                    wanted: Callable[[], bool] | None = None,
                    on_attempt: Callable[[WebhookAttempt], None] | None = None,
                    delays: Iterable[float] | None = None,
@@ -334,7 +334,9 @@ class WebhookPusher:
         """Deliver ``event`` to ``url``, retrying; returns the last attempt.
 
         ``event`` is sent as JSON (bytes are sent as they are); the body is encoded once
-        and ``signer`` signs exactly those bytes, anew for each attempt. ``on_attempt``
+        and ``signer`` signs exactly those bytes, anew for each attempt. ``headers`` are
+        added to each request, or made per attempt by a function of its number (Slack's
+        ``X-Slack-Retry-Num`` on retries). ``on_attempt``
         sees each attempt as it is recorded. ``wanted()`` is asked after a failed attempt
         and after each delay: when it turns false (the webhook was changed, the platform
         is closing) the push stops and returns None: the event is not settled. Otherwise
@@ -345,7 +347,8 @@ class WebhookPusher:
         pending = list(self.delays if delays is None else delays)
         limit = self.timeout if timeout is None else timeout
         for number in range(1, len(pending) + 2):
-            sent = {"Content-Type": "application/json", **(headers or {}),
+            extra = headers(number) if callable(headers) else headers
+            sent = {"Content-Type": "application/json", **(extra or {}),
                     **(signer(body) if signer is not None else {})}
             attempt = await self._post(url, body, sent, number, limit)
             self.attempts.append(attempt)
@@ -443,7 +446,7 @@ class FakePlatform:
         """The answer to a path no route serves (aiohttp's 404 unless overridden)."""
         raise web.HTTPNotFound()
 
-    async def __aenter__(self) -> Any:
+    async def __aenter__(self) -> Self:
         stack = contextlib.AsyncExitStack()
         await stack.__aenter__()
         try:
