@@ -1,9 +1,10 @@
-"""The channel contract suite, run against the loopback channel and its FakePlatform.
+"""The channel contract suite, run against the loopback channel and its LoopbackPlatform.
 
 This is what every channel plugin's test suite does with its own fake platform
 (see docs/testing.md). The loopback platform has every optional capability,
-revoked credentials included; the last test here runs the suite again for an
-adapter that declares some absent, to show they are skipped and named.
+revoked credentials included, but non-message events (its wire carries messages
+only); the last test here runs the suite again for an adapter that declares some
+absent, to show they are skipped and named.
 """
 
 from __future__ import annotations
@@ -11,18 +12,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from chatkernel.testing.contract import ChannelContract, PlatformAdapter
-from chatkernel.testing.loopback import FakePlatform, LoopbackPlugin
+import pytest
+
+from chatkernel.core.models import InboundMessage
+from chatkernel.testing.contract import ChannelContract, PlatformAdapter, open_contract_run
+from chatkernel.testing.loopback import LoopbackPlatform, LoopbackPlugin
 
 
 class LoopbackAdapter(PlatformAdapter):
-    """Drives :class:`FakePlatform` for :class:`LoopbackChannel`."""
+    """Drives :class:`LoopbackPlatform` for :class:`LoopbackChannel`."""
 
     channel_plugin = LoopbackPlugin
     channel_name = "loopback"
 
     def __init__(self) -> None:
-        self.platform = FakePlatform()
+        self.platform = LoopbackPlatform()
         self._last: dict[str, Any] | None = None
 
     async def start(self) -> None:
@@ -52,9 +56,13 @@ class LoopbackAdapter(PlatformAdapter):
         return self.platform.typing.count(chat_id)
 
     supports_revoke = True
+    supports_non_message_events = False  # its wire carries messages only
 
     async def revoke_credentials(self) -> None:
         self.platform.revoked = True
+
+    async def inject_own_message(self, chat_id: str, text: str) -> None:
+        self.platform.inject(chat_id, text, sender_id=self.platform.bot_id)
 
     async def redeliver_last(self) -> None:
         assert self._last is not None, "nothing was injected yet"
@@ -63,6 +71,25 @@ class LoopbackAdapter(PlatformAdapter):
 
 class TestLoopbackContract(ChannelContract):
     adapter_class = LoopbackAdapter
+
+
+@pytest.mark.anyio
+async def test_the_loop_delivers_through_the_kernels_receiver(tmp_path):
+    async with LoopbackAdapter() as adapter, open_contract_run(adapter, tmp_path) as run:
+        def elsewhere(message):
+            raise AssertionError("kernel.deliver is not the path a gateway's loop takes")
+
+        run.kernel.deliver = elsewhere
+        await adapter.inject("dm-1", "hello rv01z")
+        await run.wait_for_tokens("dm-1", ["rv01z"])
+        # A batch goes through the receiver's many(), outcomes recorded.
+        batch = [InboundMessage(channel="loopback", account="main", chat_id="dm-2",
+                                message_id=f"b{n}", sender_id="user-2", text="rv02z")
+                 for n in (1, 1)]
+        assert await run.receiver.many(batch) == ["accepted", "duplicate"]
+        await run.wait_for_tokens("dm-2", ["rv02z"])
+        assert [(m.text, outcome) for m, outcome in run.deliveries] == [
+            ("hello rv01z", "accepted"), ("rv02z", "accepted"), ("rv02z", "duplicate")]
 
 
 pytest_plugins = ["pytester"]
@@ -79,13 +106,15 @@ def test_absent_capabilities_are_skipped_by_name_and_the_rest_still_runs(pyteste
             supports_threads = False
             supports_media_out = False
             supports_revoke = False
+            supports_own_messages = False
 
 
         class TestPartialContract(ChannelContract):
             adapter_class = PartialAdapter
     """)
     result = pytester.runpytest_inprocess("-rs", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=11, skipped=3)
-    for capability in ("threads", "media_out", "revoke"):
+    result.assert_outcomes(passed=11, skipped=5)
+    for capability in ("threads", "media_out", "revoke", "own_messages",
+                       "non_message_events"):
         result.stdout.fnmatch_lines(
             [f"SKIPPED*PartialAdapter declares supports_{capability} = False"])

@@ -13,7 +13,7 @@ import sys
 import anyio
 import pytest
 
-from chatkernel.testing.loopback import FakePlatform
+from chatkernel.testing.loopback import LoopbackPlatform
 
 pytestmark = pytest.mark.anyio
 
@@ -54,7 +54,7 @@ async def test_kill_9_during_a_burst_loses_nothing_and_sends_nothing_twice(tmp_p
     home = tmp_path / "home"
     db = home / "state.db"
     rng = random.Random(7)
-    async with FakePlatform() as platform:
+    async with LoopbackPlatform() as platform:
         platform.send_latency = 0.02  # round trips: a kill can land mid-send
         texts = [f"message {n} in chat {n % CHATS}" for n in range(MESSAGES)]
         for n, text in enumerate(texts):
@@ -110,7 +110,7 @@ async def test_real_http_failures_429_5xx_and_a_dropped_connection(tmp_path):
     from chatkernel.testing.loopback import LoopbackPlugin
     from chatkernel.testing.memory import KernelHarness
 
-    async with FakePlatform() as platform:
+    async with LoopbackPlatform() as platform:
         platform.retry_after = 0.05
         config = {"channels": {"loopback": {
             "retry": {"attempts": 3, "base_delay_ms": 10, "jitter": 0},
@@ -119,12 +119,12 @@ async def test_real_http_failures_429_5xx_and_a_dropped_connection(tmp_path):
         async with KernelHarness(tmp_path, config=config,
                                  plugins=[("loopback", LoopbackPlugin)]) as h:
             account = h.kernel.accounts["loopback:main"]
-            platform.fail_next = [429, 503]
+            platform.fail_next(429, 503)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(account.channel.run, h.kernel.receiver)
                 platform.inject("c1", "first")
                 await platform.wait_for_sent(1)
-                platform.fail_next = ["drop"]
+                platform.fail_next("drop")
                 platform.inject("c1", "second")
                 platform.inject("c1", "third")
                 await platform.wait_for_sent(2)

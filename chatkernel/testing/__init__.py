@@ -1,11 +1,13 @@
 """The chatkernel test kit for plugin authors (a pytest plugin, entry point ``pytest11``).
 
-A plugin's tests import what they need from here (and from
-:mod:`chatkernel.channels`), never from ``chatkernel.core``::
+A plugin's tests import what they need from here, never from ``chatkernel.core``::
 
-    from chatkernel.testing import AgentEvent, KernelHarness, agent_plugin, scripted_agent
+    from chatkernel.testing import AgentEvent, KernelHarness, scripted_agent
+    from chatkernel.testing import ChannelContract, PlatformAdapter
+    from chatkernel.testing import FakePlatform, Call, ErrorAnswer   # a fake's base
 
-Names load on first use, so the pytest plugin costs nothing to import.
+Importing this package is cheap (pytest loads it at start-up): each name loads its
+module on first access.
 """
 
 from __future__ import annotations
@@ -14,16 +16,47 @@ import importlib
 from typing import Any
 
 _LAZY = {
+    # The kernel's side of a turn, as agents and tests see it.
     "AgentEvent": "chatkernel.core.agents",
     "TurnRequest": "chatkernel.core.agents",
     "BUSY_HINT": "chatkernel.core.inbound",
+    # A kernel in-process, its memory channel, scripted agents, a manual clock.
+    "KernelHarness": "chatkernel.testing.memory",
+    "MemoryChannel": "chatkernel.testing.memory",
+    "MemoryPlugin": "chatkernel.testing.memory",
     "ScriptedAgent": "chatkernel.testing.agents",
     "agent_plugin": "chatkernel.testing.agents",
     "scripted_agent": "chatkernel.testing.agents",
-    "KernelHarness": "chatkernel.testing.memory",
-    "MemoryChannel": "chatkernel.testing.memory",
+    "ManualClock": "chatkernel.testing.clock",
+    "FakeOpenAI": "chatkernel.testing.fake_openai",
+    # The channel contract suite.
+    "ChannelContract": "chatkernel.testing.contract",
+    "ContractReceiver": "chatkernel.testing.contract",
+    "ContractRun": "chatkernel.testing.contract",
+    "PlatformAdapter": "chatkernel.testing.contract",
+    "needs": "chatkernel.testing.contract",
+    "open_contract_run": "chatkernel.testing.contract",
+    "png_bytes": "chatkernel.testing.contract",
+    "long_text": "chatkernel.testing.contract",
+    # The base of fake platform servers.
+    "Call": "chatkernel.testing.fake_platform",
+    "FakePlatform": "chatkernel.testing.fake_platform",
+    "Fault": "chatkernel.testing.fake_platform",
+    "FaultQueue": "chatkernel.testing.fake_platform",
+    "MetaSigner": "chatkernel.testing.fake_platform",
+    "ErrorAnswer": "chatkernel.testing.fake_platform",
+    "RateWindows": "chatkernel.testing.fake_platform",
+    "Signer": "chatkernel.testing.fake_platform",
+    "SecretTokenSigner": "chatkernel.testing.fake_platform",
+    "Signal": "chatkernel.testing.fake_platform",
+    "SlackSigner": "chatkernel.testing.fake_platform",
+    "WebhookAttempt": "chatkernel.testing.fake_platform",
+    "WebhookPusher": "chatkernel.testing.fake_platform",
+    # The real gateway: in-process, or as its own process.
     "gateway_config": "chatkernel.testing.gateway",
     "run_gateway": "chatkernel.testing.gateway",
+    "gateway_process": "chatkernel.testing.process",
+    "wait_for_messages": "chatkernel.testing.process",
 }
 
 __all__ = sorted(_LAZY)
@@ -36,3 +69,7 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

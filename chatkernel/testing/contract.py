@@ -21,16 +21,18 @@ Each contract test runs a real in-process kernel
 (:class:`chatkernel.testing.memory.KernelHarness`) with the plugin's channel
 configured from :meth:`PlatformAdapter.account_config`, a scripted agent, the
 queue in ``followup`` mode without debounce, and the channel's receive loop
-(``channel.run(deliver)``) running against the fake. Optional platform
-features are capabilities: a test about a feature is skipped only when the
-adapter declares the capability absent (``supports_<feature> = False``).
-See ``docs/testing.md``.
+(``channel.run(deliver)``, ``deliver`` being the kernel's receiver, as a gateway
+hands it) running against the fake, the gateway's HTTP server serving the
+channel's webhook routes. Optional platform features are capabilities: a test
+about a feature is skipped only when the adapter declares the capability absent
+(``supports_<feature> = False``). See ``docs/testing.md``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import socket
 import struct
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -41,12 +43,12 @@ import anyio
 import pytest
 
 from chatkernel.core.agents import AgentEvent
-from chatkernel.core.models import InboundMessage
+from chatkernel.core.models import InboundMessage, ProbeResult
 from chatkernel.testing.agents import ScriptedAgent, agent_plugin, scripted_agent
 from chatkernel.testing.memory import KernelHarness
 
-__all__ = ["ChannelContract", "ContractRun", "PlatformAdapter", "needs", "open_contract_run",
-           "wait_until"]
+__all__ = ["ChannelContract", "ContractReceiver", "ContractRun", "PlatformAdapter", "needs",
+           "open_contract_run", "wait_until"]
 
 #: The account every contract test configures: ``[channels.<name>.accounts.main]``.
 ACCOUNT = "main"
@@ -92,6 +94,15 @@ class PlatformAdapter:
     supports_redelivery: ClassVar[bool] = True
     #: Credentials can be revoked on the fake: :meth:`revoke_credentials` (off by default).
     supports_revoke: ClassVar[bool] = False
+    #: The platform can deliver the bot's own messages: :meth:`inject_own_message`.
+    supports_own_messages: ClassVar[bool] = True
+    #: The platform sends events that are not messages for the agent (edits, membership
+    #: changes, service messages...): :meth:`inject_non_message_event` makes each kind
+    #: named in :attr:`non_message_events`.
+    supports_non_message_events: ClassVar[bool] = True
+    #: The kinds of non-message events :meth:`inject_non_message_event` knows, in the
+    #: platform's words (``edited_message``, ``my_chat_member``...).
+    non_message_events: ClassVar[tuple[str, ...]] = ()
 
     #: The channel's text limit, to build a reply that must be split; None: the
     #: channel class's ``limits.text_limit``.
@@ -116,12 +127,16 @@ class PlatformAdapter:
         await self.stop()
 
     async def attach_gateway(self, url: str) -> None:
-        """The gateway's HTTP server (every channel's ``http_routes``) listens at ``url``.
+        """The gateway's HTTP server (every channel's ``http_routes``) is at ``url``.
 
-        Called after each kernel start when the channel has HTTP routes: a
-        webhook platform points its deliveries there. Deliveries the fake could
-        not make while no gateway listened must be retried or held, as the real
-        platform does. The default does nothing.
+        Called before each kernel start, before :meth:`account_config`, so a
+        webhook account can name its public URL (``f"{url}/mychat/main/events"``);
+        the address is bound already and serves once the kernel has started (a
+        delivery made sooner waits for it). Each start has a new address: a
+        webhook platform points its deliveries there, or the channel registers
+        the URL from its config as it starts. Deliveries the fake could not make
+        while no gateway listened must be retried or held, as the real platform
+        does. The default does nothing.
         """
 
     # -- configuration -------------------------------------------------------------------
@@ -203,6 +218,21 @@ class PlatformAdapter:
         raise NotImplementedError("implement PlatformAdapter.revoke_credentials, or leave "
                                   "supports_revoke = False")
 
+    async def inject_own_message(self, chat_id: str, text: str) -> None:
+        """The platform delivers a message the bot itself sent to ``chat_id`` (an echo
+        of its own send, as Slack's events and WeChat's polls carry), as it would."""
+        raise NotImplementedError("implement PlatformAdapter.inject_own_message, or set "
+                                  "supports_own_messages = False")
+
+    async def inject_non_message_event(self, kind: str, chat_id: str, *, sender_id: str,
+                                       text: str) -> None:
+        """The platform delivers an event of ``kind`` (one of
+        :attr:`non_message_events`) in ``chat_id``, caused by ``sender_id``, that is
+        not a message for the agent. Where the event carries text (an edit's new text)
+        it is ``text``, so a test can see whether it reached the agent."""
+        raise NotImplementedError("implement PlatformAdapter.inject_non_message_event, or "
+                                  "set supports_non_message_events = False")
+
 
 # -- waiting ----------------------------------------------------------------------------
 
@@ -231,6 +261,28 @@ async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0,
 # -- one running kernel around the adapter's channel -----------------------------------------
 
 
+class ContractReceiver:
+    """What the receive loop gets as ``deliver``: the kernel's receiver
+    (``kernel.receiver``, which a gateway hands to ``Channel.run``), one message at a
+    time or a batch (``many``), recording each outcome in ``run.deliveries`` and
+    crashing where :meth:`ContractRun.crash_before_delivering` says."""
+
+    def __init__(self, run: ContractRun) -> None:
+        self._run = run
+
+    async def __call__(self, message: InboundMessage) -> str:
+        await self._run._crash_if_due([message])
+        outcome = await self._run.kernel.receiver(message)
+        self._run.deliveries.append((message, outcome))
+        return outcome
+
+    async def many(self, messages: list[InboundMessage]) -> list[str]:
+        await self._run._crash_if_due(messages)
+        outcomes = await self._run.kernel.receiver.many(messages)
+        self._run.deliveries.extend(zip(messages, outcomes))
+        return outcomes
+
+
 def _reply_script(overrides: dict[str, str]) -> Callable[[Any], list[AgentEvent]]:
     def script(request: Any) -> list[AgentEvent]:
         for key, reply in overrides.items():
@@ -248,7 +300,9 @@ class ContractRun:
     set ``agent.gate = anyio.Event()`` to hold turns open); ``replies`` maps a
     token to the reply the agent gives to any message containing it (default
     ``re: <text>``); ``deliveries`` lists ``(message, outcome)`` for every
-    message the receive loop delivered to the kernel.
+    message the receive loop delivered to the kernel (``accepted``,
+    ``duplicate``, or ``invalid`` in a batch); ``receiver`` is the
+    ``deliver`` the loop got.
     """
 
     def __init__(self, adapter: PlatformAdapter, harness: KernelHarness,
@@ -261,6 +315,7 @@ class ContractRun:
         self.agent = agent
         self.replies = replies
         self.deliveries: list[tuple[InboundMessage, str]] = []
+        self.receiver = ContractReceiver(self)
         self.loop_error: BaseException | None = None
         #: Set once a delivery was cut short by :meth:`crash_before_delivering`.
         self.crashed = False
@@ -279,19 +334,18 @@ class ContractRun:
 
     # -- the receive loop ----------------------------------------------------------------
 
-    async def _deliver(self, message: InboundMessage) -> str:
-        if self._crash_token is not None and self._crash_token in message.text:
-            # The process dies before the kernel records the message: the receive
+    async def _crash_if_due(self, messages: list[InboundMessage]) -> None:
+        token = self._crash_token
+        if token is not None and any(token in message.text for message in messages):
+            # The process dies before the kernel records the messages: the receive
             # loop stops where it is, a webhook request never gets its answer.
             self._crash_token = None
             self.crashed = True
             if self._loop_scope is not None:
                 self._loop_scope.cancel()
+        if self.crashed:  # a dead gateway takes nothing more
             await self._dead.wait()
             raise ConnectionAbortedError("the gateway died during this delivery")
-        outcome = await self.kernel.deliver(message)
-        self.deliveries.append((message, outcome))
-        return outcome
 
     async def _run_loop(self, done: anyio.Event, *, task_status: Any) -> None:
         try:
@@ -299,7 +353,7 @@ class ContractRun:
                 self._loop_scope = scope
                 task_status.started()
                 try:
-                    await self.channel.run(self._deliver)
+                    await self.channel.run(self.receiver)
                 except Exception as exc:  # recorded: the waits fail with it at once
                     self.loop_error = exc
                 else:
@@ -311,7 +365,7 @@ class ContractRun:
             done.set()
 
     async def start_loop(self) -> None:
-        """Start the channel's receive loop (``channel.run(deliver)``)."""
+        """Start the channel's receive loop (``channel.run(receiver)``)."""
         if self._loop_done is not None and not self._loop_done.is_set():
             raise RuntimeError("the receive loop is already running")
         self.loop_error = None
@@ -328,9 +382,10 @@ class ContractRun:
         self._loop_scope = None
 
     def crash_before_delivering(self, token: str) -> None:
-        """Simulate a crash when the next message containing ``token`` is delivered:
-        the kernel never records it, the receive loop stops, a webhook delivery
-        fails when the run ends."""
+        """Simulate a crash when the next message containing ``token`` is delivered
+        (alone or in a batch): the kernel never records it (nor the rest of its
+        batch), the receive loop stops, a webhook delivery fails when the run ends,
+        and nothing more is taken until then."""
         self._crash_token = token
 
     def check_loop(self) -> None:
@@ -375,6 +430,12 @@ class ContractRun:
     def agent_texts(self) -> list[str]:
         return [request.text for request in self.agent.requests]
 
+    async def probe(self) -> ProbeResult:
+        """Probe the account as ``chatkernel health`` does (``kernel.health.probe``:
+        the ``health_probe`` hook, bounded by the adapter's timeout)."""
+        results = await self.kernel.health.probe([self.account], timeout=self.timeout)
+        return results[self.account.key]
+
     def turn_for(self, token: str) -> Any:
         """The one agent turn whose text contains ``token``."""
         found = [request for request in self.agent.requests if token in request.text]
@@ -390,34 +451,39 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
     """Start a kernel (state under ``home``) with the adapter's channel and a scripted agent.
 
     The queue is in ``followup`` mode without debounce, so each message is a
-    turn of its own. ``loop``: start the receive loop too. On exit the receive
-    loop stops, then the gateway's HTTP server (when the channel has routes),
-    then the kernel. A second run on the same ``home`` reuses the same store
-    (a restart).
+    turn of its own. The gateway's address is bound and given to the adapter
+    (:meth:`PlatformAdapter.attach_gateway`) before the account is configured;
+    it serves once the kernel has started. ``loop``: start the receive loop
+    too. On exit the receive loop stops, then the gateway's HTTP server, then
+    the kernel. A second run on the same ``home`` reuses the same store (a
+    restart).
     """
     if adapter.channel_plugin is None or not adapter.channel_name:
         raise TypeError(f"{type(adapter).__name__} must set channel_plugin and channel_name")
     replies: dict[str, str] = {}
     agent = scripted_agent(script=_reply_script(replies), name="contract")
-    section = {**adapter.channel_config(),
-               "accounts": {ACCOUNT: {**adapter.account_config(),
-                                      "allow_from": list(allow_from)}}}
-    config: dict[str, Any] = {
-        "agent": {"kind": "contract"},
-        "queue": {"mode": "followup", "debounce_ms": 0},
-        "channels": {adapter.channel_name: section},
-    }
-    for key, value in (extra_config or {}).items():
-        config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
     plugin_name = getattr(adapter.channel_plugin, "__name__", None) or \
         f"chatkernel_{adapter.channel_name}"
-    harness = KernelHarness(home, config=config, plugins=[
-        (plugin_name, adapter.channel_plugin),
-        ("chatkernel.testing.contract.agent", agent_plugin(agent))])
     async with contextlib.AsyncExitStack() as stack:
+        listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
+        await adapter.attach_gateway(f"http://127.0.0.1:{listener.getsockname()[1]}")
+        section = {**adapter.channel_config(),
+                   "accounts": {ACCOUNT: {**adapter.account_config(),
+                                          "allow_from": list(allow_from)}}}
+        config: dict[str, Any] = {
+            "agent": {"kind": "contract"},
+            "queue": {"mode": "followup", "debounce_ms": 0},
+            "channels": {adapter.channel_name: section},
+        }
+        for key, value in (extra_config or {}).items():
+            config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) \
+                else value
+        harness = KernelHarness(home, config=config, plugins=[
+            (plugin_name, adapter.channel_plugin),
+            ("chatkernel.testing.contract.agent", agent_plugin(agent))])
         await stack.enter_async_context(harness)
         run = ContractRun(adapter, harness, agent, replies)
-        await _serve_http_routes(run, stack)
+        await _serve_gateway(run, stack, listener)
         if loop:
             await run.start_loop()
         stack.push_async_callback(run.stop_loop)
@@ -426,11 +492,10 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
     run.check_loop()
 
 
-async def _serve_http_routes(run: ContractRun, stack: contextlib.AsyncExitStack) -> None:
-    """Serve the channels' webhook routes, as the gateway does, and tell the adapter."""
-    if not any(account.channel is not None and account.channel.http_routes()
-               for account in run.kernel.accounts.values()):
-        return
+async def _serve_gateway(run: ContractRun, stack: contextlib.AsyncExitStack,
+                         listener: socket.socket) -> None:
+    """Serve the gateway's app (every channel's routes, the control API, health) on the
+    socket already bound, as the gateway does."""
     from aiohttp import web
 
     from chatkernel.core.control import new_token
@@ -440,10 +505,7 @@ async def _serve_http_routes(run: ContractRun, stack: contextlib.AsyncExitStack)
                            handle_signals=False)
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    await run.adapter.attach_gateway(f"http://{host}:{port}")
+    await web.SockSite(runner, listener).start()
 
 
 # -- files for the media test -----------------------------------------------------------------
@@ -496,7 +558,9 @@ class ChannelContract:
     started adapter). Tests skipped by capability: redelivery
     (``supports_redelivery``), groups (``supports_groups``), threads
     (``supports_threads``), media out (``supports_media_out``), typing
-    (``supports_typing``), revoked credentials (``supports_revoke``).
+    (``supports_typing``), revoked credentials (``supports_revoke``), the bot's
+    own messages (``supports_own_messages``), non-message events
+    (``supports_non_message_events``).
     """
 
     pytestmark = pytest.mark.anyio
@@ -706,19 +770,20 @@ class ChannelContract:
     # 9
     async def test_probe_reports_ok_with_a_latency(self, contract_kernel):
         run = contract_kernel
-        with anyio.fail_after(run.timeout):  # the probe path `chatkernel health` takes
-            result = (await run.kernel.health.probe([run.account]))[run.account.key]
-        assert result is not None and result.ok, result
+        result = await run.probe()
+        assert result.ok, result
         assert isinstance(result.latency_ms, (int, float)) and result.latency_ms >= 0, result
+        assert run.account.runtime.last_probe is result  # what `chatkernel health` shows
 
     @needs("revoke")
     async def test_probe_reports_refused_credentials_without_raising(self, contract_kernel):
         run = contract_kernel
-        adapter = run.adapter
-        await adapter.revoke_credentials()
-        with anyio.fail_after(run.timeout):
-            result = await run.channel.probe()
+        await run.adapter.revoke_credentials()
+        result = await run.probe()
         assert not result.ok and result.detail, result
+        # The channel's probe answered: it neither raised nor ran out of time.
+        assert not result.detail.startswith("the probe failed"), result
+        assert not result.extra.get("timed_out"), result
 
     # 10
     @needs("typing")
@@ -765,6 +830,7 @@ class ChannelContract:
         # The cursor was saved: the fresh loop did not fetch answered messages again.
         assert again == [], f"the restarted loop delivered old messages again: {again}"
 
+    # 12
     async def test_crash_during_delivery_loses_nothing(self, platform_adapter, tmp_path):
         adapter = platform_adapter
         chat, user = adapter.direct_chat(1), adapter.user_id(1)
@@ -783,7 +849,7 @@ class ChannelContract:
             await run.settle()
         assert run.tokens_sent(chat, tokens) == tokens, run.texts(chat)
 
-    # 12
+    # 13
     async def test_status_is_answered_without_the_agent(self, contract_kernel):
         run = contract_kernel
         adapter = run.adapter
@@ -797,3 +863,36 @@ class ChannelContract:
         answer = answers[0]
         assert adapter.channel_name in answer and not answer.startswith("re:"), answer
         assert run.agent.requests == [], run.agent_texts()
+
+    # 14
+    @needs("own_messages")
+    async def test_the_bots_own_messages_are_ignored(self, contract_kernel):
+        run = contract_kernel
+        adapter = run.adapter
+        chat, user = adapter.direct_chat(1), adapter.user_id(1)
+        await adapter.inject_own_message(chat, "my own words om01z")
+        # Once the message after it is answered, the bot's own went through too.
+        await adapter.inject(chat, "after om02z", sender_id=user)
+        await run.wait_for_tokens(chat, ["om02z"])
+        await run.settle()
+        assert run.tokens_sent(chat, ["om01z", "om02z"]) == ["om02z"], run.texts(chat)
+        assert not any("om01z" in text for text in run.agent_texts()), run.agent_texts()
+
+    # 15
+    @needs("non_message_events")
+    async def test_events_that_are_not_messages_are_ignored(self, contract_kernel):
+        run = contract_kernel
+        adapter = run.adapter
+        kinds = adapter.non_message_events
+        assert kinds, (f"{type(adapter).__name__}: name the events in non_message_events, "
+                       "or set supports_non_message_events = False")
+        chat, user = adapter.direct_chat(1), adapter.user_id(1)
+        for n, kind in enumerate(kinds, 1):
+            await adapter.inject_non_message_event(kind, chat, sender_id=user,
+                                                   text=f"not a message ne{n:02d}z")
+        await adapter.inject(chat, "after nm00z", sender_id=user)
+        await run.wait_for_tokens(chat, ["nm00z"])
+        await run.settle()
+        assert len(run.agent.requests) == 1 and "nm00z" in run.agent_texts()[0], \
+            f"turns for {kinds}: {run.agent_texts()}"
+        assert len(run.texts(chat)) == 1, run.texts(chat)

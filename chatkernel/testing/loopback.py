@@ -1,6 +1,7 @@
 """A small chat platform and its channel, for end-to-end and crash tests.
 
-:class:`FakePlatform` is a real HTTP server on 127.0.0.1 that behaves the way
+:class:`LoopbackPlatform` is a real HTTP server on 127.0.0.1 (on the fake-platform
+base, :mod:`chatkernel.testing.fake_platform`) that behaves the way
 long-polling platforms do (Telegram's ``getUpdates`` is the model): updates
 are kept until a later poll confirms them with ``offset``, so a client that
 crashes before confirming gets them again; sends are recorded in order, with
@@ -40,6 +41,7 @@ from chatkernel.channels import (
     SendResult,
     hookimpl,
 )
+from chatkernel.testing.fake_platform import Call, ErrorAnswer, FakePlatform
 
 
 @dataclass
@@ -55,53 +57,70 @@ class PlatformMessage:
     filename: str | None = None
 
 
-class FakePlatform:
-    """The platform side: ``async with FakePlatform() as platform: platform.url``."""
+#: The methods a send fault applies to.
+SENDS = ("send", "send_media")
 
-    def __init__(self) -> None:
+
+class LoopbackPlatform(FakePlatform):
+    """The platform side: ``async with LoopbackPlatform() as platform: platform.url``.
+
+    Its wire protocol: ``GET /updates?offset=&timeout=`` (a long poll; updates below
+    ``offset`` are confirmed and forgotten), ``POST /send`` (JSON ``chat_id``, ``text``,
+    ``thread_id``), ``POST /send_media`` (multipart ``chat_id``, ``kind``, ``caption``,
+    ``thread_id``, ``file``), ``POST /typing`` (JSON ``chat_id``), ``GET /me`` (the
+    probe). Answers are ``{"ok": true, "result": ...}`` or ``{"ok": false, "error_code",
+    "description", "parameters"}``. Sends are the calls :attr:`calls` records, and the
+    ones ``latency`` and faults apply to.
+    """
+
+    #: The bot's own user id: /me answers it, and its own messages carry it as sender.
+    bot_id = "loopback-bot"
+
+    def __init__(self, *, seed: int = 0) -> None:
+        super().__init__(seed=seed)
+        #: Updates not confirmed yet, oldest first.
         self.updates: list[dict[str, Any]] = []
-        self.sent: list[PlatformMessage] = []
+        #: The chat of every typing indication, in order.
         self.typing: list[str] = []
-        #: HTTP statuses the next sends answer with, in order (429, 503, "drop").
-        self.fail_next: list[int | str] = []
-        self.retry_after = 1
-        #: seconds each send takes (a network round trip), so a crash can hit one mid-way.
-        self.send_latency = 0.0
+        #: The ``retry_after`` a 429 from :meth:`fail_next` carries.
+        self.retry_after: float = 1
         #: The bot's credentials were revoked: /me answers 401.
         self.revoked = False
         self._ids = itertools.count(1)
         self._update_ids = itertools.count(1)
         self._injected: list[dict[str, Any]] = []
-        self._changed = anyio.Event()
-        self._runner: web.AppRunner | None = None
-        self.url = ""
 
-    async def __aenter__(self) -> "FakePlatform":
-        app = web.Application()
-        app.router.add_get("/updates", self._get_updates)
-        app.router.add_post("/send", self._send)
-        app.router.add_post("/send_media", self._send_media)
-        app.router.add_post("/typing", self._typing)
-        app.router.add_get("/me", self._me)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        host, port = self._runner.addresses[0][:2]
-        self.url = f"http://{host}:{port}"
-        return self
+    @property
+    def url(self) -> str:
+        """The platform's base URL (the account's ``base_url``)."""
+        return self.base_url
 
-    async def __aexit__(self, *exc_info: Any) -> None:
-        self._wake()  # answer pending long polls now: cleanup waits for open requests
-        if self._runner is not None:
-            await self._runner.cleanup()
+    @property
+    def sent(self) -> list[PlatformMessage]:
+        """Every message the bot sent, in order."""
+        return self.sent_messages
+
+    @property
+    def send_latency(self) -> float:
+        """Seconds each send takes (a network round trip), so a crash can hit one mid-way."""
+        return self.latency
+
+    @send_latency.setter
+    def send_latency(self, seconds: float) -> None:
+        self.latency = seconds
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.get("/updates", self._get_updates), web.post("/send", self._send),
+                web.post("/send_media", self._send_media), web.post("/typing", self._typing),
+                web.get("/me", self._me)]
 
     # -- test side -------------------------------------------------------------------
 
     def inject(self, chat_id: str, text: str, sender_id: str = "user-1", *,
                sender_name: str = "", is_group: bool = False, mentions_bot: bool = False,
                thread_id: str | None = None) -> int:
-        """A user writes to the bot; returns the update id."""
+        """A user (or, with ``sender_id=bot_id``, the bot itself) writes; returns the
+        update id."""
         update_id = next(self._update_ids)
         self.updates.append({"update_id": update_id, "chat_id": chat_id,
                              "sender_id": sender_id, "sender_name": sender_name,
@@ -109,7 +128,7 @@ class FakePlatform:
                              "is_group": is_group, "mentions_bot": mentions_bot,
                              "thread_id": thread_id})
         self._injected.append(self.updates[-1])
-        self._wake()
+        self.changed()
         return update_id
 
     def redeliver(self, message_id: str) -> int:
@@ -118,13 +137,27 @@ class FakePlatform:
         original = next(u for u in reversed(self.injected) if u["message_id"] == message_id)
         update_id = next(self._update_ids)
         self.updates.append({**original, "update_id": update_id})
-        self._wake()
+        self.changed()
         return update_id
 
     @property
     def injected(self) -> list[dict[str, Any]]:
         """Every update injected so far, confirmed or not."""
         return self._injected
+
+    def fail_next(self, *failures: int | str) -> None:
+        """The next sends answer these, in order: an HTTP status (a 429 carries
+        :attr:`retry_after`), or ``"drop"``: the connection dies before an answer."""
+        for failure in failures:
+            if failure == "drop":
+                self.faults.drop(SENDS)
+                continue
+            status = int(failure)
+            body: dict[str, Any] = {"ok": False, "error_code": status, "description": "failure"}
+            if status == 429:
+                body.update(description="Too Many Requests",
+                            parameters={"retry_after": self.retry_after})
+            self.faults.fail(SENDS, ErrorAnswer(status, body))
 
     def texts(self, chat_id: str | None = None, *, thread_id: str | None = None) -> list[str]:
         """Texts of the text messages sent (to a chat; with thread_id, in that thread)."""
@@ -137,16 +170,6 @@ class FakePlatform:
         return [(m.media_kind, m.filename) for m in self.sent if m.media_kind is not None
                 and (chat_id is None or m.chat_id == chat_id)]
 
-    async def wait_for_sent(self, count: int, timeout: float = 10.0) -> list[PlatformMessage]:
-        with anyio.fail_after(timeout):
-            while len(self.sent) < count:
-                await self._changed.wait()
-        return self.sent
-
-    def _wake(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
-
     # -- wire side -----------------------------------------------------------------------
 
     async def _get_updates(self, request: web.Request) -> web.Response:
@@ -154,66 +177,50 @@ class FakePlatform:
         timeout = min(float(request.query.get("timeout", "0")), 10.0)
         # Confirmed updates are forgotten, as Telegram does.
         self.updates = [u for u in self.updates if u["update_id"] >= offset]
-        if not self.updates and timeout:
-            with anyio.move_on_after(timeout):
-                await self._changed.wait()
+        await self.hold(lambda: bool(self.updates), timeout)
         return web.json_response({"ok": True, "result": list(self.updates[:100])})
 
     async def _send(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        failed = await self._failure(request)
-        if failed is not None:
-            return failed
-        return self._record(PlatformMessage(next(self._ids), str(body["chat_id"]),
-                                            str(body["text"]), thread_id=body.get("thread_id")))
+        message = PlatformMessage(0, str(body["chat_id"]), str(body["text"]),
+                                  thread_id=body.get("thread_id"))
+        return await self.serve_call(request, Call(method="send", params=body),
+                                     lambda: self._record(message))
 
     async def _send_media(self, request: web.Request) -> web.StreamResponse:
         """Multipart: chat_id, kind, optional thread_id and caption, and the file."""
         form = await request.post()
-        failed = await self._failure(request)
-        if failed is not None:
-            return failed
         upload = form.get("file")
-        if not isinstance(upload, web.FileField) or not upload.file.read():
-            return web.json_response({"ok": False, "error_code": 400,
-                                      "description": "Bad Request: file is empty"}, status=400)
-        return self._record(PlatformMessage(
-            next(self._ids), str(form["chat_id"]), str(form.get("caption", "")),
+        message = PlatformMessage(
+            0, str(form["chat_id"]), str(form.get("caption", "")),
             thread_id=form.get("thread_id") or None, media_kind=str(form["kind"]),
-            filename=upload.filename))
+            filename=getattr(upload, "filename", None))
 
-    def _record(self, message: PlatformMessage) -> web.Response:
-        self.sent.append(message)
-        self._wake()
+        async def answer() -> web.Response:
+            if not isinstance(upload, web.FileField) or not upload.file.read():
+                raise ErrorAnswer(400, {"ok": False, "error_code": 400,
+                                          "description": "Bad Request: file is empty"})
+            return await self._record(message)
+
+        return await self.serve_call(request, Call(method="send_media", params=dict(form)),
+                                     answer)
+
+    async def _record(self, message: PlatformMessage) -> web.Response:
+        message.message_id = next(self._ids)
+        self.record_sent(message)
         return web.json_response({"ok": True, "result": {"message_id": message.message_id}})
-
-    async def _failure(self, request: web.Request) -> web.StreamResponse | None:
-        if self.send_latency:
-            await anyio.sleep(self.send_latency)
-        if self.fail_next:
-            failure = self.fail_next.pop(0)
-            if failure == "drop":  # the connection dies before an answer
-                assert request.transport is not None
-                request.transport.close()
-                return web.Response(status=500)
-            if failure == 429:
-                return web.json_response({"ok": False, "error_code": 429,
-                                          "description": "Too Many Requests",
-                                          "parameters": {"retry_after": self.retry_after}},
-                                         status=429)
-            return web.json_response({"ok": False, "error_code": failure,
-                                      "description": "failure"}, status=int(failure))
-        return None
 
     async def _typing(self, request: web.Request) -> web.Response:
         self.typing.append(str((await request.json())["chat_id"]))
+        self.changed()
         return web.json_response({"ok": True, "result": True})
 
     async def _me(self, request: web.Request) -> web.Response:
         if self.revoked:
             return web.json_response({"ok": False, "error_code": 401,
                                       "description": "Unauthorized"}, status=401)
-        return web.json_response({"ok": True, "result": {"name": "loopback-bot"}})
+        return web.json_response({"ok": True, "result": {"id": self.bot_id,
+                                                         "name": "loopback-bot"}})
 
 
 class LoopbackAccount(AccountConfig):
@@ -223,7 +230,7 @@ class LoopbackAccount(AccountConfig):
 
 
 class LoopbackChannel(Channel):
-    """A channel for :class:`FakePlatform`, on the channel kit: long polling,
+    """A channel for :class:`LoopbackPlatform`, on the channel kit: long polling,
     confirm-by-offset. It is what a small polling plugin looks like."""
 
     name = "loopback"
@@ -240,6 +247,9 @@ class LoopbackChannel(Channel):
 
     async def run(self, deliver: Deliver) -> None:
         await self.poll_forever(deliver)
+
+    async def identify(self) -> None:
+        self.self_id = str((await self._call("GET", "/me"))["id"])
 
     async def poll(self, cursor: str | None) -> Polled:
         updates = await self._call("GET", "/updates", long_poll=True, params={
@@ -316,7 +326,7 @@ def main() -> None:
     from chatkernel.core.plugins import PluginManager
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--platform", required=True, help="the FakePlatform's URL")
+    parser.add_argument("--platform", required=True, help="the LoopbackPlatform's URL")
     parser.add_argument("--listen", default="127.0.0.1:0")
     args = parser.parse_args()
     config = cfg.parse({

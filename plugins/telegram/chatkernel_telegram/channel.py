@@ -176,6 +176,9 @@ class TelegramChannel(Channel):
         data = update.get("message")
         if not isinstance(data, dict) or "chat" not in data:
             return None
+        if not (data.get("text") or data.get("caption")
+                or any(field in data for field, _ in INBOUND_MEDIA)):
+            return None  # a service message (pinned, joined, a new title): nothing was said
         await self.identify()
         bot = self.bot or {}
         chat = data["chat"]

@@ -23,16 +23,17 @@ with TDLib's error wording ("can't parse entities: ... at byte offset N"), the 4
 migration, optional rate limits answering 429 with ``retry_after``, added latency, and
 injected failures and dropped connections.
 
-Only aiohttp, anyio and the standard library are used, so the module ships with the
-plugin and works offline. It is a model, not Telegram: Markdown parsing is close to
-TDLib's but not byte-for-byte, URLs given to send* methods are not fetched, and methods
-not listed in :meth:`FakeBotAPI.methods` answer 404 like an unknown method.
+It is built on the kernel's fake-platform base (:mod:`chatkernel.testing.fake_platform`:
+the server, the call record, faults, rate windows, latency, webhook pushes) and reads
+markup with :mod:`chatkernel_telegram.entities`; it ships with the plugin and works
+offline. It is a model, not Telegram: Markdown parsing is close to TDLib's but not
+byte-for-byte, URLs given to send* methods are not fetched, and methods not listed in
+:meth:`FakeBotAPI.methods` answer 404 like an unknown method.
 """
 
 from __future__ import annotations
 
 import base64
-import contextlib
 import hashlib
 import itertools
 import json
@@ -41,15 +42,24 @@ import mimetypes
 import re
 import struct
 import time
-import urllib.parse
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import anyio
 from aiohttp import web
+
+from chatkernel.testing import fake_platform
+from chatkernel.testing.fake_platform import FakePlatform, ErrorAnswer, SecretTokenSigner
+from chatkernel_telegram.entities import (
+    EntityParseError,
+    detect_entities,
+    parse_entities,
+    parse_html,
+    parse_markdown,
+    parse_markdown_v2,
+    utf16_len,
+)
 
 __all__ = [
     "DEFAULT_TOKEN",
@@ -249,18 +259,18 @@ class ChatActionRecord:
     timestamp: float
 
 
-@dataclass
-class Call:
-    """Every request that reached a known bot and method, in arrival order."""
+@dataclass(kw_only=True)
+class Call(fake_platform.Call):
+    """Every request that reached a known bot and method, in arrival order: ``method`` in
+    its canonical spelling ("sendMessage"), ``params`` decoded (file parts as
+    UploadedFile), ``status`` the HTTP status answered (None: dropped, not answered yet)."""
 
     token: str
-    method: str                    # canonical spelling ("sendMessage")
-    params: dict[str, Any]         # decoded; file parts as UploadedFile
-    when: float                    # time.time() at arrival
-    http_method: str
-    content_type: str
-    status: int | None = None      # HTTP status answered (None: dropped / not answered yet)
-    description: str | None = None  # the error description, if it failed
+
+    @property
+    def description(self) -> str | None:
+        """The error description, if the call failed."""
+        return self.error.description if isinstance(self.error, BotAPIError) else None
 
 
 @dataclass
@@ -282,15 +292,16 @@ class WebhookDelivery:
         return self.status is not None and 200 <= self.status < 300
 
 
-class BotAPIError(Exception):
-    """An error answer: ``{"ok":false,"error_code":code,"description":...}``."""
+class BotAPIError(ErrorAnswer):
+    """An error answer: ``{"ok":false,"error_code":code,"description":...}``, HTTP status
+    ``code``."""
 
     def __init__(self, code: int, description: str,
                  parameters: dict[str, Any] | None = None) -> None:
-        super().__init__(description)
         self.code = code
         self.description = description
         self.parameters = parameters
+        super().__init__(code, self.payload(), message=description)
 
     def payload(self) -> dict[str, Any]:
         body: dict[str, Any] = {"ok": False, "error_code": self.code,
@@ -302,654 +313,6 @@ class BotAPIError(Exception):
 
 def _bad(reason: str, parameters: dict[str, Any] | None = None) -> BotAPIError:
     return BotAPIError(400, f"Bad Request: {reason}", parameters)
-
-
-# ---------------------------------------------------------------------------------------
-# Text: UTF-16 lengths and Telegram's three markups
-# ---------------------------------------------------------------------------------------
-
-
-def utf16_len(text: str) -> int:
-    """Length in UTF-16 code units, the unit of Telegram's limits and entity offsets."""
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
-
-
-class EntityParseError(ValueError):
-    """Markup Telegram refuses; the message is the reason after "can't parse entities: "."""
-
-
-class _Out:
-    """Parsed text being built, with its length in UTF-16 units."""
-
-    def __init__(self) -> None:
-        self.parts: list[str] = []
-        self.u16 = 0
-
-    def add(self, text: str) -> None:
-        self.parts.append(text)
-        self.u16 += utf16_len(text)
-
-    def text(self) -> str:
-        return "".join(self.parts)
-
-
-def _byte_offset(text: str, index: int) -> int:
-    return len(text[:index].encode("utf-8", "surrogatepass"))
-
-
-_SPACES = " \t\r\n\v\f"
-_SURROGATE_ERROR = ("Text contains invalid Unicode characters after decoding HTML entities, "
-                    "check for unmatched surrogate code units")
-_NAMED_ENTITIES = {"lt": "<", "gt": ">", "amp": "&", "quot": '"'}
-
-
-def _decode_html_entity(text: str, i: int) -> tuple[str | None, int]:
-    """At ``text[i] == "&"``: the decoded character and the index after it, or None.
-
-    Only &lt; &gt; &amp; &quot; and numeric entities are decoded (the ";" is optional);
-    anything else stays literally in the text, as TDLib does.
-    """
-    n = len(text)
-    j = i + 1
-    if j < n and text[j] == "#":
-        j += 1
-        if j < n and text[j] in "xX":
-            j += 1
-            start = j
-            while j < n and text[j] in "0123456789abcdefABCDEF":
-                j += 1
-            base = 16
-        else:
-            start = j
-            while j < n and text[j] in "0123456789":
-                j += 1
-            base = 10
-        digits = text[start:j]
-        if not digits or len(digits) > 8:
-            return None, i
-        value = int(digits, base)
-        if value == 0 or value > 0x10FFFF:
-            return None, i
-        if 0xD800 <= value <= 0xDFFF:
-            raise EntityParseError(_SURROGATE_ERROR)
-        if j < n and text[j] == ";":
-            j += 1
-        return chr(value), j
-    start = j
-    while j < n and text[j].isascii() and text[j].isalpha():
-        j += 1
-    value_str = _NAMED_ENTITIES.get(text[start:j])
-    if value_str is None:
-        return None, i
-    if j < n and text[j] == ";":
-        j += 1
-    return value_str, j
-
-
-_HTML_ENTITY_TYPES = {
-    "b": "bold", "strong": "bold", "i": "italic", "em": "italic",
-    "u": "underline", "ins": "underline", "s": "strikethrough", "strike": "strikethrough",
-    "del": "strikethrough", "span": "spoiler", "tg-spoiler": "spoiler", "a": "text_link",
-    "code": "code", "pre": "pre", "blockquote": "blockquote", "tg-emoji": "custom_emoji",
-    "tg-time": "date_time",
-}
-_URL_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
-
-
-def _normalize_url(url: str) -> str | None:
-    """Telegram's view of a link target: ``telegram.org`` -> ``http://telegram.org/``;
-    None when it is no URL (the entity is then dropped)."""
-    url = url.strip()
-    if not url or any(c in url for c in _SPACES):
-        return None
-    if url.lower().startswith(("tg:", "mailto:")):
-        return url
-    if not _URL_SCHEME.match(url):
-        url = "http://" + url
-    try:
-        parts = urllib.parse.urlsplit(url)
-        host = parts.hostname or ""
-    except ValueError:
-        return None
-    if not parts.netloc or ("." not in host and host != "localhost"):
-        return None
-    before_fragment = url.split("#", 1)[0]
-    return (f"{parts.scheme.lower()}://{parts.netloc}{parts.path or '/'}"
-            + ("?" + parts.query if "?" in before_fragment else "")
-            + ("#" + parts.fragment if "#" in url else ""))
-
-
-def _merge_pre_code(entities: list[dict[str, Any]], closed: dict[str, Any]) -> bool:
-    """``<pre><code class="language-x">`` over the same text is one pre entity with a
-    language. True when ``closed`` was merged into an entity already recorded."""
-    if closed["type"] not in ("pre", "code"):
-        return False
-    for other in reversed(entities):
-        if other["offset"] != closed["offset"] or other["length"] != closed["length"]:
-            continue
-        pair = {other["type"], closed["type"]}
-        if pair != {"pre", "code"}:
-            continue
-        code = other if other["type"] == "code" else closed
-        language = code.pop("_language", None)
-        if not language:
-            return False
-        other.clear()
-        other.update({"type": "pre", "offset": closed["offset"], "length": closed["length"],
-                      "language": language})
-        return True
-    return False
-
-
-def parse_html(markup: str) -> tuple[str, list[dict[str, Any]]]:
-    """Telegram's HTML parse mode: the visible text and its MessageEntity list.
-
-    Follows TDLib's parser: supported tags only, balanced nesting (``</>`` closes the
-    innermost tag), attributes quoted or not, the four named entities plus numeric ones.
-    Raises :class:`EntityParseError` with TDLib's wording and byte offset.
-    """
-    out = _Out()
-    stack: list[dict[str, Any]] = []
-    entities: list[dict[str, Any]] = []
-    n = len(markup)
-    i = 0
-    while i < n:
-        c = markup[i]
-        if c == "&":
-            decoded, j = _decode_html_entity(markup, i)
-            if decoded is None:
-                out.add("&")
-                i += 1
-            else:
-                out.add(decoded)
-                i = j
-            continue
-        if c != "<":
-            j = i
-            while j < n and markup[j] not in "<&":
-                j += 1
-            out.add(markup[i:j])
-            i = j
-            continue
-        begin = i
-        if i + 1 < n and markup[i + 1] == "/":
-            # An end tag.
-            if not stack:
-                raise EntityParseError(
-                    f"Unexpected end tag at byte offset {_byte_offset(markup, begin)}")
-            j = i + 2
-            while j < n and markup[j] not in _SPACES and markup[j] != ">":
-                j += 1
-            end_name = markup[i + 2:j].lower()
-            while j < n and markup[j] in _SPACES:
-                j += 1
-            if j >= n or markup[j] != ">":
-                raise EntityParseError(
-                    f"Unclosed end tag at byte offset {_byte_offset(markup, begin)}")
-            opened = stack[-1]
-            if end_name and end_name != opened["tag"]:
-                raise EntityParseError(
-                    f"Unmatched end tag at byte offset {_byte_offset(markup, begin)}, "
-                    f"expected \"</{opened['tag']}>\", found \"</{end_name}>\"")
-            stack.pop()
-            _close_html_entity(opened, out, entities)
-            i = j + 1
-            continue
-        # A start tag.
-        j = i + 1
-        while j < n and markup[j] not in _SPACES and markup[j] != ">":
-            j += 1
-        tag = markup[i + 1:j].lower()
-        if j >= n:
-            raise EntityParseError(
-                f"Unclosed start tag at byte offset {_byte_offset(markup, begin)}")
-        if tag not in _HTML_ENTITY_TYPES:
-            raise EntityParseError(
-                f"Unsupported start tag \"{tag}\" at byte offset {_byte_offset(markup, begin)}")
-        attributes, j = _html_attributes(markup, j, tag, begin)
-        opened = {"tag": tag, "offset": out.u16, "part": len(out.parts),
-                  "attributes": attributes}
-        if tag == "span" and attributes.get("class") != "tg-spoiler":
-            raise EntityParseError(
-                f"Tag \"span\" must have class \"tg-spoiler\" at byte offset "
-                f"{_byte_offset(markup, begin)}")
-        if tag == "tg-emoji" and not attributes.get("emoji-id", "").isdigit():
-            raise EntityParseError("Invalid custom emoji identifier specified")
-        if tag == "tg-time":
-            _check_time_attributes(attributes)
-        stack.append(opened)
-        i = j + 1
-    if stack:
-        raise EntityParseError(
-            f"Can't find end tag corresponding to start tag \"{stack[-1]['tag']}\"")
-    for entity in entities:
-        entity.pop("_language", None)
-    entities.sort(key=lambda e: (e["offset"], -e["length"]))
-    return out.text(), entities
-
-
-def _html_attributes(markup: str, j: int, tag: str, begin: int) -> tuple[dict[str, str], int]:
-    """Attributes of a start tag whose name ends at ``j``; returns them and the index
-    of the closing ``>``."""
-    n = len(markup)
-    attributes: dict[str, str] = {}
-    while True:
-        while j < n and markup[j] in _SPACES:
-            j += 1
-        if j >= n:
-            raise EntityParseError(
-                f"Unclosed start tag at byte offset {_byte_offset(markup, begin)}")
-        if markup[j] == ">":
-            return attributes, j
-        name_start = j
-        while j < n and markup[j] not in _SPACES and markup[j] not in "=>":
-            j += 1
-        name = markup[name_start:j].lower()
-        if not name:
-            raise EntityParseError(f"Empty attribute name in the tag \"{tag}\" at byte "
-                                   f"offset {_byte_offset(markup, begin)}")
-        while j < n and markup[j] in _SPACES:
-            j += 1
-        if j >= n or markup[j] != "=":
-            attributes.setdefault(name, "")
-            continue
-        j += 1
-        while j < n and markup[j] in _SPACES:
-            j += 1
-        if j >= n:
-            raise EntityParseError(
-                f"Unclosed start tag \"{tag}\" at byte offset {_byte_offset(markup, begin)}")
-        if markup[j] in "'\"":
-            quote = markup[j]
-            j += 1
-            value = []
-            while j < n and markup[j] != quote:
-                if markup[j] == "&":
-                    decoded, k = _decode_html_entity(markup, j)
-                    if decoded is not None:
-                        value.append(decoded)
-                        j = k
-                        continue
-                value.append(markup[j])
-                j += 1
-            if j >= n:
-                raise EntityParseError(
-                    f"Unclosed start tag at byte offset {_byte_offset(markup, begin)}")
-            j += 1
-            attributes.setdefault(name, "".join(value))
-        else:
-            token_start = j
-            while j < n and (markup[j].isascii() and markup[j].isalnum() or markup[j] in ".-"):
-                j += 1
-            if j < n and markup[j] not in _SPACES and markup[j] != ">":
-                raise EntityParseError(f"Unexpected end of name token at byte offset "
-                                       f"{_byte_offset(markup, token_start)}")
-            attributes.setdefault(name, markup[token_start:j].lower())
-
-
-def _check_time_attributes(attributes: dict[str, str]) -> None:
-    if not attributes.get("unix", "").lstrip("-").isdigit():
-        raise EntityParseError("Invalid Unix time specified")
-    fmt = attributes.get("format", "")
-    if fmt and not (fmt == "r" or set(fmt) <= set("wWdDtT")):
-        raise EntityParseError("Invalid date format used")
-
-
-def _close_html_entity(opened: dict[str, Any], out: _Out,
-                       entities: list[dict[str, Any]]) -> None:
-    length = out.u16 - opened["offset"]
-    if length <= 0:
-        return
-    tag, attributes = opened["tag"], opened["attributes"]
-    entity: dict[str, Any] = {"type": _HTML_ENTITY_TYPES[tag], "offset": opened["offset"],
-                              "length": length}
-    if tag == "a":
-        href = attributes.get("href")
-        if href is None:   # the text itself is the link, if it is a URL
-            href = "".join(out.parts[opened["part"]:])
-            if href != href.strip():
-                return
-        url = _normalize_url(href)
-        if url is None:
-            return
-        entity["url"] = url
-    elif tag == "blockquote" and "expandable" in attributes:
-        entity["type"] = "expandable_blockquote"
-    elif tag == "tg-emoji":
-        entity["custom_emoji_id"] = attributes["emoji-id"]
-    elif tag == "tg-time":
-        entity["unix_time"] = int(attributes["unix"])
-        if attributes.get("format"):
-            entity["date_time_format"] = attributes["format"]
-    elif tag == "code":
-        language = attributes.get("class", "")
-        if language.startswith("language-") and len(language) > len("language-"):
-            entity["_language"] = language[len("language-"):]
-    if not _merge_pre_code(entities, entity):
-        entities.append(entity)   # a code's "_language" stays until parse_html ends
-
-
-_MDV2_RESERVED = frozenset("_*[]()~`>#+-=|{}.!")
-_MDV2_NAMES = {"italic": "Italic", "bold": "Bold", "underline": "Underline",
-               "strikethrough": "Strikethrough", "spoiler": "Spoiler", "code": "Code",
-               "pre": "Pre", "pre_code": "PreCode", "text_link": "TextUrl",
-               "custom_emoji": "CustomEmoji"}
-
-
-def _tg_emoji_or_time(url: str) -> dict[str, Any]:
-    """The entity fields a ``![text](tg://emoji?id=…)`` / ``tg://time?unix=…`` URL gives."""
-    invalid = EntityParseError("Invalid tg://emoji or tg://time URL specified")
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        raise invalid from None
-    if parts.scheme.lower() != "tg" or parts.path not in ("", "/"):
-        raise invalid
-    query = dict(urllib.parse.parse_qsl(parts.query))
-    host = parts.netloc.lower()
-    if host == "emoji" and re.fullmatch(r"[1-9]\d*", query.get("id", "")):
-        return {"custom_emoji_id": query["id"]}
-    if host == "time" and re.fullmatch(r"-?[1-9]\d*|0", query.get("unix", "")):
-        fields: dict[str, Any] = {"type": "date_time", "unix_time": int(query["unix"])}
-        fmt = query.get("format", "")
-        if fmt and not (fmt.lower() == "r" or set(fmt) <= set("wWdDtT")):
-            raise EntityParseError("Invalid date format used")
-        if fmt:
-            fields["date_time_format"] = fmt
-        return fields
-    raise invalid
-
-
-def _mdv2_reserved(c: str) -> EntityParseError:
-    return EntityParseError(
-        f"Character '{c}' is reserved and must be escaped with the preceding '\\'")
-
-
-def _mdv2_url(markup: str, i: int) -> tuple[str, int]:
-    """Reads ``(url)`` from ``markup[i] == "("``; returns the url and the index of ``)``."""
-    n = len(markup)
-    i += 1
-    begin = i
-    url = []
-    while i < n and markup[i] != ")":
-        if markup[i] == "\\" and i + 1 < n and 0 < ord(markup[i + 1]) <= 126:
-            url.append(markup[i + 1])
-            i += 2
-            continue
-        url.append(markup[i])
-        i += 1
-    if i >= n:
-        raise EntityParseError(
-            f"Can't find end of a URL at byte offset {_byte_offset(markup, begin)}")
-    return "".join(url), i
-
-
-def parse_markdown_v2(markup: str) -> tuple[str, list[dict[str, Any]]]:
-    """Telegram's MarkdownV2: the visible text and its entities.
-
-    Reserved characters ``_*[]()~`>#+-=|{}.!`` must be escaped with ``\\`` outside
-    entities, only ``\\`` and the backtick inside code and pre; ``>`` starts a block
-    quotation only at the start of a line. Error wording follows TDLib.
-    """
-    out = _Out()
-    stack: list[dict[str, Any]] = []
-    entities: list[dict[str, Any]] = []
-    quote: dict[str, Any] | None = None
-    n = len(markup)
-    i = 0
-
-    def at(k: int) -> str:
-        return markup[k] if k < n else ""
-
-    def close_quote() -> None:
-        # A quotation ends with its last line, newline included; an entity opened inside
-        # it must end inside it.
-        nonlocal quote
-        assert quote is not None
-        if len(stack) > quote["depth"]:
-            top = stack[-1]
-            raise EntityParseError(f"Can't find end of {_MDV2_NAMES[top['kind']]} entity at "
-                                   f"byte offset {_byte_offset(markup, top['byte_index'])}")
-        if out.u16 > quote["offset"]:
-            entities.append({"type": quote["type"], "offset": quote["offset"],
-                             "length": out.u16 - quote["offset"]})
-        quote = None
-
-    while i < n:
-        c = markup[i]
-        in_code = bool(stack) and stack[-1]["kind"] in ("code", "pre", "pre_code")
-        if not in_code and (i == 0 or markup[i - 1] == "\n"):
-            j = i
-            while j < n and markup[j] == "\r":
-                j += 1
-            marker = 3 if markup.startswith("**>", j) else 1 if at(j) == ">" else 0
-            if quote is not None and (marker != 1 or j > i):
-                close_quote()   # "**>" starts a new quotation
-            if marker:
-                out.add(markup[i:j])
-                if quote is None:
-                    quote = {"type": "blockquote", "offset": out.u16, "depth": len(stack)}
-                i = j + marker
-                continue
-        if (quote is not None and markup.startswith("||", i)
-                and not (stack and stack[-1]["kind"] == "spoiler")
-                and markup[i + 2:].split("\n", 1)[0].strip("\r") == ""):
-            # "||" ending the last line of a quotation makes it expandable.
-            quote["type"] = "expandable_blockquote"
-            i += 2
-            continue
-        if c == "\\" and i + 1 < n and 0 < ord(markup[i + 1]) <= 126:
-            out.add(markup[i + 1])
-            i += 2
-            continue
-        reserved = "`" if in_code else _MDV2_RESERVED
-        if c not in reserved:
-            out.add(c)
-            i += 1
-            continue
-        kind = stack[-1]["kind"] if stack else None
-        is_end = (
-            (kind == "bold" and c == "*")
-            or (kind == "italic" and c == "_" and at(i + 1) != "_")
-            or (kind == "code" and c == "`")
-            or (kind in ("pre", "pre_code") and markup.startswith("```", i))
-            or (kind in ("text_link", "custom_emoji") and c == "]")
-            or (kind == "underline" and markup.startswith("__", i))
-            or (kind == "strikethrough" and c == "~")
-            or (kind == "spoiler" and markup.startswith("||", i))
-        )
-        if not is_end:
-            begin = i
-            argument = ""
-            if c == "_":
-                if at(i + 1) == "_":
-                    new_kind = "underline"
-                    i += 1
-                else:
-                    new_kind = "italic"
-            elif c == "*":
-                new_kind = "bold"
-            elif c == "~":
-                new_kind = "strikethrough"
-            elif c == "|":
-                if at(i + 1) != "|":
-                    raise _mdv2_reserved(c)
-                new_kind = "spoiler"
-                i += 1
-            elif c == "[":
-                new_kind = "text_link"
-            elif c == "`":
-                if markup.startswith("```", i):
-                    i += 3
-                    new_kind = "pre"
-                    j = i
-                    while j < n and markup[j] not in _SPACES and markup[j] != "`":
-                        j += 1
-                    if i != j and j < n and markup[j] != "`":
-                        new_kind = "pre_code"
-                        argument = markup[i:j]
-                        i = j
-                    if at(i) in ("\n", "\r"):
-                        i += 2 if at(i + 1) in ("\n", "\r") and at(i + 1) != at(i) else 1
-                    i -= 1
-                else:
-                    new_kind = "code"
-            elif c == "!":
-                if at(i + 1) != "[":
-                    raise _mdv2_reserved(c)
-                new_kind = "custom_emoji"
-                i += 1
-            else:
-                raise _mdv2_reserved(c)
-            stack.append({"kind": new_kind, "offset": out.u16, "part": len(out.parts),
-                          "byte_index": begin, "argument": argument})
-            i += 1
-            continue
-        opened = stack.pop()
-        entity: dict[str, Any] | None = {"type": opened["kind"], "offset": opened["offset"],
-                                         "length": out.u16 - opened["offset"]}
-        assert entity is not None
-        if opened["kind"] in ("underline", "spoiler"):
-            i += 1
-        elif opened["kind"] in ("pre", "pre_code"):
-            i += 2
-            entity["type"] = "pre"
-            if opened["argument"]:
-                entity["language"] = opened["argument"]
-        elif opened["kind"] == "text_link":
-            if at(i + 1) == "(":
-                url, i = _mdv2_url(markup, i + 1)
-            else:
-                url = "".join(out.parts[opened["part"]:])
-            normalized = _normalize_url(url)
-            entity = None if normalized is None else {**entity, "url": normalized}
-        elif opened["kind"] == "custom_emoji":
-            if at(i + 1) != "(":
-                raise EntityParseError("The entity must contain a tg://emoji or tg://time URL")
-            url, i = _mdv2_url(markup, i + 1)
-            entity.update(_tg_emoji_or_time(url))
-        if entity is not None and entity["length"] > 0:
-            entities.append(entity)
-        i += 1
-    if quote is not None:
-        close_quote()
-    if stack:
-        top = stack[-1]
-        raise EntityParseError(f"Can't find end of {_MDV2_NAMES[top['kind']]} entity at byte "
-                               f"offset {_byte_offset(markup, top['byte_index'])}")
-    entities.sort(key=lambda e: (e["offset"], -e["length"]))
-    return out.text(), entities
-
-
-def parse_markdown(markup: str) -> tuple[str, list[dict[str, Any]]]:
-    """Telegram's legacy Markdown: ``*bold*``, ``_italic_``, ``[text](url)``, ``\\`code\\```,
-    pre blocks; no nesting; ``\\`` escapes ``_ * ` [``."""
-    out = _Out()
-    entities: list[dict[str, Any]] = []
-    n = len(markup)
-    i = 0
-    while i < n:
-        c = markup[i]
-        if c == "\\" and i + 1 < n and markup[i + 1] in "_*`[":
-            out.add(markup[i + 1])
-            i += 2
-            continue
-        if c not in "_*`[":
-            out.add(c)
-            i += 1
-            continue
-        begin = i
-        end_char = "]" if c == "[" else c
-        is_pre = False
-        language = ""
-        i += 1
-        if c == "`" and markup.startswith("``", i):
-            is_pre = True
-            i += 2
-            j = i
-            while j < n and markup[j] not in _SPACES and markup[j] != "`":
-                j += 1
-            if i != j and j < n and markup[j] != "`":
-                language = markup[i:j]
-                i = j
-            if i < n and markup[i] in "\r\n":
-                i += 2 if i + 1 < n and markup[i + 1] in "\r\n" and markup[i + 1] != markup[i] \
-                    else 1
-        offset, first_part = out.u16, len(out.parts)
-        while i < n and (markup[i] != end_char
-                         or (is_pre and not markup.startswith("``", i + 1))):
-            out.add(markup[i])
-            i += 1
-        if i >= n:
-            raise EntityParseError(f"Can't find end of the entity starting at byte offset "
-                                   f"{_byte_offset(markup, begin)}")
-        length = out.u16 - offset
-        if length > 0:
-            entity: dict[str, Any] | None = {"offset": offset, "length": length}
-            assert entity is not None
-            if c == "_":
-                entity["type"] = "italic"
-            elif c == "*":
-                entity["type"] = "bold"
-            elif c == "[":
-                if i + 1 < n and markup[i + 1] == "(":
-                    j = i + 2
-                    while j < n and markup[j] != ")":
-                        j += 1
-                    url = markup[i + 2:j]
-                    i = j
-                else:
-                    url = "".join(out.parts[first_part:])
-                normalized = _normalize_url(url)
-                entity = None if normalized is None else {**entity, "type": "text_link",
-                                                          "url": normalized}
-            elif is_pre:
-                entity["type"] = "pre"
-                if language:
-                    entity["language"] = language
-            else:
-                entity["type"] = "code"
-            if entity is not None:
-                entities.append(entity)
-        if is_pre:
-            i += 2
-        i += 1
-    return out.text(), entities
-
-
-def parse_entities(text: str, parse_mode: str | None) -> tuple[str, list[dict[str, Any]]]:
-    """Visible text and entities of ``text`` under ``parse_mode`` (case-insensitive; empty
-    or None: plain text). Raises :class:`BotAPIError` as the Bot API answers."""
-    mode = (parse_mode or "").lower()
-    try:
-        if mode == "":
-            return text, []
-        if mode == "html":
-            return parse_html(text)
-        if mode == "markdownv2":
-            return parse_markdown_v2(text)
-        if mode == "markdown":
-            return parse_markdown(text)
-    except EntityParseError as exc:
-        raise _bad(f"can't parse entities: {exc}") from None
-    raise _bad("unsupported parse_mode")
-
-
-_MENTION = re.compile(r"(?<![\w@/])@([A-Za-z0-9_]{3,32})(?!\w)")
-_COMMAND = re.compile(r"(?<![\w/])/[A-Za-z0-9_]{1,64}(?:@[A-Za-z0-9_]{3,32})?(?![\w/])")
-
-
-def detect_entities(text: str) -> list[dict[str, Any]]:
-    """The entities Telegram adds to an incoming text: mentions and bot commands."""
-    found: list[tuple[int, int, str]] = []
-    for match in _COMMAND.finditer(text):
-        found.append((match.start(), match.end(), "bot_command"))
-    for match in _MENTION.finditer(text):
-        if not any(s <= match.start() < e for s, e, _ in found):
-            found.append((match.start(), match.end(), "mention"))
-    found.sort()
-    return [{"offset": utf16_len(text[:s]), "length": utf16_len(text[s:e]), "type": kind}
-            for s, e, kind in found]
 
 
 # ---------------------------------------------------------------------------------------
@@ -1032,25 +395,6 @@ class _Params:
 # ---------------------------------------------------------------------------------------
 
 
-class _Signal:
-    """Wakes every waiter; waiters re-check state, so no wake-up is lost."""
-
-    def __init__(self) -> None:
-        self._event: anyio.Event | None = None
-
-    def fire(self) -> None:
-        if self._event is not None:
-            self._event.set()
-            self._event = None
-
-    async def wait(self, timeout: float | None = None) -> None:
-        if self._event is None:
-            self._event = anyio.Event()
-        event = self._event
-        with anyio.move_on_after(timeout):
-            await event.wait()
-
-
 @dataclass
 class _Webhook:
     url: str
@@ -1081,7 +425,7 @@ class _Bot:
     last_error_date: int | None = None
     last_error_message: str | None = None
     poll: _Poll | None = None
-    signal: _Signal = field(default_factory=_Signal)
+    signal: fake_platform.Signal = field(default_factory=fake_platform.Signal)
     commands: dict[str, list[dict[str, str]]] = field(default_factory=dict)
     revoked: bool = False
 
@@ -1095,40 +439,6 @@ class _Bot:
         if self.allowed_updates:
             return kind in self.allowed_updates
         return kind not in OPT_IN_UPDATE_TYPES
-
-
-class _Windows:
-    """Rolling windows of send times, for the optional rate limits."""
-
-    def __init__(self) -> None:
-        self._hits: dict[tuple[Any, ...], deque[float]] = {}
-
-    def wait(self, rules: list[tuple[tuple[Any, ...], int, float]], now: float) -> float:
-        worst = 0.0
-        for key, limit, window in rules:
-            hits = self._hits.setdefault(key, deque())
-            while hits and hits[0] <= now - window:
-                hits.popleft()
-            if len(hits) >= limit:
-                worst = max(worst, hits[0] + window - now)
-        return worst
-
-    def hit(self, rules: list[tuple[tuple[Any, ...], int, float]], now: float) -> None:
-        for key, _, _ in rules:
-            self._hits.setdefault(key, deque()).append(now)
-
-
-@dataclass
-class _Fault:
-    method: str                    # lower-case method name, or "*"
-    token: str | None
-    times: int
-    error: BotAPIError | None = None
-    after_processing: bool = False
-
-    def matches(self, method: str, token: str) -> bool:
-        return (self.method in ("*", method.lower())
-                and (self.token is None or self.token == token))
 
 
 def _image_size(data: bytes) -> tuple[int, int] | None:
@@ -1153,11 +463,16 @@ def _image_size(data: bytes) -> tuple[int, int] | None:
     return None
 
 
-def _error_response(error: BotAPIError) -> web.Response:
-    return web.json_response(error.payload(), status=error.code)
+def _for_bot(token: str | None) -> Callable[[fake_platform.Call], bool] | None:
+    """A fault's condition: calls made with ``token`` (None: with any bot's)."""
+    if token is None:
+        return None
+    return lambda call: getattr(call, "token", None) == token
 
 
 _SECRET_TOKEN = re.compile(r"^[A-Za-z0-9_-]*$")
+_WEBHOOK_ACTIVE = ("Conflict: can't use getUpdates method while webhook is active; "
+                   "use deleteWebhook to delete the webhook first")
 _BOT_COMMAND = re.compile(r"^[a-z0-9_]{1,32}$")
 
 
@@ -1166,12 +481,14 @@ _BOT_COMMAND = re.compile(r"^[a-z0-9_]{1,32}$")
 # ---------------------------------------------------------------------------------------
 
 
-class FakeBotAPI:
+class FakeBotAPI(FakePlatform):
     """The Telegram Bot API, on ``127.0.0.1``: ``async with FakeBotAPI() as api``.
 
     Give clients ``api.base_url`` as their API root and ``api.token``. Tests drive it with
     ``inject_message`` / ``inject_update`` and read back ``sent()``, ``chat_actions``,
-    ``calls`` and ``webhook_deliveries``. See the module docstring for what it models.
+    ``calls`` and ``webhook_deliveries``. See the module docstring for what it models;
+    the server, ``latency``, the call record and ``wait_until`` are
+    :class:`~chatkernel.testing.fake_platform.FakePlatform`'s.
     """
 
     #: ``getUpdates`` timeouts above this are clamped (Telegram's own cap is 50 s).
@@ -1186,16 +503,10 @@ class FakeBotAPI:
                  strict_chats: bool = False,
                  extra_routes: Callable[[FakeBotAPI], list[web.RouteDef]] | None = None
                  ) -> None:
-        self.host = host
-        self.port = port
-        #: More routes for the server (the dev server's ``/_fake/*``), made at start.
-        self.extra_routes = extra_routes
-        self.base_url = ""
+        super().__init__(host=host, port=port, extra_routes=extra_routes)
         #: When True, sends to chats that were never declared (``add_chat``) or seen
         #: (``inject_message``) answer 400 "chat not found".
         self.strict_chats = strict_chats
-        #: Seconds added before answering every method.
-        self.latency = 0.0
         #: Delays between webhook delivery attempts; attempts = len + 1, then the update
         #: is given up (Telegram retries longer, but also gives up eventually).
         self.webhook_retry_delays: tuple[float, ...] = (0.05, 0.1, 0.2, 0.4)
@@ -1207,14 +518,11 @@ class FakeBotAPI:
         self.calls: list[Call] = []
         self.chat_actions: list[ChatActionRecord] = []
         self.webhook_deliveries: list[WebhookDelivery] = []
-        #: Requests answered 429 by the rate limits (see :meth:`enforce_limits`).
-        self.throttled = 0
         #: (method, parameter) pairs a client sent that the method does not take.
         self.unknown_params: list[tuple[str, str]] = []
 
         self._bots: dict[str, _Bot] = {}
         self._default_token = token
-        self._sent: list[SentMessage] = []
         self._chats: dict[int, dict[str, Any]] = {}
         self._migrated: dict[int, int] = {}
         self._blocked: dict[int, tuple[int, str]] = {}
@@ -1224,55 +532,16 @@ class FakeBotAPI:
         self._file_paths: dict[tuple[str, str], StoredFile] = {}
         self._photo_sizes: dict[str, list[dict[str, Any]]] = {}
         self._file_counter = itertools.count(1)
-        self._faults: list[_Fault] = []
         self._limits: dict[str, float] | None = None
-        self._windows = _Windows()
-        self._activity = _Signal()
-        self._closing = False
-        self._runner: web.AppRunner | None = None
-        self._http: aiohttp.ClientSession | None = None
-        self._tg: Any = None
-        self._stack: contextlib.AsyncExitStack | None = None
         self.add_bot(token, username, first_name=first_name)
 
-    # -- lifecycle ----------------------------------------------------------------------
+    @property
+    def client_max_size(self) -> int:  # type: ignore[override]
+        return self.max_upload + 16 * MB
 
-    async def __aenter__(self) -> FakeBotAPI:
-        stack = contextlib.AsyncExitStack()
-        await stack.__aenter__()
-        try:
-            app = web.Application(client_max_size=self.max_upload + 16 * MB)
-            app.router.add_route("*", "/file/bot{token}/{file_path:.+}", self._download)
-            app.router.add_route("*", "/bot{token}/{method}", self._handle)
-            if self.extra_routes is not None:
-                app.router.add_routes(self.extra_routes(self))
-            app.router.add_route("*", "/{tail:.*}", self._not_found)
-            self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
-            await self._runner.setup()
-            stack.push_async_callback(self._runner.cleanup)
-            site = web.TCPSite(self._runner, self.host, self.port)
-            await site.start()
-            host, port = self._runner.addresses[0][:2]
-            self.port = port
-            self.base_url = f"http://{host}:{port}"
-            self._http = aiohttp.ClientSession()
-            stack.push_async_callback(self._http.close)
-            self._tg = await stack.enter_async_context(anyio.create_task_group())
-            stack.callback(self._tg.cancel_scope.cancel)
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._stack = stack
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> None:
-        self._closing = True
-        for bot in self._bots.values():
-            bot.signal.fire()       # long polls answer [] at once
-        self._activity.fire()
-        if self._stack is not None:
-            stack, self._stack = self._stack, None
-            await stack.aclose()
+    def routes(self) -> list[web.RouteDef]:
+        return [web.route("*", "/file/bot{token}/{file_path:.+}", self._download),
+                web.route("*", "/bot{token}/{method}", self._handle)]
 
     # -- bots -----------------------------------------------------------------------------
 
@@ -1307,7 +576,8 @@ class FakeBotAPI:
                 "can_connect_to_business": False, "has_main_web_app": False}
         # Update ids start from "a certain positive number": a different one per bot.
         first_update_id = 100_000_001 + 10_000_000 * len(self._bots)
-        self._bots[token] = _Bot(token=token, user=user, first_update_id=first_update_id)
+        self._bots[token] = _Bot(token=token, user=user, first_update_id=first_update_id,
+                                 signal=self.new_signal())
         return dict(user)
 
     def revoke_token(self, token: str | None = None) -> None:
@@ -1580,7 +850,7 @@ class FakeBotAPI:
         bot.pending.sort(key=lambda u: u["update_id"])
         bot.history[update_id] = update
         bot.signal.fire()
-        self._activity.fire()
+        self.changed()
         return update_id
 
     def inject_message(self, chat_id: int, text: str | None = None, *,
@@ -1596,7 +866,7 @@ class FakeBotAPI:
                        video: str | None = None, audio: str | None = None,
                        voice: str | None = None, animation: str | None = None,
                        date: int | None = None, edited_message_id: int | None = None,
-                       token: str | None = None) -> int:
+                       from_bot: bool = False, token: str | None = None) -> int:
         """A user writes to the bot; returns the update_id.
 
         Builds a real Update/Message: the chat (type from ``chat_type``, else the declared
@@ -1604,7 +874,8 @@ class FakeBotAPI:
         sender, ``mention`` / ``bot_command`` entities with UTF-16 offsets (unless
         ``entities`` is given), a reply to the bot's last message in the chat with
         ``reply_to_bot``, media from file ids made by :meth:`add_file`. With
-        ``edited_message_id`` it is an ``edited_message`` update of that message.
+        ``edited_message_id`` it is an ``edited_message`` update of that message; with
+        ``from_bot`` the bot itself is the sender.
         """
         bot = self._bot(token)
         declared = self._chats.get(chat_id)
@@ -1643,7 +914,8 @@ class FakeBotAPI:
             message = dict(self._messages[(bot.token, chat_id)][edited_message_id])
             message["edit_date"] = int(date if date is not None else time.time())
         else:
-            message = self._new_message(bot, chat, user, thread_id=message_thread_id,
+            sender = self.bot_user(bot.token) if from_bot else user
+            message = self._new_message(bot, chat, sender, thread_id=message_thread_id,
                                         is_topic=is_topic_message, reply_to=reply_to, date=date)
         if text is not None:
             message["text"] = text
@@ -1687,7 +959,7 @@ class FakeBotAPI:
 
     def sent(self, token: str | None = None, *, chat_id: int | None = None) -> list[SentMessage]:
         """Messages sent by the bots (all bots when ``token`` is None), in order."""
-        return [s for s in self._sent
+        return [s for s in self.sent_messages
                 if (token is None or s.token == token)
                 and (chat_id is None or s.chat_id == chat_id)]
 
@@ -1695,24 +967,16 @@ class FakeBotAPI:
         """The visible text (or caption) of each sent message."""
         return [s.plain_text or "" for s in self.sent(token, chat_id=chat_id)]
 
-    def calls_to(self, method: str) -> list[Call]:
-        return [c for c in self.calls if c.method.lower() == method.lower()]
-
     def commands(self, token: str | None = None, *, scope: dict[str, Any] | None = None,
                  language_code: str = "") -> list[dict[str, str]]:
         """The bot's commands as set by setMyCommands for that scope and language."""
         return list(self._bot(token).commands.get(self._commands_key(scope, language_code), []))
 
-    async def wait_until(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-        """Waits until ``predicate()`` is true (checked after every change the fake sees)."""
-        with anyio.fail_after(timeout):
-            while not predicate():
-                await self._activity.wait(0.05)
-
-    async def wait_for_sent(self, count: int, *, token: str | None = None,
+    async def wait_for_sent(self, count: int, *, token: str | None = None,  # type: ignore[override]
                             timeout: float = 10.0) -> list[SentMessage]:
-        await self.wait_until(lambda: len(self.sent(token)) >= count, timeout)
-        return self.sent(token)
+        """Waits until the bots (one bot, with ``token``) sent ``count`` messages."""
+        return await super().wait_for_sent(
+            count, timeout, where=lambda s: token is None or s.token == token)
 
     async def wait_for_chat_actions(self, count: int, *,
                                     timeout: float = 10.0) -> list[ChatActionRecord]:
@@ -1734,7 +998,7 @@ class FakeBotAPI:
         retry after N" and ``parameters.retry_after`` N (off by default)."""
         self._limits = {"bot": per_bot_per_second, "chat": per_chat_per_second,
                         "group": per_group_per_minute}
-        self._windows = _Windows()
+        self.rates.reset()
 
     def disable_limits(self) -> None:
         self._limits = None
@@ -1744,8 +1008,8 @@ class FakeBotAPI:
                   token: str | None = None) -> None:
         """The next ``times`` calls of ``method`` ("*": any method) answer this error
         (HTTP status = ``error_code``) and have no effect. Faults apply in queue order."""
-        self._faults.append(_Fault(method.lower(), token, times,
-                                   error=BotAPIError(error_code, description, parameters)))
+        self.faults.fail(method, BotAPIError(error_code, description, parameters), times=times,
+                         match=_for_bot(token))
 
     def fail_next_with_retry_after(self, method: str, retry_after: int) -> None:
         """Shorthand: 429 "Too Many Requests: retry after N" with ``retry_after``."""
@@ -1757,20 +1021,11 @@ class FakeBotAPI:
         """The next call of ``method`` reads the request, then the connection is closed
         without an answer. With ``after_processing`` the call takes effect first (the
         message IS sent), as when an answer is lost on the way back."""
-        self._faults.append(_Fault(method.lower(), token, times,
-                                   after_processing=after_processing))
+        self.faults.drop(method, after_processing=after_processing, times=times,
+                         match=_for_bot(token))
 
     def clear_faults(self) -> None:
-        self._faults.clear()
-
-    def _take_fault(self, method: str, token: str) -> _Fault | None:
-        for fault in self._faults:
-            if fault.matches(method, token):
-                fault.times -= 1
-                if fault.times <= 0:
-                    self._faults.remove(fault)
-                return fault
-        return None
+        self.faults.clear()
 
     # -- HTTP plumbing -----------------------------------------------------------------
 
@@ -1779,8 +1034,8 @@ class FakeBotAPI:
         """The Bot API methods the fake implements (canonical spelling)."""
         return list(METHOD_PARAMS)
 
-    async def _not_found(self, request: web.Request) -> web.Response:
-        return _error_response(BotAPIError(404, "Not Found"))
+    async def unknown_route(self, request: web.Request) -> web.Response:
+        return BotAPIError(404, "Not Found").response()
 
     async def _read_params(self, request: web.Request) -> dict[str, Any]:
         values: dict[str, Any] = {}
@@ -1833,55 +1088,30 @@ class FakeBotAPI:
         token = request.match_info["token"]
         bot = self._bots.get(token)
         if bot is None or bot.revoked:
-            return _error_response(BotAPIError(401, "Unauthorized"))
+            return BotAPIError(401, "Unauthorized").response()
         name = request.match_info["method"]
         method = next((m for m in METHOD_PARAMS if m.lower() == name.lower()), None)
         if method is None:
-            return _error_response(BotAPIError(404, "Not Found"))
+            return BotAPIError(404, "Not Found").response()
         try:
             values = await self._read_params(request)
         except BotAPIError as error:
-            return _error_response(error)
-        call = Call(token=token, method=method, params=values, when=time.time(),
-                    http_method=request.method, content_type=request.content_type)
-        self.calls.append(call)
-        self._activity.fire()
+            return error.response()
         attached = {v[len("attach://"):] for v in values.values()
                     if isinstance(v, str) and v.startswith("attach://")}
         for key in values:
             if key not in METHOD_PARAMS[method] and key not in attached:
                 self.unknown_params.append((method, key))
-        if self.latency:
-            await anyio.sleep(self.latency)
-        fault = self._take_fault(method, token)
-        if fault is not None and fault.error is None and not fault.after_processing:
-            return self._drop(request)
-        try:
-            if fault is not None and fault.error is not None:
-                raise fault.error
-            handler = getattr(self, f"_api_{method}")
-            result = await handler(bot, _Params(values))
-            payload: dict[str, Any] = {"ok": True, "result": result}
-            if isinstance(result, _Described):
-                payload = {"ok": True, "result": result.result,
-                           "description": result.description}
-            response = web.json_response(payload)
-            call.status = 200
-        except BotAPIError as error:
-            response = _error_response(error)
-            call.status, call.description = error.code, error.description
-        finally:
-            self._activity.fire()
-        if fault is not None and fault.after_processing:
-            call.status = None
-            return self._drop(request)
-        return response
+        call = Call(token=token, method=method, params=values, http_method=request.method,
+                    content_type=request.content_type)
+        return await self.serve_call(request, call, lambda: self._answer(bot, method, values))
 
-    def _drop(self, request: web.Request) -> web.StreamResponse:
-        # The connection dies with no answer; the client sees a disconnect.
-        if request.transport is not None:
-            request.transport.close()
-        return web.Response(status=500)
+    async def _answer(self, bot: _Bot, method: str, values: dict[str, Any]) -> web.Response:
+        result = await getattr(self, f"_api_{method}")(bot, _Params(values))
+        if isinstance(result, _Described):
+            return web.json_response({"ok": True, "result": result.result,
+                                      "description": result.description})
+        return web.json_response({"ok": True, "result": result})
 
     async def _download(self, request: web.Request) -> web.StreamResponse:
         bot = self._bots.get(request.match_info["token"])
@@ -1889,7 +1119,7 @@ class FakeBotAPI:
         if bot is not None and not bot.revoked:
             stored = self._file_paths.get((bot.token, request.match_info["file_path"]))
         if stored is None:
-            return _error_response(BotAPIError(404, "Not Found"))
+            return BotAPIError(404, "Not Found").response()
         return web.Response(body=stored.data,
                             content_type=stored.mime_type or "application/octet-stream")
 
@@ -1898,19 +1128,16 @@ class FakeBotAPI:
     def _check_rate(self, bot: _Bot, chat: dict[str, Any]) -> None:
         if self._limits is None:
             return
-        rules: list[tuple[tuple[Any, ...], int, float]] = [
-            (("bot", bot.token), int(self._limits["bot"]), 1.0),
-            (("chat", bot.token, chat["id"]), int(self._limits["chat"]), 1.0)]
+        rules = [(("bot", bot.token), int(self._limits["bot"]), 1.0),
+                 (("chat", bot.token, chat["id"]), int(self._limits["chat"]), 1.0)]
         if chat["type"] in ("group", "supergroup"):
             rules.append((("group", bot.token, chat["id"]), int(self._limits["group"]), 60.0))
-        now = time.monotonic()
-        wait = self._windows.wait(rules, now)
-        if wait > 0:
-            self.throttled += 1
-            retry_after = max(1, math.ceil(wait))
-            raise BotAPIError(429, f"Too Many Requests: retry after {retry_after}",
-                              {"retry_after": retry_after})
-        self._windows.hit(rules, now)
+        self.check_rates(rules)
+
+    def rate_limited(self, wait: float) -> BotAPIError:
+        retry_after = max(1, math.ceil(wait))
+        return BotAPIError(429, f"Too Many Requests: retry after {retry_after}",
+                           {"retry_after": retry_after})
 
     # -- methods: identity and updates ----------------------------------------------------
 
@@ -1925,8 +1152,7 @@ class FakeBotAPI:
 
     async def _api_getUpdates(self, bot: _Bot, p: _Params) -> list[dict[str, Any]]:
         if bot.webhook is not None:
-            raise BotAPIError(409, "Conflict: can't use getUpdates method while webhook is "
-                                   "active; use deleteWebhook to delete the webhook first")
+            raise BotAPIError(409, _WEBHOOK_ACTIVE)
         offset = p.int("offset", 0) or 0
         limit = min(max(p.int("limit", 100) or 100, 1), 100)
         # Telegram takes whole seconds; the fake also takes fractions, for fast tests.
@@ -1944,25 +1170,19 @@ class FakeBotAPI:
             previous.terminated = True
             bot.signal.fire()
         poll = bot.poll = _Poll()
-        deadline = time.monotonic() + timeout
         try:
-            while True:
-                if poll.terminated:
-                    raise BotAPIError(409, "Conflict: terminated by other getUpdates request; "
-                                           "make sure that only one bot instance is running")
-                if bot.webhook is not None:
-                    raise BotAPIError(409, "Conflict: can't use getUpdates method while "
-                                           "webhook is active; use deleteWebhook to delete "
-                                           "the webhook first")
-                visible = [u for u in bot.pending if bot.allows(u)][:limit]
-                remaining = deadline - time.monotonic()
-                if visible or remaining <= 0 or self._closing:
-                    return [json.loads(json.dumps(u)) for u in visible]
-                await bot.signal.wait(remaining)
+            await self.hold(lambda: poll.terminated or bot.webhook is not None
+                            or any(bot.allows(u) for u in bot.pending), timeout, bot.signal)
         finally:
             poll.done = True
             if bot.poll is poll:
                 bot.poll = None
+        if poll.terminated:
+            raise BotAPIError(409, "Conflict: terminated by other getUpdates request; "
+                                   "make sure that only one bot instance is running")
+        if bot.webhook is not None:
+            raise BotAPIError(409, _WEBHOOK_ACTIVE)
+        return [json.loads(json.dumps(u)) for u in bot.pending if bot.allows(u)][:limit]
 
     # -- methods: webhooks ----------------------------------------------------------------
 
@@ -2013,9 +1233,8 @@ class FakeBotAPI:
         bot.webhook = _Webhook(url, secret_token, max_connections, ip_address,
                                bot.webhook_generation)
         bot.signal.fire()   # a waiting getUpdates answers 409, the worker wakes
-        if not bot.webhook_worker and self._tg is not None and not self._closing:
+        if not bot.webhook_worker and self.start_soon(self._webhook_worker, bot):
             bot.webhook_worker = True
-            self._tg.start_soon(self._webhook_worker, bot)
 
     def delete_webhook(self, *, drop_pending_updates: bool = False,
                        token: str | None = None) -> None:
@@ -2045,7 +1264,7 @@ class FakeBotAPI:
     async def _webhook_worker(self, bot: _Bot) -> None:
         """Delivers the bot's pending updates to its webhook, in order, one at a time."""
         try:
-            while not self._closing and bot.webhook is not None:
+            while not self.closing and bot.webhook is not None:
                 hook = bot.webhook
                 update = None
                 for candidate in list(bot.pending):
@@ -2059,7 +1278,7 @@ class FakeBotAPI:
                 settled = await self._deliver(bot, hook, update)
                 if settled and update in bot.pending:
                     bot.pending.remove(update)
-                self._activity.fire()
+                self.changed()
         except Exception as exc:  # noqa: BLE001 - a crash must not cancel the host task
             bot.last_error_message = f"fake webhook worker failed: {exc!r}"
         finally:
@@ -2068,44 +1287,23 @@ class FakeBotAPI:
     async def _deliver(self, bot: _Bot, hook: _Webhook, update: dict[str, Any]) -> bool:
         """POSTs one update with retries. True when it is settled (delivered or given up),
         False when the webhook changed meanwhile (the update stays pending)."""
-        assert self._http is not None
-        body = json.dumps(update).encode()
-        headers = {"Content-Type": "application/json"}
-        if hook.secret_token:
-            headers["X-Telegram-Bot-Api-Secret-Token"] = hook.secret_token
-        delays = list(self.webhook_retry_delays)
-        attempt = 0
-        while True:
-            attempt += 1
-            status: int | None = None
-            error: str | None = None
-            reason = ""
-            try:
-                with anyio.fail_after(self.webhook_timeout):
-                    async with self._http.post(hook.url, data=body, headers=headers) as resp:
-                        status = resp.status
-                        reason = resp.reason or ""
-                        await resp.read()
-            except TimeoutError:
-                error = "Read timeout expired"
-            except (aiohttp.ClientError, OSError) as exc:
-                error = f"Connection failed: {exc.__class__.__name__}"
+        def record(attempt: fake_platform.WebhookAttempt) -> None:
             self.webhook_deliveries.append(WebhookDelivery(
                 token=bot.token, url=hook.url, update_id=update["update_id"],
-                attempt=attempt, status=status, error=error,
-                secret_token=hook.secret_token, timestamp=time.time(), update=update))
-            self._activity.fire()
-            if status is not None and 200 <= status < 300:
-                return True
-            bot.last_error_date = int(time.time())
-            bot.last_error_message = error or f"Wrong response from the webhook: {status} {reason}"
-            if bot.webhook is not hook or self._closing:
-                return False
-            if not delays:
-                return True
-            await anyio.sleep(delays.pop(0))
-            if bot.webhook is not hook:
-                return False
+                attempt=attempt.attempt, status=attempt.status, error=attempt.error,
+                secret_token=hook.secret_token, timestamp=attempt.timestamp, update=update))
+            if not attempt.ok:
+                bot.last_error_date = int(attempt.timestamp)
+                bot.last_error_message = (attempt.error or f"Wrong response from the webhook: "
+                                                           f"{attempt.status} {attempt.reason}")
+            self.changed()
+
+        last = await self.webhooks.push(
+            hook.url, update, on_attempt=record,
+            signer=SecretTokenSigner(hook.secret_token) if hook.secret_token else None,
+            wanted=lambda: bot.webhook is hook and not self.closing,
+            delays=self.webhook_retry_delays, timeout=self.webhook_timeout)
+        return last is not None
 
     # -- methods: sending -----------------------------------------------------------------
 
@@ -2116,13 +1314,18 @@ class FakeBotAPI:
             if not isinstance(explicit, list):
                 raise _bad(f"can't parse {entities_param.replace('_', ' ')} JSON object")
             return text, [dict(e) for e in explicit if isinstance(e, dict)]
-        return parse_entities(text, p.str("parse_mode"))
+        try:
+            return parse_entities(text, p.str("parse_mode"))
+        except EntityParseError as exc:
+            raise _bad(f"can't parse entities: {exc}") from None
+        except ValueError as exc:   # a parse mode Telegram does not know
+            raise _bad(str(exc)) from None
 
     def _record(self, bot: _Bot, method: str, chat: dict[str, Any], p: _Params,
                 message: dict[str, Any], *, text: str | None, plain: str | None,
                 entities: list[dict[str, Any]], kind: str, files: list[SentFile],
                 reply_to: dict[str, Any] | None, thread_id: int | None) -> None:
-        self._sent.append(SentMessage(
+        self.record_sent(SentMessage(
             token=bot.token, method=method, chat_id=chat["id"], text=text,
             parse_mode=p.str("parse_mode") or None, message_thread_id=thread_id,
             reply_to=reply_to["message_id"] if reply_to else None, files=files,

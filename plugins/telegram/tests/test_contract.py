@@ -1,11 +1,13 @@
-"""The kernel's channel contract suite, run unchanged against the fake Bot API."""
+"""The kernel's channel contract suite, run unchanged against the fake Bot API: once
+long polling (the default), once with a webhook on the gateway."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import chatkernel_telegram
-from chatkernel.testing.contract import ChannelContract, PlatformAdapter
+from chatkernel.testing import ChannelContract, PlatformAdapter
 from chatkernel_telegram.fake import FakeBotAPI
 
 TOKEN = "123456:AAContractTokenForTestsOnly_abcdefgh"
@@ -14,11 +16,13 @@ MEDIA_KINDS = {"sendPhoto": "photo", "sendDocument": "document", "sendVideo": "v
 
 
 class TelegramAdapter(PlatformAdapter):
-    """Drives :class:`FakeBotAPI` for the Telegram channel."""
+    """Drives :class:`FakeBotAPI` for the Telegram channel, long polling."""
 
     channel_plugin = chatkernel_telegram
     channel_name = "telegram"
     supports_revoke = True
+    #: An edit, the user blocking the bot, a service message (a pinned message).
+    non_message_events = ("edited_message", "my_chat_member", "pinned_message")
 
     def __init__(self) -> None:
         self.api = FakeBotAPI(token=TOKEN, username="chatkernel_bot")
@@ -61,6 +65,29 @@ class TelegramAdapter(PlatformAdapter):
             message_thread_id=int(thread_id) if thread_id else None,
             is_topic_message=thread_id is not None)
 
+    async def inject_own_message(self, chat_id: str, text: str) -> None:
+        self.api.inject_message(int(chat_id), text, from_bot=True)
+
+    async def inject_non_message_event(self, kind: str, chat_id: str, *, sender_id: str,
+                                       text: str) -> None:
+        now = int(time.time())
+        user = {"id": int(sender_id), "is_bot": False, "first_name": "User"}
+        chat = {"id": int(chat_id), "type": "private", "first_name": "User"}
+        # Message ids no message of the test takes, so no dedupe can hide an event.
+        earlier = {"message_id": 900_001, "from": user, "chat": chat, "date": now - 60,
+                   "text": text}
+        bot = self.api.bot_user()
+        events = {
+            "edited_message": {"edited_message": {**earlier, "edit_date": now}},
+            "my_chat_member": {"my_chat_member": {
+                "chat": chat, "from": user, "date": now,
+                "old_chat_member": {"status": "member", "user": bot},
+                "new_chat_member": {"status": "kicked", "user": bot, "until_date": 0}}},
+            "pinned_message": {"message": {"message_id": 900_002, "from": user, "chat": chat,
+                                           "date": now, "pinned_message": earlier}},
+        }
+        self.api.inject_update(events[kind])
+
     def sent_texts(self, chat_id: str, *, thread_id: str | None = None) -> list[str]:
         return [m.plain_text or "" for m in self.api.sent(chat_id=int(chat_id))
                 if m.method == "sendMessage"
@@ -81,5 +108,42 @@ class TelegramAdapter(PlatformAdapter):
         self.api.revoke_token(self.api.token)
 
 
+class TelegramWebhookAdapter(TelegramAdapter):
+    """The same, in webhook mode: the channel registers the gateway's URL with setWebhook
+    as it starts, and the fake POSTs each update there with the secret token."""
+
+    SECRET = "contract_Secret-token"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gateway = ""
+        # Telegram keeps retrying for hours; a restart here takes well under the ~10 s
+        # these add up to, so an update sent while no gateway listens arrives after it.
+        self.api.webhook_retry_delays = (0.05, 0.1, 0.2) + (0.25,) * 40
+
+    async def attach_gateway(self, url: str) -> None:
+        self.gateway = url  # a new address for every kernel start
+
+    def account_config(self) -> dict[str, Any]:
+        return {**super().account_config(), "mode": "webhook",
+                "webhook_url": f"{self.gateway}/telegram/main/webhook",
+                "secret_token": self.SECRET}
+
+
 class TestTelegramContract(ChannelContract):
     adapter_class = TelegramAdapter
+
+
+class TestTelegramWebhookContract(ChannelContract):
+    adapter_class = TelegramWebhookAdapter
+
+    async def test_updates_arrive_through_the_webhook_with_the_secret(self, contract_kernel):
+        run = contract_kernel
+        api = run.adapter.api
+        await run.adapter.inject("1001", "hello wh01z", sender_id="1001")
+        await run.wait_for_tokens("1001", ["wh01z"])
+        assert api.webhook_info()["url"].endswith("/telegram/main/webhook")
+        assert api.calls_to("getUpdates") == []
+        delivered = [d for d in api.webhook_deliveries if d.ok]
+        assert delivered and all(d.secret_token == self.adapter_class.SECRET
+                                 for d in delivered)

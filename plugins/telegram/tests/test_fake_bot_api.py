@@ -22,17 +22,15 @@ import anyio
 import pytest
 from aiohttp import web
 
-from chatkernel_telegram.fake import (
-    LEGACY_PARAMS,
-    METHOD_PARAMS,
-    MB,
+from chatkernel_telegram import entities, fake
+from chatkernel_telegram.entities import (
     EntityParseError,
-    FakeBotAPI,
     parse_html,
     parse_markdown,
     parse_markdown_v2,
     utf16_len,
 )
+from chatkernel_telegram.fake import LEGACY_PARAMS, METHOD_PARAMS, MB, FakeBotAPI
 
 TOKEN = "123456:ABC-DEF1234ghIkl-zyx57W2v1u123ew11"
 OTHER_TOKEN = "654321:ZYX-other-bot-token"
@@ -612,6 +610,8 @@ async def test_markdown_v2_and_markdown(api, http) -> None:
 
 
 def test_parsers_follow_tdlib() -> None:
+    for name in entities.__all__:   # still importable from the fake, where they began
+        assert getattr(fake, name) is getattr(entities, name), name
     assert parse_html("🏟 🏟&lt;<i>a</em   >".replace("</em   >", "</i>")) == (
         "🏟 🏟<a", [{"type": "italic", "offset": 6, "length": 1}])
     assert parse_html("&ge;&lt;&gt;&amp;&quot;&#12345678;&lt")[0] == '&ge;<>&"&#12345678;<'
@@ -757,6 +757,15 @@ async def test_replies_to_the_bot_and_edits(api, http) -> None:
     assert edit["edited_message"]["message_id"] == first["message"]["message_id"]
     assert edit["edited_message"]["text"] == "user replies (edited)"
     assert "edit_date" in edit["edited_message"]
+
+
+@pytest.mark.anyio
+async def test_a_message_from_the_bot_itself(api, http) -> None:
+    api.inject_message(42, "user first")
+    api.inject_message(42, "the bot's own", from_bot=True)
+    user, own = [u["message"] for u in ok(await call(http, api, "getUpdates"))]
+    assert own["from"] == api.bot_user() and own["from"]["is_bot"] is True
+    assert own["chat"] == user["chat"]   # the user's private chat, as before
 
 
 @pytest.mark.anyio
