@@ -1,4 +1,4 @@
-"""The inbound delivery pipeline, the same skeleton for every channel (SPEC §2).
+"""The inbound delivery pipeline, the same skeleton for every channel.
 
 deliver: validate → dedupe + journal → ``inbound_accept`` → slash command? →
 session → route refresh → last active chat → busy hint → queue lane →

@@ -1,4 +1,4 @@
-"""Convert the Markdown an agent writes into a platform's markup (SPEC §4 "Formatting").
+"""Convert the Markdown an agent writes into a platform's markup (docs/outbound.md).
 
 Agents write CommonMark (plus GitHub's ``~~strike~~`` and pipe tables); chat
 platforms each speak their own dialect. The text is parsed once with

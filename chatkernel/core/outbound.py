@@ -137,7 +137,7 @@ class Responder:
     """Consumes one turn's agent events and queues what should be sent.
 
     Outside heartbeats, a stray ``HEARTBEAT_OK`` at the start or end of a text is
-    stripped and a text that is only the token is dropped (SPEC §6). A heartbeat
+    stripped and a text that is only the token is dropped (docs/heartbeats.md). A heartbeat
     turn's reply has been judged already (:mod:`chatkernel.core.heartbeat`):
     ``heartbeat=True`` sends it as it is.
     """
