@@ -277,8 +277,8 @@ class Inbound:
             # Waiting out a debounce: no turn shows the indicator yet, so show it now.
             # (An idle lane starts its turn at once, and a turn indicates itself.)
             kernel.start_indicator(account, route)
-        # The journal entry stays "received" until its turn finishes: both count as
-        # unfinished, so writing "queued" would cost a write and change nothing.
+        # The journal entry stays "received" until its turn finishes: a mark in
+        # between would cost a write and change nothing a restart does.
         outcome = await queue.enqueue(record.key, QueuedMessage(message, seq))
         if self._observed:
             for result in kernel.pm.hook.inbound_delivered(message=message, session=record):
