@@ -23,7 +23,7 @@ import anyio
 from chatkernel.core.commands import CommandContext, parse_command
 from chatkernel.core.lines import Lines
 from chatkernel.core.models import Account, InboundMessage, MediaRef, Verdict
-from chatkernel.core.outbound import await_maybe
+from chatkernel.core.plugins import await_maybe
 from chatkernel.core.queue import QueuedMessage
 from chatkernel.core.sessions import route_for
 

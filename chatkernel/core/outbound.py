@@ -10,17 +10,16 @@ which sends them in order, one session at a time, with retries and pacing.
 
 from __future__ import annotations
 
-import inspect
 import logging
 from pathlib import Path
-from types import CoroutineType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from chatkernel.core.agents import AgentEvent
 from chatkernel.core.chunking import chunk_text
 from chatkernel.core.heartbeat_ack import strip_stray_token
 from chatkernel.core.markers import split_media
 from chatkernel.core.models import Account, OutboundPayload, Route, SendError, SendResult
+from chatkernel.core.plugins import await_maybe
 from chatkernel.core.policy import resolve_media_path
 from chatkernel.core.store.base import LogRow
 
@@ -31,15 +30,6 @@ log = logging.getLogger("chatkernel.outbound")
 
 ERROR_PREFIX = "⚠️ "
 SYSTEM_PREFIX = "ℹ️ "
-
-
-async def await_maybe(value: Any) -> Any:
-    """Hooks may answer with a value or an awaitable of one."""
-    # A coroutine or None first: what hooks answer nearly always, and
-    # inspect.isawaitable's fallback is an ABC check.
-    if type(value) is CoroutineType or (value is not None and inspect.isawaitable(value)):
-        return await value
-    return value
 
 
 def upload_failed(name: str, reason: str) -> str:

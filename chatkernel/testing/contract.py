@@ -705,7 +705,7 @@ class ChannelContract:
 
     # 9
     async def test_probe_reports_ok_with_a_latency(self, contract_kernel):
-        from chatkernel.core.outbound import await_maybe
+        from chatkernel.core.plugins import await_maybe
 
         run = contract_kernel
         with anyio.fail_after(run.timeout):
