@@ -1,4 +1,4 @@
-"""Heartbeats (SPEC §6) on a real in-process kernel, driven by a manual clock.
+"""Heartbeats (docs/heartbeats.md) on a real in-process kernel, driven by a manual clock.
 
 Nothing here waits on the wall clock: the scheduler sleeps on a
 :class:`ManualClock` that only the test moves, and every assertion is about

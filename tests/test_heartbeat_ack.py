@@ -1,4 +1,4 @@
-"""The HEARTBEAT_OK reply contract (SPEC §6): examples and properties."""
+"""The HEARTBEAT_OK reply contract (docs/heartbeats.md): examples and properties."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Session heartbeats from chat: ``/heartbeat`` and ``/hb`` (SPEC §6), on a manual clock."""
+"""Session heartbeats from chat: ``/heartbeat`` and ``/hb`` (docs/heartbeats.md), on a manual clock."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The inbound delivery pipeline, step by step (SPEC §2), on a real in-process kernel."""
+"""The inbound delivery pipeline, step by step, on a real in-process kernel."""
 
 from __future__ import annotations
 

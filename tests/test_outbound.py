@@ -1,4 +1,4 @@
-"""Outbound (SPEC §4, §5, §8): responder, MEDIA markers, retries, markup fallback,
+"""Outbound (docs/outbound.md): responder, MEDIA markers, retries, markup fallback,
 outbox durability, the send policy."""
 
 from __future__ import annotations

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import os
@@ -25,7 +26,7 @@ import stevedore._cache
 from stevedore import ExtensionManager
 
 from chatkernel import hookimpl
-from chatkernel.core.plugins import BUILTIN_PLUGINS, PluginLoadError, PluginManager
+from chatkernel.core.plugins import BUILTIN_PLUGINS, PluginLoadError, PluginManager, await_maybe
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "plugins"
 CHATKERNEL = Path(sys.executable).with_name("chatkernel")
@@ -480,6 +481,26 @@ def test_call_is_traced_when_tracing_is_on():
     assert any("inbound_accept [hook]" in line for line in lines)
     undo()
     assert pm.call("inbound_accept", message="m", account="a")[0] == "deny"
+
+
+@pytest.mark.anyio
+async def test_await_maybe_awaits_what_a_hook_answers_only_when_it_is_awaitable():
+    class Later:  # an awaitable that is neither a coroutine nor a future
+        def __await__(self):
+            yield from asyncio.sleep(0).__await__()
+            return "later"
+
+    async def answer():
+        return "coroutine"
+
+    future = asyncio.get_running_loop().create_future()
+    future.set_result("future")
+    assert await await_maybe(answer()) == "coroutine"
+    assert await await_maybe(future) == "future"
+    assert await await_maybe(Later()) == "later"
+    for plain in (None, "value", 0, [answer]):
+        assert await await_maybe(plain) == plain
+
 
 
 # -- for real: installed packages and the console script -----------------------------------

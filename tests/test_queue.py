@@ -1,4 +1,4 @@
-"""Session lanes and queue modes (SPEC §3) on a real in-process kernel."""
+"""Session lanes and queue modes (docs/gateway.md) on a real in-process kernel."""
 
 from __future__ import annotations
 

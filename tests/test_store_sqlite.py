@@ -170,14 +170,20 @@ async def test_new_migration_upgrades_an_existing_database(db_path, monkeypatch)
         assert (await store.get_session("k")).last_active_at == 5.0
 
 
-@pytest.mark.anyio
-async def test_migration_4_rebuilds_journal_and_outbox_keeping_rows_and_ids(db_path):
+def database_at_version(db_path: Path, version: int) -> sqlite3.Connection:
+    """A database migrated by hand to ``version`` (as an older chatkernel left it)."""
     db_path.parent.mkdir(parents=True)
     db = sqlite3.connect(db_path, isolation_level=None)
-    for script in MIGRATIONS[:3]:
+    for script in MIGRATIONS[:version]:
         for statement in sqlite_module._statements(script):
             db.execute(statement)
-    db.execute("PRAGMA user_version = 3")
+    db.execute(f"PRAGMA user_version = {version}")
+    return db
+
+
+@pytest.mark.anyio
+async def test_migration_4_rebuilds_journal_and_outbox_keeping_rows_and_ids(db_path):
+    db = database_at_version(db_path, 3)
     for n in range(1, 5):
         db.execute("INSERT INTO inbound_journal (channel, account, message_id, message, status,"
                    " received_at) VALUES ('telegram', 'main', ?, ?, ?, 1.0)",
@@ -218,6 +224,57 @@ async def test_migration_4_rebuilds_journal_and_outbox_keeping_rows_and_ids(db_p
         tables = {row[0] for row in store._db.execute(
             "SELECT name FROM sqlite_master WHERE type = 'table'")}
         assert not any(name.endswith("_v4") for name in tables)
+
+
+@pytest.mark.anyio
+async def test_migration_5_drops_the_queued_status_keeping_rows_ids_and_dedupe_keys(db_path):
+    db = database_at_version(db_path, 4)
+    statuses = ["done", "rejected", "queued", "received", "done", "done"]
+    for n, status in enumerate(statuses, start=1):
+        db.execute("INSERT INTO inbound_journal (channel, account, message_id, message, status,"
+                   " received_at) VALUES ('telegram', 'main', ?, ?, ?, 1.0)",
+                   (f"m{n}", encode_message(msg(f"m{n}")), status))
+    db.execute("DELETE FROM inbound_journal WHERE seq = 6")  # the newest row pruned
+    db.close()
+
+    async with SQLiteStore.at(db_path) as store:
+        assert store.schema_version == len(MIGRATIONS) >= 5
+        # a row an older version left "queued" is unfinished still, now as "received"
+        assert [(e.seq, e.message.message_id, e.status)
+                for e in await store.unfinished_inbound()] == \
+            [(3, "m3", "received"), (4, "m4", "received")]
+        assert await store.journal_inbound(msg("m7")) == 7  # after the old high-water mark
+        for n in range(1, 6):  # dedupe keys kept, finished or not
+            assert await store.journal_inbound(msg(f"m{n}")) is None
+        await store.flush()
+        db = store._db
+        assert [row[0] for row in db.execute(
+            "SELECT status FROM inbound_journal ORDER BY seq")] == \
+            ["done", "rejected", "received", "received", "done", "received"]
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            db.execute("UPDATE inbound_journal SET status = 'queued' WHERE seq = 3")
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            db.execute("INSERT INTO inbound_journal (channel, account, message_id, message,"
+                       " status, received_at) VALUES ('c', 'a', 'x', '{}', 'queued', 1.0)")
+        with pytest.raises(ValueError, match="journal status"):
+            await store.set_journal_status(3, "queued")
+        # no temporary b-tree per row for the status CHECK, as after migration 4
+        for sql, params in ((SQLiteStore._JOURNAL_INSERT, ("c", "a", "m", "{}", 1.0)),
+                            ("UPDATE inbound_journal SET status = ? WHERE seq = ?",
+                             ("done", 3))):
+            ops = [row[1] for row in db.execute("EXPLAIN " + sql, params)]
+            assert "OpenEphemeral" not in ops, sql
+        # the partial index of unfinished rows is back, and recovery reads through it
+        (index_sql,) = db.execute("SELECT sql FROM sqlite_master"
+                                  " WHERE name = 'inbound_journal_unfinished'").fetchone()
+        assert index_sql.endswith("WHERE status = 'received'")
+        plan = " ".join(row[-1] for row in db.execute(
+            "EXPLAIN QUERY PLAN SELECT seq, message, status, received_at FROM inbound_journal"
+            " WHERE status = 'received' ORDER BY seq"))
+        assert "inbound_journal_unfinished" in plan
+        tables = {row[0] for row in db.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert not any(name.endswith("_v5") for name in tables)
 
 
 @pytest.mark.anyio
@@ -319,18 +376,18 @@ async def test_journal_statuses_and_unfinished(store):
     assert [e.status for e in entries] == ["received"] * 5
     assert all(before <= e.received_at <= after for e in entries)
 
-    await store.set_journal_status(seqs[0], "queued")
     await store.set_journal_status(seqs[1], "done")
     await store.set_journal_status(seqs[2], "rejected")
     entries = await store.unfinished_inbound()
     assert [(e.seq, e.status) for e in entries] == [
-        (seqs[0], "queued"), (seqs[3], "received"), (seqs[4], "received")]
+        (seqs[0], "received"), (seqs[3], "received"), (seqs[4], "received")]
     assert [e.message.message_id for e in entries] == ["m0", "m3", "m4"]
     # a finished message is still a dedupe key
     assert await store.journal_inbound(msg("m1")) is None
 
-    with pytest.raises(ValueError, match="journal status"):
-        await store.set_journal_status(seqs[3], "finished")
+    for unknown in ("finished", "queued"):  # an entry is received until it is finished
+        with pytest.raises(ValueError, match="journal status must be one of received, done"):
+            await store.set_journal_status(seqs[3], unknown)
     with pytest.raises(KeyError):
         await store.set_journal_status(9999, "done")
 
@@ -344,13 +401,12 @@ async def test_unfinished_entries_survive_close_and_reopen(db_path):
                   route_extra={"context_token": "abc", "n": [1, 2.5, None, {"x": True}]},
                   timestamp=1700000000.25)
     async with SQLiteStore.at(db_path) as store:
-        queued = await store.journal_inbound(message)
+        unfinished = await store.journal_inbound(message)
         done = await store.journal_inbound(msg("m2"))
-        await store.set_journal_status(queued, "queued")
         await store.set_journal_status(done, "done")
     async with SQLiteStore.at(db_path) as store:
         (entry,) = await store.unfinished_inbound()
-    assert entry.seq == queued and entry.status == "queued"
+    assert entry.seq == unfinished and entry.status == "received"
     assert entry.message == message
     assert isinstance(entry.message.media[0].path, Path)
     assert entry.message.media[1].path is None
@@ -379,7 +435,7 @@ async def test_prune_journal_deletes_old_finished_entries_only(store):
     for seq in seqs[:3]:
         await store.set_journal_status(seq, "done")
     await store.set_journal_status(seqs[3], "rejected")
-    await store.set_journal_status(seqs[4], "queued")  # m5, m6 stay "received"
+    # m4, m5, m6 stay "received"
 
     assert await store.prune_journal(time.time() - 3600) == 0  # nothing that old
     assert await store.journal_inbound(msg("m0")) is None  # dedupe still holds
@@ -417,7 +473,7 @@ CHILD = textwrap.dedent("""
             seq = await store.journal_inbound(InboundMessage(
                 "telegram", "main", "chat-1", f"m{i}", "user-1", text=f"message {i}"))
             if i == 0:
-                await store.set_journal_status(seq, "queued")
+                await store.set_journal_status(seq, "rejected")
             if mode == "stream":
                 print(f"m{i}", flush=True)
         print("journaled", flush=True)
@@ -440,8 +496,8 @@ async def assert_all_journaled(path: Path, ids: list[str]) -> None:
         assert store._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         entries = await store.unfinished_inbound()
         found = {e.message.message_id: e for e in entries}
-        assert set(ids) <= set(found)
-        assert found["m0"].status == "queued"
+        assert set(ids) - {"m0"} <= set(found)
+        assert "m0" not in found  # its status change survived too
         assert found[ids[-1]].message.text == f"message {ids[-1][1:]}"
         for message_id in ids:  # redeliveries after the restart are recognized
             assert await store.journal_inbound(msg(message_id, chat_id="chat-1",

@@ -1,4 +1,5 @@
-"""Built-in ``media_path_allowed``: the default policy of SPEC §5."""
+"""Built-in ``media_path_allowed``: the default media-path policy (docs/hooks.md,
+``media_path_allowed``)."""
 
 from chatkernel.core.policy import default_media_policy
 from chatkernel.hookspecs import hookimpl

@@ -1,4 +1,4 @@
-"""Split an agent's reply into chunks a channel accepts (SPEC §4).
+"""Split an agent's reply into chunks a channel accepts (docs/outbound.md).
 
 Every platform caps the length of one message: Telegram at 4096 UTF-16 code
 units, Slack at 4000 characters, WeChat at 3500. :func:`chunk_text` cuts a

@@ -36,7 +36,7 @@ from chatkernel.core import config as cfg
 from chatkernel.core.channel import CREDENTIALS_KEY
 from chatkernel.core.models import Account, AccountRuntime, AccountState, ProbeResult
 from chatkernel.core.monitor import MonitorSettings, resolve_settings, settings_for
-from chatkernel.core.outbound import await_maybe
+from chatkernel.core.plugins import await_maybe
 
 if TYPE_CHECKING:
     from chatkernel.core.kernel import Kernel

@@ -1,5 +1,5 @@
 """Heartbeats: periodic agent turns in a session, so the agent can surface what
-needs attention (SPEC §6). See docs/heartbeats.md for the user's view.
+needs attention. See docs/heartbeats.md for the user's view.
 
 Two kinds, one scheduler:
 

@@ -1,4 +1,5 @@
-"""The heartbeat reply contract: ``HEARTBEAT_OK`` (SPEC §6).
+"""The heartbeat reply contract: ``HEARTBEAT_OK`` (docs/heartbeats.md, "The reply
+contract").
 
 In a heartbeat reply, ``HEARTBEAT_OK`` at the start or at the end is an
 acknowledgement: the token is stripped, and if what remains is at most

@@ -1,6 +1,6 @@
 """``HEARTBEAT.md``: the operator's checklist for heartbeats, in the workspace.
 
-What the scheduler makes of it (SPEC §6):
+What the scheduler makes of it (docs/heartbeats.md, "HEARTBEAT.md"):
 
 - missing: the heartbeat runs anyway (the prompt tells the agent to read the
   file "if it exists");

@@ -1,4 +1,4 @@
-"""The inbound delivery pipeline, the same skeleton for every channel (SPEC §2).
+"""The inbound delivery pipeline, the same skeleton for every channel.
 
 deliver: validate → dedupe + journal → ``inbound_accept`` → slash command? →
 session → route refresh → last active chat → busy hint → queue lane →
@@ -23,7 +23,7 @@ import anyio
 from chatkernel.core.commands import CommandContext, parse_command
 from chatkernel.core.lines import Lines
 from chatkernel.core.models import Account, InboundMessage, MediaRef, Verdict
-from chatkernel.core.outbound import await_maybe
+from chatkernel.core.plugins import await_maybe
 from chatkernel.core.queue import QueuedMessage
 from chatkernel.core.sessions import route_for
 
@@ -277,8 +277,8 @@ class Inbound:
             # Waiting out a debounce: no turn shows the indicator yet, so show it now.
             # (An idle lane starts its turn at once, and a turn indicates itself.)
             kernel.start_indicator(account, route)
-        # The journal entry stays "received" until its turn finishes: both count as
-        # unfinished, so writing "queued" would cost a write and change nothing.
+        # The journal entry stays "received" until its turn finishes: a mark in
+        # between would cost a write and change nothing a restart does.
         outcome = await queue.enqueue(record.key, QueuedMessage(message, seq))
         if self._observed:
             for result in kernel.pm.hook.inbound_delivered(message=message, session=record):

@@ -8,6 +8,7 @@ top, and the test kit runs a kernel in-process without either.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -18,19 +19,13 @@ import anyio
 from anyio.abc import TaskGroup
 
 from chatkernel.core import config as cfg
-from chatkernel.core.agents import Agent, AgentEvent, TurnRequest, collect_agents
+from chatkernel.core.agents import Agent, collect_agents
 from chatkernel.core.channel import Channel, collect_channels
 from chatkernel.core.commands import collect_commands
 from chatkernel.core.health import Health
 from chatkernel.core.heartbeat import Clock as HeartbeatClock
 from chatkernel.core.heartbeat import HeartbeatScheduler
-from chatkernel.core.inbound import (
-    Inbound,
-    InvalidMessage,
-    Receiver,
-    envelope,
-    text_with_media_notes,
-)
+from chatkernel.core.inbound import Inbound, InvalidMessage, Receiver
 from chatkernel.core.indicators import Indicators
 from chatkernel.core.metrics import Metrics
 from chatkernel.core.models import Account, Command, InboundMessage, Route, Session
@@ -40,9 +35,10 @@ from chatkernel.core.outbox import Outbox
 from chatkernel.core.policy import SendPolicy
 from chatkernel.core.plugins import PluginManager, get_plugin_manager
 from chatkernel.core.presence import Presence, PresenceEntry
-from chatkernel.core.queue import Batch, QueuedMessage, QueueSettings, SessionQueue
+from chatkernel.core.queue import QueueSettings, SessionQueue
 from chatkernel.core.sessions import Sessions
-from chatkernel.core.store.base import LogRow, Store
+from chatkernel.core.store.base import Store
+from chatkernel.core.turns import Turns
 
 log = logging.getLogger("chatkernel.kernel")
 
@@ -86,8 +82,6 @@ class Kernel:
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
         self.receiver = Receiver(self.inbound)
         self.indicators = Indicators(lambda key: self.sessions.route(key))
-        #: The responder of each session's running turn (steered messages join it).
-        self._turns: dict[str, Responder] = {}
         self.heartbeats = HeartbeatScheduler(self, heartbeat_clock)
         self.started_at: float | None = None
         #: The gateway's base URL once its HTTP server listens (None in-process).
@@ -164,9 +158,13 @@ class Kernel:
         stack.callback(self._close_queue)  # runs after the task group ended: no worker left
         self._tg = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(self._tg.cancel_scope.cancel)  # runs first on exit: stop turns
-        self._queue = SessionQueue(self._tg, self.run_turn, self.queue_settings,
+        turns = Turns(
+            store=store, sessions=self._sessions, agent=self.agent,
+            account_for=self.account_for, responder=functools.partial(Responder, self),
+            indicators=self.indicators, metrics=self.metrics)
+        self._queue = SessionQueue(self._tg, turns.run, self.queue_settings,
                                    max_concurrent=self.config.queue.max_concurrent,
-                                   on_drop=self._dropped, steer=self._steer,
+                                   on_drop=turns.dropped, steer=turns.steer,
                                    on_busy=self.heartbeats.lane_busy,
                                    on_idle=self.heartbeats.lane_idle)
         queue = self._queue
@@ -417,96 +415,6 @@ class Kernel:
         """Show the typing indicator now (fire and forget; failures only logged)."""
         self.indicators.once(account, route)
 
-    async def run_turn(self, key: str, batch: Batch) -> None:
-        """One agent turn for a session: ask the agent, queue its replies, log the turn."""
-        record = await self.sessions.get(key)
-        if record is None:
-            raise RuntimeError(f"session {key} vanished")
-        account = self.account_for(record.channel, record.account)
-        # The turn's messages are logged with its first reply (or when it ends without
-        # one), in the transaction that finishes their journal entries: a turn replayed
-        # after a crash does not log them twice. Until then the log holds exactly the
-        # history before this turn, which is what the agent reads.
-        user_log = [user_log_row(item.message) for item in batch.items]
-        request = TurnRequest(
-            session_key=key, session_id=record.session_id,
-            text=merge_batch(batch, [text for _, text, _ in user_log]),
-            envelope=envelope(batch.last),
-            media=[media for item in batch.items for media in item.message.media])
-        route = await self.sessions.route(key)
-        if route is None:
-            raise RuntimeError(f"session {key} has no reply route")
-        seqs = [item.seq for item in batch.items if item.seq is not None]
-        responder = Responder(self, account, key, record.session_id, route, seqs,
-                              user_log=user_log)
-        self._turns[key] = responder
-        if not request.heartbeat:
-            self.indicators.begin(account, key)
-        started = time.monotonic()
-        outcome = "ok"
-        try:
-            assert self.agent is not None
-            events = self.agent.turn(request)
-            try:
-                async for event in events:
-                    await responder.handle(event)
-            finally:  # what contextlib.aclosing does, without its two coroutines a turn
-                await events.aclose()
-            await responder.flush()
-        except anyio.get_cancelled_exc_class():
-            outcome = "interrupted"
-            raise
-        except Exception as exc:
-            outcome = "error"
-            log.exception("agent turn failed in %s", key)
-            await responder.flush()
-            await responder.handle(AgentEvent.error(f"the agent failed: {exc}"))
-        finally:
-            del self._turns[key]
-            self.indicators.end(key)
-            self.metrics.tally(self.metrics.turns, outcome).inc()
-            self.metrics.turn_seconds.observe(time.monotonic() - started)
-            # A turn with no reply (or none since these joined it) finishes them here.
-            unlogged, unfinished = responder.unlogged(), responder.unfinished_journal()
-            if unlogged or unfinished:
-                await self._finish(key, record.session_id, unlogged, unfinished)
-
-    async def _finish(self, key: str, session_id: str, log_rows: list[LogRow],
-                      journal_seqs: list[int]) -> None:
-        """Log messages no reply carried and finish their journal entries (shielded:
-        a cancelled turn still closes its books)."""
-        if not log_rows and not journal_seqs:
-            return
-        with anyio.CancelScope(shield=True):
-            if log_rows:
-                await self.store.append_logs(key, session_id, log_rows)
-            for seq in journal_seqs:
-                await self.store.set_journal_status(seq, "done")
-
-    async def _dropped(self, key: str, items: list[QueuedMessage], reason: str) -> None:
-        self.metrics.dropped.labels(reason).inc(len(items))
-        for item in items:
-            log.info("session %s: message %s dropped (%s)", key, item.message.message_id,
-                     reason)
-            if item.seq is not None:
-                await self.store.set_journal_status(item.seq, "done")
-
-    async def _steer(self, key: str, item: QueuedMessage) -> bool:
-        if self.agent is None or not self.agent.supports_steer or key not in self._turns:
-            return False
-        if not await self.agent.steer(key, text_with_media_notes(item.message)):
-            return False
-        responder = self._turns.get(key)
-        if responder is not None:
-            # Part of the turn now: logged and finished with its next reply, or its end.
-            responder.join(user_log_row(item.message), item.seq)
-        else:  # the turn ended while the agent took it: it is over for this message too
-            record = self.sessions.cached(key)
-            await self._finish(key, record.session_id if record else "",
-                               [user_log_row(item.message)] if record else [],
-                               [item.seq] if item.seq is not None else [])
-        return True
-
 
 def own_presence_entry(config: cfg.KernelConfig) -> PresenceEntry:
     """The gateway's own presence entry; its id is stable across restarts."""
@@ -522,26 +430,3 @@ def own_presence_entry(config: cfg.KernelConfig) -> PresenceEntry:
     return PresenceEntry(instance_id, kind="gateway", host=host, version=__version__,
                          platform=f"{platform.system()} {platform.machine()}".strip(),
                          mode="gateway", reason="self")
-
-
-def user_log_row(message: InboundMessage) -> LogRow:
-    """A message's session-log entry: the clean text, who sent it, its platform id."""
-    return ("user", text_with_media_notes(message),
-            {"sender_id": message.sender_id, "message_id": message.message_id})
-
-
-def merge_batch(batch: Batch, texts: list[str] | None = None) -> str:
-    """The text of a turn: one message as is; several (collect) one after another.
-
-    ``texts``: the messages' texts with their media notes, if the caller has them.
-    """
-    if texts is None:
-        texts = [text_with_media_notes(item.message) for item in batch.items]
-    if len(texts) == 1 and not batch.dropped_summary:
-        return texts[0]
-    body = "\n\n".join(text for text in texts if text)
-    if batch.dropped_summary:
-        bullets = "\n".join(f"• {line}" for line in batch.dropped_summary)
-        body = (f"[{len(batch.dropped_summary)} earlier message(s) were dropped while the "
-                f"queue was full:\n{bullets}]\n\n{body}")
-    return body

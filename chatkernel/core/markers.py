@@ -1,4 +1,4 @@
-"""``MEDIA:`` markers in an agent's reply (SPEC §4).
+"""``MEDIA:`` markers in an agent's reply (docs/outbound.md, "From agent events to payloads").
 
 An agent asks for a file to be sent by writing a line of its own::
 

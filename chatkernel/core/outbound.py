@@ -11,17 +11,16 @@ which sends them in order, one session at a time, with retries and pacing.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 from pathlib import Path
-from types import CoroutineType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from chatkernel.core.agents import AgentEvent
 from chatkernel.core.chunking import chunk_text
 from chatkernel.core.heartbeat_ack import strip_stray_token
 from chatkernel.core.markers import split_media
 from chatkernel.core.models import Account, OutboundPayload, Route, SendError, SendResult
+from chatkernel.core.plugins import await_maybe
 from chatkernel.core.policy import resolve_media_path
 from chatkernel.core.store.base import LogRow
 
@@ -32,15 +31,6 @@ log = logging.getLogger("chatkernel.outbound")
 
 ERROR_PREFIX = "⚠️ "
 SYSTEM_PREFIX = "ℹ️ "
-
-
-async def await_maybe(value: Any) -> Any:
-    """Hooks may answer with a value or an awaitable of one."""
-    # A coroutine or None first: what hooks answer nearly always, and
-    # inspect.isawaitable's fallback is an ABC check.
-    if type(value) is CoroutineType or (value is not None and inspect.isawaitable(value)):
-        return await value
-    return value
 
 
 def upload_failed(name: str, reason: str) -> str:
@@ -153,7 +143,7 @@ class Responder:
     """Consumes one turn's agent events and queues what should be sent.
 
     Outside heartbeats, a stray ``HEARTBEAT_OK`` at the start or end of a text is
-    stripped and a text that is only the token is dropped (SPEC §6). A heartbeat
+    stripped and a text that is only the token is dropped (docs/heartbeats.md). A heartbeat
     turn's reply has been judged already (:mod:`chatkernel.core.heartbeat`):
     ``heartbeat=True`` sends it as it is.
     """

@@ -25,10 +25,12 @@ Environment:
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import CoroutineType
 from typing import Any
 
 import pluggy
@@ -313,6 +315,16 @@ class PluginManager(pluggy.PluginManager):
                 name, (None, None))
             infos.append(PluginInfo(name, version, dist, [], builtin, error=reason))
         return sorted(infos, key=lambda info: info.name)
+
+
+async def await_maybe(value: Any) -> Any:
+    """What a hook answered, awaited if it is awaitable: hooks may answer with a
+    value or an awaitable of one (so may command handlers)."""
+    # A coroutine or None first: what hooks answer nearly always, and
+    # inspect.isawaitable's fallback is an ABC check. (Every message passes here.)
+    if type(value) is CoroutineType or (value is not None and inspect.isawaitable(value)):
+        return await value
+    return value
 
 
 def collect_registered(hook: Any, kind: str, base: type | None = None) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The default media-path policy (SPEC §5).
+"""The default media-path policy (docs/hooks.md, ``media_path_allowed``).
 
 A ``full`` account may send any readable file; every other level only files
 under the workspace or the system temporary directory. The path is resolved

@@ -1,7 +1,7 @@
 """Session lanes: one turn at a time per session, a global cap across sessions.
 
 While a session is busy, new messages wait in its lane and are handled by
-the lane's mode (SPEC §3):
+the lane's mode (docs/gateway.md, "Queue modes"):
 
 ``collect``   merged into ONE follow-up turn once the running turn ends;
 ``followup``  one follow-up turn each, in order;

@@ -1,4 +1,4 @@
-"""The retry policy for one outbound request (SPEC §4).
+"""The retry policy for one outbound request (docs/outbound.md, "Retries").
 
 Retries happen per request, never per multi-step flow: a completed step (an
 upload that returned its id) is never repeated. A request is retried only

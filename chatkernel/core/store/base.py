@@ -26,7 +26,7 @@ class JournalEntry:
 
     seq: int
     message: InboundMessage
-    status: str  # "received" | "queued" | "done" | "rejected"
+    status: str  # "received" (unfinished) | "done" | "rejected"
     received_at: float
 
 
@@ -148,7 +148,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def set_journal_status(self, seq: int, status: str) -> None:
-        """Advance a journaled message: ``queued``, ``done`` or ``rejected``."""
+        """Finish a journaled message: ``done`` or ``rejected``."""
 
     @abc.abstractmethod
     async def prune_journal(self, older_than: float) -> int:
@@ -157,7 +157,7 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     async def unfinished_inbound(self) -> list[JournalEntry]:
-        """Entries still ``received`` or ``queued``: replayed after a crash, in seq order."""
+        """Entries still ``received``: replayed after a crash, in seq order."""
 
     # -- outbox ---------------------------------------------------------------------------
 

@@ -112,9 +112,9 @@ CHECKPOINT_INTERVAL: float = 1.0
 #: The most ids one coalesced mark statement takes (see "Coalesced marks").
 MARKS_PER_STATEMENT = 64
 
-JOURNAL_STATUSES: tuple[str, ...] = ("received", "queued", "done", "rejected")
+#: A journal entry is ``received`` until its turn finishes (``done``) or it is refused.
+JOURNAL_STATUSES: tuple[str, ...] = ("received", "done", "rejected")
 OUTBOX_STATUSES: tuple[str, ...] = ("pending", "sending", "sent", "failed", "unknown")
-UNFINISHED_STATUSES: tuple[str, ...] = ("received", "queued")
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
@@ -283,6 +283,37 @@ MIGRATIONS: list[str] = [
     CREATE INDEX inbound_journal_unfinished ON inbound_journal (seq)
         WHERE status IN ('received', 'queued');
     CREATE INDEX outbox_unfinished ON outbox (id) WHERE status IN ('pending', 'sending');
+    """,
+    # 5: the journal without the status `queued`. Nothing writes it any more (an
+    # entry stays `received` until its turn finishes), and each constant of the
+    # CHECK is a comparison on every insert and status update. The journal is
+    # rebuilt as in 4; a row an older version left `queued` becomes `received`,
+    # unfinished as before, so it is still replayed at start.
+    """
+    CREATE TABLE inbound_journal_v5 (
+        seq          INTEGER PRIMARY KEY AUTOINCREMENT,
+        channel      TEXT NOT NULL,
+        account      TEXT NOT NULL,
+        message_id   TEXT NOT NULL,
+        message      TEXT NOT NULL,  -- JSON, chatkernel.core.store.codec
+        status       TEXT NOT NULL DEFAULT 'received'
+                     CHECK (status = 'done' OR status = 'received' OR status = 'rejected'),
+        received_at  REAL NOT NULL,
+        UNIQUE (channel, account, message_id)
+    );
+    INSERT INTO inbound_journal_v5 (seq, channel, account, message_id, message, status,
+                                    received_at)
+        SELECT seq, channel, account, message_id, message,
+               CASE status WHEN 'queued' THEN 'received' ELSE status END, received_at
+        FROM inbound_journal ORDER BY seq;
+
+    -- The old table's high-water mark, not the copy's (see 4): no seq is ever reused.
+    DELETE FROM sqlite_sequence WHERE name = 'inbound_journal_v5';
+    UPDATE sqlite_sequence SET name = 'inbound_journal_v5' WHERE name = 'inbound_journal';
+    DROP TABLE inbound_journal;
+    ALTER TABLE inbound_journal_v5 RENAME TO inbound_journal;
+    CREATE INDEX inbound_journal_unfinished ON inbound_journal (seq)
+        WHERE status = 'received';
     """,
 ]
 
@@ -764,7 +795,7 @@ class SQLiteStore(Store):
         self._write_marks()
         rows = self._run(
             "SELECT seq, message, status, received_at FROM inbound_journal"
-            " WHERE status IN ('received', 'queued') ORDER BY seq").fetchall()
+            " WHERE status = 'received' ORDER BY seq").fetchall()
         return [JournalEntry(seq=seq, message=decode_message(data), status=status,
                              received_at=received_at)
                 for seq, data, status, received_at in rows]
