@@ -26,6 +26,7 @@ from chatkernel.core.markup import (
     to_slack_mrkdwn,
     to_whatsapp,
 )
+from chatkernel.testing import markdown_texts
 
 RENDERERS = (SlackMrkdwn, WhatsAppText, PlainText)
 
@@ -204,19 +205,7 @@ def test_pathological_inputs(md: str) -> None:
 # Properties
 # --------------------------------------------------------------------------
 
-FRAGMENTS = [
-    "*", "**", "_", "__", "~~", "~", "`", "```", "```py\n", "\n```\n", "[", "]", "(", ")",
-    "](", "![", "<", ">", "> ", "&", "&amp;", "&#65;", "&lt;", "#", "# ", "- ", "* ", "+ ",
-    "1. ", "2) ", "|", "| a | b |\n|---|---|\n", "---\n", "===", "\n", "\n\n", "  \n",
-    "    ", "\\", "\\*", '"', "'", "http://x.y/é", "https://e.com/?a=1&b=<2>", "mailto:a@b",
-    "javascript:alert(1)", "data:x", "<http://a.b>", "<a@b.c>", "<b>", "</b>",
-    "<script>", "||", "a", "word", "日本", "é", "\t", "\r\n", "[x]: http://ref.example\n",
-    "[x]", " ",
-]
-markdownish = st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=4), max_size=40).map(
-    "".join
-)
-any_text = st.text(max_size=200) | markdownish
+any_text = markdown_texts()
 
 PROPS = settings(
     max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]

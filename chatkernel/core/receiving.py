@@ -204,18 +204,23 @@ async def receive_failed(channel: "Channel", exc: Exception, backoff: Backoff,
     await anyio.sleep(delay)
 
 
-async def identify(channel: "Channel") -> None:
-    """``channel.identify()`` until it succeeds: a rejected token or an outage waits
-    here, reported, rather than in the supervisor's restarts."""
+async def until_done(channel: "Channel", call: Callable[[], Awaitable[Any]], what: str) -> None:
+    """``await call()`` until it succeeds, each failure reported and waited out (a
+    rejected token or an outage waits here, rather than in the supervisor's restarts)."""
     backoff = Backoff(*channel.receive_backoff)
     failures = 0
     while True:
         try:
-            await channel.identify()
+            await call()
             return
         except PlatformError as exc:
             failures += 1
-            await receive_failed(channel, exc, backoff, failures, "identify")
+            await receive_failed(channel, exc, backoff, failures, what)
+
+
+async def identify(channel: "Channel") -> None:
+    """``channel.identify()``, retried until it succeeds."""
+    await until_done(channel, channel.identify, "identify")
 
 
 async def poll_forever(channel: "Channel", deliver: "Deliver") -> None:
@@ -228,7 +233,7 @@ async def poll_forever(channel: "Channel", deliver: "Deliver") -> None:
     classified by ``channel.receive_trouble`` and retried.
     """
     await identify(channel)
-    await channel.start_polling()
+    await until_done(channel, channel.start_polling, "preparing to poll")
     cursor = await channel.load_cursor()
     backoff = Backoff(*channel.receive_backoff)
     failures = 0

@@ -30,8 +30,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from aiohttp import web
 
-from chatkernel.core.http_client import PlatformError
-from chatkernel.core.receiving import Backoff, identify, receive_events, receive_failed
+from chatkernel.core.receiving import identify, receive_events, until_done
 from chatkernel.core.store.codec import decode_json
 
 if TYPE_CHECKING:
@@ -211,15 +210,7 @@ async def serve_webhook(channel: "Channel", deliver: "Deliver") -> None:
     platform (both retried with backoff until they work), then take requests
     until cancelled."""
     await identify(channel)
-    backoff = Backoff(*channel.receive_backoff)
-    failures = 0
-    while True:
-        try:
-            await channel.register_webhook()
-            break
-        except PlatformError as exc:
-            failures += 1
-            await receive_failed(channel, exc, backoff, failures, "registering the webhook")
+    await until_done(channel, channel.register_webhook, "registering the webhook")
     channel.clear_problem()
     channel.report_alive()
     channel.webhook_deliver = deliver

@@ -38,6 +38,8 @@ _LAZY = {
     "open_contract_run": "chatkernel.testing.contract",
     "png_bytes": "chatkernel.testing.contract",
     "long_text": "chatkernel.testing.contract",
+    # Property tests of a renderer.
+    "markdown_texts": "chatkernel.testing.markdown",
     # The base of fake platform servers.
     "Call": "chatkernel.testing.fake_platform",
     "FakePlatform": "chatkernel.testing.fake_platform",
