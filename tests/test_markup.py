@@ -30,6 +30,7 @@ from chatkernel.testing import markdown_texts
 
 RENDERERS = (SlackMrkdwn, WhatsAppText, PlainText)
 
+
 def alnum(text: str) -> str:
     return "".join(ch for ch in text if ch.isalnum())
 
