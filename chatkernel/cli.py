@@ -122,7 +122,12 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
                    log_level or config.gateway.log_level,
                    secrets=cfg.secret_values(cfg.resolve_env(raw, strict=False)))
     _plugin_manager()
-    anyio.run(lambda: run_gateway(config, config_path=path))
+    from chatkernel.core.homelock import HomeInUse
+
+    try:
+        anyio.run(lambda: run_gateway(config, config_path=path))
+    except HomeInUse as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 # -- proactive sends and sessions -----------------------------------------------------------
