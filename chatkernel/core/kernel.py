@@ -35,6 +35,7 @@ from chatkernel.core.indicators import Indicators
 from chatkernel.core.metrics import Metrics
 from chatkernel.core.models import Account, Command, InboundMessage, Route, Session
 from chatkernel.core.monitor import HealthMonitor
+from chatkernel.core.order import OutputOrder
 from chatkernel.core.outbound import Outbound, Responder
 from chatkernel.core.outbox import Outbox
 from chatkernel.core.policy import SendPolicy
@@ -83,6 +84,8 @@ class Kernel:
         self.outbox = Outbox(self)
         self.send_policy = SendPolicy.from_config(self.config.send_policy)
         self.inbound = Inbound(self)
+        #: Answers sent outside a turn wait for the turns of earlier messages.
+        self.order = OutputOrder()
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
         self.receiver = Receiver(self.inbound)
         self.indicators = Indicators(lambda key: self.sessions.route(key))
@@ -164,7 +167,7 @@ class Kernel:
         stack.callback(self._close_queue)  # runs after the task group ended: no worker left
         self._tg = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(self._tg.cancel_scope.cancel)  # runs first on exit: stop turns
-        self._queue = SessionQueue(self._tg, self.run_turn, self.queue_settings,
+        self._queue = SessionQueue(self._tg, self._run_turn_in_order, self.queue_settings,
                                    max_concurrent=self.config.queue.max_concurrent,
                                    on_drop=self._dropped, steer=self._steer,
                                    on_busy=self.heartbeats.lane_busy,
@@ -471,6 +474,14 @@ class Kernel:
             if unlogged or unfinished:
                 await self._finish(key, record.session_id, unlogged, unfinished)
 
+    async def _run_turn_in_order(self, key: str, batch: Batch) -> None:
+        """A turn, then the answers that waited for it (see chatkernel.core.order)."""
+        try:
+            await self.run_turn(key, batch)
+        finally:
+            with anyio.CancelScope(shield=True):  # an interrupted turn is over too
+                await self.order.closed(key, [item.seq for item in batch.items])
+
     async def _finish(self, key: str, session_id: str, log_rows: list[LogRow],
                       journal_seqs: list[int]) -> None:
         """Log messages no reply carried and finish their journal entries (shielded:
@@ -490,6 +501,7 @@ class Kernel:
                      reason)
             if item.seq is not None:
                 await self.store.set_journal_status(item.seq, "done")
+        await self.order.closed(key, [item.seq for item in items])  # no answer to wait for
 
     async def _steer(self, key: str, item: QueuedMessage) -> bool:
         if self.agent is None or not self.agent.supports_steer or key not in self._turns:
