@@ -21,6 +21,7 @@ from chatkernel.core import config as cfg
 from chatkernel.core.agents import Agent, AgentEvent, TurnRequest, collect_agents
 from chatkernel.core.channel import Channel, collect_channels
 from chatkernel.core.commands import collect_commands
+from chatkernel.core.deliveries import Deliveries
 from chatkernel.core.health import Health
 from chatkernel.core.heartbeat import Clock as HeartbeatClock
 from chatkernel.core.heartbeat import HeartbeatScheduler
@@ -82,6 +83,8 @@ class Kernel:
         self.agent: Agent | None = None
         self.outbound = Outbound(self)
         self.outbox = Outbox(self)
+        #: What became of each payload: health, recent failures, waiting senders.
+        self.deliveries = Deliveries(self)
         self.send_policy = SendPolicy.from_config(self.config.send_policy)
         self.inbound = Inbound(self)
         #: Answers sent outside a turn wait for the turns of earlier messages.
@@ -156,6 +159,7 @@ class Kernel:
         store = self._store
         await store.open()
         stack.push_async_callback(store.close)
+        store.on_commit = self.health.store_committed  # a failed commit turns health red
         self._sessions = Sessions(store)
         self.agent = agent_types[kind](self.config.agent, store)
         stack.push_async_callback(self.agent.aclose)

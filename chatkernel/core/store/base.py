@@ -109,6 +109,10 @@ class Store(abc.ABC):
     """Durable state. Every method is safe to call concurrently from one event loop."""
 
     name: str = "?"
+    #: Told of every commit: ``None`` when it succeeded, the error when it failed (the
+    #: kernel's health listens). A store whose writes are durable as they return (no
+    #: commits of its own) reports a write that failed, if it can.
+    on_commit: Callable[[Exception | None], None] | None = None
 
     async def open(self) -> None:
         """Connect / create the schema (idempotent)."""

@@ -702,6 +702,11 @@ class SQLiteStore(Store):
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")  # type: ignore[union-attr]
             error = StoreError(f"{self.path}: commit failed: {exc}")
+        if self.on_commit is not None and (scheduled or error is not None):
+            try:
+                self.on_commit(error)
+            except Exception:
+                log.exception("%s: the commit observer failed", self.path)
         for callback in callbacks:
             try:
                 callback(error)
