@@ -56,6 +56,9 @@ class WebChatChannel(Channel):
     account_model = WebChatAccount
     limits = ChannelLimits(text_limit=4000, text_unit="chars")
     quiet_by_nature = True
+    #: Its platform is the gateway's own page: without the gateway's HTTP server no one
+    #: sees what it sends (a proactive send with no gateway running is refused).
+    needs_http_server = True
 
     def __init__(self, account, settings=None) -> None:
         super().__init__(account, settings)
