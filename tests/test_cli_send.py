@@ -109,7 +109,8 @@ def test_send_and_sessions_through_the_running_gateway(tmp_path):
         # ... and a send into it is refused, saying why, with nothing queued.
         result = run(home, "sessions", "send", "webchat:default:c1", "blocked?")
         assert result.returncode == 1
-        assert "not sent: the send policy blocks webchat:default:c1" in result.stderr
+        assert ("not sent to webchat:default:c1: blocked by the send policy (this "
+                "session's send setting)") in result.stderr
         result = run(home, "sessions", "history", "webchat:default:c1")
         assert 'not sent: chunk 1/1 "are you there?": blocked by the send policy' in \
             result.stdout

@@ -95,11 +95,17 @@ async def test_through_the_gateway_the_outcome_is_reported_and_is_the_exit_statu
         assert {s["key"] for s in sessions} == {"telegram:main:42", "telegram:main:999"}
         history = (await cli(home, "sessions", "history", "telegram:main:999")).stdout
         assert 'delivery failed: chunk 1/1 "anyone?": Bad Request: chat not found' in history
+        status = (await cli(home, "status")).stdout
+        assert "Recent delivery failures:" in status
+        assert ('telegram:main:999  part 1/1 "again?": failed (platform): Bad Request: chat '
+                'not found') in status
+        assert "Health: ok" in status  # a chat refused it: the account itself is fine
 
         # --no-wait only queues.
         result = await cli(home, "sessions", "send", "telegram:main:999", "--no-wait", "x")
         assert result.returncode == 0, result.stderr
         assert "queued by the running gateway for telegram:main → 999" in result.stdout
+        await bot_api.wait_until(lambda: len(bot_api.calls_to("sendMessage")) == 4)
 
         # A request that went out and got no answer: delivery unknown, exit 3, not resent.
         bot_api.drop_next("sendMessage", after_processing=True)

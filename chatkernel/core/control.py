@@ -306,7 +306,7 @@ async def send_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str,
     session = kernel.sessions.cached(key) or await kernel.sessions.get(key)
     verdict = kernel.send_policy.check(route, session)
     if not verdict:
-        raise ControlError(f"not sent: the send policy blocks {key} ({verdict.reason})", 403)
+        raise ControlError(f"not sent to {key}: {verdict.reason}", 403)
     if session is None:  # a first send to this chat: a session it shows in
         session = await kernel.sessions.open(key, route)
     reply_id = await kernel.outbound.deliver_text(

@@ -204,8 +204,7 @@ class Outbox:
             log.info("%s: not sent to %s: %s", account.key, route.chat_id, verdict.reason)
             await store.outbox_mark(entry.id, "failed", verdict.reason)
             self._failed_replies.add(entry.reply_id)
-            await self._notify(entry, f"not sent: {self._part(entry)}: blocked by the send "
-                                      f"policy ({verdict.reason})")
+            await self._notify(entry, f"not sent: {self._part(entry)}: {verdict.reason}")
             kernel.deliveries.settled(entry, "failed", verdict.reason, why="policy",
                                       account=account)
             return
