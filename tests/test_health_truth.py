@@ -11,6 +11,7 @@ import pytest
 from chatkernel.core import config as cfg
 from chatkernel.core.gateway import run_gateway
 from chatkernel.core.models import ProbeResult, SendError
+from chatkernel.core.status_report import render_health
 from chatkernel.core.store.sqlite import StoreError
 from chatkernel.testing.memory import KernelHarness
 
@@ -41,6 +42,9 @@ async def test_failed_sends_turn_the_account_red_at_once_and_a_sent_one_green(tm
         assert account.last_error == "Cannot connect to host api.example:443"
         assert account.last_error_at == account.send_failing_since
         assert account.probe.ok  # the cached probe still says ok: the send decides
+        text = render_health(snapshot.model_dump(mode="json"))
+        assert "BAD memory:main: running" in text
+        assert "        sends failing: Cannot connect to host api.example:443" in text
         # The platform answers again: green with the next send, history kept.
         await h.channel.receive("again")
         await h.settle()

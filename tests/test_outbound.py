@@ -335,14 +335,29 @@ async def test_a_claimed_payload_lost_by_a_failed_commit_is_not_sent(tmp_path,
         await outbox.submit(account, "k", "s", route, [OutboundPayload(text="first")])
         await h.settle()  # its sender lingers now
         fail_next_commit(store)
-        await outbox.submit(account, "k", "s", route, [OutboundPayload(text="lost")])
-        with pytest.raises(StoreError, match="disk is full"):
-            await store.flush()  # the commit that would have carried it
+        lost = await outbox.submit(account, "k", "s", route, [OutboundPayload(text="lost")])
+        waiting = []
+
+        async def wait_for_it():
+            waiting.append(await h.kernel.deliveries.wait(lost, 60))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_for_it)
+            with pytest.raises(StoreError, match="disk is full"):
+                await store.flush()  # the commit that would have carried it
+            with anyio.fail_after(5):  # long before the wait's own 60 s
+                while not waiting:
+                    await anyio.sleep(0.01)
         await outbox.submit(account, "k", "s", route, [OutboundPayload(text="later")])
         await h.settle()
         # Its row was never written: nothing about it may go out. The line goes on.
         assert h.channel.texts() == ["first", "later"]
         assert outbox._claim_commits == {} and outbox._claimed == set()
+        # Whoever waited for it hears at once that it is gone, and why.
+        assert waiting == [[]]
+        [failure] = account.runtime.recent_failures
+        assert (failure.message, failure.why) == ('"lost"', "store")
+        assert "disk is full" in failure.error
 
 
 async def test_send_policy_blocks_groups_and_a_session_override_wins(tmp_path):

@@ -2,7 +2,8 @@
 
 The outbox calls :meth:`Deliveries.settled` once for each payload, when its status
 is final: ``sent``, ``failed`` (the platform refused it, the send policy blocked it,
-an earlier part of its reply failed, its account was not running) or ``unknown`` (a
+an earlier part of its reply failed, its account was not running, the state database
+could not commit it) or ``unknown`` (a
 timeout after the request went out, or in flight when the gateway stopped). From
 there, and only there, the outcome reaches:
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from chatkernel.core.store.base import OutboxEntry
 
 #: Why a payload did not arrive (``why`` of :meth:`Deliveries.settled`).
-Why = Literal["", "platform", "policy", "earlier part", "stopped", "not running"]
+Why = Literal["", "platform", "policy", "earlier part", "stopped", "not running", "store"]
 
 #: Statuses a payload ends in.
 FINAL_STATUSES = ("sent", "failed", "unknown")

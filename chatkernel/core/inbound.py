@@ -268,6 +268,7 @@ class Inbound:
             lane = queue.lane(record.key)
             # Only while a turn runs: a message that joins a turn not yet started
             # (a burst from one poll, a debounce) is not "waiting for the previous one".
+            # It speaks for the running turn, so it goes out now (chatkernel.core.order).
             if lane.running and not lane.busy_hint_sent and \
                     kernel.queue_settings(record.key).mode != "interrupt":
                 lane.busy_hint_sent = True

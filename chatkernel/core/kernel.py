@@ -483,8 +483,9 @@ class Kernel:
         try:
             await self.run_turn(key, batch)
         finally:
-            with anyio.CancelScope(shield=True):  # an interrupted turn is over too
-                await self.order.closed(key, [item.seq for item in batch.items])
+            if self.order.close(key, [item.seq for item in batch.items]):
+                with anyio.CancelScope(shield=True):  # an interrupted turn is over too
+                    await self.order.release(key)
 
     async def _finish(self, key: str, session_id: str, log_rows: list[LogRow],
                       journal_seqs: list[int]) -> None:

@@ -48,9 +48,10 @@ class OutputOrder:
         """A message (journal ``seq``) joined ``key``'s lane: its answer is to come."""
         bisect.insort(self._open.setdefault(key, []), seq)
 
-    async def closed(self, key: str, seqs: Iterable[int | None]) -> None:
-        """These messages are answered (their turn ended) or will never be (dropped):
-        answers that waited for them go out now."""
+    def close(self, key: str, seqs: Iterable[int | None]) -> bool:
+        """These messages are answered (their turn ended) or will never be (dropped).
+        True when answers wait in ``key``: :meth:`release` sends those that may go.
+        (Synchronous: a turn that held nothing back costs no wait.)"""
         open_seqs = self._open.get(key)
         if open_seqs is not None:
             for seq in seqs:
@@ -61,7 +62,12 @@ class OutputOrder:
                     del open_seqs[index]
             if not open_seqs:
                 del self._open[key]
-        await self._release(key)
+        return key in self._held
+
+    async def closed(self, key: str, seqs: Iterable[int | None]) -> None:
+        """:meth:`close`, then :meth:`release`."""
+        if self.close(key, seqs):
+            await self.release(key)
 
     async def send(self, key: str, seq: int | None, send: Send) -> None:
         """Run ``send`` (queue an answer to the message ``seq``) once every message of
@@ -80,7 +86,8 @@ class OutputOrder:
         open_seqs = self._open.get(key)
         return bool(open_seqs) and open_seqs[0] < seq
 
-    async def _release(self, key: str) -> None:
+    async def release(self, key: str) -> None:
+        """Send the answers of ``key`` no open message is before, in order."""
         if key in self._releasing:  # the task releasing them sees the change too
             return
         held = self._held.get(key)

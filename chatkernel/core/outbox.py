@@ -217,6 +217,8 @@ class Outbox:
             if not settled:  # woken before its commit (a busy or new sender)
                 await store.flush()
             elif commit_error is not None:
+                kernel.deliveries.settled(entry, "failed", str(commit_error), why="store",
+                                          account=account)
                 raise commit_error  # its row was never written: nothing to send
             if not limiter.try_acquire(route.chat_id, is_group=route.is_group):
                 await store.outbox_mark(entry.id, "pending")  # nothing went out
