@@ -149,3 +149,15 @@ async def test_the_stores_transcript(tmp_path):
                                   "ts": bot.ts}
         assert await store.transcript_read("webchat", "default", "c", after=bot.id) == []
         assert first.id < other.id < bot.id
+
+
+async def test_two_chats_may_use_the_same_client_message_id(config):
+    async with aiohttp.ClientSession() as http:
+        async with Gateway(config) as base:
+            for chat in ("a", "b"):
+                await post(http, base, {"chat_id": chat, "user_id": "u", "text": f"in {chat}",
+                                        "client_message_id": "same"})
+            for chat in ("a", "b"):
+                found = await messages(http, base, chat, 2)
+                assert [(m["role"], m["text"]) for m in found] == [("user", f"in {chat}"),
+                                                                   ("bot", f"in {chat}")]

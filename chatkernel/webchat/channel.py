@@ -181,7 +181,9 @@ class WebChatChannel(Channel):
                                      status=202)
         message = InboundMessage(
             channel=self.name, account=self.account.name, chat_id=body["chat_id"],
-            message_id=client_id or f"wc-{entry.id}-{int(entry.ts * 1000)}",
+            # The journal dedupes per account; a client's ids are its chat's own.
+            message_id=(f"{body['chat_id']}:{client_id}" if client_id
+                        else f"wc-{entry.id}-{int(entry.ts * 1000)}"),
             sender_id=body["user_id"], sender_name=str(body.get("user_name") or ""),
             text=text, timestamp=entry.ts)
         await self._deliver(message)
