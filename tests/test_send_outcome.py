@@ -129,6 +129,11 @@ async def test_without_a_gateway_the_send_is_made_here_and_reported_the_same(hom
     result = await cli(home, "send", "--channel", "telegram", "--to", "999", "anyone?")
     assert result.returncode == 1
     assert "part 1/1: failed: Bad Request: chat not found" in result.stderr
+    # status, from the state database, lists it too.
+    status = (await cli(home, "status")).stdout
+    assert "Gateway: not running" in status and "Recent delivery failures:" in status
+    assert ('telegram:main:999  part 1/1 "anyone?": failed: Bad Request: chat not found'
+            in status)
     result = await cli(home, "send", "--channel", "telegram", "--to", str(KNOWN_CHAT),
                        "--no-wait", "--json", "hi")
     answer = json.loads(result.stdout)

@@ -39,7 +39,14 @@ from pydantic import BaseModel, ConfigDict
 from chatkernel import __version__
 from chatkernel.core import config as cfg
 from chatkernel.core.channel import CREDENTIALS_KEY
-from chatkernel.core.models import Account, AccountRuntime, AccountState, ProbeResult
+from chatkernel.core.deliveries import describe_payload
+from chatkernel.core.models import (
+    RECENT_FAILURES,
+    Account,
+    AccountRuntime,
+    AccountState,
+    ProbeResult,
+)
 from chatkernel.core.monitor import MonitorSettings, resolve_settings, settings_for
 from chatkernel.core.outbound import await_maybe
 
@@ -547,6 +554,14 @@ async def local_snapshot(config: cfg.KernelConfig, store: "Store | None", *,
     started = time.perf_counter()
     now = time.time() if now is None else now
     activity = await store.account_activity() if store is not None else {}
+    failures: dict[tuple[str, str], list[FailureInfo]] = {}
+    for entry, at in await store.outbox_failures(RECENT_FAILURES) if store is not None else []:
+        payload = entry.payload
+        failures.setdefault((entry.channel, entry.account), []).append(FailureInfo(
+            at=at, session=entry.session_key, reply_id=entry.reply_id,
+            part=f"{payload.chunk_index}/{payload.chunk_count}",
+            message=describe_payload(payload), status=entry.status, why="",
+            error=entry.error or "?"))
     channels: dict[str, ChannelSnapshot] = {}
     for name, account_name, enabled, raw in configured_accounts(config):
         seen = activity.get((name, account_name), {})
@@ -556,6 +571,7 @@ async def local_snapshot(config: cfg.KernelConfig, store: "Store | None", *,
             ok=None, state="stopped", quiet=None,
             detail="" if enabled else "disabled in the config",
             last_inbound_at=seen.get("last_inbound_at"), last_sent_at=seen.get("last_sent_at"),
+            recent_failures=failures.get((name, account_name), []),
             credentials_at=credentials_at,
             credential_age_s=None if credentials_at is None else round(now - credentials_at, 1),
             monitor=_monitor_info(resolve_settings(config, name, _raw_monitor_override(raw))))

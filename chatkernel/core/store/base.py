@@ -249,6 +249,12 @@ class Store(abc.ABC):
         returns ``{}`` (the default)."""
         return {}
 
+    async def outbox_failures(self, limit: int = 10) -> list[tuple[OutboxEntry, float]]:
+        """The newest ``limit`` entries that ended ``failed`` or ``unknown``, newest first,
+        each with when it did: what ``chatkernel status`` lists when no gateway runs. A
+        backend that cannot tell returns ``[]`` (the default)."""
+        return []
+
     # -- per-account state (last active chat, context tokens, ...) ----------------------
 
     @abc.abstractmethod

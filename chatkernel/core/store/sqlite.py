@@ -972,6 +972,14 @@ class SQLiteStore(Store):
             activity.setdefault((channel, account), {})["last_sent_at"] = at
         return activity
 
+    async def outbox_failures(self, limit: int = 10) -> list[tuple[OutboxEntry, float]]:
+        self._write_marks()
+        rows = self._run(f"SELECT {self._OUTBOX_COLUMNS}, updated_at FROM outbox"
+                         " WHERE status = 'failed' OR status = 'unknown' ORDER BY id DESC"
+                         " LIMIT ?", (limit,)).fetchall()
+        entries = self._outbox_entries([row[:-1] for row in rows])
+        return [(entry, row[-1]) for entry, row in zip(entries, rows)]
+
     # -- per-account state -------------------------------------------------------------------
 
     async def get_account_state(self, channel: str, account: str, key: str) -> Any:
