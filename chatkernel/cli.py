@@ -122,7 +122,12 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
                    log_level or config.gateway.log_level,
                    secrets=cfg.secret_values(cfg.resolve_env(raw, strict=False)))
     _plugin_manager()
-    anyio.run(lambda: run_gateway(config, config_path=path))
+    from chatkernel.core.homelock import HomeInUse
+
+    try:
+        anyio.run(lambda: run_gateway(config, config_path=path))
+    except HomeInUse as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 # -- proactive sends and sessions -----------------------------------------------------------
@@ -142,14 +147,38 @@ def _running_gateway():
     return read_state(cfg.home_dir())
 
 
+#: ``chatkernel send`` / ``sessions send`` exit codes by outcome (docs/outbound.md).
+SEND_EXIT_CODES = {"sent": 0, "queued": 0, "nothing": 0, "failed": 1, "unknown": 3,
+                   "pending": 4}
+EXIT_SEND_UNKNOWN = 3
+
+
 def _control_or_direct(config_file: str | None, path: str, body: dict[str, Any],
-                       direct, wait: float) -> dict[str, Any]:
-    """Ask the running gateway; with none, do it here with a kernel of our own."""
+                       direct, *, timeout: float = 30.0,
+                       unanswered: str | None = None) -> dict[str, Any]:
+    """Ask the running gateway; with none, do it here with a kernel of our own (which
+    holds the home's lock meanwhile).
+
+    ``unanswered``: what it means when the gateway took the request and gave no answer
+    in time (then the exit status is 3); without it, that is an error like any other."""
     from chatkernel.core.control import call
 
     info = _running_gateway()
     if info is not None:
-        status, answer = call(info, path, body)
+        import urllib.error
+
+        try:
+            status, answer = call(info, path, body, timeout=timeout)
+        except urllib.error.URLError as exc:  # refused, or no connection: nothing was sent
+            raise click.ClickException(f"the gateway at {info.url} did not answer "
+                                       f"({exc.reason})") from None
+        except (TimeoutError, OSError, ValueError) as exc:  # it took the request
+            error = click.ClickException(
+                f"the gateway at {info.url} took the request but gave no answer "
+                f"({type(exc).__name__}: {exc})" + (f": {unanswered}" if unanswered else ""))
+            if unanswered:
+                error.exit_code = EXIT_SEND_UNKNOWN
+            raise error from None
         if status >= 400:
             raise click.ClickException(answer.get("error", f"the gateway answered {status}"))
         answer["via"] = "gateway"
@@ -161,49 +190,87 @@ def _control_or_direct(config_file: str | None, path: str, body: dict[str, Any],
     config, config_path = _load_config(config_file)
     logs.configure(config.gateway.log_format, "error")  # failures are reported below
     _plugin_manager()
-    return anyio.run(lambda: _direct(config, config_path, direct, body, wait))
+    role = click.get_current_context().command_path
+    return anyio.run(lambda: _direct(config, config_path, direct, body, role))
 
 
-async def _direct(config, config_path, action, body, wait: float) -> dict[str, Any]:
-    import anyio
-
+async def _direct(config, config_path, action, body, role: str) -> dict[str, Any]:
+    from chatkernel.core import config as cfg
     from chatkernel.core.control import ControlError
+    from chatkernel.core.homelock import HomeInUse, HomeLock
     from chatkernel.core.kernel import Kernel
 
-    async with Kernel(config, config_path=config_path, recover=False) as kernel:
-        try:
-            answer = await action(kernel, body)
-        except ControlError as exc:
-            raise click.ClickException(str(exc)) from None
-        with anyio.move_on_after(wait):
-            await kernel.outbox.wait_idle()
-        reply_id = answer.get("reply_id")
-        if reply_id:
-            entries = await kernel.store.outbox_reply(reply_id)
-            answer["parts"] = [{"status": e.status, "error": e.error} for e in entries]
+    try:
+        lock = HomeLock(cfg.home_dir(), role).acquire()  # no gateway may start meanwhile
+    except HomeInUse as exc:
+        raise click.ClickException(str(exc)) from None
+    with lock:
+        async with Kernel(config, config_path=config_path, recover=False) as kernel:
+            try:
+                answer = await action(kernel, body)
+            except ControlError as exc:
+                raise click.ClickException(str(exc)) from None
     answer["via"] = "direct"
     return answer
 
 
-def _report_send(answer: dict[str, Any], as_json: bool) -> None:
+def _send(config_file: str | None, body: dict[str, Any], wait: float, no_wait: bool,
+          as_json: bool) -> None:
+    """Send through the running gateway (or directly), report the outcome, exit with it."""
+    from chatkernel.core.control import send_from_request
+
+    # Without a gateway this command is the sender: it always waits.
+    gateway = _running_gateway() is not None
+    body = {**body, "wait": 0 if no_wait and gateway else wait}
+    answer = _control_or_direct(
+        config_file, "/control/send", body, send_from_request, timeout=wait + 30,
+        unanswered="the message may have been queued; it is not sent again")
+    _report_send(answer, wait, as_json)
+
+
+def _report_send(answer: dict[str, Any], wait: float, as_json: bool) -> None:
+    from chatkernel.core.control import send_outcome
+
+    outcome = answer.get("outcome") or send_outcome(answer.get("parts"))
+    code = SEND_EXIT_CODES.get(outcome, 1)
     if as_json:
         click.echo(json.dumps(answer, indent=2))
-    parts = answer.get("parts")
-    failed = [p for p in parts or [] if p["status"] != "sent"]
-    if not as_json:
-        where = f"{answer.get('account')} → {answer.get('chat_id')}"
-        if answer.get("reply_id") is None:
-            click.echo(f"nothing to send to {where}")
-        elif parts is None:
-            click.echo(f"queued by the running gateway for {where} (reply {answer['reply_id']})")
-        elif not failed:
-            click.echo(f"sent to {where} ({len(parts)} part(s))")
-        for index, part in enumerate(parts or [], start=1):
-            if part["status"] != "sent":
-                click.echo(f"part {index}/{len(parts)}: {part['status']}: {part['error']}",
-                           err=True)
-    if failed:
-        sys.exit(1)
+        sys.exit(code)
+    parts = answer.get("parts") or []
+    where = f"{answer.get('account')} → {answer.get('chat_id')}"
+    reply = f"reply {answer.get('reply_id')}"
+    if outcome == "nothing":
+        click.echo(f"nothing to send to {where}")
+    elif outcome == "queued":
+        click.echo(f"queued by the running gateway for {where} ({reply}; not waiting for "
+                   "the outcome)")
+    elif outcome == "sent":
+        click.echo(f"sent to {where} ({len(parts)} part(s))")
+    else:
+        later = ("the gateway keeps it queued and sends it when it can"
+                 if answer.get("via") == "gateway" else
+                 "it stays queued in the state database and goes out when the gateway "
+                 "starts")
+        headline = {
+            "failed": f"not sent to {where} ({reply}):",
+            "unknown": f"delivery unknown to {where} ({reply}): the platform did not answer "
+                       "after it went out, so it may have arrived; it is not sent again:",
+            "pending": f"not sent yet to {where} after {wait:g} s ({reply}): {later}:",
+        }.get(outcome, f"{outcome}: {where}")
+        click.echo(headline, err=True)
+        for index, part in enumerate(parts, start=1):
+            detail = f": {part['error']}" if part.get("error") else ""
+            click.echo(f"  part {index}/{len(parts)}: {part['status']}{detail}", err=True)
+        if not parts:
+            click.echo("  the reply was not stored (a commit of the state database failed)",
+                       err=True)
+    sys.exit(code)
+
+
+_WAIT_HELP = ("Seconds to wait for the outcome (sent, failed with the platform's reason, "
+              "delivery unknown).")
+_NO_WAIT_HELP = ("Only queue it with the running gateway, exit 0 once queued (without a "
+                 "gateway this command sends, so it waits).")
 
 
 @cli.command()
@@ -215,25 +282,26 @@ def _report_send(answer: dict[str, Any], as_json: bool) -> None:
 @click.option("--media", multiple=True, type=click.Path(dir_okay=False),
               help="A file to send after the text (repeatable).")
 @click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
-@click.option("--wait", default=60.0, show_default=True,
-              help="Seconds to wait for delivery when no gateway runs.")
+@click.option("--wait", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True, metavar="SECONDS", help=_WAIT_HELP)
+@click.option("--no-wait", is_flag=True, help=_NO_WAIT_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 @click.argument("text", default="")
 def send(channel: str, account: str | None, to: str, thread: str | None, media: tuple[str],
-         config_file: str | None, wait: float, as_json: bool, text: str) -> None:
-    """Send TEXT (and files) through the same pipeline as replies.
+         config_file: str | None, wait: float, no_wait: bool, as_json: bool,
+         text: str) -> None:
+    """Send TEXT (and files) through the same pipeline as replies, and report what
+    became of it.
 
-    Talks to the running gateway; when none runs, sends directly and waits for
-    the result (exit 1 if any part failed).
+    Talks to the running gateway; when none runs, sends directly. Exit status: 0 sent
+    (or queued, with --no-wait); 1 not sent (the platform's reason, the send policy,
+    a bad target...); 3 delivery unknown; 4 not sent yet when --wait ran out.
     """
     import os
 
-    from chatkernel.core.control import send_from_request
-
     body = {"channel": channel, "account": account, "to": to, "thread": thread, "text": text,
             "media": [os.path.abspath(path) for path in media]}
-    _report_send(_control_or_direct(config_file, "/control/send", body, send_from_request,
-                                    wait), as_json)
+    _send(config_file, body, wait, no_wait, as_json)
 
 
 @cli.group()
@@ -328,17 +396,15 @@ def sessions_history(config_file: str | None, key: str, limit: int, as_json: boo
 @sessions.command("send")
 @click.argument("key")
 @click.argument("text")
-@click.option("--wait", default=60.0, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--wait", type=click.FloatRange(min=0, min_open=True), default=60.0,
+              show_default=True, metavar="SECONDS", help=_WAIT_HELP)
+@click.option("--no-wait", is_flag=True, help=_NO_WAIT_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 @click.pass_obj
-def sessions_send(config_file: str | None, key: str, text: str, wait: float,
+def sessions_send(config_file: str | None, key: str, text: str, wait: float, no_wait: bool,
                   as_json: bool) -> None:
-    """Send TEXT into a session (to its current reply route)."""
-    from chatkernel.core.control import send_from_request
-
-    _report_send(_control_or_direct(config_file, "/control/send",
-                                    {"session": key, "text": text}, send_from_request, wait),
-                 as_json)
+    """Send TEXT into a session (to its current reply route); exit status as `send`'s."""
+    _send(config_file, {"session": key, "text": text}, wait, no_wait, as_json)
 
 
 @sessions.command("policy")
@@ -351,8 +417,7 @@ def sessions_policy(config_file: str | None, key: str, policy: str) -> None:
 
     answer = _control_or_direct(config_file, "/control/sessions/policy",
                                 {"session": key, "policy": policy},
-                                lambda kernel, body: set_session_policy(kernel, key, policy),
-                                0)
+                                lambda kernel, body: set_session_policy(kernel, key, policy))
     click.echo(f"{answer['session']}: send policy {answer['policy']}")
 
 

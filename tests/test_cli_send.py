@@ -33,14 +33,15 @@ def post(url, body, token=None):
         return exc.code, json.load(exc)
 
 
-def test_send_directly_when_no_gateway_runs(tmp_path):
+def test_a_web_chat_send_with_no_gateway_is_refused(tmp_path):
+    # The web chat's page is the gateway's: with none running, nobody would see it.
     home = tmp_path / "home"
     result = run(home, "send", "--channel", "webchat", "--to", "c1", "hello from the cli")
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("sent to webchat:default → c1 (1 part(s))")
-    result = run(home, "send", "--channel", "webchat", "--to", "c1", "--json", "again")
-    answer = json.loads(result.stdout)
-    assert answer["via"] == "direct" and answer["parts"] == [{"status": "sent", "error": None}]
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert ("webchat:default shows messages only on the gateway's page, and no gateway is "
+            "running: nothing was sent") in result.stderr
+    assert json.loads(run(home, "sessions", "list", "--json").stdout) == []
 
 
 @pytest.mark.parametrize("args, message", [
@@ -79,7 +80,7 @@ def test_send_and_sessions_through_the_running_gateway(tmp_path):
 
         result = run(home, "send", "--channel", "webchat", "--to", "last", "proactive hello")
         assert result.returncode == 0, result.stderr
-        assert "queued by the running gateway" in result.stdout
+        assert result.stdout.startswith("sent to webchat:default → c1 (1 part(s))")
         messages = gateway.webchat_messages("c1", 3)
         assert [m["text"] for m in messages] == ["hi bot", "hi bot", "proactive hello"]
 
@@ -105,6 +106,14 @@ def test_send_and_sessions_through_the_running_gateway(tmp_path):
         time.sleep(0.5)
         texts = [m["text"] for m in gateway.webchat_messages("c1", 5)]
         assert texts[-1] == "are you there?"  # the user's message, and no reply
+        # ... and a send into it is refused, saying why, with nothing queued.
+        result = run(home, "sessions", "send", "webchat:default:c1", "blocked?")
+        assert result.returncode == 1
+        assert ("not sent to webchat:default:c1: blocked by the send policy (this "
+                "session's send setting)") in result.stderr
+        result = run(home, "sessions", "history", "webchat:default:c1")
+        assert 'not sent: chunk 1/1 "are you there?": blocked by the send policy' in \
+            result.stdout
         assert state["pid"] == gateway.process.pid
         assert gateway.stop() == 0
     assert not (home / "gateway.json").exists()

@@ -118,8 +118,9 @@ async def test_attempts_run_out_and_the_failure_is_reported_not_silent(tmp_path)
         await h.settle()
         assert h.channel.texts() == []  # the second chunk is not sent after a hole
         notes = await notifications(h)
-        assert notes == ["delivery failed: chunk 1/2: Service Unavailable "
-                         "(1 later part(s) not sent)"]
+        # It names which message failed: the part, and the start of its text.
+        assert notes == ['delivery failed: chunk 1/2 "first part first part first part first…": '
+                         'Service Unavailable (1 later part(s) not sent)']
         metrics = h.kernel.metrics
         assert metrics.child(metrics.send_failures, "memory", "main")._value.get() == 1
         # recording the failure sent nothing, and the next reply goes out whole
@@ -134,8 +135,8 @@ async def test_a_timeout_after_sending_is_never_retried(tmp_path):
         await h.channel.receive("maybe")
         await h.settle()
         assert h.channel.texts() == []
-        assert await notifications(h) == ["delivery failed: delivery unknown: chunk 1/1: "
-                                          "read timeout"]
+        assert await notifications(h) == ['delivery failed: delivery unknown: chunk 1/1 '
+                                          '"re: maybe": read timeout']
         entries = h.kernel.store._run("SELECT status FROM outbox").fetchall()
         assert entries == [("unknown",)]
 
@@ -194,8 +195,8 @@ async def test_unsent_outbox_entries_go_out_on_restart_and_in_flight_ones_are_re
         await h.settle()
         assert h.channel.texts() == ["never attempted"]
         notes = await notifications(h, "memory:main:chat-9")
-        assert notes == ["delivery unknown: chunk 1/2 was being sent when the gateway "
-                         "stopped; it is not resent"]
+        assert notes == ['delivery unknown: chunk 1/2 "was in flight" was being sent when '
+                         'the gateway stopped; it is not resent']
         statuses = dict(h.kernel.store._run("SELECT id, status FROM outbox").fetchall())
         assert statuses == {entries[0].id: "unknown", entries[1].id: "failed",
                             entries[2].id: "sent"}
@@ -334,14 +335,29 @@ async def test_a_claimed_payload_lost_by_a_failed_commit_is_not_sent(tmp_path,
         await outbox.submit(account, "k", "s", route, [OutboundPayload(text="first")])
         await h.settle()  # its sender lingers now
         fail_next_commit(store)
-        await outbox.submit(account, "k", "s", route, [OutboundPayload(text="lost")])
-        with pytest.raises(StoreError, match="disk is full"):
-            await store.flush()  # the commit that would have carried it
+        lost = await outbox.submit(account, "k", "s", route, [OutboundPayload(text="lost")])
+        waiting = []
+
+        async def wait_for_it():
+            waiting.append(await h.kernel.deliveries.wait(lost, 60))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_for_it)
+            with pytest.raises(StoreError, match="disk is full"):
+                await store.flush()  # the commit that would have carried it
+            with anyio.fail_after(5):  # long before the wait's own 60 s
+                while not waiting:
+                    await anyio.sleep(0.01)
         await outbox.submit(account, "k", "s", route, [OutboundPayload(text="later")])
         await h.settle()
         # Its row was never written: nothing about it may go out. The line goes on.
         assert h.channel.texts() == ["first", "later"]
         assert outbox._claim_commits == {} and outbox._claimed == set()
+        # Whoever waited for it hears at once that it is gone, and why.
+        assert waiting == [[]]
+        [failure] = account.runtime.recent_failures
+        assert (failure.message, failure.why) == ('"lost"', "store")
+        assert "disk is full" in failure.error
 
 
 async def test_send_policy_blocks_groups_and_a_session_override_wins(tmp_path):

@@ -41,3 +41,58 @@ def test_type_send_and_see_the_echo(gateway_url, browser):
     # a reload shows the conversation again (same chat id from localStorage)
     browser.refresh()
     wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".msg.bot")) == 2)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_the_page_keeps_what_was_typed_through_a_gateway_restart(tmp_path, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    home, port = tmp_path / "home", free_port()
+    listen = ("--listen", f"127.0.0.1:{port}")  # the same address after the restart
+    wait = WebDriverWait(browser, 15)
+
+    def texts(css):
+        return [m.find_element(By.CSS_SELECTOR, ".text").text
+                for m in browser.find_elements(By.CSS_SELECTOR, css)]
+
+    with gateway_process(home, *listen) as gateway:
+        browser.get(gateway.url + "/")
+        wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute(
+            "data-stream") == "open")
+        browser.find_element(By.ID, "text").send_keys("before the restart", Keys.ENTER)
+        wait.until(lambda d: texts(".msg.bot") == ["before the restart"])
+        assert gateway.stop() == 0
+
+    # The gateway is gone: the message stays on the page with its text, says why, and
+    # offers a retry.
+    browser.find_element(By.ID, "text").send_keys("while it is down", Keys.ENTER)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.user.unsent"))
+    unsent = browser.find_element(By.CSS_SELECTOR, ".msg.user.unsent")
+    assert unsent.find_element(By.CSS_SELECTOR, ".text").text == "while it is down"
+    assert "not sent — gateway unreachable" in unsent.find_element(By.CSS_SELECTOR,
+                                                                   ".note").text
+    assert "not sent — gateway unreachable" in browser.find_element(By.ID, "status").text
+
+    with gateway_process(home, *listen):
+        # The event stream reconnects by itself; then the retry goes through and the
+        # answer arrives on that stream, without a reload.
+        wait.until(lambda d: d.find_element(By.TAG_NAME, "body").get_attribute(
+            "data-stream") == "open")
+        unsent.find_element(By.CSS_SELECTOR, "button.retry").click()
+        wait.until(lambda d: texts(".msg.bot") == ["before the restart", "while it is down"])
+        assert browser.find_elements(By.CSS_SELECTOR, ".msg.unsent") == []
+        assert texts(".msg.user") == ["before the restart", "while it is down"]
+        # A reload after the restart shows the whole conversation, from the store.
+        browser.refresh()
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".msg")) == 4)
+        assert texts(".msg.user") == ["before the restart", "while it is down"]
+        assert texts(".msg.bot") == ["before the restart", "while it is down"]

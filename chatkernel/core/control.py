@@ -248,13 +248,41 @@ async def set_session_policy(kernel: "Kernel", key: str, policy: str) -> dict[st
     return {"session": key, "policy": policy}
 
 
+#: What ``chatkernel send`` reports (see :func:`send_outcome`; ``nothing``: the text
+#: made no payload).
+SEND_OUTCOMES = ("sent", "failed", "unknown", "pending", "queued", "nothing")
+
+
+def send_outcome(parts: list[dict[str, Any]] | None) -> str:
+    """One word for a send: ``sent`` (every part), ``failed`` (a part did not arrive),
+    ``unknown`` (a part may have arrived: no answer after it went out), ``pending``
+    (not done yet), or ``queued`` (nobody waited)."""
+    if parts is None:
+        return "queued"
+    statuses = {part["status"] for part in parts}
+    if not parts or "failed" in statuses:
+        return "failed"
+    if "unknown" in statuses:
+        return "unknown"
+    return "sent" if statuses == {"sent"} else "pending"
+
+
 async def send_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str, Any]:
-    """Do what ``chatkernel send`` / ``sessions send`` asked (validated here)."""
+    """Do what ``chatkernel send`` / ``sessions send`` asked (validated here).
+
+    ``wait`` (seconds, default 0) waits for the outcome of every part; the answer then
+    has ``parts`` (``status``, ``error`` each) and ``outcome`` (:func:`send_outcome`).
+    Refused before anything is queued: an unknown target, a file the media-path policy
+    refuses, a send the send policy blocks, a web chat message with no web chat served.
+    """
     text = body.get("text", "")
     media = body.get("media") or []
+    wait = body.get("wait") or 0
     if not isinstance(text, str) or not isinstance(media, list) or not all(
             isinstance(item, str) for item in media):
         raise ControlError("'text' must be a string and 'media' a list of paths")
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
+        raise ControlError("'wait' must be a number of seconds, 0 or more")
     if not text.strip() and not media:
         raise ControlError("nothing to send: give a text or a file")
     try:
@@ -270,9 +298,23 @@ async def send_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str,
         allowed, reason = await kernel.outbound.check_media(account, path)
         if allowed is None:
             raise ControlError(f"{path}: {reason}", 403)
+    if getattr(account.channel, "needs_http_server", False) and kernel.url is None:
+        # The web chat's page is the gateway's: with none running, nobody would see it.
+        raise ControlError(f"{account.key} shows messages only on the gateway's page, and no "
+                           "gateway is running: nothing was sent (start one with "
+                           "`chatkernel run`, then send again)", 409)
     session = kernel.sessions.cached(key) or await kernel.sessions.get(key)
+    verdict = kernel.send_policy.check(route, session)
+    if not verdict:
+        raise ControlError(f"not sent to {key}: {verdict.reason}", 403)
+    if session is None:  # a first send to this chat: a session it shows in
+        session = await kernel.sessions.open(key, route)
     reply_id = await kernel.outbound.deliver_text(
-        account, route, text, session_key=key,
-        session_id=session.session_id if session is not None else "", media=media)
-    return {"reply_id": reply_id, "session": key, "account": account.key,
-            "chat_id": route.chat_id}
+        account, route, text, session_key=key, session_id=session.session_id, media=media)
+    answer: dict[str, Any] = {"reply_id": reply_id, "session": key, "account": account.key,
+                              "chat_id": route.chat_id}
+    if reply_id is not None and wait:
+        entries = await kernel.deliveries.wait(reply_id, wait)
+        answer["parts"] = [{"status": entry.status, "error": entry.error} for entry in entries]
+    answer["outcome"] = send_outcome(answer.get("parts")) if reply_id else "nothing"
+    return answer

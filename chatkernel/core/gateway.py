@@ -20,6 +20,7 @@ from aiohttp import web
 
 from chatkernel.core import config as cfg
 from chatkernel.core.gc_tuning import tune_for_serving
+from chatkernel.core.homelock import HomeLock
 from chatkernel.core.kernel import Kernel
 from chatkernel.core.presence import is_loopback
 from chatkernel.core.supervisor import Supervisor, supervise
@@ -97,52 +98,60 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                       listen: str | None = None, pm=None,
                       on_ready: Callable[[Listening], None] | None = None,
                       stop: anyio.Event | None = None, handle_signals: bool = True) -> None:
-    """Run until SIGINT/SIGTERM (or ``stop`` is set), then shut down in order."""
+    """Run until SIGINT/SIGTERM (or ``stop`` is set), then shut down in order.
+
+    Holds the home's lock (:mod:`chatkernel.core.homelock`) all along: raises
+    :class:`~chatkernel.core.homelock.HomeInUse` when another process has it."""
     host, port = parse_listen(listen or config.gateway.listen)
     check_listen(config, host, config_path=config_path)
     from chatkernel.core import control
 
     token = config.gateway.control_token or control.new_token()
-    async with Kernel(config, config_path=config_path, pm=pm) as kernel:
-        app = build_app(kernel, token, loopback=is_loopback_host(host))
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        restore_gc = None
-        try:
-            site = web.TCPSite(runner, host, port)
+    # Before the store opens: a second gateway must not replay the first one's work
+    # (nor poll its accounts, nor take over gateway.json).
+    with HomeLock(cfg.home_dir(), "gateway"):
+        async with Kernel(config, config_path=config_path, pm=pm) as kernel:
+            app = build_app(kernel, token, loopback=is_loopback_host(host))
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await runner.setup()
+            restore_gc = None
             try:
-                await site.start()
-            except OSError as exc:
-                raise cfg.ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}",
-                                      path=config_path, key="gateway.listen") from None
-            bound = runner.addresses[0]
-            listening = Listening(host, bound[1])
-            kernel.url = listening.url
-            control.write_state(cfg.home_dir(), listening.url, token)
-            names = ", ".join(sorted(kernel.accounts)) or "none"
-            log.info("chatkernel listening on %s (accounts: %s; agent: %s)", listening.url,
-                     names, config.agent.kind)
-            if on_ready is not None:
-                on_ready(listening)
-            # Started: what start-up built is never garbage (chatkernel.core.gc_tuning).
-            restore_gc = tune_for_serving()
-            async with anyio.create_task_group() as loops:
-                for account in kernel.accounts.values():
-                    supervisor = kernel.supervisors[account.key] = Supervisor(kernel, account)
-                    loops.start_soon(supervisor.run, name=f"receive {account.key}")
-                loops.start_soon(kernel.health.run_refresher, name="health refresher")
-                loops.start_soon(kernel.monitor.run, name="health monitor")
-                await _wait_for_stop(stop, handle_signals)
-                log.info("stopping: no new messages; draining in-flight turns")
-                loops.cancel_scope.cancel()
-            if not await kernel.drain(DRAIN_SECONDS):
-                log.warning("turns still running after %.0fs: they will be replayed on the "
-                            "next start", DRAIN_SECONDS)
-        finally:
-            if restore_gc is not None:
-                restore_gc()
-            control.remove_state(cfg.home_dir())
-            await runner.cleanup()
+                site = web.TCPSite(runner, host, port)
+                try:
+                    await site.start()
+                except OSError as exc:
+                    raise cfg.ConfigError(
+                        f"cannot listen on {host}:{port}: {exc.strerror}",
+                        path=config_path, key="gateway.listen") from None
+                bound = runner.addresses[0]
+                listening = Listening(host, bound[1])
+                kernel.url = listening.url
+                control.write_state(cfg.home_dir(), listening.url, token)
+                names = ", ".join(sorted(kernel.accounts)) or "none"
+                log.info("chatkernel listening on %s (accounts: %s; agent: %s)",
+                         listening.url, names, config.agent.kind)
+                if on_ready is not None:
+                    on_ready(listening)
+                # Started: what start-up built is never garbage (chatkernel.core.gc_tuning).
+                restore_gc = tune_for_serving()
+                async with anyio.create_task_group() as loops:
+                    for account in kernel.accounts.values():
+                        supervisor = Supervisor(kernel, account)
+                        kernel.supervisors[account.key] = supervisor
+                        loops.start_soon(supervisor.run, name=f"receive {account.key}")
+                    loops.start_soon(kernel.health.run_refresher, name="health refresher")
+                    loops.start_soon(kernel.monitor.run, name="health monitor")
+                    await _wait_for_stop(stop, handle_signals)
+                    log.info("stopping: no new messages; draining in-flight turns")
+                    loops.cancel_scope.cancel()
+                if not await kernel.drain(DRAIN_SECONDS):
+                    log.warning("turns still running after %.0fs: they will be replayed on "
+                                "the next start", DRAIN_SECONDS)
+            finally:
+                if restore_gc is not None:
+                    restore_gc()
+                control.remove_state(cfg.home_dir())
+                await runner.cleanup()
     log.info("stopped")
 
 

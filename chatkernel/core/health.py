@@ -14,7 +14,11 @@ the last hour, last error, credential age, probe result, what the monitor
 thinks), the session summary and presence. A background refresher probes
 every account every ``health.refresh_seconds`` (60 s); a snapshot uses those
 cached probe results and reads everything else fresh when asked, unless a
-live probe is requested.
+live probe is requested. Everything but the probes is exact whenever it is
+read: a failed send, a failed poll (``AccountRuntime.problem``), a failed commit
+of the state database count from the moment they happen and stop when the next
+one works; a failed probe stops counting once the platform answers the
+receive loop again, and is probed again at once.
 
 :func:`local_snapshot` builds the same shape from the config and the store
 alone, for ``chatkernel status`` when no gateway runs.
@@ -26,6 +30,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -34,7 +39,14 @@ from pydantic import BaseModel, ConfigDict
 from chatkernel import __version__
 from chatkernel.core import config as cfg
 from chatkernel.core.channel import CREDENTIALS_KEY
-from chatkernel.core.models import Account, AccountRuntime, AccountState, ProbeResult
+from chatkernel.core.deliveries import describe_payload
+from chatkernel.core.models import (
+    RECENT_FAILURES,
+    Account,
+    AccountRuntime,
+    AccountState,
+    ProbeResult,
+)
 from chatkernel.core.monitor import MonitorSettings, resolve_settings, settings_for
 from chatkernel.core.plugins import await_maybe
 
@@ -115,14 +127,41 @@ class ProbeInfo(_Model):
     at: float | None
     timed_out: bool = False
     restartable: bool = True
+    #: It failed, and the platform has answered the receive loop since: not counted
+    #: (a fresh probe is on its way).
+    superseded: bool = False
 
     @classmethod
-    def of(cls, result: ProbeResult | None, at: float | None) -> "ProbeInfo | None":
+    def of(cls, result: ProbeResult | None, at: float | None, *,
+           superseded: bool = False) -> "ProbeInfo | None":
         if result is None:
             return None
         return cls(ok=result.ok, detail=result.detail, latency_ms=result.latency_ms, at=at,
                    timed_out=bool(result.extra.get("timed_out")),
-                   restartable=result.restartable)
+                   restartable=result.restartable, superseded=superseded)
+
+
+class FailureInfo(_Model):
+    """A payload that did not arrive (see chatkernel.core.deliveries.Failure)."""
+
+    at: float
+    session: str
+    reply_id: str
+    part: str
+    message: str
+    status: str
+    why: str
+    error: str
+
+
+class StoreInfo(_Model):
+    """Whether the state database commits: ``failing_since`` is None when it does."""
+
+    ok: bool
+    failing_since: float | None = None
+    last_error: str | None = None
+    last_error_at: float | None = None
+    failures: int = 0
 
 
 class MonitorInfo(_Model):
@@ -152,8 +191,18 @@ class AccountSnapshot(_Model):
     last_event_at: float | None = None
     last_sent_at: float | None = None
     restarts_last_hour: int = 0
+    #: The latest error of any kind: the loop's, the receive problem, a failed send.
     last_error: str | None = None
     last_error_at: float | None = None
+    #: What the receive loop reports being stuck on, since when (None: nothing).
+    problem: str | None = None
+    problem_since: float | None = None
+    #: Since when sends fail for the whole account (None: they work), and the last error.
+    send_failing_since: float | None = None
+    last_send_error: str | None = None
+    last_send_error_at: float | None = None
+    #: The latest payloads that did not arrive, newest first.
+    recent_failures: list[FailureInfo] = []
     credentials_at: float | None = None
     credential_age_s: float | None = None
     probe: ProbeInfo | None = None
@@ -201,6 +250,8 @@ class HealthSnapshot(_Model):
     gateway: GatewayInfo
     channels: dict[str, ChannelSnapshot]
     sessions: SessionSummary
+    #: The state database's commits (None in ``status`` without a gateway).
+    store: StoreInfo | None = None
     presence: list[dict[str, Any]] = []
     problems: list[str] = []
 
@@ -210,7 +261,13 @@ class HealthSnapshot(_Model):
 
 def account_problems(state: str, runtime: AccountRuntime, probe: ProbeResult | None
                      ) -> list[str]:
-    """Why an enabled account is not healthy (empty: healthy)."""
+    """Why an enabled account is not healthy (empty: healthy).
+
+    Read from the runtime as it is now: a failed send or poll counts from the moment
+    it happens, and stops counting when the next one works. A failed probe stops
+    counting as soon as the platform answers the receive loop again
+    (``AccountRuntime.probe_superseded``), not at the next probe a minute later.
+    """
     problems = []
     if state == "failed":
         problems.append(f"receive loop failed: {runtime.detail or runtime.last_error or '?'}")
@@ -219,10 +276,18 @@ def account_problems(state: str, runtime: AccountRuntime, probe: ProbeResult | N
     elif state == "stopped":
         problems.append("receive loop not running")
     if runtime.problem is not None and (probe is None or probe.detail != runtime.problem):
-        problems.append(runtime.problem)
-    if probe is not None and not probe.ok:
+        problems.append(f"receiving: {runtime.problem}")
+    if runtime.send_failing_since is not None:
+        problems.append(f"sends failing: {runtime.last_send_error or '?'}")
+    if probe is not None and not probe.ok and not runtime.probe_superseded:
         problems.append(f"probe failed: {probe.detail or 'no detail'}")
     return problems
+
+
+def store_problems(store: StoreInfo | None) -> list[str]:
+    if store is None or store.ok:
+        return []
+    return [f"state database: commits failing: {store.last_error or '?'}"]
 
 
 def configured_accounts(config: cfg.KernelConfig) -> list[tuple[str, str, bool, dict]]:
@@ -273,8 +338,9 @@ async def session_summary(store: "Store", now: float, *, running_turns: int | No
                 for r in records[:RECENT_SESSIONS]])
 
 
-def _finish(channels: dict[str, ChannelSnapshot], judged: bool) -> tuple[bool | None, list[str]]:
-    problems = []
+def _finish(channels: dict[str, ChannelSnapshot], judged: bool,
+            store: StoreInfo | None = None) -> tuple[bool | None, list[str]]:
+    problems = store_problems(store)
     for channel in channels.values():
         enabled = [a for a in channel.accounts.values() if a.enabled]
         if judged:
@@ -286,6 +352,21 @@ def _finish(channels: dict[str, ChannelSnapshot], judged: bool) -> tuple[bool | 
     return not problems, problems
 
 
+@dataclass(slots=True)
+class StoreHealth:
+    """Whether the state database's commits go through (told by ``Store.on_commit``)."""
+
+    failing_since: float | None = None
+    last_error: str | None = None
+    last_error_at: float | None = None
+    failures: int = 0
+
+    def info(self) -> StoreInfo:
+        return StoreInfo(ok=self.failing_since is None, failing_since=self.failing_since,
+                         last_error=self.last_error, last_error_at=self.last_error_at,
+                         failures=self.failures)
+
+
 class Health:
     """Probes, the cached probe results and the snapshot of one running kernel."""
 
@@ -295,6 +376,26 @@ class Health:
         #: When every account was last probed (by the refresher or a live snapshot).
         self.refreshed_at: float | None = None
         self._refreshing: anyio.Event | None = None
+        #: The state database's commits.
+        self.store = StoreHealth()
+        self._reprobing: set[str] = set()
+
+    def store_committed(self, error: Exception | None) -> None:
+        """``Store.on_commit``: a commit went through (None) or failed."""
+        store = self.store
+        if error is None:
+            if store.failing_since is not None:
+                log.warning("state database: commits work again (they failed for %.0f s)",
+                            self.clock() - store.failing_since)
+                store.failing_since = None
+            return
+        now = self.clock()
+        if store.failing_since is None:
+            store.failing_since = now
+            log.error("state database: a commit failed: %s", error)
+        store.last_error, store.last_error_at = str(error), now
+        store.failures += 1
+        self.kernel.metrics.store_commit_failures.inc()
 
     @property
     def probe_timeout(self) -> float:
@@ -348,12 +449,35 @@ class Health:
                 log.exception("health: refreshing the probes failed")
             await sleep(self.kernel.config.health.refresh_seconds)
 
+    def _probe_again(self, account: Account) -> None:
+        """Probe one account in the background (once at a time), so a probe result the
+        account has shown to be over is replaced soon."""
+        if account.key in self._reprobing:
+            return
+        try:
+            task_group = self.kernel.task_group
+        except RuntimeError:  # not started, or stopping
+            return
+        self._reprobing.add(account.key)
+
+        async def probe() -> None:
+            try:
+                await self.probe([account])
+            finally:
+                self._reprobing.discard(account.key)
+
+        task_group.start_soon(probe, name=f"probe again {account.key}")
+
     def account_snapshot(self, account: Account, now: float,
                          credentials_at: float | None = None) -> AccountSnapshot:
         runtime = account.runtime
         state = runtime.effective_state(now)
         probe = runtime.last_probe
         problems = account_problems(state, runtime, probe)
+        superseded = runtime.probe_superseded
+        if superseded:
+            self._probe_again(account)
+        last_error, last_error_at = runtime.latest_error()
         monitor = self.kernel.monitor
         return AccountSnapshot(
             key=account.key, channel=account.channel_name, account=account.name,
@@ -365,10 +489,16 @@ class Health:
                                if t is not None), default=None),
             last_sent_at=account.last_sent_at,
             restarts_last_hour=runtime.restarts_last_hour(now),
-            last_error=runtime.last_error, last_error_at=runtime.last_error_at,
+            last_error=last_error, last_error_at=last_error_at,
+            problem=runtime.problem, problem_since=runtime.problem_since,
+            send_failing_since=runtime.send_failing_since,
+            last_send_error=runtime.last_send_error,
+            last_send_error_at=runtime.last_send_error_at,
+            recent_failures=[FailureInfo(**failure.as_dict())
+                             for failure in reversed(runtime.recent_failures)],
             credentials_at=credentials_at,
             credential_age_s=None if credentials_at is None else round(now - credentials_at, 1),
-            probe=ProbeInfo.of(probe, runtime.last_probe_at),
+            probe=ProbeInfo.of(probe, runtime.last_probe_at, superseded=superseded),
             monitor=_monitor_info(monitor.settings(account), runtime,
                                   monitor.next_check_at(account)),
             problems=problems)
@@ -398,7 +528,8 @@ class Health:
                                                            _raw_monitor_override(raw))))
             channels.setdefault(name, ChannelSnapshot(ok=None, accounts={})) \
                 .accounts[account_name] = entry
-        ok, problems = _finish(channels, judged=True)
+        store = self.store.info()
+        ok, problems = _finish(channels, judged=True, store=store)
         queue = kernel.queue
         running = sum(1 for lane in queue.lanes.values() if lane.active)
         summary = await session_summary(kernel.store, now, queued=queue.depth(),
@@ -412,7 +543,7 @@ class Health:
                                                                               1))
         return HealthSnapshot(
             ok=ok, ts=now, duration_ms=round((time.perf_counter() - started) * 1000, 1),
-            live=live, gateway=gateway, channels=channels, sessions=summary,
+            live=live, gateway=gateway, channels=channels, sessions=summary, store=store,
             presence=[entry.as_dict() for entry in kernel.presence.entries()],
             problems=problems)
 
@@ -429,6 +560,14 @@ async def local_snapshot(config: cfg.KernelConfig, store: "Store | None", *,
     started = time.perf_counter()
     now = time.time() if now is None else now
     activity = await store.account_activity() if store is not None else {}
+    failures: dict[tuple[str, str], list[FailureInfo]] = {}
+    for entry, at in await store.outbox_failures(RECENT_FAILURES) if store is not None else []:
+        payload = entry.payload
+        failures.setdefault((entry.channel, entry.account), []).append(FailureInfo(
+            at=at, session=entry.session_key, reply_id=entry.reply_id,
+            part=f"{payload.chunk_index}/{payload.chunk_count}",
+            message=describe_payload(payload), status=entry.status, why="",
+            error=entry.error or "?"))
     channels: dict[str, ChannelSnapshot] = {}
     for name, account_name, enabled, raw in configured_accounts(config):
         seen = activity.get((name, account_name), {})
@@ -438,6 +577,7 @@ async def local_snapshot(config: cfg.KernelConfig, store: "Store | None", *,
             ok=None, state="stopped", quiet=None,
             detail="" if enabled else "disabled in the config",
             last_inbound_at=seen.get("last_inbound_at"), last_sent_at=seen.get("last_sent_at"),
+            recent_failures=failures.get((name, account_name), []),
             credentials_at=credentials_at,
             credential_age_s=None if credentials_at is None else round(now - credentials_at, 1),
             monitor=_monitor_info(resolve_settings(config, name, _raw_monitor_override(raw))))

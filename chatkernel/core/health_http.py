@@ -193,6 +193,17 @@ def render_status_page(snapshot: HealthSnapshot, *, now: float | None = None) ->
         f'<td>{_e(p.get("version"))}</td><td>{_when(p.get("ts"), now)}</td></tr>'
         for p in snapshot.presence)
     problems = "".join(f"<li>{_e(p)}</li>" for p in snapshot.problems)
+    failure_rows = "".join(
+        f'<tr class="failure" data-account="{_e(account.key)}"><td>{_when(f.at, now)}</td>'
+        f'<td><code>{_e(f.session)}</code></td><td>{_e(f.part)} {_e(f.message)}</td>'
+        f'<td class="err">{_e(f.status)}{f" ({_e(f.why)})" if f.why else ""}: {_e(f.error)}'
+        f'</td></tr>'
+        for account in sorted(snapshot.accounts(), key=lambda a: a.key)
+        for f in account.recent_failures[:5])
+    failures = (
+        '<section id="failures"><h2>Recent delivery failures</h2><table><thead><tr>'
+        "<th>When</th><th>Session</th><th>Message</th><th>What happened</th></tr></thead>"
+        f"<tbody>{failure_rows}</tbody></table></section>") if failure_rows else ""
     uptime = ago(gateway.started_at, now).removesuffix(" ago") if gateway.started_at else "?"
     generated = datetime.datetime.fromtimestamp(snapshot.ts).astimezone().isoformat(
         timespec="seconds")
@@ -212,6 +223,7 @@ instance <code>{_e(gateway.instance_id)}</code></span></header>
 {f'<section id="problems"><h2>Problems</h2><ul class="problems">{problems}</ul></section>'
  if problems else ""}
 <section><h2>Channels and accounts</h2>{accounts_table}</section>
+{failures}
 <section id="sessions"><h2>Sessions</h2>
 <p>{sessions.total} in all · {sessions.active_last_hour} active in the last hour ·
 {sessions.active_last_day} in the last day · {_e(sessions.running_turns)} turn(s) running ·

@@ -257,7 +257,8 @@ class Inbound:
         if parsed is not None:
             command = kernel.commands.get(parsed[0])
             if command is not None:
-                await self._run_command(command, account, message, record, parsed, route)
+                await self._run_command(command, account, message, record, parsed, route,
+                                        seq)
                 if seq is not None:
                     await store.set_journal_status(seq, "done")
                 return "command"
@@ -267,6 +268,7 @@ class Inbound:
             lane = queue.lane(record.key)
             # Only while a turn runs: a message that joins a turn not yet started
             # (a burst from one poll, a debounce) is not "waiting for the previous one".
+            # It speaks for the running turn, so it goes out now (chatkernel.core.order).
             if lane.running and not lane.busy_hint_sent and \
                     kernel.queue_settings(record.key).mode != "interrupt":
                 lane.busy_hint_sent = True
@@ -279,7 +281,11 @@ class Inbound:
             kernel.start_indicator(account, route)
         # The journal entry stays "received" until its turn finishes: a mark in
         # between would cost a write and change nothing a restart does.
+        if seq is not None:
+            kernel.order.opened(record.key, seq)  # answers sent after this one wait for it
         outcome = await queue.enqueue(record.key, QueuedMessage(message, seq))
+        if outcome == "steered" and seq is not None:  # the running turn answers it
+            await kernel.order.closed(record.key, [seq])
         if self._observed:
             for result in kernel.pm.hook.inbound_delivered(message=message, session=record):
                 await await_maybe(result)
@@ -332,7 +338,8 @@ class Inbound:
                 await self.kernel.store.set_account_state(
                     account.channel_name, account.name, "last_chat", self._last_chat[key])
 
-    async def _run_command(self, command, account, message, record, parsed, route) -> None:
+    async def _run_command(self, command, account, message, record, parsed, route,
+                           seq: int | None) -> None:
         kernel = self.kernel
         name, args = parsed
         direct_only = command.direct_only or getattr(account.config, "direct_only_commands",
@@ -347,8 +354,14 @@ class Inbound:
                 log.exception("command /%s failed", name)
                 reply = f"⚠️ /{name} failed: {exc}"
         if reply:
-            await kernel.outbound.deliver_text(account, route, reply, session_key=record.key,
-                                               session_id=record.session_id, fmt="plain")
+            # It runs now, in arrival order, but its answer waits for the turns of the
+            # messages before it (chatkernel.core.order).
+            async def answer() -> None:
+                await kernel.outbound.deliver_text(account, route, reply,
+                                                   session_key=record.key,
+                                                   session_id=record.session_id, fmt="plain")
+
+            await kernel.order.send(record.key, seq, answer)
 
 
 def _chat_key(message: InboundMessage) -> str:

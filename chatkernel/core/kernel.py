@@ -22,6 +22,7 @@ from chatkernel.core import config as cfg
 from chatkernel.core.agents import Agent, collect_agents
 from chatkernel.core.channel import Channel, collect_channels
 from chatkernel.core.commands import collect_commands
+from chatkernel.core.deliveries import Deliveries
 from chatkernel.core.health import Health
 from chatkernel.core.heartbeat import Clock as HeartbeatClock
 from chatkernel.core.heartbeat import HeartbeatScheduler
@@ -30,6 +31,7 @@ from chatkernel.core.indicators import Indicators
 from chatkernel.core.metrics import Metrics
 from chatkernel.core.models import Account, Command, InboundMessage, Route, Session
 from chatkernel.core.monitor import HealthMonitor
+from chatkernel.core.order import OutputOrder
 from chatkernel.core.outbound import Outbound, Responder
 from chatkernel.core.outbox import Outbox
 from chatkernel.core.policy import SendPolicy
@@ -77,8 +79,12 @@ class Kernel:
         self.agent: Agent | None = None
         self.outbound = Outbound(self)
         self.outbox = Outbox(self)
+        #: What became of each payload: health, recent failures, waiting senders.
+        self.deliveries = Deliveries(self)
         self.send_policy = SendPolicy.from_config(self.config.send_policy)
         self.inbound = Inbound(self)
+        #: Answers sent outside a turn wait for the turns of earlier messages.
+        self.order = OutputOrder()
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
         self.receiver = Receiver(self.inbound)
         self.indicators = Indicators(lambda key: self.sessions.route(key))
@@ -147,6 +153,7 @@ class Kernel:
         store = self._store
         await store.open()
         stack.push_async_callback(store.close)
+        store.on_commit = self.health.store_committed  # a failed commit turns health red
         self._sessions = Sessions(store)
         self.agent = agent_types[kind](self.config.agent, store)
         stack.push_async_callback(self.agent.aclose)
@@ -161,7 +168,7 @@ class Kernel:
         turns = Turns(
             store=store, sessions=self._sessions, agent=self.agent,
             account_for=self.account_for, responder=functools.partial(Responder, self),
-            indicators=self.indicators, metrics=self.metrics)
+            indicators=self.indicators, metrics=self.metrics, order=self.order)
         self._queue = SessionQueue(self._tg, turns.run, self.queue_settings,
                                    max_concurrent=self.config.queue.max_concurrent,
                                    on_drop=turns.dropped, steer=turns.steer,

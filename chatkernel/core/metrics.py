@@ -26,6 +26,14 @@ class Metrics:
                                     registry=self.registry)
         self.send_failures = Counter("chatkernel_send_failures", "Payloads that failed to send",
                                      labels, registry=self.registry)
+        self.undelivered = Counter(
+            "chatkernel_undelivered", "Payloads that did not arrive, by outcome: failed (the"
+            " platform refused it or could not be reached), blocked (send policy), unknown"
+            " (no answer, or in flight when the gateway stopped), skipped (an earlier part"
+            " of its reply failed)", (*labels, "outcome"), registry=self.registry)
+        self.store_commit_failures = Counter(
+            "chatkernel_store_commit_failures", "Commits of the state database that failed",
+            registry=self.registry)
         self.retries = Counter("chatkernel_send_retries", "Send requests repeated", labels,
                                registry=self.registry)
         self.throttled = Counter("chatkernel_throttled", "429 answers from a platform", labels,

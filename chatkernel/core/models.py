@@ -188,6 +188,8 @@ ACCOUNT_STATES: tuple[str, ...] = ("starting", "running", "stopped", "failed", "
 SETTLE_SECONDS = 10.0
 #: The window of "restarts in the last hour".
 RESTART_WINDOW_SECONDS = 3600.0
+#: How many undelivered payloads an account remembers for ``status``.
+RECENT_FAILURES = 10
 
 
 @dataclass(slots=True)
@@ -218,11 +220,20 @@ class AccountRuntime:
     #: The health monitor's last verdict on this account, and when.
     monitor_note: str = ""
     monitor_checked_at: float | None = None
-    #: Why the receive loop cannot receive right now (``Channel.report_problem``),
-    #: since when, and whether restarting the loop can fix it.
+    #: A problem the receive loop reported (``Channel.report_problem``): "another
+    #: instance polls this token", "cannot reach the platform"; None once it is over.
     problem: str | None = None
     problem_since: float | None = None
+    #: False when restarting the loop cannot fix it (a person must act).
     problem_restartable: bool = True
+    #: Since when sends fail for the whole account (no answer from the platform, a
+    #: 5xx, rejected credentials); None once the platform answers a send again.
+    send_failing_since: float | None = None
+    last_send_error: str | None = None
+    last_send_error_at: float | None = None
+    #: The latest payloads that did not arrive (chatkernel.core.deliveries.Failure),
+    #: oldest first.
+    recent_failures: deque[Any] = field(default_factory=lambda: deque(maxlen=RECENT_FAILURES))
 
     def set_state(self, state: AccountState, now: float, detail: str = "") -> None:
         if state != self.state:
@@ -242,15 +253,6 @@ class AccountRuntime:
             return "running"
         return self.state
 
-    def set_problem(self, reason: str, now: float, restartable: bool = True) -> None:
-        if reason != self.problem:
-            self.problem_since = now
-        self.problem, self.problem_restartable = reason, restartable
-
-    def clear_problem(self) -> None:
-        self.problem = self.problem_since = None
-        self.problem_restartable = True
-
     def error(self, message: str, now: float) -> None:
         self.last_error, self.last_error_at = message, now
 
@@ -269,6 +271,48 @@ class AccountRuntime:
 
     def record_probe(self, result: ProbeResult, now: float) -> None:
         self.last_probe, self.last_probe_at = result, now
+
+    @property
+    def probe_superseded(self) -> bool:
+        """The last probe failed, and the platform has answered the receive loop since:
+        what the probe found is over (the next probe will say so too)."""
+        probe, at = self.last_probe, self.last_probe_at
+        return (probe is not None and not probe.ok and at is not None
+                and self.last_event_at is not None and self.last_event_at > at)
+
+    def set_problem(self, reason: str, now: float, restartable: bool = True) -> None:
+        """The receive loop is stuck on ``reason`` (kept since it first began)."""
+        if self.problem is None:
+            self.problem_since = now
+        self.problem, self.problem_restartable = reason, restartable
+
+    def clear_problem(self) -> None:
+        self.problem, self.problem_since, self.problem_restartable = None, None, True
+
+    def send_failed(self, reason: str, now: float) -> None:
+        """A send failed for the whole account (see chatkernel.core.deliveries)."""
+        if self.send_failing_since is None:
+            self.send_failing_since = now
+        self.last_send_error, self.last_send_error_at = reason, now
+
+    def send_ok(self) -> None:
+        """The platform answered a send: sends work again."""
+        if self.send_failing_since is not None:
+            self.send_failing_since = None
+
+    def record_failure(self, failure: Any) -> None:
+        self.recent_failures.append(failure)
+
+    def latest_error(self) -> tuple[str | None, float | None]:
+        """The most recent of the loop's error, the receive problem and the send error,
+        with its time: what ``last_error`` shows."""
+        found = [(at, error) for error, at in (
+            (self.last_error, self.last_error_at), (self.problem, self.problem_since),
+            (self.last_send_error, self.last_send_error_at)) if error and at is not None]
+        if not found:
+            return self.last_error, self.last_error_at
+        at, error = max(found, key=lambda item: item[0])
+        return error, at
 
 
 @dataclass(slots=True)

@@ -33,6 +33,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 
+from chatkernel.core.deliveries import describe_payload
 from chatkernel.core.lines import Lines
 from chatkernel.core.models import Account, OutboundPayload, Route, SendError, SendResult
 from chatkernel.core.outbound import upload_failed
@@ -151,16 +152,29 @@ class Outbox:
     async def recover(self) -> None:
         """After a start: send what was never attempted, report what was in flight."""
         store = self._kernel.store
+        deliveries = self._kernel.deliveries
+        resent = unknown = skipped = 0
         for entry in await store.outbox_unfinished():
             if entry.status == "sending":
                 await store.outbox_mark(entry.id, "unknown", "in flight when the gateway stopped")
                 self._failed_replies.add(entry.reply_id)
                 await self._notify(entry, f"delivery unknown: {self._part(entry)} was being "
                                           "sent when the gateway stopped; it is not resent")
+                deliveries.settled(entry, "unknown", "in flight when the gateway stopped",
+                                   why="stopped")
+                unknown += 1
             elif entry.reply_id in self._failed_replies:
                 await store.outbox_mark(entry.id, "failed", EARLIER_CHUNK_FAILED)
+                deliveries.settled(entry, "failed", EARLIER_CHUNK_FAILED, why="earlier part")
+                skipped += 1
             else:
                 self._enqueue([entry])
+                resent += 1
+        if resent or unknown or skipped:
+            log.info("outbox: recovered %d unsent payload(s), sending them now; %d were in "
+                     "flight when the gateway stopped (delivery unknown, not resent); %d "
+                     "not sent after an earlier part of their reply", resent, unknown,
+                     skipped)
 
     # -- sending ---------------------------------------------------------------------
 
@@ -177,6 +191,7 @@ class Outbox:
         commit_error = self._claim_commits.pop(entry.id, None)
         if entry.reply_id in self._failed_replies:
             await store.outbox_mark(entry.id, "failed", EARLIER_CHUNK_FAILED)
+            kernel.deliveries.settled(entry, "failed", EARLIER_CHUNK_FAILED, why="earlier part")
             return
         account = kernel.accounts.get(f"{entry.channel}:{entry.account}")
         if account is None or account.channel is None:
@@ -189,6 +204,9 @@ class Outbox:
             log.info("%s: not sent to %s: %s", account.key, route.chat_id, verdict.reason)
             await store.outbox_mark(entry.id, "failed", verdict.reason)
             self._failed_replies.add(entry.reply_id)
+            await self._notify(entry, f"not sent: {self._part(entry)}: {verdict.reason}")
+            kernel.deliveries.settled(entry, "failed", verdict.reason, why="policy",
+                                      account=account)
             return
         limiter = self._limiter(account)
         policy = self._policy(account)
@@ -199,6 +217,8 @@ class Outbox:
             if not settled:  # woken before its commit (a busy or new sender)
                 await store.flush()
             elif commit_error is not None:
+                kernel.deliveries.settled(entry, "failed", str(commit_error), why="store",
+                                          account=account)
                 raise commit_error  # its row was never written: nothing to send
             if not limiter.try_acquire(route.chat_id, is_group=route.is_group):
                 await store.outbox_mark(entry.id, "pending")  # nothing went out
@@ -244,6 +264,7 @@ class Outbox:
             return
         await store.outbox_mark(entry.id, "sent")
         account.last_sent_at = time.time()
+        kernel.deliveries.settled(entry, "sent", account=account)
 
     async def _attempt(self, account: Account, route: Route,
                        payload: OutboundPayload) -> SendResult:
@@ -267,6 +288,9 @@ class Outbox:
         reason = str(exc) or type(exc).__name__
         await store.outbox_mark(entry.id, "unknown" if unknown else "failed", reason)
         self._failed_replies.add(entry.reply_id)
+        self._kernel.deliveries.settled(entry, "unknown" if unknown else "failed", reason,
+                                        why="platform" if account else "not running",
+                                        exc=exc, account=account)
         detail = f"{self._part(entry)}: {reason}"
         later = entry.payload.chunk_count - entry.payload.chunk_index
         if later:
@@ -289,11 +313,14 @@ class Outbox:
     async def _notify(self, entry: OutboxEntry, text: str) -> None:
         """A notification in the session log: recording it never sends anything."""
         await self._kernel.store.append_log(entry.session_key, entry.session_id, "notification",
-                                            text, {"kind": "delivery", "outbox_id": entry.id})
+                                            text, {"kind": "delivery", "outbox_id": entry.id,
+                                                   "reply_id": entry.reply_id})
 
     @staticmethod
     def _part(entry: OutboxEntry) -> str:
-        return f"chunk {entry.payload.chunk_index}/{entry.payload.chunk_count}"
+        """``chunk 1/2 "Hello the…"``: which part of which message."""
+        payload = entry.payload
+        return f"chunk {payload.chunk_index}/{payload.chunk_count} {describe_payload(payload)}"
 
     def prepare(self, account: Account) -> None:
         """Build the account's rate limiter and retry policy from the channel's

@@ -65,6 +65,22 @@ class Sessions:
             await self._store.save_session(record)
         return record
 
+    async def open(self, key: str, route: Route) -> SessionRecord:
+        """The session of ``key``, created for a proactive send to ``route`` when there is
+        none yet (so it is listed, and its log holds what became of the send)."""
+        record = await self.get(key)
+        if record is None:
+            now = self._clock()
+            record = SessionRecord(key=key, session_id=new_session_id(), channel=route.channel,
+                                   account=route.account, chat_id=route.chat_id,
+                                   thread_id=route.thread_id, created_at=now,
+                                   last_active_at=now)
+            self._records[key] = record
+            await self._store.save_session(record)
+        if await self.route(key) is None:
+            await self.set_route(key, route)
+        return record
+
     def cached(self, key: str) -> SessionRecord | None:
         """The session if it is in memory (no store access: for hot paths)."""
         return self._records.get(key)

@@ -110,6 +110,31 @@ def gateway_line(snapshot: dict[str, Any]) -> str:
     return f"Gateway: not running{why} — local state shown"
 
 
+def store_line(snapshot: dict[str, Any]) -> str | None:
+    """The state database's line when its commits fail (None when they work)."""
+    store = snapshot.get("store") or {}
+    if store.get("ok", True):
+        return None
+    return (f"State database: commits FAILING since {ago(store.get('failing_since'))}: "
+            f"{store.get('last_error') or '?'}")
+
+
+def failure_lines(snapshot: dict[str, Any], limit: int = 5) -> list[str]:
+    """The latest payloads that did not arrive, per account, newest first."""
+    lines = []
+    for account in accounts_of(snapshot):
+        failures = (account.get("recent_failures") or [])[:limit]
+        if not failures:
+            continue
+        lines.append(f"  {account['key']}:")
+        for failure in failures:
+            why = f" ({failure['why']})" if failure.get("why") else ""
+            lines.append(f"    {ago(failure.get('at'))}  {failure['session']}  part "
+                         f"{failure['part']} {failure['message']}: {failure['status']}{why}: "
+                         f"{failure['error']}")
+    return lines
+
+
 def sessions_lines(sessions: dict[str, Any]) -> list[str]:
     line = (f"Sessions: {sessions.get('total', 0)} ({sessions.get('active_last_hour', 0)} "
             f"active in the last hour, {sessions.get('active_last_day', 0)} in the last day)")
@@ -144,7 +169,14 @@ def render_status(snapshot: dict[str, Any]) -> str:
                      "-" if age is None else f"{duration(age)} old",
                      probe_text(account.get("probe"), local=local)
                      if account.get("enabled", True) else "-"])
-    lines += ["", *table(rows), "", *sessions_lines(snapshot.get("sessions") or {})]
+    lines += ["", *table(rows)]
+    store = store_line(snapshot)
+    if store:
+        lines += ["", store]
+    failures = failure_lines(snapshot)
+    if failures:
+        lines += ["", "Recent delivery failures:", *failures]
+    lines += ["", *sessions_lines(snapshot.get("sessions") or {})]
     presence = snapshot.get("presence") or []
     if presence:
         lines += ["", f"Presence: {len(presence)} instance(s)"]
@@ -176,6 +208,8 @@ def render_health(snapshot: dict[str, Any], *, verbose: bool = False) -> str:
                      f"{probe_text(account.get('probe'))}; last event "
                      f"{ago(account.get('last_event_at'))}; "
                      f"restarts {account.get('restarts_last_hour', 0)} in the last hour")
+        if not verbose:  # why it is red, in one line each (verbose lists them below)
+            lines += [f"        {problem}" for problem in account.get("problems", [])]
         if verbose:
             monitor = account.get("monitor") or {}
             age = account.get("credential_age_s")
@@ -186,6 +220,10 @@ def render_health(snapshot: dict[str, Any], *, verbose: bool = False) -> str:
                 ("last sent", ago(account.get("last_sent_at"))),
                 ("last error", f"{account['last_error']} ({ago(account.get('last_error_at'))})"
                  if account.get("last_error") else "none"),
+                ("sends", f"FAILING since {ago(account.get('send_failing_since'))}"
+                 if account.get("send_failing_since") else "working"),
+                ("receiving", f"{account['problem']} (since {ago(account.get('problem_since'))})"
+                 if account.get("problem") else "no problem reported"),
                 ("credentials", "age unknown" if age is None else f"{duration(age)} old"),
                 ("quiet", "yes: judged by its probe" if account.get("quiet") else "no"),
                 ("monitor", (monitor.get("note") or "not checked yet")
@@ -193,6 +231,13 @@ def render_health(snapshot: dict[str, Any], *, verbose: bool = False) -> str:
             ]
             lines += [f"        {name}: {value}" for name, value in details]
             lines += [f"        problem: {problem}" for problem in account.get("problems", [])]
+    store = store_line(snapshot)
+    if store:
+        lines.append(f"  BAD {store}")
+    if verbose:
+        failures = failure_lines(snapshot)
+        if failures:
+            lines += ["  Recent delivery failures:", *("  " + line for line in failures)]
     lines.append("  " + sessions_lines(snapshot.get("sessions") or {})[0])
     return "\n".join(lines)
 

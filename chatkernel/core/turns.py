@@ -26,6 +26,7 @@ from chatkernel.core.inbound import envelope, text_with_media_notes
 from chatkernel.core.indicators import Indicators
 from chatkernel.core.metrics import Metrics
 from chatkernel.core.models import Account, InboundMessage
+from chatkernel.core.order import OutputOrder
 from chatkernel.core.outbound import Responder
 from chatkernel.core.queue import Batch, QueuedMessage
 from chatkernel.core.sessions import Sessions
@@ -48,7 +49,7 @@ class Turns:
 
     def __init__(self, *, store: Store, sessions: Sessions, agent: Agent,
                  account_for: Callable[[str, str], Account], responder: ResponderFactory,
-                 indicators: Indicators, metrics: Metrics) -> None:
+                 indicators: Indicators, metrics: Metrics, order: OutputOrder) -> None:
         self._store = store
         self._sessions = sessions
         self._agent = agent
@@ -56,11 +57,22 @@ class Turns:
         self._responder = responder
         self._indicators = indicators
         self._metrics = metrics
+        self._order = order
         #: The responder of each session's running turn (steered messages join it).
         self._running: dict[str, Responder] = {}
 
     async def run(self, key: str, batch: Batch) -> None:
-        """One agent turn for a session: ask the agent, queue its replies, log the turn."""
+        """One agent turn for a session, then the command answers that waited for it
+        (see chatkernel.core.order)."""
+        try:
+            await self._turn(key, batch)
+        finally:
+            if self._order.close(key, [item.seq for item in batch.items]):
+                with anyio.CancelScope(shield=True):  # an interrupted turn is over too
+                    await self._order.release(key)
+
+    async def _turn(self, key: str, batch: Batch) -> None:
+        """Ask the agent, queue its replies, log the turn."""
         sessions = self._sessions
         record = await sessions.get(key)
         if record is None:
@@ -131,6 +143,7 @@ class Turns:
                      reason)
             if item.seq is not None:
                 await self._store.set_journal_status(item.seq, "done")
+        await self._order.closed(key, [item.seq for item in items])  # no answer to wait for
 
     async def steer(self, key: str, item: QueuedMessage) -> bool:
         """Hand a message to the session's running turn; False when the agent cannot

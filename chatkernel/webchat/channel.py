@@ -9,16 +9,17 @@ API (the page uses it, and so do tests)::
     GET  /webchat/events?chat_id=...&after=<id>      (Server-Sent Events, one per message)
 
 An account other than ``default`` is served under ``/webchat/<account>/...``.
-The transcript is kept in memory (the last ``history_limit`` messages of
-each chat); the kernel's session log is the durable record.
+The transcript (what each chat showed: the person's messages, everything sent
+to it) lives in the store, so a page reloaded after a restart shows the
+conversation again; ids grow across restarts, so ``after`` and an event
+stream's ``Last-Event-ID`` keep working through one. Pages get the last
+``history_limit`` messages of their chat.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-import time
-from collections import OrderedDict, deque
+import logging
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -37,10 +38,12 @@ from chatkernel.core.models import (
     SendError,
     SendResult,
 )
+from chatkernel.core.store.base import TranscriptEntry
+
+log = logging.getLogger("chatkernel.webchat")
 
 MAX_TEXT = 64_000
 SSE_KEEPALIVE_SECONDS = 15.0
-MAX_REMEMBERED_CLIENT_IDS = 10_000
 
 
 class WebChatAccount(AccountConfig):
@@ -56,6 +59,9 @@ class WebChatChannel(Channel):
     account_model = WebChatAccount
     limits = ChannelLimits(text_limit=4000, text_unit="chars")
     quiet_by_nature = True
+    #: Its platform is the gateway's own page: without the gateway's HTTP server no one
+    #: sees what it sends (a proactive send with no gateway running is refused).
+    needs_http_server = True
 
     def __init__(self, account, settings=None) -> None:
         super().__init__(account, settings)
@@ -67,12 +73,9 @@ class WebChatChannel(Channel):
                 raise ConfigError(f"expected a whole number of at least 1, got {text_limit!r}",
                                   key="channels.webchat.text_limit")
             self.limits = ChannelLimits(text_limit=text_limit, text_unit="chars")
-        self._ids = itertools.count(1)
-        self._chats: dict[str, deque[dict[str, Any]]] = {}
         self._changed: dict[str, anyio.Event] = {}
         self._deliver: Deliver | None = None
         self._stopped = False  # the receive loop ended: event streams end too
-        self._client_ids: OrderedDict[tuple[str, str], int] = OrderedDict()
         self.prefix = "/webchat" if account.name == "default" else f"/webchat/{account.name}"
 
     # -- the channel contract ------------------------------------------------------
@@ -96,12 +99,13 @@ class WebChatChannel(Channel):
     async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
         if payload.is_media:
             media = [{"name": Path(payload.media_path).name, "kind": payload.media_kind}]
-            entry = self._append(route.chat_id, "bot", payload.caption, media)
+            entry = await self._append(route.chat_id, "bot", payload.caption, media)
         else:
             if not payload.text:
                 raise SendError("empty message")
-            entry = self._append(route.chat_id, "bot", payload.text)
-        return SendResult(message_id=str(entry["id"]))
+            entry = await self._append(route.chat_id, "bot", payload.text)
+        assert entry is not None  # no client id: never a retry
+        return SendResult(message_id=str(entry.id))
 
     async def probe(self) -> ProbeResult:
         ok = self._deliver is not None
@@ -119,20 +123,24 @@ class WebChatChannel(Channel):
 
     # -- transcript ------------------------------------------------------------------------
 
-    def _append(self, chat_id: str, role: str, text: str,
-                media: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        limit = getattr(self.config, "history_limit", 500)
-        chat = self._chats.setdefault(chat_id, deque(maxlen=limit))
-        entry = {"id": next(self._ids), "role": role, "text": text, "media": media or [],
-                 "ts": time.time()}
-        chat.append(entry)
+    async def _append(self, chat_id: str, role: str, text: str,
+                      media: list[dict[str, Any]] | None = None, *,
+                      client_id: str | None = None) -> TranscriptEntry | None:
+        """Add to the chat's transcript (in the store) and wake its event streams; None
+        when ``client_id`` is there already."""
+        entry = await self.store.transcript_add(self.name, self.account.name, chat_id, role,
+                                                text, media, client_id=client_id)
         event = self._changed.pop(chat_id, None)
         if event is not None:
             event.set()  # wake every SSE stream of this chat
         return entry
 
-    def messages(self, chat_id: str, after: int = 0) -> list[dict[str, Any]]:
-        return [entry for entry in self._chats.get(chat_id, ()) if entry["id"] > after]
+    async def messages(self, chat_id: str, after: int = 0) -> list[dict[str, Any]]:
+        """The chat's last ``history_limit`` messages after ``after``, as the API shows them."""
+        limit = getattr(self.config, "history_limit", 500)
+        entries = await self.store.transcript_read(self.name, self.account.name, chat_id,
+                                                   after=after, limit=limit)
+        return [entry.as_dict() for entry in entries]
 
     def _changed_event(self, chat_id: str) -> anyio.Event:
         event = self._changed.get(chat_id)
@@ -163,28 +171,27 @@ class WebChatChannel(Channel):
             return _error(400, "; ".join(problems))
         if self._deliver is None:
             return _error(503, "the web chat channel is not running")
-        retry_key = (body["chat_id"], client_id) if client_id else None
-        if retry_key in self._client_ids:  # a client retrying: same answer, nothing new
-            return web.json_response({"message_id": str(self._client_ids[retry_key])},
+        # Written with the journal entry deliver() makes (one commit): a message is in
+        # the transcript exactly when the kernel has it.
+        entry = await self._append(body["chat_id"], "user", text, client_id=client_id)
+        if entry is None:  # a client retrying, even after a restart: same answer
+            known = await self.store.transcript_find(self.name, self.account.name,
+                                                     body["chat_id"], client_id)
+            return web.json_response({"message_id": str(known.id if known else "")},
                                      status=202)
-        entry = self._append(body["chat_id"], "user", text)
-        if retry_key is not None:
-            self._client_ids[retry_key] = entry["id"]
-            while len(self._client_ids) > MAX_REMEMBERED_CLIENT_IDS:
-                self._client_ids.popitem(last=False)
         message = InboundMessage(
             channel=self.name, account=self.account.name, chat_id=body["chat_id"],
-            message_id=client_id or f"wc-{entry['id']}-{int(entry['ts'] * 1000)}",
+            # The journal dedupes per account; a client's ids are its chat's own.
+            message_id=(f"{body['chat_id']}:{client_id}" if client_id
+                        else f"wc-{entry.id}-{int(entry.ts * 1000)}"),
             sender_id=body["user_id"], sender_name=str(body.get("user_name") or ""),
-            text=text, timestamp=entry["ts"])
-        if await self._deliver(message) == "duplicate":
-            # Seen before a restart: the kernel's journal knows it; keep the page clean.
-            self._chats[body["chat_id"]].remove(entry)
-        return web.json_response({"message_id": str(entry["id"])}, status=202)
+            text=text, timestamp=entry.ts)
+        await self._deliver(message)
+        return web.json_response({"message_id": str(entry.id)}, status=202)
 
     async def get_messages(self, request: web.Request) -> web.Response:
         chat_id, after = _chat_and_after(request)
-        return web.json_response({"messages": self.messages(chat_id, after)})
+        return web.json_response({"messages": await self.messages(chat_id, after)})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         chat_id, after = _chat_and_after(request)
@@ -193,17 +200,23 @@ class WebChatChannel(Channel):
             after = max(after, int(last_seen))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache"})
-        await response.prepare(request)
-        while not self._stopped:
-            event = self._changed_event(chat_id)
-            for entry in self.messages(chat_id, after):
-                after = entry["id"]
-                await response.write(f"id: {after}\nevent: message\ndata: "
-                                     f"{json.dumps(entry)}\n\n".encode())
-            with anyio.move_on_after(SSE_KEEPALIVE_SECONDS) as scope:
-                await event.wait()
-            if scope.cancelled_caught:
-                await response.write(b": keepalive\n\n")
+        try:
+            await response.prepare(request)
+            while not self._stopped:
+                event = self._changed_event(chat_id)
+                for entry in await self.messages(chat_id, after):
+                    after = entry["id"]
+                    await response.write(f"id: {after}\nevent: message\ndata: "
+                                         f"{json.dumps(entry)}\n\n".encode())
+                with anyio.move_on_after(SSE_KEEPALIVE_SECONDS) as scope:
+                    await event.wait()
+                if scope.cancelled_caught:
+                    await response.write(b": keepalive\n\n")
+        except ConnectionResetError:
+            # The page was closed or reloaded: an everyday event, not an error. (The
+            # page reconnects by itself, and picks up after the last id it saw.)
+            log.debug("%s: an event stream of chat %s was closed by its client",
+                      self.account.key, chat_id)
         return response
 
     async def page(self, request: web.Request) -> web.Response:

@@ -82,6 +82,28 @@ class OutboxEntry:
 
 
 @dataclass(slots=True)
+class TranscriptEntry:
+    """One message a chat shows, for a channel whose platform is the gateway itself (the
+    web chat): what the person typed (``role`` ``user``) or was sent (``bot``).
+
+    ``id`` grows with every entry, across restarts: a page that saw entry N asks for
+    those after N. ``client_id`` is the sender's own id of a message, so a retry of it
+    is known (``Store.transcript_add``).
+    """
+
+    id: int
+    role: str  # "user" | "bot"
+    text: str
+    media: list[dict[str, Any]]
+    ts: float
+    client_id: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "role": self.role, "text": self.text, "media": self.media,
+                "ts": self.ts}
+
+
+@dataclass(slots=True)
 class HeartbeatState:
     """What the heartbeat scheduler keeps of one heartbeat between restarts.
 
@@ -109,6 +131,10 @@ class Store(abc.ABC):
     """Durable state. Every method is safe to call concurrently from one event loop."""
 
     name: str = "?"
+    #: Told of every commit: ``None`` when it succeeded, the error when it failed (the
+    #: kernel's health listens). A store whose writes are durable as they return (no
+    #: commits of its own) reports a write that failed, if it can.
+    on_commit: Callable[[Exception | None], None] | None = None
 
     async def open(self) -> None:
         """Connect / create the schema (idempotent)."""
@@ -223,6 +249,12 @@ class Store(abc.ABC):
         returns ``{}`` (the default)."""
         return {}
 
+    async def outbox_failures(self, limit: int = 10) -> list[tuple[OutboxEntry, float]]:
+        """The newest ``limit`` entries that ended ``failed`` or ``unknown``, newest first,
+        each with when it did: what ``chatkernel status`` lists when no gateway runs. A
+        backend that cannot tell returns ``[]`` (the default)."""
+        return []
+
     # -- per-account state (last active chat, context tokens, ...) ----------------------
 
     @abc.abstractmethod
@@ -254,6 +286,28 @@ class Store(abc.ABC):
                        limit: int | None = None, roles: tuple[str, ...] | None = None,
                        before_seq: int | None = None) -> list[LogEntry]:
         """The newest ``limit`` entries (with seq < ``before_seq``, of ``roles``), oldest first."""
+
+    # -- transcripts (a channel whose platform is the gateway: the web chat) -----------------
+
+    @abc.abstractmethod
+    async def transcript_add(self, channel: str, account: str, chat_id: str, role: str,
+                             text: str, media: list[dict[str, Any]] | None = None, *,
+                             client_id: str | None = None) -> TranscriptEntry | None:
+        """Append a message to a chat's transcript; returns it, or None when ``client_id``
+        is in the chat's transcript already (a retry: :meth:`transcript_find` has it).
+        Committed with the writes around it: a user's message and its journal entry
+        are durable together."""
+
+    @abc.abstractmethod
+    async def transcript_read(self, channel: str, account: str, chat_id: str, *,
+                              after: int = 0, limit: int | None = None
+                              ) -> list[TranscriptEntry]:
+        """The newest ``limit`` entries with an id above ``after``, oldest first."""
+
+    @abc.abstractmethod
+    async def transcript_find(self, channel: str, account: str, chat_id: str,
+                              client_id: str) -> TranscriptEntry | None:
+        """The entry the sender's ``client_id`` made, if any."""
 
     # -- heartbeats -----------------------------------------------------------------------
 

@@ -74,6 +74,7 @@ from chatkernel.core.store.base import (
     OutboxEntry,
     SessionRecord,
     Store,
+    TranscriptEntry,
 )
 from chatkernel.core.store.codec import (
     decode_json,
@@ -314,6 +315,28 @@ MIGRATIONS: list[str] = [
     ALTER TABLE inbound_journal_v5 RENAME TO inbound_journal;
     CREATE INDEX inbound_journal_unfinished ON inbound_journal (seq)
         WHERE status = 'received';
+    """,
+    # 6: The transcript of the chats whose platform is the gateway itself (the web chat):
+    # what each chat showed, so its page shows the conversation again after a restart.
+    # The session log cannot stand in for it: it holds a reply whole and before it is
+    # sent (also one the send policy then blocked), and neither command answers, hints
+    # nor proactive sends. AUTOINCREMENT: ids are never reused, so a page that saw entry
+    # N before a restart asks for the entries after N, and gets them.
+    """
+    CREATE TABLE transcript (
+        id         INTEGER PRIMARY KEY AUTOINCREMENT,
+        channel    TEXT NOT NULL,
+        account    TEXT NOT NULL,
+        chat_id    TEXT NOT NULL,
+        role       TEXT NOT NULL,
+        text       TEXT NOT NULL,
+        media      TEXT,          -- JSON list, NULL for none
+        client_id  TEXT,
+        ts         REAL NOT NULL
+    );
+    CREATE INDEX transcript_chat ON transcript (channel, account, chat_id, id);
+    CREATE UNIQUE INDEX transcript_client ON transcript (channel, account, chat_id, client_id)
+        WHERE client_id IS NOT NULL;
     """,
 ]
 
@@ -733,6 +756,11 @@ class SQLiteStore(Store):
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")  # type: ignore[union-attr]
             error = StoreError(f"{self.path}: commit failed: {exc}")
+        if self.on_commit is not None and (scheduled or error is not None):
+            try:
+                self.on_commit(error)
+            except Exception:
+                log.exception("%s: the commit observer failed", self.path)
         for callback in callbacks:
             try:
                 callback(error)
@@ -975,6 +1003,14 @@ class SQLiteStore(Store):
             activity.setdefault((channel, account), {})["last_sent_at"] = at
         return activity
 
+    async def outbox_failures(self, limit: int = 10) -> list[tuple[OutboxEntry, float]]:
+        self._write_marks()
+        rows = self._run(f"SELECT {self._OUTBOX_COLUMNS}, updated_at FROM outbox"
+                         " WHERE status = 'failed' OR status = 'unknown' ORDER BY id DESC"
+                         " LIMIT ?", (limit,)).fetchall()
+        entries = self._outbox_entries([row[:-1] for row in rows])
+        return [(entry, row[-1]) for entry, row in zip(entries, rows)]
+
     # -- per-account state -------------------------------------------------------------------
 
     async def get_account_state(self, channel: str, account: str, key: str) -> Any:
@@ -1057,6 +1093,51 @@ class SQLiteStore(Store):
         return [LogEntry(seq=seq, session_key=key, session_id=sid, role=role, text=text,
                          ts=ts, meta=decode_json(meta) or {})
                 for seq, key, sid, role, text, ts, meta in rows]
+
+    # -- transcripts ----------------------------------------------------------------------------
+
+    _TRANSCRIPT_COLUMNS = "id, role, text, media, ts, client_id"
+
+    @staticmethod
+    def _transcript_entry(row: tuple[Any, ...]) -> TranscriptEntry:
+        entry_id, role, text, media, ts, client_id = row
+        return TranscriptEntry(id=entry_id, role=role, text=text,
+                               media=(decode_json(media) or []) if media else [], ts=ts,
+                               client_id=client_id)
+
+    async def transcript_add(self, channel: str, account: str, chat_id: str, role: str,
+                             text: str, media: list[dict[str, Any]] | None = None, *,
+                             client_id: str | None = None) -> TranscriptEntry | None:
+        now = time.time()
+        cursor = self._write(
+            "INSERT INTO transcript (channel, account, chat_id, role, text, media, client_id,"
+            " ts) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (channel, account, chat_id, role, text,
+             encode_json(media, what="transcript media") if media else None, client_id, now))
+        if cursor.rowcount != 1:
+            return None
+        return TranscriptEntry(id=cursor.lastrowid, role=role, text=text, media=media or [],
+                               ts=now, client_id=client_id)
+
+    async def transcript_read(self, channel: str, account: str, chat_id: str, *,
+                              after: int = 0, limit: int | None = None
+                              ) -> list[TranscriptEntry]:
+        sql = (f"SELECT {self._TRANSCRIPT_COLUMNS} FROM transcript WHERE channel = ? AND"
+               " account = ? AND chat_id = ? AND id > ? ORDER BY id DESC")
+        params: list[Any] = [channel, account, chat_id, after]
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        rows = self._run(sql, params).fetchall()
+        rows.reverse()
+        return [self._transcript_entry(row) for row in rows]
+
+    async def transcript_find(self, channel: str, account: str, chat_id: str,
+                              client_id: str) -> TranscriptEntry | None:
+        row = self._run(f"SELECT {self._TRANSCRIPT_COLUMNS} FROM transcript WHERE channel = ?"
+                        " AND account = ? AND chat_id = ? AND client_id = ?",
+                        (channel, account, chat_id, client_id)).fetchone()
+        return self._transcript_entry(row) if row is not None else None
 
     # -- heartbeats -----------------------------------------------------------------------------
 

@@ -1,0 +1,207 @@
+"""The health snapshot tells the truth as it happens: failed sends, a stuck receive loop
+and failed commits turn it red at once, with the reason and since when, and it turns
+green again as soon as they stop; a cached probe never outlives what it found."""
+
+from __future__ import annotations
+
+import aiohttp
+import anyio
+import pytest
+
+from chatkernel.core import config as cfg
+from chatkernel.core.gateway import run_gateway
+from chatkernel.core.models import ProbeResult, SendError
+from chatkernel.core.status_report import render_health
+from chatkernel.core.store.sqlite import StoreError
+from chatkernel.testing.memory import KernelHarness
+
+pytestmark = pytest.mark.anyio
+
+ONE_ATTEMPT = {"channels": {"memory": {"retry": {"attempts": 1},
+                                       "accounts": {"main": {"allow_from": ["*"]}}}}}
+
+
+def account_of(snapshot, key="memory:main"):
+    return next(a for a in snapshot.accounts() if a.key == key)
+
+
+async def test_failed_sends_turn_the_account_red_at_once_and_a_sent_one_green(tmp_path):
+    async with KernelHarness(tmp_path, config=ONE_ATTEMPT) as h:
+        health = h.kernel.health
+        await health.refresh()  # a cached probe that passed, as the refresher leaves it
+        assert (await health.snapshot()).ok
+        h.channel.fail_next = [SendError("Cannot connect to host api.example:443",
+                                         retryable=True)]
+        await h.channel.receive("hello")
+        await h.settle()
+        snapshot = await health.snapshot()
+        account = account_of(snapshot)
+        assert snapshot.ok is False and account.ok is False
+        assert account.problems == ["sends failing: Cannot connect to host api.example:443"]
+        assert account.send_failing_since is not None
+        assert account.last_error == "Cannot connect to host api.example:443"
+        assert account.last_error_at == account.send_failing_since
+        assert account.probe.ok  # the cached probe still says ok: the send decides
+        text = render_health(snapshot.model_dump(mode="json"))
+        assert "BAD memory:main: running" in text
+        assert "        sends failing: Cannot connect to host api.example:443" in text
+        # The platform answers again: green with the next send, history kept.
+        await h.channel.receive("again")
+        await h.settle()
+        snapshot = await health.snapshot()
+        account = account_of(snapshot)
+        assert snapshot.ok and account.problems == [] and account.send_failing_since is None
+        assert account.last_send_error == "Cannot connect to host api.example:443"
+
+
+async def test_a_chat_refusing_a_send_is_listed_but_the_account_stays_green(tmp_path):
+    async with KernelHarness(tmp_path, config=ONE_ATTEMPT) as h:
+        h.channel.fail_next = [SendError("Bad Request: chat not found", status=400)]
+        await h.channel.receive("hello", chat_id="gone")
+        await h.settle()
+        snapshot = await h.kernel.health.snapshot()
+        account = account_of(snapshot)
+        assert snapshot.ok and account.send_failing_since is None
+        [failure] = account.recent_failures
+        assert (failure.session, failure.part, failure.message, failure.status,
+                failure.why, failure.error) == ("memory:main:gone", "1/1", '"hello"',
+                                                "failed", "platform",
+                                                "Bad Request: chat not found")
+
+
+async def test_a_stuck_receive_loop_is_red_with_its_reason_until_it_is_over(tmp_path):
+    async with KernelHarness(tmp_path) as h:
+        runtime = h.kernel.accounts["memory:main"].runtime
+        runtime.set_problem("cannot reach the platform", 1000.0)
+        runtime.set_problem("cannot reach the platform", 1010.0)  # still the same outage
+        snapshot = await h.kernel.health.snapshot()
+        account = account_of(snapshot)
+        assert snapshot.ok is False
+        assert account.problems == ["receiving: cannot reach the platform"]
+        assert account.problem_since == 1000.0
+        assert snapshot.problems == ["memory:main: receiving: cannot reach the platform"]
+        runtime.clear_problem()
+        assert (await h.kernel.health.snapshot()).ok
+
+
+async def test_a_failed_probe_stops_counting_when_the_platform_answers_again(tmp_path):
+    async with KernelHarness(tmp_path) as h:
+        health, channel = h.kernel.health, h.channel
+        answers = [ProbeResult(ok=False, detail="no answer within 10 s")]
+
+        async def probe():
+            return answers[0]
+
+        channel.probe = probe
+        await health.refresh()
+        snapshot = await health.snapshot()
+        assert snapshot.ok is False
+        assert account_of(snapshot).problems == ["probe failed: no answer within 10 s"]
+        # The outage is over: the receive loop hears from its platform again. The cached
+        # probe is a minute from its next refresh; the snapshot does not wait for it.
+        answers[0] = ProbeResult(ok=True, detail="back")
+        await anyio.sleep(0.01)  # a clock tick between the probe and the sign of life
+        channel.report_alive()
+        snapshot = await health.snapshot()
+        account = account_of(snapshot)
+        assert snapshot.ok and account.problems == []
+        assert account.probe.superseded is True
+        # ... and a fresh probe replaces the stale one by itself.
+        with anyio.fail_after(5):
+            while not h.kernel.accounts["memory:main"].runtime.last_probe.ok:
+                await anyio.sleep(0.01)
+        account = account_of(await health.snapshot())
+        assert account.probe.ok and account.probe.detail == "back"
+        assert account.probe.superseded is False
+
+
+async def test_failed_commits_turn_the_gateway_red_until_one_goes_through(
+        tmp_path, fail_next_commit):
+    async with KernelHarness(tmp_path) as h:
+        store = h.kernel.store
+        await store.flush()
+        fail_next_commit(store)
+        await store.set_account_state("memory", "main", "probe", 1)
+        with pytest.raises(StoreError):
+            await store.flush()
+        snapshot = await h.kernel.health.snapshot()
+        assert snapshot.ok is False
+        assert snapshot.store.ok is False and snapshot.store.failing_since is not None
+        assert snapshot.problems == [
+            f"state database: commits failing: {store.path}: commit failed: "
+            "database or disk is full"]
+        metrics = h.kernel.metrics
+        assert metrics.store_commit_failures._value.get() == 1
+        await store.set_account_state("memory", "main", "probe", 2)
+        await store.flush()
+        snapshot = await h.kernel.health.snapshot()
+        assert snapshot.ok and snapshot.store.ok and snapshot.store.failures == 1
+
+
+async def test_healthz_and_status_follow_a_bot_api_outage_as_it_happens(tmp_path):
+    from chatkernel_telegram.fake import FakeBotAPI
+
+    async with FakeBotAPI() as api, anyio.create_task_group() as tg:
+        config = cfg.parse({
+            "gateway": {"workspace": str(tmp_path / "workspace"), "listen": "127.0.0.1:0"},
+            "store": {"path": str(tmp_path / "state.db")},
+            "queue": {"debounce_ms": 0},
+            "channels": {"telegram": {
+                "retry": {"attempts": 2, "base_delay_ms": 10},
+                "accounts": {"main": {"bot_token": api.token, "api_base": api.base_url,
+                                      "allow_from": ["*"], "poll_timeout": 1}}}}})
+        ready, stop, where = anyio.Event(), anyio.Event(), {}
+
+        def on_ready(listening):
+            where["url"] = listening.url
+            ready.set()
+
+        tg.start_soon(lambda: run_gateway(config, on_ready=on_ready, stop=stop,
+                                          handle_signals=False))
+        with anyio.fail_after(10):
+            await ready.wait()
+        base = where["url"]
+        async with aiohttp.ClientSession() as http:
+            async def healthz():
+                async with http.get(f"{base}/healthz") as response:
+                    return response.status, await response.json()
+
+            api.inject_message(42, "before")
+            await api.wait_for_sent(1)
+            with anyio.fail_after(10):
+                while (await healthz())[0] != 200:
+                    await anyio.sleep(0.05)
+            # The Bot API goes down for sends: the very next reply fails, and health
+            # says so now, not at the next probe.
+            api.fail_next("sendMessage", 502, "Bad Gateway", times=2)
+            api.inject_message(42, "during")
+            with anyio.fail_after(10):
+                while (await healthz())[0] != 503:
+                    await anyio.sleep(0.05)
+            status, body = await healthz()
+            assert body["reasons"] == ["telegram:main: sends failing: Bad Gateway"]
+            async with http.get(f"{base}/status") as response:
+                page = await response.text()
+            assert "sends failing: Bad Gateway" in page
+            # Back up: the next reply goes out and health is green again at once.
+            api.inject_message(42, "after")
+            await api.wait_for_sent(2)
+            with anyio.fail_after(10):
+                while (await healthz())[0] != 200:
+                    await anyio.sleep(0.05)
+        stop.set()
+
+
+async def test_a_commit_observer_sees_every_commit(tmp_path, fail_next_commit):
+    from chatkernel.core.store.sqlite import SQLiteStore
+
+    seen = []
+    async with SQLiteStore.at(tmp_path / "state.db") as store:
+        store.on_commit = seen.append
+        await store.set_account_state("c", "a", "k", 1)
+        await store.flush()
+        fail_next_commit(store)
+        await store.set_account_state("c", "a", "k", 2)
+        with pytest.raises(StoreError):
+            await store.flush()
+    assert seen[0] is None and isinstance(seen[-1], StoreError)

@@ -1,0 +1,54 @@
+"""One gateway per home: the second `chatkernel run` stops, the first keeps its home."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from chatkernel.core.homelock import HomeInUse, HomeLock
+from chatkernel.testing.process import CHATKERNEL, gateway_process
+
+
+def run(home, *args, timeout=60):
+    env = {**os.environ, "CHATKERNEL_HOME": str(home)}
+    env.pop("CHATKERNEL_CONFIG", None)
+    return subprocess.run([CHATKERNEL, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_a_second_gateway_on_the_same_home_exits_and_leaves_the_first_alone(tmp_path):
+    home = tmp_path / "home"
+    with gateway_process(home) as first:
+        state = json.loads((home / "gateway.json").read_text())
+        second = run(home, "run", "--listen", "127.0.0.1:0", timeout=30)
+        assert second.returncode == 1, second.stderr
+        assert (f"home in use by gateway pid {first.process.pid} at {first.url}"
+                in second.stderr)
+        assert "Traceback" not in second.stderr
+        # The first gateway still owns its home: gateway.json is its own, status finds it.
+        assert json.loads((home / "gateway.json").read_text()) == state
+        status = run(home, "status", "--json")
+        assert status.returncode == 0, status.stderr
+        gateway = json.loads(status.stdout)["gateway"]
+        assert gateway["reachable"] is True and gateway["pid"] == first.process.pid
+        assert first.process.poll() is None
+        assert first.stop() == 0
+    assert not (home / "gateway.json").exists()
+    # Once the first is gone, the home is free again.
+    with gateway_process(home) as again:
+        assert json.loads((home / "gateway.json").read_text())["pid"] == again.process.pid
+
+
+def test_the_lock_names_its_holder_and_is_released(tmp_path):
+    home = tmp_path / "home"
+    with HomeLock(home, "chatkernel send"):
+        with pytest.raises(HomeInUse) as caught:
+            HomeLock(home).acquire()
+        assert caught.value.pid == os.getpid()
+        assert f"home in use by chatkernel send pid {os.getpid()}" in str(caught.value)
+    with HomeLock(home) as lock:  # released: free again
+        assert lock.held
+    assert oct((home / "gateway.lock").stat().st_mode & 0o777) == "0o600"
