@@ -377,3 +377,21 @@ async def test_webhook_mode_without_a_secret_token_makes_one_per_start(tmp_path)
             await channel.register_webhook()
             assert api.webhook_info()["url"] == webhook["webhook_url"]
     assert secrets[0] != secrets[1]
+
+
+async def test_failing_polls_turn_health_red_and_recovery_turns_it_green(tmp_path, monkeypatch):
+    monkeypatch.setattr(telegram_channel.TelegramChannel, "receive_backoff", (0.01, 0.05))
+    async with telegram(tmp_path) as (api, h, channel, agent):
+        runtime = h.kernel.accounts["telegram:main"].runtime
+        api.fail_next("getUpdates", 502, "Bad Gateway", times=3)
+        with anyio.fail_after(5):
+            while runtime.problem is None:
+                await anyio.sleep(0.01)
+        assert runtime.problem == "poll failed: Bad Gateway" and runtime.problem_restartable
+        snapshot = await h.kernel.health.snapshot()
+        assert "telegram:main: receiving: poll failed: Bad Gateway" in snapshot.problems
+        api.inject_message(42, "back")
+        await api.wait_for_sent(1)
+        assert runtime.problem is None
+        snapshot = await h.kernel.health.snapshot()
+        assert not any("receiving" in problem for problem in snapshot.problems)
