@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from chatkernel.core.kernel import Kernel
 
 STATE_FILE = "gateway.json"
+#: The largest control request body (a send's text and file paths, a few settings).
+MAX_BODY_BYTES = 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -121,6 +123,7 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
     from aiohttp import web
 
     from chatkernel.core.health_http import bearer_ok
+    from chatkernel.core.http_guard import RequestError, read_json_object
 
     def handler(action):
         async def handle(request: web.Request) -> web.Response:
@@ -128,12 +131,10 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
                 return web.json_response({"error": "missing or wrong control token"},
                                          status=401)
             try:
-                body = await request.json() if request.can_read_body else {}
-            except ValueError:
-                return web.json_response({"error": "the body must be JSON"}, status=400)
-            if not isinstance(body, dict):
-                return web.json_response({"error": "the body must be a JSON object"},
-                                         status=400)
+                body = (await read_json_object(request, limit=MAX_BODY_BYTES)
+                        if request.can_read_body else {})
+            except RequestError as exc:
+                return web.json_response({"error": str(exc)}, status=exc.status)
             try:
                 if isinstance(body.get("client"), dict):  # the caller says who it is
                     report_presence(kernel, body["client"], request.remote)

@@ -73,9 +73,10 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True
               ) -> web.Application:
     """The HTTP app: every channel's routes (web chat, webhooks), the control API and
     the health endpoints (open on loopback, see :mod:`chatkernel.core.health_http`)."""
-    from chatkernel.core import control, health_http
+    from chatkernel.core import control, health_http, http_guard
 
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(client_max_size=http_guard.MAX_BODY_BYTES)
+    http_guard.install(app)
     seen: set[tuple[str, str]] = set()
     owned = [(account, route) for account in kernel.accounts.values()
              if account.channel is not None for route in account.channel.http_routes()]

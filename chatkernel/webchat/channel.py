@@ -29,6 +29,7 @@ from pydantic import Field
 
 from chatkernel.core.channel import Channel, ChannelLimits, Deliver
 from chatkernel.core.config import AccountConfig
+from chatkernel.core.http_guard import RequestError, read_json_object
 from chatkernel.core.models import (
     InboundMessage,
     OutboundPayload,
@@ -39,6 +40,8 @@ from chatkernel.core.models import (
 )
 
 MAX_TEXT = 64_000
+#: The largest POST body: the longest text, JSON-escaped, and the other fields.
+MAX_BODY_BYTES = 1024 * 1024
 SSE_KEEPALIVE_SECONDS = 15.0
 MAX_REMEMBERED_CLIENT_IDS = 10_000
 
@@ -144,11 +147,9 @@ class WebChatChannel(Channel):
 
     async def post_message(self, request: web.Request) -> web.Response:
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "the body must be a JSON object")
-        if not isinstance(body, dict):
-            return _error(400, "the body must be a JSON object")
+            body = await read_json_object(request, limit=MAX_BODY_BYTES)
+        except RequestError as exc:
+            return _error(exc.status, str(exc))
         problems = [f"{name!r} must be a non-empty string" for name in ("chat_id", "user_id")
                     if not isinstance(body.get(name), str) or not body.get(name)]
         text = body.get("text")
