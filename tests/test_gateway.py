@@ -112,6 +112,39 @@ async def test_web_chat_rejects_malformed_requests_with_clear_errors(tmp_path):
 
 
 @pytest.mark.anyio
+async def test_web_chat_caps_every_field_and_names_the_one_at_fault(tmp_path):
+    async with anyio.create_task_group() as tg:
+        base, stop = await start_gateway(tg, tmp_path)
+        ok = {"chat_id": "c", "user_id": "u", "text": "x"}
+        cases = [
+            ("chat_id", "c" * 257, 400, "'chat_id' is longer than 256 characters"),
+            ("user_id", "u" * 257, 400, "'user_id' is longer than 256 characters"),
+            ("client_message_id", "m" * 257, 400,
+             "'client_message_id' is longer than 256 characters"),
+            ("user_name", "n" * 257, 400, "'user_name' must be a string of at most 256"),
+            ("user_name", {"a": 1}, 400, "'user_name' must be a string"),
+            ("text", "t" * 64_001, 400, "'text' is longer than 64,000 characters"),
+            ("chat_id", "c" * (2 * 1024 * 1024), 413, "body is larger than 1 MB"),
+            ("chat_id", "c" * (10 * 1024 * 1024), 413, "body is larger than 8 MB"),
+        ]
+        async with aiohttp.ClientSession() as http:
+            for name, value, status, needle in cases:
+                async with http.post(f"{base}/webchat/messages",
+                                     json={**ok, name: value}) as r:
+                    assert r.status == status, name
+                    assert needle in (await r.json())["error"]
+            async with http.post(f"{base}/webchat/messages",
+                                 json={**ok, "chat_id": "c" * 256, "user_name": "n" * 256,
+                                       "client_message_id": "m" * 256}) as r:
+                assert r.status == 202  # at the caps: fine
+            messages = await poll_messages(http, base, "c" * 256, 2)
+            assert [m["role"] for m in messages] == ["user", "bot"]
+            async with http.get(f"{base}/webchat/messages", params={"chat_id": "c"}) as r:
+                assert (await r.json())["messages"] == []  # nothing refused was kept
+        stop.set()
+
+
+@pytest.mark.anyio
 async def test_web_chat_client_message_id_dedupes_retries(tmp_path):
     async with anyio.create_task_group() as tg:
         base, stop = await start_gateway(tg, tmp_path)

@@ -19,6 +19,7 @@ import itertools
 import json
 import time
 from collections import OrderedDict, deque
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,7 @@ from chatkernel.core.channel import Channel, ChannelLimits, Deliver
 from chatkernel.core.config import AccountConfig
 from chatkernel.core.http_guard import RequestError, read_json_object
 from chatkernel.core.models import (
+    INBOUND_FIELD_LIMITS,
     InboundMessage,
     OutboundPayload,
     ProbeResult,
@@ -147,40 +149,29 @@ class WebChatChannel(Channel):
 
     async def post_message(self, request: web.Request) -> web.Response:
         try:
-            body = await read_json_object(request, limit=MAX_BODY_BYTES)
+            posted = parse_post(await read_json_object(request, limit=MAX_BODY_BYTES))
         except RequestError as exc:
             return _error(exc.status, str(exc))
-        problems = [f"{name!r} must be a non-empty string" for name in ("chat_id", "user_id")
-                    if not isinstance(body.get(name), str) or not body.get(name)]
-        text = body.get("text")
-        if not isinstance(text, str) or not text.strip():
-            problems.append("'text' must be a non-empty string")
-        elif len(text) > MAX_TEXT:
-            problems.append(f"'text' is longer than {MAX_TEXT} characters")
-        client_id = body.get("client_message_id")
-        if client_id is not None and (not isinstance(client_id, str) or not client_id):
-            problems.append("'client_message_id' must be a non-empty string when given")
-        if problems:
-            return _error(400, "; ".join(problems))
         if self._deliver is None:
             return _error(503, "the web chat channel is not running")
-        retry_key = (body["chat_id"], client_id) if client_id else None
+        client_id = posted.client_message_id
+        retry_key = (posted.chat_id, client_id) if client_id else None
         if retry_key in self._client_ids:  # a client retrying: same answer, nothing new
             return web.json_response({"message_id": str(self._client_ids[retry_key])},
                                      status=202)
-        entry = self._append(body["chat_id"], "user", text)
+        entry = self._append(posted.chat_id, "user", posted.text)
         if retry_key is not None:
             self._client_ids[retry_key] = entry["id"]
             while len(self._client_ids) > MAX_REMEMBERED_CLIENT_IDS:
                 self._client_ids.popitem(last=False)
         message = InboundMessage(
-            channel=self.name, account=self.account.name, chat_id=body["chat_id"],
+            channel=self.name, account=self.account.name, chat_id=posted.chat_id,
             message_id=client_id or f"wc-{entry['id']}-{int(entry['ts'] * 1000)}",
-            sender_id=body["user_id"], sender_name=str(body.get("user_name") or ""),
-            text=text, timestamp=entry["ts"])
+            sender_id=posted.user_id, sender_name=posted.user_name,
+            text=posted.text, timestamp=entry["ts"])
         if await self._deliver(message) == "duplicate":
             # Seen before a restart: the kernel's journal knows it; keep the page clean.
-            self._chats[body["chat_id"]].remove(entry)
+            self._chats[posted.chat_id].remove(entry)
         return web.json_response({"message_id": str(entry["id"])}, status=202)
 
     async def get_messages(self, request: web.Request) -> web.Response:
@@ -212,6 +203,61 @@ class WebChatChannel(Channel):
             encoding="utf-8")
         return web.Response(text=html, content_type="text/html",
                             headers={"Cache-Control": "no-cache"})
+
+
+@dataclass(frozen=True, slots=True)
+class PostedMessage:
+    """A valid ``POST /webchat/messages`` body."""
+
+    chat_id: str
+    user_id: str
+    text: str
+    user_name: str = ""
+    client_message_id: str | None = None
+
+
+#: The most characters of each field of a posted message: the kernel's caps of the
+#: InboundMessage fields they become, and the web chat's own for the text.
+FIELD_LIMITS: dict[str, int] = {
+    "chat_id": INBOUND_FIELD_LIMITS["chat_id"],
+    "user_id": INBOUND_FIELD_LIMITS["sender_id"],
+    "user_name": INBOUND_FIELD_LIMITS["sender_name"],
+    "client_message_id": INBOUND_FIELD_LIMITS["message_id"],
+    "text": MAX_TEXT,
+}
+
+
+def parse_post(body: dict[str, Any]) -> PostedMessage:
+    """Check a posted message's fields; :class:`RequestError` (400) names every one at
+    fault. Unknown fields are ignored."""
+    problems: list[str] = []
+
+    def field(name: str, *, required: bool) -> str | None:
+        value = body.get(name)
+        if value is None and not required:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            problems.append(f"{name!r} must be a non-empty string"
+                            + ("" if required else " when given"))
+            return None
+        if len(value) > FIELD_LIMITS[name]:
+            problems.append(f"{name!r} is longer than {FIELD_LIMITS[name]:,} characters")
+            return None
+        return value
+
+    chat_id = field("chat_id", required=True)
+    user_id = field("user_id", required=True)
+    text = field("text", required=True)
+    user_name = body.get("user_name")
+    if user_name is not None and (not isinstance(user_name, str)
+                                  or len(user_name) > FIELD_LIMITS["user_name"]):
+        problems.append(f"'user_name' must be a string of at most "
+                        f"{FIELD_LIMITS['user_name']:,} characters when given")
+    client_id = field("client_message_id", required=False)
+    if problems:
+        raise RequestError(400, "; ".join(problems))
+    assert chat_id is not None and user_id is not None and text is not None
+    return PostedMessage(chat_id, user_id, text, user_name or "", client_id)
 
 
 def _chat_and_after(request: web.Request) -> tuple[str, int]:
