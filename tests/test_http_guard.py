@@ -141,3 +141,126 @@ def test_parse_json_object_refuses_what_is_not_a_json_object(raw: bytes) -> None
 
 def test_parse_json_object_takes_an_object() -> None:
     assert parse_json_object(b'{"a": [1, 2.5, "\\ud800"]}') == {"a": [1, 2.5, "\ud800"]}
+
+
+# -- Host, Origin, content type, headers ------------------------------------------------
+
+
+async def echo_json(request: web.Request) -> web.Response:
+    return web.json_response({"body": await request.text()})
+
+
+async def stream(request: web.Request) -> web.StreamResponse:
+    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    await response.prepare(request)
+    await response.write(b"data: hi\n\n")
+    return response
+
+
+def checked_app(**hosts) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    http_guard.install(app, hosts=http_guard.HostCheck(**hosts),
+                       webhooks=["/chat/main/webhook"])
+    for method, path, handler in [("GET", "/page", echo_json), ("POST", "/api", echo_json),
+                                  ("POST", "/chat/main/webhook", echo_json),
+                                  ("GET", "/events", stream)]:
+        app.router.add_route(method, path, handler)
+    return app
+
+
+@pytest.mark.parametrize(("header", "name"), [
+    ("127.0.0.1:8787", "127.0.0.1"), ("LOCALHOST", "localhost"), ("[::1]:80", "::1"),
+    ("example.com.", "example.com"), ("a.example.com:443", "a.example.com"),
+    ("[::1]", "::1"), ("host:", None), ("host:²", None), ("host:123456", None),
+    ("[::1]x", None), ("a:b:c", None), ("", None),
+])
+def test_host_name_of_a_host_header(header: str, name: str | None) -> None:
+    assert http_guard.host_name(header) == name
+
+
+@pytest.mark.parametrize(("host", "allowed"), [
+    (None, True), ("127.0.0.1:8787", True), ("[::1]:8787", True), ("192.168.1.5", True),
+    ("localhost:8787", True), ("chat.localhost", True), ("gw.lan:8787", True),
+    ("chat.example.com", True), ("evil.example", False), ("127.0.0.1.evil.example", False),
+    ("localhost.evil.example", False), ("", False),
+])
+def test_which_hosts_are_the_gateways(host: str | None, allowed: bool) -> None:
+    check = http_guard.HostCheck("gw.lan", frozenset({"chat.example.com"}))
+    assert check.allows(host) is allowed
+
+
+async def test_a_request_for_a_foreign_host_is_refused_except_on_webhooks() -> None:
+    async with serve(checked_app()) as base, aiohttp.ClientSession() as http:
+        rebound = {"Host": "attacker.example:8787"}
+        async with http.get(f"{base}/page", headers=rebound) as r:
+            assert r.status == 403
+            error = (await r.json())["error"]
+            assert "'attacker.example:8787'" in error and "gateway.public_hosts" in error
+        async with http.post(f"{base}/api", json={}, headers=rebound) as r:
+            assert r.status == 403
+        async with http.get(f"{base}/page", headers={"Host": "localhost:1"}) as r:
+            assert r.status == 200
+        # The platform calls its webhook by the public name it was given, with whatever
+        # content type it uses; the channel checks the signature.
+        async with http.post(f"{base}/chat/main/webhook", data="a=1",
+                             headers={"Host": "bot.example.org",
+                                      "Content-Type": "application/x-www-form-urlencoded"}) as r:
+            assert r.status == 200 and (await r.json())["body"] == "a=1"
+
+
+async def test_public_hosts_are_answered() -> None:
+    app = checked_app(public_hosts=frozenset({"chat.example.com"}))
+    async with serve(app) as base, aiohttp.ClientSession() as http:
+        proxied = {"Host": "chat.example.com", "Origin": "https://chat.example.com"}
+        async with http.post(f"{base}/api", json={"a": 1}, headers=proxied) as r:
+            assert r.status == 200
+        # Behind a proxy that rewrites Host, the Origin is still the public name.
+        async with http.post(f"{base}/api", json={"a": 1},
+                             headers={"Origin": "https://chat.example.com"}) as r:
+            assert r.status == 200
+
+
+async def test_a_cross_site_request_is_refused() -> None:
+    async with serve(checked_app()) as base, aiohttp.ClientSession() as http:
+        host = base.removeprefix("http://")
+        for origin in ("https://evil.example", "null", "http://127.0.0.1:1", "not an origin"):
+            async with http.post(f"{base}/api", json={}, headers={"Origin": origin}) as r:
+                assert r.status == 403, origin
+                assert "another site" in (await r.json())["error"]
+        async with http.post(f"{base}/chat/main/webhook", json={},
+                             headers={"Origin": "https://evil.example"}) as r:
+            assert r.status == 403
+        for origin in (f"http://{host}", f"HTTP://{host.upper()}"):  # the gateway's own page
+            async with http.post(f"{base}/api", json={}, headers={"Origin": origin}) as r:
+                assert r.status == 200, origin
+        async with http.post(f"{base}/api", json={}) as r:  # no Origin: not a browser
+            assert r.status == 200
+        # Reads are the browser's to protect (no CORS header is ever sent).
+        async with http.get(f"{base}/page", headers={"Origin": "https://evil.example"}) as r:
+            assert r.status == 200 and "Access-Control-Allow-Origin" not in r.headers
+
+
+async def test_state_changing_requests_must_be_json() -> None:
+    async with serve(checked_app()) as base, aiohttp.ClientSession() as http:
+        for content_type in ("text/plain", "application/x-www-form-urlencoded",
+                             "multipart/form-data; boundary=x", "", "text/json"):
+            headers = {"Content-Type": content_type} if content_type else {}
+            async with http.post(f"{base}/api", data=b'{"a": 1}', headers=headers) as r:
+                assert r.status == 415, content_type
+                assert "Content-Type: application/json" in (await r.json())["error"]
+        for content_type in ("application/json; charset=utf-8", "application/ld+json"):
+            async with http.post(f"{base}/api", data=b'{"a": 1}',
+                                 headers={"Content-Type": content_type}) as r:
+                assert r.status == 200, content_type
+
+
+async def test_every_response_forbids_framing_and_sniffing() -> None:
+    async with serve(checked_app()) as base, aiohttp.ClientSession() as http:
+        for method, path, headers in [("GET", "/page", {}), ("GET", "/missing", {}),
+                                      ("GET", "/events", {}),
+                                      ("GET", "/page", {"Host": "evil.example"}),
+                                      ("POST", "/api", {"Content-Type": "text/plain"})]:
+            async with http.request(method, f"{base}{path}", headers=headers) as r:
+                assert r.headers["X-Frame-Options"] == "DENY", path
+                assert r.headers["Content-Security-Policy"] == "frame-ancestors 'none'"
+                assert r.headers["X-Content-Type-Options"] == "nosniff"

@@ -61,6 +61,23 @@ class GatewayConfig(Section):
     control_token: str | None = None  # required when listening beyond loopback
     # This gateway's presence id; default: gateway-<hostname>-<hash of CHATKERNEL_HOME>.
     instance_id: str | None = None
+    #: Host names the gateway answers for besides its listen address, IP addresses and
+    #: localhost (a name that reaches it through DNS or a reverse proxy). Browsers'
+    #: requests for any other name are refused: that is how DNS rebinding is stopped.
+    public_hosts: list[str] = Field(default_factory=list)
+
+    @field_validator("public_hosts")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        names = []
+        for item in value:
+            name = item.strip().lower().rstrip(".")
+            if not re.fullmatch(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*"
+                                r"[a-z0-9_])?)*", name):
+                raise ValueError(f"expected host names such as chat.example.com (no scheme, "
+                                 f"port or path), got {item!r}")
+            names.append(name)
+        return names
 
     @field_validator("listen")
     @classmethod

@@ -69,14 +69,15 @@ def check_listen(config: cfg.KernelConfig, host: str, *, config_path=None) -> No
 KERNEL = web.AppKey("kernel", Kernel)
 
 
-def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True
-              ) -> web.Application:
+def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
+              host: str = "127.0.0.1") -> web.Application:
     """The HTTP app: every channel's routes (web chat, webhooks), the control API and
-    the health endpoints (open on loopback, see :mod:`chatkernel.core.health_http`)."""
+    the health endpoints (open on loopback, see :mod:`chatkernel.core.health_http`),
+    behind the request checks of :mod:`chatkernel.core.http_guard` (``host``: the
+    listen host)."""
     from chatkernel.core import control, health_http, http_guard
 
     app = web.Application(client_max_size=http_guard.MAX_BODY_BYTES)
-    http_guard.install(app)
     seen: set[tuple[str, str]] = set()
     owned = [(account, route) for account in kernel.accounts.values()
              if account.channel is not None for route in account.channel.http_routes()]
@@ -90,6 +91,10 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True
                                   key=where)
         seen.add((method, path))
         app.router.add_route(method, path, handler)
+    webhooks = [path for account, (_, path, _) in owned if account is not None and
+                http_guard.is_webhook_path(path, account.channel_name, account.name)]
+    hosts = http_guard.HostCheck(host.lower(), frozenset(kernel.config.gateway.public_hosts))
+    http_guard.install(app, hosts=hosts, webhooks=webhooks)
     app[KERNEL] = kernel
     return app
 
@@ -105,7 +110,7 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
 
     token = config.gateway.control_token or control.new_token()
     async with Kernel(config, config_path=config_path, pm=pm) as kernel:
-        app = build_app(kernel, token, loopback=is_loopback_host(host))
+        app = build_app(kernel, token, loopback=is_loopback_host(host), host=host)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         restore_gc = None

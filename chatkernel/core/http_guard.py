@@ -2,6 +2,28 @@
 
 :func:`install` puts it on the gateway's aiohttp application:
 
+* **Host.** A browser sends the name it looked up. A web page whose own name
+  is made to resolve to 127.0.0.1 (DNS rebinding) would otherwise be the
+  gateway's "same origin" and read transcripts, ``/status`` and ``/metrics``.
+  So a request must name the gateway: an IP address, ``localhost`` (and
+  ``*.localhost``, which browsers resolve to loopback themselves), the listen
+  host, or one of ``gateway.public_hosts``.
+* **Origin.** A state-changing request (anything but GET, HEAD, OPTIONS) that
+  a browser sends from another site carries that site's ``Origin``: refused,
+  so no page the user visits can talk to their agent. Clients that are not
+  browsers send none.
+* **Content type.** State-changing requests must say ``application/json``.
+  A page can send ``text/plain`` or a form to any site without asking; JSON it
+  cannot send across sites without a CORS preflight, which the gateway never
+  grants.
+* **Webhooks.** A channel's routes under ``/<channel>/<account>/webhook`` are
+  called by the platform, with its own ``Host`` and content type, and the
+  channel verifies them by their signature: they are exempt from the Host and
+  content-type checks (the Origin check costs them nothing: platforms send none).
+* **Headers.** Every response says ``X-Frame-Options: DENY``,
+  ``Content-Security-Policy: frame-ancestors 'none'`` (no page may frame the
+  chat or the status page, so none can trick a click) and
+  ``X-Content-Type-Options: nosniff``.
 * **Body size.** No body is larger than :data:`MAX_BODY_BYTES`; one that
   declares more with ``Content-Length`` is refused before a byte is read. Routes
   that parse JSON themselves read at most their own, smaller limit
@@ -20,10 +42,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import math
-from collections.abc import Awaitable, Callable
+import urllib.parse
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
@@ -50,23 +75,142 @@ def error_response(status: int, message: str, **headers: str) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=headers or None)
 
 
-def install(app: web.Application) -> None:
+#: Methods that only read: no Origin or content-type check.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: On every response (see the module's docstring).
+SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
+
+
+def is_webhook_path(path: str, channel: str, account: str) -> bool:
+    """Whether ``path`` is under ``/<channel>/<account>/webhook``: a platform's door."""
+    base = f"/{channel}/{account}/webhook"
+    return path == base or path.startswith(base + "/")
+
+
+@dataclass(frozen=True, slots=True)
+class HostCheck:
+    """Which ``Host`` names are this gateway's (see the module's docstring)."""
+
+    listen_host: str = "127.0.0.1"
+    public_hosts: frozenset[str] = frozenset()
+
+    def allows(self, header: str | None) -> bool:
+        """Whether a request's ``Host`` header names this gateway (none at all: not a
+        browser, which always sends one)."""
+        if header is None:
+            return True
+        name = host_name(header)
+        if not name:
+            return False
+        if name == "localhost" or name.endswith(".localhost"):
+            return True
+        try:
+            ipaddress.ip_address(name)
+            return True  # no page can rebind an address: only a name
+        except ValueError:
+            pass
+        return name == self.listen_host or name in self.public_hosts
+
+    def same_site(self, origin: str, host: str | None) -> bool:
+        """Whether a request's ``Origin`` is the gateway's own page: the origin the
+        request was sent to (``Host``), or one of ``gateway.public_hosts`` (a reverse
+        proxy may rewrite ``Host``)."""
+        parts = urllib.parse.urlsplit(origin.strip().lower())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            return False  # "null" (a sandboxed frame, a file), or not an origin at all
+        if host is not None and _without_default_port(parts.netloc, parts.scheme) == \
+                _without_default_port(host.strip().lower(), parts.scheme):
+            return True
+        return parts.hostname.rstrip(".") in self.public_hosts
+
+
+def host_name(header: str) -> str | None:
+    """The name in a ``Host`` header, lower case, without port or brackets (None: not
+    a Host header)."""
+    value = header.strip().lower()
+    if value.startswith("["):
+        name, bracket, rest = value[1:].partition("]")
+        if not bracket or (rest and not _is_port(rest)):
+            return None
+        return name
+    name, colon, port = value.rpartition(":")
+    if not colon:
+        name = value
+    elif ":" in name or not _is_port(colon + port):
+        return None
+    return name.rstrip(".") or None
+
+
+def _is_port(text: str) -> bool:
+    port = text[1:]
+    return text.startswith(":") and 0 < len(port) <= 5 and port.isascii() and port.isdigit()
+
+
+def _without_default_port(netloc: str, scheme: str) -> str:
+    default = ":443" if scheme == "https" else ":80"
+    return netloc.removesuffix(default)
+
+
+def install(app: web.Application, *, hosts: HostCheck | None = None,
+            webhooks: Iterable[str] = ()) -> None:
     """Put the gateway's request checks on ``app`` (built with
-    ``client_max_size=MAX_BODY_BYTES``)."""
-    app.middlewares.append(_guard)
+    ``client_max_size=MAX_BODY_BYTES``). ``webhooks``: the paths exempt from the Host
+    and content-type checks (see :func:`is_webhook_path`)."""
+    app.middlewares.append(_guard(hosts or HostCheck(), frozenset(webhooks)))
+    app.on_response_prepare.append(_add_security_headers)
 
 
-@web.middleware
-async def _guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-    length = request.content_length
-    if length is not None and length > MAX_BODY_BYTES:
-        return too_large(MAX_BODY_BYTES)
-    try:
-        return await handler(request)
-    except RequestError as exc:
-        return error_response(exc.status, str(exc))
-    except web.HTTPException as exc:
-        return _answer(exc)
+def _guard(hosts: HostCheck, webhooks: frozenset[str]) -> Callable[..., Any]:
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        length = request.content_length
+        if length is not None and length > MAX_BODY_BYTES:
+            return too_large(MAX_BODY_BYTES)
+        resource = request.match_info.route.resource
+        webhook = resource is not None and resource.canonical in webhooks
+        host = request.headers.get("Host")
+        if not webhook and not hosts.allows(host):
+            return error_response(
+                403, f"this gateway does not answer for the host {_shown(host)}: name it by "
+                     "its address, or list the name in gateway.public_hosts")
+        if request.method not in SAFE_METHODS:
+            origin = request.headers.get("Origin")
+            if origin is not None and not hosts.same_site(origin, host):
+                return error_response(
+                    403, f"a request from another site ({_shown(origin)}) is refused; the "
+                         "gateway's own page may send it, or a client without an Origin")
+            if not webhook and not _is_json(request.content_type):
+                return error_response(
+                    415, f"send the body as JSON (Content-Type: application/json), not "
+                         f"{_shown(request.content_type)}")
+        try:
+            return await handler(request)
+        except RequestError as exc:
+            return error_response(exc.status, str(exc))
+        except web.HTTPException as exc:
+            return _answer(exc)
+
+    return guard
+
+
+def _is_json(content_type: str) -> bool:
+    return content_type == "application/json" or (
+        content_type.startswith("application/") and content_type.endswith("+json"))
+
+
+def _shown(value: str | None, limit: int = 80) -> str:
+    """A header's value for an error message: quoted, cut short."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+async def _add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
 
 
 def _answer(exc: web.HTTPException) -> web.Response:
