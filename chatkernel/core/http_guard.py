@@ -12,7 +12,8 @@
   a browser sends from another site carries that site's ``Origin``: refused,
   so no page the user visits can talk to their agent. Clients that are not
   browsers send none.
-* **Content type.** State-changing requests must say ``application/json``.
+* **Content type.** A state-changing request with a body must say
+  ``application/json``.
   A page can send ``text/plain`` or a form to any site without asking; JSON it
   cannot send across sites without a CORS preflight, which the gateway never
   grants.
@@ -183,7 +184,7 @@ def _guard(hosts: HostCheck, webhooks: frozenset[str]) -> Callable[..., Any]:
                 return error_response(
                     403, f"a request from another site ({_shown(origin)}) is refused; the "
                          "gateway's own page may send it, or a client without an Origin")
-            if not webhook and not _is_json(request.content_type):
+            if not webhook and request.body_exists and not _is_json(request.content_type):
                 return error_response(
                     415, f"send the body as JSON (Content-Type: application/json), not "
                          f"{_shown(request.content_type)}")
