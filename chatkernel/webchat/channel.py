@@ -19,6 +19,7 @@ import itertools
 import json
 import time
 from collections import OrderedDict, deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -175,14 +176,20 @@ class WebChatChannel(Channel):
         return web.json_response({"message_id": str(entry["id"])}, status=202)
 
     async def get_messages(self, request: web.Request) -> web.Response:
-        chat_id, after = _chat_and_after(request)
+        try:
+            chat_id, after = parse_transcript_query(request.query)
+        except RequestError as exc:
+            return _error(exc.status, str(exc))
         return web.json_response({"messages": self.messages(chat_id, after)})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
-        chat_id, after = _chat_and_after(request)
-        last_seen = request.headers.get("Last-Event-ID", "")
-        if last_seen.isdigit():  # EventSource reconnecting: resume where it was
-            after = max(after, int(last_seen))
+        try:
+            chat_id, after = parse_transcript_query(request.query)
+            last_seen = request.headers.get("Last-Event-ID")
+            if last_seen:  # EventSource reconnecting: resume where it was
+                after = max(after, parse_message_id(last_seen, "the Last-Event-ID header"))
+        except RequestError as exc:
+            return _error(exc.status, str(exc))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache"})
         await response.prepare(request)
@@ -260,16 +267,29 @@ def parse_post(body: dict[str, Any]) -> PostedMessage:
     return PostedMessage(chat_id, user_id, text, user_name or "", client_id)
 
 
-def _chat_and_after(request: web.Request) -> tuple[str, int]:
-    chat_id = request.query.get("chat_id", "")
+#: The most digits of a message id in a request (the transcript's ids count from 1).
+MAX_ID_DIGITS = 18
+
+
+def parse_transcript_query(query: Mapping[str, str]) -> tuple[str, int]:
+    """``chat_id`` and ``after`` of a transcript request (``GET messages``, ``events``);
+    :class:`RequestError` (400) says what is wrong."""
+    chat_id = query.get("chat_id", "")
     if not chat_id:
-        raise web.HTTPBadRequest(text=json.dumps({"error": "'chat_id' is required"}),
-                                 content_type="application/json")
-    after = request.query.get("after", "0")
-    if not after.isdigit():
-        raise web.HTTPBadRequest(text=json.dumps({"error": "'after' must be a message id"}),
-                                 content_type="application/json")
-    return chat_id, int(after)
+        raise RequestError(400, "'chat_id' is required")
+    if len(chat_id) > FIELD_LIMITS["chat_id"]:
+        raise RequestError(400, f"'chat_id' is longer than {FIELD_LIMITS['chat_id']:,} "
+                                "characters")
+    return chat_id, parse_message_id(query.get("after", "0"), "'after'")
+
+
+def parse_message_id(value: str, name: str) -> int:
+    """A message id: ASCII digits only (``isdigit`` takes ``²`` and ``٣``), and few enough
+    of them; :class:`RequestError` (400) names ``name`` otherwise."""
+    if not (0 < len(value) <= MAX_ID_DIGITS and value.isascii() and value.isdigit()):
+        raise RequestError(400, f"{name} must be a message id (a whole number of at most "
+                                f"{MAX_ID_DIGITS} digits)")
+    return int(value)
 
 
 def _error(status: int, message: str) -> web.Response:
