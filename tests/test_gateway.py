@@ -193,6 +193,28 @@ async def test_gateway_public_hosts_are_served(tmp_path):
 
 
 @pytest.mark.anyio
+async def test_web_chat_keeps_max_chats_transcripts_and_those_with_a_page_open(tmp_path):
+    config = {"channels": {"webchat": {"accounts": {"default": {"max_chats": 2}}}}}
+    async with anyio.create_task_group() as tg:
+        base, stop = await start_gateway(tg, tmp_path, config)
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"{base}/webchat/events", params={"chat_id": "open"}) as stream:
+                for chat in ("open", "b", "c", "d"):
+                    async with http.post(f"{base}/webchat/messages",
+                                         json={"chat_id": chat, "user_id": "u", "text": chat}):
+                        pass
+                    await poll_messages(http, base, chat, 2)
+                kept = {}
+                for chat in ("open", "b", "c", "d"):
+                    async with http.get(f"{base}/webchat/messages",
+                                        params={"chat_id": chat}) as r:
+                        kept[chat] = len((await r.json())["messages"])
+                assert kept == {"open": 2, "b": 0, "c": 0, "d": 2}
+                assert stream.status == 200
+        stop.set()
+
+
+@pytest.mark.anyio
 async def test_web_chat_client_message_id_dedupes_retries(tmp_path):
     async with anyio.create_task_group() as tg:
         base, stop = await start_gateway(tg, tmp_path)

@@ -113,6 +113,14 @@ class QueueConfig(Section):
     max_concurrent: int = Field(4, ge=1)
 
 
+class SessionsConfig(Section):
+    """``[sessions]``: what the kernel keeps of them in memory (the store has them all)."""
+
+    #: Sessions, with their reply routes, kept in memory; the least recently used
+    #: beyond it are read from the store when next needed.
+    cache_size: int = Field(10_000, ge=100)
+
+
 class StoreConfig(Section):
     backend: str = "sqlite"
     path: Path | None = None  # sqlite: default $CHATKERNEL_HOME/state.db
@@ -302,6 +310,7 @@ class KernelConfig(Section):
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
+    sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
     health_monitor: HealthMonitorConfig = Field(default_factory=HealthMonitorConfig)

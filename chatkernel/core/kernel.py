@@ -153,7 +153,8 @@ class Kernel:
         store = self._store
         await store.open()
         stack.push_async_callback(store.close)
-        self._sessions = Sessions(store)
+        self._sessions = Sessions(store, cache_size=self.config.sessions.cache_size,
+                                  in_use=self._session_in_use)
         self.agent = agent_types[kind](self.config.agent, store)
         stack.push_async_callback(self.agent.aclose)
         for account in self.accounts.values():
@@ -305,6 +306,12 @@ class Kernel:
         if self._tg is None:
             raise RuntimeError("the kernel is not started")
         return self._tg
+
+    def _session_in_use(self, key: str) -> bool:
+        """Whether something holds a session's cached record now: a running turn, a
+        busy lane, a sender with replies (see :mod:`chatkernel.core.sessions`)."""
+        return (key in self._turns or (self._queue is not None and self._queue.is_busy(key))
+                or self.outbox.lines.busy(key))
 
     def account_for(self, channel: str, account: str) -> Account:
         found = self.accounts.get(f"{channel}:{account}")

@@ -10,7 +10,8 @@ API (the page uses it, and so do tests)::
 
 An account other than ``default`` is served under ``/webchat/<account>/...``.
 The transcript is kept in memory (the last ``history_limit`` messages of
-each chat); the kernel's session log is the durable record.
+each of the ``max_chats`` most recently active chats); the kernel's session
+log is the durable record.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ class WebChatAccount(AccountConfig):
     allow_from: list[str] = Field(default_factory=lambda: ["*"])
     require_mention: bool = False
     history_limit: int = Field(500, ge=10)
+    #: Chats whose transcript is kept in memory; the least recently active beyond it
+    #: are dropped (their session log in the store stays). A chat with a page open is kept.
+    max_chats: int = Field(1000, ge=1)
 
 
 class WebChatChannel(Channel):
@@ -74,8 +78,9 @@ class WebChatChannel(Channel):
                                   key="channels.webchat.text_limit")
             self.limits = ChannelLimits(text_limit=text_limit, text_unit="chars")
         self._ids = itertools.count(1)
-        self._chats: dict[str, deque[dict[str, Any]]] = {}
+        self._chats: OrderedDict[str, deque[dict[str, Any]]] = OrderedDict()  # LRU first
         self._changed: dict[str, anyio.Event] = {}
+        self._streams: dict[str, int] = {}  # open event streams per chat
         self._deliver: Deliver | None = None
         self._stopped = False  # the receive loop ended: event streams end too
         self._client_ids: OrderedDict[tuple[str, str], int] = OrderedDict()
@@ -127,8 +132,12 @@ class WebChatChannel(Channel):
 
     def _append(self, chat_id: str, role: str, text: str,
                 media: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-        limit = getattr(self.config, "history_limit", 500)
-        chat = self._chats.setdefault(chat_id, deque(maxlen=limit))
+        chat = self._chats.get(chat_id)
+        if chat is None:
+            chat = self._chats[chat_id] = deque(maxlen=getattr(self.config, "history_limit", 500))
+            self._forget_idle_chats()
+        else:
+            self._chats.move_to_end(chat_id)
         entry = {"id": next(self._ids), "role": role, "text": text, "media": media or [],
                  "ts": time.time()}
         chat.append(entry)
@@ -136,6 +145,16 @@ class WebChatChannel(Channel):
         if event is not None:
             event.set()  # wake every SSE stream of this chat
         return entry
+
+    def _forget_idle_chats(self) -> None:
+        """Keep at most ``max_chats`` transcripts: drop the least recently active that
+        no open page is streaming."""
+        limit = getattr(self.config, "max_chats", 1000)
+        for chat_id in list(self._chats):
+            if len(self._chats) <= limit:
+                return
+            if chat_id not in self._streams:
+                del self._chats[chat_id]
 
     def messages(self, chat_id: str, after: int = 0) -> list[dict[str, Any]]:
         return [entry for entry in self._chats.get(chat_id, ()) if entry["id"] > after]
@@ -172,7 +191,9 @@ class WebChatChannel(Channel):
             text=posted.text, timestamp=entry["ts"])
         if await self._deliver(message) == "duplicate":
             # Seen before a restart: the kernel's journal knows it; keep the page clean.
-            self._chats[posted.chat_id].remove(entry)
+            chat = self._chats.get(posted.chat_id)
+            if chat is not None and entry in chat:
+                chat.remove(entry)
         return web.json_response({"message_id": str(entry["id"])}, status=202)
 
     async def get_messages(self, request: web.Request) -> web.Response:
@@ -193,16 +214,23 @@ class WebChatChannel(Channel):
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache"})
         await response.prepare(request)
-        while not self._stopped:
-            event = self._changed_event(chat_id)
-            for entry in self.messages(chat_id, after):
-                after = entry["id"]
-                await response.write(f"id: {after}\nevent: message\ndata: "
-                                     f"{json.dumps(entry)}\n\n".encode())
-            with anyio.move_on_after(SSE_KEEPALIVE_SECONDS) as scope:
-                await event.wait()
-            if scope.cancelled_caught:
-                await response.write(b": keepalive\n\n")
+        self._streams[chat_id] = self._streams.get(chat_id, 0) + 1
+        try:
+            while not self._stopped:
+                event = self._changed_event(chat_id)
+                for entry in self.messages(chat_id, after):
+                    after = entry["id"]
+                    await response.write(f"id: {after}\nevent: message\ndata: "
+                                         f"{json.dumps(entry)}\n\n".encode())
+                with anyio.move_on_after(SSE_KEEPALIVE_SECONDS) as scope:
+                    await event.wait()
+                if scope.cancelled_caught:
+                    await response.write(b": keepalive\n\n")
+        finally:
+            self._streams[chat_id] -= 1
+            if not self._streams[chat_id]:  # the last stream of the chat: nobody waits
+                del self._streams[chat_id]
+                self._changed.pop(chat_id, None)
         return response
 
     async def page(self, request: web.Request) -> web.Response:
