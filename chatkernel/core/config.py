@@ -88,9 +88,17 @@ class GatewayConfig(Section):
         return value
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 class AgentConfig(Section):
     kind: str = "echo"
     command: list[str] = Field(default_factory=list)
+    #: The command agent's environment besides the safe few it always gets
+    #: (``chatkernel.core.agents.SAFE_ENV``): values, ``${ENV}`` references allowed...
+    env: dict[str, str] = Field(default_factory=dict)
+    #: ...and names passed through from the gateway's environment as they are.
+    pass_env: list[str] = Field(default_factory=list)
     timeout: float = Field(120.0, gt=0)
     base_url: str = "http://127.0.0.1:11434/v1"
     model: str = ""
@@ -99,6 +107,24 @@ class AgentConfig(Section):
     history_limit: int = Field(40, ge=0)
     #: The agent's heartbeat settings, merged over ``[heartbeat]``.
     heartbeat: "HeartbeatConfig | None" = None
+
+    @field_validator("env")
+    @classmethod
+    def _env_table(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, item in value.items():
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+            if "\x00" in item:
+                raise ValueError(f"the value of {name} holds a NUL character")
+        return value
+
+    @field_validator("pass_env")
+    @classmethod
+    def _env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return value
 
 
 QueueMode = Literal["collect", "followup", "interrupt", "steer"]
@@ -411,6 +437,18 @@ def secret_values(value: Any, key: str = "") -> list[str]:
     if isinstance(value, list):
         return [s for v in value for s in secret_values(v, key)]
     return [value] if is_secret_key(key) and isinstance(value, str) and value else []
+
+
+def kernel_secrets(config: KernelConfig, environ: dict[str, str] | None = None) -> list[str]:
+    """The secrets a running kernel knows, to keep them out of what agents send and log:
+    every secret-named value of the (resolved) config, as the log redactor learns them,
+    the agent's API key, and the secret-named variables passed to the agent."""
+    env = os.environ if environ is None else environ
+    found = secret_values(config.model_dump(mode="json"))
+    names = [config.agent.api_key_env] if config.agent.api_key_env else []
+    names += [name for name in config.agent.pass_env if is_secret_key(name)]
+    found += [env[name] for name in names if env.get(name)]
+    return found
 
 
 # -- reading and writing -----------------------------------------------------------------

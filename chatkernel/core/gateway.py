@@ -110,6 +110,7 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
 
     token = config.gateway.control_token or control.new_token()
     async with Kernel(config, config_path=config_path, pm=pm) as kernel:
+        kernel.secrets.add(token)  # in gateway.json, which an agent could read
         app = build_app(kernel, token, loopback=is_loopback_host(host), host=host)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()

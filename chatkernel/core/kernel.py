@@ -18,7 +18,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from chatkernel.core import config as cfg
-from chatkernel.core.agents import Agent, AgentEvent, TurnRequest, collect_agents
+from chatkernel.core.agents import Agent, AgentEvent, TurnRequest, collect_agents, redact_turns
 from chatkernel.core.channel import Channel, collect_channels
 from chatkernel.core.commands import collect_commands
 from chatkernel.core.health import Health
@@ -32,6 +32,7 @@ from chatkernel.core.inbound import (
     text_with_media_notes,
 )
 from chatkernel.core.indicators import Indicators
+from chatkernel.core.logs import SecretFilter
 from chatkernel.core.metrics import Metrics
 from chatkernel.core.models import Account, Command, InboundMessage, Route, Session
 from chatkernel.core.monitor import HealthMonitor
@@ -74,6 +75,9 @@ class Kernel:
         self._store = store
         self.clock = clock
         self.metrics = Metrics()
+        #: The secrets this kernel knows; no agent output carries one to a chat or the
+        #: session log (see :func:`chatkernel.core.agents.redact_turns`).
+        self.secrets = SecretFilter(cfg.kernel_secrets(self.config))
         self.workspace = self.config.workspace()
         self.channel_types: dict[str, type[Channel]] = {}
         self.commands: dict[str, Command] = {}
@@ -156,6 +160,7 @@ class Kernel:
         self._sessions = Sessions(store, cache_size=self.config.sessions.cache_size,
                                   in_use=self._session_in_use)
         self.agent = agent_types[kind](self.config.agent, store)
+        redact_turns(self.agent, self.secrets.redact)
         stack.push_async_callback(self.agent.aclose)
         for account in self.accounts.values():
             if account.channel is not None:
