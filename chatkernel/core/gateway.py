@@ -125,7 +125,14 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
             bound = runner.addresses[0]
             listening = Listening(host, bound[1])
             kernel.url = listening.url
-            control.write_state(cfg.home_dir(), listening.url, token)
+            try:
+                control.write_state(cfg.home_dir(), listening.url, token)
+            except OSError as exc:
+                raise cfg.ConfigError(
+                    f"cannot write {control.state_path(cfg.home_dir())}: "
+                    f"{exc.strerror or exc}. The chatkernel commands find the running gateway "
+                    "through it: make the directory writable for this user, or set "
+                    "CHATKERNEL_HOME to a writable one") from None
             names = ", ".join(sorted(kernel.accounts)) or "none"
             log.info("chatkernel listening on %s (accounts: %s; agent: %s)", listening.url,
                      names, config.agent.kind)

@@ -137,7 +137,13 @@ class Kernel:
             raise
 
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
-        self.workspace.mkdir(parents=True, exist_ok=True)
+        try:
+            self.workspace.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise cfg.ConfigError(
+                f"cannot create the workspace {self.workspace}: {exc.strerror or exc}. Make "
+                "its parent directory writable for this user, or set gateway.workspace to a "
+                "writable directory", path=self.config_path, key="gateway.workspace") from None
         self.channel_types = collect_channels(self.pm)
         self.commands = collect_commands(self.pm)
         self._build_accounts()
