@@ -13,10 +13,9 @@
   so no page the user visits can talk to their agent. Clients that are not
   browsers send none.
 * **Content type.** A state-changing request with a body must say
-  ``application/json``.
-  A page can send ``text/plain`` or a form to any site without asking; JSON it
-  cannot send across sites without a CORS preflight, which the gateway never
-  grants.
+  ``application/json``. A page can send ``text/plain`` or a form to any site
+  without asking; JSON it cannot send across sites without a CORS preflight,
+  which the gateway never grants.
 * **Webhooks.** A channel's routes under ``/<channel>/<account>/webhook`` are
   called by the platform, with its own ``Host`` and content type, and the
   channel verifies them by their signature: they are exempt from the Host and
@@ -45,7 +44,6 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import logging
 import math
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable
@@ -54,10 +52,16 @@ from typing import Any
 
 from aiohttp import web
 
-log = logging.getLogger("chatkernel.http")
-
 #: The largest request body the gateway takes on any route (webhooks included).
 MAX_BODY_BYTES = 8 * 1024 * 1024
+#: Methods that only read: no Origin or content-type check.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: On every response (see the module's docstring).
+SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+}
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -71,19 +75,18 @@ class RequestError(Exception):
         self.status = status
 
 
-def error_response(status: int, message: str, **headers: str) -> web.Response:
+def error_response(status: int, message: str) -> web.Response:
     """``{"error": message}`` with ``status``: how every refusal of the gateway reads."""
-    return web.json_response({"error": message}, status=status, headers=headers or None)
+    return web.json_response({"error": message}, status=status)
 
 
-#: Methods that only read: no Origin or content-type check.
-SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-#: On every response (see the module's docstring).
-SECURITY_HEADERS = {
-    "X-Frame-Options": "DENY",
-    "Content-Security-Policy": "frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-}
+def install(app: web.Application, *, hosts: HostCheck | None = None,
+            webhooks: Iterable[str] = ()) -> None:
+    """Put the gateway's request checks on ``app`` (built with
+    ``client_max_size=MAX_BODY_BYTES``). ``webhooks``: the paths exempt from the Host
+    and content-type checks (see :func:`is_webhook_path`)."""
+    app.middlewares.append(_guard(hosts or HostCheck(), frozenset(webhooks)))
+    app.on_response_prepare.append(_add_security_headers)
 
 
 def is_webhook_path(path: str, channel: str, account: str) -> bool:
@@ -91,6 +94,58 @@ def is_webhook_path(path: str, channel: str, account: str) -> bool:
     base = f"/{channel}/{account}/webhook"
     return path == base or path.startswith(base + "/")
 
+
+def _guard(hosts: HostCheck, webhooks: frozenset[str]) -> Callable[..., Any]:
+    @web.middleware
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        length = request.content_length
+        if length is not None and length > MAX_BODY_BYTES:
+            return error_response(413, _too_large(MAX_BODY_BYTES))
+        resource = request.match_info.route.resource
+        webhook = resource is not None and resource.canonical in webhooks
+        host = request.headers.get("Host")
+        if not webhook and not hosts.allows(host):
+            return error_response(
+                403, f"this gateway does not answer for the host {_shown(host)}: name it by "
+                     "its address, or list the name in gateway.public_hosts")
+        if request.method not in SAFE_METHODS:
+            origin = request.headers.get("Origin")
+            if origin is not None and not hosts.same_site(origin, host):
+                return error_response(
+                    403, f"a request from another site ({_shown(origin)}) is refused; the "
+                         "gateway's own page may send it, or a client without an Origin")
+            if not webhook and request.body_exists and not _is_json(request.content_type):
+                return error_response(
+                    415, f"send the body as JSON (Content-Type: application/json), not "
+                         f"{_shown(request.content_type)}")
+        try:
+            return await handler(request)
+        except RequestError as exc:
+            return error_response(exc.status, str(exc))
+        except web.HTTPException as exc:
+            return _answer(exc)
+
+    return guard
+
+
+def _answer(exc: web.HTTPException) -> web.Response:
+    """A response like the exception (status, reason, headers, body), so that the
+    exception and its traceback go now (see the module's docstring)."""
+    # Also for an exception that lives on: aiohttp's 404 and 405 are made once per
+    # request and kept by the route they were raised from, which the traceback holds.
+    exc.__traceback__ = exc.__context__ = exc.__cause__ = None
+    headers = {name: value for name, value in exc.headers.items()
+               if name.lower() != "content-length"}
+    body = exc.body if isinstance(exc.body, (bytes, bytearray)) else None
+    return web.Response(status=exc.status, reason=exc.reason, headers=headers, body=body)
+
+
+async def _add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
+
+
+# -- Host and Origin ---------------------------------------------------------------------
 
 @dataclass(frozen=True, slots=True)
 class HostCheck:
@@ -156,48 +211,6 @@ def _without_default_port(netloc: str, scheme: str) -> str:
     return netloc.removesuffix(default)
 
 
-def install(app: web.Application, *, hosts: HostCheck | None = None,
-            webhooks: Iterable[str] = ()) -> None:
-    """Put the gateway's request checks on ``app`` (built with
-    ``client_max_size=MAX_BODY_BYTES``). ``webhooks``: the paths exempt from the Host
-    and content-type checks (see :func:`is_webhook_path`)."""
-    app.middlewares.append(_guard(hosts or HostCheck(), frozenset(webhooks)))
-    app.on_response_prepare.append(_add_security_headers)
-
-
-def _guard(hosts: HostCheck, webhooks: frozenset[str]) -> Callable[..., Any]:
-    @web.middleware
-    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
-        length = request.content_length
-        if length is not None and length > MAX_BODY_BYTES:
-            return too_large(MAX_BODY_BYTES)
-        resource = request.match_info.route.resource
-        webhook = resource is not None and resource.canonical in webhooks
-        host = request.headers.get("Host")
-        if not webhook and not hosts.allows(host):
-            return error_response(
-                403, f"this gateway does not answer for the host {_shown(host)}: name it by "
-                     "its address, or list the name in gateway.public_hosts")
-        if request.method not in SAFE_METHODS:
-            origin = request.headers.get("Origin")
-            if origin is not None and not hosts.same_site(origin, host):
-                return error_response(
-                    403, f"a request from another site ({_shown(origin)}) is refused; the "
-                         "gateway's own page may send it, or a client without an Origin")
-            if not webhook and request.body_exists and not _is_json(request.content_type):
-                return error_response(
-                    415, f"send the body as JSON (Content-Type: application/json), not "
-                         f"{_shown(request.content_type)}")
-        try:
-            return await handler(request)
-        except RequestError as exc:
-            return error_response(exc.status, str(exc))
-        except web.HTTPException as exc:
-            return _answer(exc)
-
-    return guard
-
-
 def _is_json(content_type: str) -> bool:
     return content_type == "application/json" or (
         content_type.startswith("application/") and content_type.endswith("+json"))
@@ -209,25 +222,8 @@ def _shown(value: str | None, limit: int = 80) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-async def _add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
-    for name, value in SECURITY_HEADERS.items():
-        response.headers.setdefault(name, value)
-
-
-def _answer(exc: web.HTTPException) -> web.Response:
-    """A response like the exception (status, reason, headers, body), so that the
-    exception and its traceback go now (see the module's docstring)."""
-    # Also for an exception that lives on: aiohttp's 404 and 405 are made once per
-    # request and kept by the route they were raised from, which the traceback holds.
-    exc.__traceback__ = exc.__context__ = exc.__cause__ = None
-    headers = {name: value for name, value in exc.headers.items()
-               if name.lower() != "content-length"}
-    body = exc.body if isinstance(exc.body, (bytes, bytearray)) else None
-    return web.Response(status=exc.status, reason=exc.reason, headers=headers, body=body)
-
-
-def too_large(limit: int) -> web.Response:
-    return error_response(413, f"the request body is larger than {_size(limit)}")
+def _too_large(limit: int) -> str:
+    return f"the request body is larger than {_size(limit)}"
 
 
 def _size(limit: int) -> str:
@@ -249,12 +245,12 @@ async def read_json_object(request: web.Request, *, limit: int) -> dict[str, Any
     """
     length = request.content_length
     if length is not None and length > limit:
-        raise RequestError(413, f"the request body is larger than {_size(limit)}")
+        raise RequestError(413, _too_large(limit))
     body = bytearray()
     async for chunk in request.content.iter_any():
         body += chunk
         if len(body) > limit:
-            raise RequestError(413, f"the request body is larger than {_size(limit)}")
+            raise RequestError(413, _too_large(limit))
     return parse_json_object(bytes(body))
 
 
