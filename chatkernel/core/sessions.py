@@ -89,8 +89,10 @@ class Sessions:
                                    account=message.account, chat_id=message.chat_id,
                                    thread_id=message.thread_id, created_at=now,
                                    last_active_at=now)
+            cached = await self._remember(record)  # cached before its first await
+            if cached is not record:  # another task made the session meanwhile: theirs
+                return cached
             await self._store.save_session(record)
-            record = await self._remember(record)
         return record
 
     def cached(self, key: str) -> SessionRecord | None:

@@ -150,11 +150,14 @@ class WebChatChannel(Channel):
         """Keep at most ``max_chats`` transcripts: drop the least recently active that
         no open page is streaming."""
         limit = getattr(self.config, "max_chats", 1000)
-        for chat_id in list(self._chats):
+        for _ in range(len(self._chats)):
             if len(self._chats) <= limit:
                 return
-            if chat_id not in self._streams:
-                del self._chats[chat_id]
+            oldest = next(iter(self._chats))
+            if oldest in self._streams:
+                self._chats.move_to_end(oldest)  # a page shows it: keep it
+            else:
+                del self._chats[oldest]
 
     def messages(self, chat_id: str, after: int = 0) -> list[dict[str, Any]]:
         return [entry for entry in self._chats.get(chat_id, ()) if entry["id"] > after]
