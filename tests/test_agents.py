@@ -13,13 +13,16 @@ from pathlib import Path
 import anyio
 import pytest
 
+from chatkernel.core import config as cfg
 from chatkernel.core.agents import (
+    SAFE_ENV,
     Agent,
     AgentEvent,
     CommandAgent,
     EchoAgent,
     OpenAIAgent,
     TurnRequest,
+    agent_environment,
     collect_agents,
 )
 from chatkernel.core.config import AgentConfig
@@ -188,10 +191,12 @@ async def test_command_exit_status_is_an_error_with_the_stderr_tail(tmp_path):
     """)
     [event] = await run(agent, request())
     assert event.kind == "error"
-    prefix = "command exited with status 3: "
+    prefix = ("The agent's program exited with status 3 instead of answering. Its error "
+              "output ends with: ")
+    advice = " Run agent.command by hand with a message on its input to see why."
     assert event.text.startswith(prefix)
-    assert event.text.endswith("THE END")
-    assert len(event.text) == len(prefix) + 500
+    assert event.text.endswith("THE END" + advice)
+    assert len(event.text) == len(prefix) + 500 + len(advice)
 
 
 @pytest.mark.anyio
@@ -205,7 +210,9 @@ async def test_command_timeout_kills_and_reaps_the_process(tmp_path):
     """, timeout=1.0)
     [event] = await run(agent, request())
     assert event.kind == "error"
-    assert event.text == "command timed out after 1s: thinking hard"
+    assert event.text == ("The agent did not answer within 1 s and was stopped. Its error "
+                          "output ends with: thinking hard If it needs longer, raise "
+                          "agent.timeout.")
     assert is_gone(int(pid_file.read_text()))
 
 
@@ -219,7 +226,7 @@ async def test_command_timeout_kills_grandchildren_too(tmp_path):
         time.sleep(60)
     """, timeout=1.0)
     [event] = await run(agent, request())
-    assert event.kind == "error" and "timed out" in event.text
+    assert event.kind == "error" and "did not answer within 1 s" in event.text
     grandchild = int(pid_file.read_text())
     with anyio.fail_after(5):
         while not is_dead(grandchild):
@@ -270,6 +277,78 @@ async def test_command_that_cannot_start(tmp_path):
 async def test_command_not_configured():
     [event] = await run(CommandAgent(AgentConfig(kind="command"), None), request())
     assert event.kind == "error" and "agent.command is not set" in event.text
+    assert 'command = ["python", "bot.py"]' in event.text
+
+
+PRINTS_ENVIRONMENT = """
+    import json, os, sys
+    sys.stdin.read()
+    print(json.dumps(dict(os.environ)))
+"""
+
+
+@pytest.mark.anyio
+async def test_the_command_agent_gets_an_explicit_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", "123456789:AAbbCCddEEffGGhhIIjjKKllMMnnOOppQQ")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    monkeypatch.setenv("MODEL_DIR", "/srv/models")
+    monkeypatch.setenv("UPSTREAM_KEY", "up-123")
+    script = tmp_path / "bot.py"
+    script.write_text(textwrap.dedent(PRINTS_ENVIRONMENT))
+    config = cfg.parse({"agent": {"kind": "command", "command": [sys.executable, str(script)],
+                                  "pass_env": ["MODEL_DIR", "NOT_SET_ANYWHERE"],
+                                  "env": {"MODE": "test", "API_KEY": "${UPSTREAM_KEY}"}}})
+    [event] = await run(CommandAgent(config.agent, None), request())
+    env = json.loads(event.text)
+    assert "TELEGRAM_BOT_TOKEN" not in env and "AWS_SECRET_ACCESS_KEY" not in env
+    assert env["PATH"] == os.environ["PATH"] and env["HOME"] == os.environ["HOME"]
+    assert env["LC_ALL"] == "C.UTF-8" and env["TZ"] == "Europe/Berlin"
+    assert env["MODEL_DIR"] == "/srv/models" and "NOT_SET_ANYWHERE" not in env
+    assert env["MODE"] == "test" and env["API_KEY"] == "up-123"
+    assert env["CHATKERNEL_SESSION"] == "webchat:default:42"
+    extra = set(env) - set(SAFE_ENV) - {"MODEL_DIR", "MODE", "API_KEY", "CHATKERNEL_SESSION",
+                                       "CHATKERNEL_SESSION_ID", "CHATKERNEL_HEARTBEAT"}
+    assert {name for name in extra if not name.startswith("LC_")} <= {"PWD"}  # the shell's
+
+
+def test_agent_environment_settings_are_checked():
+    with pytest.raises(cfg.ConfigError, match=r"agent\.env: .*'BAD-NAME' is not an environment"):
+        cfg.parse({"agent": {"env": {"BAD-NAME": "x"}}})
+    with pytest.raises(cfg.ConfigError, match=r"agent\.pass_env: .*'A=B' is not an environment"):
+        cfg.parse({"agent": {"pass_env": ["A=B"]}})
+    with pytest.raises(cfg.ConfigError, match=r"environment variable NOPE is not set"):
+        cfg.parse({"agent": {"env": {"X": "${NOPE}"}}}, environ={})
+    assert agent_environment(cfg.AgentConfig(pass_env=["A"], env={"B": "2", "PATH": "/x"}),
+                             {"A": "1", "PATH": "/bin", "LC_TIME": "C", "SECRET": "s"}) == {
+        "A": "1", "B": "2", "PATH": "/x", "LC_TIME": "C"}
+
+
+@pytest.mark.anyio
+async def test_a_lone_surrogate_in_a_message_does_not_break_the_turn(tmp_path):
+    agent = command_agent(tmp_path, """
+        import sys
+        data = sys.stdin.buffer.read().decode("utf-8")  # strict: what was sent is UTF-8
+        print(data.splitlines()[-1])
+    """)
+    [event] = await run(agent, request("broken \ud800 pair \ud83d\ude00",
+                                       session_key="webchat:default:\udc00\x00"))
+    assert event.kind == "text" and event.text == "broken \ufffd pair \U0001f600"
+
+
+@pytest.mark.anyio
+async def test_an_internal_failure_reads_as_a_sentence(tmp_path, monkeypatch):
+    async def broken(stream, into, keep):
+        raise ValueError("the pipe broke")
+
+    monkeypatch.setattr(CommandAgent, "_drain", staticmethod(broken))
+    agent = command_agent(tmp_path, "print('hi')")
+    [event] = await run(agent, request())
+    assert event.kind == "error"
+    assert event.text == ("The agent's turn failed inside the gateway (ValueError: the pipe "
+                          "broke). This is a bug in chatkernel; the gateway's log has the "
+                          "details.")
 
 
 @pytest.mark.anyio
@@ -421,6 +500,8 @@ async def test_openai_401_does_not_leak_the_key(monkeypatch, caplog):
         finally:
             await agent.aclose()
     assert secret not in event.text and "Incorrect API key provided: ***" in event.text
+    assert event.text.endswith("Check the API key in $CHATKERNEL_TEST_OPENAI_KEY "
+                               "(agent.api_key_env).")
     assert "HTTP 401" in caplog.text and secret not in caplog.text
 
 
@@ -449,7 +530,9 @@ async def test_openai_connection_refused():
         [event] = await run(agent, request())
     finally:
         await agent.aclose()
-    assert event.kind == "error" and "cannot connect" in event.text and base_url in event.text
+    assert event.kind == "error" and event.text.startswith(
+        f"Cannot connect to the model endpoint {base_url}: ")
+    assert event.text.endswith("Check agent.base_url and that the server runs.")
 
 
 @pytest.mark.anyio
@@ -460,7 +543,9 @@ async def test_openai_timeout_before_the_answer():
             [event] = await run(agent, request())
         finally:
             await agent.aclose()
-    assert event.kind == "error" and "did not answer within 0.3s" in event.text
+    assert event.kind == "error" and event.text == (
+        f"The model endpoint {fake.base_url} did not answer within 0.3 s. If it needs "
+        "longer, raise agent.timeout.")
 
 
 @pytest.mark.anyio
@@ -472,7 +557,7 @@ async def test_openai_timeout_in_the_middle_of_the_stream():
         finally:
             await agent.aclose()
     assert finals(events) == []
-    assert [e.kind for e in events][-1] == "error" and "within 0.35s" in events[-1].text
+    assert [e.kind for e in events][-1] == "error" and "within 0.35 s" in events[-1].text
 
 
 @pytest.mark.anyio
@@ -592,9 +677,47 @@ async def test_openai_parses_awkward_event_streams():
             agent.config.base_url = f"{url}/broken/chat/completions"  # a full URL works too
             events = await run(agent, request())
             assert finals(events) == []
-            assert errors(events) == [f"the model endpoint {url}/broken/chat/completions "
-                                      "reported an error: upstream model crashed"]
+            assert errors(events) == [f"The model endpoint {url}/broken/chat/completions "
+                                      "reported an error: upstream model crashed."]
         finally:
             await agent.aclose()
     finally:
         await runner.cleanup()
+
+
+@pytest.mark.anyio
+async def test_no_secret_reaches_the_chat_or_the_session_log(tmp_path, monkeypatch):
+    from chatkernel.testing.memory import KernelHarness
+
+    bot_token = "123456789:AAbbCCddEEffGGhhIIjjKKllMMnnOOppQQ"
+    monkeypatch.setenv("TELEGRAM_BOT_TOKEN", bot_token)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-api-key-0001")
+    script = tmp_path / "bot.py"
+    script.write_text(textwrap.dedent("""
+        import json, os, sys
+        text = sys.stdin.read().splitlines()[-1]
+        if text == "env":  # an agent that prints its environment
+            print(json.dumps(dict(os.environ)))
+        elif text == "secrets":  # one that found them elsewhere
+            print("token", sys.argv[1], "key", sys.argv[2], "service", os.environ["SERVICE_TOKEN"])
+        else:
+            sys.exit("failed with " + sys.argv[1])
+    """))
+    config = {"agent": {"kind": "command", "command": [
+                  sys.executable, str(script), bot_token, "sk-the-api-key-0001"],
+                        "env": {"SERVICE_TOKEN": "service-secret-0002"}},
+              "gateway": {"control_token": "control-secret-0003",
+                          "workspace": str(tmp_path / "workspace")}}
+    async with KernelHarness(tmp_path, config=config) as h:
+        for text in ("env", "secrets", "fail"):
+            await h.channel.receive(text, message_id=text)
+            await h.settle(timeout=15)
+        sent = "\n".join(h.channel.texts())
+        logged = "\n".join(entry.text for entry in await h.kernel.store.read_log(
+            "memory:main:chat-1"))
+    for where in (sent, logged):
+        assert "TELEGRAM_BOT_TOKEN" not in where  # not even the name: never in its env
+        for secret in (bot_token, "sk-the-api-key-0001", "service-secret-0002"):
+            assert secret not in where
+        assert "token *** key *** service ***" in where
+        assert "failed with ***" in where

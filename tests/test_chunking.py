@@ -70,7 +70,11 @@ def o_boundaries(text: str) -> list[int]:
     out = [0]
     for i in range(1, len(text)):
         p, c = text[i - 1], text[i]
-        if (p, c) == ("\r", "\n") or (p == ZWJ and not c.isspace()) or o_extend(c):
+        if p in "\r\n":  # after a line break, only CR LF stays together (GB3, GB4)
+            if (p, c) != ("\r", "\n"):
+                out.append(i)
+            continue
+        if (p == ZWJ and not c.isspace()) or o_extend(c):
             continue
         hp, hc = o_hangul(p), o_hangul(c)
         if (hp == "L" and hc in ("L", "V", "LV", "LVT")) or (
@@ -546,6 +550,8 @@ def test_fence_overhead_larger_than_the_limit_falls_back_to_plain_splitting():
 @example(FAMILY * 3 + "a" * 30, 10, "utf16")
 @example("```python\n" + "x = 1\n" * 20 + "```\n", 16, "chars")
 @example("a\u200d " * 10, 10, "chars")
+@example("0000\r\u0301hello", 10, "chars")  # a mark after a line break starts a cluster
+@example("0000\n\u0301hello", 10, "chars")
 def test_chunks_keep_every_promise(text, limit, unit):
     check_chunks(text, limit, unit, chunk_text(text, limit, unit))
 

@@ -331,3 +331,11 @@ def test_format_value_shows_toml_with_inline_arrays(value, text):
 def test_format_value_round_trips_through_parse_value():
     for value in (["llm", "-m", "x"], 7, 0.25, False, ["a b", 'quote"d']):
         assert cfg.parse_value(cfg.format_value(value)) == value
+
+
+def test_gateway_public_hosts_are_host_names():
+    config = cfg.parse({"gateway": {"public_hosts": ["Chat.Example.com.", "gw.lan"]}})
+    assert config.gateway.public_hosts == ["chat.example.com", "gw.lan"]
+    for bad in ("https://chat.example.com", "chat.example.com:443", "chat.example.com/x", ""):
+        with pytest.raises(cfg.ConfigError, match=r"gateway\.public_hosts: expected host names"):
+            cfg.parse({"gateway": {"public_hosts": [bad]}})

@@ -112,6 +112,87 @@ async def test_web_chat_rejects_malformed_requests_with_clear_errors(tmp_path):
 
 
 @pytest.mark.anyio
+async def test_web_chat_caps_every_field_and_names_the_one_at_fault(tmp_path):
+    async with anyio.create_task_group() as tg:
+        base, stop = await start_gateway(tg, tmp_path)
+        ok = {"chat_id": "c", "user_id": "u", "text": "x"}
+        cases = [
+            ("chat_id", "c" * 257, 400, "'chat_id' is longer than 256 characters"),
+            ("user_id", "u" * 257, 400, "'user_id' is longer than 256 characters"),
+            ("client_message_id", "m" * 257, 400,
+             "'client_message_id' is longer than 256 characters"),
+            ("user_name", "n" * 257, 400, "'user_name' must be a string of at most 256"),
+            ("user_name", {"a": 1}, 400, "'user_name' must be a string"),
+            ("text", "t" * 64_001, 400, "'text' is longer than 64,000 characters"),
+            ("chat_id", "c" * (2 * 1024 * 1024), 413, "body is larger than 1 MB"),
+            ("chat_id", "c" * (10 * 1024 * 1024), 413, "body is larger than 8 MB"),
+        ]
+        async with aiohttp.ClientSession() as http:
+            for name, value, status, needle in cases:
+                async with http.post(f"{base}/webchat/messages",
+                                     json={**ok, name: value}) as r:
+                    assert r.status == status, name
+                    assert needle in (await r.json())["error"]
+            async with http.post(f"{base}/webchat/messages",
+                                 json={**ok, "chat_id": "c" * 256, "user_name": "n" * 256,
+                                       "client_message_id": "m" * 256}) as r:
+                assert r.status == 202  # at the caps: fine
+            messages = await poll_messages(http, base, "c" * 256, 2)
+            assert [m["role"] for m in messages] == ["user", "bot"]
+            async with http.get(f"{base}/webchat/messages", params={"chat_id": "c"}) as r:
+                assert (await r.json())["messages"] == []  # nothing refused was kept
+        stop.set()
+
+
+@pytest.mark.anyio
+async def test_no_other_site_reaches_the_agent_or_reads_the_gateway(tmp_path):
+    async with anyio.create_task_group() as tg:
+        base, stop = await start_gateway(tg, tmp_path)
+        port = base.rsplit(":", 1)[1]
+        async with aiohttp.ClientSession() as http:
+            # What a page on another site can send without asking: text/plain, its Origin
+            # (and, rebinding its name to 127.0.0.1, its own Host).
+            body = json.dumps({"chat_id": "c", "user_id": "u", "text": "from a web page"})
+            for headers in ({"Origin": "https://evil.example"},
+                            {"Origin": f"http://evil.example:{port}",
+                             "Host": f"evil.example:{port}"}):
+                async with http.post(f"{base}/webchat/messages", data=body,
+                                     headers={"Content-Type": "text/plain", **headers}) as r:
+                    assert r.status == 403
+            async with http.post(f"{base}/webchat/messages", data=body,
+                                 headers={"Content-Type": "text/plain"}) as r:
+                assert r.status == 415
+            # A rebound page reads nothing: not the transcript, the status page, metrics.
+            for path in ("/webchat/messages?chat_id=c", "/status", "/metrics", "/healthz", "/"):
+                async with http.get(base + path, headers={"Host": f"evil.example:{port}"}) as r:
+                    assert r.status == 403, path
+            async with http.get(f"{base}/webchat/messages", params={"chat_id": "c"}) as r:
+                assert (await r.json())["messages"] == []  # the agent never heard of it
+            async with http.get(base + "/") as r:
+                assert r.status == 200
+                assert r.headers["X-Frame-Options"] == "DENY"
+                assert r.headers["Content-Security-Policy"] == "frame-ancestors 'none'"
+        stop.set()
+
+
+@pytest.mark.anyio
+async def test_gateway_public_hosts_are_served(tmp_path):
+    async with anyio.create_task_group() as tg:
+        base, stop = await start_gateway(
+            tg, tmp_path, {"gateway": {"workspace": str(tmp_path / "workspace"),
+                                       "listen": "127.0.0.1:0",
+                                       "public_hosts": ["chat.example.com"]}})
+        async with aiohttp.ClientSession() as http:
+            headers = {"Host": "chat.example.com", "Origin": "https://chat.example.com"}
+            async with http.post(f"{base}/webchat/messages", headers=headers,
+                                 json={"chat_id": "c", "user_id": "u", "text": "hi"}) as r:
+                assert r.status == 202
+            async with http.get(f"{base}/status", headers={"Host": "chat.example.com"}) as r:
+                assert r.status == 200
+        stop.set()
+
+
+@pytest.mark.anyio
 async def test_web_chat_client_message_id_dedupes_retries(tmp_path):
     async with anyio.create_task_group() as tg:
         base, stop = await start_gateway(tg, tmp_path)

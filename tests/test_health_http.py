@@ -172,3 +172,33 @@ async def test_control_health_probe_and_presence(tmp_path):
         response = await client.post("/control/presence", headers=auth(),
                                      json={"client": {"instance_id": ""}})
         assert response.status == 400
+
+
+async def test_malformed_control_requests_are_400_never_500(tmp_path):
+    async with served(tmp_path) as (h, client):
+        for path, raw in [
+            ("/control/status", b"[" * 100_000 + b"]" * 100_000),
+            ("/control/status", b'{"a": ' * 50_000 + b"1" + b"}" * 50_000),
+            ("/control/status", b"not json"),
+            ("/control/status", b"[1, 2]"),
+            ("/control/status", b'{"timeout_ms": NaN}'),
+            ("/control/health", b'{"live": true, "timeout_ms": 1e999}'),
+            ("/control/channels/probe", b'{"timeout_ms": 1' + b"0" * 400 + b"}"),
+            ("/control/channels/probe", b'{"timeout_ms": ' + b"9" * 5000 + b"}"),
+            ("/control/channels/probe", b'{"timeout_ms": 600001}'),
+            ("/control/send", b'{"channel": "memory", "to": "c", "text": "x", '
+                              b'"thread": {"a": 1}}'),
+            ("/control/send", b'{"channel": ["memory"], "to": "c", "text": "x"}'),
+            ("/control/sessions/policy", b'{"session": 5, "policy": "deny"}'),
+            ("/control/heartbeat/wake", b'{"mode": 1}'),
+        ]:
+            response = await client.post(path, data=raw, headers={
+                **auth(), "Content-Type": "application/json"})
+            assert response.status == 400, (path, raw[:40])
+            assert (await response.json())["error"]
+        response = await client.post("/control/send", headers=auth(), json={
+            "channel": "memory", "to": "c", "text": "x", "thread": {"a": 1}})
+        assert (await response.json())["error"] == "'thread' must be a string"
+        response = await client.post("/control/health", headers=auth(),
+                                     json={"timeout_ms": 10 ** 400})
+        assert "at most 600,000" in (await response.json())["error"]

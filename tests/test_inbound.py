@@ -6,7 +6,13 @@ import anyio
 import pytest
 
 from chatkernel import Command, InboundMessage, MediaRef, hookimpl
-from chatkernel.core.inbound import BUSY_HINT, InvalidMessage, envelope
+from chatkernel.core.inbound import BUSY_HINT, InvalidMessage, envelope, validate
+from chatkernel.core.models import (
+    INBOUND_FIELD_LIMITS,
+    MAX_INBOUND_MEDIA,
+    MAX_ROUTE_EXTRA_BYTES,
+    MEDIA_FIELD_LIMITS,
+)
 from chatkernel.core.store.sqlite import SQLiteStore
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.memory import KernelHarness
@@ -82,6 +88,64 @@ async def test_malformed_message_is_refused_and_nothing_recorded(tmp_path):
                     channel="memory", account="main", chat_id="c", message_id="1",
                     sender_id="u", timestamp=timestamp))  # type: ignore[arg-type]
         assert await h.kernel.store.unfinished_inbound() == []
+
+
+def message(**fields):
+    base = {"channel": "memory", "account": "main", "chat_id": "c", "message_id": "1",
+            "sender_id": "u", "text": "hi"}
+    return InboundMessage(**{**base, **fields})
+
+
+@pytest.mark.parametrize("name", sorted(INBOUND_FIELD_LIMITS))
+def test_every_text_field_is_capped_and_the_error_names_it(name):
+    limit = INBOUND_FIELD_LIMITS[name]
+    validate(message(**{name: "x" * limit}))  # at the cap: fine
+    with pytest.raises(InvalidMessage) as caught:
+        validate(message(**{name: "x" * (limit + 1)}))
+    assert str(caught.value) == (f"inbound message field {name!r} is {limit + 1:,} "
+                                 f"characters long; the most is {limit:,}")
+
+
+def test_media_count_and_media_fields_are_capped():
+    validate(message(media=[MediaRef(kind="image")] * MAX_INBOUND_MEDIA))
+    with pytest.raises(InvalidMessage, match=rf"'media' holds {MAX_INBOUND_MEDIA + 1} files; "
+                                             rf"the most is {MAX_INBOUND_MEDIA}"):
+        validate(message(media=[MediaRef(kind="image")] * (MAX_INBOUND_MEDIA + 1)))
+    for name, limit in MEDIA_FIELD_LIMITS.items():
+        fields = {"kind": "image", name: "x" * (limit + 1)}
+        with pytest.raises(InvalidMessage, match=rf"'media\[1\]\.{name}' is {limit + 1:,}"):
+            validate(message(media=[MediaRef(kind="image"), MediaRef(**fields)]))
+    with pytest.raises(InvalidMessage, match=r"'media\[0\]' must be a MediaRef, got dict"):
+        validate(message(media=[{"kind": "image"}]))
+
+
+def test_route_extra_must_be_small_json():
+    validate(message(route_extra={"context_token": "t" * 1000}))
+    with pytest.raises(InvalidMessage, match=r"'route_extra' takes [\d,]+ bytes as JSON; "
+                                             rf"the most is {MAX_ROUTE_EXTRA_BYTES:,}"):
+        validate(message(route_extra={"context_token": "t" * MAX_ROUTE_EXTRA_BYTES}))
+    with pytest.raises(InvalidMessage, match=r"'route_extra' must hold JSON values only"):
+        validate(message(route_extra={"when": object()}))
+
+
+def test_an_oversized_value_is_not_echoed_in_the_error():
+    with pytest.raises(InvalidMessage) as caught:
+        validate(message(sender_id=["x" * 1000] * 1000))
+    assert len(str(caught.value)) < 200
+
+
+async def test_a_message_over_a_cap_is_refused_before_it_is_recorded(tmp_path):
+    async with harness(tmp_path) as h:
+        huge = "x" * (10 * 1024 * 1024)
+        with pytest.raises(InvalidMessage, match="'chat_id' is 10,485,760 characters long"):
+            await h.kernel.deliver(message(chat_id=huge))
+        outcomes = await h.kernel.receiver.many([message(message_id="2", sender_name=huge),
+                                                 message(message_id="3")])
+        assert outcomes == ["invalid", "accepted"]
+        await h.settle()
+        assert await h.kernel.store.list_sessions() != []
+        assert all(len(s.chat_id) < 10 for s in await h.kernel.store.list_sessions())
+        assert len(await h.kernel.store.read_log("memory:main:c")) == 2  # message 3 only
 
 
 async def test_unknown_sender_told_their_id_once_and_agent_never_called(tmp_path):

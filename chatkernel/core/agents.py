@@ -12,7 +12,7 @@ import logging
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
@@ -148,11 +148,69 @@ class EchoAgent(Agent):
         yield AgentEvent.reply(text)
 
 
+# -- what every agent's output passes ------------------------------------------------------
+
+
+def redact_turns(agent: Agent, redact: Callable[[str], str]) -> None:
+    """Make the text of every event of ``agent``'s turns pass ``redact``.
+
+    The kernel does this to its agent with the secrets it knows
+    (:func:`chatkernel.core.config.kernel_secrets`): whatever an agent prints,
+    its replies, error notes and heartbeat answers reach neither a chat nor
+    the session log with a secret in them.
+    """
+    turn = agent.turn
+
+    async def redacted(request: TurnRequest) -> AsyncIterator[AgentEvent]:
+        events = turn(request)
+        try:
+            async for event in events:
+                if event.text:
+                    event.text = redact(event.text)
+                yield event
+        finally:
+            await events.aclose()
+
+    agent.turn = redacted  # type: ignore[method-assign]
+
+
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8, a lone surrogate (which a chat message may carry: JSON and
+    JavaScript strings allow them) written as U+FFFD instead of failing."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode()
+
+
+def _env_value(text: str) -> str:
+    """A value an environment can hold: no NUL, no lone surrogate."""
+    return utf8(text).decode().replace("\x00", "\ufffd")
+
+
 # -- command ---------------------------------------------------------------------------------
 
 #: How much of a failed program's stderr an error event quotes.
 STDERR_TAIL = 500
 _STDERR_KEEP = 64 * 1024  # stderr is kept bounded; only its tail is ever shown
+
+#: What the command agent's program gets of the gateway's environment without being
+#: asked (with every ``LC_*``): enough to run a program, nothing that may be a secret.
+SAFE_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TMPDIR",
+            # what programs need on Windows
+            "SYSTEMROOT", "COMSPEC", "PATHEXT", "TEMP", "TMP")
+
+
+def agent_environment(config: "AgentConfig", environ: dict[str, str] | None = None
+                      ) -> dict[str, str]:
+    """The command agent's environment: :data:`SAFE_ENV` and ``LC_*`` from the gateway's,
+    the names in ``agent.pass_env``, then ``agent.env``'s values (resolved already)."""
+    env = os.environ if environ is None else environ
+    chosen = {name: value for name, value in env.items()
+              if name in SAFE_ENV or name.startswith("LC_")}
+    chosen.update((name, env[name]) for name in config.pass_env if name in env)
+    chosen.update(config.env)
+    return chosen
 
 
 def _tail(data: bytes | bytearray, limit: int = STDERR_TAIL) -> str:
@@ -160,18 +218,25 @@ def _tail(data: bytes | bytearray, limit: int = STDERR_TAIL) -> str:
     return text[-limit:] if len(text) > limit else text
 
 
-def _with_detail(message: str, detail: str) -> str:
-    return f"{message}: {detail}" if detail else message
+def _failure(what: str, stderr: bytes | bytearray, advice: str) -> str:
+    """An agent failure as sentences: what failed and why, what its error output ends
+    with, what to do."""
+    tail = _tail(stderr)
+    quoted = f" Its error output ends with: {tail}" if tail else ""
+    return f"{what}.{quoted}{' ' if advice else ''}{advice}"
 
 
 class CommandAgent(Agent):
     """Runs ``agent.command`` once per turn.
 
     The program reads the prompt (envelope line, then the text) on stdin and
-    writes its reply on stdout. It gets ``CHATKERNEL_SESSION``,
-    ``CHATKERNEL_SESSION_ID`` and ``CHATKERNEL_HEARTBEAT`` (``1``/``0``) in its
-    environment. A non-zero exit, a timeout (``agent.timeout``) or a program
-    that cannot be started is an error event quoting the tail of stderr.
+    writes its reply on stdout. Its environment is explicit
+    (:func:`agent_environment`: :data:`SAFE_ENV`, ``agent.pass_env``,
+    ``agent.env``), never the gateway's whole one, which holds its secrets, plus
+    ``CHATKERNEL_SESSION``, ``CHATKERNEL_SESSION_ID`` and ``CHATKERNEL_HEARTBEAT``
+    (``1``/``0``). A non-zero exit, a timeout (``agent.timeout``) or a program
+    that cannot be started is an error event that says what failed, quotes the
+    tail of stderr and says what to do.
 
     The program runs in its own process group (POSIX), which is killed on
     timeout and when the turn is cancelled, and the process is always reaped:
@@ -184,28 +249,46 @@ class CommandAgent(Agent):
         argv = [str(arg) for arg in self.config.command]
         if not argv:
             yield AgentEvent.error(
-                'agent.command is not set: the "command" agent needs a program to run, '
-                'such as command = ["python", "bot.py"]')
+                'The command agent has no program to run: agent.command is not set. Set '
+                'it to the program and its arguments, such as command = ["python", "bot.py"].')
             return
-        env = dict(os.environ)
-        env["CHATKERNEL_SESSION"] = request.session_key
-        env["CHATKERNEL_SESSION_ID"] = request.session_id
+        try:
+            async for event in self._run(argv, request):
+                yield event
+        except Exception as exc:  # a bug of ours, not the program's: say so, log it
+            while isinstance(exc, BaseExceptionGroup):  # "unhandled errors in a TaskGroup"
+                exc = exc.exceptions[0]
+            log.exception("command agent, session %s: the turn failed", request.session_key)
+            yield AgentEvent.error(
+                f"The agent's turn failed inside the gateway ({type(exc).__name__}: {exc}). "
+                "This is a bug in chatkernel; the gateway's log has the details.")
+
+    async def _run(self, argv: list[str], request: TurnRequest) -> AsyncIterator[AgentEvent]:
+        env = agent_environment(self.config)
+        env["CHATKERNEL_SESSION"] = _env_value(request.session_key)
+        env["CHATKERNEL_SESSION_ID"] = _env_value(request.session_id)
         env["CHATKERNEL_HEARTBEAT"] = "1" if request.heartbeat else "0"
         posix = os.name == "posix"
+        program = argv[0]
         try:
             process = await anyio.open_process(
                 argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 env=env, start_new_session=posix)
         except FileNotFoundError:
-            yield AgentEvent.error(f"cannot run agent.command: program {argv[0]!r} not found")
+            yield AgentEvent.error(
+                f"The agent's program {program!r} was not found. Check agent.command, and "
+                "that the program is on the PATH the agent gets (agent.env and "
+                "agent.pass_env add to its environment).")
             return
         except PermissionError:
             yield AgentEvent.error(
-                f"cannot run agent.command: permission denied for program {argv[0]!r}")
+                f"The agent's program {program!r} could not be run: permission denied. Make "
+                "it executable (chmod +x), or put its interpreter first in agent.command.")
             return
         except OSError as exc:
             yield AgentEvent.error(
-                f"cannot run agent.command: program {argv[0]!r}: {exc.strerror or exc}")
+                f"The agent's program {program!r} could not be started: "
+                f"{exc.strerror or exc}. Check agent.command.")
             return
 
         stdout = bytearray()
@@ -214,7 +297,7 @@ class CommandAgent(Agent):
         try:
             with anyio.move_on_after(self.config.timeout) as scope:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._feed, process, request.prompt.encode("utf-8"))
+                    tg.start_soon(self._feed, process, utf8(request.prompt))
                     tg.start_soon(self._drain, process.stdout, stdout, None)
                     tg.start_soon(self._drain, process.stderr, stderr, _STDERR_KEEP)
                 await process.wait()
@@ -227,20 +310,22 @@ class CommandAgent(Agent):
                 await process.aclose()
 
         if timed_out:
-            yield AgentEvent.error(_with_detail(
-                f"command timed out after {self.config.timeout:g}s", _tail(stderr)))
+            yield AgentEvent.error(_failure(
+                f"The agent did not answer within {self.config.timeout:g} s and was stopped",
+                stderr, "If it needs longer, raise agent.timeout."))
             return
         status = process.returncode
         if status != 0:
             if status is not None and status < 0:
                 try:
-                    what = f"was killed by signal {signal.Signals(-status).name}"
+                    signame = signal.Signals(-status).name
                 except ValueError:
-                    what = f"was killed by signal {-status}"
-                message = f"command {what}"
+                    signame = str(-status)
+                what = f"The agent's program was killed by signal {signame}"
             else:
-                message = f"command exited with status {status}"
-            yield AgentEvent.error(_with_detail(message, _tail(stderr)))
+                what = f"The agent's program exited with status {status} instead of answering"
+            yield AgentEvent.error(_failure(
+                what, stderr, "Run agent.command by hand with a message on its input to see why."))
             return
         text = stdout.decode("utf-8", errors="replace")
         if text.endswith("\n"):
@@ -435,9 +520,9 @@ class OpenAIAgent(Agent):
                 if response.status >= 300:
                     detail = _error_detail(await within(response.read()))
                     reason = f" {response.reason}" if response.reason else ""
-                    error = _with_detail(
-                        f"the model endpoint {where} answered HTTP {response.status}{reason}",
-                        detail)
+                    error = (f"The model endpoint {where} answered HTTP {response.status}"
+                             f"{reason}{': ' + detail if detail else ''}. "
+                             f"{self._advice(response.status)}")
                 else:
                     ctype = response.content_type
                     if ctype == "application/json":
@@ -450,18 +535,24 @@ class OpenAIAgent(Agent):
                             yield event
                 completed = True
             except _TurnTimeout:
-                error = f"the model endpoint {where} did not answer within {timeout:g}s"
+                error = (f"The model endpoint {where} did not answer within {timeout:g} s. "
+                         "If it needs longer, raise agent.timeout.")
             except aiohttp.ClientConnectorError as exc:
-                error = f"cannot connect to the model endpoint {where}: {exc.os_error or exc}"
+                error = (f"Cannot connect to the model endpoint {where}: "
+                         f"{exc.os_error or exc}. Check agent.base_url and that the server "
+                         "runs.")
             except aiohttp.InvalidURL:
-                error = f"agent.base_url is not a valid URL: {where!r}"
+                error = (f"agent.base_url is not a valid URL: {where!r}. Set it to the "
+                         "endpoint's base, such as http://127.0.0.1:11434/v1.")
             except aiohttp.ClientError as exc:
-                error = f"connection to the model endpoint {where} failed: " \
-                        f"{type(exc).__name__}: {exc}"
+                error = (f"The connection to the model endpoint {where} failed: "
+                         f"{type(exc).__name__}: {exc}. Try again; if it keeps failing, "
+                         "check the server.")
             except ValueError as exc:  # bad JSON in the body or a stream chunk
-                error = f"the model endpoint {where} sent an invalid answer: {exc}"
+                error = (f"The model endpoint {where} sent an answer that is not valid: "
+                         f"{exc}. Check that agent.base_url is an OpenAI-compatible endpoint.")
             except _StreamError as exc:
-                error = f"the model endpoint {where} reported an error: {exc}"
+                error = f"The model endpoint {where} reported an error: {exc}."
         finally:
             if response is not None:
                 if completed:
@@ -472,6 +563,20 @@ class OpenAIAgent(Agent):
             message = self._redact(error)
             log.warning("openai agent, session %s: %s", request.session_key, message)
             yield AgentEvent.error(message)
+
+    def _advice(self, status: int) -> str:
+        """What to do about an HTTP error of the endpoint."""
+        if status in (401, 403):
+            name = self.config.api_key_env
+            return (f"Check the API key in ${name} (agent.api_key_env)." if name
+                    else "Set agent.api_key_env to the variable that holds the API key.")
+        if status == 404:
+            return "Check agent.base_url and agent.model."
+        if status == 429:
+            return "It is limiting requests: try again later."
+        if status >= 500:
+            return "The server failed: try again later."
+        return "Check agent.model and agent.base_url."
 
     async def _from_json(self, data: Any) -> AsyncIterator[AgentEvent]:
         if isinstance(data, dict) and data.get("error"):

@@ -176,6 +176,11 @@ class Channel:
     def config(self) -> Any:
         return self.account.config
 
+    @classmethod
+    def compiled_secret_patterns(cls) -> list[re.Pattern[str]]:
+        """:attr:`secret_patterns`, compiled."""
+        return [re.compile(p) if isinstance(p, str) else p for p in cls.secret_patterns]
+
     # -- what a channel implements -------------------------------------------------------
 
     async def run(self, deliver: Deliver) -> None:
@@ -423,6 +428,5 @@ def collect_channels(pm: "PluginManager") -> dict[str, type[Channel]]:
 
     channels = collect_registered(pm.hook.register_channels, "channel", Channel)
     for channel in channels.values():
-        secret_filter.add_patterns(*(re.compile(p) if isinstance(p, str) else p
-                                     for p in channel.secret_patterns))
+        secret_filter.add_patterns(*channel.compiled_secret_patterns())
     return channels

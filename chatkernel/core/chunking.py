@@ -129,8 +129,8 @@ def _joins(prev: str, ch: str) -> bool:
     """True if ``prev`` and ``ch`` are in one cluster (all rules but GB12/13)."""
     if prev == _ZWJ:
         return not ch.isspace()  # GB11 joins pictographs; whitespace after a ZWJ is no part
-    if prev == "\r":
-        return ch == "\n"
+    if prev == "\r" or prev == "\n":  # GB3, GB4: nothing joins a line break but CR LF
+        return prev == "\r" and ch == "\n"
     if _is_extend(ch):
         return True
     if "\u1100" <= ch <= "\ud7fb":  # cheap guard: the rest only concerns Hangul

@@ -61,6 +61,23 @@ class GatewayConfig(Section):
     control_token: str | None = None  # required when listening beyond loopback
     # This gateway's presence id; default: gateway-<hostname>-<hash of CHATKERNEL_HOME>.
     instance_id: str | None = None
+    #: Host names the gateway answers for besides its listen address, IP addresses and
+    #: localhost (a name that reaches it through DNS or a reverse proxy). Browsers'
+    #: requests for any other name are refused: that is how DNS rebinding is stopped.
+    public_hosts: list[str] = Field(default_factory=list)
+
+    @field_validator("public_hosts")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        names = []
+        for item in value:
+            name = item.strip().lower().rstrip(".")
+            if not re.fullmatch(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*"
+                                r"[a-z0-9_])?)*", name):
+                raise ValueError(f"expected host names such as chat.example.com (no scheme, "
+                                 f"port or path), got {item!r}")
+            names.append(name)
+        return names
 
     @field_validator("listen")
     @classmethod
@@ -71,9 +88,17 @@ class GatewayConfig(Section):
         return value
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 class AgentConfig(Section):
     kind: str = "echo"
     command: list[str] = Field(default_factory=list)
+    #: The command agent's environment besides the safe few it always gets
+    #: (``chatkernel.core.agents.SAFE_ENV``): values, ``${ENV}`` references allowed...
+    env: dict[str, str] = Field(default_factory=dict)
+    #: ...and names passed through from the gateway's environment as they are.
+    pass_env: list[str] = Field(default_factory=list)
     timeout: float = Field(120.0, gt=0)
     base_url: str = "http://127.0.0.1:11434/v1"
     model: str = ""
@@ -82,6 +107,24 @@ class AgentConfig(Section):
     history_limit: int = Field(40, ge=0)
     #: The agent's heartbeat settings, merged over ``[heartbeat]``.
     heartbeat: "HeartbeatConfig | None" = None
+
+    @field_validator("env")
+    @classmethod
+    def _env_table(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, item in value.items():
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+            if "\x00" in item:
+                raise ValueError(f"the value of {name} holds a NUL character")
+        return value
+
+    @field_validator("pass_env")
+    @classmethod
+    def _env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return value
 
 
 QueueMode = Literal["collect", "followup", "interrupt", "steer"]
@@ -94,6 +137,14 @@ class QueueConfig(Section):
     cap: int = Field(20, ge=1)
     drop: DropPolicy = "old"
     max_concurrent: int = Field(4, ge=1)
+
+
+class SessionsConfig(Section):
+    """``[sessions]``: what the kernel keeps of them in memory (the store has them all)."""
+
+    #: Sessions, with their reply routes, kept in memory; the least recently used
+    #: beyond it are read from the store when next needed.
+    cache_size: int = Field(10_000, ge=100)
 
 
 class StoreConfig(Section):
@@ -285,6 +336,7 @@ class KernelConfig(Section):
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
     queue: QueueConfig = Field(default_factory=QueueConfig)
+    sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
     heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
     health_monitor: HealthMonitorConfig = Field(default_factory=HealthMonitorConfig)
@@ -385,6 +437,19 @@ def secret_values(value: Any, key: str = "") -> list[str]:
     if isinstance(value, list):
         return [s for v in value for s in secret_values(v, key)]
     return [value] if is_secret_key(key) and isinstance(value, str) and value else []
+
+
+def kernel_secrets(config: KernelConfig, environ: dict[str, str] | None = None) -> list[str]:
+    """The secrets a running kernel knows, to keep them out of what agents send and log:
+    every secret-named value of the (resolved) config, as the log redactor learns them,
+    the agent's API key, and every secret-named variable of the gateway's environment
+    (``TELEGRAM_BOT_TOKEN``: a token a ``${ENV}`` reference or an agent may carry)."""
+    env = os.environ if environ is None else environ
+    found = secret_values(config.model_dump(mode="json"))
+    names = [config.agent.api_key_env] if config.agent.api_key_env else []
+    names += [name for name in env if is_secret_key(name)]
+    found += [env[name] for name in names if env.get(name)]
+    return found
 
 
 # -- reading and writing -----------------------------------------------------------------

@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     from chatkernel.core.kernel import Kernel
 
 STATE_FILE = "gateway.json"
+#: The largest control request body (a send's text and file paths, a few settings).
+MAX_BODY_BYTES = 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -121,6 +123,7 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
     from aiohttp import web
 
     from chatkernel.core.health_http import bearer_ok
+    from chatkernel.core.http_guard import RequestError, read_json_object
 
     def handler(action):
         async def handle(request: web.Request) -> web.Response:
@@ -128,12 +131,10 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
                 return web.json_response({"error": "missing or wrong control token"},
                                          status=401)
             try:
-                body = await request.json() if request.can_read_body else {}
-            except ValueError:
-                return web.json_response({"error": "the body must be JSON"}, status=400)
-            if not isinstance(body, dict):
-                return web.json_response({"error": "the body must be a JSON object"},
-                                         status=400)
+                body = (await read_json_object(request, limit=MAX_BODY_BYTES)
+                        if request.can_read_body else {})
+            except RequestError as exc:
+                return web.json_response({"error": str(exc)}, status=exc.status)
             try:
                 if isinstance(body.get("client"), dict):  # the caller says who it is
                     report_presence(kernel, body["client"], request.remote)
@@ -163,8 +164,9 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
         return {"presence": [entry.as_dict() for entry in kernel.presence.entries()]}
 
     async def session_policy(body: dict[str, Any]) -> dict[str, Any]:
-        return await set_session_policy(kernel, str(body.get("session") or ""),
-                                        str(body.get("policy") or ""))
+        fields = strings(body, "session", "policy")
+        return await set_session_policy(kernel, fields["session"] or "",
+                                        fields["policy"] or "")
 
     async def heartbeat_status(body: dict[str, Any]) -> dict[str, Any]:
         return {**kernel.heartbeats.status(), "now": kernel.heartbeats.clock.now()}
@@ -186,10 +188,8 @@ async def wake_heartbeat(kernel: "Kernel", body: dict[str, Any]) -> dict[str, An
     """``chatkernel heartbeat wake``: run a heartbeat now, or leave a note for its next run."""
     from chatkernel.core.heartbeat import HeartbeatError
 
-    text, mode, session = body.get("text"), body.get("mode") or "now", body.get("session")
-    if text is not None and not isinstance(text, str) or not isinstance(mode, str) or (
-            session is not None and not isinstance(session, str)):
-        raise ControlError("'text', 'mode' and 'session' must be strings")
+    fields = strings(body, "text", "mode", "session")
+    text, mode, session = fields["text"], fields["mode"] or "now", fields["session"]
     try:
         job = await kernel.heartbeats.wake_up(text, mode=mode, session_key=session or None)
     except HeartbeatError as exc:
@@ -197,14 +197,32 @@ async def wake_heartbeat(kernel: "Kernel", body: dict[str, Any]) -> dict[str, An
     return {"heartbeat": kernel.heartbeats.describe(job), "mode": mode}
 
 
+#: The longest probe a control request may ask for, in milliseconds (10 minutes).
+MAX_PROBE_TIMEOUT_MS = 600_000
+
+
 def probe_timeout(body: dict[str, Any]) -> float | None:
     """``timeout_ms`` of a request, in seconds (None: the configured default)."""
     value = body.get("timeout_ms")
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise ControlError("'timeout_ms' must be a positive number of milliseconds")
+    # Compared, never converted first: a JSON integer may be too large for a float.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not 0 < value <= MAX_PROBE_TIMEOUT_MS:
+        raise ControlError(f"'timeout_ms' must be a positive number of milliseconds, at most "
+                           f"{MAX_PROBE_TIMEOUT_MS:,}")
     return value / 1000
+
+
+def strings(body: dict[str, Any], *names: str) -> dict[str, str | None]:
+    """The named fields of a request, each a string or absent (None); ControlError names
+    those that are something else."""
+    wrong = [name for name in names
+             if body.get(name) is not None and not isinstance(body[name], str)]
+    if wrong:
+        raise ControlError(" and ".join(repr(name) for name in wrong)
+                           + (" must be a string" if len(wrong) == 1 else " must be strings"))
+    return {name: body.get(name) for name in names}
 
 
 def report_presence(kernel: "Kernel", client: dict[str, Any], remote: str | None) -> None:
@@ -285,13 +303,14 @@ async def send_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str,
         raise ControlError("'wait' must be a number of seconds, 0 or more")
     if not text.strip() and not media:
         raise ControlError("nothing to send: give a text or a file")
+    where = strings(body, "session", "channel", "account", "to", "thread")
     try:
-        if body.get("session"):
-            account, route, key = await kernel.session_target(str(body["session"]))
+        if where["session"]:
+            account, route, key = await kernel.session_target(where["session"])
         else:
             account, route, key = await kernel.resolve_target(
-                str(body.get("channel") or ""), body.get("account"), str(body.get("to") or ""),
-                thread=body.get("thread"))
+                where["channel"] or "", where["account"], where["to"] or "",
+                thread=where["thread"])
     except LookupError as exc:
         raise ControlError(str(exc), 404) from None
     for path in media:  # the sender hears of a refused file now, not the chat later

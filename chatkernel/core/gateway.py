@@ -70,13 +70,15 @@ def check_listen(config: cfg.KernelConfig, host: str, *, config_path=None) -> No
 KERNEL = web.AppKey("kernel", Kernel)
 
 
-def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True
-              ) -> web.Application:
+def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
+              host: str = "127.0.0.1") -> web.Application:
     """The HTTP app: every channel's routes (web chat, webhooks), the control API and
-    the health endpoints (open on loopback, see :mod:`chatkernel.core.health_http`)."""
-    from chatkernel.core import control, health_http
+    the health endpoints (open on loopback, see :mod:`chatkernel.core.health_http`),
+    behind the request checks of :mod:`chatkernel.core.http_guard` (``host``: the
+    listen host)."""
+    from chatkernel.core import control, health_http, http_guard
 
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(client_max_size=http_guard.MAX_BODY_BYTES)
     seen: set[tuple[str, str]] = set()
     owned = [(account, route) for account in kernel.accounts.values()
              if account.channel is not None for route in account.channel.http_routes()]
@@ -90,6 +92,10 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True
                                   key=where)
         seen.add((method, path))
         app.router.add_route(method, path, handler)
+    webhooks = [path for account, (_, path, _) in owned if account is not None and
+                http_guard.is_webhook_path(path, account.channel_name, account.name)]
+    hosts = http_guard.HostCheck(host.lower(), frozenset(kernel.config.gateway.public_hosts))
+    http_guard.install(app, hosts=hosts, webhooks=webhooks)
     app[KERNEL] = kernel
     return app
 
@@ -111,7 +117,8 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
     # (nor poll its accounts, nor take over gateway.json).
     with HomeLock(cfg.home_dir(), "gateway"):
         async with Kernel(config, config_path=config_path, pm=pm) as kernel:
-            app = build_app(kernel, token, loopback=is_loopback_host(host))
+            kernel.secrets.add(token)  # in gateway.json, which an agent could read
+            app = build_app(kernel, token, loopback=is_loopback_host(host), host=host)
             runner = web.AppRunner(app, access_log=None, handle_signals=False)
             await runner.setup()
             restore_gc = None
@@ -120,24 +127,29 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                 try:
                     await site.start()
                 except OSError as exc:
-                    raise cfg.ConfigError(
-                        f"cannot listen on {host}:{port}: {exc.strerror}",
-                        path=config_path, key="gateway.listen") from None
+                    raise cfg.ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}",
+                                          path=config_path, key="gateway.listen") from None
                 bound = runner.addresses[0]
                 listening = Listening(host, bound[1])
                 kernel.url = listening.url
-                control.write_state(cfg.home_dir(), listening.url, token)
+                try:
+                    control.write_state(cfg.home_dir(), listening.url, token)
+                except OSError as exc:
+                    raise cfg.ConfigError(
+                        f"cannot write {control.state_path(cfg.home_dir())}: "
+                        f"{exc.strerror or exc}. The chatkernel commands find the running gateway "
+                        "through it: make the directory writable for this user, or set "
+                        "CHATKERNEL_HOME to a writable one") from None
                 names = ", ".join(sorted(kernel.accounts)) or "none"
-                log.info("chatkernel listening on %s (accounts: %s; agent: %s)",
-                         listening.url, names, config.agent.kind)
+                log.info("chatkernel listening on %s (accounts: %s; agent: %s)", listening.url,
+                         names, config.agent.kind)
                 if on_ready is not None:
                     on_ready(listening)
                 # Started: what start-up built is never garbage (chatkernel.core.gc_tuning).
                 restore_gc = tune_for_serving()
                 async with anyio.create_task_group() as loops:
                     for account in kernel.accounts.values():
-                        supervisor = Supervisor(kernel, account)
-                        kernel.supervisors[account.key] = supervisor
+                        supervisor = kernel.supervisors[account.key] = Supervisor(kernel, account)
                         loops.start_soon(supervisor.run, name=f"receive {account.key}")
                     loops.start_soon(kernel.health.run_refresher, name="health refresher")
                     loops.start_soon(kernel.monitor.run, name="health monitor")
@@ -145,8 +157,8 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                     log.info("stopping: no new messages; draining in-flight turns")
                     loops.cancel_scope.cancel()
                 if not await kernel.drain(DRAIN_SECONDS):
-                    log.warning("turns still running after %.0fs: they will be replayed on "
-                                "the next start", DRAIN_SECONDS)
+                    log.warning("turns still running after %.0fs: they will be replayed on the "
+                                "next start", DRAIN_SECONDS)
             finally:
                 if restore_gc is not None:
                     restore_gc()

@@ -14,6 +14,14 @@ freezes what survives (the start-up heap leaves the collector's view for
 good) and raises the young generation's threshold, so collections are ~10x
 rarer. Memory is still freed at once by reference counting; only cycles wait
 longer, and the older generations' thresholds are unchanged.
+
+So the gateway must not make large cycles on its request paths: one that is
+still alive at a young collection is promoted and then waits for a full one.
+aiohttp makes one of every ``HTTPException`` a handler raises (its 413 for an
+oversized body held the body's buffer, up to the size limit, each time);
+:mod:`chatkernel.core.http_guard` answers those itself, so nothing of a
+rejected request outlives its answer. ``tests/test_gateway_memory.py`` holds
+a real gateway to that, with these settings on.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ unfinished work (its in-flight sends reported lost), poll the same platform
 accounts (Telegram answers both with 409s) and overwrite ``gateway.json``; with
 the lock it stops at once and says who holds the home.
 
-The lock is ``flock`` on an open file: the operating system releases it when the
-process ends, however it ends, so a crash never leaves a stale lock behind. The
-file itself stays (deleting it would race with a process that has just opened
-it); it holds the pid and the role of the holder, for the error message.
+The lock is ``flock`` on the home directory, opened read-only: the operating
+system releases it when the process ends, however it ends, so a crash never
+leaves a stale lock behind, and it needs no write access. ``gateway.lock`` beside
+it holds the pid and the role of the holder, for a second holder's message.
 """
 
 from __future__ import annotations
@@ -58,23 +58,27 @@ class HomeLock:
         if self._fd is not None:
             return self
         self.home.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        # The lock is on the home directory itself, which needs no write access: a home
+        # the gateway cannot write still gets to the error that names what cannot be
+        # written (the state database, gateway.json), not to one about the lock.
+        fd = os.open(self.home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _read_holder(fd)
             os.close(fd)
-            raise self._in_use(holder) from None
+            raise self._in_use(_read_holder(self.path)) from None
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "role": self.role}).encode(), 0)
         self._fd = fd
+        try:  # who holds it, for a second holder's error message
+            _write_holder(self.path, {"pid": os.getpid(), "role": self.role})
+        except OSError:
+            pass  # a read-only home: the start fails next, naming the file it cannot write
         return self
 
     def release(self) -> None:
-        """Let go (closing the file releases the lock; the file stays)."""
+        """Let go (closing the directory releases the lock; the holder file stays)."""
         fd, self._fd = self._fd, None
         if fd is not None:
             os.close(fd)
@@ -95,9 +99,17 @@ class HomeLock:
         self.release()
 
 
-def _read_holder(fd: int) -> dict:
+def _read_holder(path: Path) -> dict:
     try:
-        data = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        data = json.loads(path.read_bytes() or b"{}")
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _write_holder(path: Path, holder: dict) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, json.dumps(holder).encode())
+    finally:
+        os.close(fd)

@@ -22,10 +22,20 @@ import anyio
 
 from chatkernel.core.commands import CommandContext, parse_command
 from chatkernel.core.lines import Lines
-from chatkernel.core.models import Account, InboundMessage, MediaRef, Verdict
+from chatkernel.core.models import (
+    INBOUND_FIELD_LIMITS,
+    MAX_INBOUND_MEDIA,
+    MAX_ROUTE_EXTRA_BYTES,
+    MEDIA_FIELD_LIMITS,
+    Account,
+    InboundMessage,
+    MediaRef,
+    Verdict,
+)
 from chatkernel.core.plugins import await_maybe
 from chatkernel.core.queue import QueuedMessage
 from chatkernel.core.sessions import route_for
+from chatkernel.core.store.codec import encode_json_bytes
 
 if TYPE_CHECKING:
     from chatkernel.core.kernel import Kernel
@@ -47,24 +57,86 @@ class InvalidMessage(ValueError):
 
 
 def validate(message: InboundMessage) -> None:
-    """Reject malformed messages with a clear error before anything is recorded."""
+    """Reject malformed messages with a clear error before anything is recorded.
+
+    Every field is checked for its type and capped at its size
+    (:data:`~chatkernel.core.models.INBOUND_FIELD_LIMITS` and the media and
+    ``route_extra`` limits next to it): what a channel hands over is the
+    platform's, or a stranger's, and the kernel keeps it in memory and on disk.
+    """
     if not isinstance(message, InboundMessage):
         raise InvalidMessage(f"expected an InboundMessage, got {type(message).__name__}")
     for name in ("channel", "account", "chat_id", "message_id", "sender_id"):
         value = getattr(message, name)
         if not isinstance(value, str) or not value:
             raise InvalidMessage(f"inbound message field {name!r} must be a non-empty string,"
-                                 f" got {value!r}")
-    if not isinstance(message.text, str):
-        raise InvalidMessage(f"inbound message field 'text' must be a string, "
-                             f"got {type(message.text).__name__}")
-    if message.thread_id is not None and not isinstance(message.thread_id, str):
-        raise InvalidMessage("inbound message field 'thread_id' must be a string or None")
+                                 f" got {_shown(value)}")
+        _check_length(name, value, INBOUND_FIELD_LIMITS[name])
+    for name in ("text", "sender_name"):
+        value = getattr(message, name)
+        if not isinstance(value, str):
+            raise InvalidMessage(f"inbound message field {name!r} must be a string, "
+                                 f"got {type(value).__name__}")
+        _check_length(name, value, INBOUND_FIELD_LIMITS[name])
+    if message.thread_id is not None:
+        if not isinstance(message.thread_id, str):
+            raise InvalidMessage("inbound message field 'thread_id' must be a string or None")
+        _check_length("thread_id", message.thread_id, INBOUND_FIELD_LIMITS["thread_id"])
     timestamp = message.timestamp
     if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) \
             or not math.isfinite(timestamp):
         raise InvalidMessage(f"inbound message field 'timestamp' must be a finite number of "
-                             f"seconds, got {timestamp!r}")
+                             f"seconds, got {_shown(timestamp)}")
+    if message.media:
+        _validate_media(message.media)
+    if message.route_extra:
+        _validate_route_extra(message.route_extra)
+
+
+def _validate_media(media: object) -> None:
+    if not isinstance(media, list):
+        raise InvalidMessage(f"inbound message field 'media' must be a list of MediaRef, "
+                             f"got {type(media).__name__}")
+    if len(media) > MAX_INBOUND_MEDIA:
+        raise InvalidMessage(f"inbound message field 'media' holds {len(media):,} files; "
+                             f"the most is {MAX_INBOUND_MEDIA}")
+    for index, ref in enumerate(media):
+        if not isinstance(ref, MediaRef):
+            raise InvalidMessage(f"inbound message field 'media[{index}]' must be a MediaRef, "
+                                 f"got {type(ref).__name__}")
+        for name, limit in MEDIA_FIELD_LIMITS.items():
+            value = getattr(ref, name)
+            if value is None and name != "kind":
+                continue
+            if not isinstance(value, str):
+                raise InvalidMessage(f"inbound message field 'media[{index}].{name}' must be "
+                                     f"a string, got {type(value).__name__}")
+            _check_length(f"media[{index}].{name}", value, limit)
+
+
+def _validate_route_extra(extra: object) -> None:
+    if not isinstance(extra, dict):
+        raise InvalidMessage(f"inbound message field 'route_extra' must be a dict, "
+                             f"got {type(extra).__name__}")
+    try:
+        size = len(encode_json_bytes(extra, what="'route_extra'"))
+    except TypeError as exc:
+        raise InvalidMessage(f"inbound message field {exc}") from None
+    if size > MAX_ROUTE_EXTRA_BYTES:
+        raise InvalidMessage(f"inbound message field 'route_extra' takes {size:,} bytes as "
+                             f"JSON; the most is {MAX_ROUTE_EXTRA_BYTES:,}")
+
+
+def _check_length(name: str, value: str, limit: int) -> None:
+    if len(value) > limit:
+        raise InvalidMessage(f"inbound message field {name!r} is {len(value):,} characters "
+                             f"long; the most is {limit:,}")
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """A value's repr for an error message, cut short (it may be anything, of any size)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({type(value).__name__})"
 
 
 def envelope(message: InboundMessage) -> str:

@@ -19,7 +19,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from chatkernel.core import config as cfg
-from chatkernel.core.agents import Agent, collect_agents
+from chatkernel.core.agents import Agent, collect_agents, redact_turns
 from chatkernel.core.channel import Channel, collect_channels
 from chatkernel.core.commands import collect_commands
 from chatkernel.core.deliveries import Deliveries
@@ -28,6 +28,7 @@ from chatkernel.core.heartbeat import Clock as HeartbeatClock
 from chatkernel.core.heartbeat import HeartbeatScheduler
 from chatkernel.core.inbound import Inbound, InvalidMessage, Receiver
 from chatkernel.core.indicators import Indicators
+from chatkernel.core.logs import SecretFilter
 from chatkernel.core.metrics import Metrics
 from chatkernel.core.models import Account, Command, InboundMessage, Route, Session
 from chatkernel.core.monitor import HealthMonitor
@@ -72,6 +73,9 @@ class Kernel:
         self._store = store
         self.clock = clock
         self.metrics = Metrics()
+        #: The secrets this kernel knows; no agent output carries one to a chat or the
+        #: session log (see :func:`chatkernel.core.agents.redact_turns`).
+        self.secrets = SecretFilter(cfg.kernel_secrets(self.config))
         self.workspace = self.config.workspace()
         self.channel_types: dict[str, type[Channel]] = {}
         self.commands: dict[str, Command] = {}
@@ -102,6 +106,7 @@ class Kernel:
         self.supervisors: dict[str, Any] = {}
         self._tg: TaskGroup | None = None
         self._queue: SessionQueue | None = None
+        self._turns: Turns | None = None
         self._channel_queue_settings: dict[str, QueueSettings] = {}
         self._sessions: Sessions | None = None
         self._stack: contextlib.AsyncExitStack | None = None
@@ -133,8 +138,16 @@ class Kernel:
             raise
 
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
-        self.workspace.mkdir(parents=True, exist_ok=True)
+        try:
+            self.workspace.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise cfg.ConfigError(
+                f"cannot create the workspace {self.workspace}: {exc.strerror or exc}. Make "
+                "its parent directory writable for this user, or set gateway.workspace to a "
+                "writable directory", path=self.config_path, key="gateway.workspace") from None
         self.channel_types = collect_channels(self.pm)
+        for channel_type in self.channel_types.values():  # token shapes no config holds
+            self.secrets.add_patterns(*channel_type.compiled_secret_patterns())
         self.commands = collect_commands(self.pm)
         self._build_accounts()
         for account in self.accounts.values():
@@ -154,8 +167,10 @@ class Kernel:
         await store.open()
         stack.push_async_callback(store.close)
         store.on_commit = self.health.store_committed  # a failed commit turns health red
-        self._sessions = Sessions(store)
+        self._sessions = Sessions(store, cache_size=self.config.sessions.cache_size,
+                                  in_use=self._session_in_use)
         self.agent = agent_types[kind](self.config.agent, store)
+        redact_turns(self.agent, self.secrets.redact)
         stack.push_async_callback(self.agent.aclose)
         for account in self.accounts.values():
             if account.channel is not None:
@@ -165,7 +180,7 @@ class Kernel:
         stack.callback(self._close_queue)  # runs after the task group ended: no worker left
         self._tg = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(self._tg.cancel_scope.cancel)  # runs first on exit: stop turns
-        turns = Turns(
+        self._turns = turns = Turns(
             store=store, sessions=self._sessions, agent=self.agent,
             account_for=self.account_for, responder=functools.partial(Responder, self),
             indicators=self.indicators, metrics=self.metrics, order=self.order)
@@ -310,6 +325,13 @@ class Kernel:
         if self._tg is None:
             raise RuntimeError("the kernel is not started")
         return self._tg
+
+    def _session_in_use(self, key: str) -> bool:
+        """Whether something holds a session's cached record now: a running turn, a
+        busy lane, a sender with replies (see :mod:`chatkernel.core.sessions`)."""
+        return ((self._turns is not None and self._turns.running(key))
+                or (self._queue is not None and self._queue.is_busy(key))
+                or self.outbox.lines.busy(key))
 
     def account_for(self, channel: str, account: str) -> Account:
         found = self.accounts.get(f"{channel}:{account}")

@@ -32,6 +32,34 @@ class MediaRef:
     note: str | None = None  # why it was not saved (too large, download failed...)
 
 
+#: The most characters each text field of an :class:`InboundMessage` may hold. The
+#: kernel refuses a message over any of them (``InvalidMessage`` naming the field)
+#: before anything of it is recorded, whatever the channel; docs/hooks.md lists them.
+INBOUND_FIELD_LIMITS: dict[str, int] = {
+    "channel": 64,
+    "account": 128,
+    "chat_id": 256,
+    # A channel may build its dedupe key from two platform ids (chat and message).
+    "message_id": 520,
+    "sender_id": 256,
+    "sender_name": 256,
+    "thread_id": 256,
+    "text": 100_000,
+}
+#: The most media files one inbound message may carry.
+MAX_INBOUND_MEDIA = 32
+#: The most characters each text field of a :class:`MediaRef` may hold.
+MEDIA_FIELD_LIMITS: dict[str, int] = {
+    "kind": 32,
+    "mime": 255,
+    "filename": 255,
+    "platform_id": 2048,
+    "note": 1000,
+}
+#: The most bytes an inbound message's ``route_extra`` may take, as JSON.
+MAX_ROUTE_EXTRA_BYTES = 16 * 1024
+
+
 @dataclass(slots=True)
 class InboundMessage:
     """One inbound chat message, normalized from a platform event."""

@@ -143,6 +143,7 @@ class SessionQueue:
     run one turn each, so the global cap costs nothing per message (no task
     spawn, no limiter) and lanes are served in the order they became ready.
     Call :meth:`start` once, inside the task group the workers live in.
+    :attr:`lanes` holds the busy sessions' lanes only.
     """
 
     def __init__(self, task_group: TaskGroup, runner: TurnRunner,
@@ -177,10 +178,10 @@ class SessionQueue:
         self._ready.clear()
 
     def lane(self, key: str) -> Lane:
-        lane = self.lanes.get(key)
-        if lane is None:
-            lane = self.lanes[key] = Lane(key)
-        return lane
+        """The session's lane. Only busy sessions have one kept here (a lane is dropped
+        when it goes idle: a lane per session ever seen would grow with traffic); an
+        idle session's is a fresh, empty one."""
+        return self.lanes.get(key) or Lane(key)
 
     def is_busy(self, key: str) -> bool:
         lane = self.lanes.get(key)
@@ -200,7 +201,9 @@ class SessionQueue:
         ``started`` (the lane was idle), ``queued``, ``steered``, ``interrupted``,
         ``refused`` (cap reached with drop=new).
         """
-        lane = self.lane(key)
+        lane = self.lanes.get(key)
+        if lane is None:
+            lane = self.lanes[key] = Lane(key)
         lane.last_enqueue = self._clock()
         if not lane.active:
             lane.pending.append(item)
@@ -341,6 +344,8 @@ class SessionQueue:
     def _finish(self, lane: Lane) -> None:
         lane.active = False
         lane.busy_hint_sent = False
+        if self.lanes.get(lane.key) is lane:
+            del self.lanes[lane.key]  # idle: nothing of it is needed until its next message
         if self._on_idle is not None:
             self._on_idle(lane.key)
 

@@ -1,9 +1,19 @@
-"""Sessions and reply routes, cached in memory in front of the store."""
+"""Sessions and reply routes, cached in memory in front of the store.
+
+The caches are bounded: at most ``cache_size`` sessions (and as many routes)
+stay in memory, the least recently used beyond that are dropped, and the store,
+which has everything, answers for them when they are next needed. So memory
+follows the configuration (``[sessions] cache_size``), not the number of chats
+ever seen. A session still in use (a turn running, messages queued, replies
+being sent: the kernel's ``in_use``) is never dropped, because those hold its
+record and read its settings (the send policy, ``/queue``) from the cache.
+"""
 
 from __future__ import annotations
 
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 
 from chatkernel.core.models import InboundMessage, Route, Session
@@ -11,6 +21,8 @@ from chatkernel.core.store.base import SessionRecord, Store
 
 
 TOUCH_PERSIST_SECONDS = 30.0
+#: Sessions (and routes) kept in memory when the config says nothing.
+DEFAULT_CACHE_SIZE = 10_000
 
 
 def new_session_id() -> str:
@@ -43,25 +55,43 @@ def routes_to(route: Route, message: InboundMessage) -> bool:
 class Sessions:
     """Resolves sessions by {channel, account, chat, thread} and keeps their routes fresh."""
 
-    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time, *,
+                 cache_size: int = DEFAULT_CACHE_SIZE,
+                 in_use: Callable[[str], bool] = lambda key: False) -> None:
+        if cache_size < 1:
+            raise ValueError(f"cache_size must be at least 1, got {cache_size}")
         self._store = store
         self._clock = clock
-        self._records: dict[str, SessionRecord] = {}
-        self._routes: dict[str, Route] = {}
-        self._persisted: dict[str, float] = {}  # last_active_at as last written
+        self.cache_size = cache_size
+        self._in_use = in_use
+        # Least recently used first.
+        self._records: OrderedDict[str, SessionRecord] = OrderedDict()
+        self._routes: OrderedDict[str, Route] = OrderedDict()
+        self._persisted: dict[str, float] = {}  # last_active_at as last written, per record
+
+    def __len__(self) -> int:
+        """Sessions in memory."""
+        return len(self._records)
+
+    @property
+    def cached_routes(self) -> int:
+        """Routes in memory."""
+        return len(self._routes)
 
     async def resolve(self, message: InboundMessage) -> SessionRecord:
         """The session of a message, created on first contact."""
         key = Session.make_key(message.channel, message.account, message.chat_id,
                                message.thread_id)
         record = await self.get(key)
-        now = self._clock()
         if record is None:
+            now = self._clock()
             record = SessionRecord(key=key, session_id=new_session_id(), channel=message.channel,
                                    account=message.account, chat_id=message.chat_id,
                                    thread_id=message.thread_id, created_at=now,
                                    last_active_at=now)
-            self._records[key] = record
+            cached = await self._remember(record)  # cached before its first await
+            if cached is not record:  # another task made the session meanwhile: theirs
+                return cached
             await self._store.save_session(record)
         return record
 
@@ -87,11 +117,42 @@ class Sessions:
 
     async def get(self, key: str) -> SessionRecord | None:
         record = self._records.get(key)
-        if record is None:
-            record = await self._store.get_session(key)
-            if record is not None:
-                self._records[key] = record
+        if record is not None:
+            self._records.move_to_end(key)
+            return record
+        record = await self._store.get_session(key)
+        return None if record is None else await self._remember(record)
+
+    async def _remember(self, record: SessionRecord) -> SessionRecord:
+        """Cache a record just read or saved (the one already cached, if another task
+        cached it meanwhile), then drop the least recently used beyond the cap."""
+        known = self._records.get(record.key)
+        if known is not None:
+            return known
+        self._records[record.key] = record
+        self._persisted[record.key] = record.last_active_at
+        if len(self._records) > self.cache_size:
+            await self._evict()
         return record
+
+    async def _evict(self) -> None:
+        """Drop least recently used records down to the cap, except those in use. A
+        record whose activity the store has not heard of for ``TOUCH_PERSIST_SECONDS``
+        is written as it goes (what :meth:`touch` would have written)."""
+        unsaved: list[SessionRecord] = []
+        for _ in range(len(self._records)):
+            if len(self._records) <= self.cache_size:
+                break
+            key, record = next(iter(self._records.items()))
+            if self._in_use(key):
+                self._records.move_to_end(key)
+                continue
+            del self._records[key]
+            persisted = self._persisted.pop(key, record.last_active_at)
+            if record.last_active_at - persisted >= TOUCH_PERSIST_SECONDS:
+                unsaved.append(record)
+        for record in unsaved:
+            await self._store.save_session(record)
 
     async def touch(self, record: SessionRecord) -> None:
         """Mark user activity (heartbeat-only turns do not call this).
@@ -103,7 +164,8 @@ class Sessions:
         persisted = record.last_active_at
         record.last_active_at = now
         if now - self._persisted.get(record.key, persisted) >= TOUCH_PERSIST_SECONDS:
-            self._persisted[record.key] = now
+            if record.key in self._records:
+                self._persisted[record.key] = now
             await self._store.save_session(record)
 
     async def reset(self, record: SessionRecord) -> str:
@@ -125,22 +187,33 @@ class Sessions:
         """Refresh the reply route from this message; written only when it changed."""
         current = self._routes.get(key)
         if current is not None and routes_to(current, message):
+            self._routes.move_to_end(key)
             return current
         route = route_for(message)
-        self._routes[key] = route
+        self._remember_route(key, route)
         await self._store.set_route(key, route)
         return route
 
     async def route(self, key: str) -> Route | None:
         """The current route, read at send time so a reply never goes somewhere stale."""
         route = self._routes.get(key)
-        if route is None:
-            route = await self._store.get_route(key)
-            if route is not None:
-                self._routes[key] = route
+        if route is not None:
+            self._routes.move_to_end(key)
+            return route
+        route = await self._store.get_route(key)
+        if route is not None:
+            self._remember_route(key, route)
         return route
 
     async def set_route(self, key: str, route: Route) -> None:
         """Replace a route (e.g. a group migrated to a supergroup)."""
-        self._routes[key] = route
+        self._remember_route(key, route)
         await self._store.set_route(key, route)
+
+    def _remember_route(self, key: str, route: Route) -> None:
+        # Routes are values (replaced, never changed in place): any can go, the store
+        # gives the same one back.
+        self._routes[key] = route
+        self._routes.move_to_end(key)
+        while len(self._routes) > self.cache_size:
+            self._routes.popitem(last=False)

@@ -61,6 +61,10 @@ class Turns:
         #: The responder of each session's running turn (steered messages join it).
         self._running: dict[str, Responder] = {}
 
+    def running(self, key: str) -> bool:
+        """Whether a turn of the session runs now."""
+        return key in self._running
+
     async def run(self, key: str, batch: Batch) -> None:
         """One agent turn for a session, then the command answers that waited for it
         (see chatkernel.core.order)."""

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,9 @@ from pydantic import Field
 
 from chatkernel.core.channel import Channel, ChannelLimits, Deliver
 from chatkernel.core.config import AccountConfig
+from chatkernel.core.http_guard import RequestError, read_json_object
 from chatkernel.core.models import (
+    INBOUND_FIELD_LIMITS,
     InboundMessage,
     OutboundPayload,
     ProbeResult,
@@ -43,6 +47,8 @@ from chatkernel.core.store.base import TranscriptEntry
 log = logging.getLogger("chatkernel.webchat")
 
 MAX_TEXT = 64_000
+#: The largest POST body: the longest text, JSON-escaped, and the other fields.
+MAX_BODY_BYTES = 1024 * 1024
 SSE_KEEPALIVE_SECONDS = 15.0
 
 
@@ -74,6 +80,7 @@ class WebChatChannel(Channel):
                                   key="channels.webchat.text_limit")
             self.limits = ChannelLimits(text_limit=text_limit, text_unit="chars")
         self._changed: dict[str, anyio.Event] = {}
+        self._streams: dict[str, int] = {}  # open event streams per chat
         self._deliver: Deliver | None = None
         self._stopped = False  # the receive loop ended: event streams end too
         self.prefix = "/webchat" if account.name == "default" else f"/webchat/{account.name}"
@@ -152,54 +159,48 @@ class WebChatChannel(Channel):
 
     async def post_message(self, request: web.Request) -> web.Response:
         try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return _error(400, "the body must be a JSON object")
-        if not isinstance(body, dict):
-            return _error(400, "the body must be a JSON object")
-        problems = [f"{name!r} must be a non-empty string" for name in ("chat_id", "user_id")
-                    if not isinstance(body.get(name), str) or not body.get(name)]
-        text = body.get("text")
-        if not isinstance(text, str) or not text.strip():
-            problems.append("'text' must be a non-empty string")
-        elif len(text) > MAX_TEXT:
-            problems.append(f"'text' is longer than {MAX_TEXT} characters")
-        client_id = body.get("client_message_id")
-        if client_id is not None and (not isinstance(client_id, str) or not client_id):
-            problems.append("'client_message_id' must be a non-empty string when given")
-        if problems:
-            return _error(400, "; ".join(problems))
+            posted = parse_post(await read_json_object(request, limit=MAX_BODY_BYTES))
+        except RequestError as exc:
+            return _error(exc.status, str(exc))
         if self._deliver is None:
             return _error(503, "the web chat channel is not running")
+        client_id = posted.client_message_id
         # Written with the journal entry deliver() makes (one commit): a message is in
         # the transcript exactly when the kernel has it.
-        entry = await self._append(body["chat_id"], "user", text, client_id=client_id)
+        entry = await self._append(posted.chat_id, "user", posted.text, client_id=client_id)
         if entry is None:  # a client retrying, even after a restart: same answer
             known = await self.store.transcript_find(self.name, self.account.name,
-                                                     body["chat_id"], client_id)
+                                                     posted.chat_id, client_id)
             return web.json_response({"message_id": str(known.id if known else "")},
                                      status=202)
         message = InboundMessage(
-            channel=self.name, account=self.account.name, chat_id=body["chat_id"],
+            channel=self.name, account=self.account.name, chat_id=posted.chat_id,
             # The journal dedupes per account; a client's ids are its chat's own.
-            message_id=(f"{body['chat_id']}:{client_id}" if client_id
+            message_id=(f"{posted.chat_id}:{client_id}" if client_id
                         else f"wc-{entry.id}-{int(entry.ts * 1000)}"),
-            sender_id=body["user_id"], sender_name=str(body.get("user_name") or ""),
-            text=text, timestamp=entry.ts)
+            sender_id=posted.user_id, sender_name=posted.user_name,
+            text=posted.text, timestamp=entry.ts)
         await self._deliver(message)
         return web.json_response({"message_id": str(entry.id)}, status=202)
 
     async def get_messages(self, request: web.Request) -> web.Response:
-        chat_id, after = _chat_and_after(request)
+        try:
+            chat_id, after = parse_transcript_query(request.query)
+        except RequestError as exc:
+            return _error(exc.status, str(exc))
         return web.json_response({"messages": await self.messages(chat_id, after)})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
-        chat_id, after = _chat_and_after(request)
-        last_seen = request.headers.get("Last-Event-ID", "")
-        if last_seen.isdigit():  # EventSource reconnecting: resume where it was
-            after = max(after, int(last_seen))
+        try:
+            chat_id, after = parse_transcript_query(request.query)
+            last_seen = request.headers.get("Last-Event-ID")
+            if last_seen:  # EventSource reconnecting: resume where it was
+                after = max(after, parse_message_id(last_seen, "the Last-Event-ID header"))
+        except RequestError as exc:
+            return _error(exc.status, str(exc))
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache"})
+        self._streams[chat_id] = self._streams.get(chat_id, 0) + 1
         try:
             await response.prepare(request)
             while not self._stopped:
@@ -217,6 +218,11 @@ class WebChatChannel(Channel):
             # page reconnects by itself, and picks up after the last id it saw.)
             log.debug("%s: an event stream of chat %s was closed by its client",
                       self.account.key, chat_id)
+        finally:
+            self._streams[chat_id] -= 1
+            if not self._streams[chat_id]:  # the last stream of the chat: nobody waits
+                del self._streams[chat_id]
+                self._changed.pop(chat_id, None)
         return response
 
     async def page(self, request: web.Request) -> web.Response:
@@ -226,16 +232,85 @@ class WebChatChannel(Channel):
                             headers={"Cache-Control": "no-cache"})
 
 
-def _chat_and_after(request: web.Request) -> tuple[str, int]:
-    chat_id = request.query.get("chat_id", "")
+@dataclass(frozen=True, slots=True)
+class PostedMessage:
+    """A valid ``POST /webchat/messages`` body."""
+
+    chat_id: str
+    user_id: str
+    text: str
+    user_name: str = ""
+    client_message_id: str | None = None
+
+
+#: The most characters of each field of a posted message: the kernel's caps of the
+#: InboundMessage fields they become, and the web chat's own for the text.
+FIELD_LIMITS: dict[str, int] = {
+    "chat_id": INBOUND_FIELD_LIMITS["chat_id"],
+    "user_id": INBOUND_FIELD_LIMITS["sender_id"],
+    "user_name": INBOUND_FIELD_LIMITS["sender_name"],
+    # The journal's message id is "<chat_id>:<client_message_id>": both fit its cap.
+    "client_message_id": INBOUND_FIELD_LIMITS["chat_id"],
+    "text": MAX_TEXT,
+}
+
+
+def parse_post(body: dict[str, Any]) -> PostedMessage:
+    """Check a posted message's fields; :class:`RequestError` (400) names every one at
+    fault. Unknown fields are ignored."""
+    problems: list[str] = []
+
+    def field(name: str, *, required: bool) -> str | None:
+        value = body.get(name)
+        if value is None and not required:
+            return None
+        if not isinstance(value, str) or not value.strip():
+            problems.append(f"{name!r} must be a non-empty string"
+                            + ("" if required else " when given"))
+            return None
+        if len(value) > FIELD_LIMITS[name]:
+            problems.append(f"{name!r} is longer than {FIELD_LIMITS[name]:,} characters")
+            return None
+        return value
+
+    chat_id = field("chat_id", required=True)
+    user_id = field("user_id", required=True)
+    text = field("text", required=True)
+    user_name = body.get("user_name")
+    if user_name is not None and (not isinstance(user_name, str)
+                                  or len(user_name) > FIELD_LIMITS["user_name"]):
+        problems.append(f"'user_name' must be a string of at most "
+                        f"{FIELD_LIMITS['user_name']:,} characters when given")
+    client_id = field("client_message_id", required=False)
+    if problems:
+        raise RequestError(400, "; ".join(problems))
+    assert chat_id is not None and user_id is not None and text is not None
+    return PostedMessage(chat_id, user_id, text, user_name or "", client_id)
+
+
+#: The most digits of a message id in a request (the transcript's ids count from 1).
+MAX_ID_DIGITS = 18
+
+
+def parse_transcript_query(query: Mapping[str, str]) -> tuple[str, int]:
+    """``chat_id`` and ``after`` of a transcript request (``GET messages``, ``events``);
+    :class:`RequestError` (400) says what is wrong."""
+    chat_id = query.get("chat_id", "")
     if not chat_id:
-        raise web.HTTPBadRequest(text=json.dumps({"error": "'chat_id' is required"}),
-                                 content_type="application/json")
-    after = request.query.get("after", "0")
-    if not after.isdigit():
-        raise web.HTTPBadRequest(text=json.dumps({"error": "'after' must be a message id"}),
-                                 content_type="application/json")
-    return chat_id, int(after)
+        raise RequestError(400, "'chat_id' is required")
+    if len(chat_id) > FIELD_LIMITS["chat_id"]:
+        raise RequestError(400, f"'chat_id' is longer than {FIELD_LIMITS['chat_id']:,} "
+                                "characters")
+    return chat_id, parse_message_id(query.get("after", "0"), "'after'")
+
+
+def parse_message_id(value: str, name: str) -> int:
+    """A message id: ASCII digits only (``isdigit`` takes ``²`` and ``٣``), and few enough
+    of them; :class:`RequestError` (400) names ``name`` otherwise."""
+    if not (0 < len(value) <= MAX_ID_DIGITS and value.isascii() and value.isdigit()):
+        raise RequestError(400, f"{name} must be a message id (a whole number of at most "
+                                f"{MAX_ID_DIGITS} digits)")
+    return int(value)
 
 
 def _error(status: int, message: str) -> web.Response:

@@ -65,6 +65,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 
+from chatkernel.core.errors import ConfigError
 from chatkernel.core.models import InboundMessage, Route
 from chatkernel.core.store.base import (
     HeartbeatState,
@@ -96,6 +97,7 @@ __all__ = [
     "MIGRATIONS",
     "SQLiteStore",
     "StoreError",
+    "StoreUnavailable",
 ]
 
 log = logging.getLogger("chatkernel.store")
@@ -122,6 +124,12 @@ Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 class StoreError(Exception):
     """The state database cannot be used: unreadable, too new, not open..."""
+
+
+class StoreUnavailable(StoreError, ConfigError):
+    """The state database cannot be opened or created, said in words a person acts on:
+    which file, why, what to do. A :class:`ConfigError` too, so the command line says
+    it in one line instead of a traceback."""
 
 
 # -- schema ------------------------------------------------------------------------------------
@@ -343,6 +351,23 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+def _user_name() -> str:
+    """Who this process runs as, for error messages."""
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError, AttributeError):  # Windows, or a uid with no name
+        return f"uid {os.geteuid()}" if hasattr(os, "geteuid") else "this user"
+
+
+def _read_only_file_system(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except (OSError, AttributeError):
+        return False
+
+
 def _chunks(marks: set[int]) -> Iterator[tuple[int, ...]]:
     """The marked ids, sorted, in chunks of at most MARKS_PER_STATEMENT, each padded
     to a power of two by repeating its last id (``IN`` ignores the repeats): a
@@ -467,12 +492,12 @@ class SQLiteStore(Store):
         if self.read_only:
             self._conn = self._open_read_only()
             return
+        existed = not self.memory and self.path.exists()
         if not self.memory:
             try:
                 self._prepare_file()
             except OSError as exc:
-                raise StoreError(f"{self.path}: cannot create the state database: "
-                                 f"{exc.strerror or exc}") from None
+                raise self._unavailable(exc, existed) from None
         try:
             conn = sqlite3.connect(
                 ":memory:" if self.memory else self.path,
@@ -480,7 +505,7 @@ class SQLiteStore(Store):
                 isolation_level=None,  # autocommit: each statement commits; BEGIN explicitly
             )
         except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot open the state database: {exc}") from None
+            raise self._unavailable(exc, existed) from None
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             if not self.memory:
@@ -498,8 +523,46 @@ class SQLiteStore(Store):
             raise
         except sqlite3.Error as exc:
             conn.close()
-            raise StoreError(f"{self.path}: cannot open the state database: {exc}") from None
+            raise self._unavailable(exc, existed) from None
         self._conn = conn
+
+    def _unavailable(self, exc: OSError | sqlite3.Error, existed: bool) -> StoreUnavailable:
+        """Why the database cannot be opened (or created): the file, the reason, what to
+        do. SQLite says "unable to open database file" or "attempt to write a readonly
+        database" whatever the cause; the file system says which it is."""
+        path, directory = self.path, self.path.parent
+        user = _user_name()
+        what = f"cannot {'open' if existed else 'create'} the state database {path}"
+        elsewhere = "or set store.path to a file in a writable directory"
+        if _read_only_file_system(directory):
+            return StoreUnavailable(
+                f"{what}: {directory} is on a read-only file system. Set store.path (or "
+                "CHATKERNEL_HOME) to a place on a writable one.")
+        if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
+            why = f"the directory {directory} is not writable by {user}"
+            # The file is there: what SQLite could not make is its write-ahead log.
+            missing = [file for file in (Path(f"{path}-wal"), Path(f"{path}-shm"))
+                       if existed and not file.exists()]
+            if missing:
+                why = f"SQLite must create {missing[0]} next to it (its write-ahead log), and {why}"
+            return StoreUnavailable(f"{what}: {why}. Make {directory} writable for {user} "
+                                    f"(chown or chmod), {elsewhere}.")
+        for file in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            if file.exists() and not os.access(file, os.R_OK | os.W_OK):
+                return StoreUnavailable(
+                    f"{what}: {file} is not readable and writable by {user}. Give {user} "
+                    f"read and write access to it (chown or chmod), {elsewhere}.")
+        blocker = next((parent for parent in path.parents if parent.exists()), None)
+        if blocker is not None and not blocker.is_dir():
+            return StoreUnavailable(f"{what}: {blocker} is a file, not a directory. Set "
+                                    "store.path to a file in a directory.")
+        if isinstance(exc, sqlite3.DatabaseError) and "not a database" in str(exc):
+            return StoreUnavailable(
+                f"{what}: the file is not an SQLite database, or it is damaged. Move it "
+                "aside to start afresh (what it held is lost to the gateway), or set "
+                "store.path to another file.")
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return StoreUnavailable(f"{what}: {reason}. Check the file, {elsewhere}.")
 
     def _open_read_only(self) -> sqlite3.Connection:
         """A connection that cannot write: no file is created, no schema migrated."""
@@ -596,7 +659,7 @@ class SQLiteStore(Store):
 
     def _check_version(self, version: int) -> None:
         if version > len(MIGRATIONS):
-            raise StoreError(
+            raise StoreUnavailable(
                 f"{self.path}: the state database has schema version {version}, but this "
                 f"chatkernel knows versions up to {len(MIGRATIONS)}: it was written by a "
                 f"newer chatkernel. Upgrade chatkernel, or set [store] path to another file.")
