@@ -404,7 +404,8 @@ class _Delivery:
         payload, moved = self.entry.payload, False
         try:
             while True:
-                await self._ready()
+                if self.slot is None or not self.marked:  # (a claimed one has both)
+                    await self._ready()
                 try:
                     return await self._request(payload)
                 except SendError as exc:
@@ -447,7 +448,7 @@ class _Delivery:
             raise
         finally:
             self.limiter.release(chat_id, is_group=is_group, reached=reached)
-        if outage is not None:
+        if outage is not None and outage.since is not None:
             outage.reached()
             self.probe = False
         return result

@@ -377,7 +377,7 @@ class RateLimiter:
                 state.window.release(now, reached)
             if is_group and state.group is not None:
                 state.group.release(now, reached)
-            if not state.users:
+            if not state.users and not state.scheduled:
                 self._schedule(chat_id, state)
         released = self._released
         if released is not None:

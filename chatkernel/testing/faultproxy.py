@@ -14,6 +14,7 @@ client never holds an idle connection that a stop would cut). Two faults:
   request on its way to the target and its answer on the way back, as a real
   network's varying trips do. A platform counts a request when it arrives, so
   jitter moves the moments it counts away from the moments the client sent.
+  ``keep_alive=True`` serves many requests per connection (for jitter alone).
 
 Requests must carry a ``Content-Length`` body (what aiohttp's client sends for
 JSON and form bodies); ``Transfer-Encoding: chunked`` is answered 501.
@@ -41,10 +42,13 @@ class FaultProxy:
     """``async with FaultProxy(platform.url) as proxy:`` — give clients ``proxy.url``."""
 
     def __init__(self, target: str, *, there: Callable[[], float] | None = None,
-                 back: Callable[[], float] | None = None) -> None:
+                 back: Callable[[], float] | None = None, keep_alive: bool = False) -> None:
         self.target = target.rstrip("/")
         self.there = there
         self.back = back
+        #: Serve several requests per connection (for jitter alone: a stop does not
+        #: close connections that are kept alive).
+        self.keep_alive = keep_alive
         self.port = 0
         #: Requests forwarded and answered.
         self.forwarded = 0
@@ -118,14 +122,17 @@ class FaultProxy:
     async def _serve(self, conn: socket.socket) -> None:
         reader, writer = await asyncio.open_connection(sock=conn)
         try:
-            status, reason, headers, body = await self._forward(reader)
-            if self.back is not None:
-                await anyio.sleep(self.back())
-            head = [f"HTTP/1.1 {status} {reason}", f"Content-Length: {len(body)}",
-                    "Connection: close"]
-            head += [f"{name}: {value}" for name, value in headers]
-            writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
-            await writer.drain()
+            while True:
+                status, reason, headers, body = await self._forward(reader)
+                if self.back is not None:
+                    await anyio.sleep(self.back())
+                head = [f"HTTP/1.1 {status} {reason}", f"Content-Length: {len(body)}",
+                        f"Connection: {'keep-alive' if self.keep_alive else 'close'}"]
+                head += [f"{name}: {value}" for name, value in headers]
+                writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+                await writer.drain()
+                if not self.keep_alive:
+                    break
         except (asyncio.IncompleteReadError, ConnectionError):
             pass  # the client went away
         finally:
