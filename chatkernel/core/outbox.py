@@ -44,11 +44,16 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from chatkernel.core.durations import format_interval
 from chatkernel.core.lines import Lines
 from chatkernel.core.models import Account, OutboundPayload, Route, SendError, SendResult
 from chatkernel.core.outbound import upload_failed
-from chatkernel.core.retry import Outage, RetryPolicy, never_sent, with_retries
+from chatkernel.core.retry import (
+    Outage,
+    RetryPolicy,
+    format_delay,
+    never_sent,
+    with_retries,
+)
 from chatkernel.core.store.base import OutboxEntry
 
 if TYPE_CHECKING:
@@ -531,8 +536,7 @@ class _Delivery:
             raise self._too_old(error) from None
 
     def _too_old(self, error: SendError | None) -> SendError:
-        max_age = self.policy.unreachable_max_age
-        age = format_interval(max_age) if max_age >= 1 else f"{max_age * 1000:.0f}ms"
+        age = format_delay(self.policy.unreachable_max_age)
         detail = f" ({error})" if error is not None else ""
         return SendError(f"not sent: the platform could not be reached for {age} after it "
                          f"was queued{detail}")

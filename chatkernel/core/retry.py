@@ -38,6 +38,9 @@ T = TypeVar("T")
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
 #: How long a payload the platform could not be reached for waits by default: a day.
 UNREACHABLE_MAX_AGE = 24 * 3600.0
+#: The shortest wait between two tries of an unreachable platform, whatever the policy
+#: says (``base_delay_ms = 0`` must not make a refused connection a busy loop).
+MIN_PROBE_DELAY = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,11 @@ class RetryPolicy:
                 raise ValueError(f"retry.unreachable_max_age: {exc}") from None
         return cls(attempts, values["base_delay_ms"], values["max_delay_ms"], float(jitter),
                    max_age)
+
+
+def format_delay(seconds: float) -> str:
+    """``30s``, ``24h``, ``1h30m``; under a second, ``300ms``."""
+    return format_interval(seconds) if seconds >= 1 else f"{seconds * 1000:.0f}ms"
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -212,13 +220,13 @@ class Outage:
         if self.since is None:
             self.since = now
             self._tries = 1
-            self._next_try = now + self.policy.delay(1)
+            self._next_try = now + max(self.policy.delay(1), MIN_PROBE_DELAY)
             log.warning("%s: the platform cannot be reached (%s); its sends wait, in order, "
                         "and are tried again with a backoff of up to %s", self.name, error,
-                        format_interval(self.policy.max_delay))
+                        format_delay(self.policy.max_delay))
         elif probe:
             self._tries += 1
-            self._next_try = now + self.policy.delay(self._tries)
+            self._next_try = now + max(self.policy.delay(self._tries), MIN_PROBE_DELAY)
         if probe:
             self._probing = False
             self._changed_now()

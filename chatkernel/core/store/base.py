@@ -175,9 +175,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def outbox_add(self, entries: list[OutboxEntry], *,
                          finish_journal: list[int] = ()) -> list[int]:
-        """Queue payloads (their ``id`` and ``created_at`` are set) and, in the same transaction, mark the
-        journal entries ``finish_journal`` done: once a reply is queued, a restart
-        sends it rather than running the turn again (which would answer twice)."""
+        """Queue payloads (their ``id`` and ``created_at`` are set) and, in the same
+        transaction, mark the journal entries ``finish_journal`` done: once a reply is
+        queued, a restart sends it rather than running the turn again (which would
+        answer twice)."""
 
     @abc.abstractmethod
     async def outbox_mark(self, entry_id: int, status: str, error: str | None = None, *,
