@@ -153,6 +153,13 @@ class FaultProxy:
         body = await reader.readexactly(int(names.get("content-length", "0")))
         if self.there is not None:
             await anyio.sleep(self.there())
+        try:
+            return await self._ask(method, path, headers, body)
+        except aiohttp.ClientError as exc:  # the target itself is gone
+            return 502, "Bad Gateway", [], f"the proxy's target failed: {exc!r}".encode()
+
+    async def _ask(self, method: str, path: str, headers: list[tuple[str, ...]],
+                   body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
         assert self._http is not None
         async with self._http.request(
                 method, self.target + path, data=body,
