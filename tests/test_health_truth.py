@@ -17,7 +17,8 @@ from chatkernel.testing.memory import KernelHarness
 
 pytestmark = pytest.mark.anyio
 
-ONE_ATTEMPT = {"channels": {"memory": {"retry": {"attempts": 1},
+# One attempt, and a refused connection fails at once (no waiting out an outage).
+ONE_ATTEMPT = {"channels": {"memory": {"retry": {"attempts": 1, "unreachable_max_age": "0"},
                                        "accounts": {"main": {"allow_from": ["*"]}}}}}
 
 
@@ -52,6 +53,27 @@ async def test_failed_sends_turn_the_account_red_at_once_and_a_sent_one_green(tm
         account = account_of(snapshot)
         assert snapshot.ok and account.problems == [] and account.send_failing_since is None
         assert account.last_send_error == "Cannot connect to host api.example:443"
+
+
+async def test_an_outage_the_sends_wait_out_is_red_while_it_lasts(tmp_path):
+    config = {"channels": {"memory": {"retry": {"base_delay_ms": 20, "max_delay_ms": 40},
+                                      "accounts": {"main": {"allow_from": ["*"]}}}}}
+    async with KernelHarness(tmp_path, config=config) as h:
+        runtime = h.kernel.accounts["memory:main"].runtime
+        refused = SendError("Cannot connect to host api.example:443", retryable=True)
+        h.channel.fail_next = [refused] * 3
+        await h.channel.receive("hello")
+        with anyio.fail_after(5):
+            while runtime.send_failing_since is None:
+                await anyio.sleep(0.005)
+        snapshot = await h.kernel.health.snapshot()
+        assert snapshot.ok is False
+        assert account_of(snapshot).problems == [
+            "sends failing: the platform cannot be reached: Cannot connect to host "
+            "api.example:443"]
+        await h.settle()  # the platform answers the fourth try: the reply goes out
+        assert h.channel.texts() == ["hello"] and runtime.send_failing_since is None
+        assert (await h.kernel.health.snapshot()).ok
 
 
 async def test_a_chat_refusing_a_send_is_listed_but_the_account_stays_green(tmp_path):

@@ -337,6 +337,150 @@ async def test_penalties_and_limits_together(rates: dict[str, RateLimit], steps)
     assert_within_limits(history, rates)
 
 
+trips = st.integers(0, 12).map(lambda n: n / 8)  # 0 to 1.5 s, exact in binary
+
+
+@pytest.mark.anyio
+@PROPERTY
+@given(rates=rate_sets(),
+       senders=st.lists(st.tuples(st.sampled_from(CHATS), eighths,
+                                  st.lists(st.tuples(trips, trips), min_size=1, max_size=4)),
+                        min_size=1, max_size=10))
+async def test_held_sends_keep_every_limit_where_the_platform_counts_them(
+        rates: dict[str, RateLimit], senders) -> None:
+    """The platform counts a request when it arrives, somewhere between the moment it
+    left and its answer. Each send is held from the first to the second: whatever the
+    trips take (any mix, here up to 1.5 s each way), the arrivals keep every limit."""
+    vt = VirtualTime()
+    limiter = limiter_on(vt, rates)  # no margin: the hold alone must do it
+    arrivals: list[tuple[float, str, bool]] = []
+    expected = sum(len(sends) for _, _, sends in senders)
+
+    def sender(chat: str, start: float, sends: list[tuple[float, float]]):
+        async def job() -> None:
+            group = is_group(chat)
+            await vt.sleep(start)
+            for there, back in sends:
+                await limiter.acquire(chat, is_group=group, hold=True)
+                await vt.sleep(there)
+                arrivals.append((vt.now, chat, group))  # the platform counts it here
+                await vt.sleep(back)
+                limiter.release(chat, is_group=group)
+        return job
+
+    await run_concurrently(vt, *(sender(*spec) for spec in senders))
+    assert len(arrivals) == expected  # nobody starved or deadlocked
+    assert_within_limits(arrivals, rates)
+
+
+@pytest.mark.anyio
+async def test_sends_counted_when_they_leave_break_the_limit_when_trips_vary() -> None:
+    """Why sends are held: counted when it left, the second send may go a window after
+    the first left and still arrive within a window of it, when the first trip was slower."""
+    vt = VirtualTime()
+    limiter = limiter_on(vt, {"account": RateLimit(1, 1.0)})
+    await limiter.acquire("a")  # leaves at 0, arrives at 0.5 (a slow trip)
+    assert await run_one(vt, limiter, "b") == 1.0  # leaves at 1.0, arrives at once
+    assert max_in_window([0.5, 1.0], 1.0) == 2  # the platform saw two within a second
+    # Held until its answer (at 0.5 + the trip back, 0.25), the first send keeps the
+    # second back until a window after that answer.
+    vt = VirtualTime()
+    limiter = limiter_on(vt, {"account": RateLimit(1, 1.0)})
+    await limiter.acquire("a", hold=True)
+    vt.now = 0.75
+    limiter.release("a")
+    assert await run_one(vt, limiter, "b") == 1.0
+    assert vt.now == 1.75
+
+
+@pytest.mark.anyio
+async def test_a_held_slot_is_free_only_after_its_release_and_a_refused_one_at_once() -> None:
+    vt = VirtualTime()
+    limiter = limiter_on(vt, {"account": RateLimit(2, 1.0), "chat": RateLimit(1, 1.0)})
+    assert limiter.try_acquire("a", hold=True)
+    assert limiter.try_acquire("b", hold=True)
+    assert limiter.delay("c") == math.inf  # every account slot is out
+    sent: list[tuple[str, float]] = []
+
+    async def job(chat: str) -> None:
+        await limiter.acquire(chat, hold=True)
+        sent.append((chat, vt.now))
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(job, "c")
+        await settle()
+        vt.now = 5.0  # nothing moves while both are held, however long
+        await settle()
+        assert sent == []
+        limiter.release("a", reached=False)  # never left: its slot is free at once
+        await settle()
+        assert sent == [("c", 5.0)]
+        tg.start_soon(job, "d")
+        await settle()
+        vt.now = 6.0
+        limiter.release("b")  # answered at 6: counts until 7
+        await vt.drive()
+    assert sent == [("c", 5.0), ("d", 7.0)]
+    # The chat window holds a send the same way.
+    limiter.release("c")
+    assert limiter.delay("c") == pytest.approx(1.0)
+
+
+@pytest.mark.anyio
+async def test_sends_restored_after_a_restart_count_as_if_seen() -> None:
+    vt = VirtualTime(start=100.0)
+    limiter = limiter_on(vt, {"account": RateLimit(3, 1.0), "chat": RateLimit(1, 1.0),
+                              "group": RateLimit(2, 60.0)})
+    # Answered 0.25 s, 0.5 s and 0.75 s ago to two chats; a group 30 s and 50 s ago;
+    # and a send too old to matter.
+    limiter.restore([(0.25, "c1", False), (0.5, "c2", False), (0.75, "c1", False),
+                     (30.0, "g1", True), (50.0, "g1", True), (90.0, "c3", False)])
+    assert limiter.delay("c1") == pytest.approx(0.75)  # its newest send, 0.25 s ago
+    assert limiter.delay("c3") == pytest.approx(0.25)  # the account: its oldest, 0.75 ago
+    assert limiter.delay("g1", is_group=True) == pytest.approx(10.0)  # 20 messages/min
+    assert await run_one(vt, limiter, "c3") == pytest.approx(0.25)
+    assert limiter.tracked_chats == 4
+    vt.now += 60.0
+    limiter.prune()
+    assert limiter.tracked_chats == 0
+
+
+@pytest.mark.anyio
+async def test_held_sends_to_many_chats_leave_no_state_behind() -> None:
+    vt = VirtualTime()
+    limiter = limiter_on(vt, {"account": RateLimit(2000, 1.0), "chat": RateLimit(1, 1.0),
+                              "group": RateLimit(20, 60.0)})
+    for index in range(20_000):
+        vt.now = index / 1000
+        chat = f"chat-{index}"
+        assert limiter.try_acquire(chat, is_group=index % 2 == 0, hold=True)
+        vt.now += 0.0005
+        limiter.release(chat, is_group=index % 2 == 0, reached=index % 3 != 0)
+        # Only the chats answered in the last minute (the group window) can matter.
+        assert limiter.tracked_chats <= 10_001
+    assert len(limiter._expiries) <= limiter.tracked_chats
+    vt.now += 60.0
+    limiter.prune()
+    assert limiter.tracked_chats == 0
+    assert limiter._expiries == []
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_wait_for_a_held_slot_leaves_nothing_behind() -> None:
+    vt = VirtualTime()
+    limiter = limiter_on(vt, {"account": RateLimit(1, 1.0)})
+    await limiter.acquire("a", hold=True)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(limiter.acquire, "b")
+        await settle()  # "b" waits for "a"'s release, holding the account lock
+        tg.cancel_scope.cancel()
+    limiter.release("a")
+    vt.now = 2.0
+    limiter.prune()
+    assert limiter.tracked_chats == 0
+    assert await limiter.acquire("c") == 0
+
+
 # -- fairness and independence --------------------------------------------------------------
 
 
@@ -698,17 +842,16 @@ async def test_a_cancelled_acquire_leaves_no_state_behind() -> None:
 
 
 @pytest.mark.anyio
-async def test_the_default_margin_widens_every_window() -> None:
+async def test_a_margin_widens_every_window_and_there_is_none_by_default() -> None:
+    assert DEFAULT_MARGIN == 0.0  # a held send's slot covers its trip (see below)
     vt = VirtualTime()
     limiter = RateLimiter({"account": RateLimit(2, 1.0), "chat": RateLimit(1, 1.0)},
-                          clock=vt.clock, sleep=vt.sleep)
-    assert limiter.margin == DEFAULT_MARGIN > 0
+                          margin=0.125, clock=vt.clock, sleep=vt.sleep)
     times = []
     for chat in ("a", "b", "c", "a"):
         await run_one(vt, limiter, chat)
         times.append(vt.now)
-    step = 1.0 + DEFAULT_MARGIN
-    assert times == [0.0, 0.0, step, step]
+    assert times == [0.0, 0.0, 1.125, 1.125]
 
 
 def test_margin_from_config() -> None:

@@ -953,6 +953,82 @@ async def test_after_commit_callbacks_get_the_error_of_a_failed_commit(store, fa
     assert "disk is full" in str(told[0])
 
 
+@pytest.mark.anyio
+async def test_a_failed_commit_keeps_the_sent_marks_it_carried(store, db_path, fail_next_commit):
+    # A `sent` mark is for a row committed `sending` before its request left: lost with
+    # a failed commit, the row would read "delivery unknown" after a restart.
+    entries = outbox_entries(2)
+    await store.outbox_add(entries)
+    await store.outbox_mark(entries[0].id, "sending", durable=True)
+    await store.outbox_mark(entries[0].id, "sent")
+    await store.outbox_reply("r1")  # a read writes the coalesced marks into the transaction
+    await store.outbox_mark(entries[1].id, "sending")
+    fail_next_commit(store)
+    with pytest.raises(StoreError, match="disk is full"):
+        await store.flush()
+    assert file_statuses(db_path, "outbox", "id") == {1: "sending", 2: "pending"}
+    await store.set_cursor("telegram", "main", "7")  # the next commit carries it
+    await store.flush()
+    assert file_statuses(db_path, "outbox", "id") == {1: "sent", 2: "pending"}
+
+
+@pytest.mark.anyio
+async def test_a_durable_mark_of_a_row_a_failed_commit_lost_raises(store, fail_next_commit):
+    entries = outbox_entries(2)
+    await store.outbox_add(entries[:1])
+    fail_next_commit(store)
+    with pytest.raises(StoreError, match="disk is full"):
+        await store.flush()  # the insert is rolled back
+    with pytest.raises(StoreError, match=f"outbox entry {entries[0].id} was lost"):
+        await store.outbox_mark(entries[0].id, "sending", durable=True)
+    await store.outbox_add(entries[1:])  # in the same transaction as its mark: lost together
+    assert entries[1].id > entries[0].id  # a lost row's id is never handed out again
+    fail_next_commit(store)
+    with pytest.raises(StoreError, match="disk is full"):
+        await store.outbox_mark(entries[1].id, "sending", durable=True)
+    with pytest.raises(StoreError, match="was lost"):
+        await store.outbox_mark(entries[1].id, "sending", durable=True)
+    assert await store.outbox_reply("r1") == []
+    later = outbox_entries(1, reply="r2")
+    await store.outbox_add(later)
+    await store.outbox_mark(later[0].id, "sending", durable=True)
+    assert later[0].id > entries[1].id
+    assert [e.status for e in await store.outbox_reply("r2")] == ["sending"]
+
+
+@pytest.mark.anyio
+async def test_recent_sends_are_read_from_the_tail_of_the_outbox(store, monkeypatch):
+    import chatkernel.core.store.sqlite as sqlite_module
+
+    clock = [1000.0]
+    monkeypatch.setattr(sqlite_module.time, "time", lambda: clock[0])
+    entries = outbox_entries(6)
+    for entry in entries:  # queued a second apart
+        await store.outbox_add([entry])
+        clock[0] += 1.0
+    # 1000..1005 queued; the first answered at 1010, two more at 1020, one left pending,
+    # one still sending, one failed at 1030.
+    clock[0] = 1010.0
+    await store.outbox_mark(entries[0].id, "sent")
+    await store.flush()  # coalesced marks take the time of the commit that writes them
+    clock[0] = 1020.0
+    await store.outbox_mark(entries[1].id, "sent")
+    await store.outbox_mark(entries[2].id, "sent")
+    await store.outbox_mark(entries[4].id, "sending", durable=True)
+    clock[0] = 1030.0
+    await store.outbox_mark(entries[5].id, "failed", "Bad Request")
+    await store.flush()
+    recent = await store.outbox_recent_sends(1015.0, queued_since=0.0)
+    assert [(r.status, r.at) for r in recent] == [("sent", 1020.0), ("sent", 1020.0),
+                                                  ("sending", 1020.0), ("failed", 1030.0)]
+    assert recent[0].route == entries[1].route and recent[0].channel == "telegram"
+    # Entries queued before `queued_since` are not read at all.
+    recent = await store.outbox_recent_sends(0.0, queued_since=1001.5)
+    assert [r.status for r in recent] == ["sent", "sending", "failed"]
+    assert await store.outbox_recent_sends(0.0, queued_since=2000.0) == []
+    assert entries[3].created_at == 1003.0  # outbox_add tells each entry when it was queued
+
+
 # -- coalesced sent / done marks ------------------------------------------------------------
 
 

@@ -313,7 +313,8 @@ class ChannelConfig(BaseModel):
     enabled: bool = True
     accounts: dict[str, dict[str, Any]] = Field(default_factory=dict)
     queue: dict[str, Any] = Field(default_factory=dict)
-    retry: dict[str, Any] | None = None  # attempts, base_delay_ms, max_delay_ms, jitter
+    # attempts, base_delay_ms, max_delay_ms, jitter, unreachable_max_age (see RetryPolicy)
+    retry: dict[str, Any] | None = None
     rate_limits: dict[str, Any] | None = None  # {"chat": "1/s", "account": "30/s", ...}
     heartbeat: HeartbeatVisibility | None = None
     health_monitor: HealthMonitorConfig | None = None

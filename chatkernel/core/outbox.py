@@ -3,9 +3,11 @@
 A reply's payloads are queued in the store (``pending``) and sent, in order,
 by the session's sender. Just before a request goes out (after any wait for
 a rate-limit slot), its entry is marked ``sending`` and that mark is
-committed; after, ``sent`` or ``failed``. So after a crash:
+committed; after, ``sent`` or ``failed``. While a payload waits between
+requests (a retry's backoff, a 429's ``retry_after``, the platform being
+unreachable) it is ``pending`` again: nothing of it is out. So after a crash:
 
-- ``pending`` entries were never attempted: they are sent on restart;
+- ``pending`` entries were not out: they are sent on restart;
 - ``sending`` entries may or may not have reached the platform: they are
   reported in the session log as "delivery unknown", never resent (a
   duplicate is a bug like a loss).
@@ -18,8 +20,15 @@ If the slot is no longer free by then (a burst of replies queued at once),
 the payload goes back to ``pending`` and waits for its slot like any other.
 Otherwise the payload is stored ``pending`` and waits its turn.
 
-Each request runs under the channel's retry policy and the account's rate
-limiter; the send policy is checked on every payload, whatever its origin.
+Each request runs under the channel's retry policy and holds a slot of the
+account's rate limiter until its answer is in; the send policy is checked on
+every payload, whatever its origin. A request refused before it was sent
+(the platform cannot be reached) does not fail its payload: the account's
+senders wait for the platform together (:class:`~chatkernel.core.retry.Outage`),
+each chat's payloads in order, up to the policy's ``unreachable_max_age``.
+A ``sending`` mark the store cannot commit (a full disk) is tried again in
+place, holding the session's line, until it can: nothing goes out unrecorded
+and nothing is reported failed that is sent later.
 """
 
 from __future__ import annotations
@@ -30,14 +39,22 @@ import itertools
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
 
+import anyio
 
 from chatkernel.core.deliveries import describe_payload
 from chatkernel.core.lines import Lines
 from chatkernel.core.models import Account, OutboundPayload, Route, SendError, SendResult
 from chatkernel.core.outbound import upload_failed
-from chatkernel.core.retry import RetryPolicy, with_retries
+from chatkernel.core.retry import (
+    Outage,
+    RetryPolicy,
+    format_delay,
+    never_sent,
+    with_retries,
+)
 from chatkernel.core.store.base import OutboxEntry
 
 if TYPE_CHECKING:
@@ -49,6 +66,17 @@ log = logging.getLogger("chatkernel.outbox")
 EARLIER_CHUNK_FAILED = "not sent: an earlier part of this reply failed"
 #: How long an idle session's sender waits for the next reply before it ends.
 SENDER_LINGER_SECONDS = 2.0
+#: How soon, then how seldom at most, a `sending` mark the store failed to commit
+#: is tried again (doubling in between).
+STORE_RETRY_FIRST = 0.05
+STORE_RETRY_MAX = 5.0
+#: How far back (before the longest rate-limit window and the longest a payload may
+#: wait for its platform) the outbox looks for sends made before a restart.
+RESTORE_SLACK = 3600.0
+
+
+class _RowLost(Exception):
+    """A payload's row was rolled back with a failed commit: it must not be sent."""
 
 
 class Outbox:
@@ -70,6 +98,10 @@ class Outbox:
         self._claim_commits: dict[int, Exception | None] = {}
         self._limiters: dict[str, RateLimiter] = {}
         self._policies: dict[str, RetryPolicy] = {}
+        self._outages: dict[str, Outage] = {}
+        # Since when `sending` marks fail to commit (monotonic), and how many waited.
+        self._store_down_since: float | None = None
+        self._store_waited = 0
         # Reply ids: unique across restarts without a uuid per reply.
         self._run_id = uuid.uuid4().hex[:8]
         self._reply_numbers = itertools.count(1)
@@ -124,14 +156,17 @@ class Outbox:
     def _claim(self, account: Account, session_key: str, route: Route) -> bool:
         """Whether a reply's first payload may be stored ``sending`` and go out at
         once: the session's sender has nothing before it, the send policy allows
-        it, and its rate-limit slot is free now (the sender takes it, see _send)."""
+        it, its platform is not known to be unreachable and its rate-limit slot is
+        free now (the sender takes it, see _send)."""
         kernel = self._kernel
         if (session_key in self._claiming or self.lines.busy(session_key)
                 or account.channel is None
                 or kernel.accounts.get(account.key) is not account
                 or not kernel.send_policy.check(route, kernel.sessions.cached(session_key))):
             return False
-        return self._limiter(account).is_free(route.chat_id, is_group=route.is_group)
+        limiter = self._limiter(account)
+        return (self._outages[account.key].since is None
+                and limiter.is_free(route.chat_id, is_group=route.is_group))
 
     def _enqueue(self, entries: list[OutboxEntry]) -> None:
         for entry in entries:
@@ -150,8 +185,10 @@ class Outbox:
         await self.lines.wait_empty()
 
     async def recover(self) -> None:
-        """After a start: send what was never attempted, report what was in flight."""
+        """After a start: restore the rate-limit windows, send what was never attempted,
+        report what was in flight."""
         store = self._kernel.store
+        await self.restore_windows()
         deliveries = self._kernel.deliveries
         resent = unknown = skipped = 0
         for entry in await store.outbox_unfinished():
@@ -175,6 +212,36 @@ class Outbox:
                      "flight when the gateway stopped (delivery unknown, not resent); %d "
                      "not sent after an earlier part of their reply", resent, unknown,
                      skipped)
+
+    async def restore_windows(self) -> int:
+        """Count the sends recorded before a restart in the rate limiters, so the sends
+        after it keep the limits as the running gateway would have; returns how many
+        sends were read.
+
+        A send counts until a window after its outbox entry last changed (``sent``
+        is marked once its answer is in); one still ``sending`` counts from now.
+        Only entries queued since the longest a payload may wait for its platform
+        (``unreachable_max_age``, or :data:`RESTORE_SLACK` if longer) are read.
+        """
+        limiters = self._limiters
+        longest = max((limiter.longest_window for limiter in limiters.values()), default=0.0)
+        if longest <= 0:
+            return 0
+        now = time.time()
+        wait = max((policy.unreachable_max_age for policy in self._policies.values()),
+                   default=0.0)
+        sends = await self._kernel.store.outbox_recent_sends(
+            now - longest, queued_since=now - longest - max(wait, RESTORE_SLACK))
+        by_account: dict[str, list[tuple[float, str, bool]]] = defaultdict(list)
+        for send in sends:
+            ago = 0.0 if send.status == "sending" else now - send.at
+            by_account[f"{send.channel}:{send.account}"].append(
+                (ago, send.route.chat_id, send.route.is_group))
+        for key, restored in by_account.items():
+            limiter = limiters.get(key)
+            if limiter is not None:
+                limiter.restore(restored)
+        return len(sends)
 
     # -- sending ---------------------------------------------------------------------
 
@@ -210,55 +277,32 @@ class Outbox:
             return
         limiter = self._limiter(account)
         policy = self._policy(account)
-        # Claimed at submit (stored `sending`): take the slot right before the request,
-        # once the row is committed; a slot taken meanwhile sends it back to `pending`.
-        marked = claimed
+        outage = self._outages[account.key]
+        # Waiting for the platform only where this process will live on to send (a
+        # CLI command's own kernel reports a failure instead).
+        holds = kernel.recover and policy.unreachable_max_age > 0
+        delivery = _Delivery(self, entry, account, route, limiter, policy,
+                             outage if holds else None)
         if claimed:
+            # Stored `sending` at submit: take the slot right before the request, once
+            # the row is committed; a slot taken meanwhile sends it back to `pending`.
             if not settled:  # woken before its commit (a busy or new sender)
                 await store.flush()
             elif commit_error is not None:
                 kernel.deliveries.settled(entry, "failed", str(commit_error), why="store",
                                           account=account)
                 raise commit_error  # its row was never written: nothing to send
-            if not limiter.try_acquire(route.chat_id, is_group=route.is_group):
-                await store.outbox_mark(entry.id, "pending")  # nothing went out
-                marked = claimed = False
-
-        async def attempt() -> SendResult:
-            nonlocal route, marked, claimed
-            if claimed:
-                claimed = False
-            else:
-                await limiter.acquire(route.chat_id, is_group=route.is_group)
-            if not marked:
-                # After the rate-limit wait, not before: a crash while a payload
-                # waits for its slot must leave it `pending` (resent), not `unknown`.
-                await store.outbox_mark(entry.id, "sending", durable=True)
-                marked = True
-            try:
-                return await self._attempt(account, route, entry.payload)
-            except SendError as exc:
-                if not exc.moved_to or exc.moved_to == route.chat_id:
-                    raise
-                # The chat moved (a group became a supergroup): follow it, and
-                # remember it for every later send to this session.
-                log.info("%s: chat %s moved to %s", account.key, route.chat_id, exc.moved_to)
-                route = dataclasses.replace(route, chat_id=exc.moved_to)
-                if kernel.sessions.cached(entry.session_key) is not None:
-                    await kernel.sessions.set_route(entry.session_key, route)
-                await limiter.acquire(route.chat_id, is_group=route.is_group)
-                return await self._attempt(account, route, entry.payload)
-
-        def on_retry(retry: int, error: SendError, delay: float) -> None:
-            metrics = kernel.metrics
-            metrics.child(metrics.retries, account.channel_name, account.name).inc()
-            if error.status == 429 or error.retry_after:
-                # The platform throttled us: hold this chat back for as long as it asked.
-                metrics.child(metrics.throttled, account.channel_name, account.name).inc()
-                limiter.penalize(delay, route.chat_id)
-
+            delivery.marked = True
+            if not outage.active and limiter.try_acquire(
+                    route.chat_id, is_group=route.is_group, hold=True):
+                delivery.slot = (route.chat_id, route.is_group)
         try:
-            await with_retries(attempt, policy, on_retry=on_retry)
+            await with_retries(delivery.attempt, policy, on_retry=delivery.on_retry,
+                               hold=delivery.hold if holds else None)
+        except _RowLost as lost:
+            log.warning("%s: not sent in %s: %s", account.key, entry.session_key, lost)
+            kernel.deliveries.settled(entry, "failed", str(lost), why="store", account=account)
+            return
         except Exception as exc:
             await self._fail(entry, account, exc)
             return
@@ -266,20 +310,21 @@ class Outbox:
         account.last_sent_at = time.time()
         kernel.deliveries.settled(entry, "sent", account=account)
 
-    async def _attempt(self, account: Account, route: Route,
-                       payload: OutboundPayload) -> SendResult:
-        outbound = self._kernel.outbound
-        try:
-            return await outbound.send_payload(account, route, payload)
-        except SendError as exc:
-            if not exc.markup_rejected or payload.format == "plain":
-                raise
-            # The platform refused the markup: the same text as plain text (not a retry).
-            from chatkernel.core.markup import to_plain
+    def _store_failing(self, error: Exception) -> None:
+        """A `sending` mark could not be committed: logged once until one is again."""
+        self._store_waited += 1
+        if self._store_down_since is None:
+            self._store_down_since = time.monotonic()
+            log.warning("the state database cannot commit (%s): sends wait, in order, until "
+                        "it can; nothing goes out unrecorded", error)
 
-            log.info("%s: markup rejected (%s); resending as plain text", account.key, exc)
-            plain = dataclasses.replace(payload, text=to_plain(payload.text), format="plain")
-            return await outbound.send_payload(account, route, plain)
+    def _store_works(self) -> None:
+        if self._store_down_since is not None:
+            log.info("the state database commits again after %.1fs; %d payload(s) waited "
+                     "and go out now, in order", time.monotonic() - self._store_down_since,
+                     self._store_waited)
+            self._store_down_since = None
+            self._store_waited = 0
 
     async def _fail(self, entry: OutboxEntry, account: Account | None,
                     exc: BaseException) -> None:
@@ -338,11 +383,20 @@ class Outbox:
             raise ConfigError(str(exc), path=self._kernel.config_path,
                               key=f"{prefix}.rate_limits") from None
         try:
-            self._policies[account.key] = RetryPolicy.from_config(
+            policy = self._policies[account.key] = RetryPolicy.from_config(
                 getattr(section, "retry", None), base_delay=limits.retry_base_delay)
         except (ValueError, TypeError) as exc:
             raise ConfigError(str(exc), path=self._kernel.config_path,
                               key=f"{prefix}.retry") from None
+        runtime = account.runtime
+
+        def outage_changed(error: SendError | None) -> None:
+            if error is None:
+                runtime.send_ok()
+            else:
+                runtime.send_failed(f"the platform cannot be reached: {error}", time.time())
+
+        self._outages[account.key] = Outage(account.key, policy, on_change=outage_changed)
 
     def _limiter(self, account: Account) -> "RateLimiter":
         if account.key not in self._limiters:
@@ -353,3 +407,194 @@ class Outbox:
         if account.key not in self._policies:
             self.prepare(account)
         return self._policies[account.key]
+
+
+class _Delivery:
+    """One payload on its way out: its requests, their rate-limit slots, its marks.
+
+    ``marked``: the entry is ``sending`` (committed), which it is only right
+    before and during a request; while it waits (for a slot, a retry, the
+    platform) it is ``pending``. ``slot``: the ``(chat_id, is_group)`` of the
+    rate-limit slot taken for the next request, held until its answer is in.
+    ``outage``: the account's, when the payload may wait for an unreachable
+    platform (None: a refused request counts as an attempt like any other).
+    """
+
+    __slots__ = ("outbox", "entry", "account", "route", "limiter", "policy", "outage",
+                 "marked", "slot", "probe")
+
+    def __init__(self, outbox: Outbox, entry: OutboxEntry, account: Account, route: Route,
+                 limiter: "RateLimiter", policy: RetryPolicy, outage: Outage | None) -> None:
+        self.outbox = outbox
+        self.entry = entry
+        self.account = account
+        self.route = route
+        self.limiter = limiter
+        self.policy = policy
+        self.outage = outage
+        self.marked = False
+        self.slot: tuple[str, bool] | None = None
+        self.probe = False  # this payload is the outage's probe
+
+    async def attempt(self) -> SendResult:
+        """One attempt of the retry policy (the markup fallback and a moved chat are
+        part of it: neither is a retry)."""
+        outage = self.outage
+        if outage is not None and outage.since is not None:
+            await self._wait_for_platform(outage)
+        payload, moved = self.entry.payload, False
+        try:
+            while True:
+                if self.slot is None or not self.marked:  # (a claimed one has both)
+                    await self._ready()
+                try:
+                    return await self._request(payload)
+                except SendError as exc:
+                    if exc.markup_rejected and payload.format != "plain":
+                        # The platform refused the markup: the same text as plain text.
+                        from chatkernel.core.markup import to_plain
+
+                        log.info("%s: markup rejected (%s); resending as plain text",
+                                 self.account.key, exc)
+                        payload = dataclasses.replace(payload, text=to_plain(payload.text),
+                                                      format="plain")
+                        continue
+                    if exc.moved_to and exc.moved_to != self.route.chat_id and not moved:
+                        await self._follow(exc.moved_to)
+                        moved = True
+                        continue
+                    raise
+        finally:
+            if self.probe:  # it ended without a verdict on the platform (cancelled)
+                self.probe = False
+                outage.abandon()  # type: ignore[union-attr]
+
+    async def _request(self, payload: OutboundPayload) -> SendResult:
+        """One request in the slot :meth:`_ready` took, released once it is over."""
+        chat_id, is_group = self.slot  # type: ignore[misc]
+        self.slot = None
+        outage = self.outage
+        reached = True
+        try:
+            result = await self.outbox._kernel.outbound.send_payload(
+                self.account, self.route, payload)
+        except SendError as exc:
+            reached = not never_sent(exc)
+            if outage is not None:
+                if reached:
+                    outage.reached()  # an answer: the platform is there
+                else:
+                    outage.refused(exc, self.entry.id, probe=self.probe)
+                self.probe = False
+            raise
+        finally:
+            self.limiter.release(chat_id, is_group=is_group, reached=reached)
+        if outage is not None and outage.since is not None:
+            outage.reached()
+            self.probe = False
+        return result
+
+    async def _ready(self) -> None:
+        """Take the slot for the next request and make sure the entry is ``sending``,
+        committed, before it leaves: only now, after any wait for the slot, so a crash
+        while it waits leaves it ``pending`` (sent after the restart)."""
+        store = self.outbox._kernel.store
+        chat_id, is_group = self.route.chat_id, self.route.is_group
+        wait: float | None = None
+        while True:
+            if self.slot is None:
+                if not self.limiter.try_acquire(chat_id, is_group=is_group, hold=True):
+                    await self._unmark()  # it waits: nothing is out
+                    await self.limiter.acquire(chat_id, is_group=is_group, hold=True)
+                self.slot = (chat_id, is_group)
+            if self.marked:
+                break
+            try:
+                await store.outbox_mark(self.entry.id, "sending", durable=True)
+            except Exception as exc:
+                # Not committed (a full disk): nothing may leave unrecorded. Wait for
+                # the store, holding this session's line so its order is kept.
+                self._release_slot()
+                if wait is None:
+                    await self._check_row(exc)
+                    self.outbox._store_failing(exc)
+                    wait = STORE_RETRY_FIRST
+                else:
+                    wait = min(wait * 2, STORE_RETRY_MAX)
+                await anyio.sleep(wait)
+                continue
+            except BaseException:
+                self._release_slot()
+                raise
+            self.marked = True
+            if wait is not None:
+                self.outbox._store_works()
+            break
+
+    async def _check_row(self, error: Exception) -> None:
+        """After a failed commit: the entry's row must still be there (its insert may
+        have been in that commit, rolled back with the journal entries it answers,
+        which are then replayed on the next start)."""
+        rows = await self.outbox._kernel.store.outbox_reply(self.entry.reply_id)
+        if not any(row.id == self.entry.id for row in rows):
+            raise _RowLost(f"{Outbox._part(self.entry)}: its outbox entry was lost with a "
+                           f"failed commit ({error}); the messages it answers are replayed "
+                           "on the next start")
+
+    def _release_slot(self) -> None:
+        if self.slot is not None:
+            chat_id, is_group = self.slot
+            self.slot = None
+            self.limiter.release(chat_id, is_group=is_group, reached=False)
+
+    async def _unmark(self) -> None:
+        if self.marked:
+            self.marked = False
+            await self.outbox._kernel.store.outbox_mark(self.entry.id, "pending")
+
+    async def _wait_for_platform(self, outage: Outage) -> None:
+        """The platform cannot be reached: wait with the account's other senders (see
+        Outage) until it can, or this payload is the one to try, or it is too old."""
+        self._release_slot()
+        await self._unmark()
+        left = self.entry.created_at + self.policy.unreachable_max_age - time.time()
+        self.probe = await outage.turn(self.entry.id, time.monotonic() + left)
+        if not self.probe and outage.active:
+            raise self._too_old(outage.last_error)
+
+    async def hold(self, error: SendError) -> None:
+        """A request refused before it was sent (the retry policy's ``hold``): the
+        payload waits for the platform, ``pending``, unless it is too old by now."""
+        metrics = self.outbox._kernel.metrics
+        metrics.child(metrics.retries, self.account.channel_name, self.account.name).inc()
+        await self._unmark()
+        if time.time() - self.entry.created_at >= self.policy.unreachable_max_age:
+            raise self._too_old(error) from None
+
+    def _too_old(self, error: SendError | None) -> SendError:
+        age = format_delay(self.policy.unreachable_max_age)
+        detail = f" ({error})" if error is not None else ""
+        return SendError(f"not sent: the platform could not be reached for {age} after it "
+                         f"was queued{detail}")
+
+    def on_retry(self, retry: int, error: SendError, delay: float) -> Any:
+        kernel = self.outbox._kernel
+        metrics = kernel.metrics
+        account = self.account
+        metrics.child(metrics.retries, account.channel_name, account.name).inc()
+        if error.status == 429 or error.retry_after:
+            # The platform throttled us: hold this chat back for as long as it asked.
+            metrics.child(metrics.throttled, account.channel_name, account.name).inc()
+            self.limiter.penalize(delay, self.route.chat_id)
+        if self.marked:  # the platform refused it: nothing is out while it waits
+            return self._unmark()
+        return None
+
+    async def _follow(self, chat_id: str) -> None:
+        """The chat moved (a group became a supergroup): follow it, and remember it
+        for every later send to this session."""
+        kernel = self.outbox._kernel
+        log.info("%s: chat %s moved to %s", self.account.key, self.route.chat_id, chat_id)
+        self.route = dataclasses.replace(self.route, chat_id=chat_id)
+        if kernel.sessions.cached(self.entry.session_key) is not None:
+            await kernel.sessions.set_route(self.entry.session_key, self.route)

@@ -5,20 +5,35 @@ A channel declares its limits as ``RateLimit(count, per)`` by scope
 ``"chat"`` (one conversation) and ``"group"`` (a group conversation, on top of
 its chat limit). Each limit is read strictly: *at most ``count`` sends in any
 rolling window of ``per`` seconds*. That is a sliding log of the last
-``count`` send times, not a token bucket: a bucket of capacity N refilled at
-N/s lets 2N through in the first second (a full bucket, then the refill), and
+``count`` sends, not a token bucket: a bucket of capacity N refilled at N/s
+lets 2N through in the first second (a full bucket, then the refill), and
 platforms that count sends over a rolling second answer the second N with
 429s.
 
-The platform counts a send when it arrives, a varying network delay after
-the limiter counted it, so two sends exactly ``per`` apart here may land
-slightly less than ``per`` apart there. Every window is therefore widened by a
-small ``margin`` (:data:`DEFAULT_MARGIN`, configurable; 0 paces exactly on the
-limiter's own clock).
+The platform counts a send when the request arrives, which the sender cannot
+see: somewhere between the moment the request left and the moment its answer
+came back. So the outbound sender *holds* each send's slot (``hold=True``)
+from the moment the request leaves until its answer has arrived
+(:meth:`RateLimiter.release`), and the slot counts for ``per`` seconds after
+that. Then the limit holds whatever each trip takes: of any ``count + 1``
+sends the platform counted within ``per`` seconds, the one that left last
+left before it arrived, so before the window ended, and every other one had
+arrived after the window began, so answered after it, less than ``per``
+before the last one left: all ``count`` of them still held their slots then,
+and the limiter would not have let it go. (docs/outbound.md, "Rate limits",
+has the argument at length.) The price is one round trip per slot: at most
+``count`` sends per ``per`` plus a round trip.
+
+A send acquired without ``hold`` counts from the moment it was acquired, as
+if it arrived there at once; ``margin`` seconds (0 by default) widen every
+window, for callers that count that way.
 
 One :class:`RateLimiter` serves one account. The outbound sender calls
-:meth:`RateLimiter.acquire` before every send and :meth:`RateLimiter.penalize`
-when the platform still answers 429 with a ``retry_after``.
+:meth:`RateLimiter.acquire` (or :meth:`RateLimiter.try_acquire`) with
+``hold=True`` before every request and :meth:`RateLimiter.release` after it,
+:meth:`RateLimiter.penalize` when the platform still answers 429 with a
+``retry_after``, and :meth:`RateLimiter.restore` at start, with the sends the
+outbox recorded before a restart.
 """
 
 from __future__ import annotations
@@ -28,7 +43,7 @@ import math
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import anyio
@@ -40,11 +55,10 @@ __all__ = ["DEFAULT_MARGIN", "SCOPES", "RateLimiter", "SlidingWindow", "parse_ma
 
 #: The scopes a limit can apply to.
 SCOPES = ("account", "chat", "group")
-#: Seconds added to every window by default: more than the jitter of one send's
-#: trip to the platform, measured in ms, and only 2% of a 1 s window. Without
-#: it a send paced to the microsecond is refused whenever the one ``count``
-#: sends earlier had a slower trip (the benchmark shows it on a loaded host).
-DEFAULT_MARGIN = 0.02
+#: Seconds added to every window by default: none. A held send counts until its
+#: answer arrived, which covers its trip whatever it took (see the module's
+#: docstring); a margin only widens windows, at a cost in throughput.
+DEFAULT_MARGIN = 0.0
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[Any]]
@@ -75,44 +89,81 @@ def _check_limit(limit: RateLimit, scope: str = "rate") -> RateLimit:
 
 
 class SlidingWindow:
-    """The send times that still count against one limit (the last ``count`` of them).
+    """The sends that still count against one limit.
 
-    A new send at ``now`` is allowed when fewer than ``count`` sends happened in
-    ``(now - span, now]``, where ``span`` is ``per + margin``; since only the
-    last ``count`` times can matter, the log is a deque of at most ``count``
-    entries. Windows are half-open: a send exactly ``span`` seconds after the
-    oldest one is allowed.
+    A send counts while it is held (:meth:`take` until :meth:`release`: the
+    request is out and its answer not back) and for ``span`` seconds after it
+    ended (``span`` is ``per + margin``); :meth:`record` counts one that ended
+    at once. A new send at ``now`` is allowed when fewer than ``count`` sends
+    still count. The ends are kept in the order they happened, and only the
+    last ``count`` of them can matter, so the log is a deque of at most
+    ``count`` times, plus the number held. Windows are half-open: a send
+    exactly ``span`` seconds after an end is allowed.
     """
 
-    __slots__ = ("limit", "span", "_times")
+    __slots__ = ("limit", "span", "_times", "held")
 
     def __init__(self, limit: RateLimit, margin: float = 0.0) -> None:
         self.limit = _check_limit(limit)
         #: The window actually enforced: ``per`` plus the safety margin.
         self.span = limit.per + _check_margin(margin)
         self._times: deque[float] = deque(maxlen=limit.count)
+        #: Sends taken and not released yet: they count until they are.
+        self.held = 0
 
     def delay(self, now: float) -> float:
-        """Seconds until a send is allowed: 0 when a slot is free at ``now``."""
-        if len(self._times) < self.limit.count:
+        """Seconds until a send is allowed: 0 when a slot is free at ``now``, inf when
+        every slot is held (only a :meth:`release` can free one)."""
+        times = self._times
+        # How many of the ended sends must leave the window first (the oldest ones).
+        excess = self.held + len(times) - self.limit.count
+        if excess < 0:
             return 0.0
-        # The oldest of the last ``count`` sends must leave the window first.
-        wait = self._times[0] + self.span - now
+        if excess >= len(times):
+            return math.inf
+        wait = times[excess] + self.span - now
         return wait if wait > 0 else 0.0
 
     def record(self, now: float) -> None:
-        """Count a send at ``now`` (the deque's maxlen forgets what no longer matters)."""
+        """Count a send that ended at ``now`` (the deque forgets what no longer matters).
+
+        The ends are appended as they happen, so the deque stays in time order;
+        one that is pushed out was in the window no longer (fewer than ``count``
+        sends count when one is allowed)."""
         self._times.append(now)
 
+    def take(self) -> None:
+        """Count a send that is going out now, until :meth:`release`."""
+        self.held += 1
+
+    def release(self, now: float, reached: bool = True) -> None:
+        """End a send taken with :meth:`take`: its answer arrived at ``now``. With
+        ``reached=False`` (the request never left: a refused connection) it
+        stops counting at once."""
+        if self.held:
+            self.held -= 1
+            if reached:
+                self._times.append(now)
+
+    def restore(self, ends: Iterable[float]) -> None:
+        """Count sends that ended at ``ends`` (times on this window's clock, in any order)."""
+        merged = sorted([*self._times, *ends])
+        self._times = deque(merged[-self.limit.count:], maxlen=self.limit.count)
+
     def idle_at(self) -> float:
-        """When this window stops mattering: ``span`` after its newest send (-inf if empty)."""
+        """When this window stops mattering: ``span`` after its newest end (-inf if
+        empty; inf while a send is held)."""
+        if self.held:
+            return math.inf
         return self._times[-1] + self.span if self._times else -math.inf
 
     def __len__(self) -> int:
-        return len(self._times)
+        """The sends it remembers: the held ones and the last ``count`` ends."""
+        return len(self._times) + self.held
 
     def __repr__(self) -> str:
-        return f"SlidingWindow({self.limit.count}/{self.span}s, {len(self._times)} recent)"
+        return (f"SlidingWindow({self.limit.count}/{self.span}s, {len(self._times)} recent, "
+                f"{self.held} held)")
 
 
 class _ChatState:
@@ -130,6 +181,11 @@ class _ChatState:
         self.lock: anyio.Lock | None = None
         self.users = 0  # acquires in flight: a state in use is never pruned
         self.scheduled = False  # whether it has its (one) entry in the prune heap
+
+    def holding(self) -> bool:
+        """Whether a send to this chat is held (its state must stay until released)."""
+        return bool((self.window is not None and self.window.held)
+                    or (self.group is not None and self.group.held))
 
     def idle_at(self) -> float:
         idle = self.blocked_until
@@ -153,8 +209,9 @@ class RateLimiter:
     waits for its chat (and group) slot holding only that chat's lock, then
     queues for the account slot. The account queue is first come, first
     served, so no chat starves. Per-chat state is dropped once its windows
-    and any 429 block have expired, so memory follows the chats sent to in
-    the last ``per`` seconds (the longest one), not every chat ever seen.
+    and any 429 block have expired and nothing to it is held, so memory
+    follows the chats sent to in the last ``per`` seconds (the longest one),
+    not every chat ever seen.
     """
 
     def __init__(self, rates: Mapping[str, RateLimit] | None = None, *,
@@ -188,6 +245,8 @@ class RateLimiter:
         # entry per idle state, so pruning only looks at states that may have
         # expired, and the heap is never larger than the chats tracked.
         self._expiries: list[tuple[float, str]] = []
+        # Set by the next release, for senders that found every slot held.
+        self._released: anyio.Event | None = None
 
     @classmethod
     def from_limits(cls, rates: Mapping[str, RateLimit] | ChannelLimits,
@@ -218,18 +277,30 @@ class RateLimiter:
                 merged[scope] = limit
         return cls(merged, margin=margin, clock=clock, sleep=sleep)
 
+    @property
+    def longest_window(self) -> float:
+        """The longest window in force, margin included (0 without limits): how far
+        back a send can still matter."""
+        if not self.rates:
+            return 0.0
+        return max(limit.per for limit in self.rates.values()) + self.margin
+
     # -- sending -------------------------------------------------------------------------
 
-    async def acquire(self, chat_id: str, *, is_group: bool = False) -> float:
+    async def acquire(self, chat_id: str, *, is_group: bool = False,
+                      hold: bool = False) -> float:
         """Wait until a send to ``chat_id`` is allowed, and count it; returns the seconds waited.
 
         The send is allowed when the account window, the chat's window and,
         for a group chat, the group window all have a free slot, and no 429
-        block (:meth:`penalize`) is in force. It is recorded in all of them at
+        block (:meth:`penalize`) is in force. It is counted in all of them at
         once, right after the last check. Call it immediately before the send.
+        ``hold=True``: the send counts until :meth:`release` (call it once the
+        answer arrived, with the same ``chat_id`` and ``is_group``), then for a
+        window after that; otherwise it counts for a window from now.
         """
         start = self._clock()
-        if self.try_acquire(chat_id, is_group=is_group):
+        if self.try_acquire(chat_id, is_group=is_group, hold=hold):
             # The common case: nobody queued and every slot free. Nothing to wait
             # for, so no lock either.
             return 0.0
@@ -243,7 +314,7 @@ class RateLimiter:
                     # The chat's own slot first, without the account lock: a slow
                     # chat waits here while other chats keep sending.
                     while (wait := self._chat_delay(state, is_group, self._clock())) > 0:
-                        await self._sleep(wait)
+                        await self._pause(wait)
                     async with self._account_lock:
                         while True:
                             now = self._clock()
@@ -255,21 +326,22 @@ class RateLimiter:
                             if wait <= 0:
                                 # No await between the checks above and these
                                 # records: no other sender can take the slot.
-                                self._record(state, is_group, now)
+                                self._record(state, is_group, now, hold)
                                 return now - start
-                            await self._sleep(wait)
+                            await self._pause(wait)
         finally:
             state.users -= 1
             if state.users == 0:
                 self._schedule(chat_id, state)
             self.prune()
 
-    def try_acquire(self, chat_id: str, *, is_group: bool = False) -> bool:
+    def try_acquire(self, chat_id: str, *, is_group: bool = False, hold: bool = False) -> bool:
         """Count a send to ``chat_id`` if it is allowed right now, without waiting.
 
         True when nobody is queued for the chat or the account and every slot
-        is free (the send is recorded, as :meth:`acquire` does); False, with
-        nothing recorded, when :meth:`acquire` would have to wait.
+        is free (the send is counted, as :meth:`acquire` does, ``hold``
+        included); False, with nothing counted, when :meth:`acquire` would
+        have to wait.
         """
         now = self._clock()
         if self._unlimited and chat_id not in self._chats and \
@@ -278,13 +350,39 @@ class RateLimiter:
         state = self._state(chat_id, is_group)
         if self._free(state, is_group, now):
             # No await between the checks and the records: nobody can take the slot.
-            self._record(state, is_group, now)
+            self._record(state, is_group, now, hold)
             self._schedule(chat_id, state)
             self.prune()
             return True
         if not state.users:
             self._schedule(chat_id, state)  # a state made here is pruned in its time
         return False
+
+    def release(self, chat_id: str, *, is_group: bool = False, reached: bool = True) -> None:
+        """End a send acquired with ``hold=True``: its answer (or its failure) is in.
+
+        It goes on counting for a window from now, unless ``reached=False``
+        says the request never left (the connection was refused before it was
+        written): then it stops counting at once. Pass the ``chat_id`` and
+        ``is_group`` it was acquired with.
+        """
+        if self._unlimited:
+            return  # nothing was counted
+        now = self._clock()
+        if self._account is not None:
+            self._account.release(now, reached)
+        state = self._chats.get(chat_id)
+        if state is not None:
+            if state.window is not None:
+                state.window.release(now, reached)
+            if is_group and state.group is not None:
+                state.group.release(now, reached)
+            if not state.users and not state.scheduled:
+                self._schedule(chat_id, state)
+        released = self._released
+        if released is not None:
+            self._released = None
+            released.set()
 
     def is_free(self, chat_id: str, *, is_group: bool = False) -> bool:
         """Whether :meth:`try_acquire` would succeed right now (nothing is recorded)."""
@@ -318,8 +416,43 @@ class RateLimiter:
         if state.users == 0:
             self._schedule(chat_id, state)
 
+    def restore(self, sends: Iterable[tuple[float, str, bool]]) -> None:
+        """Count sends made before this limiter existed (by the gateway before a restart).
+
+        ``sends`` are ``(seconds_ago, chat_id, is_group)``: how long ago each
+        one ended (its answer arrived), to which chat. Those that can still
+        matter count as if this limiter had seen them, so a restart paces as the
+        running gateway would have.
+        """
+        now = self._clock()
+        horizon = self.longest_window
+        account: list[float] = []
+        chats: dict[str, tuple[list[float], list[float]]] = {}
+        for ago, chat_id, is_group in sends:
+            if self._unlimited or ago >= horizon:
+                continue
+            end = now - max(ago, 0.0)
+            account.append(end)
+            ends, group_ends = chats.setdefault(chat_id, ([], []))
+            ends.append(end)
+            if is_group:
+                group_ends.append(end)
+        if self._account is not None and account:
+            self._account.restore(account)
+        for chat_id, (ends, group_ends) in chats.items():
+            if self._chat_limit is None and not (group_ends and self._group_limit):
+                continue  # nothing per chat to count
+            state = self._state(chat_id, bool(group_ends))
+            if state.window is not None:
+                state.window.restore(ends)
+            if state.group is not None and group_ends:
+                state.group.restore(group_ends)
+            if not state.users:
+                self._schedule(chat_id, state)
+
     def delay(self, chat_id: str, *, is_group: bool = False) -> float:
-        """Seconds a send to ``chat_id`` would wait now if nobody else were queued."""
+        """Seconds a send to ``chat_id`` would wait now if nobody else were queued
+        (inf while every slot it needs is held by a send in flight)."""
         now = self._clock()
         account = self._account_delay(now)
         state = self._chats.get(chat_id)
@@ -342,8 +475,9 @@ class RateLimiter:
         while expiries and expiries[0][0] <= now:
             _, chat_id = heapq.heappop(expiries)
             state = chats[chat_id]  # only a pop here removes a state: it is there
-            if state.users:
-                state.scheduled = False  # the last acquire to finish schedules it again
+            if state.users or state.holding():
+                # The last acquire to finish, or the last release, schedules it again.
+                state.scheduled = False
                 continue
             idle = state.idle_at()
             if idle <= now:
@@ -376,18 +510,30 @@ class RateLimiter:
                 and self._account_delay(now) <= 0)
 
     def _schedule(self, chat_id: str, state: _ChatState) -> None:
-        """Give an idle state its entry in the prune heap, unless it has one."""
-        if not state.scheduled:
+        """Give an idle state its entry in the prune heap, unless it has one (a state
+        with a send held gets it when the send is released)."""
+        if not state.scheduled and not state.holding():
             state.scheduled = True
             heapq.heappush(self._expiries, (state.idle_at(), chat_id))
 
-    def _record(self, state: _ChatState, is_group: bool, now: float) -> None:
-        if self._account is not None:
-            self._account.record(now)
-        if state.window is not None:
-            state.window.record(now)
-        if is_group and state.group is not None:
-            state.group.record(now)
+    def _record(self, state: _ChatState, is_group: bool, now: float, hold: bool) -> None:
+        group = state.group if is_group else None
+        for window in (self._account, state.window, group):
+            if window is not None:
+                if hold:
+                    window.take()
+                else:
+                    window.record(now)
+
+    async def _pause(self, wait: float) -> None:
+        """Wait ``wait`` seconds; an infinite wait lasts until the next release."""
+        if wait < math.inf:
+            await self._sleep(wait)
+            return
+        released = self._released
+        if released is None:
+            released = self._released = anyio.Event()
+        await released.wait()
 
     def _account_delay(self, now: float) -> float:
         wait = self._account_blocked_until - now

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from chatkernel.core.models import InboundMessage, OutboundPayload, Route
 
@@ -79,6 +79,17 @@ class OutboxEntry:
     status: str
     error: str | None
     created_at: float
+
+
+class RecentSend(NamedTuple):
+    """An outbox entry that was attempted: where it went, and when its status last
+    changed (a Unix time; for ``sent``, once its answer was in)."""
+
+    channel: str
+    account: str
+    route: Route
+    status: str
+    at: float
 
 
 @dataclass(slots=True)
@@ -190,9 +201,10 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def outbox_add(self, entries: list[OutboxEntry], *,
                          finish_journal: list[int] = ()) -> list[int]:
-        """Queue payloads (ids are assigned) and, in the same transaction, mark the
-        journal entries ``finish_journal`` done: once a reply is queued, a restart
-        sends it rather than running the turn again (which would answer twice)."""
+        """Queue payloads (their ``id`` and ``created_at`` are set) and, in the same
+        transaction, mark the journal entries ``finish_journal`` done: once a reply is
+        queued, a restart sends it rather than running the turn again (which would
+        answer twice)."""
 
     @abc.abstractmethod
     async def outbox_mark(self, entry_id: int, status: str, error: str | None = None, *,
@@ -211,6 +223,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def outbox_unfinished(self) -> list[OutboxEntry]:
         """``pending`` and ``sending`` entries, oldest first."""
+
+    async def outbox_recent_sends(self, since: float, *,
+                                  queued_since: float) -> list[RecentSend]:
+        """Entries whose status is not ``pending`` and changed at or after ``since``,
+        queued at or after ``queued_since`` (Unix times), oldest change first: the
+        sends the rate limiters count again after a restart. A backend that cannot
+        tell returns ``[]`` (the default)."""
+        return []
 
     # -- platform cursors --------------------------------------------------------------
 

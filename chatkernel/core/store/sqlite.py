@@ -73,6 +73,7 @@ from chatkernel.core.store.base import (
     LogEntry,
     LogRow,
     OutboxEntry,
+    RecentSend,
     SessionRecord,
     Store,
     TranscriptEntry,
@@ -461,6 +462,20 @@ class SQLiteStore(Store):
         self._sending_marks: set[int] = set()
         self._sent_marks: set[int] = set()
         self._done_marks: set[int] = set()
+        # `sent` marks written in the open transaction: a failed commit puts them back
+        # (see _commit).
+        self._sent_uncommitted: set[int] = set()
+        # Outbox rows inserted in the open transaction, and those a failed commit lost:
+        # a durable mark of a lost row raises rather than let its payload go out
+        # unrecorded.
+        self._outbox_inserted: list[int] = []
+        self._outbox_lost: set[int] = set()
+        # A rolled-back insert also rolls back its id's AUTOINCREMENT high-water mark,
+        # and the next insert would get that id again: after a failed commit the mark
+        # is put back to the highest id ever handed out (see _reserve_outbox_ids).
+        self._outbox_highest = 0
+        self._outbox_resequence = False  # the mark must be put back
+        self._outbox_resequenced = False  # ...and is, in the open transaction
         # Background WAL checkpoints (see CHECKPOINT_INTERVAL): their own connection,
         # used only by the one checkpoint running at a time.
         self._checkpointer: sqlite3.Connection | None = None
@@ -734,6 +749,7 @@ class SQLiteStore(Store):
         if not sending and not sent and not done:
             return
         self._sending_marks, self._sent_marks, self._done_marks = set(), set(), set()
+        self._sent_uncommitted |= sent
         db = self._db
         if not db.in_transaction:
             db.execute("BEGIN")
@@ -819,6 +835,20 @@ class SQLiteStore(Store):
             with contextlib.suppress(sqlite3.Error):
                 conn.execute("ROLLBACK")  # type: ignore[union-attr]
             error = StoreError(f"{self.path}: commit failed: {exc}")
+            # A `sent` mark is for a row committed `sending` before its request left:
+            # it goes with the next commit (lost, the row would read "delivery
+            # unknown" after a restart). Every other write of the transaction is gone.
+            self._sent_marks |= self._sent_uncommitted
+            if self._outbox_inserted:
+                self._outbox_lost.update(self._outbox_inserted)
+                self._outbox_highest = max(self._outbox_highest, *self._outbox_inserted)
+                self._outbox_resequence = True
+        else:
+            if self._outbox_resequenced:
+                self._outbox_resequence = False
+        self._outbox_resequenced = False
+        self._sent_uncommitted = set()
+        self._outbox_inserted = []
         if self.on_commit is not None and (scheduled or error is not None):
             try:
                 self.on_commit(error)
@@ -897,6 +927,8 @@ class SQLiteStore(Store):
                          finish_journal: list[int] | tuple[int, ...] = ()) -> list[int]:
         now = time.time()
         ids = []
+        if self._outbox_resequence and not self._outbox_resequenced:
+            self._reserve_outbox_ids()
         for entry in entries:
             cursor = self._write(
                 "INSERT INTO outbox (reply_id, session_key, session_id, channel, account, route,"
@@ -906,7 +938,9 @@ class SQLiteStore(Store):
                  entry.account, encode_route(entry.route), encode_payload(entry.payload),
                  entry.status, entry.error, now, now))
             entry.id = cursor.lastrowid  # type: ignore[assignment]
+            entry.created_at = now
             ids.append(entry.id)
+        self._outbox_inserted += ids
         for seq in finish_journal:  # no await since the inserts: one transaction
             self._mark(self._done_marks, seq)
         return ids
@@ -919,11 +953,16 @@ class SQLiteStore(Store):
         # The latest status of a row wins over a coalesced one not written yet.
         self._sending_marks.discard(entry_id)
         self._sent_marks.discard(entry_id)
+        self._sent_uncommitted.discard(entry_id)
+        if durable and entry_id in self._outbox_lost:
+            raise self._lost(entry_id)
         if status in ("sending", "sent") and error is None:
             self._mark(self._sending_marks if status == "sending" else self._sent_marks,
                        entry_id)
             if durable:
                 await self._committed()
+                if entry_id in self._outbox_lost:  # its insert was in that commit
+                    raise self._lost(entry_id)
             return
         cursor = self._write("UPDATE outbox SET status = ?, error = ?, updated_at = ?"
                              " WHERE id = ?", (status, error, time.time(), entry_id))
@@ -931,6 +970,19 @@ class SQLiteStore(Store):
             raise KeyError(f"no outbox entry with id {entry_id}")
         if durable:
             await self._committed()
+
+    def _reserve_outbox_ids(self) -> None:
+        """Never hand out an outbox id twice: after a failed commit, the in-memory
+        entries of the lost rows still carry their ids."""
+        highest = self._outbox_highest
+        cursor = self._write("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'outbox'",
+                             (highest,))
+        if cursor.rowcount == 0:  # no row committed yet: no mark either
+            self._write("INSERT INTO sqlite_sequence (name, seq) VALUES ('outbox', ?)", (highest,))
+        self._outbox_resequenced = True
+
+    def _lost(self, entry_id: int) -> StoreError:
+        return StoreError(f"{self.path}: outbox entry {entry_id} was lost with a failed commit")
 
     _OUTBOX_COLUMNS = ("id, reply_id, session_key, session_id, channel, account, route, payload,"
                        " status, error, created_at")
@@ -953,6 +1005,36 @@ class SQLiteStore(Store):
         rows = self._run(f"SELECT {self._OUTBOX_COLUMNS} FROM outbox"
                          " WHERE status IN ('pending', 'sending') ORDER BY id").fetchall()
         return self._outbox_entries(rows)
+
+    async def outbox_recent_sends(self, since: float, *,
+                                  queued_since: float) -> list[RecentSend]:
+        self._write_marks()
+        # Ids grow with created_at: skip the rows queued before `queued_since` by id
+        # (a binary search of rowid seeks) rather than read the whole table.
+        first = self._first_outbox_id(queued_since)
+        rows = self._run(
+            "SELECT channel, account, route, status, updated_at FROM outbox"
+            " WHERE id >= ? AND updated_at >= ? AND status != 'pending'"
+            " ORDER BY updated_at", (first, since)).fetchall()
+        return [RecentSend(channel, account, decode_route(route), status, at)
+                for channel, account, route, status, at in rows]
+
+    def _first_outbox_id(self, created: float) -> int:
+        """The smallest id from which every outbox row was created at ``created`` or
+        later (ids and creation times grow together)."""
+        low, high = self._run("SELECT min(id), max(id) FROM outbox").fetchone()
+        if low is None:
+            return 0
+        high += 1  # past the last row: nothing left to read
+        while low < high:
+            middle = (low + high) // 2
+            row = self._run("SELECT created_at FROM outbox WHERE id >= ? ORDER BY id LIMIT 1",
+                            (middle,)).fetchone()
+            if row is None or row[0] >= created:
+                high = middle
+            else:
+                low = middle + 1
+        return low
 
     @staticmethod
     def _outbox_entries(rows: list[tuple[Any, ...]]) -> list[OutboxEntry]:

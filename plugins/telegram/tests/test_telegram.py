@@ -280,7 +280,10 @@ async def test_the_token_never_appears_in_errors_or_logs(tmp_path, caplog):
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         closed_port = sock.getsockname()[1]
-    async with telegram(tmp_path, run=False) as (api, h, channel, agent):
+    # A refused connection fails the send at once here (the gateway would wait it out).
+    retry = {"attempts": 3, "base_delay_ms": 10, "jitter": 0, "unreachable_max_age": "0"}
+    async with telegram(tmp_path, run=False, channel={"retry": retry}) as (api, h, channel,
+                                                                         agent):
         channel.api = BotAPI(TOKEN, f"http://127.0.0.1:{closed_port}")
         result = await _probe(h)
         assert not result.ok and TOKEN not in result.detail

@@ -1,0 +1,172 @@
+"""An HTTP proxy on 127.0.0.1 in front of a fake platform, for network faults.
+
+:class:`FaultProxy` forwards every request to its target and answers with the
+target's answer, one request per connection (``Connection: close``, so a
+client never holds an idle connection that a stop would cut). Two faults:
+
+- **an outage**: :meth:`FaultProxy.stop` closes the listening socket, so new
+  connections are refused (the client fails before its request is written),
+  while requests already accepted are answered; :meth:`FaultProxy.start`
+  listens again on the same port. Connections the kernel had completed but
+  not handed over yet are accepted before the socket closes: a stop never
+  cuts a request that was already written.
+- **jitter**: ``there`` and ``back`` (functions returning seconds) delay each
+  request on its way to the target and its answer on the way back, as a real
+  network's varying trips do. A platform counts a request when it arrives, so
+  jitter moves the moments it counts away from the moments the client sent.
+  ``keep_alive=True`` serves many requests per connection (for jitter alone).
+
+Requests must carry a ``Content-Length`` body (what aiohttp's client sends for
+JSON and form bodies); ``Transfer-Encoding: chunked`` is answered 501.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import anyio
+
+#: Request headers not passed on: the proxy's own connection handling.
+_HOP_HEADERS = frozenset({"host", "connection", "content-length", "keep-alive",
+                          "transfer-encoding", "proxy-connection"})
+#: Answer headers not passed on: those, and the encoding the client undid reading it.
+_ANSWER_DROPPED = _HOP_HEADERS | {"content-encoding"}
+
+
+class FaultProxy:
+    """``async with FaultProxy(platform.url) as proxy:`` — give clients ``proxy.url``."""
+
+    def __init__(self, target: str, *, there: Callable[[], float] | None = None,
+                 back: Callable[[], float] | None = None, keep_alive: bool = False) -> None:
+        self.target = target.rstrip("/")
+        self.there = there
+        self.back = back
+        #: Serve several requests per connection (for jitter alone: a stop does not
+        #: close connections that are kept alive).
+        self.keep_alive = keep_alive
+        self.port = 0
+        #: Requests forwarded and answered.
+        self.forwarded = 0
+        self._sock: socket.socket | None = None
+        self._http: aiohttp.ClientSession | None = None
+        self._tg: Any = None
+        self._stack: contextlib.AsyncExitStack | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def listening(self) -> bool:
+        return self._sock is not None
+
+    async def __aenter__(self) -> "FaultProxy":
+        stack = contextlib.AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            self._http = aiohttp.ClientSession()
+            stack.push_async_callback(self._http.close)
+            self._tg = await stack.enter_async_context(anyio.create_task_group())
+            stack.callback(self._tg.cancel_scope.cancel)
+            stack.callback(self.stop)
+            self.start()
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    def start(self) -> None:
+        """Listen (again) on the proxy's port (a free one the first time)."""
+        if self._sock is not None:
+            return
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", self.port))
+        sock.listen(128)
+        sock.setblocking(False)
+        self.port = sock.getsockname()[1]
+        self._sock = sock
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._accept)
+
+    def stop(self) -> None:
+        """Stop listening: connections are refused until :meth:`start`. Requests
+        already accepted are still answered."""
+        sock, self._sock = self._sock, None
+        if sock is None:
+            return
+        asyncio.get_running_loop().remove_reader(sock.fileno())
+        self._accept(sock)  # what the kernel completed already is served, not reset
+        sock.close()
+
+    def _accept(self, sock: socket.socket | None = None) -> None:
+        sock = sock or self._sock
+        while sock is not None:
+            try:
+                conn, _ = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            conn.setblocking(False)
+            self._tg.start_soon(self._serve, conn)
+
+    async def _serve(self, conn: socket.socket) -> None:
+        reader, writer = await asyncio.open_connection(sock=conn)
+        try:
+            while True:
+                status, reason, headers, body = await self._forward(reader)
+                if self.back is not None:
+                    await anyio.sleep(self.back())
+                head = [f"HTTP/1.1 {status} {reason}", f"Content-Length: {len(body)}",
+                        f"Connection: {'keep-alive' if self.keep_alive else 'close'}"]
+                head += [f"{name}: {value}" for name, value in headers]
+                writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body)
+                await writer.drain()
+                if not self.keep_alive:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went away
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _forward(self, reader: asyncio.StreamReader
+                       ) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
+        request_line, *lines = head.split("\r\n")
+        method, path, _ = request_line.split(" ", 2)
+        headers = [tuple(part.strip() for part in line.split(":", 1))
+                   for line in lines if ":" in line]
+        names = {name.lower(): value for name, value in headers}
+        if "chunked" in names.get("transfer-encoding", "").lower():
+            return 501, "Not Implemented", [], b"chunked request bodies are not supported"
+        body = await reader.readexactly(int(names.get("content-length", "0")))
+        if self.there is not None:
+            await anyio.sleep(self.there())
+        try:
+            return await self._ask(method, path, headers, body)
+        except aiohttp.ClientError as exc:  # the target itself is gone
+            return 502, "Bad Gateway", [], f"the proxy's target failed: {exc!r}".encode()
+
+    async def _ask(self, method: str, path: str, headers: list[tuple[str, ...]],
+                   body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        assert self._http is not None
+        async with self._http.request(
+                method, self.target + path, data=body,
+                headers={name: value for name, value in headers
+                         if name.lower() not in _HOP_HEADERS}) as response:
+            answer = await response.read()
+            kept = [(name, value) for name, value in response.headers.items()
+                    if name.lower() not in _ANSWER_DROPPED]
+            self.forwarded += 1
+            return response.status, response.reason or "", kept, answer

@@ -1,0 +1,135 @@
+"""The retry policy: its settings, what counts as never sent, holds, and the outage gate."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import anyio
+import pytest
+
+from chatkernel import SendError
+from chatkernel.core.retry import (
+    UNREACHABLE_MAX_AGE,
+    Outage,
+    RetryPolicy,
+    never_sent,
+    with_retries,
+)
+
+pytestmark = pytest.mark.anyio
+
+REFUSED = SendError("cannot connect", retryable=True)
+
+
+def test_unreachable_max_age_is_an_interval_a_day_by_default() -> None:
+    assert RetryPolicy.from_config(None).unreachable_max_age == UNREACHABLE_MAX_AGE == 86400
+    assert RetryPolicy.from_config({"unreachable_max_age": "90m"}).unreachable_max_age == 5400
+    assert RetryPolicy.from_config({"unreachable_max_age": "0"}).unreachable_max_age == 0
+    for bad in ("soon", 30, "-1h"):
+        with pytest.raises(ValueError, match="retry.unreachable_max_age"):
+            RetryPolicy.from_config({"unreachable_max_age": bad})
+
+
+def test_a_long_backoff_is_capped_not_overflowed() -> None:
+    policy = RetryPolicy(base_delay=0.4, max_delay=30.0, jitter=0.0)
+    assert policy.delay(3000) == 30.0  # a day of probes every 30 s
+
+
+def test_never_sent_is_a_retryable_error_without_an_answer() -> None:
+    assert never_sent(REFUSED)
+    assert not never_sent(SendError("Service Unavailable", retryable=True, status=503))
+    assert not never_sent(SendError("Too Many Requests", retryable=True, retry_after=1.0))
+    assert not never_sent(SendError("timeout", retryable=True, delivery_unknown=True))
+    assert not never_sent(SendError("Bad Request", status=400))
+    assert not never_sent(OSError("not a SendError"))
+    flagged = SendError("proxy said 503, nothing forwarded", retryable=True, status=503)
+    flagged.not_sent = True  # a channel that knows says so
+    assert never_sent(flagged)
+
+
+async def test_a_hold_takes_over_refusals_without_using_up_attempts() -> None:
+    errors = [REFUSED, REFUSED, REFUSED]
+    held: list[SendError] = []
+
+    async def request() -> str:
+        if errors:
+            raise errors.pop(0)
+        return "sent"
+
+    async def hold(error: SendError) -> None:
+        held.append(error)
+
+    assert await with_retries(request, RetryPolicy(attempts=1), hold=hold) == "sent"
+    assert held == [REFUSED] * 3
+
+
+async def test_an_awaitable_from_on_retry_is_awaited_before_the_wait() -> None:
+    order: list[str] = []
+    errors = [SendError("Bad Gateway", retryable=True, status=502)]
+
+    async def request() -> str:
+        if errors:
+            raise errors.pop(0)
+        order.append("request")
+        return "sent"
+
+    async def note() -> None:
+        order.append("noted")
+
+    async def sleep(seconds: float) -> None:
+        order.append("wait")
+
+    await with_retries(request, RetryPolicy(attempts=2, jitter=0), sleep=sleep,
+                       on_retry=lambda retry, error, delay: note())
+    assert order == ["noted", "wait", "request"]
+
+
+async def test_an_outage_lets_one_probe_at_a_time_and_ends_for_everyone(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="chatkernel.retry")
+    outage = Outage("x:main", RetryPolicy(base_delay=0.01, max_delay=0.05, jitter=0))
+    assert await outage.turn("a") is False  # reachable: nothing to wait for
+    outage.refused(REFUSED, "a", probe=False)
+    assert outage.active
+    turns: list[tuple[str, bool]] = []
+
+    async def waiter(key: str) -> None:
+        turns.append((key, await outage.turn(key, time.monotonic() + 30)))
+
+    async def until(count: int) -> None:
+        with anyio.fail_after(5):
+            while len(turns) < count:
+                await anyio.sleep(0.005)
+
+    async with anyio.create_task_group() as tg:
+        for key in "abc":
+            tg.start_soon(waiter, key)
+        await until(1)
+        first, probing = turns[0]
+        assert probing  # one of them tries, after the backoff...
+        await anyio.sleep(0.2)  # ...four backoffs: still the only one while it is out
+        assert len(turns) == 1
+        outage.refused(REFUSED, first, probe=True)  # refused again: the next one tries
+        await until(2)
+        assert turns[1][1] is True and turns[1][0] != first
+        outage.reached()  # it got through: everyone goes
+        await until(3)
+    assert [probing for _, probing in turns] == [True, True, False]
+    assert not outage.active
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines  # as it began and as it ended, however many waited
+    assert "x:main: the platform cannot be reached" in lines[0] and "50ms" in lines[0]
+    assert "2 request(s) refused, 3 payload(s) waited" in lines[1]
+
+
+async def test_a_waiter_gives_up_at_its_deadline_with_the_outage_still_on() -> None:
+    outage = Outage("x:main", RetryPolicy(base_delay=60, jitter=0))
+    outage.refused(REFUSED, "a", probe=False)
+    assert await outage.turn("a", time.monotonic() + 0.02) is False
+    assert outage.active and outage.last_error is REFUSED
+    # A probe that is cancelled hands the turn on.
+    outage = Outage("x:main", RetryPolicy(base_delay=0, jitter=0))
+    outage.refused(REFUSED, "a", probe=False)
+    assert await outage.turn("a", time.monotonic() + 5) is True
+    outage.abandon()
+    assert await outage.turn("b", time.monotonic() + 5) is True
