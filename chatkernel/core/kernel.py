@@ -22,6 +22,7 @@ from chatkernel.core import config as cfg
 from chatkernel.core.agents import Agent, collect_agents
 from chatkernel.core.channel import Channel, collect_channels
 from chatkernel.core.commands import collect_commands
+from chatkernel.core.delivery import DeliveryStatuses
 from chatkernel.core.health import Health
 from chatkernel.core.heartbeat import Clock as HeartbeatClock
 from chatkernel.core.heartbeat import HeartbeatScheduler
@@ -77,6 +78,8 @@ class Kernel:
         self.agent: Agent | None = None
         self.outbound = Outbound(self)
         self.outbox = Outbox(self)
+        #: Statuses channels report for messages already sent (core/delivery.py).
+        self.deliveries = DeliveryStatuses(self)
         self.send_policy = SendPolicy.from_config(self.config.send_policy)
         self.inbound = Inbound(self)
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
@@ -153,6 +156,8 @@ class Kernel:
         for account in self.accounts.values():
             if account.channel is not None:
                 account.channel.store = store
+                account.channel.delivery_reporter = functools.partial(
+                    self.deliveries.report, account)
                 stack.push_async_callback(account.channel.aclose)
 
         stack.callback(self._close_queue)  # runs after the task group ended: no worker left

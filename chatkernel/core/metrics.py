@@ -26,6 +26,10 @@ class Metrics:
                                     registry=self.registry)
         self.send_failures = Counter("chatkernel_send_failures", "Payloads that failed to send",
                                      labels, registry=self.registry)
+        self.delivery_statuses = Counter(
+            "chatkernel_delivery_statuses", "Delivery statuses the platform reported for sent"
+            " messages (sent, delivered, read, failed)", (*labels, "status"),
+            registry=self.registry)
         self.retries = Counter("chatkernel_send_retries", "Send requests repeated", labels,
                                registry=self.registry)
         self.throttled = Counter("chatkernel_throttled", "429 answers from a platform", labels,

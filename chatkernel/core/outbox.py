@@ -238,12 +238,15 @@ class Outbox:
                 limiter.penalize(delay, route.chat_id)
 
         try:
-            await with_retries(attempt, policy, on_retry=on_retry)
+            result = await with_retries(attempt, policy, on_retry=on_retry)
         except Exception as exc:
             await self._fail(entry, account, exc)
             return
         await store.outbox_mark(entry.id, "sent")
         account.last_sent_at = time.time()
+        if account.channel.delivery_statuses and result is not None and result.message_id:
+            # The platform reports this message's fate later (core/delivery.py).
+            await store.outbox_sent_as(entry.id, result.message_id)
 
     async def _attempt(self, account: Account, route: Route,
                        payload: OutboundPayload) -> SendResult:
