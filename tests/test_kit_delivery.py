@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import anyio
 import pytest
 
 from chatkernel.testing import KernelHarness, MemoryChannel
@@ -52,9 +53,23 @@ async def test_a_late_failure_is_a_delivery_failure_of_its_payload(tmp_path, mon
         assert len(h.channel.sent) == 1  # recording the failure sent nothing
 
 
+async def test_a_failure_that_overtakes_its_sends_answer_still_finds_it(tmp_path, monkeypatch):
+    """The platform may post a status before the send's answer is in (and its id
+    recorded): the lookup waits a little for it."""
+    monkeypatch.setattr(MemoryChannel, "delivery_statuses", True)
+    async with KernelHarness(tmp_path, config={"agent": {"kind": "echo"}}) as h:
+        h.channel.send_delay = 0.3
+        await h.channel.receive("hello", chat_id="c1")
+        await anyio.sleep(0.05)  # the send is under way; its answer is not in yet
+        assert not h.channel.sent
+        assert await h.channel.report_delivery_status("1", "failed", reason="late")
+        assert h.channel.sent
+
+
 async def test_a_status_for_a_message_it_never_sent_is_counted_and_logged(tmp_path, monkeypatch,
                                                                           caplog):
     monkeypatch.setattr(MemoryChannel, "delivery_statuses", True)
+    monkeypatch.setattr("chatkernel.core.delivery.LOOKUP_RETRIES", (0.01,))
     async with KernelHarness(tmp_path) as h:
         assert not await h.channel.report_delivery_status("wamid.unknown", "failed",
                                                           reason="gone")

@@ -20,6 +20,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+import anyio
+
 if TYPE_CHECKING:
     from chatkernel.core.kernel import Kernel
     from chatkernel.core.models import Account
@@ -28,6 +30,9 @@ log = logging.getLogger("chatkernel.delivery")
 
 #: The statuses a channel reports; ``failed`` is the one that is surfaced.
 STATUSES = ("sent", "delivered", "read", "failed")
+#: Waits before looking a failed message up again: a status can overtake the answer
+#: to the send it is about, whose id the outbox records once that answer is in.
+LOOKUP_RETRIES = (0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 class DeliveryStatuses:
@@ -56,6 +61,13 @@ class DeliveryStatuses:
         store = kernel.store
         entry = await store.outbox_by_platform_id(account.channel_name, account.name,
                                                   platform_id)
+        for delay in LOOKUP_RETRIES:
+            if entry is not None:
+                break
+            # The send's answer may still be on its way in: the status overtook it.
+            await anyio.sleep(delay)
+            entry = await store.outbox_by_platform_id(account.channel_name, account.name,
+                                                      platform_id)
         why = reason or "no reason given"
         if code is not None:
             why = f"{why} (code {code})"
