@@ -496,8 +496,9 @@ class FakeGraph(FakePlatform):
         """A notification: ``changes`` (values) spread over ``entries`` entries."""
         entry_list: list[dict[str, Any]] = [{"id": self.waba_id, "changes": []}
                                             for _ in range(max(1, entries))]
+        per_entry = -(-len(changes) // len(entry_list))  # consecutive changes per entry
         for index, value in enumerate(changes):
-            entry_list[index % len(entry_list)]["changes"].append(
+            entry_list[index // per_entry]["changes"].append(
                 {"value": value, "field": value.pop("_field", "messages")})
         return {"object": "whatsapp_business_account",
                 "entry": [entry for entry in entry_list if entry["changes"]]}
