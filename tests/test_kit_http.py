@@ -84,6 +84,7 @@ class Server:
         upload = form["file"]
         assert isinstance(upload, web.FileField)
         return web.json_response({"name": upload.filename, "data": upload.file.read().decode(),
+                                  "type": upload.content_type,
                                   "caption": form["caption"], "extra": form["extra"]})
 
     async def file(self, request: web.Request) -> web.StreamResponse:
@@ -212,8 +213,19 @@ async def test_multipart_upload_sends_the_file_and_the_fields(client, tmp_path):
     answer = await client.request("POST", "upload", files={"file": path},
                                   data={"caption": "a caption", "extra": {"k": [1]},
                                         "skipped": None})
-    assert answer.json() == {"name": "notes.txt", "data": "hello file", "caption": "a caption",
-                             "extra": '{"k":[1]}'}
+    assert answer.json() == {"name": "notes.txt", "data": "hello file", "type": "text/plain",
+                             "caption": "a caption", "extra": '{"k":[1]}'}
+
+
+async def test_a_multipart_file_part_can_name_its_content_type(client, tmp_path):
+    """A platform that refuses the type guessed from the name (WhatsApp refuses
+    ``audio/opus`` for an .opus file) gets the type the channel names."""
+    path = tmp_path / "voice.opus"
+    path.write_text("opus bytes")
+    answer = await client.request("POST", "upload", data={"caption": "", "extra": ""},
+                                  files={"file": (path, "audio/ogg; codecs=opus")})
+    assert answer.json()["type"] == "audio/ogg; codecs=opus"
+    assert answer.json()["name"] == "voice.opus"
 
 
 @pytest.mark.parametrize("with_length", [True, False])

@@ -1,7 +1,7 @@
 """Markdown → the kernel's generic markups: examples per target, then properties.
 
-The renderer engine, the registry of renderers by name, and the plain, Slack and
-WhatsApp targets. Telegram's HTML renderer is tested in chatkernel-telegram.
+The renderer engine, the registry of renderers by name, and the plain and Slack
+targets. Telegram's HTML and WhatsApp's renderers are tested in their plugins.
 """
 
 from __future__ import annotations
@@ -18,17 +18,15 @@ from chatkernel.core.markup import (
     MarkdownRenderer,
     PlainText,
     SlackMrkdwn,
-    WhatsAppText,
     render,
     renderer_for,
     renderers,
     to_plain,
     to_slack_mrkdwn,
-    to_whatsapp,
 )
 from chatkernel.testing import markdown_texts
 
-RENDERERS = (SlackMrkdwn, WhatsAppText, PlainText)
+RENDERERS = (SlackMrkdwn, PlainText)
 
 
 def alnum(text: str) -> str:
@@ -77,37 +75,6 @@ def test_slack_fence_drops_language_and_escapes() -> None:
 
 
 # --------------------------------------------------------------------------
-# WhatsApp examples
-# --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("md", "expected"),
-    [
-        ("**bold** *it* ~~gone~~", "*bold* _it_ ~gone~"),
-        ("`x = 1`", "`x = 1`"),
-        ("[site](https://example.com)", "site (https://example.com)"),
-        ("<https://example.com>", "https://example.com"),
-        ("[https://e.com](https://e.com)", "https://e.com"),
-        ("[x](javascript:alert(1))", "x"),
-        ("![pic](https://e.com/p.png)", "pic (https://e.com/p.png)"),
-        ("## Heading", "*Heading*"),
-        ("- a\n- b\n  - c", "- a\n- b\n  - c"),
-        ("1. a\n2. b", "1. a\n2. b"),
-        ("> quote\n> more", "> quote\n> more"),
-        ("a < b & c", "a < b & c"),
-        ("**bold text **", "**bold text **"),  # not emphasis in CommonMark
-    ],
-)
-def test_whatsapp_examples(md: str, expected: str) -> None:
-    assert to_whatsapp(md) == expected
-
-
-def test_whatsapp_fence_is_monospace() -> None:
-    assert to_whatsapp("```py\nx = 1\ny = 2\n```") == "```x = 1\ny = 2```"
-
-
-# --------------------------------------------------------------------------
 # Plain examples
 # --------------------------------------------------------------------------
 
@@ -139,9 +106,8 @@ def test_render_dispatches() -> None:
     md = "**hi** <x>"
     assert render(md, "slack_mrkdwn") == render(md, SlackMrkdwn) == to_slack_mrkdwn(md) \
         == "*hi* &lt;x&gt;"
-    assert render(md, "whatsapp") == to_whatsapp(md) == "*hi* <x>"
     assert render(md, "plain") == to_plain(md) == "hi <x>"
-    assert {"slack_mrkdwn", "whatsapp", "plain"} <= set(renderers())
+    assert {"slack_mrkdwn", "plain"} <= set(renderers())
 
 
 @pytest.mark.parametrize("name", ["html", "markdown", "", "Plain", None, 3])
@@ -247,8 +213,7 @@ prose = st.text(alphabet="ab Zé09<&\"'\n", max_size=80)
 def test_plain_prose_passes_through(md: str) -> None:
     words = md.split()
     assert to_plain(md).split() == words
-    # (four leading spaces make an indented code block: fenced on WhatsApp/Slack)
-    assert to_whatsapp(md).replace("```", " ").split() == words
+    # (four leading spaces make an indented code block: fenced on Slack)
     assert html.unescape(to_slack_mrkdwn(md)).replace("```", " ").split() == words
 
 
@@ -261,7 +226,6 @@ def test_fenced_code_is_verbatim(code: str, lang: str) -> None:
     assert to_plain(md) == expected
     if code:
         assert f"```\n{markup.escape_html(code)}\n```" in to_slack_mrkdwn(md)
-        assert f"```{code}```" in to_whatsapp(md)
 
 
 @settings(max_examples=600, deadline=None)

@@ -155,6 +155,10 @@ class Channel:
     secret_patterns: ClassVar[tuple[str, ...]] = ()
     #: Receive-loop backoff after a failed call: first delay and cap, in seconds.
     receive_backoff: ClassVar[tuple[float, float]] = (1.0, 30.0)
+    #: The platform reports each sent message's fate later (WhatsApp's statuses): the
+    #: outbox then keeps the platform's id of every send (``SendResult.message_id``),
+    #: for :meth:`report_delivery_status`.
+    delivery_statuses: ClassVar[bool] = False
     #: Webhook requests: the largest body taken (413 beyond) and the content types.
     webhook_max_bytes: ClassVar[int] = 1024 * 1024
     webhook_content_types: ClassVar[tuple[str, ...]] = ("application/json",)
@@ -171,6 +175,8 @@ class Channel:
         self.self_id: str | None = None
         #: The receiver a running webhook receive loop hands requests to.
         self.webhook_deliver: Deliver | None = None
+        #: Set by the kernel when it starts: where :meth:`report_delivery_status` goes.
+        self.delivery_reporter: Callable[..., Awaitable[bool]] | None = None
 
     @property
     def config(self) -> Any:
@@ -366,6 +372,24 @@ class Channel:
         leaves it alone, and when :meth:`run` returns the supervisor does not
         restart it until the account is resumed."""
         self.account.runtime.set_state("paused", time.time(), reason)
+
+    async def report_delivery_status(self, platform_message_id: str, status: str, *,
+                                     reason: str | None = None,
+                                     code: str | int | None = None) -> bool:
+        """What became of a message this account sent, as the platform reports it later:
+        ``sent``, ``delivered``, ``read`` or ``failed`` (with the platform's ``reason``
+        and error ``code``), for the id its send returned (``SendResult.message_id``).
+
+        Needs :attr:`delivery_statuses`. Every status is counted in the metrics; a
+        ``failed`` one is a delivery failure of the payload it belongs to: marked in
+        the outbox, noted in its session's log, counted and logged (see
+        chatkernel.core.delivery_statuses). Returns whether the message was found.
+        """
+        if self.delivery_reporter is None:
+            raise RuntimeError(f"{self.account.key}: delivery statuses are reported once "
+                               "the kernel has started the channel")
+        return await self.delivery_reporter(platform_message_id, status, reason=reason,
+                                            code=code)
 
     async def record_credentials(self, issued_at: float | None = None) -> None:
         """Remember when this account's credentials were issued or renewed (a QR

@@ -237,15 +237,16 @@ class HttpClient:
 
     async def request(self, method: str, path: str, *, json: Any = None, data: Any = None,
                       params: Mapping[str, Any] | None = None,
-                      files: Mapping[str, Path] | None = None,
+                      files: Mapping[str, Path | tuple[Path, str]] | None = None,
                       headers: Mapping[str, str] | None = None,
                       timeout: float | None = None, long_poll: bool = False,
                       what: str | None = None) -> Answer:
         """Make one request and return the platform's :class:`Answer`, whatever its status.
 
         ``json``: a JSON body (encoded by the kernel's codec). ``files``: a
-        multipart upload, field name → file path, with ``data`` as the other form
-        fields (a non-string value is sent as JSON). ``long_poll``: use the poll
+        multipart upload, field name → file path (or ``(path, content type)``: the
+        part's ``Content-Type``, which is otherwise guessed from the file's name),
+        with ``data`` as the other form fields (a non-string value is sent as JSON). ``long_poll``: use the poll
         connection. ``what`` names the call in errors (default: the path).
         Raises :class:`PlatformError` (``not_sent`` or ``no_answer``) when no
         answer came.
@@ -258,10 +259,12 @@ class HttpClient:
             for key, value in (data or {}).items():
                 if value is not None:
                     form.add_field(key, value if isinstance(value, str) else encode_json(value))
-            for field, file_path in files.items():
+            for field, file in files.items():
+                file_path, content_type = file if isinstance(file, tuple) else (file, None)
                 handle = open(file_path, "rb")  # closed below, after the upload
                 handles.append(handle)
-                form.add_field(field, handle, filename=Path(file_path).name)
+                form.add_field(field, handle, filename=Path(file_path).name,
+                               content_type=content_type)
             kwargs["data"] = form
         elif json is not None:
             # The kernel's codec (orjson) rather than aiohttp's ``json=``, which runs

@@ -23,6 +23,7 @@ from chatkernel.core.agents import Agent, collect_agents, redact_turns
 from chatkernel.core.channel import Channel, collect_channels
 from chatkernel.core.commands import collect_commands
 from chatkernel.core.deliveries import Deliveries
+from chatkernel.core.delivery_statuses import DeliveryStatuses
 from chatkernel.core.health import Health
 from chatkernel.core.heartbeat import Clock as HeartbeatClock
 from chatkernel.core.heartbeat import HeartbeatScheduler
@@ -85,6 +86,8 @@ class Kernel:
         self.outbox = Outbox(self)
         #: What became of each payload: health, recent failures, waiting senders.
         self.deliveries = Deliveries(self)
+        #: Statuses channels report for messages already sent (core/delivery_statuses.py).
+        self.delivery_statuses = DeliveryStatuses(self)
         self.send_policy = SendPolicy.from_config(self.config.send_policy)
         self.inbound = Inbound(self)
         #: Answers sent outside a turn wait for the turns of earlier messages.
@@ -175,6 +178,8 @@ class Kernel:
         for account in self.accounts.values():
             if account.channel is not None:
                 account.channel.store = store
+                account.channel.delivery_reporter = functools.partial(
+                    self.delivery_statuses.report, account)
                 stack.push_async_callback(account.channel.aclose)
 
         stack.callback(self._close_queue)  # runs after the task group ended: no worker left

@@ -5,7 +5,8 @@ platforms each speak their own dialect. The text is parsed once with
 markdown-it-py and its token stream is walked by :class:`MarkdownRenderer`,
 whose small subclasses supply a target's syntax. A channel names its renderer
 in ``Channel.markup``; a plugin defines its platform's renderer by subclassing
-:class:`MarkdownRenderer` (Telegram's HTML lives in chatkernel-telegram), and
+:class:`MarkdownRenderer` (Telegram's HTML lives in chatkernel-telegram,
+WhatsApp's in chatkernel-whatsapp), and
 every subclass with a ``name`` can be chosen by that name. The kernel keeps the
 generic ones:
 
@@ -14,16 +15,12 @@ generic ones:
     language), ``<url|text>`` links, ``>`` quotes; ``&``, ``<`` and ``>`` in
     text become ``&amp; &lt; &gt;`` (so an agent cannot produce a
     ``<!channel>`` or ``<@U123>`` mention by accident).
-``whatsapp``
-    ``*bold*``, ``_italic_``, ``~strike~``, `` `inline` ``, ```` ```monospace``` ````,
-    ``- `` bullets, ``> `` quotes, links as ``text (url)``. WhatsApp has no
-    escape mechanism, so text is passed through as is.
 ``plain``
     The readable text with the markup removed: links as ``text (url)``, code
     verbatim, ``• `` bullets, ``> `` quote prefixes.
 
 Shared layout rules: a heading becomes a bold line; a list becomes lines
-prefixed ``• `` (``◦ ``, ``▪ `` when nested; ``- `` on WhatsApp) or ``1. ``,
+prefixed ``• `` (``◦ ``, ``▪ `` when nested) or ``1. ``,
 continuation lines indented under the item's text; a table becomes an aligned
 pipe table in a code block; a horizontal rule becomes ``———``; an image becomes
 a link to it; the agent's line breaks are kept; blocks are separated by one
@@ -65,7 +62,6 @@ __all__ = [
     "MarkdownRenderer",
     "PlainText",
     "SlackMrkdwn",
-    "WhatsAppText",
     "display_url",
     "escape_attr",
     "escape_html",
@@ -74,7 +70,6 @@ __all__ = [
     "renderers",
     "to_plain",
     "to_slack_mrkdwn",
-    "to_whatsapp",
 ]
 
 HR_LINE = "———"
@@ -127,9 +122,9 @@ def display_url(href: str) -> str:
 
 
 def _hug(content: str, mark: str) -> str:
-    """Wrap ``content`` in ``mark`` the way Slack and WhatsApp need it.
+    """Wrap ``content`` in ``mark`` the way Slack needs it.
 
-    Their markers only work when they touch non-space characters and stay on
+    Its markers only work when they touch non-space characters and stay on
     one line, so each line is wrapped separately with its surrounding
     whitespace kept outside; blank lines are left alone.
     """
@@ -542,29 +537,6 @@ class SlackMrkdwn(MarkdownRenderer):
         return [("&gt; " + text if text else "&gt;", verbatim) for text, verbatim in lines]
 
 
-class WhatsAppText(MarkdownRenderer):
-    """WhatsApp's formatting syntax."""
-
-    name = "whatsapp"
-    bullets = ("- ",)
-    _MARKS = {"strong": "*", "em": "_", "s": "~"}
-
-    def code_inline(self, s: str, in_link: bool) -> str:
-        if "`" in s or not s.strip():
-            return s
-        return "`" + s + "`"
-
-    def style(self, kind: str, content: str) -> str:
-        return _hug(content, self._MARKS[kind])
-
-    def native_link(self, href: str, content: str, auto: bool) -> str:  # pragma: no cover
-        return content
-
-    def code_block(self, content: str, lang: str) -> list[_Line]:
-        text = "```" + content + "```"
-        return [(line, True) for line in text.split("\n")]
-
-
 # --------------------------------------------------------------------------
 # Public API
 # --------------------------------------------------------------------------
@@ -585,11 +557,6 @@ def _convert(markdown: str, renderer: type[MarkdownRenderer], fallback: Callable
 def to_slack_mrkdwn(markdown: str) -> str:
     """Markdown → Slack ``mrkdwn`` text."""
     return SlackMrkdwn.convert(markdown)
-
-
-def to_whatsapp(markdown: str) -> str:
-    """Markdown → WhatsApp's formatting syntax."""
-    return WhatsAppText.convert(markdown)
 
 
 def to_plain(markdown: str) -> str:

@@ -34,6 +34,10 @@ class Metrics:
         self.store_commit_failures = Counter(
             "chatkernel_store_commit_failures", "Commits of the state database that failed",
             registry=self.registry)
+        self.delivery_statuses = Counter(
+            "chatkernel_delivery_statuses", "Delivery statuses the platform reported for sent"
+            " messages (sent, delivered, read, failed)", (*labels, "status"),
+            registry=self.registry)
         self.retries = Counter("chatkernel_send_retries", "Send requests repeated", labels,
                                registry=self.registry)
         self.throttled = Counter("chatkernel_throttled", "429 answers from a platform", labels,

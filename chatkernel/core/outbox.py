@@ -297,8 +297,8 @@ class Outbox:
                     route.chat_id, is_group=route.is_group, hold=True):
                 delivery.slot = (route.chat_id, route.is_group)
         try:
-            await with_retries(delivery.attempt, policy, on_retry=delivery.on_retry,
-                               hold=delivery.hold if holds else None)
+            result = await with_retries(delivery.attempt, policy, on_retry=delivery.on_retry,
+                                        hold=delivery.hold if holds else None)
         except _RowLost as lost:
             log.warning("%s: not sent in %s: %s", account.key, entry.session_key, lost)
             kernel.deliveries.settled(entry, "failed", str(lost), why="store", account=account)
@@ -309,6 +309,9 @@ class Outbox:
         await store.outbox_mark(entry.id, "sent")
         account.last_sent_at = time.time()
         kernel.deliveries.settled(entry, "sent", account=account)
+        if account.channel.delivery_statuses and result is not None and result.message_id:
+            # The platform reports this message's fate later (core/delivery_statuses.py).
+            await store.outbox_sent_as(entry.id, result.message_id)
 
     def _store_failing(self, error: Exception) -> None:
         """A `sending` mark could not be committed: logged once until one is again."""

@@ -212,6 +212,18 @@ class Store(abc.ABC):
         """Move an entry on. ``durable=True`` returns only once it is committed:
         ``sending`` must be, before the request goes out."""
 
+    async def outbox_sent_as(self, entry_id: int, platform_id: str) -> None:
+        """Remember the platform's id of a sent entry (``SendResult.message_id``), so a
+        status the platform reports later finds it (:meth:`outbox_by_platform_id`).
+        Written for channels with ``Channel.delivery_statuses`` only. A backend that
+        cannot keep it does nothing (this default): late statuses then find nothing."""
+
+    async def outbox_by_platform_id(self, channel: str, account: str,
+                                    platform_id: str) -> OutboxEntry | None:
+        """The entry the platform knows as ``platform_id`` (see :meth:`outbox_sent_as`),
+        or None."""
+        return None
+
     @abc.abstractmethod
     async def outbox_reply(self, reply_id: str) -> list[OutboxEntry]:
         """The entries of one reply, in order (what happened to a send)."""

@@ -347,6 +347,15 @@ MIGRATIONS: list[str] = [
     CREATE UNIQUE INDEX transcript_client ON transcript (channel, account, chat_id, client_id)
         WHERE client_id IS NOT NULL;
     """,
+    # 7: the platform's id of a sent payload (SendResult.message_id), kept for channels
+    # whose platform reports a message's fate later (WhatsApp's statuses), so a late
+    # "failed" finds the payload, its session and its reply. Only those channels write
+    # it: a column left NULL costs the other channels nothing.
+    """
+    ALTER TABLE outbox ADD COLUMN platform_id TEXT;
+    CREATE INDEX outbox_platform_id ON outbox (channel, account, platform_id)
+        WHERE platform_id IS NOT NULL;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -983,6 +992,18 @@ class SQLiteStore(Store):
 
     def _lost(self, entry_id: int) -> StoreError:
         return StoreError(f"{self.path}: outbox entry {entry_id} was lost with a failed commit")
+
+    async def outbox_sent_as(self, entry_id: int, platform_id: str) -> None:
+        self._write("UPDATE outbox SET platform_id = ? WHERE id = ?", (platform_id, entry_id))
+
+    async def outbox_by_platform_id(self, channel: str, account: str,
+                                    platform_id: str) -> OutboxEntry | None:
+        self._write_marks()
+        rows = self._run(f"SELECT {self._OUTBOX_COLUMNS} FROM outbox WHERE channel = ?"
+                         " AND account = ? AND platform_id = ? ORDER BY id DESC LIMIT 1",
+                         (channel, account, platform_id)).fetchall()
+        entries = self._outbox_entries(rows)
+        return entries[0] if entries else None
 
     _OUTBOX_COLUMNS = ("id, reply_id, session_key, session_id, channel, account, route, payload,"
                        " status, error, created_at")

@@ -1,0 +1,366 @@
+"""End-to-end WhatsApp echo: chatkernel next to a minimal aiohttp webhook echo (the floor).
+
+Each run starts a fresh :class:`chatkernel_whatsapp.fake.FakeGraph` on 127.0.0.1 (rate
+limits and statuses off) and queues ``--messages`` messages from ``--users`` users at once
+(round robin: message 0 of every user, then message 1...; each text is ``u<user> m<i>``),
+``--per-notification`` messages to a notification. The fake, as Meta does, posts them to
+the contender's webhook signed with ``X-Hub-Signature-256``, ``--workers`` notifications
+at a time (in order per user), retrying anything but a 2xx; the contender echoes each
+message's text back with ``POST /{phone-number-id}/messages``.
+
+    floor        a minimal hand-written aiohttp webhook: the HMAC checked over the raw
+                 bytes (hmac.compare_digest), the JSON parsed, every message's echo
+                 started (chained per user, so each user's stay in order), 200 at once;
+                 nothing is journaled, nothing deduplicated
+    chatkernel   a real kernel with the chatkernel_whatsapp plugin and the echo agent, its
+                 webhook route on an aiohttp server as the gateway mounts it: every
+                 message journaled (SQLite, durable) before its 200, queue mode followup
+                 with debounce 0, max_concurrent 64, rate limits lifted
+
+The contenders alternate over ``--rounds`` (who goes first rotates), each on a fresh fake
+in a child process of its own (``--fake process``, the default: as with Meta, the bot does
+not pay for the platform's CPU; the devserver's developer routes queue the messages before
+the webhook is verified, then the fake posts them) or on the contender's event loop
+(``--fake inline``). Per run, from the fake's records:
+messages echoed per second (N / time from the first push to the last echo), p50/p99
+latency (each message's first echo minus the start: every message was already queued),
+duplicates (echoes beyond one per message), order violations (an echo whose index in its
+user's messages is lower than an earlier echo's). chatkernel's run also checks that the
+journal holds every message and left none unfinished. The table shows medians over the
+rounds and the ratio to the floor.
+
+    .venv/bin/python bench/whatsapp_echo.py
+    .venv/bin/python bench/whatsapp_echo.py --messages 2000 --users 200 --rounds 3
+    .venv/bin/python bench/whatsapp_echo.py --per-notification 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import platform
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import anyio
+from aiohttp import web
+
+from chatkernel_whatsapp.fake import FakeGraph
+
+APP_SECRET = "bench-app-secret"
+VERIFY_TOKEN = "bench-verify-token"
+
+
+# -- the contenders ---------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def serve(app: web.Application) -> AsyncIterator[str]:
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def floor(graph: Target, home: Path, journal: dict[str, int]) -> AsyncIterator[str]:
+    """The least a webhook echo does: verify, parse, reply, 200."""
+    secret = APP_SECRET.encode()
+    url = f"{graph.base_url}/{graph.version}/{graph.phone_number_id}/messages"
+    http = aiohttp.ClientSession(headers={"Authorization": f"Bearer {graph.token}"},
+                                 connector=aiohttp.TCPConnector(limit=100))
+    chains: dict[str, asyncio.Future[None]] = {}
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def echo(after: asyncio.Future[None] | None, to: str, text: str) -> None:
+        if after is not None:
+            await after
+        body = {"messaging_product": "whatsapp", "recipient_type": "individual", "to": to,
+                "type": "text", "text": {"body": text}}
+        async with http.post(url, json=body) as answer:
+            await answer.read()
+
+    async def webhook(request: web.Request) -> web.Response:
+        raw = await request.read()
+        given = request.headers.get("X-Hub-Signature-256", "")
+        expected = "sha256=" + hmac.new(secret, raw, hashlib.sha256).hexdigest()
+        if not hmac.compare_digest(given.encode(), expected.encode()):
+            return web.Response(status=403)
+        payload = json.loads(raw)
+        for entry in payload.get("entry", []):
+            for change in entry.get("changes", []):
+                for message in change.get("value", {}).get("messages", []):
+                    user, text = message["from"], message["text"]["body"]
+                    task = asyncio.ensure_future(echo(chains.get(user), user, text))
+                    chains[user] = task
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+        return web.json_response({"ok": True})
+
+    async def handshake(request: web.Request) -> web.Response:
+        query = request.query
+        if query.get("hub.mode") == "subscribe" and hmac.compare_digest(
+                query.get("hub.verify_token", "").encode(), VERIFY_TOKEN.encode()):
+            return web.Response(text=query.get("hub.challenge", ""))
+        return web.Response(status=403)
+
+    app = web.Application()
+    app.router.add_post("/webhook", webhook)
+    app.router.add_get("/webhook", handshake)
+    async with serve(app) as base:
+        try:
+            yield f"{base}/webhook"
+        finally:
+            for task in list(tasks):
+                task.cancel()
+            await http.close()
+
+
+@contextlib.asynccontextmanager
+async def chatkernel(graph: Target, home: Path, journal: dict[str, int]
+                     ) -> AsyncIterator[str]:
+    """A real kernel: the whatsapp plugin, the echo agent, the durable SQLite journal,
+    the webhook route mounted as the gateway mounts it, the gateway's collector settings."""
+    import chatkernel_whatsapp
+    from chatkernel.core.gc_tuning import tune_for_serving
+    from chatkernel.testing.memory import KernelHarness
+
+    config = {
+        "agent": {"kind": "echo"},
+        "queue": {"mode": "followup", "debounce_ms": 0, "max_concurrent": 64},
+        "channels": {"whatsapp": {
+            "rate_limits": {"chat": "100000/s", "account": "100000/s"},
+            "accounts": {"main": {"access_token": graph.token,
+                                  "phone_number_id": graph.phone_number_id,
+                                  "app_secret": APP_SECRET, "verify_token": VERIFY_TOKEN,
+                                  "api_base": graph.base_url, "allow_from": ["*"]}}}},
+    }
+    async with KernelHarness(home, config=config,
+                             plugins=[("whatsapp", chatkernel_whatsapp)]) as harness:
+        kernel = harness.kernel
+        channel = kernel.accounts["whatsapp:main"].channel
+        app = web.Application()
+        for method, path, handler in channel.http_routes():
+            app.router.add_route(method, path, handler)
+        restore_gc = tune_for_serving()
+        async with serve(app) as base, anyio.create_task_group() as tg:
+            tg.start_soon(channel.run, kernel.receiver)
+            while channel.webhook_deliver is None:
+                await anyio.sleep(0.01)
+            try:
+                yield f"{base}{channel.webhook_path}"
+                with contextlib.suppress(TimeoutError):
+                    await harness.settle(timeout=10)
+                await kernel.store.flush()
+                unfinished = await kernel.store.unfinished_inbound()
+                if unfinished:
+                    print(f"    ! chatkernel left {len(unfinished)} journal entries unfinished")
+            finally:
+                tg.cancel_scope.cancel()
+                restore_gc()
+    db = sqlite3.connect(home / "state.db")
+    journaled = db.execute("SELECT COUNT(*) FROM inbound_journal").fetchone()[0]
+    db.close()
+    journal["journaled"] = journaled
+
+
+CONTENDERS: dict[str, Callable[..., Any]] = {"floor": floor, "chatkernel": chatkernel}
+
+
+# -- one run ------------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def fake_graph(args: argparse.Namespace) -> AsyncIterator[dict[str, Any]]:
+    """The fake Graph API in a process of its own (``--fake process``: as with Meta, the
+    bot does not pay for the platform's CPU), or on this event loop (``inline``)."""
+    if args.fake == "inline":
+        async with FakeGraph(app_secret=APP_SECRET, verify_token=VERIFY_TOKEN,
+                             webhook_workers=args.workers) as graph:
+            graph.statuses = False
+            yield {"graph": graph, "base_url": graph.base_url, "token": graph.token,
+                   "phone_number_id": graph.phone_number_id, "version": graph.version}
+        return
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "chatkernel_whatsapp.devserver", "--port", "0",
+        "--app-secret", APP_SECRET, "--verify-token", VERIFY_TOKEN,
+        "--workers", str(args.workers), "--no-statuses",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        assert process.stdout is not None
+        info = json.loads(await asyncio.wait_for(process.stdout.readline(), 30))
+        yield {"graph": None, "version": "v23.0", **info}
+    finally:
+        process.terminate()
+        await process.wait()
+
+
+class Remote:
+    """The developer routes of a fake in another process."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.http = aiohttp.ClientSession()
+
+    async def post(self, path: str, body: Any) -> Any:
+        async with self.http.post(f"{self.base_url}/_fake/{path}", json=body) as answer:
+            return await answer.json()
+
+    async def sent(self) -> list[dict[str, Any]]:
+        async with self.http.get(f"{self.base_url}/_fake/sent") as answer:
+            return (await answer.json())["messages"]
+
+
+class Target:
+    """What a contender needs of the fake."""
+
+    def __init__(self, info: dict[str, Any]) -> None:
+        self.base_url, self.token = info["base_url"], info["token"]
+        self.phone_number_id, self.version = info["phone_number_id"], info["version"]
+
+
+async def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    texts: dict[str, list[str]] = {}
+    batch: list[dict[str, str]] = []
+    batches = []
+    for i in range(args.messages):
+        user = f"1555{i % args.users:07d}"
+        text = f"u{i % args.users} m{i // args.users}"
+        texts.setdefault(user, []).append(text)
+        batch.append({"from": user, "text": text})
+        if len(batch) == args.per_notification:
+            batches.append(batch)
+            batch = []
+    if batch:
+        batches.append(batch)
+    with tempfile.TemporaryDirectory() as tmp:
+        async with fake_graph(args) as info:
+            graph: FakeGraph | None = info["graph"]
+            remote = Remote(info["base_url"])
+            target = Target(info)
+            journal: dict[str, int] = {}
+            try:
+                for items in batches:  # queued before the webhook exists: held till then
+                    if graph is not None:
+                        graph.inject_messages([graph.message(m["from"], m["text"])
+                                               for m in items])
+                    else:
+                        await remote.post("messages", {"messages": items})
+                async with CONTENDERS[name](target, Path(tmp), journal) as url:
+                    wall = time.time()
+                    if graph is not None:
+                        passed = await graph.subscribe(url)
+                    else:
+                        passed = (await remote.post("subscribe", {"url": url}))["passed"]
+                    if not passed:
+                        raise SystemExit(f"{name}: the webhook's GET verification failed")
+                    sent = await wait_for_echoes(graph, remote, args)
+                    await anyio.sleep(0.2)  # late duplicates would show now
+                    sent = await wait_for_echoes(graph, remote, args)
+            finally:
+                await remote.http.close()
+    return score(name, sent, texts, wall, args, journaled=journal.get("journaled"))
+
+
+async def wait_for_echoes(graph: FakeGraph | None, remote: Remote,
+                          args: argparse.Namespace) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + args.timeout
+    while True:
+        if graph is not None:
+            sent = [{"to": m.to, "text": m.text, "when": m.when} for m in graph.sent_messages]
+        else:
+            sent = await remote.sent()
+        if len(sent) >= args.messages or time.monotonic() > deadline:
+            return sent
+        await anyio.sleep(0.05)
+
+
+def score(name: str, sent: list[dict[str, Any]], texts: dict[str, list[str]], wall: float,
+          args: argparse.Namespace, *, journaled: int | None) -> dict[str, Any]:
+    first: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    violations = 0
+    last_index: dict[str, int] = {}
+    position = {(user, text): i for user, items in texts.items() for i, text in enumerate(items)}
+    for message in sent:
+        text, to = message["text"] or "", message["to"]
+        counts[text] = counts.get(text, 0) + 1
+        first.setdefault(text, message["when"])
+        index = position.get((to, text))
+        if index is None:
+            continue
+        if index < last_index.get(to, -1):
+            violations += 1
+        last_index[to] = max(index, last_index.get(to, -1))
+    answered = len(first)
+    latencies = sorted(max(0.0, at - wall) for at in first.values())
+    end = max(first.values(), default=wall) - wall
+    return {"name": name, "answered": answered,
+            "rate": answered / end if end > 0 else 0.0,
+            "p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99),
+            "duplicates": sum(c - 1 for c in counts.values() if c > 1),
+            "order": violations, "journaled": journaled}
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, int(q * len(values)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--users", type=int, default=200)
+    parser.add_argument("--per-notification", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=32,
+                        help="notifications the fake posts at a time")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=120.0)
+    parser.add_argument("--fake", choices=("process", "inline"), default="process")
+    args = parser.parse_args()
+    print(f"python {platform.python_version()} ({sys.executable}); {args.messages} messages "
+          f"from {args.users} users, {args.per_notification} per notification, "
+          f"{args.workers} posts at a time, fake {args.fake}, {args.rounds} rounds", flush=True)
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in CONTENDERS}
+    order = list(CONTENDERS)
+    for round_number in range(args.rounds):
+        for name in order[round_number % 2:] + order[:round_number % 2]:
+            result = asyncio.run(run_once(name, args))
+            results[name].append(result)
+            print(f"  round {round_number + 1} {name:10} {result['rate']:8.0f} msg/s  "
+                  f"p50 {result['p50'] * 1000:6.0f} ms  p99 {result['p99'] * 1000:6.0f} ms  "
+                  f"answered {result['answered']}  dup {result['duplicates']}  "
+                  f"order {result['order']}  journaled {result['journaled']}", flush=True)
+    floor_rate = statistics.median(r["rate"] for r in results["floor"])
+    print("\n| contender | messages/s | p50 ms | p99 ms | answered | duplicates | order "
+          "violations | journaled | × floor |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, rows in results.items():
+        rate = statistics.median(r["rate"] for r in rows)
+        print(f"| {name} | {rate:.0f} | {statistics.median(r['p50'] for r in rows) * 1000:.0f} | "
+              f"{statistics.median(r['p99'] for r in rows) * 1000:.0f} | "
+              f"{min(r['answered'] for r in rows)} | {sum(r['duplicates'] for r in rows)} | "
+              f"{sum(r['order'] for r in rows)} | "
+              f"{rows[0]['journaled'] if rows[0]['journaled'] is not None else '—'} | "
+              f"{rate / floor_rate:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

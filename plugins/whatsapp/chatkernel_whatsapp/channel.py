@@ -1,0 +1,470 @@
+"""The WhatsApp channel: the WhatsApp Business Cloud API, receiving on a webhook.
+
+Only WhatsApp lives here: reading Meta's webhook notifications (every entry, change,
+message and status of each), the Graph API calls, the media-kind and MIME tables, what
+its error codes mean (131047 the closed 24-hour window, 190 an expired token, the rate
+limits), the statuses that tell a sent message's fate, the probe. The webhook route,
+its signature check, journal-before-200, dedupe, pacing, retries and the outbox are
+the kernel's.
+"""
+
+from __future__ import annotations
+
+import logging
+import mimetypes
+import time
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from chatkernel.channels import (
+    AccountConfig,
+    Channel,
+    ChannelLimits,
+    Deliver,
+    InboundMessage,
+    MediaRef,
+    MetaSignature,
+    OutboundPayload,
+    PlatformError,
+    ProbeResult,
+    RateLimit,
+    Route,
+    SendError,
+    SendResult,
+    Trouble,
+    WebhookRejected,
+)
+from chatkernel_whatsapp.api import (
+    DEFAULT_API_BASE,
+    DEFAULT_API_VERSION,
+    OUTSIDE_WINDOW,
+    TOKEN_EXPIRED,
+    TOKEN_PATTERN,
+    UNSUPPORTED_MEDIA,
+    GraphAPI,
+    GraphError,
+    media_mime,
+)
+from chatkernel_whatsapp.markup import WhatsAppText
+
+log = logging.getLogger("chatkernel.whatsapp")
+
+MB = 1024 * 1024
+#: Inbound message types that carry a file, and the media kind each is saved as.
+INBOUND_MEDIA = {"image": "image", "video": "video", "document": "document",
+                 "audio": "audio", "sticker": "image"}
+#: Outbound kinds that take a caption (audio and stickers do not).
+CAPTIONED = frozenset({"image", "video", "document"})
+#: How many chats' latest inbound message ids are kept for read receipts and typing.
+LAST_INBOUND_CHATS = 10_000
+TOKEN_EXPIRED_PROBLEM = ("access token expired or revoked (Graph error 190): make a new "
+                         "permanent token for a system user in Meta Business Suite, with "
+                         "whatsapp_business_messaging, and set it as access_token")
+WINDOW_CLOSED = ("the user last wrote more than 24 hours ago, and outside that "
+                 "customer-service window WhatsApp delivers only approved template "
+                 "messages (error 131047)")
+
+
+class TemplateConfig(BaseModel):
+    """``[channels.whatsapp.accounts.<name>.template]``: an approved message template
+    sent instead of a text the 24-hour window refuses (heartbeats, ``chatkernel send``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    language: str = Field("en_US", min_length=2)
+    #: The template's body parameters, in order; ``{text}`` is the message's text.
+    parameters: list[str] = Field(default_factory=lambda: ["{text}"])
+
+
+class WhatsAppAccount(AccountConfig):
+    """``[channels.whatsapp.accounts.<name>]``: one business phone number."""
+
+    access_token: str = Field(min_length=1)
+    phone_number_id: str = Field(pattern=r"^[0-9]+$")
+    #: The Meta app's secret: every webhook POST is signed with it.
+    app_secret: str = Field(min_length=1)
+    #: What Meta echoes in the webhook's GET verification (``hub.verify_token``).
+    verify_token: str = Field(min_length=1)
+    api_base: str = DEFAULT_API_BASE
+    api_version: str = Field(DEFAULT_API_VERSION, pattern=r"^v[0-9]+\.[0-9]+$")
+    #: Messages older than this when they arrive (Meta redelivers for up to 7 days
+    #: after an outage) are recorded but not answered.
+    max_message_age_minutes: float = Field(240, gt=0)
+    template: TemplateConfig | None = None
+
+
+@dataclass(slots=True)
+class Notification:
+    """One message or status out of a webhook notification."""
+
+    kind: str                      # "message" | "status"
+    data: dict[str, Any]
+    phone_number_id: str | None
+    contacts: list[Any] = field(default_factory=list)
+
+
+# Every running account by its phone number id: one Meta app posts every number's
+# notifications to the same callback URL, whichever account's route that is.
+_accounts: "weakref.WeakValueDictionary[str, WhatsAppChannel]" = weakref.WeakValueDictionary()
+
+
+def stale_reason(message: InboundMessage, account: Any, now: float | None = None) -> str | None:
+    """Why a message is too old to answer (None: it is not)."""
+    limit = getattr(account.config, "max_message_age_minutes", None)
+    if limit is None:
+        return None
+    age = (time.time() if now is None else now) - message.timestamp
+    if age <= limit * 60:
+        return None
+    return (f"stale: sent {_duration(age)} ago, over max_message_age_minutes "
+            f"({limit:g}); recorded, not answered")
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.1f} hours"
+    return f"{seconds / 60:.0f} minutes"
+
+
+def _text_note(message: dict[str, Any]) -> str | None:
+    """The text of a message that is not a file: a text, a tapped button or list
+    row, a location or contacts as a note. None: nothing the agent should read."""
+    kind = message.get("type")
+    if kind == "text":
+        return str((message.get("text") or {}).get("body") or "")
+    if kind == "button":
+        return str((message.get("button") or {}).get("text") or "")
+    if kind == "interactive":
+        reply = message.get("interactive") or {}
+        chosen = reply.get(reply.get("type") or "") or {}
+        return str(chosen.get("title") or "")
+    if kind == "location":
+        place = message.get("location") or {}
+        words = ", ".join(str(place[k]) for k in ("name", "address") if place.get(k))
+        where = f"{place.get('latitude')}, {place.get('longitude')}"
+        note = f"[location: {words} ({where})" if words else f"[location: {where}"
+        return note + (f" {place['url']}]" if place.get("url") else "]")
+    if kind == "contacts":
+        notes = []
+        for contact in message.get("contacts") or []:
+            name = (contact.get("name") or {}).get("formatted_name") or "(no name)"
+            phones = ", ".join(p.get("phone") or p.get("wa_id") or ""
+                               for p in contact.get("phones") or [])
+            notes.append(f"[contact: {name}" + (f", {phones}]" if phones else "]"))
+        return "\n".join(notes)
+    return None
+
+
+def _explained(exc: GraphError, text: str) -> SendError:
+    """``exc`` as a send error, in words a person acts on, classified as it was."""
+    return PlatformError(text, kind=exc.kind, status=exc.status, code=exc.code,
+                         retry_after=exc.retry_after).send_error()
+
+
+class WhatsAppChannel(Channel):
+    """One WhatsApp Business phone number."""
+
+    name = "whatsapp"
+    account_model = WhatsAppAccount
+    limits = ChannelLimits(
+        text_limit=4096, text_unit="chars", caption_limit=1024,
+        # Meta's media types: jpeg/png images (webp only as stickers: sent as a
+        # document), mp4/3gpp video, ogg/opus, mpeg, aac, amr and mp4 audio.
+        media_kinds={".jpg": "image", ".jpeg": "image", ".png": "image",
+                     ".mp4": "video", ".3gp": "video",
+                     ".ogg": "audio", ".oga": "audio", ".opus": "audio", ".mp3": "audio",
+                     ".m4a": "audio", ".aac": "audio", ".amr": "audio"},
+        default_media_kind="document",
+        media_max_bytes={"image": 5 * MB, "video": 16 * MB, "audio": 16 * MB,
+                         "document": 100 * MB},
+        # 80 messages/s per number; to one user about one every 6 s on average (the
+        # pair rate, 131056), a reply's few parts together.
+        rates={"account": RateLimit(80, 1.0), "chat": RateLimit(10, 60.0)},
+        retry_base_delay=0.5,
+    )
+    markup = WhatsAppText
+    secret_patterns = (TOKEN_PATTERN,)
+    delivery_statuses = True
+    #: The typing indicator lasts 25 s (or until the reply): refreshed before that.
+    indicator_interval = 20.0
+
+    def __init__(self, account, settings=None) -> None:
+        super().__init__(account, settings)
+        config = self.config
+        self.api = GraphAPI(config.access_token, config.phone_number_id, config.api_base,
+                            config.api_version)
+        for secret in (config.app_secret, config.verify_token):
+            self.api.http.add_secret(secret)
+        #: ``GET /{phone-number-id}`` once identified: display number, verified name.
+        self.phone: dict[str, Any] | None = None
+        # chat -> its latest inbound message id (the read receipt and typing need one).
+        self._last_inbound: OrderedDict[str, str] = OrderedDict()
+        # (path, size, mtime) -> media id: a retried send does not upload again.
+        self._uploaded: dict[tuple[str, int, float], str] = {}
+        _accounts[config.phone_number_id] = self
+
+    # -- receiving ------------------------------------------------------------------
+
+    async def run(self, deliver: Deliver) -> None:
+        _accounts[self.config.phone_number_id] = self
+        await self.serve_webhook(deliver)
+
+    def webhook_verifier(self) -> MetaSignature:
+        return MetaSignature(self.config.app_secret, self.config.verify_token)
+
+    async def identify(self) -> None:
+        if self.phone is None:
+            await self._lookup_phone()
+
+    async def _lookup_phone(self, timeout: float | None = None) -> dict[str, Any]:
+        try:
+            phone = await self.api.phone_number(timeout=timeout)
+        except GraphError as exc:
+            if exc.code == TOKEN_EXPIRED:
+                self.report_problem(TOKEN_EXPIRED_PROBLEM, restartable=False)
+            raise
+        self.phone = phone
+        digits = "".join(ch for ch in str(phone.get("display_phone_number", "")) if ch.isdigit())
+        self.self_id = digits or None  # the business's own messages are never answered
+        return phone
+
+    def receive_trouble(self, error: Exception) -> Trouble:
+        if isinstance(error, GraphError) and error.code == TOKEN_EXPIRED:
+            return Trouble(TOKEN_EXPIRED_PROBLEM, wait=300.0, restartable=False)
+        return super().receive_trouble(error)
+
+    def webhook_events(self, payload: Any) -> list[Notification]:
+        """Every message and status of every change of every entry, in order."""
+        if not isinstance(payload, dict) or not isinstance(payload.get("entry"), list):
+            raise WebhookRejected(400, "expected a notification with an entry list")
+        if payload.get("object") != "whatsapp_business_account":
+            raise WebhookRejected(400, f"not a WhatsApp notification: {payload.get('object')!r}")
+        found: list[Notification] = []
+        for entry in payload["entry"]:
+            for change in (entry.get("changes") or []) if isinstance(entry, dict) else []:
+                if not isinstance(change, dict) or change.get("field") != "messages":
+                    continue  # message echoes, templates, account updates: nothing to answer
+                value = change.get("value") or {}
+                if not isinstance(value, dict):
+                    continue
+                phone = (value.get("metadata") or {}).get("phone_number_id")
+                contacts = value.get("contacts") or []
+                found.extend(Notification("message", m, phone, contacts)
+                             for m in value.get("messages") or [])
+                found.extend(Notification("status", s, phone)
+                             for s in value.get("statuses") or [])
+        return found
+
+    def event_chat(self, event: Notification) -> Any:
+        return event.data.get("from") or event.data.get("recipient_id")
+
+    def event_has_media(self, event: Notification) -> bool:
+        return event.kind == "message" and event.data.get("type") in INBOUND_MEDIA
+
+    def describe_event(self, event: Notification) -> str:
+        return f"{event.kind} {event.data.get('id')}"
+
+    async def normalize(self, event: Notification) -> InboundMessage | None:
+        """A notification's message as an InboundMessage; a status is reported to the
+        kernel (a failure surfaces as a failed delivery) and is not a message."""
+        owner = self._owner(event)
+        if owner is None:
+            return None
+        if event.kind == "status":
+            await owner._status(event.data)
+            return None
+        return await owner._message(event.data, event.contacts)
+
+    def _owner(self, event: Notification) -> "WhatsAppChannel | None":
+        phone = event.phone_number_id
+        if phone is None or phone == self.config.phone_number_id:
+            return self
+        owner = _accounts.get(phone)
+        if owner is None:
+            log.warning("%s: a notification for phone number id %s, which no account "
+                        "serves, is ignored", self.account.key, phone)
+        return owner
+
+    async def _status(self, status: dict[str, Any]) -> None:
+        state = status.get("status")
+        if state not in ("sent", "delivered", "read", "failed"):
+            return
+        reason = code = None
+        if state == "failed":
+            errors = status.get("errors") or [{}]
+            error = errors[0] if isinstance(errors[0], dict) else {}
+            code = error.get("code")
+            details = (error.get("error_data") or {}).get("details")
+            reason = " — ".join(str(part) for part in (error.get("title") or
+                                                        error.get("message"), details)
+                                if part) or None
+        await self.report_delivery_status(str(status["id"]), state, reason=reason, code=code)
+
+    async def _message(self, data: dict[str, Any], contacts: list[Any]) -> InboundMessage | None:
+        kind = data.get("type")
+        if kind in INBOUND_MEDIA:
+            text = str((data.get(kind) or {}).get("caption") or "")
+        else:
+            text = _text_note(data)
+            if text is None:  # a reaction, a system or unsupported message, an order
+                return None
+        sender = str(data.get("from") or data.get("from_user_id") or "")
+        if not sender:
+            raise ValueError("the message names no sender")
+        names = {str(c.get("wa_id") or c.get("user_id")): (c.get("profile") or {}).get("name")
+                 for c in contacts if isinstance(c, dict)}
+        media = [await self._download(data[kind], INBOUND_MEDIA[kind], kind,
+                                      voice=bool(data[kind].get("voice")))] \
+            if kind in INBOUND_MEDIA and isinstance(data.get(kind), dict) else []
+        message_id = str(data["id"])
+        self._remember(sender, message_id)
+        context = data.get("context") or {}
+        return InboundMessage(
+            channel=self.name, account=self.account.name, chat_id=sender,
+            message_id=message_id, sender_id=sender, sender_name=names.get(sender) or "",
+            text=text,
+            reply_to_bot=bool(self.self_id and
+                              "".join(ch for ch in str(context.get("from", "")) if ch.isdigit())
+                              == self.self_id),
+            media=media, timestamp=float(data.get("timestamp") or time.time()))
+
+    def _remember(self, chat_id: str, message_id: str) -> None:
+        last = self._last_inbound
+        last[chat_id] = message_id
+        last.move_to_end(chat_id)
+        while len(last) > LAST_INBOUND_CHATS:
+            last.popitem(last=False)
+
+    async def _download(self, item: dict[str, Any], kind: str, wa_type: str, *,
+                        voice: bool = False) -> MediaRef:
+        """A file by its media id: ``GET /{media-id}`` gives a short-lived URL, fetched
+        with the token into the media store."""
+        kind = "voice" if voice else kind
+        media_id = str(item.get("id") or "")
+        mime = item.get("mime_type")
+        name = item.get("filename") or None
+        try:
+            info = await self.api.media_info(media_id)
+            mime = info.get("mime_type") or mime
+            size = int(info["file_size"]) if info.get("file_size") is not None else None
+            if name is None:
+                extension = mimetypes.guess_extension((mime or "").split(";")[0].strip()) or ""
+                name = f"{wa_type}{extension}"
+            chunks = self.api.download(str(info["url"]), max_bytes=self.max_inbound_bytes)
+            return await self.save_media(chunks, kind=kind, filename=name, mime=mime,
+                                         platform_id=media_id, declared_size=size)
+        except (PlatformError, KeyError, ValueError) as exc:
+            return MediaRef(kind=kind, filename=name, mime=mime, platform_id=media_id,
+                            note=f"not saved: {exc}")
+
+    # -- sending --------------------------------------------------------------------------
+
+    async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
+        try:
+            if payload.is_media:
+                wamid = await self._send_media(route, payload)
+            else:
+                text, _ = self.render_text(payload)
+                try:
+                    wamid = await self.api.send_message(route.chat_id, "text", {"body": text},
+                                                        reply_to=route.reply_to)
+                except GraphError as exc:
+                    if exc.code != OUTSIDE_WINDOW or self.config.template is None:
+                        raise
+                    try:
+                        wamid = await self._send_template(route.chat_id, text)
+                    except GraphError as failed:
+                        raise _explained(failed, f"not delivered: {WINDOW_CLOSED}, and "
+                                                 f"the template failed too: {failed}") from None
+        except GraphError as exc:
+            raise self._send_error(exc) from None
+        return SendResult(message_id=wamid)
+
+    async def _send_media(self, route: Route, payload: OutboundPayload) -> str:
+        path = Path(payload.media_path)  # type: ignore[arg-type]
+        kind = payload.media_kind or "document"
+        content: dict[str, Any] = {"id": await self._upload(path)}
+        if payload.caption and kind in CAPTIONED:
+            content["caption"], _ = self.render_text(
+                OutboundPayload(text=payload.caption, format=payload.format))
+        if kind == "document":
+            content["filename"] = path.name
+        return await self.api.send_message(route.chat_id, kind, content,
+                                           reply_to=route.reply_to)
+
+    async def _upload(self, path: Path) -> str:
+        stat = path.stat()
+        key = (str(path), stat.st_size, stat.st_mtime)
+        if key not in self._uploaded:  # a retried send reuses the upload (ids last 30 days)
+            self._uploaded[key] = await self.api.upload(path, media_mime(path))
+        return self._uploaded[key]
+
+    async def _send_template(self, to: str, text: str) -> str:
+        """The account's approved template instead of a text the window refused; its
+        body parameters filled from the text (on one line: Meta refuses a parameter
+        with a newline, a tab or more than four spaces in a row)."""
+        template = self.config.template
+        line = " ".join(text.split())
+        content: dict[str, Any] = {"name": template.name,
+                                   "language": {"policy": "deterministic",
+                                                "code": template.language}}
+        if template.parameters:
+            content["components"] = [{"type": "body", "parameters": [
+                {"type": "text", "text": parameter.replace("{text}", line)}
+                for parameter in template.parameters]}]
+        wamid = await self.api.send_message(to, "template", content)
+        log.info("%s: %s is outside the 24-hour window: sent as template %r", self.account.key,
+                 to, template.name)
+        return wamid
+
+    def _send_error(self, exc: GraphError) -> SendError:
+        if exc.code == OUTSIDE_WINDOW:
+            hint = ("a file cannot go as a template" if self.config.template is not None else
+                    f"set channels.whatsapp.accounts.{self.account.name}.template to an "
+                    "approved template to reach them")
+            return _explained(exc, f"not delivered: {WINDOW_CLOSED}; {hint}, or wait until "
+                                   "they write again")
+        if exc.code == TOKEN_EXPIRED:
+            self.report_problem(TOKEN_EXPIRED_PROBLEM, restartable=False)
+            return _explained(exc, f"not sent: {TOKEN_EXPIRED_PROBLEM}")
+        if exc.code == UNSUPPORTED_MEDIA:
+            return _explained(exc, f"WhatsApp refused the file's type: {exc}")
+        return exc.send_error()
+
+    async def indicate(self, route: Route) -> None:
+        """The read receipt for the chat's latest message and the typing indicator, in
+        one request (WhatsApp shows typing until the reply, for at most 25 s)."""
+        message_id = self._last_inbound.get(route.chat_id)
+        if message_id is not None:
+            await self.api.mark_read(message_id, typing=True)
+
+    # -- health ------------------------------------------------------------------------------
+
+    async def probe(self) -> ProbeResult:
+        try:
+            phone = await self._lookup_phone(timeout=10)
+        except GraphError as exc:
+            if exc.code == TOKEN_EXPIRED:
+                return ProbeResult(ok=False, detail=TOKEN_EXPIRED_PROBLEM, restartable=False)
+            rejected = exc.status in (401, 403) or exc.code in (100, 200, 10)
+            return ProbeResult(ok=False, detail=str(exc), restartable=not rejected)
+        except PlatformError as exc:
+            return ProbeResult(ok=False, detail=str(exc))
+        if self.account.runtime.problem == TOKEN_EXPIRED_PROBLEM:
+            self.clear_problem()  # a new token works
+        number, name = phone.get("display_phone_number"), phone.get("verified_name")
+        quality = phone.get("quality_rating")
+        return ProbeResult(ok=True, detail=f"{number} ({name}), quality {quality}",
+                           extra={"display_phone_number": number, "verified_name": name,
+                                  "quality_rating": quality, "id": phone.get("id")})
+
+    async def aclose(self) -> None:
+        await self.api.close()

@@ -1,0 +1,669 @@
+"""A protocol-faithful fake of the WhatsApp Cloud API (Graph API), for tests and offline use.
+
+:class:`FakeGraph` is a real aiohttp server on 127.0.0.1 that speaks the Graph API's wire
+format for one business phone number: ``POST /{version}/{phone-number-id}/messages``
+(text, media by id, templates, read receipts with the typing indicator),
+``POST /{version}/{phone-number-id}/media`` (multipart upload), ``GET
+/{version}/{media-id}`` (a short-lived download URL, fetched with the token) and ``GET
+/{version}/{phone-number-id}`` (the probe), with Meta's error shape
+``{"error": {"message", "type", "code", "error_subcode", "error_data", "fbtrace_id"}}``
+and codes: 190 for a bad or revoked token, 100 for a request the published schema
+refuses (every request body is checked against Meta's OpenAPI description,
+:mod:`chatkernel_whatsapp.spec`), 131047 outside the 24-hour window, 131053 for a media
+type Meta refuses (``audio/opus``), 130429 / 131056 when the throughput or pair rate is
+exceeded (when :attr:`FakeGraph.throughput` / :attr:`FakeGraph.pair_rate` are set).
+
+It is also Meta's side of the webhook: :meth:`FakeGraph.subscribe` performs the GET
+verification (``hub.mode``, ``hub.verify_token``, ``hub.challenge``) before anything is
+posted; every notification is signed (``X-Hub-Signature-256``, the kit's
+:class:`~chatkernel.testing.MetaSigner`), retried on anything but a 2xx, delivered in
+order per user; :meth:`FakeGraph.inject_messages` batches several messages (and
+entries, and changes) in one notification; :meth:`FakeGraph.redeliver` posts one again;
+and after every accepted send the fake posts its statuses, ``sent`` then ``delivered``
+(``read`` with :attr:`FakeGraph.auto_read`), or, for a recipient :meth:`fail_delivery`
+names, an asynchronous ``failed`` with Meta's error::
+
+    async with FakeGraph() as graph:
+        await graph.subscribe(f"{gateway}/whatsapp/main/webhook")
+        graph.inject_message("15551234567", "hello")
+        sent = await graph.wait_for_sent(1)
+        assert sent[0].text == "re: hello"
+
+Built on the kernel's fake-platform base (:mod:`chatkernel.testing.fake_platform`); it
+is a model, not Meta: no conversations or pricing, templates are not looked up (any
+name is approved unless :attr:`FakeGraph.templates` lists the approved ones), and media
+are kept in memory.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import itertools
+import json
+import re
+import secrets
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+from aiohttp import web
+
+from chatkernel.testing.fake_platform import Call, ErrorAnswer, FakePlatform, MetaSigner
+from chatkernel_whatsapp import spec
+
+__all__ = ["FakeGraph", "GraphErrorAnswer", "Notification", "SentMessage", "StoredMedia"]
+
+DEFAULT_TOKEN = "EAAFakeGraphTokenForOfflineTests0123456789"
+DEFAULT_PHONE_NUMBER_ID = "106540352242922"
+DEFAULT_DISPLAY_NUMBER = "+1 555-078-3881"
+WINDOW_SECONDS = 24 * 3600
+TEXT_LIMIT = 4096
+#: What Meta takes per media kind (https: "Supported media types"), by MIME type.
+ACCEPTED_MIME: dict[str, frozenset[str]] = {
+    "image": frozenset({"image/jpeg", "image/png"}),
+    "video": frozenset({"video/mp4", "video/3gpp"}),
+    "audio": frozenset({"audio/ogg", "audio/mpeg", "audio/amr", "audio/mp4", "audio/aac"}),
+    "sticker": frozenset({"image/webp"}),
+    "document": frozenset({
+        "text/plain", "application/pdf", "application/msword",
+        "application/vnd.ms-excel", "application/vnd.ms-powerpoint",
+        "application/vnd.openxmlformats-officedocument.wordprocessingml.document",
+        "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet",
+        "application/vnd.openxmlformats-officedocument.presentationml.presentation",
+        "image/webp", "image/jpeg", "image/png"}),
+}
+UPLOAD_MIME = frozenset().union(*ACCEPTED_MIME.values())
+_MARKERS = re.compile(r"(?<![\w*_~`])([*_~])(?=\S)(.+?)(?<=\S)\1(?![\w*_~`])")
+
+
+def _fbtrace() -> str:
+    return "A" + secrets.token_urlsafe(16)
+
+
+class GraphErrorAnswer(ErrorAnswer):
+    """Meta's error answer: ``{"error": {...}}`` with its HTTP status."""
+
+    def __init__(self, status: int, code: int, message: str, *, type_: str = "OAuthException",
+                 subcode: int | None = None, details: str | None = None,
+                 title: str | None = None) -> None:
+        error: dict[str, Any] = {"message": message, "type": type_, "code": code,
+                                 "fbtrace_id": _fbtrace()}
+        if subcode is not None:
+            error["error_subcode"] = subcode
+        if title is not None:
+            error["error_user_title"] = title
+        if details is not None:
+            error["error_data"] = {"messaging_product": "whatsapp", "details": details}
+        super().__init__(status, {"error": error}, message=f"{code}: {message}")
+        self.code = code
+
+
+def invalid_parameter(details: str) -> GraphErrorAnswer:
+    return GraphErrorAnswer(400, 100, "(#100) Invalid parameter", details=details)
+
+
+@dataclass
+class StoredMedia:
+    """A file the fake holds: uploaded by the business, or sent by a user (a test)."""
+
+    media_id: str
+    data: bytes = field(repr=False)
+    mime_type: str
+    filename: str | None = None
+
+    @property
+    def sha256(self) -> str:
+        return base64.b64encode(hashlib.sha256(self.data).digest()).decode()
+
+
+@dataclass
+class SentMessage:
+    """A message the business sent, as the fake accepted it."""
+
+    wamid: str
+    to: str
+    type: str
+    body: dict[str, Any] = field(repr=False)
+    media: StoredMedia | None = None
+    when: float = field(default_factory=time.time)
+
+    @property
+    def content(self) -> dict[str, Any]:
+        return self.body.get(self.type) or {}
+
+    @property
+    def text(self) -> str | None:
+        """The text body, a caption, or a template's first body parameter."""
+        if self.type == "text":
+            return self.content.get("body")
+        if self.type == "template":
+            for component in self.content.get("components") or []:
+                for parameter in component.get("parameters") or []:
+                    if parameter.get("type") == "text":
+                        return parameter.get("text")
+            return None
+        return self.content.get("caption")
+
+    @property
+    def plain_text(self) -> str | None:
+        """The text as the user reads it: WhatsApp's ``*bold*`` and the like shown as
+        formatting, so without their markers."""
+        text = self.text
+        if text is None:
+            return None
+        text = text.replace("```", "")
+        previous = None
+        while previous != text:
+            previous, text = text, _MARKERS.sub(r"\2", text)
+        return text
+
+    @property
+    def reply_to(self) -> str | None:
+        return (self.body.get("context") or {}).get("message_id")
+
+    @property
+    def filename(self) -> str | None:
+        return self.content.get("filename") or (self.media.filename if self.media else None)
+
+
+@dataclass
+class Notification:
+    """A webhook notification the fake posts (and may post again)."""
+
+    number: int
+    body: dict[str, Any]
+    #: The user it is about (notifications of one user are delivered in order).
+    user: str
+    delivered: bool = False
+    attempts: int = 0
+
+
+class FakeGraph(FakePlatform):
+    """The Graph API of one WhatsApp business phone number, and its webhook pusher."""
+
+    def __init__(self, *, token: str = DEFAULT_TOKEN,
+                 phone_number_id: str = DEFAULT_PHONE_NUMBER_ID,
+                 display_phone_number: str = DEFAULT_DISPLAY_NUMBER,
+                 verified_name: str = "Chatkernel Test", quality_rating: str = "GREEN",
+                 app_secret: str = "fake-app-secret", verify_token: str = "fake-verify-token",
+                 waba_id: str = "419561257915477", version: str = "v23.0",
+                 webhook_workers: int = 1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.tokens = {token}
+        self.token = token
+        self.revoked: set[str] = set()
+        self.phone_number_id = phone_number_id
+        self.display_phone_number = display_phone_number
+        self.verified_name = verified_name
+        self.quality_rating = quality_rating
+        self.app_secret = app_secret
+        self.verify_token = verify_token
+        self.waba_id = waba_id
+        self.version = version
+        #: Rolling limits answered with Meta's codes; None: not enforced.
+        self.throughput: tuple[int, float] | None = None   # 130429, per number
+        self.pair_rate: tuple[int, float] | None = None    # 131056, per recipient
+        #: Statuses posted after every accepted send (``sent``, ``delivered``).
+        self.statuses = True
+        self.auto_read = False
+        #: Approved template names (None: any name is approved).
+        self.templates: set[str] | None = None
+        self.media: dict[str, StoredMedia] = {}
+        self.read_receipts: list[dict[str, Any]] = []
+        #: Every inbound message id made so far, and the user who wrote it.
+        self.inbound: dict[str, str] = {}
+        self.unknown_params: list[str] = []
+        #: When each user last wrote: the 24-hour customer-service window.
+        self.last_user_message: dict[str, float] = {}
+        #: Notifications in the order made; delivery attempts are in webhooks.attempts.
+        self.notifications: list[Notification] = []
+        self.webhook_url: str | None = None
+        self.verifications: list[dict[str, Any]] = []
+        self.webhook_workers = webhook_workers
+        self.status_delay = 0.02
+        self._failures: dict[str, tuple[int, str, str]] = {}
+        self._ids = itertools.count(1)
+        self._queues: list[list[Notification]] = [[] for _ in range(webhook_workers)]
+        self._queue_signal = self.new_signal()
+        self._workers_started = False
+        self.webhooks.delays = (0.05, 0.1, 0.2, 0.4, 0.8)
+
+    # -- routes -------------------------------------------------------------------------
+
+    def routes(self) -> list[web.RouteDef]:
+        return [web.post("/{version}/{node}/messages", self._messages),
+                web.post("/{version}/{node}/media", self._upload),
+                web.get("/{version}/{node}", self._node),
+                web.get("/_media/{media_id}", self._download)]
+
+    async def unknown_route(self, request: web.Request) -> web.StreamResponse:
+        return GraphErrorAnswer(400, 100, "Unsupported request - method type: "
+                                f"{request.method.lower()}", type_="GraphMethodException"
+                                ).response()
+
+    def _authorize(self, request: web.Request) -> None:
+        header = request.headers.get("Authorization", "")
+        token = header[7:] if header.startswith("Bearer ") else ""
+        if token in self.revoked:
+            raise GraphErrorAnswer(401, 190, "Error validating access token: Session has "
+                                   "expired", subcode=463)
+        if token not in self.tokens:
+            raise GraphErrorAnswer(401, 190, "Invalid OAuth access token - Cannot parse "
+                                   "access token")
+
+    def _check_node(self, request: web.Request) -> None:
+        version = request.match_info["version"]
+        if not re.fullmatch(r"v[0-9]+\.[0-9]+", version):
+            raise GraphErrorAnswer(400, 2500, f"Unknown path components: /{version}")
+        if request.match_info["node"] != self.phone_number_id:
+            raise GraphErrorAnswer(400, 100, "Unsupported post request. Object with ID "
+                                   f"'{request.match_info['node']}' does not exist, cannot "
+                                   "be loaded due to missing permissions, or does not "
+                                   "support this operation", type_="GraphMethodException",
+                                   subcode=33)
+
+    async def _messages(self, request: web.Request) -> web.StreamResponse:
+        try:
+            params = await request.json()
+        except ValueError:
+            params = None
+        body = params if isinstance(params, dict) else {}
+        method = "read" if "status" in body else "messages"
+        call = Call(method=method, params=body, http_method="POST",
+                    content_type=request.content_type)
+
+        async def answer() -> web.Response:
+            self._authorize(request)
+            self._check_node(request)
+            if not isinstance(params, dict):
+                raise invalid_parameter("the request body must be a JSON object")
+            if method == "read":
+                return self._read(body)
+            return self._send(body)
+
+        return await self.serve_call(request, call, answer)
+
+    def _read(self, body: dict[str, Any]) -> web.Response:
+        problems = spec.problems(body, "MarkMessageRequestPayload")
+        if body.get("status") != "read":
+            problems.append(f"$.status: {body.get('status')!r} is not 'read'")
+        typing = body.get("typing_indicator")
+        if typing is not None and typing != {"type": "text"}:
+            problems.append("$.typing_indicator: expected {\"type\": \"text\"}")
+        if problems:
+            raise invalid_parameter("; ".join(problems))
+        self.read_receipts.append(body)
+        self.changed()
+        return web.json_response({"success": True})
+
+    def _send(self, body: dict[str, Any]) -> web.Response:
+        problems = spec.problems(body, "Message")
+        if problems:
+            raise invalid_parameter("; ".join(problems))
+        kind, to = body["type"], str(body["to"])
+        content = body.get(kind) or {}
+        if kind == "text" and len(content.get("body") or "") > TEXT_LIMIT:
+            raise GraphErrorAnswer(400, 100, "(#100) Param text['body'] must be at most "
+                                   f"{TEXT_LIMIT} characters long.")
+        if kind == "text" and not (content.get("body") or "").strip():
+            raise GraphErrorAnswer(400, 100, "(#100) Param text['body'] is required")
+        media = None
+        if kind in ACCEPTED_MIME:
+            media = self.media.get(str(content.get("id")))
+            if media is None:
+                raise GraphErrorAnswer(400, 131009, "(#131009) Parameter value is not valid",
+                                       details="Media id is not valid")
+            if media.mime_type.split(";")[0] not in ACCEPTED_MIME[kind]:
+                raise GraphErrorAnswer(400, 131053, "Media upload error", details=(
+                    f"Unsupported {kind} type {media.mime_type}"))
+        if kind == "template":
+            name = content.get("name")
+            if self.templates is not None and name not in self.templates:
+                raise GraphErrorAnswer(404, 132001, "Template name does not exist in the "
+                                       "translation", details=f"template name ({name}) does "
+                                       f"not exist in {content['language'].get('code')}")
+        elif not self.window_open(to):
+            raise GraphErrorAnswer(400, 131047, "Re-engagement message", details=(
+                "Message failed to send because more than 24 hours have passed since the "
+                "customer last replied to this number."))
+        rules = []
+        if self.throughput is not None:
+            rules.append((("throughput",), *self.throughput))
+        if self.pair_rate is not None:
+            rules.append((("pair", to), *self.pair_rate))
+        if rules:
+            wait = self.rates.admit(rules)
+            if wait > 0:
+                pair_full = self.pair_rate is not None and self._full(("pair", to),
+                                                                      self.pair_rate)
+                if pair_full:
+                    raise GraphErrorAnswer(400, 131056, "(Business Account, Consumer Account) "
+                                           "pair rate limit hit", details=(
+                                               "Message failed to send because there were "
+                                               "too many messages sent from this phone "
+                                               "number to the same phone number in a short "
+                                               "period of time."))
+                raise GraphErrorAnswer(400, 130429, "Rate limit hit", details=(
+                    "Cloud API message throughput has been reached."))
+        wamid = self._wamid()
+        sent = SentMessage(wamid=wamid, to=to, type=kind, body=body, media=media)
+        self.record_sent(sent)
+        self._after_send(sent)
+        return web.json_response({"messaging_product": "whatsapp",
+                                  "contacts": [{"input": to, "wa_id": to}],
+                                  "messages": [{"id": wamid}]})
+
+    def _full(self, key: Any, rule: tuple[int, float]) -> bool:
+        hits = self.rates._hits.get(key) or []
+        now = self.rates.clock()
+        return sum(1 for at in hits if at > now - rule[1]) >= rule[0]
+
+    async def _upload(self, request: web.Request) -> web.StreamResponse:
+        call = Call(method="media", params={}, http_method="POST",
+                    content_type=request.content_type)
+
+        async def answer() -> web.Response:
+            self._authorize(request)
+            self._check_node(request)
+            if request.content_type != "multipart/form-data":
+                raise invalid_parameter("the upload must be multipart/form-data")
+            form = await request.post()
+            upload = form.get("file")
+            call.params = {key: value for key, value in form.items() if key != "file"}
+            if not isinstance(upload, web.FileField):
+                raise invalid_parameter("file is required")
+            if form.get("messaging_product") != "whatsapp":
+                raise invalid_parameter("messaging_product is required")
+            declared = str(form.get("type") or "")
+            part = (upload.content_type or "").split(";")[0].strip()
+            base = declared.split(";")[0].strip()
+            call.params["file"] = {"filename": upload.filename, "content_type":
+                                   upload.content_type}
+            if base not in UPLOAD_MIME or (part and part != "application/octet-stream"
+                                           and part != base):
+                raise GraphErrorAnswer(400, 131053, "Media upload error", details=(
+                    f"Param file must be a file with one of the following types: "
+                    f"{', '.join(sorted(UPLOAD_MIME))}. Received file of type "
+                    f"'{part or declared}'."))
+            media = StoredMedia(media_id=self._media_id(), data=upload.file.read(),
+                                mime_type=declared, filename=upload.filename)
+            self.media[media.media_id] = media
+            self.changed()
+            return web.json_response({"id": media.media_id})
+
+        return await self.serve_call(request, call, answer)
+
+    async def _node(self, request: web.Request) -> web.StreamResponse:
+        node = request.match_info["node"]
+        method = "phone_number" if node == self.phone_number_id else "media_info"
+        call = Call(method=method, params=dict(request.query), http_method="GET")
+
+        async def answer() -> web.Response:
+            self._authorize(request)
+            if node == self.phone_number_id:
+                return web.json_response({
+                    "id": self.phone_number_id, "display_phone_number": self.display_phone_number,
+                    "verified_name": self.verified_name, "quality_rating": self.quality_rating})
+            media = self.media.get(node)
+            if media is None:
+                raise GraphErrorAnswer(400, 100, f"Unsupported get request. Object with ID "
+                                       f"'{node}' does not exist", type_="GraphMethodException",
+                                       subcode=33)
+            return web.json_response({
+                "messaging_product": "whatsapp", "id": media.media_id,
+                "url": f"{self.base_url}/_media/{media.media_id}?ext={int(time.time())}",
+                "mime_type": media.mime_type, "sha256": media.sha256,
+                "file_size": str(len(media.data))})
+
+        return await self.serve_call(request, call, answer)
+
+    async def _download(self, request: web.Request) -> web.StreamResponse:
+        call = Call(method="download", params={"media_id": request.match_info["media_id"]},
+                    http_method="GET")
+
+        async def answer() -> web.Response:
+            try:
+                self._authorize(request)
+            except GraphErrorAnswer:
+                raise ErrorAnswer(404, "Not Found") from None  # as the media host answers
+            media = self.media.get(request.match_info["media_id"])
+            if media is None:
+                raise ErrorAnswer(404, "Not Found")
+            return web.Response(body=media.data, content_type=media.mime_type.split(";")[0])
+
+        return await self.serve_call(request, call, answer)
+
+    # -- the business's side ---------------------------------------------------------------
+
+    def revoke_token(self, token: str | None = None) -> None:
+        """The token expires (or is revoked): calls with it answer code 190."""
+        token = token or self.token
+        self.tokens.discard(token)
+        self.revoked.add(token)
+
+    def window_open(self, wa_id: str) -> bool:
+        last = self.last_user_message.get(wa_id)
+        return last is not None and time.time() - last < WINDOW_SECONDS
+
+    def close_window(self, wa_id: str) -> None:
+        """The user last wrote more than 24 hours ago."""
+        self.last_user_message[wa_id] = time.time() - WINDOW_SECONDS - 60
+
+    def fail_delivery(self, wa_id: str, code: int = 131026,
+                      title: str = "Message undeliverable",
+                      details: str = "Message Undeliverable.") -> None:
+        """Messages to ``wa_id`` are accepted, then reported ``failed`` (asynchronously,
+        as Meta does: the send itself answers with an id)."""
+        self._failures[wa_id] = (code, title, details)
+
+    def sent(self, to: str | None = None) -> list[SentMessage]:
+        return [m for m in self.sent_messages if to is None or m.to == str(to)]
+
+    def typing(self, wa_id: str) -> list[dict[str, Any]]:
+        """The read receipts with the typing indicator sent for ``wa_id``'s messages."""
+        return [r for r in self.read_receipts if "typing_indicator" in r
+                and self.inbound.get(r["message_id"]) == str(wa_id)]
+
+    def add_media(self, data: bytes, mime_type: str, filename: str | None = None) -> str:
+        """A file a user sends: its media id, for :meth:`inject_message`."""
+        media = StoredMedia(media_id=self._media_id(), data=data, mime_type=mime_type,
+                            filename=filename)
+        self.media[media.media_id] = media
+        return media.media_id
+
+    # -- the user's side: notifications ------------------------------------------------------
+
+    def message(self, wa_id: str, text: str | None = None, *, kind: str | None = None,
+                timestamp: float | None = None, message_id: str | None = None,
+                **content: Any) -> dict[str, Any]:
+        """An inbound message object as Meta writes it (a text, or ``kind`` with its
+        ``content``: ``image={"id": ..., "mime_type": ...}``...)."""
+        kind = kind or ("text" if not content else next(iter(content)))
+        message: dict[str, Any] = {"from": str(wa_id), "id": message_id or self._wamid(),
+                                   "timestamp": str(int(timestamp if timestamp is not None
+                                                        else time.time())),
+                                   "type": kind}
+        if kind == "text":
+            message["text"] = {"body": text or ""}
+        message.update(content)
+        return message
+
+    def notification(self, changes: list[dict[str, Any]],
+                     entries: int = 1) -> dict[str, Any]:
+        """A notification: ``changes`` (values) spread over ``entries`` entries."""
+        entry_list: list[dict[str, Any]] = [{"id": self.waba_id, "changes": []}
+                                            for _ in range(max(1, entries))]
+        per_entry = -(-len(changes) // len(entry_list))  # consecutive changes per entry
+        for index, value in enumerate(changes):
+            entry_list[index // per_entry]["changes"].append(
+                {"value": value, "field": value.pop("_field", "messages")})
+        return {"object": "whatsapp_business_account",
+                "entry": [entry for entry in entry_list if entry["changes"]]}
+
+    def messages_value(self, messages: list[dict[str, Any]],
+                       names: dict[str, str] | None = None) -> dict[str, Any]:
+        senders = list(dict.fromkeys(m["from"] for m in messages))
+        return {"messaging_product": "whatsapp", "metadata": self._metadata(),
+                "contacts": [{"profile": {"name": (names or {}).get(s, f"User {s[-4:]}")},
+                              "wa_id": s} for s in senders],
+                "messages": messages}
+
+    def inject_message(self, wa_id: str, text: str | None = None, **fields: Any) -> dict[str, Any]:
+        """A user writes to the business: posted to the webhook as its own
+        notification; returns the message object."""
+        message = self.message(wa_id, text, **fields)
+        self.inject_messages([message])
+        return message
+
+    def inject_messages(self, messages: list[dict[str, Any]], *, per_change: int | None = None,
+                        entries: int = 1, names: dict[str, str] | None = None) -> Notification:
+        """Several messages in one notification: ``per_change`` messages in each change
+        (all in one by default), the changes spread over ``entries`` entries."""
+        for message in messages:
+            self.inbound[message["id"]] = message["from"]
+            if message.get("type") != "system":
+                self.last_user_message[message["from"]] = time.time()
+        size = per_change or len(messages) or 1
+        values = [self.messages_value(messages[i:i + size], names)
+                  for i in range(0, len(messages), size)]
+        return self.post(self.notification(values, entries), user=messages[0]["from"])
+
+    def post(self, body: dict[str, Any], *, user: str = "") -> Notification:
+        """Queue a notification for the webhook (posted in order per user)."""
+        notification = Notification(number=len(self.notifications) + 1, body=body, user=user)
+        self.notifications.append(notification)
+        self._enqueue(notification)
+        return notification
+
+    def redeliver(self, notification: Notification | None = None) -> Notification:
+        """Post a notification again, byte for byte the same JSON (Meta redelivers
+        after a failure, for days)."""
+        original = notification or self.notifications[-1]
+        return self.post(original.body, user=original.user)
+
+    def status_value(self, sent: SentMessage, status: str,
+                     error: tuple[int, str, str] | None = None) -> dict[str, Any]:
+        item: dict[str, Any] = {"id": sent.wamid, "status": status,
+                                "timestamp": str(int(time.time())), "recipient_id": sent.to}
+        if error is not None:
+            code, title, details = error
+            item["errors"] = [{"code": code, "title": title, "message": title,
+                               "error_data": {"details": details},
+                               "href": "https://developers.facebook.com/docs/whatsapp/"
+                                       "cloud-api/support/error-codes/"}]
+        return {"messaging_product": "whatsapp", "metadata": self._metadata(),
+                "statuses": [item]}
+
+    def _after_send(self, sent: SentMessage) -> None:
+        if not self.statuses:
+            return
+        failure = self._failures.get(sent.to)
+        order = ["sent", "failed"] if failure else ["sent", "delivered"] + (
+            ["read"] if self.auto_read else [])
+
+        async def report() -> None:
+            await anyio.sleep(self.status_delay)  # after the send's answer, as Meta
+            for status in order:
+                self.post(self.notification([self.status_value(
+                    sent, status, failure if status == "failed" else None)]), user=sent.to)
+
+        self.start_soon(report)
+
+    def _metadata(self) -> dict[str, str]:
+        digits = "".join(ch for ch in self.display_phone_number if ch.isdigit())
+        return {"display_phone_number": digits, "phone_number_id": self.phone_number_id}
+
+    def _wamid(self) -> str:
+        raw = f"{self.phone_number_id}:{next(self._ids)}:{secrets.token_hex(8)}".encode()
+        return "wamid." + base64.b64encode(raw).decode()
+
+    def _media_id(self) -> str:
+        return str(10**15 + next(self._ids) * 7919)
+
+    # -- the webhook -------------------------------------------------------------------------
+
+    async def subscribe(self, url: str, *, verify_token: str | None = None) -> bool:
+        """Meta's verification of a callback URL: a GET with ``hub.mode=subscribe``,
+        ``hub.verify_token`` and a random ``hub.challenge``, which must come back as the
+        body of a 200. Only then are notifications posted there. Returns whether it
+        passed (recorded in :attr:`verifications`)."""
+        import aiohttp
+
+        challenge = str(secrets.randbelow(10**9))
+        query = {"hub.mode": "subscribe", "hub.verify_token": verify_token or self.verify_token,
+                 "hub.challenge": challenge}
+        status, text = None, ""
+        try:
+            async with aiohttp.ClientSession() as http:
+                async with http.get(url, params=query, timeout=aiohttp.ClientTimeout(10)) as r:
+                    status, text = r.status, await r.text()
+        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+            text = f"{type(exc).__name__}: {exc}"
+        passed = status == 200 and text == challenge
+        self.verifications.append({"url": url, "status": status, "passed": passed})
+        if passed:
+            self.webhook_url = url
+            self._start_workers()
+        return passed
+
+    def point_webhook(self, url: str) -> None:
+        """Post to ``url`` from now on, without a new verification (a gateway moved)."""
+        self.webhook_url = url
+        self._start_workers()
+
+    def _enqueue(self, notification: Notification) -> None:
+        index = hash(notification.user) % self.webhook_workers
+        self._queues[index].append(notification)
+        self._queue_signal.fire()
+
+    def _start_workers(self) -> None:
+        if self._workers_started:
+            return
+        self._workers_started = True
+        for index in range(self.webhook_workers):
+            self.start_soon(self._deliver_forever, index)
+
+    async def _deliver_forever(self, index: int) -> None:
+        queue = self._queues[index]
+        while not self.closing:
+            if not queue or self.webhook_url is None:
+                await self._queue_signal.wait(0.25)
+                continue
+            notification = queue[0]
+            url = self.webhook_url
+            body = notification.body if isinstance(notification.body, bytes) else \
+                _encode(notification.body)
+            attempt = await self.webhooks.push(
+                url, body, signer=MetaSigner(self.app_secret),
+                wanted=lambda: not self.closing and self.webhook_url == url)
+            notification.attempts += 1
+            if attempt is None:
+                continue  # the callback URL changed: the next attempts go to the new one
+            notification.delivered = attempt.ok
+            queue.pop(0)  # delivered, or given up after the retries
+            self.changed()
+
+    async def wait_delivered(self, timeout: float = 10.0) -> None:
+        """Wait until every notification made so far was delivered or given up."""
+        await self.wait_until(lambda: not any(self._queues), timeout)
+
+    def delivered_bodies(self) -> list[bytes]:
+        return [a.body for a in self.webhooks.attempts if a.ok]
+
+
+def _encode(body: Any) -> bytes:
+    """JSON as Meta writes it: no spaces, every non-ASCII character as ``\\uXXXX``, and
+    ``/`` and ``@`` escaped too (``\\/``, ``\\u0040``). A verifier that parses the body
+    and signs it re-serialised gets other bytes, and a wrong signature."""
+    return (json.dumps(body, ensure_ascii=True, separators=(",", ":"))
+            .replace("/", "\\/").replace("@", "\\u0040").encode())
+
+
+def every_message(notifications: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every message object in ``notifications``."""
+    return [m for n in notifications for e in n.get("entry", []) for c in e.get("changes", [])
+            for m in c.get("value", {}).get("messages", [])]
+
