@@ -72,6 +72,9 @@ class ScriptedPolls(Channel):
     def describe_event(self, event):
         return f"event {event.get('id')}"
 
+    def event_id(self, event):
+        return event.get("id")
+
     def report_problem(self, reason, *, restartable=True):
         self.problems.append(reason)
         super().report_problem(reason, restartable=restartable)
@@ -181,6 +184,13 @@ async def test_own_messages_non_messages_and_unreadable_events_are_skipped(polli
     assert channel.polls_seen[1] == "c-4"  # the bad event does not come back forever
     assert "event m3 skipped, it is not a message this channel can read: KeyError" \
         in caplog.text
+    # Journaled as refused, under its platform id: known if it comes again, never replayed.
+    store = h.kernel.store
+    assert await store.journal_inbound(InboundMessage(
+        channel="scripted", account="main", chat_id="c1", message_id="unreadable:m3",
+        sender_id="?")) is None
+    assert [e.message.message_id for e in await store.unfinished_inbound()
+            if e.message.message_id.startswith("unreadable")] == []
 
 
 async def test_a_problem_is_reported_at_once_a_passing_failure_only_when_it_repeats(

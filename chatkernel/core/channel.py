@@ -235,6 +235,11 @@ class Channel:
         """The event in a few words, for a log line about it."""
         return f"an event of type {type(event).__name__}"
 
+    def event_id(self, event: Any) -> str | None:
+        """The event's own id on its platform (Telegram's ``update_id``), if it has one:
+        an event the channel cannot read is journaled as rejected under it."""
+        return None
+
     async def poll(self, cursor: str | None) -> Polled:
         """One long poll from ``cursor``: the events and the next cursor. Raise
         :class:`PlatformError` when it fails."""

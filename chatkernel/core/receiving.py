@@ -110,13 +110,15 @@ async def per_chat(items: Iterable[T], chat_of: Callable[[T], Hashable],
 async def normalize_batch(events: list[T], normalize: Callable[[T], Awaitable[InboundMessage | None]],
                           *, chat_of: Callable[[T], Hashable], downloads: Callable[[T], bool],
                           describe: Callable[[T], str] = repr, account: str = "",
-                          self_id: str | None = None) -> list[InboundMessage]:
+                          self_id: str | None = None,
+                          unreadable: list[tuple[T, str]] | None = None) -> list[InboundMessage]:
     """A batch of platform events as messages, in platform order.
 
     ``normalize`` turns one event into a message (None: not a message, skipped).
     An event it cannot read (any ``Exception``: a malformed event is the
     platform's data, not the loop's fault) is logged with ``describe(event)``
-    and skipped. Messages sent by ``self_id`` (the bot itself) are dropped.
+    and skipped (and added to ``unreadable`` with the reason, when given).
+    Messages sent by ``self_id`` (the bot itself) are dropped.
     When some event ``downloads`` a file, the batch is read one chat beside the
     other (each chat in order), so one big file does not hold up the others; a
     batch without files is read in one go, without a single wait.
@@ -128,8 +130,11 @@ async def normalize_batch(events: list[T], normalize: Callable[[T], Awaitable[In
         try:
             message = await normalize(event)
         except Exception as exc:  # noqa: BLE001 - see the docstring
-            log.error("%s: %s skipped, it is not a message this channel can read: %s: %s",
-                      account, describe(event), type(exc).__name__, exc)
+            reason = f"{type(exc).__name__}: {exc}"
+            log.error("%s: %s skipped, it is not a message this channel can read: %s",
+                      account, describe(event), reason)
+            if unreadable is not None:
+                unreadable.append((event, reason))
             return
         if message is not None and (self_id is None or message.sender_id != self_id):
             found[index] = message
@@ -169,13 +174,36 @@ async def deliver_many(deliver: "Deliver", messages: list[InboundMessage]) -> No
 
 
 async def receive_events(channel: "Channel", deliver: "Deliver", events: list[Any]) -> int:
-    """Normalize ``events`` with the channel and journal the messages; returns how many."""
+    """Normalize ``events`` with the channel and journal the messages; returns how many.
+
+    An event the channel cannot read is journaled as ``rejected`` under its platform
+    id (``Channel.event_id``), so the record shows it came and was refused, and a
+    redelivery of it is known; it never reaches the agent, and never holds the loop.
+    """
+    unreadable: list[tuple[Any, str]] = []
     messages = await normalize_batch(
         events, channel.normalize, chat_of=channel.event_chat,
         downloads=channel.event_has_media, describe=channel.describe_event,
-        account=channel.account.key, self_id=channel.self_id)
+        account=channel.account.key, self_id=channel.self_id, unreadable=unreadable)
     await deliver_many(deliver, messages)
+    for event, reason in unreadable:
+        await _journal_rejected(channel, event, reason)
     return len(messages)
+
+
+async def _journal_rejected(channel: "Channel", event: Any, reason: str) -> None:
+    event_id = _safe(channel.event_id, event)
+    if event_id is None or channel.store is None:
+        return
+    chat = _safe(channel.event_chat, event)
+    record = InboundMessage(
+        channel=channel.name, account=channel.account.name,
+        chat_id=str(chat)[:256] if chat is not None else "?",
+        message_id=f"unreadable:{event_id}"[:520], sender_id="?",
+        text=f"{_safe(channel.describe_event, event)} could not be read: {reason}"[:2000])
+    seq = await channel.store.journal_inbound(record)
+    if seq is not None:  # None: a redelivery, recorded already
+        await channel.store.set_journal_status(seq, "rejected")
 
 
 # -- failures -----------------------------------------------------------------------------

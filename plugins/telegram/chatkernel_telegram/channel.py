@@ -76,8 +76,12 @@ class TelegramAccount(AccountConfig):
 
 
 def _display_name(user: dict[str, Any]) -> str:
-    name = " ".join(part for part in (user.get("first_name"), user.get("last_name")) if part)
-    return name or user.get("username") or ""
+    def text(key: str) -> str:  # a name is a string; anything else in its place is no name
+        value = user.get(key)
+        return value if isinstance(value, str) else ""
+
+    name = " ".join(part for part in (text("first_name"), text("last_name")) if part)
+    return name or text("username")
 
 
 class TelegramChannel(Channel):
@@ -170,6 +174,10 @@ class TelegramChannel(Channel):
 
     def describe_event(self, update: dict[str, Any]) -> str:
         return f"update {update.get('update_id')}"
+
+    def event_id(self, update: dict[str, Any]) -> str | None:
+        update_id = update.get("update_id")
+        return str(update_id) if isinstance(update_id, int) else None
 
     async def normalize(self, update: dict[str, Any]) -> InboundMessage | None:
         """An Update as an InboundMessage (None for updates that are not messages)."""

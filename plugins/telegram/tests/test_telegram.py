@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 import chatkernel_telegram
-from chatkernel.channels import PlatformError, Route
+from chatkernel.channels import InboundMessage, PlatformError, Route
 from chatkernel.testing import (
     BUSY_HINT,
     AgentEvent,
@@ -350,6 +350,13 @@ async def test_a_malformed_update_is_skipped_and_reported_not_fatal(tmp_path, ca
         # The poison update is confirmed with the rest: it never comes back.
         assert int(await channel.load_cursor()) > poison
         assert [r.text for r in agent.requests] == ["fine"]
+        # It is in the journal, refused: a second record of it is a duplicate, and it
+        # is not among the entries a restart would replay.
+        again = InboundMessage(channel="telegram", account="main", chat_id="42",
+                               message_id=f"unreadable:{poison}", sender_id="?")
+        assert await channel.store.journal_inbound(again) is None
+        assert not any(entry.message.message_id == f"unreadable:{poison}"
+                       for entry in await channel.store.unfinished_inbound())
 
 
 async def test_a_batch_keeps_order_within_each_chat(tmp_path):
