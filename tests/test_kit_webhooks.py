@@ -250,12 +250,13 @@ async def test_a_verified_request_is_journaled_before_its_200(hook):
 
 @pytest.mark.parametrize(("case", "status"), [
     ("unsigned", 401), ("wrong signature", 403), ("not JSON", 400), ("form", 415),
-    ("too big", 413), ("malformed events", 400)])
+    ("too big", 413), ("malformed events", 400), ("nested too deep", 400)])
 async def test_refused_requests_journal_nothing(hook, case, status):
     h, channel, journal, tg, http, url = hook
     await start(tg, channel, journal)
     body = {"not JSON": b"{nope", "too big": messages("x" * 3000),
-            "malformed events": b'{"messages": 3}'}.get(case, messages("forged"))
+            "malformed events": b'{"messages": 3}',
+            "nested too deep": b"[" * 1900}.get(case, messages("forged"))
     answer = await post(http, url, body, signed=case != "unsigned",
                         secret="wrong" if case == "wrong signature" else APP_SECRET,
                         content_type="application/x-www-form-urlencoded"
