@@ -424,7 +424,7 @@ class WeChatChannel(Channel):
             if exc.code == SEND_REFUSED:
                 from chatkernel.channels import encode_json
 
-                cause = refused_cause(peer, len(encode_json(body)), now)
+                cause = refused_cause(peer, len(encode_json(body).encode()), now)
                 peer.held_until, peer.held_reason = now + REFUSED_HOLD_SECONDS, cause
                 await self._save_peer(user, peer)
                 raise SendError(f"WeChat refused the message (sendmessage ret=-2): likely "

@@ -324,7 +324,7 @@ class FakeILink(FakePlatform):
             why = "quota: ten bot messages since the user wrote"
         elif self.now() - peer.last_wrote > WINDOW_SECONDS:
             why = "window: 24 hours since the user wrote"
-        elif len(encode_json(body)) > LARGE_BODY:
+        elif len(encode_json(body).encode()) > LARGE_BODY:
             why = "payload too large"
         if why is not None:
             self.refused.append((user, why))
