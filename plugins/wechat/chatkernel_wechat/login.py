@@ -16,8 +16,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from chatkernel.channels import PlatformError
-from chatkernel.login import Login, LoginFailed, LoginRequest, LoginResult
+from chatkernel.channels import Login, LoginFailed, LoginRequest, LoginResult, PlatformError
 from chatkernel_wechat.api import DEFAULT_API_BASE, ILinkAPI
 
 MAX_REFRESHES = 3

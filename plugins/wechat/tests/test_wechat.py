@@ -11,7 +11,7 @@ import anyio
 import pytest
 from click.testing import CliRunner
 
-from chatkernel.login import LoginFailed, LoginRequest
+from chatkernel.channels import LoginFailed, LoginRequest
 from chatkernel.testing import ChannelContract
 from chatkernel_wechat import crypto
 from chatkernel_wechat.login import WeChatLogin
