@@ -29,6 +29,8 @@ The pieces, by concern:
   :class:`PlatformError`, :func:`transport_error`, :func:`parse_retry_after`;
 - formatting: :class:`MarkdownRenderer` (subclass it for the platform's
   markup), :func:`render`, :func:`escape_html`, :func:`escape_attr`, :func:`display_url`;
+- logins behind ``chatkernel login <channel>`` (the ``register_logins`` hook):
+  :class:`Login`, :class:`LoginRequest`, :class:`LoginResult`, :class:`LoginFailed`;
 - JSON with the kernel's codec: :func:`encode_json`, :func:`decode_json`.
 
 Importing this module loads aiohttp and pydantic: import it inside hook bodies
@@ -83,6 +85,7 @@ from chatkernel.core.webhooks import (
     WebhookRejected,
 )
 from chatkernel.hookspecs import hookimpl
+from chatkernel.login import Login, LoginFailed, LoginRequest, LoginResult
 
 __all__ = [
     "Account",
@@ -96,6 +99,10 @@ __all__ = [
     "HttpClient",
     "InboundMessage",
     "Line",
+    "Login",
+    "LoginFailed",
+    "LoginRequest",
+    "LoginResult",
     "MarkdownRenderer",
     "MediaRef",
     "MetaSignature",

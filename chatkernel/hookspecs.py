@@ -59,6 +59,20 @@ def register_commands(register):
     """
 
 
+@hookspec
+def register_logins(register):
+    """Register the login flows behind ``chatkernel login <channel>``.
+
+    Called once, when ``chatkernel login`` runs.
+
+    :param register: call ``register(login)`` with a :class:`chatkernel.login.Login`
+        whose ``name`` is the channel's name (``"wechat"``) and whose ``run(request)``
+        returns a :class:`chatkernel.login.LoginResult`: the account's config keys
+        to store (secrets in a file of mode 0600, never echoed).
+    :return: nothing.
+    """
+
+
 # -- inbound delivery ------------------------------------------------------------
 
 

@@ -313,6 +313,20 @@ async def test_busy_hint_once_per_busy_period(tmp_path):
         assert h.channel.texts().count(BUSY_HINT) == 2
 
 
+async def test_busy_hint_not_sent_on_a_channel_that_turns_it_off(tmp_path, monkeypatch):
+    """A channel whose every message spends a quota (WeChat) declares busy_hint = False."""
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent) as h:
+        monkeypatch.setattr(type(h.channel), "busy_hint", False)
+        await h.channel.receive("first")
+        await h.channel.receive("second")
+        await h.kernel.outbox.wait_idle()  # the turn is still held open
+        agent.gate.set()
+        await h.settle()
+        assert BUSY_HINT not in h.channel.texts()
+        assert any("first" in text for text in h.channel.texts())  # the answers came
+
+
 async def test_agent_gets_envelope_and_clean_text_and_log_keeps_clean_text(tmp_path):
     agent = scripted_agent()
     async with harness(tmp_path, agent) as h:

@@ -144,6 +144,10 @@ class Channel:
     quiet_by_nature: ClassVar[bool] = False
     #: Characters that start a slash command (Slack also takes "!").
     command_prefixes: ClassVar[str] = "/"
+    #: Whether a message that arrives while a turn runs gets the kernel's "still
+    #: working on your previous message" hint. False where every bot message spends
+    #: a quota the answers need (WeChat's ten messages per user message).
+    busy_hint: ClassVar[bool] = True
     #: Seconds between refreshes of the typing indicator while a turn runs.
     indicator_interval: ClassVar[float] = 4.0
     #: The renderer of the agent's Markdown into the platform's markup (a

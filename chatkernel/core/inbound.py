@@ -342,7 +342,8 @@ class Inbound:
             # (a burst from one poll, a debounce) is not "waiting for the previous one".
             # It speaks for the running turn, so it goes out now (chatkernel.core.order).
             if lane.running and not lane.busy_hint_sent and \
-                    kernel.queue_settings(record.key).mode != "interrupt":
+                    kernel.queue_settings(record.key).mode != "interrupt" and \
+                    (account.channel is None or account.channel.busy_hint):
                 lane.busy_hint_sent = True
                 await kernel.outbound.deliver_text(account, route, BUSY_HINT, fmt="plain",
                                                    session_key=record.key,

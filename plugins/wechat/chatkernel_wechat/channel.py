@@ -1,0 +1,526 @@
+"""The WeChat channel: Tencent's iLink personal-bot gateway.
+
+Only WeChat lives here: turning a ``getupdates`` message into an InboundMessage,
+the ``context_token`` every send must echo, the CDN's AES media, what ``ret=-2``
+and ``-14`` mean, the probe. The receive loop, dedupe, retries, pacing and the
+outbox are the kernel's.
+
+Direct chats only: a chat is the user who writes (``from_user_id``).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import secrets
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from pydantic import Field
+
+from chatkernel.channels import (
+    AccountConfig,
+    Channel,
+    ChannelLimits,
+    Deliver,
+    HttpClient,
+    InboundMessage,
+    MediaRef,
+    OutboundPayload,
+    PlatformError,
+    Polled,
+    ProbeResult,
+    RateLimit,
+    Route,
+    SendError,
+    SendResult,
+    Trouble,
+)
+from chatkernel_wechat import crypto
+from chatkernel_wechat.api import (
+    DEFAULT_API_BASE,
+    DEFAULT_CDN_BASE,
+    SEND_REFUSED,
+    TOKEN_PATTERN,
+    ILinkAPI,
+    ILinkError,
+)
+
+log = logging.getLogger("chatkernel.wechat")
+
+MB = 1024 * 1024
+#: Tencent's client pauses every call of an account this long after ``-14``.
+SESSION_PAUSE_SECONDS = 3600.0
+SESSION_EXPIRED = ("session expired (iLink ret=-14): run `chatkernel login wechat` to log "
+                   "in again; calls to iLink are paused meanwhile")
+#: After a ``ret=-2`` the user's sends are held back this long, or until they write.
+REFUSED_HOLD_SECONDS = 600.0
+#: Tencent's published send window: the user writes again after this many bot messages...
+WINDOW_MESSAGES = 10
+#: ...and at least once in this many seconds.
+WINDOW_SECONDS = 24 * 3600.0
+#: Payloads over about this many bytes have drawn ``-2``.
+LARGE_PAYLOAD = 16 * 1024
+TEXT_ITEM, IMAGE_ITEM, VOICE_ITEM, FILE_ITEM, VIDEO_ITEM = 1, 2, 3, 4, 5
+#: Inbound item type -> (the item's field, the media kind, a file name when it has none).
+INBOUND_MEDIA = {IMAGE_ITEM: ("image_item", "image", "image.jpg"),
+                 VOICE_ITEM: ("voice_item", "voice", "voice.silk"),
+                 FILE_ITEM: ("file_item", "file", "file"),
+                 VIDEO_ITEM: ("video_item", "video", "video.mp4")}
+#: Outbound media kind -> (getuploadurl media_type, item type, the item's field).
+OUTBOUND_MEDIA = {"image": (1, IMAGE_ITEM, "image_item"), "video": (2, VIDEO_ITEM, "video_item"),
+                  "file": (3, FILE_ITEM, "file_item")}
+TOKEN_STATE = "context_token:"
+PAUSE_STATE = "session_expired"
+CREDENTIALS_STATE = "credentials_at"
+
+
+class WeChatAccount(AccountConfig):
+    """``[channels.wechat.accounts.<name>]``: ``chatkernel login wechat`` writes the first
+    four keys."""
+
+    bot_token: str = Field(min_length=1)
+    #: The API host: the ``baseurl`` the login returned, else Tencent's default.
+    api_base: str = DEFAULT_API_BASE
+    cdn_base: str = DEFAULT_CDN_BASE
+    bot_id: str | None = None          # "<hex>@im.bot"
+    owner_user_id: str | None = None   # who scanned the QR code: "<...>@im.wechat"
+    route_tag: str | None = None       # the optional SKRouteTag header
+
+
+@dataclass
+class Peer:
+    """What the channel knows about one user, persisted in the store: their latest
+    ``context_token`` and when it came, and the send window it implies."""
+
+    token: str | None = None
+    token_at: float | None = None       # when the token arrived (the user's last message)
+    message_at: float | None = None     # the message's own time (older redeliveries lose)
+    sent_since: int = 0                 # bot messages since the user last wrote
+    held_until: float = 0.0             # after a ret=-2: no sends before this
+    held_reason: str = ""
+
+    def age(self, now: float) -> str:
+        if not self.token or self.token_at is None:
+            return "context_token missing"
+        return f"context_token age {format_age(now - self.token_at)}"
+
+
+def format_age(seconds: float) -> str:
+    """``45s``, ``79m``, ``26h``."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 100 * 60:
+        return f"{seconds // 60}m"
+    return f"{seconds // 3600}h"
+
+
+def refused_cause(peer: Peer, size: int, now: float) -> str:
+    """The likely reason iLink answered ``ret=-2``, from what the channel saw."""
+    causes = []
+    if not peer.token:
+        causes.append("the context_token is missing")
+    if peer.sent_since >= WINDOW_MESSAGES:
+        causes.append(f"the user has not written since the bot's last {WINDOW_MESSAGES} "
+                      "messages")
+    if peer.token_at is not None and now - peer.token_at > WINDOW_SECONDS:
+        causes.append("more than 24 hours since the user's last message")
+    if size > LARGE_PAYLOAD:
+        causes.append(f"the payload is too large ({size // 1024} KB)")
+    if not causes:
+        causes.append("the context_token is stale, or too many sends in a burst")
+    return "; ".join(causes)
+
+
+class WeChatChannel(Channel):
+    """One bot of the iLink gateway."""
+
+    name = "wechat"
+    account_model = WeChatAccount
+    limits = ChannelLimits(
+        text_limit=3500, text_unit="chars", caption_limit=3500,
+        media_kinds={".jpg": "image", ".jpeg": "image", ".png": "image", ".gif": "image",
+                     ".webp": "image", ".bmp": "image",
+                     ".mp4": "video", ".mov": "video", ".m4v": "video"},
+        default_media_kind="file",
+        media_max_bytes={"image": 20 * MB, "video": 100 * MB, "file": 100 * MB},
+        # One message after the other to a user: bursts draw ret=-2.
+        rates={"account": RateLimit(20, 1.0), "chat": RateLimit(1, 1.0)},
+        retry_base_delay=1.0,
+    )
+    markup = "plain"
+    secret_patterns = (TOKEN_PATTERN,)
+    indicator_interval = 5.0
+    receive_backoff = (2.0, 30.0)
+    #: Every bot message spends the user's quota of ten: the answers get it all.
+    busy_hint = False
+
+    def __init__(self, account, settings=None) -> None:
+        super().__init__(account, settings)
+        self.api = ILinkAPI(self.config.bot_token, self.config.api_base,
+                            route_tag=self.config.route_tag)
+        self.cdn_base = self.config.cdn_base.rstrip("/")
+        self.cdn = HttpClient(self.cdn_base, platform="the WeChat CDN", timeout=120.0)
+        self.peers: dict[str, Peer] = {}
+        self.typing_tickets: dict[str, str] = {}
+        #: No iLink call before this time (after ``-14``).
+        self.paused_until = 0.0
+        self._pause_loaded = False
+        #: The long poll's client timeout: the server's ``longpolling_timeout_ms`` once said.
+        self.poll_timeout = 35.0
+
+    # -- the session pause (-14) ------------------------------------------------------
+
+    async def _load_pause(self) -> None:
+        if self._pause_loaded or self.store is None:
+            return
+        self._pause_loaded = True
+        state = await self.store.get_account_state(self.name, self.account.name, PAUSE_STATE)
+        if not state:
+            return
+        login = await self.store.get_account_state(self.name, self.account.name,
+                                                   CREDENTIALS_STATE) or 0.0
+        if float(login) <= float(state.get("at", 0)):  # no login since the session expired
+            self.paused_until = max(self.paused_until, float(state.get("until", 0)))
+
+    async def _expire(self) -> None:
+        """The session expired: no calls for an hour, health red until a new login."""
+        now = time.time()
+        self.paused_until = now + SESSION_PAUSE_SECONDS
+        self.typing_tickets.clear()
+        self.report_problem(SESSION_EXPIRED, restartable=False)
+        log.error("%s: %s", self.account.key, SESSION_EXPIRED)
+        if self.store is not None:
+            await self.store.set_account_state(self.name, self.account.name, PAUSE_STATE,
+                                               {"at": now, "until": self.paused_until})
+
+    async def paused(self) -> bool:
+        await self._load_pause()
+        return time.time() < self.paused_until
+
+    async def _call(self, endpoint: str, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+        """An iLink call, unless the account is paused; ``-14`` pauses it."""
+        if await self.paused():
+            raise ILinkError(SESSION_EXPIRED, code=-14, kind="rejected")
+        try:
+            return await self.api.call(endpoint, body, **kwargs)
+        except ILinkError as exc:
+            if exc.session_expired:
+                await self._expire()
+            raise
+
+    # -- receiving ----------------------------------------------------------------------
+
+    async def run(self, deliver: Deliver) -> None:
+        await self.poll_forever(deliver)
+
+    async def identify(self) -> None:
+        self.self_id = self.config.bot_id
+
+    async def start_polling(self) -> None:
+        await self._notify("msg/notifystart")
+
+    async def _notify(self, endpoint: str) -> None:
+        try:  # Tencent's client ignores their failures too
+            await self._call(endpoint, {}, timeout=5.0)
+        except PlatformError as exc:
+            log.debug("%s: %s failed: %s", self.account.key, endpoint, exc)
+
+    async def poll(self, cursor: str | None) -> Polled:
+        if await self.paused():
+            # Restarted while paused: wait out the pause without calling iLink.
+            import anyio
+
+            self.report_problem(SESSION_EXPIRED, restartable=False)
+            await anyio.sleep(max(0.0, self.paused_until - time.time()))
+        try:
+            reply = await self._call("getupdates", {"get_updates_buf": cursor or ""},
+                                     timeout=self.poll_timeout, long_poll=True)
+        except PlatformError as exc:
+            if exc.kind == "no_answer" and not isinstance(exc, ILinkError):
+                return Polled([], None)  # the client's timeout: an empty answer
+            raise
+        server_ms = reply.get("longpolling_timeout_ms")
+        if isinstance(server_ms, (int, float)) and server_ms > 0:
+            self.poll_timeout = server_ms / 1000 + 5.0
+        # The server never replays an old cursor: the kit saves this one only once
+        # every message of the batch is journaled.
+        return Polled(list(reply.get("msgs") or []), reply.get("get_updates_buf") or None)
+
+    def receive_trouble(self, error: Exception) -> Trouble:
+        if isinstance(error, ILinkError):
+            if error.session_expired:
+                return Trouble(SESSION_EXPIRED, restartable=False,
+                               wait=max(1.0, self.paused_until - time.time()))
+            return Trouble()  # 2 s, doubling to 30 s (receive_backoff)
+        return super().receive_trouble(error)
+
+    def event_chat(self, message: dict[str, Any]) -> Any:
+        return message.get("from_user_id")
+
+    def event_has_media(self, message: dict[str, Any]) -> bool:
+        return any(item.get("type") in INBOUND_MEDIA for item in message.get("item_list") or ())
+
+    def describe_event(self, message: dict[str, Any]) -> str:
+        return f"message {message.get('message_id')} (seq {message.get('seq')})"
+
+    async def normalize(self, message: dict[str, Any]) -> InboundMessage | None:
+        """A getupdates message as an InboundMessage (None: a bot's message, or nothing
+        said)."""
+        if message.get("message_type") == 2:  # the bot's own
+            return None
+        sender = message.get("from_user_id")
+        if not sender or not isinstance(sender, str):
+            raise ValueError("it has no from_user_id")
+        message_id = next((str(message[key]) for key in ("message_id", "msg_id", "svr_id")
+                           if message.get(key) not in (None, "", 0)), None)
+        if message_id is None:
+            raise ValueError("it has no message_id")
+        texts: list[str] = []
+        media: list[MediaRef] = []
+        for item in message.get("item_list") or ():
+            kind = item.get("type")
+            if kind == TEXT_ITEM:
+                text = (item.get("text_item") or {}).get("text")
+                if text:
+                    texts.append(str(text))
+            elif kind in INBOUND_MEDIA:
+                if kind == VOICE_ITEM:
+                    transcript = (item.get("voice_item") or {}).get("text")
+                    if transcript:
+                        texts.append(str(transcript))
+                ref = await self._download(item, kind, message_id)
+                if ref is not None:
+                    media.append(ref)
+        if not texts and not media:
+            return None
+        created = message.get("create_time_ms")
+        timestamp = float(created) / 1000 if created else time.time()
+        token = message.get("context_token")
+        if token:
+            await self.remember_token(sender, str(token), timestamp)
+        return InboundMessage(
+            channel=self.name, account=self.account.name, chat_id=sender,
+            message_id=message_id, sender_id=sender, text="\n".join(texts), media=media,
+            timestamp=timestamp,
+            route_extra={"context_token": str(token)} if token else {})
+
+    async def _download(self, item: dict[str, Any], kind: int, message_id: str
+                        ) -> MediaRef | None:
+        field, media_kind, default_name = INBOUND_MEDIA[kind]
+        body = item.get(field) or {}
+        media = body.get("media") or {}
+        name = body.get("file_name") or default_name
+        size = int(body["len"]) if str(body.get("len") or "").isdigit() else None
+        try:
+            key = crypto.parse_key(hex_key=body.get("aeskey"), b64_key=media.get("aes_key"))
+            url = self._cdn_url(media.get("full_url"), "download",
+                                encrypted_query_param=media.get("encrypt_query_param"))
+            cap = self.max_inbound_bytes
+            ciphertext = b"".join([chunk async for chunk in
+                                   self.cdn.download(url, max_bytes=crypto.ciphertext_size(cap))])
+            plaintext = crypto.decrypt(ciphertext, key)
+        except (PlatformError, ValueError) as exc:
+            return MediaRef(kind=media_kind, filename=name, size=size,
+                            note=f"not saved: {exc}")
+
+        async def chunks():
+            yield plaintext
+
+        return await self.save_media(chunks(), kind=media_kind, filename=name,
+                                     platform_id=f"{message_id}:{kind}",
+                                     declared_size=len(plaintext))
+
+    def _cdn_url(self, full_url: str | None, endpoint: str, **query: str | None) -> str:
+        """``full_url`` when it points at the configured CDN (never anywhere else), else
+        ``{cdn}/<endpoint>?...``."""
+        if full_url and urlsplit(full_url).netloc == urlsplit(self.cdn_base).netloc \
+                and urlsplit(full_url).scheme in ("http", "https"):
+            return full_url
+        if not any(query.values()):
+            raise ValueError(f"the media has no {endpoint} parameter")
+        params = "&".join(f"{k}={quote(str(v), safe='')}" for k, v in query.items() if v)
+        return f"{self.cdn_base}/{endpoint}?{params}"
+
+    # -- context tokens -------------------------------------------------------------------
+
+    async def peer(self, user: str) -> Peer:
+        """The user's state, from memory or the store."""
+        peer = self.peers.get(user)
+        if peer is None:
+            stored = None
+            if self.store is not None:
+                stored = await self.store.get_account_state(self.name, self.account.name,
+                                                            TOKEN_STATE + user)
+            peer = Peer(**stored) if isinstance(stored, dict) else Peer()
+            self.peers[user] = peer
+        return peer
+
+    async def _save_peer(self, user: str, peer: Peer) -> None:
+        if self.store is not None:
+            await self.store.set_account_state(self.name, self.account.name,
+                                               TOKEN_STATE + user, asdict(peer))
+
+    async def remember_token(self, user: str, token: str, message_at: float) -> None:
+        """Keep the user's latest token (a redelivered older message does not win): the
+        user wrote, so the send window opens again."""
+        peer = await self.peer(user)
+        if peer.message_at is not None and message_at < peer.message_at:
+            return
+        if peer.token == token and peer.message_at == message_at:
+            return  # the same message again
+        peer.token, peer.token_at, peer.message_at = token, time.time(), message_at
+        peer.sent_since, peer.held_until, peer.held_reason = 0, 0.0, ""
+        await self._save_peer(user, peer)
+
+    # -- sending --------------------------------------------------------------------------
+
+    async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
+        user = route.chat_id
+        if await self.paused():
+            raise SendError(f"not sent: {SESSION_EXPIRED}")
+        peer = await self.peer(user)
+        token = peer.token or route.extra.get("context_token")
+        now = time.time()
+        if not token:
+            # Peers drop a tokenless message and still answer success.
+            raise SendError(f"not sent: no context_token for {user} yet (the user must write "
+                            "to the bot first; a message without one is lost silently)")
+        if now < peer.held_until:
+            raise SendError(f"not sent: held back after WeChat refused a message "
+                            f"(ret=-2: {peer.held_reason}) until the user writes again; "
+                            f"{peer.age(now)}")
+        items: list[dict[str, Any]] = []
+        if payload.is_media:
+            if payload.caption:
+                items.append(self._text_item(OutboundPayload(text=payload.caption,
+                                                             format=payload.format)))
+            items.append(await self._upload(user, token, payload))
+        else:
+            items.append(self._text_item(payload))
+        client_id = None
+        for item in items:
+            client_id = await self._send_item(user, token, peer, item)
+        return SendResult(message_id=client_id)
+
+    def _text_item(self, payload: OutboundPayload) -> dict[str, Any]:
+        text, _ = self.render_text(payload)
+        return {"type": TEXT_ITEM, "text_item": {"text": text}}
+
+    async def _send_item(self, user: str, token: str, peer: Peer,
+                         item: dict[str, Any]) -> str:
+        client_id = f"chatkernel-{secrets.token_hex(12)}"
+        body = {"msg": {"from_user_id": "", "to_user_id": user, "client_id": client_id,
+                        "message_type": 2, "message_state": 2, "item_list": [item],
+                        "context_token": token}}
+        try:
+            await self._call("sendmessage", body)
+        except ILinkError as exc:
+            now = time.time()
+            if exc.code == SEND_REFUSED:
+                from chatkernel.channels import encode_json
+
+                cause = refused_cause(peer, len(encode_json(body).encode()), now)
+                peer.held_until, peer.held_reason = now + REFUSED_HOLD_SECONDS, cause
+                await self._save_peer(user, peer)
+                raise SendError(f"WeChat refused the message (sendmessage ret=-2): likely "
+                                f"{cause}; {peer.age(now)}", code=SEND_REFUSED) from None
+            if exc.session_expired:
+                raise SendError(f"not sent: {SESSION_EXPIRED}", code=exc.code) from None
+            raise exc.send_error() from None
+        except PlatformError as exc:
+            raise exc.send_error() from None
+        peer.sent_since += 1
+        await self._save_peer(user, peer)
+        return client_id
+
+    async def _upload(self, user: str, token: str, payload: OutboundPayload) -> dict[str, Any]:
+        """Encrypt the file, upload it to the CDN, and return the item that sends it."""
+        path = Path(payload.media_path)  # type: ignore[arg-type]
+        kind = payload.media_kind if payload.media_kind in OUTBOUND_MEDIA else "file"
+        media_type, item_type, field = OUTBOUND_MEDIA[kind]
+        plaintext = path.read_bytes()
+        key = crypto.new_key()
+        ciphertext = crypto.encrypt(plaintext, key)
+        filekey = secrets.token_hex(16)
+        try:
+            answer = await self._call("getuploadurl", {
+                "filekey": filekey, "media_type": media_type, "to_user_id": user,
+                "rawsize": len(plaintext), "rawfilemd5": crypto.md5_hex(plaintext),
+                "filesize": len(ciphertext), "no_need_thumb": True, "aeskey": key.hex()})
+            url = self._cdn_url(answer.get("upload_full_url"), "upload",
+                                encrypted_query_param=answer.get("upload_param"),
+                                filekey=filekey)
+            uploaded = await self.cdn.request(
+                "POST", url, data=ciphertext, what="CDN upload",
+                headers={"Content-Type": "application/octet-stream"})
+        except ILinkError as exc:
+            if exc.session_expired:
+                raise SendError(f"not sent: {SESSION_EXPIRED}", code=exc.code) from None
+            raise exc.send_error() from None
+        except PlatformError as exc:
+            raise exc.send_error() from None
+        except ValueError as exc:
+            raise SendError(f"upload failed: {exc}") from None
+        param = uploaded.headers.get("x-encrypted-param")
+        if uploaded.status != 200 or not param:
+            reason = uploaded.headers.get("x-error-message") or f"HTTP {uploaded.status}"
+            raise SendError.from_http(uploaded.status, f"CDN upload failed: {reason}")
+        media = {"encrypt_query_param": param,
+                 "aes_key": base64.b64encode(key.hex().encode()).decode(), "encrypt_type": 1}
+        body: dict[str, Any] = {"media": media}
+        if kind == "image":
+            body["mid_size"] = len(ciphertext)
+        elif kind == "video":
+            body["video_size"] = len(ciphertext)
+        else:
+            body["file_name"] = path.name
+            body["len"] = str(len(plaintext))
+        return {"type": item_type, field: body}
+
+    async def indicate(self, route: Route) -> None:
+        user = route.chat_id
+        if await self.paused():
+            return
+        ticket = self.typing_tickets.get(user)
+        if ticket is None:
+            peer = await self.peer(user)
+            body: dict[str, Any] = {"ilink_user_id": user}
+            if peer.token:
+                body["context_token"] = peer.token
+            ticket = (await self._call("getconfig", body)).get("typing_ticket")
+            if not ticket:
+                return
+            self.typing_tickets[user] = ticket
+        await self._call("sendtyping", {"ilink_user_id": user, "typing_ticket": ticket,
+                                        "status": 1})
+
+    # -- health -------------------------------------------------------------------------------
+
+    async def probe(self) -> ProbeResult:
+        if await self.paused():
+            return ProbeResult(ok=False, detail=SESSION_EXPIRED, restartable=False)
+        owner = self.config.owner_user_id
+        try:
+            await self._call("getconfig", {"ilink_user_id": owner or ""}, timeout=10.0)
+        except ILinkError as exc:
+            if exc.session_expired:
+                return ProbeResult(ok=False, detail=SESSION_EXPIRED, restartable=False)
+            return ProbeResult(ok=False, detail=str(exc))
+        except PlatformError as exc:
+            if exc.status in (401, 403):
+                return ProbeResult(ok=False, restartable=False,
+                                   detail="token rejected: run `chatkernel login wechat`")
+            return ProbeResult(ok=False, detail=str(exc))
+        return ProbeResult(ok=True, detail=self.config.bot_id or "logged in",
+                           extra={"bot_id": self.config.bot_id, "owner": owner})
+
+    async def aclose(self) -> None:
+        if not await self.paused():
+            await self._notify("msg/notifystop")
+        await self.api.close()
+        await self.cdn.close()
