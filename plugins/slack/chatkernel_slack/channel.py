@@ -44,8 +44,7 @@ log = logging.getLogger("chatkernel.slack")
 
 MB = 1024 * 1024
 #: Slack errors that mean it could not take the markup: the kernel resends as plain text.
-#: (``no_text``: the Markdown rendered to nothing Slack shows.)
-MARKUP_ERRORS = frozenset({"invalid_blocks", "invalid_blocks_format", "no_text"})
+MARKUP_ERRORS = frozenset({"invalid_blocks", "invalid_blocks_format"})
 #: How long the receive loop waits before trying a refused token again.
 REFUSED_WAIT_SECONDS = 60.0
 #: Remembered per chat or thread (bounded): the last message's ts, threads the bot is in.
@@ -330,6 +329,10 @@ class SlackChannel(Channel):
 
     def _wire_text(self, payload: OutboundPayload) -> tuple[str, str | None]:
         text, markup = self.render_text(payload)
+        if markup and not text.strip() and payload.text.strip():
+            # Markdown that renders to nothing Slack shows (a dangerous link alone):
+            # Slack would refuse it (no_text), and the plain rendering is empty too.
+            text, markup = payload.text, None
         # Plain text still needs Slack's three escapes, or "<!channel>" would ping everyone.
         return (text if markup else escape_html(text)), markup
 
