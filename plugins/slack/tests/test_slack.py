@@ -245,13 +245,18 @@ async def test_the_bots_own_and_other_bots_messages_are_ignored_unless_allowed(t
             slack = run.adapter.slack
             slack.inject_message(DM, "from another bot ob01z", user="U0OTHERBOT",
                                  bot_id="B0OTHERBOT1")
+            # This app's own, posted with a bot_message subtype and no user at all.
+            slack.inject_event({"type": "message", "subtype": "bot_message",
+                                "bot_id": slack.app.bot_id, "text": "mine ob00z",
+                                "ts": slack.next_ts(), "channel": DM, "channel_type": "im"})
             await run.adapter.inject(DM, "from a person ob02z", sender_id=USER)
             await run.wait_for_tokens(DM, ["ob02z"])
             await run.settle()
-            assert run.tokens_sent(DM, ["ob01z", "ob02z"]) == expected
+            assert run.tokens_sent(DM, ["ob00z", "ob01z", "ob02z"]) == expected
             # Every reply came back as a message event of the bot's own: none answered.
-            own = [w for _, w in slack.emitted if w["event"].get("bot_id") == slack.app.bot_id]
-            assert len(own) == len(run.texts(DM))
+            echoes = [w for _, w in slack.emitted if w["event"].get("bot_id") == slack.app.bot_id
+                      and w["event"].get("user") == slack.bot_user]
+            assert len(echoes) == len(run.texts(DM))
 
 
 async def test_bang_commands_are_slash_commands(tmp_path):
@@ -484,6 +489,12 @@ async def test_markdown_becomes_mrkdwn_and_plain_text_is_escaped(tmp_path):
         await run.wait_for_tokens(DM, ["mk01z"])
         sent = slack.sent(DM)[-1]
         assert sent.text == "*bold* and <https://example.com|a link> mk01z" and sent.mrkdwn
+        # Plain text (notes, command answers) still gets Slack's escapes: no stray pings.
+        await run.kernel.outbound.deliver_text(run.account, Route("slack", "main", DM),
+                                               "ping <!channel> & co", fmt="plain")
+        await run.wait(lambda: len(slack.sent(DM)) == 2, what="the plain text")
+        plain = slack.sent(DM)[-1]
+        assert plain.text == "ping &lt;!channel&gt; &amp; co" and not plain.mrkdwn
 
 
 async def test_markup_slack_refuses_is_resent_as_plain_text(tmp_path):
