@@ -51,6 +51,8 @@ _UNAVAILABLE = frozenset({"service_unavailable"})
 _MAYBE_DONE = frozenset({"internal_error", "fatal_error", "request_timeout"})
 
 log = logging.getLogger("chatkernel.slack")
+#: slack_sdk's own log lines (connections, reconnections).
+sdk_log = logging.getLogger("chatkernel.slack.sdk")
 
 
 def slack_error(exc: Any, method: str, redact: Callable[[str], str] = str) -> PlatformError:
@@ -130,10 +132,10 @@ class SlackAPI:
             self._client = None
         if token is not None:
             return AsyncWebClient(token=token, base_url=self.api_base, session=self._session,
-                                  retry_handlers=[], logger=log)
+                                  retry_handlers=[], logger=sdk_log)
         if self._client is None:
             self._client = AsyncWebClient(token=self._token, base_url=self.api_base,
-                                          session=self._session, retry_handlers=[], logger=log)
+                                          session=self._session, retry_handlers=[], logger=sdk_log)
         return self._client
 
     @property

@@ -91,7 +91,7 @@ METHOD_SCOPES = {"chat.postMessage": "chat:write",
                  "assistant.threads.setStatus": "chat:write"}
 BOT_SCOPES = frozenset({"app_mentions:read", "channels:history", "groups:history",
                         "im:history", "mpim:history", "chat:write", "files:read",
-                        "files:write", "users:read"})
+                        "files:write"})
 _ID_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
 

@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from chatkernel_slack.channel import SlackChannel
 
 log = logging.getLogger("chatkernel.slack")
+#: slack_sdk's own log lines (connections, reconnections).
+sdk_log = logging.getLogger("chatkernel.slack.sdk")
 
 #: Seconds the session's cleanup may take (closing the websocket and slack_sdk's tasks).
 CLOSE_TIMEOUT = 5.0
@@ -107,7 +109,7 @@ class SocketSession:
 
         config = self.channel.config
         api = self.channel.api
-        client = SocketModeClient(app_token=config.app_token, logger=log,
+        client = SocketModeClient(app_token=config.app_token, logger=sdk_log,
                                   web_client=api.web_client(token=config.app_token),
                                   ping_interval=config.ping_interval)
         try:
