@@ -62,7 +62,8 @@ def slack_error(exc: Any, method: str, redact: Callable[[str], str] = str) -> Pl
     ``method``. A ``missing_scope`` names the scope it needs.
     """
     response = exc.response
-    status = getattr(response, "status_code", None)
+    # An AsyncSlackResponse, or aiohttp's response when the body was not JSON.
+    status = getattr(response, "status_code", None) or getattr(response, "status", None)
     data = getattr(response, "data", None)
     data = data if isinstance(data, dict) else {}
     headers = getattr(response, "headers", None) or {}

@@ -159,7 +159,7 @@ class SlackChannel(Channel):
         media_kinds={}, default_media_kind="file", media_max_bytes={"file": 1024 * MB},
         # chat.postMessage: about one message a second per channel (short bursts
         # tolerated), several hundred a minute per workspace.
-        rates={"chat": RateLimit(1, 1.0), "account": RateLimit(10, 1.0)},
+        rates={"chat": RateLimit(1, 1.0), "account": RateLimit(300, 60.0)},
         retry_base_delay=0.5,
     )
     markup = SlackMrkdwn

@@ -134,6 +134,8 @@ class SentMessage:
     files: list[StoredFile] = field(default_factory=list)
     method: str = "chat.postMessage"
     params: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: When the fake took it (Unix time).
+    at: float = field(default_factory=time.time)
 
     @property
     def plain_text(self) -> str:
@@ -287,6 +289,7 @@ class FakeSlack(FakePlatform):
         self._uploads: dict[str, tuple[App, str, str, int]] = {}  # ticket -> app, file, name, length
         self.statuses: list[StatusRecord] = []
         self.envelopes: list[Envelope] = []
+        self._envelopes_by_id: dict[str, Envelope] = {}
         #: Envelope ids acknowledged, in the order the acks arrived.
         self.acks: list[str] = []
         #: Events given up after max_retries unacknowledged deliveries.
@@ -533,15 +536,17 @@ class FakeSlack(FakePlatform):
         envelope = {"envelope_id": delivery.envelope_id, "payload": delivery.wrapper,
                     "type": "events_api", "accepts_response_payload": False,
                     "retry_attempt": delivery.attempt, "retry_reason": delivery.reason}
-        self.envelopes.append(Envelope(delivery.envelope_id, delivery.event_id,
-                                       delivery.attempt, delivery.reason, delivery.wrapper))
+        record = Envelope(delivery.envelope_id, delivery.event_id, delivery.attempt,
+                          delivery.reason, delivery.wrapper)
+        self.envelopes.append(record)
+        self._envelopes_by_id[record.envelope_id] = record
         try:
             await socket.ws.send_str(json.dumps(envelope))
         except (ConnectionError, RuntimeError, aiohttp.ClientError):
             # Never sent: not an attempt. Back in the queue, for another socket.
             socket.closing = True
             app.unacked.pop(delivery.envelope_id, None)
-            self.envelopes.pop()
+            self._envelopes_by_id.pop(self.envelopes.pop().envelope_id, None)
             delivery.deadline, delivery.socket = math.inf, None
             app.pending.append(delivery)
         self.changed()
@@ -597,9 +602,9 @@ class FakeSlack(FakePlatform):
             del app.unacked[envelope_id]
         if envelope_id:
             self.acks.append(envelope_id)
-            for envelope in self.envelopes:
-                if envelope.envelope_id == envelope_id:
-                    envelope.acked = True
+            envelope = self._envelopes_by_id.get(envelope_id)
+            if envelope is not None:
+                envelope.acked = True
             self.changed()
             app.signal.fire()
 
