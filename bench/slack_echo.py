@@ -235,7 +235,13 @@ async def bolt_bot(fake: SubprocessFake, paced: bool) -> AsyncIterator[None]:
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
     from slack_bolt.async_app import AsyncApp
     from slack_sdk.web.async_client import AsyncWebClient
-    app = AsyncApp(client=AsyncWebClient(token=fake.bot_token, base_url=fake.api_base))
+    import logging
+
+    quiet = logging.getLogger("bench.slack_bolt")  # one traceback per failed echo otherwise
+    quiet.setLevel(logging.CRITICAL)
+    quiet.propagate = False
+    app = AsyncApp(client=AsyncWebClient(token=fake.bot_token, base_url=fake.api_base),
+                   logger=quiet)
 
     @app.event("message")
     async def echo(event: dict[str, Any], say: Any) -> None:
