@@ -28,7 +28,8 @@ The pieces, by concern:
 - the platform's HTTP API: :class:`HttpClient`, :class:`Answer`,
   :class:`PlatformError`, :func:`transport_error`, :func:`parse_retry_after`;
 - formatting: :class:`MarkdownRenderer` (subclass it for the platform's
-  markup), :func:`render`, :func:`escape_html`, :func:`escape_attr`, :func:`display_url`;
+  markup), :func:`render`, :func:`escape_html`, :func:`escape_attr`, :func:`display_url`,
+  :func:`wrap_marks`;
 - logins behind ``chatkernel login <channel>`` (the ``register_logins`` hook):
   :class:`Login`, :class:`LoginRequest`, :class:`LoginResult`, :class:`LoginFailed`;
 - JSON with the kernel's codec: :func:`encode_json`, :func:`decode_json`.
@@ -64,6 +65,7 @@ from chatkernel.core.markup import (
     escape_attr,
     escape_html,
     render,
+    wrap_marks,
 )
 from chatkernel.core.models import (
     Account,
@@ -132,4 +134,5 @@ __all__ = [
     "per_chat",
     "render",
     "transport_error",
+    "wrap_marks",
 ]

@@ -1,13 +1,10 @@
 """Markdown → the kernel's generic markups: examples per target, then properties.
 
-The renderer engine, the registry of renderers by name, and the plain and Slack
-targets. Telegram's HTML and WhatsApp's renderers are tested in their plugins.
+The renderer engine, the registry of renderers by name, and the generic plain target.
+Telegram's HTML, Slack's mrkdwn and WhatsApp's renderers are tested in their plugins.
 """
 
 from __future__ import annotations
-
-import html
-import re
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -17,61 +14,19 @@ from chatkernel.core import markup
 from chatkernel.core.markup import (
     MarkdownRenderer,
     PlainText,
-    SlackMrkdwn,
     render,
     renderer_for,
     renderers,
     to_plain,
-    to_slack_mrkdwn,
+
 )
 from chatkernel.testing import markdown_texts
 
-RENDERERS = (SlackMrkdwn, PlainText)
+RENDERERS = (PlainText,)
 
 
 def alnum(text: str) -> str:
     return "".join(ch for ch in text if ch.isalnum())
-
-
-# --------------------------------------------------------------------------
-# Slack examples
-# --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("md", "expected"),
-    [
-        ("**bold** *it* ~~gone~~", "*bold* _it_ ~gone~"),
-        ("***both***", "_*both*_"),
-        ("**bold _and it_**", "*bold _and it_*"),
-        ("`a < b & c`", "`a &lt; b &amp; c`"),
-        ("``a ` b``", "a ` b"),  # mrkdwn cannot put a backtick in inline code
-        ("[site](https://example.com/?a=1&b=2)", "<https://example.com/?a=1&amp;b=2|site>"),
-        ("[**bold** label](https://e.com)", "<https://e.com|bold label>"),
-        ("[a|b](https://e.com/x|y)", "<https://e.com/x%7Cy|a¦b>"),
-        ("<https://example.com>", "<https://example.com>"),
-        ("[mail](mailto:a@b.c)", "<mailto:a@b.c|mail>"),
-        ("![chart](https://e.com/c.png)", "<https://e.com/c.png|chart>"),
-        ("[x](javascript:alert(1))", "x"),
-        ("# Title", "*Title*"),
-        ("- a\n- b\n  1. c", "• a\n• b\n  1. c"),
-        ("> quote\n> **b**", "> quote\n> *b*"),
-        ("> a\n>\n> > b", "> a\n>\n> b"),
-        ("a < b & c > d", "a &lt; b &amp; c &gt; d"),
-        ("<!channel> <@U123>", "&lt;!channel&gt; &lt;@U123&gt;"),
-        ("<script>x</script>", "&lt;script&gt;x&lt;/script&gt;"),
-        ("---", "———"),
-        ("**a\nb**", "*a*\n*b*"),  # markers must not span lines
-    ],
-)
-def test_slack_examples(md: str, expected: str) -> None:
-    assert to_slack_mrkdwn(md) == expected
-
-
-def test_slack_fence_drops_language_and_escapes() -> None:
-    assert to_slack_mrkdwn("```python\nif a < b:\n    pass\n```") == (
-        "```\nif a &lt; b:\n    pass\n```"
-    )
 
 
 # --------------------------------------------------------------------------
@@ -104,10 +59,8 @@ def test_plain_examples(md: str, expected: str) -> None:
 
 def test_render_dispatches() -> None:
     md = "**hi** <x>"
-    assert render(md, "slack_mrkdwn") == render(md, SlackMrkdwn) == to_slack_mrkdwn(md) \
-        == "*hi* &lt;x&gt;"
-    assert render(md, "plain") == to_plain(md) == "hi <x>"
-    assert {"slack_mrkdwn", "plain"} <= set(renderers())
+    assert render(md, "plain") == render(md, PlainText) == to_plain(md) == "hi <x>"
+    assert "plain" in renderers()
 
 
 @pytest.mark.parametrize("name", ["html", "markdown", "", "Plain", None, 3])
@@ -145,7 +98,6 @@ def test_fallback_escapes_when_a_renderer_fails(monkeypatch: pytest.MonkeyPatch)
         raise RuntimeError("bug")
 
     monkeypatch.setattr(MarkdownRenderer, "render", boom)
-    assert to_slack_mrkdwn("a & b") == "a &amp; b"
     assert to_plain("**a**") == "**a**"
 
 
@@ -188,20 +140,6 @@ def test_renderers_never_raise(md: str) -> None:
         assert isinstance(render(md, markup_name), str)
 
 
-_SLACK_LINK_RE = re.compile(r"<(?:https?|mailto):[^<>|\s]*(?:\|[^<>]*)?>")
-_SLACK_QUOTE_RE = re.compile(r"^>(?: |$)", re.MULTILINE)
-_SLACK_ENTITY_RE = re.compile(r"&(?!(?:amp|lt|gt);)")
-
-
-@PROPS
-@given(any_text)
-def test_slack_escapes_control_characters(md: str) -> None:
-    out = to_slack_mrkdwn(md)
-    rest = _SLACK_QUOTE_RE.sub("", _SLACK_LINK_RE.sub("", out))
-    assert "<" not in rest and ">" not in rest, (md, out)
-    assert not _SLACK_ENTITY_RE.search(out), (md, out)
-
-
 # Text with nothing Markdown gives meaning to: every target shows it as is
 # (up to whitespace), escaped where the target escapes.
 prose = st.text(alphabet="ab Zé09<&\"'\n", max_size=80)
@@ -213,8 +151,6 @@ prose = st.text(alphabet="ab Zé09<&\"'\n", max_size=80)
 def test_plain_prose_passes_through(md: str) -> None:
     words = md.split()
     assert to_plain(md).split() == words
-    # (four leading spaces make an indented code block: fenced on Slack)
-    assert html.unescape(to_slack_mrkdwn(md)).replace("```", " ").split() == words
 
 
 @PROPS
@@ -224,8 +160,6 @@ def test_fenced_code_is_verbatim(code: str, lang: str) -> None:
     md = f"Intro\n\n````{lang}\n{code}\n````\n\nOutro"
     expected = f"Intro\n\n{code}\n\nOutro" if code else "Intro\n\nOutro"
     assert to_plain(md) == expected
-    if code:
-        assert f"```\n{markup.escape_html(code)}\n```" in to_slack_mrkdwn(md)
 
 
 @settings(max_examples=600, deadline=None)

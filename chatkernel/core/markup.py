@@ -5,16 +5,11 @@ platforms each speak their own dialect. The text is parsed once with
 markdown-it-py and its token stream is walked by :class:`MarkdownRenderer`,
 whose small subclasses supply a target's syntax. A channel names its renderer
 in ``Channel.markup``; a plugin defines its platform's renderer by subclassing
-:class:`MarkdownRenderer` (Telegram's HTML lives in chatkernel-telegram,
-WhatsApp's in chatkernel-whatsapp), and
+:class:`MarkdownRenderer` (Telegram's HTML lives in chatkernel-telegram, Slack's
+mrkdwn in chatkernel-slack, WhatsApp's in chatkernel-whatsapp), and
 every subclass with a ``name`` can be chosen by that name. The kernel keeps the
-generic ones:
+generic one:
 
-``slack_mrkdwn``
-    ``*bold*``, ``_italic_``, ``~strike~``, `` `code` ``, ``` fences (no
-    language), ``<url|text>`` links, ``>`` quotes; ``&``, ``<`` and ``>`` in
-    text become ``&amp; &lt; &gt;`` (so an agent cannot produce a
-    ``<!channel>`` or ``<@U123>`` mention by accident).
 ``plain``
     The readable text with the markup removed: links as ``text (url)``, code
     verbatim, ``• `` bullets, ``> `` quote prefixes.
@@ -61,7 +56,6 @@ __all__ = [
     "Line",
     "MarkdownRenderer",
     "PlainText",
-    "SlackMrkdwn",
     "display_url",
     "escape_attr",
     "escape_html",
@@ -69,7 +63,7 @@ __all__ = [
     "renderer_for",
     "renderers",
     "to_plain",
-    "to_slack_mrkdwn",
+    "wrap_marks",
 ]
 
 HR_LINE = "———"
@@ -121,10 +115,11 @@ def display_url(href: str) -> str:
         return href
 
 
-def _hug(content: str, mark: str) -> str:
-    """Wrap ``content`` in ``mark`` the way Slack needs it.
+def wrap_marks(content: str, mark: str) -> str:
+    """Wrap ``content`` in an inline ``mark`` (``*`` for bold) the way Slack's mrkdwn
+    and WhatsApp need it.
 
-    Its markers only work when they touch non-space characters and stay on
+    Their markers only work when they touch non-space characters and stay on
     one line, so each line is wrapped separately with its surrounding
     whitespace kept outside; blank lines are left alone.
     """
@@ -137,6 +132,7 @@ def _hug(content: str, mark: str) -> str:
         start = line.index(core[0])
         out.append(line[:start] + mark + core + mark + line[start + len(core) :])
     return "\n".join(out)
+
 
 
 def _width(text: str) -> int:
@@ -494,49 +490,6 @@ class PlainText(MarkdownRenderer):
         return content
 
 
-class SlackMrkdwn(MarkdownRenderer):
-    """Slack's ``mrkdwn``."""
-
-    name = "slack_mrkdwn"
-    native_schemes = frozenset({"http", "https", "mailto"})
-    plain_link_labels = True
-    _MARKS = {"strong": "*", "em": "_", "s": "~"}
-
-    def text(self, s: str) -> str:
-        return escape_html(s)
-
-    def code_inline(self, s: str, in_link: bool) -> str:
-        # No escape for a backtick inside inline code in mrkdwn.
-        if in_link or "`" in s or not s.strip():
-            return escape_html(s)
-        return "`" + escape_html(s) + "`"
-
-    def style(self, kind: str, content: str) -> str:
-        return _hug(content, self._MARKS[kind])
-
-    fallback = staticmethod(escape_html)
-
-    def native_link(self, href: str, content: str, auto: bool) -> str:
-        # "|" and ">" end the URL part; markdown-it already percent-encodes
-        # ">" and spaces, not "|".
-        url = escape_html(href.replace("|", "%7C"))
-        label = " ".join(content.replace("|", "¦").split())
-        if not label or label == escape_html(display_url(href)):
-            return f"<{url}>"
-        return f"<{url}|{label}>"
-
-    def code_block(self, content: str, lang: str) -> list[_Line]:
-        text = "```\n" + escape_html(content) + "\n```"
-        return [(line, True) for line in text.split("\n")]
-
-    def quote(self, lines: list[_Line]) -> list[_Line]:
-        if self.quote_depth > 0 or self.list_depth == 0:
-            return super().quote(lines)
-        # Slack only reads ">" as a quote at the very start of a line; inside
-        # a list item the marker is shown as text, so it must be escaped.
-        return [("&gt; " + text if text else "&gt;", verbatim) for text, verbatim in lines]
-
-
 # --------------------------------------------------------------------------
 # Public API
 # --------------------------------------------------------------------------
@@ -554,9 +507,6 @@ def _convert(markdown: str, renderer: type[MarkdownRenderer], fallback: Callable
         return fallback(markdown)
 
 
-def to_slack_mrkdwn(markdown: str) -> str:
-    """Markdown → Slack ``mrkdwn`` text."""
-    return SlackMrkdwn.convert(markdown)
 
 
 def to_plain(markdown: str) -> str:

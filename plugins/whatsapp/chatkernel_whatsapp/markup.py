@@ -2,27 +2,9 @@
 
 from __future__ import annotations
 
-from chatkernel.channels import Line, MarkdownRenderer
+from chatkernel.channels import Line, MarkdownRenderer, wrap_marks
 
 __all__ = ["WhatsAppText", "to_whatsapp"]
-
-
-def hug(content: str, mark: str) -> str:
-    """Wrap ``content`` in ``mark`` (``*``, ``_``, ``~``) the way WhatsApp reads it.
-
-    A marker works only when it touches non-space characters and stays on one line,
-    so each line is wrapped on its own, its surrounding whitespace kept outside;
-    blank lines are left alone.
-    """
-    out = []
-    for line in content.split("\n"):
-        core = line.strip()
-        if not core:
-            out.append(line)
-            continue
-        start = line.index(core[0])
-        out.append(line[:start] + mark + core + mark + line[start + len(core):])
-    return "\n".join(out)
 
 
 class WhatsAppText(MarkdownRenderer):
@@ -43,7 +25,7 @@ class WhatsAppText(MarkdownRenderer):
         return "`" + s + "`"
 
     def style(self, kind: str, content: str) -> str:
-        return hug(content, self._MARKS[kind])
+        return wrap_marks(content, self._MARKS[kind])
 
     def native_link(self, href: str, content: str, auto: bool) -> str:  # pragma: no cover
         return content  # no scheme is native: every link is shown as "text (url)"

@@ -1,0 +1,449 @@
+"""The Slack channel: one app in one workspace, over Socket Mode (default) or the Events API.
+
+Only Slack lives here: its account config, reading its events
+(chatkernel_slack.events), its calls (chatkernel_slack.api, on slack_sdk), the
+Socket Mode session (chatkernel_slack.socket_mode), what its error codes mean,
+the probe. The receive loops' supervision, webhooks and their signatures,
+dedupe, retries, pacing and the outbox are the kernel's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from chatkernel.channels import (
+    AccountConfig,
+    Channel,
+    ChannelLimits,
+    Deliver,
+    InboundMessage,
+    MediaRef,
+    OutboundPayload,
+    PlatformError,
+    ProbeResult,
+    RateLimit,
+    Route,
+    SendResult,
+    SlackSignature,
+    SocketLink,
+    Trouble,
+    WebhookRejected,
+    escape_html,
+)
+from chatkernel_slack import events
+from chatkernel_slack.api import DEFAULT_API_BASE, TOKEN_ERRORS, TOKEN_PATTERNS, SlackAPI
+from chatkernel_slack.markup import SlackMrkdwn
+
+log = logging.getLogger("chatkernel.slack")
+
+MB = 1024 * 1024
+#: Slack errors that mean it could not take the markup: the kernel resends as plain text.
+MARKUP_ERRORS = frozenset({"invalid_blocks", "invalid_blocks_format"})
+#: How long the receive loop waits before trying a refused token again.
+REFUSED_WAIT_SECONDS = 60.0
+#: Remembered per chat or thread (bounded): the last message's ts, threads the bot is in.
+MEMORY = 10_000
+
+_TOKEN_ADVICE = {
+    "invalid_auth": "the token is not valid: copy it again from the app's settings",
+    "not_authed": "no token reached Slack",
+    "token_revoked": "the token was revoked (the app was uninstalled or the token "
+                     "regenerated): reinstall the app and set the new token",
+    "token_expired": "the token expired (token rotation is on): set a fresh token",
+    "account_inactive": "the bot user or its workspace was deactivated",
+    "not_allowed_token_type": "this kind of token cannot make this call",
+    "invalid_token": "the token is malformed",
+}
+
+
+def refused(code: Any, key: str) -> str:
+    """What a refused token means and what to do, naming the config key."""
+    advice = _TOKEN_ADVICE.get(str(code), "Slack refused it")
+    return f"Slack refused {key} ({code}): {advice}"
+
+
+class SlackAccount(AccountConfig):
+    """``[channels.slack.accounts.<name>]``: one Slack app installed in one workspace.
+
+    The common keys (``allow_from``, ``require_mention``, ``access_level``...) come
+    from :class:`~chatkernel.channels.AccountConfig`; rate and retry overrides are
+    channel-wide (``[channels.slack]``).
+    """
+
+    #: The Bot User OAuth Token (``xoxb-``): every Web API call.
+    bot_token: str = Field(repr=False)
+    #: The app-level token (``xapp-``, scope ``connections:write``): Socket Mode.
+    app_token: str | None = Field(None, repr=False)
+    #: The app's signing secret: the Events API's request signatures.
+    signing_secret: str | None = Field(None, repr=False)
+    mode: Literal["socket", "events"] = "socket"
+    api_base: str = DEFAULT_API_BASE
+    #: Where a mention in a channel (outside a thread) is answered: in a new thread under
+    #: it, which is then the conversation ("thread"), or in the channel ("channel").
+    channel_replies: Literal["thread", "channel"] = "thread"
+    #: Answer other bots' messages too (never this app's own).
+    allow_bots: bool = False
+    #: The status shown while a turn runs (assistant.threads.setStatus); "" for none.
+    working_status: str = "is thinking…"
+    #: Seconds between slack_sdk's pings on the socket.
+    ping_interval: float = Field(5.0, gt=0, le=60)
+    #: A socket that says nothing (not even a pong) for this long is reopened, and the
+    #: account's health is red meanwhile.
+    silent_after: float = Field(30.0, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secrets(cls, data: Any) -> Any:
+        # Checked on the raw table, so that the error quotes no token (pydantic's error
+        # for a field would show the value given).
+        if not isinstance(data, dict):
+            return data
+        problems = []
+        token = data.get("bot_token")
+        if isinstance(token, str) and not _shaped(token, "xoxb-"):
+            if token.startswith("xoxp-"):
+                problems.append("bot_token is a user token (xoxp-…); use the app's Bot User "
+                                "OAuth Token (xoxb-…)")
+            elif token.startswith("xapp-"):
+                problems.append("bot_token is an app-level token (xapp-…), which goes in "
+                                "app_token; bot_token is the Bot User OAuth Token (xoxb-…)")
+            else:
+                problems.append("bot_token must be the app's Bot User OAuth Token (xoxb-…)")
+        mode = data.get("mode", "socket")
+        app_token = data.get("app_token")
+        if mode == "socket" and app_token in (None, ""):
+            problems.append("app_token is required in socket mode: an app-level token "
+                            "(xapp-…) with the connections:write scope")
+        elif isinstance(app_token, str) and not _shaped(app_token, "xapp-"):
+            problems.append("app_token must be an app-level token (xapp-…)")
+        secret = data.get("signing_secret")
+        if mode == "events" and secret in (None, ""):
+            problems.append("signing_secret is required in events mode (the app's Signing "
+                            "Secret, under Basic Information)")
+        elif isinstance(secret, str) and (not secret or secret.strip() != secret
+                                          or any(ch.isspace() for ch in secret)):
+            problems.append("signing_secret must be the app's Signing Secret, without spaces")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return data
+
+
+def _shaped(token: str, prefix: str) -> bool:
+    return token.startswith(prefix) and len(token) > len(prefix) \
+        and not any(ch.isspace() for ch in token)
+
+
+class _Bounded(OrderedDict):
+    """A dict that forgets its oldest keys beyond :data:`MEMORY`."""
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        if len(self) > MEMORY:
+            self.popitem(last=False)
+
+
+class SlackChannel(Channel):
+    """One Slack app in one workspace."""
+
+    name = "slack"
+    account_model = SlackAccount
+    limits = ChannelLimits(
+        text_limit=4000, text_unit="chars", caption_limit=4000,
+        media_kinds={}, default_media_kind="file", media_max_bytes={"file": 1024 * MB},
+        # chat.postMessage: about one message a second per channel (short bursts
+        # tolerated), several hundred a minute per workspace.
+        rates={"chat": RateLimit(1, 1.0), "account": RateLimit(300, 60.0)},
+        retry_base_delay=0.5,
+    )
+    markup = SlackMrkdwn
+    secret_patterns = TOKEN_PATTERNS
+    command_prefixes = "/!"
+    #: The status lasts two minutes unless the app replies: refreshing it rarely is enough.
+    indicator_interval = 30.0
+
+    def __init__(self, account: Any, settings: Any = None) -> None:
+        super().__init__(account, settings)
+        config = self.config
+        self.api = SlackAPI(config.bot_token, config.api_base,
+                            secrets=tuple(s for s in (config.app_token, config.signing_secret)
+                                          if s))
+        #: auth.test's answer: the team, the bot user (self_id), the bot id.
+        self.me: dict[str, Any] | None = None
+        self.bot_id: str | None = None
+        #: Connections the app token has, as the last ``hello`` said.
+        self.connections = 1
+        self._last_ts: dict[str, str] = _Bounded()       # chat -> last message ts
+        self._bot_threads: dict[tuple[str, str], bool] = _Bounded()
+        self._status_on: dict[tuple[str, str], bool] = _Bounded()
+        self._uploaded: dict[tuple[Any, ...], str] = _Bounded()
+
+    # -- receiving ----------------------------------------------------------------------
+
+    async def run(self, deliver: Deliver) -> None:
+        if self.config.mode == "events":
+            await self.serve_webhook(deliver)
+        else:
+            await self.supervise_socket(deliver, self._socket_session,
+                                        silent_after=self.config.silent_after)
+
+    async def _socket_session(self, link: SocketLink) -> None:
+        from chatkernel_slack.socket_mode import SocketSession
+
+        await SocketSession(self, link).run()
+
+    def socket_hello(self, frame: dict[str, Any]) -> None:
+        """Slack's ``hello``: note how many connections share the app token."""
+        count = frame.get("num_connections")
+        count = count if isinstance(count, int) and count > 0 else 1
+        if count > 1 and count != self.connections:
+            warning = self.shared_token_warning(count)
+            log.warning("%s: %s", self.account.key, warning)
+            self.account.runtime.error(warning, time.time())
+        self.connections = count
+
+    @staticmethod
+    def shared_token_warning(count: int) -> str:
+        return (f"{count} connections share this app token: another process (another "
+                "gateway, a test run) uses it, and Slack gives each event to one connection "
+                "at random, so this one misses some; stop the other or give it its own app")
+
+    async def identify(self) -> None:
+        if self.me is None:
+            self._learn(await self.api.call("auth.test", lambda client: client.auth_test()))
+
+    def _learn(self, me: dict[str, Any]) -> None:
+        self.me = me
+        self.self_id = me.get("user_id")
+        self.bot_id = me.get("bot_id")
+
+    def receive_trouble(self, error: Exception) -> Trouble:
+        if isinstance(error, PlatformError):
+            socket = error.details.get("method") == "apps.connections.open"
+            if error.code in TOKEN_ERRORS:
+                key = "app_token" if socket else "bot_token"
+                return Trouble(refused(error.code, key), wait=REFUSED_WAIT_SECONDS,
+                               restartable=False)
+            if error.code == "missing_scope":
+                return Trouble(str(error), wait=REFUSED_WAIT_SECONDS, restartable=False)
+        return super().receive_trouble(error)
+
+    # webhooks (events mode)
+
+    def webhook_verifier(self) -> SlackSignature | None:
+        if self.config.mode != "events":
+            return None
+        return SlackSignature(self.config.signing_secret)
+
+    def webhook_answer(self, payload: Any) -> Any:
+        if isinstance(payload, dict) and payload.get("type") == "url_verification":
+            from aiohttp import web
+
+            return web.json_response({"challenge": payload.get("challenge", "")})
+        return None
+
+    def webhook_events(self, payload: Any) -> list[Any]:
+        if not isinstance(payload, dict):
+            raise WebhookRejected(400, "expected an Events API wrapper (a JSON object)")
+        if payload.get("type") == "app_rate_limited":
+            log.warning("%s: Slack dropped events: the app is over its Events API rate "
+                        "limit (minute %s)", self.account.key, payload.get("minute_rate_limited"))
+        return [payload] if payload.get("type") == "event_callback" else []
+
+    # reading events
+
+    def event_chat(self, wrapper: Any) -> Any:
+        return (events.event_of(wrapper) or {}).get("channel")
+
+    def event_has_media(self, wrapper: Any) -> bool:
+        return bool((events.event_of(wrapper) or {}).get("files"))
+
+    def describe_event(self, wrapper: Any) -> str:
+        event = events.event_of(wrapper) or {}
+        return f"event {wrapper.get('event_id') if isinstance(wrapper, dict) else '?'} " \
+               f"({event.get('type')})"
+
+    async def normalize(self, wrapper: Any) -> InboundMessage | None:
+        """An Events API wrapper as an InboundMessage (None: not a message to answer)."""
+        event = events.message_event(wrapper)
+        if event is None:
+            return None
+        user, bot_id = event.get("user"), event.get("bot_id")
+        if bot_id or event.get("subtype") == "bot_message":
+            if bot_id is not None and bot_id == self.bot_id:
+                return None  # this app's own: never answered (no echo loops)
+            if not self.config.allow_bots:
+                return None
+        sender = user or bot_id
+        text = event.get("text") or ""
+        if not isinstance(sender, str) or not isinstance(text, str):
+            raise ValueError("its user or text is not a string")
+        channel, ts = event["channel"], event["ts"]
+        group = events.is_group(event)
+        thread = event.get("thread_ts")
+        if not thread and group and self.config.channel_replies == "thread":
+            thread = ts  # answered in a new thread under it: that thread is the session
+        media = [await self._download(item) for item in event.get("files") or []
+                 if isinstance(item, dict)]
+        if not text.strip() and not media:
+            return None
+        if thread is None:
+            self._last_ts[channel] = ts
+        bot = self.self_id
+        return InboundMessage(
+            channel=self.name, account=self.account.name, chat_id=channel,
+            message_id=events.message_id(event), sender_id=sender,
+            sender_name=events.sender_name(event), text=events.plain_text(text, bot),
+            thread_id=thread, is_group=group,
+            mentions_bot=event["type"] == "app_mention" or events.mentions(text, bot),
+            # A thread the bot answered in is a conversation with it: no mention needed.
+            reply_to_bot=bool(event.get("thread_ts")) and (
+                event.get("parent_user_id") == bot
+                or (channel, event["thread_ts"]) in self._bot_threads),
+            media=media, timestamp=float(ts))
+
+    async def _download(self, item: dict[str, Any]) -> MediaRef:
+        name, size, mime = item.get("name") or item.get("title"), item.get("size"), \
+            item.get("mimetype")
+        file_id = item.get("id")
+        kind = events.media_kind(mime)
+        url = item.get("url_private_download") or item.get("url_private")
+        if not url or item.get("mode") in ("tombstone", "hidden_by_limit", "external"):
+            return MediaRef(kind=kind, filename=name, size=size, platform_id=file_id,
+                            note="not saved: Slack gave no private download link")
+        try:
+            return await self.save_media(self.api.download(url, max_bytes=self.max_inbound_bytes),
+                                         kind=kind, filename=name, mime=mime,
+                                         platform_id=file_id, declared_size=size)
+        except PlatformError as exc:
+            return MediaRef(kind=kind, filename=name, size=size, platform_id=file_id,
+                            note=f"not saved: {exc}")
+
+    # -- sending --------------------------------------------------------------------------
+
+    def _wire_text(self, payload: OutboundPayload) -> tuple[str, str | None]:
+        text, markup = self.render_text(payload)
+        if markup and not text.strip() and payload.text.strip():
+            # Markdown that renders to nothing Slack shows (a dangerous link alone):
+            # Slack would refuse it (no_text), and the plain rendering is empty too.
+            text, markup = payload.text, None
+        # Plain text still needs Slack's three escapes, or "<!channel>" would ping everyone.
+        return (text if markup else escape_html(text)), markup
+
+    async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
+        if payload.is_media:
+            return await self._send_file(route, payload)
+        text, markup = self._wire_text(payload)
+        kwargs: dict[str, Any] = {"channel": route.chat_id, "text": text,
+                                  "mrkdwn": markup is not None}
+        if route.thread_id:
+            kwargs["thread_ts"] = route.thread_id
+        try:
+            answer = await self.api.call("chat.postMessage",
+                                         lambda client: client.chat_postMessage(**kwargs))
+        except PlatformError as exc:
+            raise exc.send_error(markup_rejected=markup is not None
+                                 and exc.code in MARKUP_ERRORS) from None
+        await self._posted(route)
+        return SendResult(message_id=f"{answer.get('channel', route.chat_id)}:{answer.get('ts')}")
+
+    async def _posted(self, route: Route) -> None:
+        if route.thread_id:
+            self._bot_threads[(route.chat_id, route.thread_id)] = True
+            return
+        # A top-level reply does not clear a status shown on the message's thread.
+        ts = self._last_ts.get(route.chat_id)
+        if ts is not None and self._status_on.pop((route.chat_id, ts), None):
+            await self._set_status(route.chat_id, ts, "", quiet=True)
+
+    async def _send_file(self, route: Route, payload: OutboundPayload) -> SendResult:
+        """Upload v2: files.getUploadURLExternal → the bytes → files.completeUploadExternal.
+
+        Nothing shows in the channel before the last step, so the first two are safe
+        to repeat whatever their failure; once the bytes are up, a retry of the send
+        goes straight to the last step with the same file."""
+        path = Path(payload.media_path)  # type: ignore[arg-type]
+        stat = path.stat()
+        key = (route.chat_id, route.thread_id, str(path), stat.st_size, stat.st_mtime_ns)
+        file_id = self._uploaded.get(key)
+        if file_id is None:
+            try:
+                ticket = await self.api.call(
+                    "files.getUploadURLExternal",
+                    lambda client: client.files_getUploadURLExternal(filename=path.name,
+                                                                     length=stat.st_size))
+                await self.api.upload(ticket["upload_url"], path)
+            except PlatformError as exc:
+                raise exc.send_error(retryable=exc.kind != "rejected",
+                                     delivery_unknown=False) from None
+            file_id = self._uploaded[key] = ticket["file_id"]
+        kwargs: dict[str, Any] = {"files": [{"id": file_id, "title": path.name}],
+                                  "channel_id": route.chat_id}
+        if route.thread_id:
+            kwargs["thread_ts"] = route.thread_id
+        markup = None
+        if payload.caption:
+            kwargs["initial_comment"], markup = self._wire_text(
+                OutboundPayload(text=payload.caption, format=payload.format))
+        try:
+            await self.api.call("files.completeUploadExternal",
+                                lambda client: client.files_completeUploadExternal(**kwargs))
+        except PlatformError as exc:
+            if not exc.repeatable:
+                self._uploaded.pop(key, None)
+            raise exc.send_error(markup_rejected=markup is not None
+                                 and exc.code in MARKUP_ERRORS) from None
+        self._uploaded.pop(key, None)
+        await self._posted(route)
+        return SendResult(message_id=file_id)
+
+    async def indicate(self, route: Route) -> None:
+        """The working status (assistant.threads.setStatus) on the thread the reply goes
+        to, or on the user's last message in a chat answered outside threads. Slack
+        clears it when the app replies in that thread; a top-level reply clears it
+        explicitly (see :meth:`_posted`)."""
+        status = self.config.working_status
+        ts = route.thread_id or self._last_ts.get(route.chat_id)
+        if not status or ts is None:
+            return
+        await self._set_status(route.chat_id, ts, status)
+        if not route.thread_id:
+            self._status_on[(route.chat_id, ts)] = True
+
+    async def _set_status(self, chat: str, ts: str, status: str, *, quiet: bool = False) -> None:
+        try:
+            await self.api.call("assistant.threads.setStatus",
+                                lambda client: client.assistant_threads_setStatus(
+                                    channel_id=chat, thread_ts=ts, status=status))
+        except PlatformError as exc:
+            if not quiet:
+                raise
+            log.debug("%s: clearing the working status failed: %s", self.account.key, exc)
+
+    # -- health ---------------------------------------------------------------------------
+
+    async def probe(self) -> ProbeResult:
+        try:
+            me = await self.api.call("auth.test", lambda client: client.auth_test())
+        except PlatformError as exc:
+            if exc.code in TOKEN_ERRORS:  # restarting cannot help: a person must act
+                return ProbeResult(ok=False, detail=refused(exc.code, "bot_token"),
+                                   restartable=False)
+            return ProbeResult(ok=False, detail=str(exc))
+        self._learn(me)
+        detail = f"{me.get('team')} as @{me.get('user')}"
+        if self.config.mode == "socket" and self.connections > 1:
+            detail += f"; warning: {self.shared_token_warning(self.connections)}"
+        return ProbeResult(ok=True, detail=detail, extra={
+            "team": me.get("team"), "team_id": me.get("team_id"), "user": me.get("user"),
+            "user_id": me.get("user_id"), "bot_id": me.get("bot_id"),
+            "mode": self.config.mode, "connections": self.connections})
+
+    async def aclose(self) -> None:
+        await self.api.close()

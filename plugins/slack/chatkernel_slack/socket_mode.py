@@ -1,0 +1,158 @@
+"""A Socket Mode session on slack_sdk's aiohttp ``SocketModeClient``, under the kit's
+socket supervision (``Channel.supervise_socket``).
+
+What slack_sdk does: ``apps.connections.open`` with the app-level token, the
+websocket, pings every ``ping_interval``, and a new connection when Slack sends
+a ``disconnect`` frame, closes the socket or stops answering pings. What it
+does not do, and this module does:
+
+- **Order.** The client hands each frame to its request listeners in a task of
+  its own, so they run in no fixed order. Frames are taken instead from
+  ``on_message_listeners``, which the client's receive loop calls one after
+  the other as frames arrive, and put in one queue; the session reads the
+  queue in batches, in arrival order, so each channel's messages reach the
+  kernel in the order Slack sent them.
+- **Acknowledgements, after the journal.** Each batch is normalized and
+  journaled (``link.deliver``) and only then is every envelope in it
+  acknowledged: an acknowledged event that was not recorded would be lost,
+  an unacknowledged one is sent again by Slack (``retry_attempt`` > 0) and the
+  journal's dedupe takes it once. Redelivered envelopes are processed like any
+  other: they are the only delivery of events sent while the socket was down.
+- **Liveness from traffic.** Every frame from Slack — hello, events,
+  disconnect warnings, and the pongs to slack_sdk's pings — reports the socket
+  alive (``link.alive()``): the client's websocket class is wrapped to see
+  them. A socket that stays open but says nothing is closed and reopened by the
+  kit, and the account's health is red meanwhile.
+- **A shared app token.** ``hello`` says how many connections the app token has;
+  more than one means another process shares it, and Slack gives each event to
+  one connection at random: a warning, in the log and in the probe's detail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import anyio
+
+from chatkernel.channels import PlatformError, SocketLink, decode_json, encode_json
+from chatkernel_slack.api import slack_error
+
+if TYPE_CHECKING:
+    from chatkernel_slack.channel import SlackChannel
+
+log = logging.getLogger("chatkernel.slack")
+#: slack_sdk's own log lines (connections, reconnections).
+sdk_log = logging.getLogger("chatkernel.slack.sdk")
+
+#: Seconds the session's cleanup may take (closing the websocket and slack_sdk's tasks).
+CLOSE_TIMEOUT = 5.0
+#: Envelope types Slack sends; only ``events_api`` carries messages.
+EVENTS_API = "events_api"
+
+
+def _watched(on_frame: Any) -> type[aiohttp.ClientWebSocketResponse]:
+    """A websocket class that reports every frame it receives (pongs included)."""
+
+    class WatchedWebSocket(aiohttp.ClientWebSocketResponse):
+        async def receive(self, timeout: float | None = None) -> aiohttp.WSMessage:
+            message = await super().receive(timeout)
+            on_frame(message)
+            return message
+
+    return WatchedWebSocket
+
+
+class SocketSession:
+    """One Socket Mode connection's life: open, receive, acknowledge, until it ends."""
+
+    def __init__(self, channel: SlackChannel, link: SocketLink) -> None:
+        self.channel = channel
+        self.link = link
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        #: Envelopes taken, and how many of them were redeliveries.
+        self.envelopes = 0
+        self.redelivered = 0
+
+    # -- frames, in the client's receive loop (must never raise or wait) ---------------------
+
+    def _frame(self, message: aiohttp.WSMessage) -> None:
+        if message.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY,
+                            aiohttp.WSMsgType.PONG, aiohttp.WSMsgType.PING):
+            self.link.alive()
+
+    async def _on_message(self, message: aiohttp.WSMessage) -> None:
+        try:
+            frame = decode_json(message.data)
+        except (ValueError, TypeError, UnicodeDecodeError):
+            log.warning("%s: a Socket Mode frame that is not JSON was ignored",
+                        self.channel.account.key)
+            return
+        if not isinstance(frame, dict):
+            return
+        kind = frame.get("type")
+        if kind == "hello":
+            self.channel.socket_hello(frame)
+        elif kind == "disconnect":
+            log.info("%s: Slack asks to reconnect (%s)", self.channel.account.key,
+                     frame.get("reason"))
+        elif frame.get("envelope_id"):
+            self.inbox.put_nowait(frame)
+
+    # -- the session -----------------------------------------------------------------
+
+    async def run(self) -> None:
+        from slack_sdk.errors import SlackApiError
+        from slack_sdk.socket_mode.aiohttp import SocketModeClient
+
+        config = self.channel.config
+        api = self.channel.api
+        client = SocketModeClient(app_token=config.app_token, logger=sdk_log,
+                                  web_client=api.web_client(token=config.app_token),
+                                  ping_interval=config.ping_interval)
+        try:
+            # Its own session cannot show us pongs: one whose websockets report every frame.
+            await client.aiohttp_client_session.close()
+            client.aiohttp_client_session = aiohttp.ClientSession(
+                ws_response_class=_watched(self._frame))
+            client.on_message_listeners.append(self._on_message)
+            try:
+                # Called here rather than inside connect(), which retries forever and
+                # only logs: a refused app token is the kit's to classify and report.
+                client.wss_uri = await client.issue_new_wss_url()
+            except SlackApiError as exc:
+                raise slack_error(exc, "apps.connections.open", api.redact) from None
+            await client.connect()
+            while True:
+                batch = [await self.inbox.get()]
+                while not self.inbox.empty():
+                    batch.append(self.inbox.get_nowait())
+                await self._take(client, batch)
+        finally:
+            with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
+                await client.close()
+
+    async def _take(self, client: Any, envelopes: list[dict[str, Any]]) -> None:
+        """Journal a batch's events, then acknowledge every envelope in it."""
+        events = []
+        for envelope in envelopes:
+            self.envelopes += 1
+            if envelope.get("retry_attempt"):
+                self.redelivered += 1
+            if envelope.get("type") == EVENTS_API:
+                events.append(envelope.get("payload"))
+            else:  # slash commands and interactivity: not messages, acknowledged
+                log.debug("%s: %s envelope acknowledged and not handled",
+                          self.channel.account.key, envelope.get("type"))
+        if events:
+            await self.link.deliver(events)
+        for envelope in envelopes:
+            try:
+                await client.send_message(encode_json({"envelope_id": envelope["envelope_id"]}))
+            except (ConnectionError, aiohttp.ClientError) as exc:
+                # The socket went away: Slack sends these envelopes again, the journal
+                # has them already. The session ends; the kit opens a new one.
+                raise PlatformError(f"acknowledging an envelope: the socket closed ({exc})",
+                                    kind="no_answer") from None

@@ -1,0 +1,97 @@
+"""The dev server and ``chatkernel run`` as two real processes: a Slack bot, offline, in
+both modes: DMs, mentions and threads answered, files both ways."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
+
+import pytest
+
+from chatkernel.testing.process import gateway_process, wait_for_messages
+
+DM, CHANNEL = "D0DIRECT01", "C0GENERAL1"
+
+
+@contextmanager
+def devserver(mode):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "chatkernel_slack.devserver", "--port", "0", "--mode", mode],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            raise RuntimeError("the dev server did not start: " + process.stderr.read())
+        yield json.loads(line)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def post(url, body):
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def sent(base_url, channel, want, timeout=15.0):
+    return wait_for_messages(f"{base_url}/_fake/sent?channel={channel}", want, timeout)
+
+
+@pytest.mark.parametrize("mode", ["socket", "events"])
+def test_chatkernel_run_answers_dms_mentions_and_threads_with_files(tmp_path, mode):
+    with devserver(mode) as fake:
+        base = fake["base_url"]
+        assert post(f"{base}/_fake/messages", {"channel": 7})[0] == 400
+        assert post(f"{base}/_fake/messages", {"channel": DM, "colour": "red"})[0] == 400
+        home = tmp_path / "home"
+        home.mkdir()
+        secret = (f'app_token = "{fake["app_token"]}"\n' if mode == "socket" else
+                  f'mode = "events"\nsigning_secret = "{fake["signing_secret"]}"\n')
+        (home / "config.toml").write_text(
+            '[queue]\nmode = "followup"\ndebounce_ms = 0\n\n'  # one echo per message
+            "[channels.slack.accounts.main]\n"
+            f'bot_token = "{fake["bot_token"]}"\n{secret}api_base = "{fake["api_base"]}"\n'
+            'allow_from = ["*"]\n')
+        outgoing = tmp_path / "report.txt"
+        outgoing.write_text("the report\n")
+        with gateway_process(home) as gateway:
+            if mode == "events":
+                url = f"{gateway.url}/slack/main/webhook"
+                deadline = time.monotonic() + 10
+                while not post(f"{base}/_fake/request_url", {"url": url})[1]["verified"]:
+                    assert time.monotonic() < deadline, "url_verification never answered"
+                    time.sleep(0.1)
+            status, answer = post(f"{base}/_fake/messages", {"channel": DM, "text": "hello"})
+            assert status == 200 and answer["ts"]
+            post(f"{base}/_fake/messages", {"channel": CHANNEL, "text": "chatter"})
+            status, mention = post(f"{base}/_fake/messages",
+                                   {"channel": CHANNEL, "text": "are you there",
+                                    "mention": True})
+            [reply] = sent(base, CHANNEL, 1)
+            assert reply["text"] == "are you there" and reply["thread_ts"] == mention["ts"]
+            post(f"{base}/_fake/messages", {"channel": CHANNEL, "text": "in the thread",
+                                            "thread_ts": mention["ts"]})
+            post(f"{base}/_fake/messages", {"channel": DM, "text": "",
+                                            "files": [{"name": "notes.txt", "text": "abc"}]})
+            post(f"{base}/_fake/messages", {"channel": DM, "text": f"MEDIA: {outgoing}"})
+            dm = sent(base, DM, 3)
+            assert dm[0]["text"] == "hello"
+            assert "notes" in dm[1]["text"], dm  # the echo describes the file it received
+            assert dm[2]["files"] == ["report.txt"]
+            channel = sent(base, CHANNEL, 2)
+            assert [m["text"] for m in channel] == ["are you there", "in the thread"]
+            assert {m["thread_ts"] for m in channel} == {mention["ts"]}
+        # In a channel the bot answers only when mentioned (require_mention, the default).
+        assert all("chatter" not in m["text"] for m in sent(base, CHANNEL, 3, timeout=0.5))
+        saved = list((home / "workspace" / "media" / "inbound" / "slack").rglob("*notes.txt"))
+        assert saved and saved[0].read_bytes() == b"abc"
