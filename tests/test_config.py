@@ -339,3 +339,16 @@ def test_gateway_public_hosts_are_host_names():
     for bad in ("https://chat.example.com", "chat.example.com:443", "chat.example.com/x", ""):
         with pytest.raises(cfg.ConfigError, match=r"gateway\.public_hosts: expected host names"):
             cfg.parse({"gateway": {"public_hosts": [bad]}})
+
+
+def test_an_invalid_secret_is_named_by_its_key_never_echoed():
+    from chatkernel.core import config as cfg
+
+    secret = "not-a-number-but-a-secret-token-0001"
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.parse({"gateway": {"control_token": ["a", secret]}})
+    assert "gateway.control_token" in str(info.value)
+    assert secret not in str(info.value) and "not shown: it is a secret" in str(info.value)
+    with pytest.raises(cfg.ConfigError) as info:
+        cfg.parse({"queue": {"debounce_ms": "soon"}})
+    assert "'soon'" in str(info.value)  # other values are shown, to point at the fix

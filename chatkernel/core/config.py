@@ -503,8 +503,12 @@ def _expected(error: dict[str, Any]) -> str:
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
     given = error.get("input")
+    key = next((str(part) for part in reversed(error.get("loc", ())) if isinstance(part, str)),
+               "")
     if error["type"] != "missing" and not isinstance(given, dict):
-        message += f" (got {given!r})"
+        # A malformed secret is still a secret: the error names the key, not the value.
+        message += " (the value is not shown: it is a secret)" if is_secret_key(key) \
+            else f" (got {given!r})"
     return message
 
 
