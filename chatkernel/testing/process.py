@@ -1,13 +1,16 @@
-"""Run ``chatkernel run`` as a real process, for end-to-end tests."""
+"""Run ``chatkernel run`` and a plugin's dev server as real processes, for end-to-end tests."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -95,3 +98,31 @@ def gateway_process(home: Path, *args: str, start_timeout: float = 20.0,
                 process.wait()
         if process.stderr is not None:
             process.stderr.close()
+
+
+@contextmanager
+def devserver(module: str, *args: str) -> Iterator[dict]:
+    """Run a plugin's dev server (``python -m <module> --port 0 ARGS``) while the block
+    runs; yields the JSON object it prints first (its URL, token...)."""
+    process = subprocess.Popen([sys.executable, "-m", module, "--port", "0", *args],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()  # type: ignore[union-attr]
+        if not line:
+            raise RuntimeError(f"the dev server {module} did not start: "
+                               + process.stderr.read())  # type: ignore[union-attr]
+        yield json.loads(line)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def post_json(url: str, body: object, timeout: float = 10.0) -> tuple[int, object]:
+    """POST ``body`` as JSON; the answer's status and JSON, whatever the status."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)

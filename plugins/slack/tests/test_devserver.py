@@ -3,44 +3,19 @@ both modes: DMs, mentions and threads answered, files both ways."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
-from contextlib import contextmanager
 
 import pytest
 
+from chatkernel.testing.process import devserver as run_devserver
 from chatkernel.testing.process import gateway_process, wait_for_messages
+from chatkernel.testing.process import post_json as post
 
 DM, CHANNEL = "D0DIRECT01", "C0GENERAL1"
 
 
-@contextmanager
 def devserver(mode):
-    process = subprocess.Popen(
-        [sys.executable, "-m", "chatkernel_slack.devserver", "--port", "0", "--mode", mode],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = process.stdout.readline()  # type: ignore[union-attr]
-        if not line:
-            raise RuntimeError("the dev server did not start: " + process.stderr.read())
-        yield json.loads(line)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def post(url, body):
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.load(exc)
+    return run_devserver("chatkernel_slack.devserver", "--mode", mode)
 
 
 def sent(base_url, channel, want, timeout=15.0):

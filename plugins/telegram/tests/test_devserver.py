@@ -2,39 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import urllib.error
-import urllib.request
-from contextlib import contextmanager
 
+from chatkernel.testing.process import devserver as run_devserver
 from chatkernel.testing.process import gateway_process, wait_for_messages
+from chatkernel.testing.process import post_json as post
 
 
-@contextmanager
 def devserver():
-    process = subprocess.Popen(
-        [sys.executable, "-m", "chatkernel_telegram.devserver", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = process.stdout.readline()  # type: ignore[union-attr]
-        if not line:
-            raise RuntimeError("the dev server did not start: " + process.stderr.read())
-        yield json.loads(line)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def post(url, body):
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.load(exc)
+    return run_devserver("chatkernel_telegram.devserver")
 
 
 def sent(base_url, chat_id, want, timeout=15.0):
