@@ -20,7 +20,7 @@ from chatkernel.core.markup import (
     to_plain,
 
 )
-from chatkernel.testing import markdown_texts
+from chatkernel.testing import PATHOLOGICAL_MARKDOWN, markdown_texts
 
 RENDERERS = (PlainText,)
 
@@ -101,20 +101,7 @@ def test_fallback_escapes_when_a_renderer_fails(monkeypatch: pytest.MonkeyPatch)
     assert to_plain("**a**") == "**a**"
 
 
-@pytest.mark.parametrize(
-    "md",
-    [
-        "\x00\ud800 lone surrogate",
-        "[" * 500 + "x" + "](http://a)" * 500,
-        "![" * 300 + "x" + "](http://a)" * 300,
-        ">" * 300 + " deep",
-        "- " * 300 + "deep",
-        "*" * 3000,
-        "`" * 3000,
-        "1. " * 200,
-        "|a|\n|-|\n" + "|x|\n" * 100,
-    ],
-)
+@pytest.mark.parametrize("md", PATHOLOGICAL_MARKDOWN)
 def test_pathological_inputs(md: str) -> None:
     for renderer in RENDERERS:  # no fallback needed: the renderers themselves cope
         renderer().render(md)

@@ -40,6 +40,7 @@ _LAZY = {
     "long_text": "chatkernel.testing.contract",
     # Property tests of a renderer.
     "markdown_texts": "chatkernel.testing.markdown",
+    "PATHOLOGICAL_MARKDOWN": "chatkernel.testing.markdown",
     # The base of fake platform servers.
     "Call": "chatkernel.testing.fake_platform",
     "FakePlatform": "chatkernel.testing.fake_platform",

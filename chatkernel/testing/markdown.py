@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-__all__ = ["FRAGMENTS", "markdown_texts"]
+__all__ = ["FRAGMENTS", "PATHOLOGICAL_MARKDOWN", "markdown_texts"]
 
 #: Pieces of Markdown (and of what breaks naive renderers) the strategy joins.
 FRAGMENTS = [
@@ -36,3 +36,18 @@ def markdown_texts(max_size: int = 200) -> st.SearchStrategy[str]:
     markdownish = st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=4),
                            max_size=40).map("".join)
     return st.text(max_size=max_size) | markdownish
+
+
+#: Inputs that break renderers built naively: deep nesting, runs of markers, a lone
+#: surrogate. A renderer must render each (``renderer().render(md)``) without raising.
+PATHOLOGICAL_MARKDOWN: tuple[str, ...] = (
+    "\x00\ud800 lone surrogate",
+    "[" * 500 + "x" + "](http://a)" * 500,
+    "![" * 300 + "x" + "](http://a)" * 300,
+    ">" * 300 + " deep",
+    "- " * 300 + "deep",
+    "*" * 3000,
+    "`" * 3000,
+    "1. " * 200,
+    "|a|\n|-|\n" + "|x|\n" * 100,
+)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from chatkernel.channels import MarkdownRenderer, escape_html, render
-from chatkernel.testing import markdown_texts
+from chatkernel.testing import PATHOLOGICAL_MARKDOWN, markdown_texts
 from chatkernel_slack.markup import SlackMrkdwn, to_slack_mrkdwn
 
 
@@ -99,3 +99,8 @@ def test_fenced_code_is_verbatim(code: str, lang: str) -> None:
         assert f"```\n{escape_html(code)}\n```" in to_slack_mrkdwn(md)
     else:
         assert to_slack_mrkdwn(md) == "Intro\n\nOutro"
+
+
+@pytest.mark.parametrize("md", PATHOLOGICAL_MARKDOWN)
+def test_pathological_inputs(md: str) -> None:
+    assert isinstance(SlackMrkdwn().render(md), str)  # the renderer itself copes

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from chatkernel.channels import escape_html, render
-from chatkernel.testing import markdown_texts
+from chatkernel.testing import PATHOLOGICAL_MARKDOWN, markdown_texts
 from chatkernel_telegram.channel import TelegramChannel
 from chatkernel_telegram.markup import TelegramHTML, to_telegram_html
 
@@ -280,20 +280,7 @@ def test_fallback_escapes_when_the_renderer_fails(monkeypatch: pytest.MonkeyPatc
     assert to_telegram_html("**a** <b>") == "**a** &lt;b&gt;"
 
 
-@pytest.mark.parametrize(
-    "md",
-    [
-        "\x00\ud800 lone surrogate",
-        "[" * 500 + "x" + "](http://a)" * 500,
-        "![" * 300 + "x" + "](http://a)" * 300,
-        ">" * 300 + " deep",
-        "- " * 300 + "deep",
-        "*" * 3000,
-        "`" * 3000,
-        "1. " * 200,
-        "|a|\n|-|\n" + "|x|\n" * 100,
-    ],
-)
+@pytest.mark.parametrize("md", PATHOLOGICAL_MARKDOWN)
 def test_pathological_inputs(md: str) -> None:
     TelegramHTML().render(md)  # no fallback needed: the renderer itself copes
     check_telegram(to_telegram_html(md))

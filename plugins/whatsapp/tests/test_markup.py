@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from chatkernel.channels import OutboundPayload, render
-from chatkernel.testing import markdown_texts
+from chatkernel.testing import PATHOLOGICAL_MARKDOWN, markdown_texts
 from chatkernel_whatsapp.channel import WhatsAppChannel
 from chatkernel_whatsapp.markup import WhatsAppText, to_whatsapp
 
@@ -50,8 +50,7 @@ def test_the_renderer_is_registered_and_is_the_channels() -> None:
     assert channel.render_text(OutboundPayload(text="**a**", format="plain")) == ("**a**", None)
 
 
-@pytest.mark.parametrize("md", ["\x00\ud800 lone surrogate", "[" * 500 + "x" + "](http://a)" * 500,
-                                ">" * 300 + " deep", "- " * 300 + "deep", "*" * 3000, "`" * 3000])
+@pytest.mark.parametrize("md", PATHOLOGICAL_MARKDOWN)
 def test_pathological_inputs(md: str) -> None:
     assert isinstance(WhatsAppText().render(md), str)
 
