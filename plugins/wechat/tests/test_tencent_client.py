@@ -98,7 +98,7 @@ async def test_tencents_client_is_accepted_by_the_fake(tmp_path):
     (tmp_path / "picture.png").write_bytes(picture)
     (tmp_path / "notes.txt").write_bytes(notes)
 
-    async with FakeILink(poll_timeout_ms=5000) as ilink:
+    async with FakeILink(poll_timeout_ms=1000) as ilink:
         ilink.qr_hold = 0.5
         inbound = ilink.inject_message(USER, "你好, bot")
         environ = {**os.environ, "CHATKERNEL_NODE_MODULES": str(modules)}
@@ -145,6 +145,8 @@ async def test_tencents_client_is_accepted_by_the_fake(tmp_path):
         assert report["inbound"] == {"message_id": str(inbound["message_id"]),
                                      "text": "你好, bot",
                                      "context_token": inbound["context_token"]}
+        polls = ilink.calls_to("getupdates")
+        assert [c.params["get_updates_buf"] for c in polls] == ["", ilink.cursor(1)]
         assert ilink.typing == [(USER, 1), (USER, 2)]
 
         # The sends were recorded, echoing the message's context_token, and the uploads

@@ -75,6 +75,9 @@ try {
   await step("notifystart", () => api.notifyStart(opts));
   const updates = await step("getupdates", () =>
     api.getUpdates({ ...opts, get_updates_buf: "", timeoutMs: 10_000 }));
+  // The next poll presents the cursor it got; the fake answers empty when it times out.
+  await step("getupdates with the cursor", () =>
+    api.getUpdates({ ...opts, get_updates_buf: updates.get_updates_buf, timeoutMs: 10_000 }));
   const inbound = (updates.msgs ?? []).find((m) => m.from_user_id === user);
   if (!inbound) throw new Error(`getupdates brought no message from ${user}`);
   const contextToken = inbound.context_token;
