@@ -9,7 +9,11 @@ Besides iLink's own routes it answers developer routes the real gateway does not
 ``POST /_fake/messages``  ``{"user": "u1@im.wechat", "text": "hi"}``: a user writes.
 ``GET  /_fake/sent``      what the bot sent: ``{"messages": [{"to", "kind", "text"}]}``.
 ``POST /_fake/qr``        ``{"status": "scaned" | "confirmed" | "expired" | ...}``: drive
-                          the newest QR code of a running ``chatkernel login wechat``.
+                          the newest QR code of a running ``chatkernel login wechat``
+                          (409 before a code was fetched, 400 for an unknown state).
+
+Its first line on stdout is JSON: ``{"base_url", "cdn_base", "token"}`` (a bot token it
+accepts, for running the gateway without logging in).
 ``POST /_fake/redeliver`` serve the last message again. ``POST /_fake/expire``: ``-14``.
 """
 
@@ -24,6 +28,10 @@ import anyio
 from aiohttp import web
 
 from chatkernel_wechat.fake import FakeILink
+
+#: The QR states ``/_fake/qr`` can set: those the real gateway answers.
+QR_STATES = frozenset({"wait", "scaned", "confirmed", "expired", "need_verifycode",
+                       "verify_code_blocked", "scaned_but_redirect", "binded_redirect"})
 
 
 def developer_routes(ilink: FakeILink) -> list[web.RouteDef]:
@@ -53,7 +61,10 @@ def developer_routes(ilink: FakeILink) -> list[web.RouteDef]:
         body = await body_of(request)
         if ilink.qr_code is None:
             return web.json_response({"error": "no QR code was fetched yet"}, status=409)
-        ilink.set_qr_state(str(body.get("status")))
+        if body.get("status") not in QR_STATES:
+            return web.json_response({"error": f"status must be one of {sorted(QR_STATES)}"},
+                                     status=400)
+        ilink.set_qr_state(body["status"])
         return web.json_response({"qrcode": ilink.qr_code})
 
     async def redeliver(request: web.Request) -> web.Response:
@@ -75,10 +86,12 @@ def developer_routes(ilink: FakeILink) -> list[web.RouteDef]:
 async def serve(port: int) -> None:
     async with FakeILink(port=port, poll_timeout_ms=30_000,
                          extra_routes=developer_routes) as ilink:
-        print(json.dumps({"base_url": ilink.base_url, "cdn_base": ilink.cdn_base}), flush=True)
+        print(json.dumps({"base_url": ilink.base_url, "cdn_base": ilink.cdn_base,
+                          "token": ilink.token}), flush=True)
         print(f"""# the fake iLink gateway is up; log in against it:
 #   chatkernel login wechat --api-base {ilink.base_url}
 #   curl -d '{{"status": "confirmed"}}' {ilink.base_url}/_fake/qr
+# or use the bot token {ilink.token!r} with api_base = "{ilink.base_url}";
 # then set cdn_base = "{ilink.cdn_base}" and allow_from = ["*"] on the account, and write:
 #   curl -d '{{"user": "u1@im.wechat", "text": "hello"}}' {ilink.base_url}/_fake/messages""",
               file=sys.stderr, flush=True)

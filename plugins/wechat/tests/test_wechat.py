@@ -111,6 +111,36 @@ async def test_login_follows_a_redirect():
     assert result.config["api_base"] == other.base_url
 
 
+async def test_login_asks_for_the_verification_code_and_sends_it():
+    from chatkernel_wechat.fake import FakeILink
+
+    asked: list[int] = []
+
+    def read_code():
+        asked.append(1)
+        return "482913"
+
+    async with FakeILink() as ilink:
+        async def drive():
+            await ilink.wait_until(lambda: ilink.qr_code is not None)
+            ilink.set_qr_state("need_verifycode")
+            # Confirm only once a status poll carries the digits the user typed.
+            await ilink.wait_until(lambda: any(c.params.get("verify_code") == "482913"
+                                               for c in ilink.qr_requests))
+            ilink.set_qr_state("confirmed")
+
+        flow = WeChatLogin(poll_interval=0.01, read_code=read_code)
+        request = LoginRequest(channel="wechat", account="main", api_base=ilink.base_url,
+                               echo=lambda line: None)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(drive)
+            with anyio.fail_after(10):
+                result = await flow.run(request)
+        assert ilink.violations == []
+    assert asked == [1]
+    assert result.config["bot_token"] in ilink.tokens
+
+
 async def test_login_refreshes_an_expired_code_then_gives_up():
     from chatkernel_wechat.fake import FakeILink
 
@@ -134,7 +164,6 @@ def test_chatkernel_login_stores_the_token_0600_never_echoed(chatkernel_home, mo
     from chatkernel_wechat.fake import FakeILink
 
     monkeypatch.setattr(login_module, "POLL_INTERVAL", 0.01)
-    monkeypatch.setattr(WeChatLogin.__init__, "__defaults__", None, raising=False)
     outcome = {}
 
     async def main():
