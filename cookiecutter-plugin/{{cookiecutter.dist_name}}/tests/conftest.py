@@ -1,0 +1,15 @@
+"""{{ cookiecutter.dist_name }}'s tests: each gets a CHATKERNEL_HOME of its own (the kit's fixture)."""
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(chatkernel_home):
+    """Nothing a test runs may touch ~/.chatkernel."""
+    return chatkernel_home
+
+
+@pytest.fixture
+def anyio_backend():
+    """chatkernel runs on asyncio (aiohttp needs it)."""
+    return "asyncio"

@@ -1,0 +1,98 @@
+{%- set P = cookiecutter.class_prefix -%}
+"""What is specific to the {{ cookiecutter.channel_name }} platform: its account config,
+its error answers, its probe. Examples to grow: test every error code your platform
+documents, and every failure the platform is known for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from chatkernel.channels import Account, OutboundPayload, Route, SendError
+from {{ cookiecutter.package_name }}.channel import {{ P }}Account, {{ P }}Channel
+from {{ cookiecutter.package_name }}.fake import {{ P }}Platform
+
+pytestmark = pytest.mark.anyio
+
+
+def make_channel(platform: {{ P }}Platform, **config) -> {{ P }}Channel:
+    settings = {"token": platform.token, "base_url": platform.base_url,
+{%- if cookiecutter.transport == "webhook" %}
+                "webhook_secret": "test-secret",
+{%- endif %}
+                **config}
+    account = Account(channel_name="{{ cookiecutter.channel_name }}", name="main",
+                      config={{ P }}Account(**settings))
+    return {{ P }}Channel(account)
+
+
+def route(chat_id: str = "dm-1") -> Route:
+    return Route(channel="{{ cookiecutter.channel_name }}", account="main", chat_id=chat_id)
+
+
+def test_an_account_needs_a_token():
+    with pytest.raises(ValidationError, match="token"):
+        {{ P }}Account(token=""{% if cookiecutter.transport == "webhook" %}, webhook_secret="s"{% endif %})
+
+
+async def test_a_text_reaches_the_chat_with_the_platforms_message_id():
+    async with {{ P }}Platform() as platform:
+        channel = make_channel(platform)
+        try:
+            result = await channel.send(route(), OutboundPayload(text="hello"))
+        finally:
+            await channel.aclose()
+    assert platform.texts("dm-1") == ["hello"]
+    assert result.message_id == "1"
+
+
+async def test_a_429_is_retryable_after_the_platforms_delay():
+    async with {{ P }}Platform() as platform:
+        platform.fail_next(429, retry_after=7)
+        channel = make_channel(platform)
+        try:
+            with pytest.raises(SendError) as caught:
+                await channel.send(route(), OutboundPayload(text="hello"))
+        finally:
+            await channel.aclose()
+    assert caught.value.retryable and caught.value.retry_after == 7
+    assert platform.texts() == []
+
+
+async def test_a_file_is_sent_with_its_kind_and_name(tmp_path: Path):
+    photo = tmp_path / "cat.png"
+    photo.write_bytes(b"\x89PNG not really")
+    async with {{ P }}Platform() as platform:
+        channel = make_channel(platform)
+        try:
+            await channel.send(route(), OutboundPayload(media_path=photo, media_kind="image",
+                                                        caption="a cat"))
+        finally:
+            await channel.aclose()
+    assert platform.media("dm-1") == [("image", "cat.png")]
+
+
+async def test_a_revoked_token_fails_the_probe_without_showing_the_token():
+    async with {{ P }}Platform(token="s3cret-token") as platform:
+        channel = make_channel(platform)
+        try:
+            assert (await channel.probe()).ok
+            platform.revoke()
+            probe = await channel.probe()
+        finally:
+            await channel.aclose()
+    assert not probe.ok and not probe.restartable
+    assert "401" in probe.detail and "s3cret-token" not in probe.detail
+
+
+async def test_events_that_are_not_messages_are_not_normalized():
+    async with {{ P }}Platform() as platform:
+        channel = make_channel(platform)
+        edit = platform.inject("dm-1", "edited", kind="edit")
+        message = platform.inject("dm-1", "hi")
+        assert await channel.normalize(edit) is None
+        normalized = await channel.normalize(message)
+        await channel.aclose()
+    assert (normalized.chat_id, normalized.text, normalized.message_id) == ("dm-1", "hi", "m2")

@@ -1,0 +1,230 @@
+{%- set P = cookiecutter.class_prefix -%}
+{%- set T = cookiecutter.transport -%}
+"""The {{ cookiecutter.channel_name }} channel: {{ cookiecutter.description }}.
+
+Built only on the public plugin API (``chatkernel.channels``). The kernel does
+everything that is the same on every platform (sessions, the queue, chunking,
+retries, pacing, the journal and outbox, health); this module holds only the
+platform's differences: its account config, its limits, how its events become
+messages, its wire calls and its probe.
+
+It speaks the protocol of the fake platform in ``fake.py`` (documented there).
+Replace each call below with your platform's, keeping ``tests/test_contract.py``
+green.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+{% if T == "socket" %}
+import aiohttp
+{%- endif %}
+from pydantic import Field
+
+from chatkernel.channels import (
+    AccountConfig,
+    Channel,
+    ChannelLimits,
+    Deliver,
+    HttpClient,
+    InboundMessage,
+    OutboundPayload,
+    PlatformError,
+{%- if T == "polling" %}
+    Polled,
+{%- endif %}
+    ProbeResult,
+    RateLimit,
+    Route,
+{%- if T == "webhook" %}
+    SecretHeader,
+{%- endif %}
+    SendResult,
+{%- if T == "socket" %}
+    SocketLink,
+{%- endif %}
+{%- if T == "webhook" %}
+    WebhookRejected,
+{%- endif %}
+)
+{%- if T == "webhook" %}
+
+#: The header the platform echoes the account's webhook secret in.
+SECRET_HEADER = "X-{{ P }}-Secret"
+{%- endif %}
+
+
+class {{ P }}Account(AccountConfig):
+    """``[channels.{{ cookiecutter.channel_name }}.accounts.<name>]``. The common keys
+    (``allow_from``, ``require_mention``, the access level, rate and retry overrides) come
+    from AccountConfig; these are the platform's own."""
+
+    #: The bot's API token, sent as ``Authorization: Bearer <token>``.
+    token: str = Field(min_length=1)
+    #: Where the platform's API is (replace the default with your platform's).
+    base_url: str = "http://127.0.0.1:8900"
+{%- if T == "polling" %}
+    #: Seconds one long poll waits for events.
+    poll_timeout: float = Field(default=25.0, gt=0)
+{%- elif T == "webhook" %}
+    #: The secret the platform echoes in the ``X-{{ P }}-Secret`` header of every
+    #: webhook request: requests without it are refused.
+    webhook_secret: str = Field(min_length=1)
+{%- else %}
+    #: Seconds of silence after which an open socket is closed and opened again.
+    silent_after: float = Field(default=60.0, gt=0)
+{%- endif %}
+
+
+class {{ P }}Channel(Channel):
+    """The {{ cookiecutter.channel_name }} platform's channel ({{ T }})."""
+
+    name = "{{ cookiecutter.channel_name }}"
+    account_model = {{ P }}Account
+    # Declarations the kernel acts on: chunking, media kinds and caps, pacing, retries.
+    # Replace them with your platform's documented limits.
+    limits = ChannelLimits(
+        text_limit=2000,
+        caption_limit=1000,
+        media_kinds={".png": "image", ".jpg": "image", ".jpeg": "image", ".ogg": "voice",
+                     ".pdf": "document"},
+        default_media_kind="document",
+        media_max_bytes={"image": 5 * 2**20, "document": 50 * 2**20},
+        rates={"account": RateLimit(30, 1.0), "chat": RateLimit(5, 1.0)},
+        retry_base_delay=0.5,
+    )
+    receive_backoff = (0.1, 30.0)
+
+    def __init__(self, account, settings=None) -> None:
+        super().__init__(account, settings)
+        token = self.config.token
+        self.http = HttpClient(self.config.base_url, secrets=[token], timeout=30,
+                               headers={"Authorization": f"Bearer {token}"},
+                               platform="{{ cookiecutter.channel_name }}")
+
+    # -- receiving ------------------------------------------------------------------------
+
+    async def run(self, deliver: Deliver) -> None:
+{%- if T == "polling" %}
+        await self.poll_forever(deliver)
+{%- elif T == "webhook" %}
+        await self.serve_webhook(deliver)
+{%- else %}
+        await self.supervise_socket(deliver, self.session, silent_after=self.config.silent_after)
+{%- endif %}
+
+    async def identify(self) -> None:
+        """Learn the bot's own id: its own messages are never delivered."""
+        self.self_id = str((await self._call("GET", "/me"))["id"])
+{%- if T == "polling" %}
+
+    async def poll(self, cursor: str | None) -> Polled:
+        """One long poll from ``cursor``; the next cursor confirms what it returned."""
+        events = await self._call("GET", "/updates", long_poll=True, params={
+            "offset": cursor or "0", "timeout": str(self.config.poll_timeout)})
+        last = max((event["event_id"] for event in events), default=None)
+        return Polled(events, None if last is None else str(last + 1))
+{%- elif T == "webhook" %}
+
+    def webhook_verifier(self) -> SecretHeader:
+        """Requests to ``/{{ cookiecutter.channel_name }}/<account>/webhook`` must carry the
+        account's secret."""
+        return SecretHeader(SECRET_HEADER, self.config.webhook_secret)
+
+    def webhook_events(self, payload: Any) -> list[Any]:
+        """The events of one webhook request: ``{"events": [...]}``."""
+        if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
+            raise WebhookRejected(400, 'expected {"events": [...]}')
+        return payload["events"]
+{%- else %}
+
+    async def session(self, link: SocketLink) -> None:
+        """One socket session: every frame is a sign of life; events are acknowledged
+        only once they are journaled, so the platform resends what a crash lost."""
+        try:
+            socket = await self.http.session.ws_connect(self.http.url("/socket"), heartbeat=30)
+        except aiohttp.WSServerHandshakeError as exc:
+            raise PlatformError(f"cannot open the socket: HTTP {exc.status}",
+                                status=exc.status) from None
+        async with socket:
+            async for frame in socket:
+                if frame.type != aiohttp.WSMsgType.TEXT:
+                    break  # closed or failed: the kit opens the socket again
+                data = frame.json()
+                if data.get("type") == "event":
+                    await link.deliver([data["event"]])
+                    await socket.send_json({"type": "ack", "event_id": data["event"]["event_id"]})
+                else:
+                    link.alive()  # hello, ping
+{%- endif %}
+
+    def event_chat(self, event: dict[str, Any]) -> str:
+        return str(event.get("chat_id", ""))
+
+    def describe_event(self, event: dict[str, Any]) -> str:
+        return f"{event.get('type', '?')} event {event.get('event_id', '?')}"
+
+    async def normalize(self, event: dict[str, Any]) -> InboundMessage | None:
+        """A platform event as a message for the agent; None for what is not one (edits,
+        members joining: replace with your platform's event types)."""
+        if event.get("type") != "message":
+            return None
+        return InboundMessage(
+            channel=self.name, account=self.account.name,
+            chat_id=str(event["chat_id"]), message_id=str(event["message_id"]),
+            sender_id=str(event["sender_id"]), text=event.get("text", ""),
+            sender_name=event.get("sender_name", ""), is_group=event.get("is_group", False),
+            mentions_bot=event.get("mentions_bot", False), thread_id=event.get("thread_id"))
+
+    # -- sending --------------------------------------------------------------------------
+
+    async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
+        """One request: a text chunk, or one file with its caption."""
+        fields = {"chat_id": route.chat_id}
+        if route.thread_id:
+            fields["thread_id"] = route.thread_id
+        try:
+            if payload.is_media:
+                result = await self._call("POST", "/send_media", files={
+                    "file": payload.media_path}, data={
+                    **fields, "kind": payload.media_kind or "document",
+                    "caption": payload.caption})
+            else:
+                result = await self._call("POST", "/send", json={**fields,
+                                                                 "text": payload.text})
+        except PlatformError as exc:
+            raise exc.send_error() from None
+        return SendResult(message_id=str(result["message_id"]))
+
+    async def indicate(self, route: Route) -> None:
+        """Show "typing…" while a turn runs."""
+        await self._call("POST", "/typing", json={"chat_id": route.chat_id})
+
+    # -- health ---------------------------------------------------------------------------
+
+    async def probe(self) -> ProbeResult:
+        """The platform answers and the token works."""
+        try:
+            me = await self._call("GET", "/me")
+        except PlatformError as exc:
+            if exc.status == 401:
+                return ProbeResult(ok=False, detail="token rejected (401)", restartable=False)
+            return ProbeResult(ok=False, detail=str(exc))
+        return ProbeResult(ok=True, detail=str(me.get("name", me["id"])))
+
+    # -- the wire -------------------------------------------------------------------------
+
+    async def _call(self, method: str, path: str, **options: Any) -> Any:
+        """The answer's ``result``, or a PlatformError classified by status (the
+        protocol's errors are ``{"ok": false, "error", "description", "retry_after"}``)."""
+        answer = await self.http.request(method, path, what=path.strip("/"), **options)
+        body = answer.json() if answer.body else None
+        if isinstance(body, dict) and body.get("ok") and answer.ok:
+            return body.get("result")
+        body = body if isinstance(body, dict) else {}
+        raise PlatformError.from_answer(
+            answer, str(body.get("description") or f"HTTP {answer.status}"),
+            code=body.get("error"), retry_after=body.get("retry_after"))
+
+    async def aclose(self) -> None:
+        await self.http.close()
