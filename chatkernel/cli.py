@@ -1013,13 +1013,14 @@ def config_set(path, key: str, value: str) -> None:
     lists), else as a string. The result is validated before it is written."""
     from chatkernel.core import config as cfg
 
-    raw = cfg.read_raw(path)
-    cfg.set_key(raw, key, cfg.parse_value(value), path=path)
+    document = cfg.read_document(path)  # the person's comments and layout stay
+    cfg.set_key(document, key, cfg.parse_value(value), path=path)
+    raw = document.unwrap()
     # ${ENV} references need not resolve here: the variable may only exist where
     # the gateway runs.
     cfg.parse(raw, path=path, strict_env=False)
     _validate_channels(raw, path, strict_env=False)
-    cfg.write_raw(path, raw)
+    cfg.write_raw(path, document)
 
 
 @config.command("unset")
@@ -1029,10 +1030,10 @@ def config_unset(path, key: str) -> None:
     """Remove a dotted key (its default applies again)."""
     from chatkernel.core import config as cfg
 
-    raw = cfg.read_raw(path)
-    if not cfg.unset_key(raw, key, path=path):
+    document = cfg.read_document(path)
+    if not cfg.unset_key(document, key, path=path):
         raise cfg.ConfigError("not set in the file", path=path, key=key)
-    cfg.write_raw(path, raw)
+    cfg.write_raw(path, document)
 
 
 @config.command("validate")

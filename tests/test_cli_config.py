@@ -232,6 +232,67 @@ def test_config_unset(runner, config_file):
     assert str(config_file) in error and "queue.debounce_ms" in error and "not set" in error
 
 
+# -- a hand-written file keeps its comments and layout ----------------------------------------
+
+HAND_WRITTEN = """\
+# My gateway. Written by hand: keep these notes.
+
+[gateway]
+listen = "127.0.0.1:8787"  # loopback only
+
+# The agent answers every chat.
+[agent]
+kind = "command"
+command = ["llm", "-m", "x"]  # the model I use
+timeout = 60.5
+
+[queue]
+mode = "collect"
+debounce_ms = 1000  # one second
+cap = 20
+"""
+
+
+def test_config_set_and_unset_keep_comments_layout_and_types(runner, config_file):
+    config_file.write_text(HAND_WRITTEN)
+    ok(runner, "set", "queue.debounce_ms", "250")
+    ok(runner, "set", "agent.env.LANG", "C.UTF-8")  # a table the file does not have yet
+    ok(runner, "set", "heartbeat.active_hours.start", "08:00")  # two levels deep, new
+    ok(runner, "unset", "queue.cap")
+    text = config_file.read_text()
+    for line in ("# My gateway. Written by hand: keep these notes.",
+                 'listen = "127.0.0.1:8787"  # loopback only',
+                 "# The agent answers every chat.",
+                 'command = ["llm", "-m", "x"]  # the model I use',
+                 "debounce_ms = 250  # one second"):
+        assert line in text, text
+    assert "cap = 20" not in text
+    # The sections stay where the person put them, new ones come after.
+    order = [text.index(marker) for marker in ("[gateway]", "[agent]", "[queue]")]
+    assert order == sorted(order), text
+    raw = cfg.read_raw(config_file)
+    assert list(raw["agent"]) == ["kind", "command", "timeout", "env"]
+    assert raw["queue"] == {"mode": "collect", "debounce_ms": 250}
+    assert raw["agent"]["timeout"] == 60.5 and raw["agent"]["env"] == {"LANG": "C.UTF-8"}
+    assert raw["heartbeat"] == {"active_hours": {"start": "08:00"}}
+    assert mode(config_file) == 0o600
+    # Values keep their types, whether set or untouched.
+    ok(runner, "set", "agent.history_limit", "12")
+    ok(runner, "set", "channels.defaults.enabled", "false")
+    ok(runner, "set", "agent.pass_env", '["HOME", "PATH"]')
+    raw = cfg.read_raw(config_file)
+    assert raw["agent"]["history_limit"] == 12 and type(raw["agent"]["history_limit"]) is int
+    assert raw["channels"]["defaults"]["enabled"] is False
+    assert raw["agent"]["pass_env"] == ["HOME", "PATH"]
+    assert cfg.load(config_file).agent.timeout == 60.5
+
+
+def test_config_set_that_fails_validation_leaves_a_hand_written_file(runner, config_file):
+    config_file.write_text(HAND_WRITTEN)
+    fails(runner, "set", "queue.mode", "sideways")
+    assert config_file.read_text() == HAND_WRITTEN
+
+
 # -- validate ------------------------------------------------------------------------------
 
 

@@ -2,7 +2,8 @@
 
 The file lives at ``$CHATKERNEL_HOME/config.toml`` (``~/.chatkernel`` by
 default) unless ``CHATKERNEL_CONFIG`` or ``--config`` names another. It is read
-with tomllib and written with tomli-w, always with mode 0600 because it may
+with tomllib; ``config set``/``unset`` edit it through tomlkit, which keeps the
+person's comments and layout, and every write has mode 0600 because it may
 hold secrets. Every error a user can meet names the file, the dotted key and
 what was expected.
 """
@@ -469,12 +470,35 @@ def read_raw(path: Path) -> dict[str, Any]:
         raise ConfigError(f"cannot be read: {exc.strerror}", path=path) from None
 
 
+def read_document(path: Path) -> Any:
+    """The file as a tomlkit document: a dict that keeps its comments and layout when
+    edited and written back (``write_raw``). A missing file is an empty document."""
+    import tomlkit
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return tomlkit.document()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8"
+        raise ConfigError(f"cannot be read: {reason}", path=path) from None
+    try:
+        tomllib.loads(text)  # the same errors, worded the same way, as read_raw
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", path=path) from None
+    return tomlkit.parse(text)
+
+
 def write_raw(path: Path, data: dict[str, Any]) -> None:
-    """Write the TOML atomically, with mode 0600 from the first byte."""
+    """Write the TOML atomically, with mode 0600 from the first byte.
+
+    A tomlkit document (``read_document``) is written as edited, comments and all."""
     import tomli_w
+    import tomlkit
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = tomli_w.dumps(data)
+    text = (data.as_string() if isinstance(data, tomlkit.TOMLDocument)
+            else tomli_w.dumps(data))
     fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
     try:
         os.fchmod(fd, 0o600)
@@ -575,7 +599,9 @@ def set_key(data: dict[str, Any], key: str, value: Any, *, path: Path | None = N
     parts = split_key(key, path=path)
     node = data
     for i, part in enumerate(parts[:-1]):
-        child = node.setdefault(part, {})
+        if part not in node:
+            node[part] = {}
+        child = node[part]  # not setdefault's answer: a document stores a table it made
         if not isinstance(child, dict):
             raise ConfigError(f"{'.'.join(parts[:i + 1])} is a value, not a table", key=key,
                               path=path)
