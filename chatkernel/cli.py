@@ -1039,12 +1039,16 @@ def config_unset(path, key: str) -> None:
 @config.command("validate")
 @click.pass_obj
 def config_validate(path) -> None:
-    """Check the config: kernel sections, ${ENV} references and every channel account."""
+    """Check the config as `run` does, starting nothing: kernel sections, ${ENV}
+    references, every channel account (built as the gateway builds it), the agent kind
+    and the listen address's control token."""
     from chatkernel.core import config as cfg
+    from chatkernel.core.gateway import check_startup
 
     raw = cfg.read_raw(path)
-    cfg.parse(raw, path=path)
+    config = cfg.parse(raw, path=path)
     count = _validate_channels(raw, path, strict_env=True)
+    check_startup(config, config_path=path, pm=_plugin_manager())
     where = str(path) if path.exists() else f"{path} (missing: defaults apply)"
     click.echo(f"ok: {where}, {count} channel account(s)")
 

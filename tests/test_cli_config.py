@@ -303,6 +303,38 @@ def test_config_validate_ok(runner, config_file):
     assert ok(runner, "validate") == f"ok: {config_file}, 0 channel account(s)\n"
 
 
+def test_config_validate_refuses_a_public_listen_without_a_control_token(runner, config_file):
+    """`run` refuses it (gateway.check_listen): validate must not call it ok."""
+    config_file.write_text('[gateway]\nlisten = "0.0.0.0:8799"\n')
+    error = fails(runner, "validate")
+    assert f"{config_file}: gateway.control_token: " in error
+    assert "beyond this machine" in error
+    ok(runner, "set", "gateway.control_token", "a-long-random-secret")
+    assert ok(runner, "validate").startswith("ok: ")
+
+
+def test_config_validate_builds_the_accounts_as_run_does(runner, config_file):
+    """The Telegram channel's constructor refuses webhook mode without webhook_url;
+    the account model alone accepts it."""
+    pytest.importorskip("chatkernel_telegram")
+    config_file.write_text('[channels.telegram.accounts.main]\n'
+                           'bot_token = "123456789:AAbbCCddEEffGGhhIIjjKKllMMnnOOppQQ"\n'
+                           'mode = "webhook"\n')
+    error = fails(runner, "validate")
+    assert "channels.telegram.accounts.main.webhook_url: webhook mode needs webhook_url" \
+        in error
+    assert "AAbbCC" not in error
+    ok(runner, "set", "channels.telegram.accounts.main.webhook_url",
+       "https://chat.example.com/telegram")
+    assert ok(runner, "validate") == f"ok: {config_file}, 1 channel account(s)\n"
+
+
+def test_config_validate_checks_the_agent_kind(runner, config_file):
+    config_file.write_text('[agent]\nkind = "nosuch"\n')
+    error = fails(runner, "validate")
+    assert f"{config_file}: agent.kind: no agent kind 'nosuch'" in error
+
+
 def test_config_validate_unknown_channel_names_it_and_the_missing_plugin(runner, config_file):
     config_file.write_text("[channels.nosuch.accounts.main]\nallow_from = ['1']\n")
     error = fails(runner, "validate")

@@ -25,8 +25,8 @@ from chatkernel.core.kernel import Kernel
 from chatkernel.core.presence import is_loopback
 from chatkernel.core.supervisor import Supervisor, supervise
 
-__all__ = ["DRAIN_SECONDS", "Listening", "build_app", "check_listen", "run_gateway",
-           "supervise"]
+__all__ = ["DRAIN_SECONDS", "Listening", "build_app", "check_listen", "check_startup",
+           "run_gateway", "supervise"]
 
 log = logging.getLogger("chatkernel.gateway")
 
@@ -65,6 +65,17 @@ def check_listen(config: cfg.KernelConfig, host: str, *, config_path=None) -> No
             "e.g. \"${CHATKERNEL_CONTROL_TOKEN}\") so the control API, /metrics and /status "
             "need it, or listen on 127.0.0.1",
             path=config_path, key="gateway.control_token")
+
+
+def check_startup(config: cfg.KernelConfig, *, config_path=None, listen: str | None = None,
+                  pm=None) -> None:
+    """Every check a start makes before it binds or opens anything (the listen address,
+    then :meth:`Kernel.check`): ``chatkernel config validate`` runs it too, so what it
+    calls ok, ``run`` accepts."""
+    host, _ = parse_listen(listen or config.gateway.listen)
+    check_listen(config, host, config_path=config_path)
+    # Channel constructors open nothing (clients connect on first use): no cleanup.
+    Kernel(config, config_path=config_path, pm=pm).check()
 
 
 KERNEL = web.AppKey("kernel", Kernel)

@@ -148,20 +148,8 @@ class Kernel:
                 f"cannot create the workspace {self.workspace}: {exc.strerror or exc}. Make "
                 "its parent directory writable for this user, or set gateway.workspace to a "
                 "writable directory", path=self.config_path, key="gateway.workspace") from None
-        self.channel_types = collect_channels(self.pm)
-        for channel_type in self.channel_types.values():  # token shapes no config holds
-            self.secrets.add_patterns(*channel_type.compiled_secret_patterns())
-        self.commands = collect_commands(self.pm)
-        self._build_accounts()
-        for account in self.accounts.values():
-            self.outbox.prepare(account)  # rate limits and retry policy: errors now, not later
-        self.heartbeats.check_config()
-        agent_types = collect_agents(self.pm)
+        agent_types = self.check()
         kind = self.config.agent.kind
-        if kind not in agent_types:
-            raise cfg.ConfigError(
-                f"no agent kind {kind!r} (installed: {', '.join(sorted(agent_types))})",
-                path=self.config_path, key="agent.kind")
         if self._store is None:
             from chatkernel.core.store import open_store
 
@@ -207,6 +195,28 @@ class Kernel:
             await self._replay_unfinished()
         if self.run_heartbeats:
             await self.heartbeats.start(self._tg)
+
+    def check(self) -> dict[str, Any]:
+        """Build the channels' accounts and check every setting the kernel acts on,
+        starting nothing (no store, no agent, no connection): what ``chatkernel config
+        validate`` runs, and the first thing a start does. Raises ConfigError; returns
+        the installed agent types by kind."""
+        self.channel_types = collect_channels(self.pm)
+        for channel_type in self.channel_types.values():  # token shapes no config holds
+            self.secrets.add_patterns(*channel_type.compiled_secret_patterns())
+        self.commands = collect_commands(self.pm)
+        self.accounts.clear()
+        self._build_accounts()
+        for account in self.accounts.values():
+            self.outbox.prepare(account)  # rate limits and retry policy: errors now, not later
+        self.heartbeats.check_config()
+        agent_types = collect_agents(self.pm)
+        kind = self.config.agent.kind
+        if kind not in agent_types:
+            raise cfg.ConfigError(
+                f"no agent kind {kind!r} (installed: {', '.join(sorted(agent_types))})",
+                path=self.config_path, key="agent.kind")
+        return agent_types
 
     def _build_accounts(self) -> None:
         channels = dict(self.config.channels)
