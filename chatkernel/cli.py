@@ -1067,11 +1067,7 @@ def _validate_channels(raw: dict[str, Any], path, *, strict_env: bool) -> int:
         if name == "defaults":
             continue
         if name not in channels:
-            known = ", ".join(sorted(channels)) or "none"
-            raise cfg.ConfigError(
-                f"no installed plugin provides a channel named {name!r} "
-                f"(installed channels: {known}; pip install chatkernel-{name}?)",
-                path=path, key=f"channels.{name}")
+            raise cfg.unknown_channel(name, channels, path=path)
         for account, data in (table.get("accounts") or {}).items():
             resolved = cfg.resolve_env(data, key=f"channels.{name}.accounts.{account}",
                                        path=path, strict=strict_env)

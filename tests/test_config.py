@@ -100,7 +100,8 @@ def test_unreadable_path_names_the_file(tmp_path):
      "Input should be 'collect', 'followup', 'interrupt' or 'steer' (got 'bogus')"),
     ("[queue]\ncap = 0\n", "queue.cap", "greater than or equal to 1 (got 0)"),
     ('[gateway]\nlisten = "nonsense"\n', "gateway.listen", "expected HOST:PORT"),
-    ('[agent]\nkidn = "echo"\n', "agent.kidn", "unknown key (check its spelling)"),
+    ('[agent]\nkidn = "echo"\n', "agent.kidn", "unknown key (did you mean 'kind'?)"),
+    ('[agent]\nzzz = "echo"\n', "agent.zzz", "unknown key (check its spelling)"),
     ("[heartbeat.active_hours]\nstart = '25:00'\n", "heartbeat.active_hours.start",
      "expected a time of day HH:MM"),
     ("[queue]\ndebounce_ms = 'soon'\n", "queue.debounce_ms", "valid integer"),
@@ -112,8 +113,16 @@ def test_unreadable_path_names_the_file(tmp_path):
      "24:00 is allowed as an end only"),
     ("[heartbeat.active_hours]\ntimezone = 'Mars/Olympus'\n",
      "heartbeat.active_hours.timezone", "unknown time zone 'Mars/Olympus'"),
-    ("[agent.heartbeat]\nevry = '1h'\n", "agent.heartbeat.evry", "unknown key"),
-    ("bogus_section = 1\n", "bogus_section", "unknown key"),
+    ("[agent.heartbeat]\nevry = '1h'\n", "agent.heartbeat.evry",
+     "unknown key (did you mean 'every'?)"),
+    ("[heartbeat.active_hours]\nstrat = '08:00'\n", "heartbeat.active_hours.strat",
+     "unknown key (did you mean 'start'?)"),
+    ("[[send_policy.rules]]\naction = 'deny'\nchanel = 'x'\n", "send_policy.rules[0].chanel",
+     "unknown key (did you mean 'channel'?)"),
+    ("[channels.defaults.health_monitor]\nenable = false\n",
+     "channels.defaults.health_monitor.enable", "unknown key (did you mean 'enabled'?)"),
+    ("[heartbeats]\nevery = '1h'\n", "heartbeats", "unknown key (did you mean 'heartbeat'?)"),
+    ("bogus_section = 1\n", "bogus_section", "unknown key (check its spelling)"),
 ])
 def test_invalid_values_name_file_key_and_expectation(tmp_path, text, key, expected):
     path = write(tmp_path / "config.toml", text)
@@ -352,3 +361,19 @@ def test_an_invalid_secret_is_named_by_its_key_never_echoed():
     with pytest.raises(cfg.ConfigError) as info:
         cfg.parse({"queue": {"debounce_ms": "soon"}})
     assert "'soon'" in str(info.value)  # other values are shown, to point at the fix
+
+
+def test_an_unknown_channel_suggests_a_close_name_never_a_package_from_a_typo():
+    error = str(cfg.unknown_channel("telegarm", {"webchat": None}))
+    assert "no installed plugin provides a channel named 'telegarm'" in error
+    assert "did you mean 'telegram'?" in error
+    assert "pip" not in error  # chatkernel-telegarm could be anybody's package
+    error = str(cfg.unknown_channel("slakc", {"slack": None}))
+    assert "did you mean 'slack'?" in error and "pip" not in error
+    assert "did you mean" not in str(cfg.unknown_channel("xyzzy", {"webchat": None}))
+
+
+@pytest.mark.parametrize("name", ["slack", "telegram", "whatsapp", "wechat"])
+def test_an_uninstalled_first_party_channel_names_its_exact_distribution(name):
+    error = str(cfg.unknown_channel(name, {"webchat": None}))
+    assert error.endswith(f": pip install chatkernel-{name} provides it")

@@ -10,12 +10,13 @@ what was expected.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import tempfile
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -520,9 +521,59 @@ def _dotted(loc: tuple[Any, ...]) -> str:
     return key
 
 
-def _expected(error: dict[str, Any]) -> str:
+#: The channels this project publishes, by name: their distributions are
+#: ``chatkernel-<name>``. Only these are ever suggested for installing: naming a
+#: package from whatever was typed would send a typo to whoever registered it.
+FIRST_PARTY_CHANNELS = frozenset({"slack", "telegram", "whatsapp", "wechat"})
+
+
+def did_you_mean(name: str, known: Any) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``known``, or an empty string."""
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_channel(name: str, installed: Any, *, path: Path | None = None) -> ConfigError:
+    """The error for ``[channels.<name>]`` that no installed plugin provides."""
+    known = ", ".join(sorted(installed)) or "none"
+    message = f"no installed plugin provides a channel named {name!r} (installed: {known})"
+    if name in FIRST_PARTY_CHANNELS:
+        message += f": pip install chatkernel-{name} provides it"
+    else:
+        message += did_you_mean(name, set(installed) | FIRST_PARTY_CHANNELS)
+    return ConfigError(message, path=path, key=f"channels.{name}")
+
+
+def _model_in(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """The model an annotation holds (``M``, ``M | None``, ``list[M]``, ``dict[str, M]``),
+    and whether a table key comes before it in an error's location."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    for arg in get_args(annotation):
+        found, keyed = _model_in(arg)
+        if found is not None:
+            return found, keyed or get_origin(annotation) is dict
+    return None, False
+
+
+def _keys_beside(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """The keys ``model`` accepts in the table holding ``loc``'s last part."""
+    parts = [part for part in loc[:-1] if not isinstance(part, int)]
+    node, i = model, 0
+    while node is not None and i < len(parts):
+        field = node.model_fields.get(parts[i])
+        if field is None:
+            return []
+        node, keyed = _model_in(field.annotation)
+        i += 2 if keyed else 1
+    return list(node.model_fields) if node is not None else []
+
+
+def _expected(error: dict[str, Any], model: type[BaseModel] | None = None) -> str:
     if error["type"] == "extra_forbidden":
-        return "unknown key (check its spelling)"
+        loc = tuple(error["loc"])
+        hint = did_you_mean(str(loc[-1]), _keys_beside(model, loc)) if loc else ""
+        return f"unknown key{hint or ' (check its spelling)'}"
     message = error["msg"]
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
@@ -537,9 +588,12 @@ def _expected(error: dict[str, Any]) -> str:
 
 
 def validation_error(exc: ValidationError, *, path: Path | None,
-                     prefix: tuple[Any, ...] = ()) -> ConfigError:
-    """One ConfigError naming every key pydantic rejected, with what was expected."""
-    problems = [(_dotted(prefix + tuple(err["loc"])), _expected(err)) for err in exc.errors()]
+                     prefix: tuple[Any, ...] = (),
+                     model: type[BaseModel] | None = None) -> ConfigError:
+    """One ConfigError naming every key pydantic rejected, with what was expected
+    (``model``: the one validated, whose keys an unknown key is matched against)."""
+    problems = [(_dotted(prefix + tuple(err["loc"])), _expected(err, model))
+                for err in exc.errors()]
     if len(problems) == 1:
         key, message = problems[0]
         return ConfigError(message, path=path, key=key)
@@ -554,7 +608,7 @@ def parse(data: dict[str, Any], *, path: Path | None = None,
     try:
         return KernelConfig.model_validate(resolved)
     except ValidationError as exc:
-        raise validation_error(exc, path=path) from None
+        raise validation_error(exc, path=path, model=KernelConfig) from None
 
 
 def load(path: str | os.PathLike[str] | None = None, *,
@@ -570,8 +624,8 @@ def validate_account(model: type[BaseModel], data: dict[str, Any], *, channel: s
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise validation_error(exc, path=path,
-                               prefix=("channels", channel, "accounts", account)) from None
+        raise validation_error(exc, path=path, prefix=("channels", channel, "accounts", account),
+                               model=model) from None
 
 
 # -- dotted keys ---------------------------------------------------------------------------

@@ -228,11 +228,8 @@ class Kernel:
                 continue
             channel_type = self.channel_types.get(channel_name)
             if channel_type is None:
-                known = ", ".join(sorted(self.channel_types)) or "none"
-                raise cfg.ConfigError(
-                    f"no installed plugin provides a channel named {channel_name!r} "
-                    f"(installed channels: {known}; pip install chatkernel-{channel_name}?)",
-                    path=self.config_path, key=f"channels.{channel_name}")
+                raise cfg.unknown_channel(channel_name, self.channel_types,
+                                          path=self.config_path)
             for account_name, raw in section.accounts.items():
                 settings = cfg.validate_account(channel_type.account_model, raw,
                                                 channel=channel_name, account=account_name,
