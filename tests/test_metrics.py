@@ -44,3 +44,14 @@ def test_turn_seconds_renders_cumulative_buckets_count_and_sum():
     assert _line(text, "chatkernel_turn_seconds_count ") == "chatkernel_turn_seconds_count 5.0"
     assert _line(text, "chatkernel_turn_seconds_sum ") == "chatkernel_turn_seconds_sum 507.36"
     assert "# TYPE chatkernel_turn_seconds histogram" in text
+
+
+def test_no_created_series_are_exposed():
+    metrics = Metrics()
+    metrics.child(metrics.messages_in, "memory", "main").inc()
+    metrics.child(metrics.undelivered, "memory", "main", "failed").inc()
+    metrics.child(metrics.turns, "ok").inc()
+    metrics.turn_seconds.observe(0.2)
+    text = metrics.render().decode()
+    assert 'chatkernel_messages_in_total{account="main",channel="memory"} 1.0' in text
+    assert "_created" not in text
