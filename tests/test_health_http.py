@@ -202,3 +202,13 @@ async def test_malformed_control_requests_are_400_never_500(tmp_path):
         response = await client.post("/control/health", headers=auth(),
                                      json={"timeout_ms": 10 ** 400})
         assert "at most 600,000" in (await response.json())["error"]
+
+
+async def test_favicon_is_answered_without_a_body(tmp_path):
+    """Browsers ask for it with every page: a 204, not a 404 in the access log."""
+    for loopback in (True, False):
+        async with served(tmp_path / str(loopback), loopback=loopback) as (h, client):
+            response = await client.get("/favicon.ico")
+            assert response.status == 204
+            assert await response.read() == b""
+            assert "max-age" in response.headers["Cache-Control"]

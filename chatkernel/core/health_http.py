@@ -7,6 +7,8 @@
 * ``GET /status`` — a page for people: channels, accounts, health colour, last
   events, restarts, sessions, presence; server-rendered (every value escaped),
   refreshing itself every few seconds.
+* ``GET /favicon.ico`` — 204, cached for a day: browsers opening the web chat or
+  the status page ask for it, and a 404 logged for each would be noise.
 
 On a loopback address all three are open. When the gateway listens beyond
 loopback (which needs ``gateway.control_token``), ``/metrics`` and ``/status``
@@ -39,7 +41,8 @@ def bearer_ok(request: "web.Request", token: str) -> bool:
 
 
 def routes(kernel: "Kernel", token: str, *, loopback: bool) -> list[tuple[str, str, Any]]:
-    """The ``/healthz``, ``/metrics`` and ``/status`` routes of the gateway's app."""
+    """The ``/healthz``, ``/metrics``, ``/status`` and ``/favicon.ico`` routes of the
+    gateway's app."""
     from aiohttp import web
 
     def allowed(request: web.Request) -> bool:
@@ -74,8 +77,11 @@ def routes(kernel: "Kernel", token: str, *, loopback: bool) -> list[tuple[str, s
         return web.Response(text=render_status_page(snapshot), content_type="text/html",
                             headers={"Cache-Control": "no-store"})
 
+    async def favicon(request: web.Request) -> web.Response:
+        return web.Response(status=204, headers={"Cache-Control": "max-age=86400"})
+
     return [("GET", "/healthz", healthz), ("GET", "/metrics", metrics),
-            ("GET", "/status", status)]
+            ("GET", "/status", status), ("GET", "/favicon.ico", favicon)]
 
 
 # -- the status page -------------------------------------------------------------------
