@@ -900,10 +900,10 @@ def login(channel: str, account: str, api_base: str | None, config_file: str | N
         raise click.ClickException(f"channel {channel!r} has no login flow (channels with "
                                    f"one: {known})")
     path = cfg.config_path(config_file)
-    raw = cfg.read_raw(path)
+    document = cfg.read_document(path)  # the person's comments and layout stay
     key = f"channels.{channel}.accounts.{account}"
     try:
-        current = cfg.get_key(raw, key, path=path)
+        current = cfg.get_key(document.unwrap(), key, path=path)
     except KeyError:
         current = {}
     request = LoginRequest(channel=channel, account=account, api_base=api_base,
@@ -917,10 +917,11 @@ def login(channel: str, account: str, api_base: str | None, config_file: str | N
         raise click.ClickException("login interrupted: nothing was stored") from None
     for name, value in result.config.items():
         if value is not None:
-            cfg.set_key(raw, f"{key}.{name}", value, path=path)
+            cfg.set_key(document, f"{key}.{name}", value, path=path)
+    raw = document.unwrap()
     cfg.parse(raw, path=path, strict_env=False)
     _validate_channels(raw, path, strict_env=False)
-    cfg.write_raw(path, raw)  # mode 0600 from the first byte
+    cfg.write_raw(path, document)  # mode 0600 from the first byte
 
     async def stamp(store):
         await store.set_account_state(channel, account, CREDENTIALS_KEY, time.time())

@@ -329,6 +329,19 @@ def test_config_validate_builds_the_accounts_as_run_does(runner, config_file):
     assert ok(runner, "validate") == f"ok: {config_file}, 1 channel account(s)\n"
 
 
+def test_config_validate_refuses_a_malformed_bot_token_without_showing_it(runner, config_file):
+    pytest.importorskip("chatkernel_telegram")
+    config_file.write_text('[channels.telegram.accounts.main]\n'
+                           'bot_token = "AAbbCCdd-pasted-without-its-id"\n')
+    error = fails(runner, "validate")
+    assert "channels.telegram.accounts.main.bot_token: expected the token BotFather gave" \
+        in error
+    assert "AAbbCCdd" not in error  # a malformed secret is still a secret
+    config_file.write_text('[channels.telegram.accounts.main]\n'
+                           'bot_token = "${CK_TEST_TELEGRAM_TOKEN}"\n')
+    ok(runner, "set", "channels.telegram.accounts.main.allow_from", '["42"]')
+
+
 def test_config_validate_checks_the_agent_kind(runner, config_file):
     config_file.write_text('[agent]\nkind = "nosuch"\n')
     error = fails(runner, "validate")

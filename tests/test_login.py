@@ -64,13 +64,16 @@ def test_hook_register_logins(pm, temp_plugin, chatkernel_home, monkeypatch):
     assert account == {"token": "s3cret-demo-token", "host": "http://127.0.0.1:9"}
     assert login.requests[0].account == "work" and login.requests[0].current == {}
 
-    # A second login replaces the token, and sees the account's current table.
+    # A second login replaces the token, sees the account's current table, and keeps
+    # what the person wrote in the file.
+    path.write_text("# my notes\n" + path.read_text())
     login.token = "new-demo-token"
     assert CliRunner().invoke(cli.cli, ["login", "demo", "--account", "work",
                                         "--api-base", "http://127.0.0.1:9"]).exit_code == 0
     account = tomllib.loads(path.read_text())["channels"]["demo"]["accounts"]["work"]
     assert account["token"] == "new-demo-token"
     assert login.requests[1].current["token"] == "s3cret-demo-token"
+    assert path.read_text().startswith("# my notes\n")
 
 
 def test_login_failure_and_unknown_channel(pm, temp_plugin, chatkernel_home, monkeypatch):

@@ -45,6 +45,7 @@ CONFLICT_WAIT_SECONDS = 30.0
 REJECTED_WAIT_SECONDS = 60.0
 SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
+_BOT_TOKEN = re.compile(r"\d+:[A-Za-z0-9_-]+")
 
 # Bot API method and multipart field per media kind.
 SEND_METHODS = {kind: (f"send{kind.capitalize()}", kind)
@@ -66,6 +67,16 @@ class TelegramAccount(AccountConfig):
     secret_token: str | None = None
     poll_timeout: int = Field(30, ge=0, le=50)
     allowed_updates: list[str] = Field(default_factory=lambda: ["message"])
+
+    @field_validator("bot_token")
+    @classmethod
+    def _token(cls, value: str) -> str:
+        # "<bot id>:<secret>", as BotFather gives it; an unresolved ${VAR} (config set
+        # checks before the environment is read) is left to the start.
+        if not (_BOT_TOKEN.fullmatch(value) or value.startswith("${")):
+            raise ValueError("expected the token BotFather gave, <digits>:<letters, digits, "
+                             "_ and ->")
+        return value
 
     @field_validator("secret_token")
     @classmethod
