@@ -118,3 +118,30 @@ def browser():
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def outbox_left_mid_send() -> Callable[[object], object]:
+    """``entries = await outbox_left_mid_send(tmp_path)``: a state database as a gateway
+    left it when it stopped mid-send: reply r1's first part ``sending``, its second
+    ``pending``, reply r2 ``pending`` (all for ``memory:main:chat-9``)."""
+    from chatkernel.core.models import OutboundPayload, Route
+    from chatkernel.core.store.base import OutboxEntry
+    from chatkernel.core.store.sqlite import SQLiteStore
+
+    async def make(home) -> list[OutboxEntry]:
+        store = SQLiteStore.at(home / "state.db")
+        await store.open()
+        route = Route("memory", "main", "chat-9")
+        entries = [OutboxEntry(0, reply, "memory:main:chat-9", "s1", "memory", "main", route,
+                               OutboundPayload(text=text, chunk_index=i, chunk_count=n),
+                               "pending", None, 0.0)
+                   for reply, text, i, n in [("r1", "was in flight", 1, 2),
+                                              ("r1", "after the unknown one", 2, 2),
+                                              ("r2", "never attempted", 1, 1)]]
+        await store.outbox_add(entries)
+        await store.outbox_mark(entries[0].id, "sending", durable=True)
+        await store.close()
+        return entries
+
+    return make

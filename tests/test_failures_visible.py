@@ -8,10 +8,8 @@ import logging
 import pytest
 
 from chatkernel.core.health_http import render_status_page
-from chatkernel.core.models import OutboundPayload, Route, SendError
+from chatkernel.core.models import SendError
 from chatkernel.core.status_report import render_health, render_status
-from chatkernel.core.store.base import OutboxEntry
-from chatkernel.core.store.sqlite import SQLiteStore
 from chatkernel.testing.memory import KernelHarness
 
 pytestmark = pytest.mark.anyio
@@ -62,19 +60,9 @@ async def test_a_platform_failure_and_a_policy_block_are_in_history_status_and_m
                 'outcome="blocked"} 1.0') in rendered
 
 
-async def test_what_recovery_found_is_logged_counted_and_listed(tmp_path, caplog):
-    store = SQLiteStore.at(tmp_path / "state.db")
-    await store.open()
-    route = Route("memory", "main", "chat-9")
-    entries = [OutboxEntry(0, reply, "memory:main:chat-9", "s1", "memory", "main", route,
-                           OutboundPayload(text=text, chunk_index=i, chunk_count=n),
-                           "pending", None, 0.0)
-               for reply, text, i, n in [("r1", "was in flight", 1, 2),
-                                          ("r1", "after the unknown one", 2, 2),
-                                          ("r2", "never attempted", 1, 1)]]
-    await store.outbox_add(entries)
-    await store.outbox_mark(entries[0].id, "sending", durable=True)
-    await store.close()
+async def test_what_recovery_found_is_logged_counted_and_listed(tmp_path, caplog,
+                                                                 outbox_left_mid_send):
+    await outbox_left_mid_send(tmp_path)
     caplog.set_level(logging.INFO, logger="chatkernel.outbox")
     async with KernelHarness(tmp_path) as h:
         await h.settle()

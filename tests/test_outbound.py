@@ -10,9 +10,9 @@ import pytest
 
 from chatkernel import SendError
 from chatkernel.core.agents import AgentEvent
+from chatkernel.core.markup import MarkdownRenderer, escape_html
 from chatkernel.core.models import OutboundPayload, Route
-from chatkernel.core.store.base import OutboxEntry
-from chatkernel.core.store.sqlite import SQLiteStore, StoreError
+from chatkernel.core.store.sqlite import StoreError
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.memory import KernelHarness
 
@@ -151,14 +151,30 @@ async def test_non_retryable_errors_fail_at_once(tmp_path):
         assert (await notifications(h))[0].endswith("chat not found")
 
 
+class TagMarkup(MarkdownRenderer):
+    """A small renderer of the test's own (no plugin needs to be imported for it)."""
+
+    name = "test_tags"
+
+    def text(self, s: str) -> str:
+        return escape_html(s)
+
+    def code_inline(self, s: str, in_link: bool) -> str:
+        return f"<code>{escape_html(s)}</code>"
+
+    def style(self, kind: str, content: str) -> str:
+        return f"<{kind}>{content}</{kind}>"
+
+
 async def test_markdown_is_rendered_in_the_channels_markup(tmp_path):
     async with harness(tmp_path, replying(AgentEvent.reply("**bold** and `x < y`"))) as h:
-        type(h.channel).markup = "telegram_html"
+        type(h.channel).markup = TagMarkup
         try:
             await h.channel.receive("format")
             await h.settle()
             text, markup = h.channel.render_text(h.channel.sent[0].payload)
-            assert (text, markup) == ("<b>bold</b> and <code>x &lt; y</code>", "telegram_html")
+            assert (text, markup) == ("<strong>bold</strong> and <code>x &lt; y</code>",
+                                      "test_tags")
             plain = h.channel.render_text(type(h.channel.sent[0].payload)(text="**as is**",
                                                                          format="plain"))
             assert plain == ("**as is**", None)
@@ -178,19 +194,8 @@ async def test_rejected_markup_is_resent_as_plain_text_and_is_not_a_retry(tmp_pa
 
 
 async def test_unsent_outbox_entries_go_out_on_restart_and_in_flight_ones_are_reported(
-        tmp_path):
-    store = SQLiteStore.at(tmp_path / "state.db")
-    await store.open()
-    route = Route("memory", "main", "chat-9")
-    entries = [OutboxEntry(0, reply, "memory:main:chat-9", "s1", "memory", "main", route,
-                           OutboundPayload(text=text, chunk_index=i, chunk_count=n),
-                           "pending", None, 0.0)
-               for reply, text, i, n in [("r1", "was in flight", 1, 2),
-                                          ("r1", "after the unknown one", 2, 2),
-                                          ("r2", "never attempted", 1, 1)]]
-    await store.outbox_add(entries)
-    await store.outbox_mark(entries[0].id, "sending", durable=True)
-    await store.close()
+        tmp_path, outbox_left_mid_send):
+    entries = await outbox_left_mid_send(tmp_path)
     async with harness(tmp_path) as h:
         await h.settle()
         assert h.channel.texts() == ["never attempted"]
