@@ -239,7 +239,8 @@ class RedisStore(Store, SharedState):
         except ResponseError as exc:
             text = str(exc)
             if text.startswith("LEASE_LOST"):
-                lease = text.partition(" ")[2] or None
+                # Redis appends " script: <sha>, on @user_script:<line>." to the error.
+                lease = text.partition(" ")[2].split(" script: ")[0] or None
                 raise LeaseLost(f"{what} refused: this process no longer holds the lease "
                                 f"{lease} with the token it was fenced with",
                                 lease=lease) from None
