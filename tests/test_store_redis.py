@@ -14,7 +14,7 @@ import pytest
 from chatkernel.core.config import ConfigError, KernelConfig, StoreConfig
 from chatkernel.core.models import InboundMessage, OutboundPayload, Route
 from chatkernel.core.store import StoreError, StoreUnavailable, open_store
-from chatkernel.core.store.base import OutboxEntry
+from chatkernel.core.store.base import OutboxEntry, SessionRecord
 from chatkernel.core.store.redis import SCHEMA_VERSION, RedisStore, safe_url
 from chatkernel.core.store.shared import LeaseLost, SharedState, account_lease
 from chatkernel.testing.redis import RedisServer
@@ -424,3 +424,85 @@ def test_a_url_that_is_not_redis_is_a_config_error():
     with pytest.raises(ConfigError) as info:
         RedisStore.at("http://:pw-123@127.0.0.1/")
     assert info.value.key == "store.url" and "pw-123" not in str(info.value)
+
+
+# -- round trips ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def round_trips(monkeypatch):
+    """Counts what the client sends to the server: one a command, a pipeline or a
+    MULTI/EXEC block."""
+    from redis.asyncio.connection import AbstractConnection
+
+    sent = [0]
+    send = AbstractConnection.send_packed_command
+
+    async def counted(self, command, check_health=True):
+        sent[0] += 1
+        return await send(self, command, check_health)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", counted)
+    return sent
+
+
+async def test_a_message_and_its_reply_take_one_round_trip_per_step(make_store, round_trips):
+    async def trips(call) -> int:
+        before = round_trips[0]
+        await call
+        return round_trips[0] - before
+
+    store = make_store()
+    await store._redis.ping()  # connected (a new connection's handshake is a few more)
+    assert await trips(store.open()) == 1  # the scripts loaded and the layout checked at once
+    try:
+        token = await store.acquire_lease(account_lease("telegram", "main"), "me", 30)
+        store.fence("telegram", "main", token)  # fenced: the checks ride along
+        seq = await store.journal_inbound(msg("m1"))
+        assert await trips(store.journal_inbound(msg("m2"))) == 1
+        assert await trips(store.journal_inbound_many([msg(f"b{i}") for i in range(50)])) == 1
+        assert await trips(store.set_cursor("telegram", "main", "9")) == 1
+        queued = entries(3)
+        assert await trips(store.outbox_add(queued, finish_journal=[seq])) == 1
+        for entry in queued:
+            assert await trips(store.outbox_mark(entry.id, "sending", durable=True)) == 1
+            assert await trips(store.outbox_mark(entry.id, "sent")) == 1
+        assert await trips(store.save_session(
+            SessionRecord("k", "s", "telegram", "main", "c", None, 1.0, 2.0))) == 1
+        assert await trips(store.append_logs("k", "s", [("user", "hi", None),
+                                                        ("assistant", "yo", None)])) == 1
+        assert await trips(store.unfinished_inbound(account=("telegram", "main"))) == 1
+        assert await trips(store.outbox_unfinished()) == 1
+        assert await trips(store.list_sessions()) == 1
+        assert await trips(store.read_log("k", roles=("user",), limit=1)) == 1
+        assert await trips(store.account_activity()) == 1
+    finally:
+        await store.close()
+
+
+# -- the kernel on the Redis store ----------------------------------------------------------------
+
+
+async def test_a_kernel_runs_its_turns_on_the_redis_store_and_resumes_after_a_restart(
+        tmp_path, redis_server, redis_prefix):
+    from chatkernel.testing import KernelHarness
+
+    config = {"store": {"backend": "redis", "url": redis_server, "prefix": redis_prefix}}
+    async with KernelHarness(tmp_path, config=config) as h:
+        assert h.kernel.store.name == "redis"
+        assert await h.channel.receive("hello there", message_id="u1") == "started"
+        await h.settle()
+        assert h.channel.texts() == ["hello there"]  # the echo agent
+        snapshot = await h.kernel.health.snapshot()
+        assert snapshot.store.ok
+    async with KernelHarness(tmp_path, config=config) as h:
+        assert await h.channel.receive("hello there", message_id="u1") == "duplicate"
+        await h.channel.receive("again", message_id="u2")
+        await h.settle()
+        assert h.channel.texts() == ["again"]
+        log = await h.kernel.store.read_log("memory:main:chat-1")
+        assert [(e.role, e.text) for e in log] == [
+            ("user", "hello there"), ("assistant", "hello there"), ("user", "again"),
+            ("assistant", "again")]
+        assert await h.kernel.store.unfinished_inbound() == []
+        assert await h.kernel.store.outbox_unfinished() == []
