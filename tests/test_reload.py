@@ -32,13 +32,13 @@ async def cli(home, *args):
     return await anyio.to_thread.run_sync(lambda: run(home, *args))
 
 
-def account(name, token, api, allow_from):
+def account(name, token, api, allow_from, poll_timeout=1):
     return f"""
 [channels.telegram.accounts.{name}]
 bot_token = "{token}"
 api_base = "{api.base_url}"
 allow_from = {json.dumps([str(user) for user in allow_from])}
-poll_timeout = 1
+poll_timeout = {poll_timeout}
 """
 
 
@@ -116,27 +116,33 @@ async def test_messages_flowing_across_reloads_are_answered_once_each(home, bot_
     async with gateway(home):
         sent: list[str] = []
 
-        async def write(count):
-            for number in range(count):
-                text = f"message {number}"
+        reloaded = anyio.Event()
+
+        async def write():  # until the last reload is over, and a little after
+            while not reloaded.is_set() or len(sent) % 50:
+                text = f"message {len(sent)}"
                 bot_api.inject_message(FRIEND, text)
                 sent.append(text)
                 await anyio.sleep(0.01)
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(write, 120)
-            for debounce in (5, 0, 10):  # a queue change, an allowlist change each time
+            tg.start_soon(write)
+            # Each time a queue change, an allowlist change and, every other time, a
+            # connection setting: that restarts the receive loop in mid-flow.
+            for number in range(4):
                 write_config(home, bot_api, account("main", bot_api.token, bot_api,
-                                                    [FRIEND, debounce]),
-                             extra=f"cap = {20 + debounce}")
+                                                    [FRIEND, number], (1, 2, 2, 1)[number]),
+                             extra=f"cap = {21 + number}")
                 result = await cli(home, "reload", "--json")
                 assert result.returncode == 0, result.stderr
                 report = json.loads(result.stdout)
                 assert "queue.cap" in report["applied"]
+                assert report["restarted"] == (["telegram:main"] if number % 2 else [])
                 assert report["restart_needed"] == []
+            reloaded.set()
         texts = await answered(bot_api, FRIEND, len(sent))
         assert sorted(texts) == sorted(sent)  # every message answered, none twice
-        assert len(texts) == len(set(texts)) == 120
+        assert len(texts) == len(set(texts)) >= 50
 
 
 async def test_sighup_reloads_the_running_gateway(home, bot_api):
@@ -199,20 +205,24 @@ async def test_a_new_token_restarts_the_account_on_it(home, bot_api):
         assert gateway_pid(home) == process.process.pid
 
 
-async def test_an_invalid_config_is_refused_and_the_old_one_stays(home, bot_api):
+@pytest.mark.parametrize("edit, key", [
+    (lambda text: text.replace('mode = "followup"', 'mode = "sometimes"'), "queue.mode"),
+    (lambda text: text.replace('bot_token = "', 'bot_token = "no-token'),  # the channel's own
+     "channels.telegram.accounts.main.bot_token"),
+    (lambda text: text + '\n[channels.telegramm.accounts.x]\n', "channels.telegramm"),
+])
+async def test_an_invalid_config_is_refused_and_the_old_one_stays(home, bot_api, edit, key):
     async with gateway(home):
-        good = (home / "config.toml").read_text()
-        (home / "config.toml").write_text(good.replace('mode = "followup"',
-                                                       'mode = "sometimes"'))
+        (home / "config.toml").write_text(edit((home / "config.toml").read_text()))
         validate = await cli(home, "config", "validate")
         result = await cli(home, "reload")
         assert result.returncode == 1
         assert validate.returncode == 1
         error = validate.stderr.strip().removeprefix("Error: ")
-        assert "queue.mode" in error and error in result.stderr
+        assert key in error and error in result.stderr
         assert "nothing was applied" in result.stderr
         as_json = await cli(home, "reload", "--json")
-        assert as_json.returncode == 1 and "queue.mode" in json.loads(as_json.stdout)["refused"]
+        assert as_json.returncode == 1 and key in json.loads(as_json.stdout)["refused"]
         bot_api.inject_message(FRIEND, "still served")
         assert await answered(bot_api, FRIEND, 1) == ["still served"]
 
@@ -346,3 +356,24 @@ async def test_a_removed_account_finishes_its_turn_before_it_goes(tmp_path, monk
                 await anyio.sleep(0.01)
         assert channel.texts() == ["re: in flight"]
         assert list(kernel.accounts) == ["memory:other"]
+
+
+async def test_an_account_with_http_routes_changes_only_with_a_restart(tmp_path):
+    from chatkernel.testing.memory import KernelHarness
+
+    config = {"channels": {"memory": {"accounts": {"main": {"allow_from": ["*"]}}},
+                           "webchat": {"accounts": {"default": {}}}}}
+    async with KernelHarness(tmp_path, config=config) as h:
+        kernel = h.kernel
+        channels = kernel.config.model_dump()["channels"]
+        channels["webchat"]["accounts"] = {"other": {}}  # one removed, one added
+        report = await kernel.reload(edited(kernel.config, channels=channels))
+        assert report.restart_needed == ["channels.webchat.accounts.default",
+                                         "channels.webchat.accounts.other"]
+        assert (report.added, report.removed) == ([], [])
+        assert sorted(kernel.accounts) == ["memory:main", "webchat:default"]
+        # Its kernel settings still apply at once.
+        channels["webchat"]["accounts"] = {"default": {"allow_from": ["someone"]}}
+        report = await kernel.reload(edited(kernel.config, channels=channels))
+        assert report.applied == ["channels.webchat.accounts.default.allow_from"]
+        assert kernel.accounts["webchat:default"].config.allow_from == ["someone"]
