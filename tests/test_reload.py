@@ -350,12 +350,16 @@ async def test_a_removed_account_finishes_its_turn_before_it_goes(tmp_path, monk
         assert report.removed == ["memory:main"]
         assert report.pending == ["memory:main (in-flight turns and sends)"]
         assert "memory:main" in kernel.accounts  # still answering its turn
+        with pytest.raises(reload.ReloadBusy, match="still finishing with memory:main"):
+            await kernel.reload(edited(kernel.config, queue={"mode": "steer", "debounce_ms": 0}))
         agent.gate.set()
         with anyio.fail_after(5):
             while "memory:main" in kernel.accounts:
                 await anyio.sleep(0.01)
         assert channel.texts() == ["re: in flight"]
         assert list(kernel.accounts) == ["memory:other"]
+        report = await kernel.reload(edited(kernel.config, queue={"mode": "steer", "debounce_ms": 0}))
+        assert report.applied == ["queue.mode"]
 
 
 async def test_an_account_with_http_routes_changes_only_with_a_restart(tmp_path):

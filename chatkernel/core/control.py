@@ -193,6 +193,7 @@ async def reload_config(kernel: "Kernel") -> dict[str, Any]:
     chatkernel.core.reload). A config the start-up checks refuse is a 422 naming what
     is wrong, and nothing of it is applied."""
     from chatkernel.core.errors import ConfigError
+    from chatkernel.core.reload import ReloadBusy
 
     if kernel.reloader is None:
         raise ControlError("this kernel cannot reload its config (it is not a gateway)", 409)
@@ -201,6 +202,8 @@ async def reload_config(kernel: "Kernel") -> dict[str, Any]:
     except ConfigError as exc:
         raise ControlError(f"{exc} (nothing was applied: the running config stays)",
                            422) from None
+    except ReloadBusy as exc:
+        raise ControlError(str(exc), 409) from None
     return {**report.as_dict(), "lines": report.lines(), "pid": os.getpid()}
 
 

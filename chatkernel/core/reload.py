@@ -29,6 +29,7 @@ config in effect), so every later reload names them again until a restart.
 from __future__ import annotations
 
 import logging
+import weakref
 from collections.abc import Awaitable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,6 +52,14 @@ SETTLE_SECONDS = 10.0
 #: Account settings the kernel reads on every use: they change in place.
 IN_PLACE_ACCOUNT_KEYS = frozenset(cfg.AccountConfig.model_fields) - {"enabled",
                                                                      "health_monitor"}
+
+
+class ReloadBusy(Exception):
+    """An earlier reload is still finishing (an account's in-flight work): try again."""
+
+
+#: Per kernel, the accounts an earlier reload is still removing or restarting.
+_finishing: "weakref.WeakKeyDictionary[Kernel, set[str]]" = weakref.WeakKeyDictionary()
 
 
 class ReceiveLoops(Protocol):
@@ -162,11 +171,17 @@ async def apply_config(kernel: "Kernel", new: cfg.KernelConfig, *,
                        ) -> ReloadReport:
     """Apply ``new`` to a running kernel (see the module's docstring); what
     :meth:`Kernel.reload` runs. Raises ConfigError, changing nothing, when ``new``
-    fails the start-up checks. ``loops``: the gateway's receive loops (None: accounts
+    fails the start-up checks, and ReloadBusy while an earlier reload is still
+    finishing with an account. ``loops``: the gateway's receive loops (None: accounts
     are added and removed without one); ``listen``: the address in use, for the
     control-token check."""
     from chatkernel.core import logs
     from chatkernel.core.gateway import check_startup
+
+    finishing = _finishing.setdefault(kernel, set())
+    if finishing:
+        raise ReloadBusy(f"an earlier reload is still finishing with {', '.join(sorted(finishing))}"
+                         " (in-flight turns and sends): reload again once it is done")
 
     checked = check_startup(new, config_path=kernel.config_path, listen=listen, pm=kernel.pm)
     plan = _plan(kernel, new, checked.accounts)
@@ -190,7 +205,7 @@ async def apply_config(kernel: "Kernel", new: cfg.KernelConfig, *,
     jobs += [(account.key, _remove(kernel, loops, account)) for account in plan.removed]
     report = plan.report
     if jobs:
-        report.pending += await _settle(kernel, jobs)
+        report.pending += await _settle(kernel, jobs, finishing)
     log.info("config reloaded: %s", "; ".join(report.lines()))
     return report
 
@@ -317,11 +332,12 @@ async def _remove(kernel: "Kernel", loops: ReceiveLoops | None, account: Account
     log.info("%s: removed", account.key)
 
 
-async def _settle(kernel: "Kernel", jobs: list[tuple[str, Awaitable[None]]]) -> list[str]:
+async def _settle(kernel: "Kernel", jobs: list[tuple[str, Awaitable[None]]],
+                  running: set[str]) -> list[str]:
     """Run each account's job in the kernel's task group and wait up to
     :data:`SETTLE_SECONDS` for them all. Returns a note per job still running (it
-    goes on in the background)."""
-    running = {name for name, _ in jobs}
+    goes on in the background, its account in ``running`` until it is done)."""
+    running.update(name for name, _ in jobs)
     done = anyio.Event()
 
     async def run(name: str, job: Awaitable[None]) -> None:
@@ -391,7 +407,7 @@ class ConfigReloader:
         """What SIGHUP runs: the outcome goes to the log."""
         try:
             await self.reload()  # apply_config logs what it did
-        except cfg.ConfigError as exc:
+        except (cfg.ConfigError, ReloadBusy) as exc:
             log.error("config reload refused, the running config stays: %s", exc)
         except Exception:
             log.exception("config reload failed")
