@@ -897,7 +897,7 @@ def reload(as_json: bool) -> None:
             sys.exit(EXIT_RELOAD_REFUSED)
         return
     if status >= 400:
-        raise click.ClickException("config refused: " + answer.get(
+        raise click.ClickException("reload refused: " + answer.get(
             "error", f"the gateway answered {status}"))
     for line in answer["lines"]:
         click.echo(line)
