@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -43,6 +43,9 @@ from chatkernel.core.queue import QueueSettings, SessionQueue
 from chatkernel.core.sessions import Sessions
 from chatkernel.core.store.base import Store
 from chatkernel.core.turns import Turns
+
+if TYPE_CHECKING:
+    from chatkernel.core.reload import ReloadReport
 
 log = logging.getLogger("chatkernel.kernel")
 
@@ -107,6 +110,9 @@ class Kernel:
                                  max_entries=self.config.presence.max_entries)
         #: The receive-loop supervisors by account key (the gateway fills it).
         self.supervisors: dict[str, Any] = {}
+        #: What ``chatkernel reload`` and SIGHUP run (the gateway sets it): a
+        #: :class:`chatkernel.core.reload.ConfigReloader`.
+        self.reloader: Any = None
         self._tg: TaskGroup | None = None
         self._queue: SessionQueue | None = None
         self._turns: Turns | None = None
@@ -164,11 +170,8 @@ class Kernel:
         redact_turns(self.agent, self.secrets.redact)
         stack.push_async_callback(self.agent.aclose)
         for account in self.accounts.values():
-            if account.channel is not None:
-                account.channel.store = store
-                account.channel.delivery_reporter = functools.partial(
-                    self.delivery_statuses.report, account)
-                stack.push_async_callback(account.channel.aclose)
+            self.attach_channel(account)
+        stack.push_async_callback(self._close_channels)
 
         stack.callback(self._close_queue)  # runs after the task group ended: no worker left
         self._tg = await stack.enter_async_context(anyio.create_task_group())
@@ -195,6 +198,36 @@ class Kernel:
             await self._replay_unfinished()
         if self.run_heartbeats:
             await self.heartbeats.start(self._tg)
+
+    def attach_channel(self, account: Account) -> None:
+        """Give an account's channel the store and its delivery-status reporter (at
+        start, and for a channel a reload made); it is closed with the kernel."""
+        if account.channel is not None:
+            account.channel.store = self.store
+            account.channel.delivery_reporter = functools.partial(
+                self.delivery_statuses.report, account)
+
+    async def _close_channels(self) -> None:
+        async with contextlib.AsyncExitStack() as stack:  # each one, whatever others raise
+            for account in self.accounts.values():
+                if account.channel is not None:
+                    stack.push_async_callback(account.channel.aclose)
+
+    async def reload(self, new_config: cfg.KernelConfig, **options: Any) -> "ReloadReport":
+        """Apply a new config while the kernel runs: what can change live does, the
+        report names what needs a restart (see :mod:`chatkernel.core.reload`). Raises
+        ConfigError, changing nothing, when ``new_config`` fails the start-up checks."""
+        from chatkernel.core.reload import apply_config
+
+        return await apply_config(self, new_config, **options)
+
+    def use_config(self, config: cfg.KernelConfig) -> None:
+        """Run on ``config`` from now on (a reload's config in effect): what the kernel
+        made from the config it started with is made again."""
+        self.config = config
+        self.send_policy = SendPolicy.from_config(config.send_policy)
+        self._channel_queue_settings.clear()
+        self.secrets.add(*cfg.kernel_secrets(config))
 
     def check(self) -> dict[str, Any]:
         """Build the channels' accounts and check every setting the kernel acts on,
@@ -428,7 +461,7 @@ class Kernel:
         """Session override (``/queue``) > channel ``queue`` table > ``[queue]``."""
         channel_name = session_key.split(":", 1)[0]
         settings = self._channel_queue_settings.get(channel_name)
-        if settings is None:  # the config does not change while the kernel runs
+        if settings is None:  # cached until a reload replaces the config (use_config)
             q = self.config.queue
             settings = QueueSettings(q.mode, q.debounce_ms, q.cap, q.drop)
             section = self.config.channels.get(channel_name)
