@@ -771,22 +771,22 @@ def heartbeat() -> None:
 
 
 def _local_heartbeats(config_file: str | None) -> dict[str, Any]:
-    """The heartbeats as the store and the config describe them (no gateway runs)."""
+    """The heartbeats as the store and the config describe them (no gateway runs, so
+    none is scheduled)."""
     import time
 
-    from chatkernel.core.heartbeat import MAIN, describe_state, merged_settings
+    from chatkernel.core.heartbeat import MAIN, describe_state, heartbeat_settings
+    from chatkernel.core.store.base import HeartbeatState
 
     config, _ = _load_config(config_file)
     states = _with_store(config_file, lambda store: store.list_heartbeats())
+    if not any(state.id == MAIN for state in states):
+        states.insert(0, HeartbeatState(id=MAIN))  # no gateway has started it yet
     now = time.time()
-    heartbeats = [describe_state(state, merged_settings(config, state.settings), now)
+    wanted = config.config_heartbeat_wanted()
+    heartbeats = [describe_state(state, heartbeat_settings(config, state), now, wanted=wanted)
                   for state in states]
-    if not any(h["id"] == MAIN for h in heartbeats):
-        from chatkernel.core.store.base import HeartbeatState
-
-        never = describe_state(HeartbeatState(id=MAIN), merged_settings(config), now)
-        heartbeats.insert(0, never)  # no gateway has started it yet
-    return {"heartbeats": heartbeats, "now": now}
+    return {"heartbeats": heartbeats, "now": now, "scheduled": False}
 
 
 @heartbeat.command("status")
@@ -795,7 +795,8 @@ def _local_heartbeats(config_file: str | None) -> dict[str, Any]:
 def heartbeat_status(config_file: str | None, as_json: bool) -> None:
     """Every heartbeat: interval, prompt, last run, time to the next.
 
-    Asks the running gateway; when none runs, reads the local state.
+    Asks the running gateway; when none runs, nothing is scheduled, and it shows what
+    the config and the state database say.
     """
     from chatkernel.core.control import call
 
@@ -810,21 +811,30 @@ def heartbeat_status(config_file: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(answer, indent=2))
         return
-    heartbeats = answer["heartbeats"]
-    if not heartbeats:
-        click.echo("No heartbeats. Set one in a chat: /heartbeat every 30m <what to check>.")
-        return
-    for item in heartbeats:
-        click.echo(_heartbeat_line(item, answer["now"]))
-    if answer["via"] == "local":
-        click.echo("(no gateway is running: from the local state)")
+    live = answer["via"] == "gateway"
+    if not live:
+        click.echo("No gateway is running, so no heartbeat is scheduled. As the config and "
+                   "the state database stand:")
+    for item in answer["heartbeats"]:
+        click.echo(_heartbeat_line(item, live=live))
+    if live and not answer.get("scheduled", True):
+        click.echo("Nothing is scheduled.")
+    if not any(item["kind"] == "session" for item in answer["heartbeats"]):
+        click.echo("A chat sets a heartbeat of its own with: /heartbeat every 2h <what to "
+                   "check>.")
 
 
-def _heartbeat_line(item: dict[str, Any], now: float) -> str:
+def _heartbeat_line(item: dict[str, Any], *, live: bool) -> str:
+    """One heartbeat in a line (and its prompt below); ``live``: as the running gateway
+    schedules it, else as it would be once one runs."""
     from chatkernel.core.durations import format_interval
 
+    if item.get("off"):
+        return (f"{item['id']}  off: the config has no [heartbeat] table (a manual wake still "
+                "runs it; docs/heartbeats.md)")
     target = item["session"] if item["kind"] == "session" else f"target {item['target']}"
     parts = [item["id"], f"every {item['every']}", target]
+    due_in = item.get("next_in_seconds")
     if item.get("paused"):
         parts.append("paused")
     elif item.get("running"):
@@ -833,10 +843,14 @@ def _heartbeat_line(item: dict[str, Any], now: float) -> str:
         parts.append(f"due, waits for {item['waiting_for']} to be idle")
     elif not item.get("every_seconds"):
         parts.append("not timed (every = 0): wake only")
-    elif item.get("next_in_seconds") is not None:
-        parts.append(f"next in {format_interval(item['next_in_seconds'])}")
+    elif live and due_in is not None:
+        parts.append(f"next in {format_interval(due_in)}")
+    elif due_in is None:
+        parts.append("first run one interval after a gateway starts")
+    elif due_in > 0:
+        parts.append(f"due in {format_interval(due_in)}, if a gateway runs by then")
     else:
-        parts.append("starts with the gateway")
+        parts.append("overdue: runs once as soon as a gateway starts")
     if item.get("last_run_at"):
         parts.append(f"last run {_ago(item['last_run_at'])}: {item['last_outcome']}")
     elif item.get("last_outcome"):

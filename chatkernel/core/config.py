@@ -214,7 +214,10 @@ class HeartbeatConfig(Section):
     """``[heartbeat]`` (and the overrides merged over it: ``[agent.heartbeat]``, a
     session's own). See docs/heartbeats.md."""
 
-    every: str = "30m"  # 0 disables
+    # 0 disables the timer. The config heartbeat runs only when the config has a
+    # [heartbeat] or [agent.heartbeat] table (config_heartbeat_wanted): with a paid
+    # model every run is a paid turn, which nobody should get without asking.
+    every: str = "30m"
     prompt: str | None = None  # None: the built-in prompt (heartbeat.DEFAULT_PROMPT)
     target: str = "none"  # none | last | a channel name
     to: str | None = None  # with a channel target: the chat id (default: its last chat)
@@ -350,6 +353,13 @@ class KernelConfig(Section):
 
     def workspace(self) -> Path:
         return (self.gateway.workspace or home_dir() / "workspace").expanduser()
+
+    def config_heartbeat_wanted(self) -> bool:
+        """Whether the config asks for the config heartbeat: a ``[heartbeat]`` or an
+        ``[agent.heartbeat]`` table, even an empty one. Without either it is off (a
+        manual wake still runs it): its defaults (every 30m) apply once it is asked for."""
+        return ("heartbeat" in self.model_fields_set or bool(self.heartbeat.model_fields_set)
+                or self.agent.heartbeat is not None)
 
     def store_path(self) -> Path:
         return (self.store.path or home_dir() / "state.db").expanduser()
