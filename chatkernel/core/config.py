@@ -365,6 +365,42 @@ class KernelConfig(Section):
         return (self.store.path or home_dir() / "state.db").expanduser()
 
 
+# -- the channels a gateway runs ---------------------------------------------------------
+
+#: The built-in web chat: the channel a gateway serves unless told otherwise.
+WEBCHAT = "webchat"
+#: The web chat's account that the page at ``/`` talks to.
+WEBCHAT_ACCOUNT = "default"
+
+
+def listens_locally(config: KernelConfig) -> bool:
+    """Whether ``gateway.listen`` is reachable from this machine only."""
+    from chatkernel.core.presence import is_loopback
+
+    host = config.gateway.listen.rpartition(":")[0].strip("[]")
+    return is_loopback(host)
+
+
+def effective_channels(config: KernelConfig) -> dict[str, ChannelConfig]:
+    """``[channels.*]`` as the gateway runs them (``defaults`` left out).
+
+    The web chat keeps its ``default`` account unless the config gives it accounts of
+    its own: configuring Telegram, or a web chat setting such as ``text_limit``, does
+    not switch it off; ``[channels.webchat] enabled = false`` does. It admits everyone
+    who reaches it, so a gateway listening beyond this machine serves it only when the
+    config has a ``[channels.webchat]`` table.
+    """
+    channels = {name: section for name, section in config.channels.items()
+                if name != "defaults"}
+    webchat = channels.get(WEBCHAT)
+    if webchat is None:
+        if listens_locally(config):
+            channels[WEBCHAT] = ChannelConfig(accounts={WEBCHAT_ACCOUNT: {}})
+    elif not webchat.accounts:
+        channels[WEBCHAT] = webchat.model_copy(update={"accounts": {WEBCHAT_ACCOUNT: {}}})
+    return channels
+
+
 # -- ${ENV} references ------------------------------------------------------------------
 
 _ENV_REF = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -115,8 +115,14 @@ class WebChatChannel(Channel):
         return SendResult(message_id=str(entry.id))
 
     async def probe(self) -> ProbeResult:
-        ok = self._deliver is not None
-        return ProbeResult(ok=ok, detail="serving" if ok else "not running", latency_ms=0.0)
+        if self._deliver is not None:
+            return ProbeResult(ok=True, detail="serving", latency_ms=0.0)
+        if self.account.runtime.loop_started_at is None:
+            # Never started in this process (a command probing from its own kernel): the
+            # web chat has no platform or credentials to check, only the gateway serving it.
+            return ProbeResult(ok=True, detail="nothing to check: the running gateway serves "
+                                              "it", latency_ms=0.0)
+        return ProbeResult(ok=False, detail="not running", latency_ms=0.0)
 
     def http_routes(self) -> list[tuple[str, str, Any]]:
         routes = [
