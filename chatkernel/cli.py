@@ -1022,24 +1022,42 @@ def config_show(config_file: str | None, as_json: bool) -> None:
 
 @config.command("get")
 @click.argument("key")
+@click.option("--json", "as_json", is_flag=True,
+              help="Output JSON: key, value, source (file or default), note.")
 @config_option
-def config_get(config_file: str | None, key: str) -> None:
-    """Print one value by dotted key (the default when the file does not set it)."""
+def config_get(config_file: str | None, key: str, as_json: bool) -> None:
+    """Print one key's effective value: the file's, else its default (said on stderr),
+    with what it does where the value alone does not say it. An account setting asked
+    of a channel (channels.webchat.allow_from) prints every account's."""
     from chatkernel.core import config as cfg
+    from chatkernel.core.channel import collect_channels
 
     path = cfg.config_path(config_file)
-    raw = cfg.read_raw(path)
-    try:
-        value = cfg.get_key(raw, key, path=path)
-    except KeyError:
-        effective = cfg.parse(raw, path=path, strict_env=False).model_dump(mode="json")
-        try:
-            value = cfg.get_key(effective, key, path=path)
-        except KeyError:
-            raise cfg.ConfigError("not set, and it has no default", path=path, key=key) from None
-    if value is None:
-        raise cfg.ConfigError("not set, and it has no default", path=path, key=key)
-    click.echo(cfg.format_value(cfg.redact(value, key.rsplit(".", 1)[-1])))
+    models = {name: channel.account_model
+              for name, channel in collect_channels(_plugin_manager()).items()}
+    found = cfg.effective_values(cfg.read_raw(path), key, account_models=models, path=path)
+    shown = [cfg.Effective(item.key, cfg.redact(item.value, item.key.rsplit(".", 1)[-1]),
+                           item.source, item.note) for item in found]
+    per_account = len(shown) != 1 or shown[0].key != key
+    if as_json:
+        data = ({"key": key, "per_account": [item.as_dict() for item in shown]}
+                if per_account else shown[0].as_dict())
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
+    if not per_account:
+        item = shown[0]
+        click.echo(cfg.format_value(item.value))
+        notes = ([f"the default (not set in {path})"] if item.source == "default" else []) \
+            + ([item.note] if item.note else [])
+        if notes:
+            click.echo(f"# {'; '.join(notes)}", err=True)
+        return
+    click.echo(f"# {key.rsplit('.', 1)[-1]} is set per account:", err=True)
+    for item in shown:
+        notes = (["the default"] if item.source == "default" else []) \
+            + ([item.note] if item.note else [])
+        comment = f"  # {'; '.join(notes)}" if notes else ""
+        click.echo(f"{item.key} = {cfg.inline_value(item.value)}{comment}")
 
 
 @config.command("set")

@@ -136,6 +136,71 @@ def test_config_get_of_an_unset_key_prints_the_default(runner, config_file, key,
 def test_config_get_of_an_unknown_key_fails(runner, config_file):
     error = fails(runner, "get", "agent.kidn")
     assert str(config_file) in error and "agent.kidn" in error and "no default" in error
+    assert "(did you mean 'kind'?)" in error
+
+
+def get(runner, *args):
+    result = runner.invoke(cli, ["config", "get", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_config_get_says_a_default_is_a_default(runner, config_file):
+    result = get(runner, "queue.mode")
+    assert result.stdout == "collect\n"  # the value alone, for scripts
+    assert result.stderr == f"# the default (not set in {config_file})\n"
+    config_file.write_text('[queue]\nmode = "followup"\n')
+    result = get(runner, "queue.mode")
+    assert (result.stdout, result.stderr) == ("followup\n", "")
+    assert json.loads(get(runner, "queue.cap", "--json").stdout) == {
+        "key": "queue.cap", "value": 20, "source": "default", "note": ""}
+    assert json.loads(get(runner, "queue.mode", "--json").stdout)["source"] == "file"
+
+
+def test_config_get_of_the_web_chat_allowlist_says_it_admits_everyone(runner, config_file):
+    result = get(runner, "channels.webchat.allow_from")  # an account setting, asked of the channel
+    assert result.stdout == ('channels.webchat.accounts.default.allow_from = ["*"]  # the '
+                             'default; "*" admits every sender who reaches the account\n')
+    assert "set per account" in result.stderr
+    result = get(runner, "channels.webchat.accounts.default.allow_from")
+    assert result.stdout == '["*"]\n'
+    assert '"*" admits every sender' in result.stderr and "the default" in result.stderr
+    assert json.loads(get(runner, "channels.webchat.allow_from", "--json").stdout) == {
+        "key": "channels.webchat.allow_from",
+        "per_account": [{"key": "channels.webchat.accounts.default.allow_from",
+                         "value": ["*"], "source": "default",
+                         "note": '"*" admits every sender who reaches the account'}]}
+    # Only a channel setting in the file: the default account, and its defaults, stay.
+    config_file.write_text("[channels.webchat]\ntext_limit = 1000\n")
+    assert get(runner, "channels.webchat.accounts.default.history_limit").stdout == "500\n"
+    config_file.write_text('[channels.webchat.accounts.default]\nallow_from = ["u1"]\n')
+    data = json.loads(get(runner, "channels.webchat.allow_from", "--json").stdout)
+    assert data["per_account"] == [{"key": "channels.webchat.accounts.default.allow_from",
+                                    "value": ["u1"], "source": "file",
+                                    "note": "admits only these 1 sender(s)"}]
+
+
+def test_config_get_of_an_account_default(runner, config_file, monkeypatch):
+    pytest.importorskip("chatkernel_telegram")
+    config_file.write_text('[channels.telegram.accounts.main]\n'
+                           'bot_token = "${TELEGRAM_BOT_TOKEN}"\n')
+    assert get(runner, "channels.telegram.accounts.main.poll_timeout").stdout == "30\n"
+    result = get(runner, "channels.telegram.allow_from")
+    assert result.stdout == ("channels.telegram.accounts.main.allow_from = []  # the default; "
+                             "an empty allowlist admits nobody\n")
+    assert get(runner, "channels.telegram.accounts.main.bot_token").stdout == \
+        "${TELEGRAM_BOT_TOKEN}\n"  # as written: a reference hides nothing
+    error = fails(runner, "get", "channels.telegram.accounts.main.webhook_url")
+    assert "no default" in error
+
+
+def test_config_get_of_a_heartbeat_key_says_it_is_off_without_a_table(runner, config_file):
+    result = get(runner, "heartbeat.every")
+    assert result.stdout == "30m\n"
+    assert "the config heartbeat is off: the config has no [heartbeat] table" in result.stderr
+    config_file.write_text("[heartbeat]\n")
+    result = get(runner, "heartbeat.every")
+    assert result.stdout == "30m\n" and "off" not in result.stderr
 
 
 def test_config_get_of_a_table(runner, config_file):
