@@ -993,14 +993,21 @@ def config_path_cmd(config_file: str | None) -> None:
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 @config_option
 def config_init(config_file: str | None, force: bool) -> None:
-    """Write a starter config (mode 0600)."""
+    """Write a commented starter config (mode 0600): the main settings, and an example
+    for each installed channel (the web chat's on, the others commented out)."""
     from chatkernel.core import config as cfg
 
     path = cfg.config_path(config_file)
     if path.exists() and not force:
         raise click.ClickException(f"{path} exists already (use --force to overwrite)")
-    cfg.write_raw(path, cfg.starter_config())
-    click.echo(f"wrote {path}")
+    from chatkernel.core.channel import collect_channels
+
+    types = collect_channels(_plugin_manager())
+    channels = [(c["name"], c["source"], types[c["name"]].config_example)
+                for c in _channel_types()]
+    cfg.write_raw(path, cfg.starter_config(channels))
+    click.echo(f"wrote {path}, with an example for each installed channel "
+               f"({', '.join(sorted(types))})")
 
 
 @config.command("show")
@@ -1101,15 +1108,21 @@ def config_validate(config_file: str | None) -> None:
     references, every channel account (built as the gateway builds it), the agent kind
     and the listen address's control token."""
     from chatkernel.core import config as cfg
+    from chatkernel.core.channel import collect_channels
     from chatkernel.core.gateway import check_startup
 
     path = cfg.config_path(config_file)
     raw = cfg.read_raw(path)
     config = cfg.parse(raw, path=path)
-    count = _validate_channels(raw, path, strict_env=True)
-    check_startup(config, config_path=path, pm=_plugin_manager())
+    _validate_channels(raw, path, strict_env=True)
+    pm = _plugin_manager()
+    check_startup(config, config_path=path, pm=pm)
     where = str(path) if path.exists() else f"{path} (missing: defaults apply)"
-    click.echo(f"ok: {where}, {count} channel account(s)")
+    installed = collect_channels(pm)  # without its plugin, the implied web chat does not run
+    accounts = sorted(f"{channel}:{account}" for channel, account, enabled, _ in
+                      cfg.effective_accounts(config) if enabled and channel in installed)
+    click.echo(f"ok: {where}, {len(accounts)} channel account(s)"
+               + (f": {', '.join(accounts)}" if accounts else ""))
 
 
 def _validate_channels(raw: dict[str, Any], path, *, strict_env: bool) -> int:

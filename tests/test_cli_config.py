@@ -7,6 +7,7 @@ an empty temporary directory.
 from __future__ import annotations
 
 import json
+import re
 import stat
 
 import pytest
@@ -60,7 +61,8 @@ def test_config_path(runner, config_file, tmp_path, monkeypatch):
 
 
 def test_config_init_writes_0600_and_refuses_to_overwrite(runner, config_file):
-    assert ok(runner, "init") == f"wrote {config_file}\n"
+    assert ok(runner, "init").startswith(f"wrote {config_file}, with an example for each "
+                                         "installed channel (")
     assert mode(config_file) == 0o600
     assert cfg.load(config_file).agent.kind == "echo"
 
@@ -71,8 +73,60 @@ def test_config_init_writes_0600_and_refuses_to_overwrite(runner, config_file):
     assert config_file.read_bytes() == before
 
     ok(runner, "init", "--force")
-    assert cfg.read_raw(config_file) == cfg.starter_config()
+    assert cfg.read_raw(config_file)["agent"] == {"kind": "echo"}  # the starter's again
     assert mode(config_file) == 0o600
+
+
+#: Values shaped as each channel's secrets are, for the starter's ${ENV} references.
+EXAMPLE_ENV = {"TELEGRAM_BOT_TOKEN": "123456:test-token", "SLACK_BOT_TOKEN": "xoxb-test",
+               "SLACK_APP_TOKEN": "xapp-test"}
+
+
+def uncommented(text: str, channel: str) -> str:
+    """The starter with one channel's example turned on: the "# " taken off each line of
+    its block (from its first table to the blank line after it)."""
+    lines, inside = [], False
+    for line in text.splitlines():
+        inside = inside and bool(line.strip())
+        if line.startswith(f"# [channels.{channel}."):
+            inside = True
+        lines.append(line.removeprefix("# ") if inside else line)
+    return "\n".join(lines) + "\n"
+
+
+def test_config_init_writes_a_commented_starter_that_validates(runner, config_file):
+    from chatkernel.core.channel import collect_channels
+    from chatkernel.core.plugins import get_plugin_manager
+
+    ok(runner, "init")
+    text = config_file.read_text()
+    for name, channel in collect_channels(get_plugin_manager()).items():
+        assert f"# -- {name} (" in text
+        for line in channel.config_example.strip().splitlines():
+            assert (line if name == "webchat" else f"# {line}") in text  # its own example
+    assert "\n[channels.webchat.accounts.default]" in text  # the default channel: on
+    assert "\n# [heartbeat]\n" in text and "48 paid turns a day" in text
+    assert ok(runner, "validate") == f"ok: {config_file}, 1 channel account(s): " \
+                                     "webchat:default\n"
+    # The file is the person's now: set keeps its comments.
+    ok(runner, "set", "agent.kind", "echo")
+    assert "# -- webchat (built-in) " in config_file.read_text()
+
+
+@pytest.mark.parametrize("channel", ["telegram", "slack", "whatsapp", "wechat"])
+def test_an_uncommented_channel_example_validates(runner, config_file, monkeypatch, channel):
+    pytest.importorskip(f"chatkernel_{channel}")
+    ok(runner, "init")
+    text = uncommented(config_file.read_text(), channel)
+    config_file.write_text(text)
+    names = sorted(set(re.findall(r"\$\{([A-Z_]+)\}", text)) - {"CHATKERNEL_CONTROL_TOKEN"})
+    assert names  # its secrets are ${ENV} references...
+    error = fails(runner, "validate")
+    assert "is not set (referenced as ${" in error  # ...read where the gateway runs
+    for name in names:
+        monkeypatch.setenv(name, EXAMPLE_ENV.get(name, "test-secret-value"))
+    accounts = ", ".join(sorted([f"{channel}:main", "webchat:default"]))
+    assert ok(runner, "validate") == f"ok: {config_file}, 2 channel account(s): {accounts}\n"
 
 
 def test_config_init_at_an_explicit_path_creates_directories(runner, tmp_path, chatkernel_home):
@@ -363,9 +417,9 @@ def test_config_set_that_fails_validation_leaves_a_hand_written_file(runner, con
 
 def test_config_validate_ok(runner, config_file):
     out = ok(runner, "validate")
-    assert out == f"ok: {config_file} (missing: defaults apply), 0 channel account(s)\n"
+    assert out == f"ok: {config_file} (missing: defaults apply), 1 channel account(s): webchat:default\n"
     ok(runner, "init")
-    assert ok(runner, "validate") == f"ok: {config_file}, 0 channel account(s)\n"
+    assert ok(runner, "validate") == f"ok: {config_file}, 1 channel account(s): webchat:default\n"
 
 
 def test_config_validate_refuses_a_public_listen_without_a_control_token(runner, config_file):
@@ -391,7 +445,7 @@ def test_config_validate_builds_the_accounts_as_run_does(runner, config_file):
     assert "AAbbCC" not in error
     ok(runner, "set", "channels.telegram.accounts.main.webhook_url",
        "https://chat.example.com/telegram")
-    assert ok(runner, "validate") == f"ok: {config_file}, 1 channel account(s)\n"
+    assert ok(runner, "validate") == f"ok: {config_file}, 2 channel account(s): telegram:main, webchat:default\n"
 
 
 def test_config_validate_refuses_a_malformed_bot_token_without_showing_it(runner, config_file):
@@ -467,7 +521,7 @@ def test_config_validate_checks_accounts_with_the_channels_model(runner, config_
     config_file.write_text(
         '[channels.cktestchan.accounts.main]\nbot_token = "${CK_TEST_TOKEN}"\n'
         '[channels.cktestchan.accounts.other]\nbot_token = "x"\nallow_from = [42]\n')
-    assert ok(runner, "validate") == f"ok: {config_file}, 2 channel account(s)\n"
+    assert ok(runner, "validate") == f"ok: {config_file}, 3 channel account(s): cktestchan:main, cktestchan:other, webchat:default\n"
 
     config_file.write_text('[channels.cktestchan.accounts.main]\nbot_tokn = "x"\n')
     error = fails(runner, "validate")

@@ -68,6 +68,12 @@ class WebChatChannel(Channel):
     #: Its platform is the gateway's own page: without the gateway's HTTP server no one
     #: sees what it sends (a proactive send with no gateway running is refused).
     needs_http_server = True
+    config_example = """\
+[channels.webchat]                    # enabled = false here turns the web chat off
+[channels.webchat.accounts.default]   # the page at /
+allow_from = ["*"]                    # the page admits everyone who reaches it
+history_limit = 500                   # messages of its chat a page shows
+"""
 
     def __init__(self, account, settings=None) -> None:
         super().__init__(account, settings)
