@@ -146,13 +146,3 @@ def test_the_landing_page_says_why_the_web_chat_is_off(data, why):
     assert "webchat:default" not in accounts
     assert why in webchat_off(config, kernel.channel_types)[0]
 
-
-def test_probing_the_web_chat_without_a_gateway_is_not_a_failure(chatkernel_home):
-    from click.testing import CliRunner
-
-    from chatkernel.cli import cli
-
-    result = CliRunner().invoke(cli, ["channels", "probe"])
-    assert result.exit_code == 0, result.output
-    assert "webchat:default" in result.stdout
-    assert "nothing to check: the running gateway serves it" in result.stdout
