@@ -417,9 +417,11 @@ def test_config_set_that_fails_validation_leaves_a_hand_written_file(runner, con
 
 def test_config_validate_ok(runner, config_file):
     out = ok(runner, "validate")
-    assert out == f"ok: {config_file} (missing: defaults apply), 1 channel account(s): webchat:default\n"
+    assert out == (f"ok: {config_file} (missing: defaults apply), 1 channel account(s): "
+                   "webchat:default\n")
     ok(runner, "init")
-    assert ok(runner, "validate") == f"ok: {config_file}, 1 channel account(s): webchat:default\n"
+    assert ok(runner, "validate") == (f"ok: {config_file}, 1 channel account(s): "
+                                      "webchat:default\n")
 
 
 def test_config_validate_refuses_a_public_listen_without_a_control_token(runner, config_file):
@@ -445,7 +447,8 @@ def test_config_validate_builds_the_accounts_as_run_does(runner, config_file):
     assert "AAbbCC" not in error
     ok(runner, "set", "channels.telegram.accounts.main.webhook_url",
        "https://chat.example.com/telegram")
-    assert ok(runner, "validate") == f"ok: {config_file}, 2 channel account(s): telegram:main, webchat:default\n"
+    assert ok(runner, "validate") == (f"ok: {config_file}, 2 channel account(s): "
+                                      "telegram:main, webchat:default\n")
 
 
 def test_config_validate_refuses_a_malformed_bot_token_without_showing_it(runner, config_file):
@@ -521,7 +524,8 @@ def test_config_validate_checks_accounts_with_the_channels_model(runner, config_
     config_file.write_text(
         '[channels.cktestchan.accounts.main]\nbot_token = "${CK_TEST_TOKEN}"\n'
         '[channels.cktestchan.accounts.other]\nbot_token = "x"\nallow_from = [42]\n')
-    assert ok(runner, "validate") == f"ok: {config_file}, 3 channel account(s): cktestchan:main, cktestchan:other, webchat:default\n"
+    assert ok(runner, "validate") == (f"ok: {config_file}, 3 channel account(s): "
+                                      "cktestchan:main, cktestchan:other, webchat:default\n")
 
     config_file.write_text('[channels.cktestchan.accounts.main]\nbot_tokn = "x"\n')
     error = fails(runner, "validate")

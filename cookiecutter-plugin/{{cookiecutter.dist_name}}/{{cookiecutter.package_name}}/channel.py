@@ -101,7 +101,7 @@ class {{ P }}Channel(Channel):
 [channels.{{ cookiecutter.channel_name }}.accounts.main]
 token = "${{ '{' }}{{ cookiecutter.channel_name | upper }}_TOKEN}"   # the bot's API token
 {%- if T == "webhook" %}
-webhook_secret = "${{ '{' }}{{ cookiecutter.channel_name | upper }}_WEBHOOK_SECRET}"   # echoed in X-{{ P }}-Secret
+webhook_secret = "${{ '{' }}{{ cookiecutter.channel_name | upper }}_WEBHOOK_SECRET}"   # its secret header
 {%- endif %}
 allow_from = ["*"]            # sender ids allowed in; "*" anyone
 """
