@@ -166,6 +166,13 @@ class Channel:
     #: Webhook requests: the largest body taken (413 beyond) and the content types.
     webhook_max_bytes: ClassVar[int] = 1024 * 1024
     webhook_content_types: ClassVar[tuple[str, ...]] = ("application/json",)
+    #: A TOML example of this channel's config, for the starter file ``chatkernel config
+    #: init`` writes: its ``[channels.<name>...]`` tables with the keys a first account
+    #: needs, secrets as ``${ENV_VAR}`` references, explanations as comments at the ends
+    #: of lines. The starter has it commented out line by line (the web chat's is on), so
+    #: removing the ``# `` of each line must give a config that validates once its
+    #: variables are set. Empty: the starter names the channel only.
+    config_example: ClassVar[str] = ""
 
     def __init__(self, account: Account, settings: Any = None) -> None:
         #: The account this instance serves (its validated config is ``account.config``).

@@ -153,6 +153,12 @@ class SlackChannel(Channel):
     """One Slack app in one workspace."""
 
     name = "slack"
+    config_example = """\
+[channels.slack.accounts.main]
+bot_token = "${SLACK_BOT_TOKEN}"      # the Bot User OAuth Token, xoxb-…
+app_token = "${SLACK_APP_TOKEN}"      # an app-level token, xapp-…: Socket Mode
+allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the workspace
+"""
     account_model = SlackAccount
     limits = ChannelLimits(
         text_limit=4000, text_unit="chars", caption_limit=4000,

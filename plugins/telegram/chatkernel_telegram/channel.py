@@ -99,6 +99,11 @@ class TelegramChannel(Channel):
     """One bot."""
 
     name = "telegram"
+    config_example = """\
+[channels.telegram.accounts.main]
+bot_token = "${TELEGRAM_BOT_TOKEN}"   # the token @BotFather gave
+allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a group; "*" anyone
+"""
     account_model = TelegramAccount
     limits = ChannelLimits(
         text_limit=4096, text_unit="utf16", caption_limit=1024,

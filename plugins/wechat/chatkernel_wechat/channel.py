@@ -140,6 +140,11 @@ class WeChatChannel(Channel):
     """One bot of the iLink gateway."""
 
     name = "wechat"
+    config_example = """\
+[channels.wechat.accounts.main]       # chatkernel login wechat writes this table for you
+bot_token = "${WECHAT_BOT_TOKEN}"     # what the QR login gave
+allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds the bot
+"""
     account_model = WeChatAccount
     limits = ChannelLimits(
         text_limit=3500, text_unit="chars", caption_limit=3500,

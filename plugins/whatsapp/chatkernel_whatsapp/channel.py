@@ -173,6 +173,14 @@ class WhatsAppChannel(Channel):
     """One WhatsApp Business phone number."""
 
     name = "whatsapp"
+    config_example = """\
+[channels.whatsapp.accounts.main]
+access_token = "${WHATSAPP_TOKEN}"            # the Cloud API's access token
+phone_number_id = "106540352242922"           # the business number's id (the Meta app's)
+app_secret = "${WHATSAPP_APP_SECRET}"         # signs every webhook POST
+verify_token = "${WHATSAPP_VERIFY_TOKEN}"     # what you typed in the webhook's settings
+allow_from = ["15551234567"]                  # phone numbers, digits only; "*" anyone
+"""
     account_model = WhatsAppAccount
     limits = ChannelLimits(
         text_limit=4096, text_unit="chars", caption_limit=1024,
