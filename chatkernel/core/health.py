@@ -291,19 +291,9 @@ def store_problems(store: StoreInfo | None) -> list[str]:
 
 
 def configured_accounts(config: cfg.KernelConfig) -> list[tuple[str, str, bool, dict]]:
-    """``(channel, account, enabled, raw table)`` for every account the config names
-    (the embedded web chat when it names none)."""
-    channels = {name: section for name, section in config.channels.items() if name != "defaults"}
-    if not channels:
-        from chatkernel.core.kernel import EMBEDDED_CHANNEL
-
-        return [(EMBEDDED_CHANNEL, "default", True, {})]
-    found = []
-    for name, section in channels.items():
-        for account, raw in section.accounts.items():
-            enabled = bool(section.enabled and raw.get("enabled", True) is not False)
-            found.append((name, account, enabled, raw))
-    return found
+    """``(channel, account, enabled, raw table)`` for every account the gateway would run
+    (the web chat's implied one included, see :func:`chatkernel.core.config.effective_accounts`)."""
+    return cfg.effective_accounts(config)
 
 
 def _monitor_info(settings: MonitorSettings, runtime: AccountRuntime | None = None,
