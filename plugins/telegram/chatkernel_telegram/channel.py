@@ -159,8 +159,14 @@ class TelegramChannel(Channel):
                 return Trouble("another instance is polling this bot token",
                                wait=CONFLICT_WAIT_SECONDS, restartable=False)
             if error.status in (401, 404):  # 404 is the answer to a malformed token
-                return Trouble("token rejected", wait=REJECTED_WAIT_SECONDS, restartable=False)
+                return Trouble(f"the Bot API rejected the token ({error.status} "
+                               f"{error.description})", wait=REJECTED_WAIT_SECONDS,
+                               restartable=False, refused=True)
         return super().receive_trouble(error)
+
+    def refused_advice(self, error: Exception) -> str:
+        return ("get a new token from @BotFather (/token, or /revoke for a leaked one) and set "
+                f"it in {self.config_key('bot_token')}, then restart the gateway")
 
     def webhook_verifier(self) -> SecretHeader | None:
         return SecretHeader(SECRET_HEADER, self.secret_token) \
@@ -303,9 +309,9 @@ class TelegramChannel(Channel):
             self.bot = me = await self.api.call("getMe", timeout=10)
         except PlatformError as exc:
             # A rejected token stays rejected: restarting the loop cannot help.
-            rejected = exc.status in (401, 404)
-            return ProbeResult(ok=False, detail="token rejected" if rejected else str(exc),
-                               restartable=not rejected)
+            refusal = self.refusal(exc)
+            return ProbeResult(ok=False, detail=refusal or str(exc),
+                               restartable=refusal is None)
         self.self_id = str(me.get("id"))
         return ProbeResult(ok=True, detail=f"@{me.get('username')}",
                            extra={"username": me.get("username"), "id": me.get("id")})
