@@ -279,3 +279,31 @@ def test_the_telegram_guide(guide_run):
     config = (Path(run.env["CHATKERNEL_HOME"]) / "config.toml").read_text()
     assert 'bot_token = "${TELEGRAM_BOT_TOKEN}"' in config
     assert 'bot_token = "${TELEGRAM_BOT_TOKEN}"' in log
+
+
+def test_the_slack_guide(guide_run):
+    run = guide_run("slack.md")
+    run.follow({
+        ".venv/bin/chatkernel config validate": {"until": "1 channel account(s)"},
+        "curl 'http://127.0.0.1:8082/_fake/sent": {"until": '"text": "hello"'},
+        ".venv/bin/chatkernel send": {"expect_rc": 1, "until": "channel_not_found"},
+    })
+    assert_throwaway_home(run)
+    config = (Path(run.env["CHATKERNEL_HOME"]) / "config.toml").read_text()
+    assert 'bot_token = "${SLACK_BOT_TOKEN}"' in config
+    # The snippet the dev server prints is the guide's.
+    log = run.job_output(0)
+    assert 'bot_token = "${SLACK_BOT_TOKEN}"' in log and run.env["SLACK_BOT_TOKEN"] in log
+
+
+def test_the_whatsapp_guide(guide_run):
+    run = guide_run("whatsapp.md")
+    run.follow({
+        ".venv/bin/chatkernel config validate": {"until": "1 channel account(s)"},
+        "curl -d '{\"url\"": {"until": '"passed": true'},
+        "curl 'http://127.0.0.1:8082/_fake/sent": {"until": '"text": "hello"'},
+        ".venv/bin/chatkernel send": {"expect_rc": 1, "until": "131047"},
+    })
+    assert_throwaway_home(run)
+    log = run.job_output(0)
+    assert 'access_token = "${WHATSAPP_TOKEN}"' in log and run.env["WHATSAPP_TOKEN"] in log
