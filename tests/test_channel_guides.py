@@ -9,7 +9,7 @@ The guide's shell block runs the way a person pastes it into a shell. It is read
 - a command ending in ``&`` starts in the background, as a shell job; the runner waits
   until the port it names (``--port N``, ``--listen HOST:N``) takes connections, and
   ends it (SIGTERM) at the end;
-- ``wait`` waits for the last background job to end by itself;
+- ``wait`` (``wait %N``) waits for the last background job to end by itself;
 - ``kill %...`` is left to the end, when every job is stopped anyway;
 - anything else runs in bash, must exit 0 unless the test expects otherwise, and its
   output is kept.
@@ -187,7 +187,7 @@ class GuideRun:
                 self.export(command)
             elif command.endswith("&"):
                 self.start(command)
-            elif command == "wait":
+            elif command == "wait" or command.startswith("wait %"):
                 self.wait()
             elif command.startswith("kill %"):
                 continue
@@ -307,3 +307,20 @@ def test_the_whatsapp_guide(guide_run):
     assert_throwaway_home(run)
     log = run.job_output(0)
     assert 'access_token = "${WHATSAPP_TOKEN}"' in log and run.env["WHATSAPP_TOKEN"] in log
+
+
+def test_the_wechat_guide(guide_run):
+    run = guide_run("wechat.md")
+    run.follow({
+        # The login fetches its QR code a moment after it starts.
+        "curl -d '{\"status\": \"scaned\"}'": {"until": '"qrcode"'},
+        "curl -d '{\"status\": \"confirmed\"}'": {"until": '"qrcode"'},
+        ".venv/bin/chatkernel config validate": {"until": "1 channel account(s)"},
+        "curl 'http://127.0.0.1:8082/_fake/sent": {"until": '"text": "hello"'},
+        ".venv/bin/chatkernel send": {"expect_rc": 1, "until": "no context_token"},
+    })
+    assert_throwaway_home(run)
+    config = (Path(run.env["CHATKERNEL_HOME"]) / "config.toml").read_text()
+    assert "bot_token" in config and 'cdn_base = "http://127.0.0.1:' in config
+    assert "bot_token stored under channels.wechat.accounts.main in " \
+        f"{run.env['CHATKERNEL_HOME']}/config.toml" in run.job_output(1)
