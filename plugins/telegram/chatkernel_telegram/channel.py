@@ -7,6 +7,7 @@ receive loops, retries, pacing, the outbox and dedupe are the kernel's.
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 import time
@@ -84,6 +85,13 @@ class TelegramAccount(AccountConfig):
         if value is not None and not _SECRET_TOKEN.fullmatch(value):
             raise ValueError("expected 1-256 characters of A-Z a-z 0-9 _ -")
         return value
+
+
+def _timestamp(date: Any) -> float:
+    """A message's Unix time: Telegram's ``date``, or now when it has none a clock can
+    hold (missing, or not finite)."""
+    value = float(date) if date is not None else time.time()
+    return value if math.isfinite(value) else time.time()
 
 
 def _display_name(user: dict[str, Any]) -> str:
@@ -225,7 +233,7 @@ class TelegramChannel(Channel):
             is_group=chat.get("type") in ("group", "supergroup"),
             mentions_bot=self._mentions(text, entities, bot),
             reply_to_bot=(reply.get("from") or {}).get("id") == bot.get("id"),
-            media=media, timestamp=float(data.get("date", time.time())))
+            media=media, timestamp=_timestamp(data.get("date")))
 
     @staticmethod
     def _mentions(text: str, entities: list[dict[str, Any]], bot: dict[str, Any]) -> bool:
