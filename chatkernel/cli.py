@@ -150,8 +150,14 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
     _plugin_manager()
     from chatkernel.core.homelock import HomeInUse
 
+    if listen is not None:
+        origin = "--listen on the command line"
+    elif "listen" in (raw.get("gateway") or {}):
+        origin = f"gateway.listen in {path}"
+    else:
+        origin = "the built-in default"
     try:
-        anyio.run(lambda: run_gateway(config, config_path=path))
+        anyio.run(lambda: run_gateway(config, config_path=path, listen_origin=origin))
     except HomeInUse as exc:
         raise click.ClickException(str(exc)) from None
 

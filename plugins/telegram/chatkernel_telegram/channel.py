@@ -7,6 +7,7 @@ receive loops, retries, pacing, the outbox and dedupe are the kernel's.
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 import time
@@ -84,6 +85,13 @@ class TelegramAccount(AccountConfig):
         if value is not None and not _SECRET_TOKEN.fullmatch(value):
             raise ValueError("expected 1-256 characters of A-Z a-z 0-9 _ -")
         return value
+
+
+def _timestamp(date: Any) -> float:
+    """A message's Unix time: Telegram's ``date``, or now when it has none a clock can
+    hold (missing, or not finite)."""
+    value = float(date) if date is not None else time.time()
+    return value if math.isfinite(value) else time.time()
 
 
 def _display_name(user: dict[str, Any]) -> str:
@@ -164,8 +172,14 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
                 return Trouble("another instance is polling this bot token",
                                wait=CONFLICT_WAIT_SECONDS, restartable=False)
             if error.status in (401, 404):  # 404 is the answer to a malformed token
-                return Trouble("token rejected", wait=REJECTED_WAIT_SECONDS, restartable=False)
+                return Trouble(f"the Bot API rejected the token ({error.status} "
+                               f"{error.description})", wait=REJECTED_WAIT_SECONDS,
+                               restartable=False, refused=True)
         return super().receive_trouble(error)
+
+    def refused_advice(self, error: Exception) -> str:
+        return ("get a new token from @BotFather (/token, or /revoke for a leaked one) and set "
+                f"it in {self.config_key('bot_token')}, then restart the gateway")
 
     def webhook_verifier(self) -> SecretHeader | None:
         return SecretHeader(SECRET_HEADER, self.secret_token) \
@@ -224,7 +238,7 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
             is_group=chat.get("type") in ("group", "supergroup"),
             mentions_bot=self._mentions(text, entities, bot),
             reply_to_bot=(reply.get("from") or {}).get("id") == bot.get("id"),
-            media=media, timestamp=float(data.get("date", time.time())))
+            media=media, timestamp=_timestamp(data.get("date")))
 
     @staticmethod
     def _mentions(text: str, entities: list[dict[str, Any]], bot: dict[str, Any]) -> bool:
@@ -308,9 +322,9 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
             self.bot = me = await self.api.call("getMe", timeout=10)
         except PlatformError as exc:
             # A rejected token stays rejected: restarting the loop cannot help.
-            rejected = exc.status in (401, 404)
-            return ProbeResult(ok=False, detail="token rejected" if rejected else str(exc),
-                               restartable=not rejected)
+            refusal = self.refusal(exc)
+            return ProbeResult(ok=False, detail=refusal or str(exc),
+                               restartable=refusal is None)
         self.self_id = str(me.get("id"))
         return ProbeResult(ok=True, detail=f"@{me.get('username')}",
                            extra={"username": me.get("username"), "id": me.get("id")})
