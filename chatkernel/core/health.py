@@ -275,7 +275,9 @@ def account_problems(state: str, runtime: AccountRuntime, probe: ProbeResult | N
         problems.append(f"paused: {runtime.detail or 'no reason given'}")
     elif state == "stopped":
         problems.append("receive loop not running")
-    if runtime.problem is not None and (probe is None or probe.detail != runtime.problem):
+    said = state == "failed" and runtime.detail == runtime.problem  # (a refused token)
+    if runtime.problem is not None and not said and (
+            probe is None or probe.detail != runtime.problem):
         problems.append(f"receiving: {runtime.problem}")
     if runtime.send_failing_since is not None:
         problems.append(f"sends failing: {runtime.last_send_error or '?'}")
