@@ -910,15 +910,18 @@ EXIT_NO_GATEWAY = 3
 
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
-def reload(as_json: bool) -> None:
+@config_option
+def reload(as_json: bool, config_file: str | None) -> None:
     """Apply the edited config file to the running gateway, without a restart.
 
     Allowlists, queue and heartbeat settings, added and removed accounts and new
     account credentials apply at once; the answer names every changed key that needs a
     restart. An invalid config is refused as a whole: the running one stays. The same
-    happens on SIGHUP to `chatkernel run`.
+    happens on SIGHUP to `chatkernel run`. With --config, the gateway must be the one
+    reading that file.
     """
     import urllib.error
+    from pathlib import Path
 
     from chatkernel.core.control import call
 
@@ -929,7 +932,8 @@ def reload(as_json: bool) -> None:
         error.exit_code = EXIT_NO_GATEWAY
         raise error
     try:
-        status, answer = call(info, "/control/reload", {}, timeout=60.0)
+        body = {"config": str(Path(config_file).resolve())} if config_file else {}
+        status, answer = call(info, "/control/reload", body, timeout=60.0)
     except (urllib.error.URLError, OSError, ValueError) as exc:
         error = click.ClickException(f"the gateway at {info.url} did not answer ({exc})")
         error.exit_code = EXIT_NO_GATEWAY

@@ -265,7 +265,7 @@ def test_the_heredoc_and_comments_are_read_as_a_shell_would():
 def test_the_telegram_guide(guide_run):
     run = guide_run("telegram.md")
     run.follow({
-        ".venv/bin/chatkernel config validate": {"until": "1 channel account(s)"},
+        ".venv/bin/chatkernel config validate": {"until": "2 channel account(s)"},
         "curl 'http://127.0.0.1:8081/_fake/sent": {"until": '"text": "hello"'},
         ".venv/bin/chatkernel send": {"expect_rc": 1, "until": "chat not found"},
     })
@@ -284,7 +284,7 @@ def test_the_telegram_guide(guide_run):
 def test_the_slack_guide(guide_run):
     run = guide_run("slack.md")
     run.follow({
-        ".venv/bin/chatkernel config validate": {"until": "1 channel account(s)"},
+        ".venv/bin/chatkernel config validate": {"until": "2 channel account(s)"},
         "curl 'http://127.0.0.1:8082/_fake/sent": {"until": '"text": "hello"'},
         ".venv/bin/chatkernel send": {"expect_rc": 1, "until": "channel_not_found"},
     })
@@ -299,7 +299,7 @@ def test_the_slack_guide(guide_run):
 def test_the_whatsapp_guide(guide_run):
     run = guide_run("whatsapp.md")
     run.follow({
-        ".venv/bin/chatkernel config validate": {"until": "1 channel account(s)"},
+        ".venv/bin/chatkernel config validate": {"until": "2 channel account(s)"},
         "curl -d '{\"url\"": {"until": '"passed": true'},
         "curl 'http://127.0.0.1:8082/_fake/sent": {"until": '"text": "hello"'},
         ".venv/bin/chatkernel send": {"expect_rc": 1, "until": "131047"},
@@ -315,7 +315,7 @@ def test_the_wechat_guide(guide_run):
         # The login fetches its QR code a moment after it starts.
         "curl -d '{\"status\": \"scaned\"}'": {"until": '"qrcode"'},
         "curl -d '{\"status\": \"confirmed\"}'": {"until": '"qrcode"'},
-        ".venv/bin/chatkernel config validate": {"until": "1 channel account(s)"},
+        ".venv/bin/chatkernel config validate": {"until": "2 channel account(s)"},
         "curl 'http://127.0.0.1:8082/_fake/sent": {"until": '"text": "hello"'},
         ".venv/bin/chatkernel send": {"expect_rc": 1, "until": "no context_token"},
     })

@@ -381,3 +381,14 @@ async def test_an_account_with_http_routes_changes_only_with_a_restart(tmp_path)
         report = await kernel.reload(edited(kernel.config, channels=channels))
         assert report.applied == ["channels.webchat.accounts.default.allow_from"]
         assert kernel.accounts["webchat:default"].config.allow_from == ["someone"]
+
+
+async def test_reload_with_another_config_file_is_refused_not_switched(home, bot_api):
+    other = home / "other.toml"
+    other.write_text((home / "config.toml").read_text())
+    async with gateway(home):
+        result = await cli(home, "reload", "--config", str(other))
+        assert result.returncode == 1
+        assert f"reads {home / 'config.toml'}, not {other}" in result.stderr
+        same = await cli(home, "reload", "--config", str(home / "config.toml"))
+        assert same.returncode == 0, same.stderr

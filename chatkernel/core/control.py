@@ -175,7 +175,7 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
         return await wake_heartbeat(kernel, body)
 
     async def reload(body: dict[str, Any]) -> dict[str, Any]:
-        return await reload_config(kernel)
+        return await reload_config(kernel, strings(body, "config")["config"])
 
     return [("POST", "/control/send", handler(send)),
             ("POST", "/control/status", handler(status)),
@@ -188,15 +188,22 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
             ("POST", "/control/reload", handler(reload))]
 
 
-async def reload_config(kernel: "Kernel") -> dict[str, Any]:
+async def reload_config(kernel: "Kernel", config: str | None = None) -> dict[str, Any]:
     """``chatkernel reload``: read the config file again and apply it (see
     chatkernel.core.reload). A config the start-up checks refuse is a 422 naming what
-    is wrong, and nothing of it is applied."""
+    is wrong, and nothing of it is applied. ``config``: the file the caller means; a
+    gateway that reads another one refuses (409) rather than switch files."""
+    from pathlib import Path
+
     from chatkernel.core.errors import ConfigError
     from chatkernel.core.reload import ReloadBusy
 
     if kernel.reloader is None:
         raise ControlError("this kernel cannot reload its config (it is not a gateway)", 409)
+    running = kernel.config_path
+    if config and running is not None and Path(config).resolve() != Path(running).resolve():
+        raise ControlError(f"the running gateway reads {running}, not {config}: edit that "
+                           "file, or restart the gateway with --config to switch files", 409)
     try:
         report = await kernel.reloader.reload()
     except ConfigError as exc:
