@@ -159,9 +159,14 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                 # Started: what start-up built is never garbage (chatkernel.core.gc_tuning).
                 restore_gc = tune_for_serving()
                 async with anyio.create_task_group() as loops:
-                    for account in kernel.accounts.values():
-                        supervisor = kernel.supervisors[account.key] = Supervisor(kernel, account)
-                        loops.start_soon(supervisor.run, name=f"receive {account.key}")
+                    if kernel.cluster is not None:
+                        # Several instances: each account's loop runs where its lease is.
+                        loops.start_soon(kernel.cluster.run, name="cluster")
+                    else:
+                        for account in kernel.accounts.values():
+                            supervisor = kernel.supervisors[account.key] = Supervisor(
+                                kernel, account)
+                            loops.start_soon(supervisor.run, name=f"receive {account.key}")
                     loops.start_soon(kernel.health.run_refresher, name="health refresher")
                     loops.start_soon(kernel.monitor.run, name="health monitor")
                     await _wait_for_stop(stop, handle_signals)

@@ -381,6 +381,16 @@ class HeartbeatScheduler:
             log.info("heartbeats: %s", ", ".join(
                 f"{job.id} every {self.settings_for(job).every}" for job in self.jobs.values()))
 
+    def stopped(self) -> None:
+        """The task group given to :meth:`start` ended (another instance runs the
+        heartbeats now, core/cluster.py): forget the jobs; :meth:`start` loads them
+        again."""
+        self._tg = None
+        self.started = False
+        self._loop_running = False
+        self._sleep = None
+        self.jobs.clear()
+
     def _timed(self) -> bool:
         return any(self.settings_for(job).interval() > 0 for job in self.jobs.values())
 

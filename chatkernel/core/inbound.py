@@ -45,6 +45,8 @@ log = logging.getLogger("chatkernel.inbound")
 #: Accepted messages still waiting for the rest of the pipeline, across all chats,
 #: before :meth:`Inbound.accept` makes receive loops wait (backpressure).
 ACCEPT_BACKLOG = 2000
+#: Journal seqs remembered per account as lined up (several instances, see line_up).
+LINED_REMEMBERED = 100_000
 #: How long an idle chat's line task waits for the next message before it ends.
 LINE_LINGER_SECONDS = 2.0
 
@@ -199,6 +201,8 @@ class Inbound:
             linger=LINE_LINGER_SECONDS, after=self._taken)
         self._room = anyio.Event()  # set whenever the backlog is below ACCEPT_BACKLOG
         self._room.set()
+        # With several instances: the journal seqs lined up per account (see line_up).
+        self._lined: dict[str, dict[int, None]] = {}
 
     async def accept(self, message: InboundMessage) -> str:
         """Journal a message durably and return; the pipeline goes on behind.
@@ -216,7 +220,7 @@ class Inbound:
         if accepted is None:
             return "duplicate"
         account, seq = accepted
-        self._line_up(account, seq, message)
+        self._line_up_if_owned(account, seq, message)
         return "accepted"
 
     async def accept_many(self, messages: list[InboundMessage]) -> list[str]:
@@ -248,14 +252,36 @@ class Inbound:
             if self._counted(account, message, seq) is None:
                 outcomes[index] = "duplicate"
             else:
-                self._line_up(account, seq, message)
+                self._line_up_if_owned(account, seq, message)
         return outcomes
 
-    def _line_up(self, account: Account, seq: int, message: InboundMessage) -> None:
-        """Queue a journaled message behind its chat's earlier ones."""
+    def _line_up_if_owned(self, account: Account, seq: int, message: InboundMessage) -> None:
+        """After journaling: the pipeline runs here unless another instance owns the
+        account, which reads the message from the account's inbox (core/cluster.py)."""
+        cluster = self.kernel.cluster
+        if cluster is None or cluster.owns(account.key):
+            self.line_up(account, seq, message)
+
+    def line_up(self, account: Account, seq: int, message: InboundMessage) -> None:
+        """Queue a journaled message behind its chat's earlier ones.
+
+        With several instances, a message may come both from the account's unfinished
+        journal and its inbox when an instance takes it over: it is lined up once."""
+        if self.kernel.cluster is not None:
+            lined = self._lined.setdefault(account.key, {})
+            if seq in lined:
+                return
+            lined[seq] = None
+            if len(lined) > LINED_REMEMBERED:
+                del lined[next(iter(lined))]
         self.lines.put(_chat_key(message), (account, message, seq))
         if len(self.lines) == ACCEPT_BACKLOG:
             self._room = anyio.Event()
+
+    def forget_lined(self, account: Account) -> None:
+        """A new tenure of ``account`` (core/cluster.py): what the last one lined up is
+        done or left unfinished, and is replayed."""
+        self._lined.pop(account.key, None)
 
     async def _process_accepted(self, item: tuple[Account, InboundMessage, int]) -> None:
         account, message, seq = item
@@ -288,6 +314,9 @@ class Inbound:
         if accepted is None:
             return "duplicate"
         account, seq = accepted
+        cluster = self.kernel.cluster
+        if cluster is not None and not cluster.owns(account.key):
+            return "accepted"  # its owner runs it (core/cluster.py)
         return await self.process(account, message, seq)
 
     async def _journal(self, message: InboundMessage) -> tuple[Account, int] | None:

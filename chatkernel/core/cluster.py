@@ -1,0 +1,333 @@
+"""Several gateway processes on one shared store: which process runs which account.
+
+With a store that has :attr:`~chatkernel.core.store.base.Store.shared` state (Redis),
+any number of ``chatkernel run`` processes share the work. Each account is *owned* by
+one of them at a time, through a lease in the store named ``account:<channel>:<account>``
+with a time to live (``store.lease_seconds``), renewed every third of it while the owner
+lives. The owner runs everything of the account that must happen once and in order:
+
+- its receive loop (so exactly one process polls a bot account),
+- the turns of its sessions, in order per chat,
+- its sends, under its rate limits (one sender per account: N processes never send N
+  times the platform's limit).
+
+Every process accepts webhook requests for every account: it journals the message and
+answers 200. The store appends each journaled message to the account's *inbox* stream,
+and the owner reads the stream and runs what it finds; a reply or a proactive send queued
+on a process that does not own the account goes the same way. So where a message was
+accepted does not matter.
+
+Taking a lease over is a restart of that one account: the new owner reads the inbox's
+position, replays the account's unfinished journal entries, reports the sends that were
+in flight as ``delivery unknown`` and sends what was never attempted, then reads the
+inbox from that position (entries seen both ways are run once).
+
+The lease's token *fences* a former owner (paused, partitioned, slow to notice it lost
+the lease): the store refuses its cursor and outbox writes for the account
+(:class:`~chatkernel.core.store.shared.LeaseLost`), so it cannot advance the cursor nor
+mark a payload ``sending``, and nothing leaves it. The config heartbeat and session
+heartbeats run on the process holding the ``heartbeats`` lease only.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from chatkernel.core.store.base import JournalEntry, OutboxEntry
+
+if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
+    from chatkernel.core.kernel import Kernel
+    from chatkernel.core.models import Account
+    from chatkernel.core.store.shared import SharedState
+
+log = logging.getLogger("chatkernel.cluster")
+
+HEARTBEATS_LEASE = "heartbeats"
+#: Seconds a read of the inboxes blocks before it looks at the accounts owned again.
+INBOX_BLOCK_SECONDS = 1.0
+#: Seconds between tries while the store cannot be reached.
+STORE_RETRY_MAX = 5.0
+
+
+def lease_name(account: "Account") -> str:
+    """The lease that makes an instance the owner of ``account``."""
+    return f"account:{account.channel_name}:{account.name}"
+
+
+class _Tenure:
+    """One spell of owning one account."""
+
+    __slots__ = ("token", "renewed_at", "scope", "ended")
+
+    def __init__(self, token: int, now: float) -> None:
+        self.token = token
+        self.renewed_at = now
+        self.scope = anyio.CancelScope()  # the account's receive loop
+        self.ended = anyio.Event()
+
+
+class Cluster:
+    """This process's part in a cluster of gateways sharing one store.
+
+    The gateway runs :meth:`run` beside its other loops; the kernel asks :meth:`owns`
+    where it would otherwise act as the only process (claiming a send, lining up a
+    message it journaled).
+    """
+
+    def __init__(self, kernel: "Kernel", shared: "SharedState", *,
+                 ttl: float, instance_id: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.kernel = kernel
+        self.shared = shared
+        self.ttl = ttl
+        #: Shown in status; several processes may share it (the same config).
+        self.instance_id = instance_id
+        #: Unique to this process and this start: who holds a lease.
+        self.holder = f"{instance_id}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
+        self.clock = clock
+        self.started_at = time.time()
+        self._owned: dict[str, _Tenure] = {}
+        self._positions: dict[tuple[str, str], str] = {}
+        self._heartbeats: _Tenure | None = None
+        self._loops: TaskGroup | None = None
+        self._store_down_since: float | None = None
+        #: How many times this instance took an account over.
+        self.takeovers = 0
+
+    # -- what the kernel asks ----------------------------------------------------------
+
+    def owns(self, account_key: str) -> bool:
+        """Whether this process owns the account now."""
+        return account_key in self._owned
+
+    def owned(self) -> list[str]:
+        """The account keys this process owns, sorted."""
+        return sorted(self._owned)
+
+    def describe(self) -> dict[str, Any]:
+        """This process, for ``/status`` and the health snapshot."""
+        return {"instance": self.instance_id, "holder": self.holder,
+                "started_at": self.started_at, "lease_seconds": self.ttl,
+                "owned": self.owned(), "heartbeats": self._heartbeats is not None,
+                "store_down_since": self._store_down_since}
+
+    async def overview(self) -> dict[str, Any]:
+        """Every live instance and who holds which lease, read from the store."""
+        instances = await self.shared.instances()
+        leases = await self.shared.leases()
+        return {
+            "self": self.holder,
+            "instances": [{"holder": holder, **info}
+                          for holder, info in sorted(instances.items())],
+            "leases": [{"name": name, "holder": holder, "token": token,
+                        "expires_in": round(left, 3)}
+                       for name, (holder, token, left) in sorted(leases.items())],
+        }
+
+    # -- the loops ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Register this instance, keep its leases and read its accounts' inboxes, until
+        cancelled; then give the leases back so another instance takes over at once."""
+        try:
+            async with anyio.create_task_group() as loops:
+                self._loops = loops
+                loops.start_soon(self._keep_leases, name="cluster leases")
+                loops.start_soon(self._read_inboxes, name="cluster inboxes")
+        finally:
+            self._loops = None
+            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+                await self._release_all()
+
+    async def _keep_leases(self) -> None:
+        every = self.ttl / 3
+        while True:
+            try:
+                await self._register()
+                for account in list(self.kernel.accounts.values()):
+                    await self._tend(account)
+                await self._tend_heartbeats()
+            except Exception as exc:
+                self._store_failing(exc)
+                self._expire_unrenewed()
+                await anyio.sleep(min(every, STORE_RETRY_MAX))
+                continue
+            self._store_works()
+            await anyio.sleep(every)
+
+    async def _register(self) -> None:
+        kernel = self.kernel
+        info = {"instance": self.instance_id, "host": socket.gethostname(),
+                "pid": os.getpid(), "url": kernel.url, "started_at": self.started_at,
+                "owned": self.owned(), "heartbeats": self._heartbeats is not None}
+        await self.shared.register_instance(self.holder, info, self.ttl)
+
+    async def _tend(self, account: "Account") -> None:
+        name = lease_name(account)
+        tenure = self._owned.get(account.key)
+        if tenure is not None:
+            if await self.shared.renew_lease(name, self.holder, tenure.token, self.ttl):
+                tenure.renewed_at = self.clock()
+            else:
+                self._lose(account, "its lease went to another instance")
+            return
+        if self.kernel.account_work(account):
+            return  # the work of an earlier tenure is still settling: not yet
+        token = await self.shared.acquire_lease(name, self.holder, self.ttl)
+        if token is not None:
+            await self._take(account, token)
+
+    async def _take(self, account: "Account", token: int) -> None:
+        kernel = self.kernel
+        self.shared.fence(account.channel_name, account.name, token)
+        where = (account.channel_name, account.name)
+        # The position first: what is journaled from now on is read from the inbox,
+        # what was before is replayed below (both: run once, see Inbound.line_up).
+        self._positions[where] = await self.shared.inbox_position(*where)
+        tenure = self._owned[account.key] = _Tenure(token, self.clock())
+        kernel.inbound.forget_lined(account)
+        kernel.outbox.forget_known(account)
+        await kernel.outbox.recover(account)
+        await kernel.replay_unfinished(account)
+        self.takeovers += 1
+        log.info("%s: this instance owns it now (lease token %d)", account.key, token)
+        assert self._loops is not None
+        self._loops.start_soon(self._run_account, account, tenure,
+                               name=f"receive {account.key}")
+
+    async def _run_account(self, account: "Account", tenure: _Tenure) -> None:
+        from chatkernel.core.supervisor import Supervisor
+
+        kernel = self.kernel
+        supervisor = kernel.supervisors[account.key] = Supervisor(kernel, account)
+        try:
+            with tenure.scope:
+                await supervisor.run()
+        finally:
+            if kernel.supervisors.get(account.key) is supervisor:
+                del kernel.supervisors[account.key]
+            tenure.ended.set()
+
+    def _lose(self, account: "Account", why: str) -> None:
+        """Stop acting as the account's owner. Its fence stays at the old token, so
+        whatever of its work is still under way here can write nothing that counts."""
+        tenure = self._owned.pop(account.key, None)
+        self._positions.pop((account.channel_name, account.name), None)
+        if tenure is None:
+            return
+        tenure.scope.cancel()
+        log.warning("%s: no longer owned by this instance: %s", account.key, why)
+
+    def _expire_unrenewed(self) -> None:
+        """Leases not renewed for a whole time to live may be another's by now."""
+        now = self.clock()
+        for key, tenure in list(self._owned.items()):
+            if now - tenure.renewed_at >= self.ttl:
+                self._lose(self.kernel.accounts[key], "its lease could not be renewed "
+                           f"for {self.ttl:g} s (the store is unreachable)")
+        if self._heartbeats is not None and now - self._heartbeats.renewed_at >= self.ttl:
+            self._stop_heartbeats()
+
+    async def _tend_heartbeats(self) -> None:
+        kernel = self.kernel
+        if not kernel.run_heartbeats:
+            return
+        tenure = self._heartbeats
+        if tenure is not None:
+            if await self.shared.renew_lease(HEARTBEATS_LEASE, self.holder, tenure.token,
+                                             self.ttl):
+                tenure.renewed_at = self.clock()
+            else:
+                self._stop_heartbeats()
+            return
+        token = await self.shared.acquire_lease(HEARTBEATS_LEASE, self.holder, self.ttl)
+        if token is None:
+            return
+        tenure = self._heartbeats = _Tenure(token, self.clock())
+        assert self._loops is not None
+        self._loops.start_soon(self._run_heartbeats, tenure, name="cluster heartbeats")
+
+    async def _run_heartbeats(self, tenure: _Tenure) -> None:
+        log.info("this instance runs the heartbeats now")
+        try:
+            with tenure.scope:
+                async with anyio.create_task_group() as group:
+                    await self.kernel.heartbeats.start(group)
+                    await anyio.sleep_forever()
+        finally:
+            self.kernel.heartbeats.stopped()
+            tenure.ended.set()
+
+    def _stop_heartbeats(self) -> None:
+        tenure, self._heartbeats = self._heartbeats, None
+        if tenure is not None:
+            tenure.scope.cancel()
+            log.warning("the heartbeats' lease went to another instance")
+
+    async def _release_all(self) -> None:
+        for key in list(self._owned):
+            tenure = self._owned.pop(key)
+            tenure.scope.cancel()
+            account = self.kernel.accounts.get(key)
+            if account is not None:
+                await self.shared.release_lease(lease_name(account), self.holder,
+                                                tenure.token)
+        if self._heartbeats is not None:
+            tenure, self._heartbeats = self._heartbeats, None
+            tenure.scope.cancel()
+            await self.shared.release_lease(HEARTBEATS_LEASE, self.holder, tenure.token)
+
+    # -- the inboxes -------------------------------------------------------------------
+
+    async def _read_inboxes(self) -> None:
+        kernel = self.kernel
+        while True:
+            if not self._positions:
+                await anyio.sleep(INBOX_BLOCK_SECONDS / 4)
+                continue
+            try:
+                items = await self.shared.read_inbox(dict(self._positions),
+                                                     INBOX_BLOCK_SECONDS)
+            except Exception as exc:
+                self._store_failing(exc)
+                await anyio.sleep(1.0)
+                continue
+            for where, entry_id, item in items:
+                if where not in self._positions:
+                    continue  # lost meanwhile: the next owner reads it
+                self._positions[where] = entry_id
+                account = kernel.accounts.get(f"{where[0]}:{where[1]}")
+                if account is None:
+                    continue
+                if isinstance(item, JournalEntry):
+                    kernel.inbound.line_up(account, item.seq, item.message)
+                elif isinstance(item, OutboxEntry):
+                    kernel.outbox.adopt(item)
+
+    # -- the store's reachability ------------------------------------------------------
+
+    def _store_failing(self, exc: Exception) -> None:
+        if self._store_down_since is None:
+            self._store_down_since = time.time()
+            log.warning("the shared store cannot be reached (%s): leases are not renewed; "
+                        "accounts not renewed within %g s are given up, and retried", exc,
+                        self.ttl)
+            self.kernel.health.store_committed(exc)
+
+    def _store_works(self) -> None:
+        if self._store_down_since is not None:
+            log.info("the shared store answers again after %.1f s",
+                     time.time() - self._store_down_since)
+            self._store_down_since = None
+            self.kernel.health.store_committed(None)
+
