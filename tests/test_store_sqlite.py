@@ -1215,3 +1215,26 @@ async def test_the_wal_is_checkpointed_from_a_thread_not_inside_a_commit(store, 
     await store.journal_inbound(msg("after"))
     await store.checkpoint()  # on demand too
     assert journal_in_database_file(db_path) == 52
+
+
+@pytest.mark.anyio
+async def test_unfinished_entries_of_one_account(store):
+    seqs = {}
+    for channel, account in (("telegram", "main"), ("telegram", "other"), ("slack", "main")):
+        seqs[channel, account] = await store.journal_inbound(
+            msg(f"{channel}-{account}", channel=channel, account=account))
+    entries = outbox_entries(1)
+    entries[0].account = "other"
+    await store.outbox_add(outbox_entries(2) + entries)
+    assert [e.seq for e in await store.unfinished_inbound(account=("telegram", "other"))] == \
+        [seqs["telegram", "other"]]
+    assert [e.seq for e in await store.unfinished_inbound(account=("slack", "main"))] == \
+        [seqs["slack", "main"]]
+    assert await store.unfinished_inbound(account=("slack", "other")) == []
+    assert len(await store.unfinished_inbound()) == 3
+    assert [e.payload.text for e in await store.outbox_unfinished(account=("telegram", "main"))] \
+        == ["part 0", "part 1"]
+    assert [e.account for e in await store.outbox_unfinished(account=("telegram", "other"))] == \
+        ["other"]
+    assert await store.outbox_unfinished(account=("slack", "main")) == []
+    assert store.shared is None

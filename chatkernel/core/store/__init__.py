@@ -17,6 +17,8 @@ from chatkernel.core.store.base import (
     OutboxEntry,
     SessionRecord,
     Store,
+    StoreError,
+    StoreUnavailable,
 )
 
 if TYPE_CHECKING:
@@ -24,8 +26,9 @@ if TYPE_CHECKING:
 
     from chatkernel.core.config import KernelConfig
 
-__all__ = ["NAMESPACE", "HeartbeatState", "JournalEntry", "LogEntry", "OutboxEntry", "SessionRecord", "Store",
-           "installed_backends", "open_store"]
+__all__ = ["NAMESPACE", "HeartbeatState", "JournalEntry", "LogEntry", "OutboxEntry",
+           "SessionRecord", "Store", "StoreError", "StoreUnavailable", "installed_backends",
+           "open_store"]
 
 #: The entry-point group of store backends.
 NAMESPACE = "chatkernel.stores"

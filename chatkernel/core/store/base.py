@@ -11,9 +11,23 @@ from __future__ import annotations
 import abc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from chatkernel.core.errors import ConfigError
 from chatkernel.core.models import InboundMessage, OutboundPayload, Route
+
+if TYPE_CHECKING:
+    from chatkernel.core.store.shared import SharedState
+
+
+class StoreError(Exception):
+    """The state store cannot be used: unreadable, unreachable, too new, not open..."""
+
+
+class StoreUnavailable(StoreError, ConfigError):
+    """The state store cannot be opened or created, said in words a person acts on:
+    which file or server, why, what to do. A :class:`ConfigError` too, so the command
+    line says it in one line instead of a traceback."""
 
 
 #: A session-log entry to append: ``(role, text, meta)``.
@@ -147,6 +161,13 @@ class Store(abc.ABC):
     #: commits of its own) reports a write that failed, if it can.
     on_commit: Callable[[Exception | None], None] | None = None
 
+    @property
+    def shared(self) -> SharedState | None:
+        """What several gateway processes coordinate through (leases, fencing, the
+        inbox streams, instances), or None for a store one process has to itself
+        (SQLite). See :mod:`chatkernel.core.store.shared`."""
+        return None
+
     async def open(self) -> None:
         """Connect / create the schema (idempotent)."""
 
@@ -193,8 +214,12 @@ class Store(abc.ABC):
         (a Unix time); returns how many. Their dedupe keys go with them."""
 
     @abc.abstractmethod
-    async def unfinished_inbound(self) -> list[JournalEntry]:
-        """Entries still ``received``: replayed after a crash, in seq order."""
+    async def unfinished_inbound(self, *, account: tuple[str, str] | None = None
+                                 ) -> list[JournalEntry]:
+        """Entries still ``received``: replayed after a crash, in seq order.
+
+        ``account=(channel, account)``: that account's only (a process taking
+        over one account replays what it left)."""
 
     # -- outbox ---------------------------------------------------------------------------
 
@@ -233,8 +258,10 @@ class Store(abc.ABC):
         """Delete finished (sent, failed, unknown) entries created before ``older_than``."""
 
     @abc.abstractmethod
-    async def outbox_unfinished(self) -> list[OutboxEntry]:
-        """``pending`` and ``sending`` entries, oldest first."""
+    async def outbox_unfinished(self, *, account: tuple[str, str] | None = None
+                                ) -> list[OutboxEntry]:
+        """``pending`` and ``sending`` entries, oldest first (``account=(channel,
+        account)``: that account's only)."""
 
     async def outbox_recent_sends(self, since: float, *,
                                   queued_since: float) -> list[RecentSend]:

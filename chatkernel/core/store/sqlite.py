@@ -64,8 +64,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-
-from chatkernel.core.errors import ConfigError
 from chatkernel.core.models import InboundMessage, Route
 from chatkernel.core.store.base import (
     HeartbeatState,
@@ -76,6 +74,8 @@ from chatkernel.core.store.base import (
     RecentSend,
     SessionRecord,
     Store,
+    StoreError,
+    StoreUnavailable,
     TranscriptEntry,
 )
 from chatkernel.core.store.codec import (
@@ -121,16 +121,6 @@ JOURNAL_STATUSES: tuple[str, ...] = ("received", "done", "rejected")
 OUTBOX_STATUSES: tuple[str, ...] = ("pending", "sending", "sent", "failed", "unknown")
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
-
-
-class StoreError(Exception):
-    """The state database cannot be used: unreadable, too new, not open..."""
-
-
-class StoreUnavailable(StoreError, ConfigError):
-    """The state database cannot be opened or created, said in words a person acts on:
-    which file, why, what to do. A :class:`ConfigError` too, so the command line says
-    it in one line instead of a traceback."""
 
 
 # -- schema ------------------------------------------------------------------------------------
@@ -921,11 +911,16 @@ class SQLiteStore(Store):
         if cursor.rowcount == 0:
             raise KeyError(f"no journal entry with seq {seq}")
 
-    async def unfinished_inbound(self) -> list[JournalEntry]:
+    async def unfinished_inbound(self, *, account: tuple[str, str] | None = None
+                                 ) -> list[JournalEntry]:
         self._write_marks()
-        rows = self._run(
-            "SELECT seq, message, status, received_at FROM inbound_journal"
-            " WHERE status = 'received' ORDER BY seq").fetchall()
+        sql = ("SELECT seq, message, status, received_at FROM inbound_journal"
+               " WHERE status = 'received'")
+        params: tuple[str, ...] = ()
+        if account is not None:  # still through the partial index: few unfinished rows
+            sql += " AND channel = ? AND account = ?"
+            params = account
+        rows = self._run(sql + " ORDER BY seq", params).fetchall()
         return [JournalEntry(seq=seq, message=decode_message(data), status=status,
                              received_at=received_at)
                 for seq, data, status, received_at in rows]
@@ -1021,10 +1016,16 @@ class SQLiteStore(Store):
         await self._committed()
         return cursor.rowcount
 
-    async def outbox_unfinished(self) -> list[OutboxEntry]:
+    async def outbox_unfinished(self, *, account: tuple[str, str] | None = None
+                                ) -> list[OutboxEntry]:
         self._write_marks()
-        rows = self._run(f"SELECT {self._OUTBOX_COLUMNS} FROM outbox"
-                         " WHERE status IN ('pending', 'sending') ORDER BY id").fetchall()
+        sql = (f"SELECT {self._OUTBOX_COLUMNS} FROM outbox"
+               " WHERE status IN ('pending', 'sending')")
+        params: tuple[str, ...] = ()
+        if account is not None:
+            sql += " AND channel = ? AND account = ?"
+            params = account
+        rows = self._run(sql + " ORDER BY id", params).fetchall()
         return self._outbox_entries(rows)
 
     async def outbox_recent_sends(self, since: float, *,
