@@ -162,6 +162,43 @@ class StoreInfo(_Model):
     last_error: str | None = None
     last_error_at: float | None = None
     failures: int = 0
+    #: A store several instances share: whether it answered the snapshot's ping, and
+    #: how fast (None for a store of this process's own).
+    reachable: bool | None = None
+    round_trip_ms: float | None = None
+
+
+class InstanceInfo(_Model):
+    """One gateway process sharing the store (``chatkernel status`` lists them)."""
+
+    holder: str
+    instance: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    url: str | None = None
+    started_at: float | None = None
+    age_s: float | None = None
+    owned: list[str] = []
+    heartbeats: bool = False
+    is_self: bool = False
+
+
+class LeaseInfo(_Model):
+    """Who holds a lease (an account's, or the heartbeats'), and for how much longer."""
+
+    name: str
+    holder: str
+    token: int
+    expires_in_s: float
+
+
+class ClusterInfo(_Model):
+    """The instances sharing the store and their leases, as the store has them."""
+
+    holder: str
+    lease_seconds: float
+    instances: list[InstanceInfo] = []
+    leases: list[LeaseInfo] = []
 
 
 class MonitorInfo(_Model):
@@ -252,6 +289,8 @@ class HealthSnapshot(_Model):
     sessions: SessionSummary
     #: The state database's commits (None in ``status`` without a gateway).
     store: StoreInfo | None = None
+    #: Several instances on one shared store (None: this one alone).
+    cluster: ClusterInfo | None = None
     presence: list[dict[str, Any]] = []
     problems: list[str] = []
 
@@ -287,6 +326,8 @@ def account_problems(state: str, runtime: AccountRuntime, probe: ProbeResult | N
 def store_problems(store: StoreInfo | None) -> list[str]:
     if store is None or store.ok:
         return []
+    if store.reachable is False:
+        return [f"shared store: unreachable: {store.last_error or '?'}"]
     return [f"state database: commits failing: {store.last_error or '?'}"]
 
 
@@ -344,7 +385,8 @@ def _finish(channels: dict[str, ChannelSnapshot], judged: bool,
     for channel in channels.values():
         enabled = [a for a in channel.accounts.values() if a.enabled]
         if judged:
-            channel.ok = all(a.ok for a in enabled)
+            # None: owned by another instance, judged there.
+            channel.ok = all(a.ok is not False for a in enabled)
         for account in enabled:
             problems += [f"{account.key}: {problem}" for problem in account.problems]
     if not judged:
@@ -514,10 +556,24 @@ class Health:
             await self.probe(timeout=timeout)
             self.refreshed_at = self.clock()
         now = self.clock()
+        store = self.store.info()
+        cluster = await self._cluster_info(store, now) if kernel.cluster is not None else None
+        holders = {lease.name: lease.holder for lease in cluster.leases} if cluster else {}
         channels: dict[str, ChannelSnapshot] = {}
         for name, account_name, enabled, raw in configured_accounts(kernel.config):
             account = kernel.accounts.get(f"{name}:{account_name}")
-            if account is not None:
+            if (account is not None and kernel.cluster is not None
+                    and not kernel.cluster.owns(account.key)):
+                holder = holders.get(f"account:{name}:{account_name}")
+                entry = AccountSnapshot(
+                    key=account.key, channel=name, account=account_name, ok=None,
+                    state="elsewhere",
+                    detail=f"owned by {holder}" if holder else "owned by no instance now",
+                    monitor=_monitor_info(resolve_settings(kernel.config, name,
+                                                           _raw_monitor_override(raw))))
+                if not holder:
+                    entry.ok, entry.problems = False, ["no instance owns this account"]
+            elif account is not None:
                 credentials_at = await _credentials_at(kernel.store, name, account_name)
                 entry = self.account_snapshot(account, now, credentials_at)
             else:
@@ -528,7 +584,6 @@ class Health:
                                                            _raw_monitor_override(raw))))
             channels.setdefault(name, ChannelSnapshot(ok=None, accounts={})) \
                 .accounts[account_name] = entry
-        store = self.store.info()
         ok, problems = _finish(channels, judged=True, store=store)
         queue = kernel.queue
         running = sum(1 for lane in queue.lanes.values() if lane.active)
@@ -544,8 +599,36 @@ class Health:
         return HealthSnapshot(
             ok=ok, ts=now, duration_ms=round((time.perf_counter() - started) * 1000, 1),
             live=live, gateway=gateway, channels=channels, sessions=summary, store=store,
-            presence=[entry.as_dict() for entry in kernel.presence.entries()],
+            cluster=cluster, presence=[entry.as_dict() for entry in kernel.presence.entries()],
             problems=problems)
+
+    async def _cluster_info(self, store: StoreInfo, now: float) -> ClusterInfo | None:
+        """The shared store's instances and leases; marks ``store`` unreachable (red)
+        when it does not answer."""
+        cluster = self.kernel.cluster
+        assert cluster is not None
+        try:
+            store.round_trip_ms = round(await cluster.shared.ping() * 1000, 2)
+            overview = await cluster.overview()
+        except Exception as exc:
+            store.reachable = store.ok = False
+            store.last_error, store.last_error_at = str(exc) or type(exc).__name__, now
+            return ClusterInfo(holder=cluster.holder, lease_seconds=cluster.ttl)
+        store.reachable = True
+        instances = []
+        for item in overview["instances"]:
+            started = item.get("started_at")
+            instances.append(InstanceInfo(
+                holder=item["holder"], instance=item.get("instance"), host=item.get("host"),
+                pid=item.get("pid"), url=item.get("url"), started_at=started,
+                age_s=None if started is None else round(now - started, 1),
+                owned=list(item.get("owned") or ()), heartbeats=bool(item.get("heartbeats")),
+                is_self=item["holder"] == cluster.holder))
+        leases = [LeaseInfo(name=lease["name"], holder=lease["holder"], token=lease["token"],
+                            expires_in_s=lease["expires_in"])
+                  for lease in overview["leases"]]
+        return ClusterInfo(holder=cluster.holder, lease_seconds=cluster.ttl,
+                           instances=instances, leases=leases)
 
 
 async def _credentials_at(store: "Store", channel: str, account: str) -> float | None:
