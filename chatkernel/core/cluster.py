@@ -100,6 +100,11 @@ class Cluster:
         self._positions: dict[tuple[str, str], str] = {}
         self._heartbeats: _Tenure | None = None
         self._loops: TaskGroup | None = None
+        self._reading: anyio.CancelScope | None = None
+        self._receiving = True
+        # Accounts given up whose fence still holds the old token: their work left
+        # here must write nothing that counts until it has settled (see _tend).
+        self._fenced_off: set[str] = set()
         self._store_down_since: float | None = None
         #: How many times this instance took an account over.
         self.takeovers = 0
@@ -137,8 +142,13 @@ class Cluster:
     # -- the loops ---------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Register this instance, keep its leases and read its accounts' inboxes, until
-        cancelled; then give the leases back so another instance takes over at once."""
+        """Register this instance, keep its leases, run the accounts it owns and read
+        their inboxes, until cancelled or :meth:`release` ends it.
+
+        The gateway's stop is in two steps: :meth:`stop_receiving` (no receive loop, no
+        inbox, no takeover; the leases are still renewed while the turns and sends
+        drain), then :meth:`release`, which gives the leases back so another instance
+        takes over at once (a killed instance's leases run out instead)."""
         try:
             async with anyio.create_task_group() as loops:
                 self._loops = loops
@@ -146,8 +156,30 @@ class Cluster:
                 loops.start_soon(self._read_inboxes, name="cluster inboxes")
         finally:
             self._loops = None
-            with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+
+    def stop_receiving(self) -> None:
+        """Stop the receive loops and the inbox reads, take nothing more over; keep
+        renewing the leases held (the turns and sends under way drain meanwhile)."""
+        self._receiving = False
+        self._positions.clear()
+        for tenure in self._owned.values():
+            tenure.scope.cancel()
+        if self._reading is not None:
+            self._reading.cancel()
+        if self._heartbeats is not None:
+            self._heartbeats.scope.cancel()
+
+    async def release(self) -> None:
+        """Give every lease back and end :meth:`run`."""
+        self.stop_receiving()
+        with anyio.CancelScope(shield=True), anyio.move_on_after(2):
+            try:
                 await self._release_all()
+            except Exception as exc:  # they run out by themselves
+                log.warning("could not give the leases back (%s); they expire in %g s",
+                            exc, self.ttl)
+        if self._loops is not None:
+            self._loops.cancel_scope.cancel()
 
     async def _keep_leases(self) -> None:
         every = self.ttl / 3
@@ -183,6 +215,12 @@ class Cluster:
             return
         if self.kernel.account_work(account):
             return  # the work of an earlier tenure is still settling: not yet
+        if account.key in self._fenced_off:
+            # Settled: unfenced again, so a send queued here reaches the owner's inbox.
+            self._fenced_off.discard(account.key)
+            self.shared.fence(account.channel_name, account.name, None)
+        if not self._receiving:
+            return
         token = await self.shared.acquire_lease(name, self.holder, self.ttl)
         if token is not None:
             await self._take(account, token)
@@ -197,6 +235,7 @@ class Cluster:
         tenure = self._owned[account.key] = _Tenure(token, self.clock())
         kernel.inbound.forget_lined(account)
         kernel.outbox.forget_known(account)
+        kernel.sessions.forget(f"{account.key}:")  # another instance may have changed them
         await kernel.outbox.recover(account)
         await kernel.replay_unfinished(account)
         self.takeovers += 1
@@ -225,6 +264,7 @@ class Cluster:
         self._positions.pop((account.channel_name, account.name), None)
         if tenure is None:
             return
+        self._fenced_off.add(account.key)
         tenure.scope.cancel()
         log.warning("%s: no longer owned by this instance: %s", account.key, why)
 
@@ -243,6 +283,8 @@ class Cluster:
         if not kernel.run_heartbeats:
             return
         tenure = self._heartbeats
+        if tenure is None and not self._receiving:
+            return
         if tenure is not None:
             if await self.shared.renew_lease(HEARTBEATS_LEASE, self.holder, tenure.token,
                                              self.ttl):
@@ -291,28 +333,35 @@ class Cluster:
 
     async def _read_inboxes(self) -> None:
         kernel = self.kernel
-        while True:
-            if not self._positions:
-                await anyio.sleep(INBOX_BLOCK_SECONDS / 4)
-                continue
-            try:
-                items = await self.shared.read_inbox(dict(self._positions),
-                                                     INBOX_BLOCK_SECONDS)
-            except Exception as exc:
-                self._store_failing(exc)
-                await anyio.sleep(1.0)
-                continue
-            for where, entry_id, item in items:
-                if where not in self._positions:
-                    continue  # lost meanwhile: the next owner reads it
-                self._positions[where] = entry_id
-                account = kernel.accounts.get(f"{where[0]}:{where[1]}")
-                if account is None:
+        with anyio.CancelScope() as self._reading:
+            while self._receiving:
+                if not self._positions:
+                    await anyio.sleep(INBOX_BLOCK_SECONDS / 4)
                     continue
-                if isinstance(item, JournalEntry):
-                    kernel.inbound.line_up(account, item.seq, item.message)
-                elif isinstance(item, OutboxEntry):
-                    kernel.outbox.adopt(item)
+                try:
+                    items = await self.shared.read_inbox(dict(self._positions),
+                                                         INBOX_BLOCK_SECONDS)
+                except Exception as exc:
+                    self._store_failing(exc)
+                    await anyio.sleep(1.0)
+                    continue
+                self._dispatch(items)
+
+    def _dispatch(self, items: list[tuple[tuple[str, str], str, Any]]) -> None:
+        """Hand what the inboxes brought to the pipeline (messages) or the senders
+        (payloads queued on another instance)."""
+        kernel = self.kernel
+        for where, entry_id, item in items:
+            if where not in self._positions:
+                continue  # lost meanwhile: the next owner reads it
+            self._positions[where] = entry_id
+            account = kernel.accounts.get(f"{where[0]}:{where[1]}")
+            if account is None:
+                continue
+            if isinstance(item, JournalEntry):
+                kernel.inbound.line_up(account, item.seq, item.message)
+            elif isinstance(item, OutboxEntry):
+                kernel.outbox.adopt(item)
 
     # -- the store's reachability ------------------------------------------------------
 

@@ -171,16 +171,27 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                     loops.start_soon(kernel.monitor.run, name="health monitor")
                     await _wait_for_stop(stop, handle_signals)
                     log.info("stopping: no new messages; draining in-flight turns")
+                    if kernel.cluster is not None:
+                        # The leases are renewed while the turns and sends drain, then
+                        # given back (another instance replaying them would answer twice).
+                        kernel.cluster.stop_receiving()
+                        await _drain(kernel)
+                        await kernel.cluster.release()
                     loops.cancel_scope.cancel()
-                if not await kernel.drain(DRAIN_SECONDS):
-                    log.warning("turns still running after %.0fs: they will be replayed on the "
-                                "next start", DRAIN_SECONDS)
+                if kernel.cluster is None:
+                    await _drain(kernel)
             finally:
                 if restore_gc is not None:
                     restore_gc()
                 control.remove_state(cfg.home_dir())
                 await runner.cleanup()
     log.info("stopped")
+
+
+async def _drain(kernel: Kernel) -> None:
+    if not await kernel.drain(DRAIN_SECONDS):
+        log.warning("turns still running after %.0fs: they will be replayed on the next "
+                    "start", DRAIN_SECONDS)
 
 
 async def _wait_for_stop(stop: anyio.Event | None, handle_signals: bool) -> None:
