@@ -32,6 +32,7 @@ heartbeats run on the process holding the ``heartbeats`` lease only.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import time
@@ -57,6 +58,8 @@ HEARTBEATS_LEASE = "heartbeats"
 INBOX_BLOCK_SECONDS = 1.0
 #: Seconds between tries while the store cannot be reached.
 STORE_RETRY_MAX = 5.0
+#: Seconds an account being handed over may take to settle before it is kept.
+SHED_SECONDS = 10.0
 
 
 def lease_name(account: "Account") -> str:
@@ -102,6 +105,9 @@ class Cluster:
         self._loops: TaskGroup | None = None
         self._reading: anyio.CancelScope | None = None
         self._receiving = True
+        self._shedding = False  # an account is being handed over (one at a time)
+        # What runs for the accounts another instance owns (Channel.serve_elsewhere).
+        self._elsewhere: dict[str, _Tenure] = {}
         # Accounts given up whose fence still holds the old token: their work left
         # here must write nothing that counts until it has settled (see _tend).
         self._fenced_off: set[str] = set()
@@ -152,6 +158,8 @@ class Cluster:
         try:
             async with anyio.create_task_group() as loops:
                 self._loops = loops
+                for account in self.kernel.accounts.values():
+                    self._start_elsewhere(account)
                 loops.start_soon(self._keep_leases, name="cluster leases")
                 loops.start_soon(self._read_inboxes, name="cluster inboxes")
         finally:
@@ -164,6 +172,8 @@ class Cluster:
         self._positions.clear()
         for tenure in self._owned.values():
             tenure.scope.cancel()
+        for elsewhere in self._elsewhere.values():
+            elsewhere.scope.cancel()
         if self._reading is not None:
             self._reading.cancel()
         if self._heartbeats is not None:
@@ -186,8 +196,9 @@ class Cluster:
         while True:
             try:
                 await self._register()
+                share = await self._fair_share()
                 for account in list(self.kernel.accounts.values()):
-                    await self._tend(account)
+                    await self._tend(account, share)
                 await self._tend_heartbeats()
             except Exception as exc:
                 self._store_failing(exc)
@@ -204,7 +215,13 @@ class Cluster:
                 "owned": self.owned(), "heartbeats": self._heartbeats is not None}
         await self.shared.register_instance(self.holder, info, self.ttl)
 
-    async def _tend(self, account: "Account") -> None:
+    async def _fair_share(self) -> int:
+        """How many accounts this instance should own: an equal part of them over the
+        live instances, rounded up (a new instance takes its part as others shed)."""
+        live = max(1, len(await self.shared.instances()))
+        return max(1, math.ceil(len(self.kernel.accounts) / live))
+
+    async def _tend(self, account: "Account", share: int) -> None:
         name = lease_name(account)
         tenure = self._owned.get(account.key)
         if tenure is not None:
@@ -212,6 +229,15 @@ class Cluster:
                 tenure.renewed_at = self.clock()
             else:
                 self._lose(account, "its lease went to another instance")
+                return
+            if (len(self._owned) > share and not self._shedding and self._receiving
+                    and not self.kernel.account_work(account)):
+                assert self._loops is not None
+                self._shedding = True
+                self._loops.start_soon(self._shed, account, tenure,
+                                       name=f"hand over {account.key}")
+            return
+        if len(self._owned) >= share:
             return
         if self.kernel.account_work(account):
             return  # the work of an earlier tenure is still settling: not yet
@@ -236,6 +262,7 @@ class Cluster:
         kernel.inbound.forget_lined(account)
         kernel.outbox.forget_known(account)
         kernel.sessions.forget(f"{account.key}:")  # another instance may have changed them
+        await self._stop_elsewhere(account)
         await kernel.outbox.recover(account)
         await kernel.replay_unfinished(account)
         self.takeovers += 1
@@ -257,6 +284,66 @@ class Cluster:
                 del kernel.supervisors[account.key]
             tenure.ended.set()
 
+    async def _shed(self, account: "Account", tenure: _Tenure) -> None:
+        """Hand an account over to a less busy instance: stop its receive loop, let its
+        work here settle, give the lease back (the next owner replays what is left)."""
+        try:
+            tenure.scope.cancel()
+            self._positions.pop((account.channel_name, account.name), None)
+            with anyio.move_on_after(SHED_SECONDS):
+                await tenure.ended.wait()
+                while self.kernel.account_work(account):
+                    await anyio.sleep(0.05)
+                if self._owned.get(account.key) is tenure:
+                    del self._owned[account.key]
+                    await self.shared.release_lease(lease_name(account), self.holder,
+                                                    tenure.token)
+                    self.shared.fence(account.channel_name, account.name, None)
+                    self._start_elsewhere(account)
+                    log.info("%s: handed over (this instance owns more than its share)",
+                             account.key)
+                return
+            # Still busy: keep it, and receive again.
+            if self._owned.get(account.key) is tenure and self._receiving:
+                await self._restart(account, tenure)
+        finally:
+            self._shedding = False
+
+    async def _restart(self, account: "Account", tenure: _Tenure) -> None:
+        where = (account.channel_name, account.name)
+        self._positions[where] = await self.shared.inbox_position(*where)
+        await self.kernel.replay_unfinished(account)
+        fresh = self._owned[account.key] = _Tenure(tenure.token, tenure.renewed_at)
+        assert self._loops is not None
+        self._loops.start_soon(self._run_account, account, fresh,
+                               name=f"receive {account.key}")
+
+    def _start_elsewhere(self, account: "Account") -> None:
+        """Run the account's :meth:`Channel.serve_elsewhere` (its webhook, the web chat's
+        page) while another instance owns it."""
+        if account.channel is None or not self._receiving or self._loops is None \
+                or account.key in self._elsewhere:
+            return
+        tenure = self._elsewhere[account.key] = _Tenure(0, self.clock())
+        self._loops.start_soon(self._serve_elsewhere, account, tenure,
+                               name=f"elsewhere {account.key}")
+
+    async def _serve_elsewhere(self, account: "Account", tenure: _Tenure) -> None:
+        assert account.channel is not None
+        try:
+            with tenure.scope:
+                await account.channel.serve_elsewhere(self.kernel.receiver)
+        except Exception:
+            log.exception("%s: taking its requests for the owner failed", account.key)
+        finally:
+            tenure.ended.set()
+
+    async def _stop_elsewhere(self, account: "Account") -> None:
+        tenure = self._elsewhere.pop(account.key, None)
+        if tenure is not None:
+            tenure.scope.cancel()
+            await tenure.ended.wait()
+
     def _lose(self, account: "Account", why: str) -> None:
         """Stop acting as the account's owner. Its fence stays at the old token, so
         whatever of its work is still under way here can write nothing that counts."""
@@ -266,6 +353,7 @@ class Cluster:
             return
         self._fenced_off.add(account.key)
         tenure.scope.cancel()
+        self._start_elsewhere(account)
         log.warning("%s: no longer owned by this instance: %s", account.key, why)
 
     def _expire_unrenewed(self) -> None:

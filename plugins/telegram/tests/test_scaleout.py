@@ -1,0 +1,148 @@
+"""Three real gateway processes on one Redis, a bot account on the fake Bot API: one
+poller at a time, and kill -9 of the poller mid-burst loses nothing and sends nothing
+twice (chatkernel.core.cluster)."""
+
+from __future__ import annotations
+
+import collections
+
+import anyio
+import pytest
+
+from chatkernel.core.store.redis import RedisStore
+from chatkernel.testing.instances import GatewayInstances
+from chatkernel_telegram.fake import FakeBotAPI
+
+pytestmark = pytest.mark.anyio
+
+LEASE_SECONDS = 2.0
+
+
+def cluster_config(api: FakeBotAPI, redis_url: str, prefix: str, **account: object) -> dict:
+    return {
+        "store": {"backend": "redis", "url": redis_url, "prefix": prefix,
+                  "lease_seconds": LEASE_SECONDS},
+        "agent": {"kind": "echo"},
+        "queue": {"mode": "followup", "debounce_ms": 0},
+        "heartbeat": {"every": "0"},
+        "channels": {"telegram": {"accounts": {"main": {
+            "bot_token": api.token, "api_base": api.base_url, "allow_from": ["*"],
+            "poll_timeout": 1, **account}}}},
+    }
+
+
+async def lease_holder(store: RedisStore, name: str = "account:telegram:main"
+                       ) -> tuple[str, int] | None:
+    held = (await store.leases()).get(name)
+    return None if held is None else (held[0], held[1])
+
+
+async def wait_for_holder(store: RedisStore, *, other_than: str | None = None,
+                          timeout: float) -> tuple[str, int]:
+    with anyio.fail_after(timeout):
+        while True:
+            held = await lease_holder(store)
+            if held is not None and held[0] != other_than:
+                return held
+            await anyio.sleep(0.05)
+
+
+def pid_of(holder: str) -> int:
+    return int(holder.split("/")[-2])
+
+
+async def settled(store: RedisStore, api: FakeBotAPI, want: int, timeout: float) -> list:
+    """The entries ended delivery unknown, once every message has an answer or is one."""
+    with anyio.fail_after(timeout):
+        while True:
+            unknown = [entry for entry, _ in await store.outbox_failures(limit=1000)]
+            if len(api.sent()) + len(unknown) >= want:
+                return unknown
+            await anyio.sleep(0.1)
+
+
+async def test_kill_9_of_the_poller_mid_burst_loses_nothing_and_sends_nothing_twice(
+        tmp_path, redis_server, redis_prefix):
+    chats, per_chat, kills = 12, 8, 3
+    async with FakeBotAPI() as api, GatewayInstances(
+            tmp_path, cluster_config(api, redis_server, redis_prefix)) as instances:
+        store = RedisStore(url=redis_server, prefix=redis_prefix)
+        await store.open()
+        try:
+            for _ in range(3):
+                await instances.start()
+            holder, token = await wait_for_holder(store, timeout=30)
+            expected: dict[int, list[str]] = collections.defaultdict(list)
+            tokens = [token]
+            for round_ in range(kills + 1):
+                for i in range(per_chat // (kills + 1) + 1):
+                    for chat in range(chats):
+                        text = f"round {round_} message {i} in chat {chat}"
+                        expected[1000 + chat].append(text)
+                        api.inject_message(1000 + chat, text)
+                if round_ == kills:
+                    break
+                await anyio.sleep(0.5)  # mid-burst: some answered, some not yet
+                victim = instances.by_pid(pid_of(holder))
+                assert victim is not None and victim.alive
+                victim.kill()
+                await victim.process.wait()
+                holder, token = await wait_for_holder(store, other_than=holder,
+                                                      timeout=LEASE_SECONDS * 5)
+                tokens.append(token)
+                await instances.start()  # three again
+            want = sum(len(texts) for texts in expected.values())
+            unknown = await settled(store, api, want, timeout=90)
+        finally:
+            await store.close()
+    sent = [message.plain_text for message in api.sent()]
+    assert max(collections.Counter(sent).values()) == 1  # nothing twice
+    unknown_texts = {entry.payload.text for entry in unknown}
+    assert all(entry.status == "unknown" for entry in unknown)  # nothing failed
+    for chat, texts in expected.items():  # all answered, in order; a gap only in flight
+        got = [m.plain_text for m in api.sent(chat_id=chat)]
+        assert got == [text for text in texts if text not in unknown_texts], chat
+    assert len(unknown_texts) <= kills  # at most the request each kill cut
+    assert tokens == sorted(set(tokens))  # every takeover fenced the one before
+    conflicts = [call for call in api.calls
+                 if call.method == "getUpdates" and call.status == 409]
+    assert not conflicts  # one poller at a time, never two
+
+
+async def test_a_paused_former_owner_is_fenced_off(tmp_path, redis_server, redis_prefix):
+    """SIGSTOP the owner past its lease: another instance takes the account; when the
+    paused one wakes it sends nothing and gives the account up."""
+    async with FakeBotAPI() as api, GatewayInstances(
+            tmp_path, cluster_config(api, redis_server, redis_prefix)) as instances:
+        store = RedisStore(url=redis_server, prefix=redis_prefix)
+        await store.open()
+        try:
+            for _ in range(2):
+                await instances.start()
+            holder, token = await wait_for_holder(store, timeout=30)
+            api.inject_message(2000, "before the pause")
+            await api.wait_for_sent(1, timeout=20)
+            paused = instances.by_pid(pid_of(holder))
+            assert paused is not None
+            paused.pause()
+            try:
+                new_holder, new_token = await wait_for_holder(
+                    store, other_than=holder, timeout=LEASE_SECONDS * 5)
+                assert new_token > token
+                for i in range(5):
+                    api.inject_message(2000, f"while paused {i}")
+                await api.wait_for_sent(6, timeout=30)
+            finally:
+                paused.resume()
+            with anyio.fail_after(20):  # it notices it lost the account
+                while "no longer owned by this instance" not in paused.log():
+                    await anyio.sleep(0.1)
+            api.inject_message(2000, "after the resume")
+            await api.wait_for_sent(7, timeout=20)
+            await anyio.sleep(LEASE_SECONDS)  # time for a stale sender to try
+            assert await lease_holder(store) == (new_holder, new_token)
+        finally:
+            await store.close()
+    sent = [m.plain_text for m in api.sent(chat_id=2000)]
+    assert sent == ["before the pause", *(f"while paused {i}" for i in range(5)),
+                    "after the resume"]
