@@ -1,4 +1,6 @@
-"""The SQLite store backend and the choice of backend (``open_store``)."""
+"""The SQLite store backend and the choice of backend (``open_store``).
+
+What every backend does is tested in test_store.py, on SQLite and Redis alike."""
 
 from __future__ import annotations
 
@@ -10,20 +12,14 @@ import stat
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import anyio
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 from chatkernel.core.config import ConfigError, KernelConfig, StoreConfig
-from chatkernel.core.models import InboundMessage, MediaRef, OutboundPayload, Route
+from chatkernel.core.models import InboundMessage, OutboundPayload, Route
 from chatkernel.core.store import (
-    HeartbeatState,
-    JournalEntry,
-    LogEntry,
     SessionRecord,
     Store,
     installed_backends,
@@ -31,7 +27,6 @@ from chatkernel.core.store import (
 )
 from chatkernel.core.store import sqlite as sqlite_module
 from chatkernel.core.store.codec import (
-    decode_message,
     encode_message,
     encode_payload,
     encode_route,
@@ -112,24 +107,6 @@ async def test_existing_file_with_loose_mode_is_made_private(tmp_path):
     os.chmod(path, 0o644)
     async with SQLiteStore.at(path):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
-
-
-@pytest.mark.anyio
-async def test_reopen_is_idempotent_and_keeps_data(db_path):
-    store = SQLiteStore.at(db_path)
-    await store.open()
-    await store.open()  # a second open is a no-op
-    seq = await store.journal_inbound(msg())
-    await store.set_cursor("telegram", "main", "42")
-    await store.close()
-    await store.close()  # so is a second close
-
-    for _ in range(2):
-        async with SQLiteStore.at(db_path) as again:
-            assert again.schema_version == len(MIGRATIONS)
-            assert [e.seq for e in await again.unfinished_inbound()] == [seq]
-            assert await again.get_cursor("telegram", "main") == "42"
-            assert await again.journal_inbound(msg()) is None  # dedupe survives too
 
 
 @pytest.mark.anyio
@@ -307,12 +284,6 @@ async def test_uncreatable_location_fails_clearly(tmp_path):
     with pytest.raises(StoreError, match="cannot create the state database"):
         await SQLiteStore.at(blocker / "sub" / "state.db").open()
 
-@pytest.mark.anyio
-async def test_methods_before_open_fail_clearly(db_path):
-    with pytest.raises(StoreError, match=r"not open \(await store.open\(\) first\)"):
-        await SQLiteStore.at(db_path).journal_inbound(msg())
-
-
 def test_constructor_needs_a_config_or_a_path():
     with pytest.raises(TypeError):
         SQLiteStore()
@@ -334,126 +305,6 @@ async def test_in_memory_store():
 
 
 # -- inbound journal ---------------------------------------------------------------------------
-
-
-@pytest.mark.anyio
-async def test_journal_dedupes_on_channel_account_and_message_id(store):
-    first = await store.journal_inbound(msg("m1"))
-    assert isinstance(first, int)
-    assert await store.journal_inbound(msg("m1")) is None
-    assert await store.journal_inbound(msg("m1", text="changed on redelivery")) is None
-    other_account = await store.journal_inbound(msg("m1", account="second"))
-    other_channel = await store.journal_inbound(msg("m1", channel="slack"))
-    other_message = await store.journal_inbound(msg("m2"))
-    seqs = [first, other_account, other_channel, other_message]
-    assert None not in seqs and seqs == sorted(seqs) and len(set(seqs)) == 4
-    entries = await store.unfinished_inbound()
-    assert [e.seq for e in entries] == seqs
-    assert entries[0].message.text == ""  # the first delivery is what was kept
-
-
-@pytest.mark.anyio
-async def test_concurrent_journaling_keeps_exactly_one_of_each(store):
-    results: list[int | None] = []
-
-    async def deliver(i: int) -> None:
-        results.append(await store.journal_inbound(msg(f"m{i % 10}")))
-
-    async with anyio.create_task_group() as tg:
-        for i in range(50):
-            tg.start_soon(deliver, i)
-    kept = [seq for seq in results if seq is not None]
-    assert len(kept) == 10 and len(set(kept)) == 10
-
-
-@pytest.mark.anyio
-async def test_journal_statuses_and_unfinished(store):
-    before = time.time()
-    seqs = [await store.journal_inbound(msg(f"m{i}")) for i in range(5)]
-    after = time.time()
-    entries = await store.unfinished_inbound()
-    assert all(isinstance(e, JournalEntry) for e in entries)
-    assert [e.status for e in entries] == ["received"] * 5
-    assert all(before <= e.received_at <= after for e in entries)
-
-    await store.set_journal_status(seqs[1], "done")
-    await store.set_journal_status(seqs[2], "rejected")
-    entries = await store.unfinished_inbound()
-    assert [(e.seq, e.status) for e in entries] == [
-        (seqs[0], "received"), (seqs[3], "received"), (seqs[4], "received")]
-    assert [e.message.message_id for e in entries] == ["m0", "m3", "m4"]
-    # a finished message is still a dedupe key
-    assert await store.journal_inbound(msg("m1")) is None
-
-    for unknown in ("finished", "queued"):  # an entry is received until it is finished
-        with pytest.raises(ValueError, match="journal status must be one of received, done"):
-            await store.set_journal_status(seqs[3], unknown)
-    with pytest.raises(KeyError):
-        await store.set_journal_status(9999, "done")
-
-
-@pytest.mark.anyio
-async def test_unfinished_entries_survive_close_and_reopen(db_path):
-    message = msg("m1", text="héllo 👋", thread_id="t-9", is_group=True, mentions_bot=True,
-                  media=[MediaRef("image", Path("/tmp/media/a.jpg"), "image/jpeg", "a.jpg",
-                                  1234, "file-1"),
-                         MediaRef("voice", platform_id="v-1", note="not saved: too large")],
-                  route_extra={"context_token": "abc", "n": [1, 2.5, None, {"x": True}]},
-                  timestamp=1700000000.25)
-    async with SQLiteStore.at(db_path) as store:
-        unfinished = await store.journal_inbound(message)
-        done = await store.journal_inbound(msg("m2"))
-        await store.set_journal_status(done, "done")
-    async with SQLiteStore.at(db_path) as store:
-        (entry,) = await store.unfinished_inbound()
-    assert entry.seq == unfinished and entry.status == "received"
-    assert entry.message == message
-    assert isinstance(entry.message.media[0].path, Path)
-    assert entry.message.media[1].path is None
-
-
-@pytest.mark.anyio
-async def test_route_extra_must_be_json(store):
-    with pytest.raises(TypeError, match="JSON values only"):
-        await store.journal_inbound(msg(route_extra={"raw": b"bytes"}))
-    assert await store.unfinished_inbound() == []
-
-
-@pytest.mark.anyio
-async def test_lone_surrogates_do_not_break_the_journal(store):
-    message = msg("m\ud83d", text="broken emoji \ud83d from a platform escape")
-    seq = await store.journal_inbound(message)
-    assert seq is not None
-    assert await store.journal_inbound(msg("m\ud83d")) is None  # still deduped
-    (entry,) = await store.unfinished_inbound()
-    assert entry.message == message  # the JSON keeps the exact text
-
-
-@pytest.mark.anyio
-async def test_prune_journal_deletes_old_finished_entries_only(store):
-    seqs = [await store.journal_inbound(msg(f"m{i}")) for i in range(7)]
-    for seq in seqs[:3]:
-        await store.set_journal_status(seq, "done")
-    await store.set_journal_status(seqs[3], "rejected")
-    # m4, m5, m6 stay "received"
-
-    assert await store.prune_journal(time.time() - 3600) == 0  # nothing that old
-    assert await store.journal_inbound(msg("m0")) is None  # dedupe still holds
-
-    assert await store.prune_journal(time.time() + 1, batch=2) == 4
-    assert [e.seq for e in await store.unfinished_inbound()] == seqs[4:]
-    # the pruned keys are forgotten; the unfinished ones still dedupe
-    assert await store.journal_inbound(msg("m4")) is None
-    again = await store.journal_inbound(msg("m0"))
-    assert again is not None and again > seqs[-1]
-
-
-@pytest.mark.anyio
-async def test_journal_seq_is_never_reused_after_pruning(store):
-    seq = await store.journal_inbound(msg("m1"))
-    await store.set_journal_status(seq, "done")
-    assert await store.prune_journal(time.time() + 1) == 1
-    assert await store.journal_inbound(msg("m2")) > seq
 
 
 # -- a real crash --------------------------------------------------------------------------------
@@ -551,209 +402,13 @@ async def test_sigkill_mid_stream_loses_no_acknowledged_message(db_path):
 # -- cursors -------------------------------------------------------------------------------------
 
 
-@pytest.mark.anyio
-async def test_cursors(store, db_path):
-    assert await store.get_cursor("telegram", "main") is None
-    await store.set_cursor("telegram", "main", "100")
-    await store.set_cursor("telegram", "main", "101")
-    await store.set_cursor("telegram", "other", "7")
-    await store.set_cursor("wechat", "main", "sync-buf==")
-    assert await store.get_cursor("telegram", "main") == "101"
-    assert await store.get_cursor("telegram", "other") == "7"
-    assert await store.get_cursor("wechat", "main") == "sync-buf=="
-    await store.close()
-    async with SQLiteStore.at(db_path) as again:
-        assert await again.get_cursor("telegram", "main") == "101"
-
-
 # -- sessions and routes ---------------------------------------------------------------------------
-
-
-@pytest.mark.anyio
-async def test_sessions_round_trip_and_upsert(store):
-    assert await store.get_session("nope") is None
-    record = session("telegram:main:chat-1", 2000.0, thread_id=None,
-                     settings={"queue": {"mode": "steer", "cap": 5}, "debounce_ms": 0})
-    await store.save_session(record)
-    assert await store.get_session(record.key) == record
-
-    threaded = session("slack:ws:C1:1700.1", 1500.0, thread_id="1700.1")
-    await store.save_session(threaded)
-    assert (await store.get_session(threaded.key)).thread_id == "1700.1"
-    assert (await store.get_session(threaded.key)).settings == {}
-
-    record.session_id = "after-/new"
-    record.last_active_at = 3000.0
-    record.settings = {}
-    await store.save_session(record)
-    assert await store.get_session(record.key) == record
-    assert len(await store.list_sessions()) == 2
-
-
-@pytest.mark.anyio
-async def test_list_sessions_most_recent_first_and_filtered(store):
-    for key, active in [("a", 100.0), ("b", 300.0), ("c", 200.0), ("d", 300.0)]:
-        await store.save_session(session(key, active))
-    assert [s.key for s in await store.list_sessions()] == ["b", "d", "c", "a"]
-    assert [s.key for s in await store.list_sessions(active_since=200.0)] == ["b", "d", "c"]
-    assert [s.key for s in await store.list_sessions(active_since=300.5)] == []
-    assert all(isinstance(s, SessionRecord) for s in await store.list_sessions())
-
-
-@pytest.mark.anyio
-async def test_routes_round_trip(store):
-    assert await store.get_route("k") is None
-    route = Route("wechat", "main", "wxid_1", thread_id=None, reply_to="m9", is_group=False,
-                  extra={"context_token": "ctx", "nested": {"list": [1, "two", None]}})
-    await store.set_route("k", route)
-    assert await store.get_route("k") == route
-    threaded = Route("slack", "ws", "C1", thread_id="1700.1", is_group=True)
-    await store.set_route("k", threaded)
-    got = await store.get_route("k")
-    assert got == threaded and got.extra == {} and got.reply_to is None
 
 
 # -- account state -----------------------------------------------------------------------------
 
 
-@pytest.mark.anyio
-async def test_account_state(store):
-    assert await store.get_account_state("wechat", "main", "last_chat") is None
-    values = {"last_chat": "wxid_1", "tokens": {"wxid_1": ["t", 1700000000.5]},
-              "count": 0, "flag": False, "list": [1, [2, [3]]], "empty": ""}
-    for key, value in values.items():
-        await store.set_account_state("wechat", "main", key, value)
-    for key, value in values.items():
-        assert await store.get_account_state("wechat", "main", key) == value
-    assert await store.get_account_state("wechat", "other", "last_chat") is None
-    await store.set_account_state("wechat", "main", "count", 1)
-    assert await store.get_account_state("wechat", "main", "count") == 1
-    await store.set_account_state("wechat", "main", "last_chat", None)
-    assert await store.get_account_state("wechat", "main", "last_chat") is None
-    with pytest.raises(TypeError, match="JSON values only"):
-        await store.set_account_state("wechat", "main", "bad", {1, 2})
-
-
-@pytest.mark.anyio
-async def test_heartbeat_state_round_trips_survives_reopen_and_deletes(store, db_path):
-    assert await store.get_heartbeat("main") is None
-    assert await store.list_heartbeats() == []
-    main = HeartbeatState(id="main", anchor_at=1000.5, last_run_at=900.0, last_outcome="ok",
-                          task_runs={"inbox": 950.0}, wake_texts=["deploy done"])
-    mine = HeartbeatState(id="session:telegram:main:42", session_key="telegram:main:42",
-                          settings={"every": "2m", "prompt": "check the build"}, paused=True)
-    await store.save_heartbeat(main)
-    await store.save_heartbeat(mine)
-    await store.close()
-    again = SQLiteStore.at(db_path)
-    await again.open()
-    try:
-        assert await again.get_heartbeat("main") == main
-        assert await again.list_heartbeats() == [main, mine]
-        main.wake_texts = []
-        main.anchor_at = 2000.0
-        await again.save_heartbeat(main)  # an upsert
-        assert await again.get_heartbeat("main") == main
-        assert await again.delete_heartbeat(mine.id) is True
-        assert await again.delete_heartbeat(mine.id) is False
-        assert [s.id for s in await again.list_heartbeats()] == ["main"]
-    finally:
-        await again.close()
-    await store.open()  # the fixture closes it
-
-
 # -- session logs --------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def logged(store):
-    """Eight entries in session key k (two session ids) and one in another key."""
-    spec = [("s1", "user", "u1"), ("s1", "assistant", "a1"), ("s1", "user", "u2"),
-            ("s1", "notification", "n1"), ("s1", "assistant", "a2"),
-            ("s2", "user", "u3"), ("s2", "assistant", "a3"), ("s2", "system", "x1")]
-    seqs = {}
-    for i, (sid, role, text) in enumerate(spec):
-        seqs[text] = await store.append_log("k", sid, role, text,
-                                            {"i": i} if i % 2 else None)
-        if i == 3:
-            await store.append_log("other", "s9", "user", "elsewhere")
-    return store, seqs
-
-
-def texts(entries: list[LogEntry]) -> list[str]:
-    return [e.text for e in entries]
-
-
-@pytest.mark.anyio
-async def test_read_log_all_in_order(logged):
-    store, seqs = logged
-    entries = await store.read_log("k")
-    assert texts(entries) == ["u1", "a1", "u2", "n1", "a2", "u3", "a3", "x1"]
-    assert [e.seq for e in entries] == sorted(seqs.values())
-    assert all(isinstance(e, LogEntry) and e.session_key == "k" for e in entries)
-    assert entries[1].meta == {"i": 1} and entries[0].meta == {}
-    assert entries[0].role == "user" and entries[0].session_id == "s1"
-    assert entries[0].ts <= entries[-1].ts <= time.time()
-    assert texts(await store.read_log("other")) == ["elsewhere"]
-    assert await store.read_log("missing") == []
-
-
-@pytest.mark.anyio
-async def test_read_log_limit_roles_session_and_before_seq(logged):
-    store, seqs = logged
-    assert texts(await store.read_log("k", limit=3)) == ["u3", "a3", "x1"]
-    assert texts(await store.read_log("k", limit=100)) == texts(await store.read_log("k"))
-    assert await store.read_log("k", limit=0) == []
-    # filters apply before the limit
-    assert texts(await store.read_log("k", roles=("user", "assistant"), limit=3)) == [
-        "a2", "u3", "a3"]
-    assert texts(await store.read_log("k", roles=("user",))) == ["u1", "u2", "u3"]
-    assert texts(await store.read_log("k", roles="notification")) == ["n1"]
-    assert await store.read_log("k", roles=()) == []
-    assert texts(await store.read_log("k", session_id="s1", limit=2)) == ["n1", "a2"]
-    assert texts(await store.read_log("k", session_id="s2")) == ["u3", "a3", "x1"]
-    assert texts(await store.read_log("k", before_seq=seqs["n1"])) == ["u1", "a1", "u2"]
-    assert texts(await store.read_log("k", before_seq=seqs["u3"], limit=2,
-                                      roles=("user", "assistant"), session_id="s1")) == [
-        "u2", "a2"]
-    with pytest.raises(ValueError, match="limit"):
-        await store.read_log("k", limit=-1)
-
-
-@pytest.mark.anyio
-async def test_read_log_pages_backwards_with_before_seq(logged):
-    store, _ = logged
-    pages, before = [], None
-    while page := await store.read_log("k", limit=3, before_seq=before):
-        pages.append(texts(page))
-        before = page[0].seq
-    assert pages == [["u3", "a3", "x1"], ["u2", "n1", "a2"], ["u1", "a1"]]
-
-
-@pytest.mark.anyio
-async def test_log_text_with_a_lone_surrogate_is_stored_with_a_replacement(store):
-    seq = await store.append_log("k", "s", "user", "bad \udc00 text")
-    (entry,) = await store.read_log("k")
-    assert entry.seq == seq and entry.text == "bad \ufffd text"
-
-
-@pytest.mark.anyio
-async def test_append_logs_writes_entries_in_order_with_their_seqs(store):
-    first = await store.append_log("k", "s", "user", "before")
-    seqs = await store.append_logs("k", "s", [
-        ("user", "u1", {"sender_id": "42"}), ("user", "u2 \udc00", None),
-        ("assistant", "a1", None)])
-    assert seqs == [first + 1, first + 2, first + 3]
-    after = await store.append_log("k", "s", "user", "after")
-    assert after == first + 4
-    entries = await store.read_log("k")
-    assert [(e.seq, e.role, e.text, e.meta) for e in entries] == [
-        (first, "user", "before", {}), (first + 1, "user", "u1", {"sender_id": "42"}),
-        (first + 2, "user", "u2 \ufffd", {}), (first + 3, "assistant", "a1", {}),
-        (after, "user", "after", {})]
-    assert await store.append_logs("k", "s", []) == []
-    with pytest.raises(TypeError, match="JSON values only"):
-        await store.append_logs("k", "s", [("user", "x", {"bad": object()})])
 
 
 # -- open_store ------------------------------------------------------------------------------------
@@ -811,69 +466,6 @@ def test_open_store_backend_that_fails_to_load(monkeypatch):
 
 # JSON values as the codec stores them exactly (NaN, infinities and integers beyond 64
 # bits are the codec's own tests, tests/test_codec.py).
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(), children, max_size=4),
-    max_leaves=12,
-)
-media_refs = st.builds(
-    MediaRef,
-    kind=st.sampled_from(["image", "video", "audio", "voice", "document"]) | st.text(),
-    path=st.none() | st.text().map(Path),
-    mime=st.none() | st.text(),
-    filename=st.none() | st.text(),
-    size=st.none() | st.integers(min_value=0, max_value=2**63 - 1),
-    platform_id=st.none() | st.text(),
-    note=st.none() | st.text(),
-)
-messages = st.builds(
-    InboundMessage,
-    channel=st.text(), account=st.text(), chat_id=st.text(), message_id=st.text(),
-    sender_id=st.text(), text=st.text(), sender_name=st.text(),
-    thread_id=st.none() | st.text(), is_group=st.booleans(), mentions_bot=st.booleans(),
-    reply_to_bot=st.booleans(), media=st.lists(media_refs, max_size=3),
-    timestamp=st.floats(allow_nan=False, allow_infinity=False),
-    route_extra=st.dictionaries(st.text(), json_values, max_size=5),
-)
-
-
-@pytest.mark.anyio
-@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(message=messages)
-async def test_any_message_round_trips_through_the_journal(message):
-    async with SQLiteStore.at(":memory:") as store:
-        seq = await store.journal_inbound(message)
-        assert seq is not None
-        (entry,) = await store.unfinished_inbound()
-    assert entry.message == message
-    assert repr(entry.message) == repr(message)  # types too: no True for 1, no str for Path
-    assert decode_message(encode_message(message)) == message
-
-
-@pytest.mark.anyio
-async def test_journal_inbound_many_commits_the_batch_and_reports_redeliveries(tmp_path):
-    store = SQLiteStore.at(tmp_path / "state.db")
-    await store.open()
-    try:
-        def message(mid):
-            return InboundMessage(channel="t", account="a", chat_id="c", message_id=mid,
-                                  sender_id="u", text=mid)
-
-        first = await store.journal_inbound_many([message("1"), message("2")])
-        assert all(isinstance(seq, int) for seq in first)
-        again = await store.journal_inbound_many([message("2"), message("3")])
-        assert again[0] is None and isinstance(again[1], int)
-        # Committed by the time it returned: another connection sees the rows.
-        other = sqlite3.connect(tmp_path / "state.db")
-        count = other.execute("SELECT count(*) FROM inbound_journal").fetchone()[0]
-        other.close()
-        assert count == 3
-    finally:
-        await store.close()
-
-
 @pytest.mark.anyio
 async def test_a_cancelled_writer_does_not_cancel_the_commit_others_wait_for(
         store, db_path, monkeypatch):
@@ -994,39 +586,6 @@ async def test_a_durable_mark_of_a_row_a_failed_commit_lost_raises(store, fail_n
     await store.outbox_mark(later[0].id, "sending", durable=True)
     assert later[0].id > entries[1].id
     assert [e.status for e in await store.outbox_reply("r2")] == ["sending"]
-
-
-@pytest.mark.anyio
-async def test_recent_sends_are_read_from_the_tail_of_the_outbox(store, monkeypatch):
-    import chatkernel.core.store.sqlite as sqlite_module
-
-    clock = [1000.0]
-    monkeypatch.setattr(sqlite_module.time, "time", lambda: clock[0])
-    entries = outbox_entries(6)
-    for entry in entries:  # queued a second apart
-        await store.outbox_add([entry])
-        clock[0] += 1.0
-    # 1000..1005 queued; the first answered at 1010, two more at 1020, one left pending,
-    # one still sending, one failed at 1030.
-    clock[0] = 1010.0
-    await store.outbox_mark(entries[0].id, "sent")
-    await store.flush()  # coalesced marks take the time of the commit that writes them
-    clock[0] = 1020.0
-    await store.outbox_mark(entries[1].id, "sent")
-    await store.outbox_mark(entries[2].id, "sent")
-    await store.outbox_mark(entries[4].id, "sending", durable=True)
-    clock[0] = 1030.0
-    await store.outbox_mark(entries[5].id, "failed", "Bad Request")
-    await store.flush()
-    recent = await store.outbox_recent_sends(1015.0, queued_since=0.0)
-    assert [(r.status, r.at) for r in recent] == [("sent", 1020.0), ("sent", 1020.0),
-                                                  ("sending", 1020.0), ("failed", 1030.0)]
-    assert recent[0].route == entries[1].route and recent[0].channel == "telegram"
-    # Entries queued before `queued_since` are not read at all.
-    recent = await store.outbox_recent_sends(0.0, queued_since=1001.5)
-    assert [r.status for r in recent] == ["sent", "sending", "failed"]
-    assert await store.outbox_recent_sends(0.0, queued_since=2000.0) == []
-    assert entries[3].created_at == 1003.0  # outbox_add tells each entry when it was queued
 
 
 # -- coalesced sent / done marks ------------------------------------------------------------
@@ -1151,27 +710,6 @@ async def test_marks_on_a_closed_store_are_refused_at_once(db_path):
 
 
 @pytest.mark.anyio
-async def test_account_activity_is_the_last_inbound_and_the_last_send(store):
-    from chatkernel.core.models import OutboundPayload
-    from chatkernel.core.store.base import OutboxEntry
-
-    await store.journal_inbound(msg("m1"))
-    await store.journal_inbound(msg("m2"))
-    await store.journal_inbound(msg("m3", account="other"))
-    route = Route("telegram", "main", "chat-1")
-    ids = await store.outbox_add([
-        OutboxEntry(0, "r1", "telegram:main:chat-1", "s1", "telegram", "main", route,
-                    OutboundPayload(text=text), "pending", None, 0.0) for text in ("a", "b")])
-    await store.outbox_mark(ids[0], "sent")
-    await store.flush()
-    activity = await store.account_activity()
-    assert set(activity) == {("telegram", "main"), ("telegram", "other")}
-    assert activity[("telegram", "main")]["last_inbound_at"] > 0
-    assert activity[("telegram", "main")]["last_sent_at"] > 0
-    assert "last_sent_at" not in activity[("telegram", "other")]
-
-
-@pytest.mark.anyio
 async def test_read_only_open_creates_and_changes_nothing(db_path):
     missing = SQLiteStore.at(db_path, read_only=True)
     with pytest.raises(StoreError, match="no state database yet"):
@@ -1216,25 +754,3 @@ async def test_the_wal_is_checkpointed_from_a_thread_not_inside_a_commit(store, 
     await store.checkpoint()  # on demand too
     assert journal_in_database_file(db_path) == 52
 
-
-@pytest.mark.anyio
-async def test_unfinished_entries_of_one_account(store):
-    seqs = {}
-    for channel, account in (("telegram", "main"), ("telegram", "other"), ("slack", "main")):
-        seqs[channel, account] = await store.journal_inbound(
-            msg(f"{channel}-{account}", channel=channel, account=account))
-    entries = outbox_entries(1)
-    entries[0].account = "other"
-    await store.outbox_add(outbox_entries(2) + entries)
-    assert [e.seq for e in await store.unfinished_inbound(account=("telegram", "other"))] == \
-        [seqs["telegram", "other"]]
-    assert [e.seq for e in await store.unfinished_inbound(account=("slack", "main"))] == \
-        [seqs["slack", "main"]]
-    assert await store.unfinished_inbound(account=("slack", "other")) == []
-    assert len(await store.unfinished_inbound()) == 3
-    assert [e.payload.text for e in await store.outbox_unfinished(account=("telegram", "main"))] \
-        == ["part 0", "part 1"]
-    assert [e.account for e in await store.outbox_unfinished(account=("telegram", "other"))] == \
-        ["other"]
-    assert await store.outbox_unfinished(account=("slack", "main")) == []
-    assert store.shared is None

@@ -152,7 +152,9 @@ class SessionsConfig(Section):
 class StoreConfig(Section):
     backend: str = "sqlite"
     path: Path | None = None  # sqlite: default $CHATKERNEL_HOME/state.db
-    url: str | None = None  # redis://...
+    url: str | None = None  # redis: default redis://127.0.0.1:6379/0
+    #: redis: every key starts with it, so several gateways (or tests) can share a server.
+    prefix: str = Field("chatkernel:", min_length=1)
     # How long finished journal entries (the dedupe keys) are kept: a platform
     # redelivering a message older than this would have it answered again.
     journal_retention_days: float = Field(7, gt=0)

@@ -60,6 +60,8 @@ _LAZY = {
     "run_gateway": "chatkernel.testing.gateway",
     "gateway_process": "chatkernel.testing.process",
     "wait_for_messages": "chatkernel.testing.process",
+    # A real redis-server (the fixtures redis_server and redis_prefix come with the plugin).
+    "RedisServer": "chatkernel.testing.redis",
 }
 
 __all__ = sorted(_LAZY)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from chatkernel.testing.redis import redis_prefix, redis_server  # noqa: F401  (fixtures)
+
 # Plain asserts in the contract suite report their values, as in the author's own tests.
 pytest.register_assert_rewrite("chatkernel.testing.contract")
 

@@ -30,6 +30,11 @@ class StoreUnavailable(StoreError, ConfigError):
     line says it in one line instead of a traceback."""
 
 
+#: A journal entry is ``received`` until its turn finishes (``done``) or it is refused.
+JOURNAL_STATUSES: tuple[str, ...] = ("received", "done", "rejected")
+#: An outbox entry's statuses (see :class:`OutboxEntry`).
+OUTBOX_STATUSES: tuple[str, ...] = ("pending", "sending", "sent", "failed", "unknown")
+
 #: A session-log entry to append: ``(role, text, meta)``.
 LogRow = tuple[str, str, "dict[str, Any] | None"]
 

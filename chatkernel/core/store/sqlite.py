@@ -66,6 +66,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from chatkernel.core.models import InboundMessage, Route
 from chatkernel.core.store.base import (
+    JOURNAL_STATUSES,
+    OUTBOX_STATUSES,
     HeartbeatState,
     JournalEntry,
     LogEntry,
@@ -116,9 +118,6 @@ CHECKPOINT_INTERVAL: float = 1.0
 #: The most ids one coalesced mark statement takes (see "Coalesced marks").
 MARKS_PER_STATEMENT = 64
 
-#: A journal entry is ``received`` until its turn finishes (``done``) or it is refused.
-JOURNAL_STATUSES: tuple[str, ...] = ("received", "done", "rejected")
-OUTBOX_STATUSES: tuple[str, ...] = ("pending", "sending", "sent", "failed", "unknown")
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 

@@ -1,0 +1,475 @@
+"""The Lua scripts of the Redis store (:mod:`chatkernel.core.store.redis`).
+
+Each script runs atomically on the server, so a change that spans several
+keys (a journal entry, its dedupe key, its indexes and its inbox entry) is
+made whole or not at all, in one round trip. ``ARGV[1]`` is always the key
+prefix; keys are built inside the scripts, which is why the store needs one
+Redis server (or a primary), not a Redis Cluster.
+
+Numbers come in as the text Python wrote (``repr`` of a float): scripts store
+that text, never ``tostring`` of a Lua number (14 digits only), so times read
+back exactly.
+"""
+
+from __future__ import annotations
+
+#: Functions every script may use.
+PRELUDE = r"""
+local P = ARGV[1]
+
+-- Fencing: fail the script, having written nothing, unless the lease `name` is
+-- held with `token`.
+local function check_fence(name, token)
+  local held = redis.call('HGET', P .. 'lease:' .. name, 'token')
+  if held ~= token then
+    error({err = 'LEASE_LOST ' .. name})
+  end
+end
+
+local function raise_to(key, field, value)
+  local current = redis.call('HGET', key, field)
+  if not current or tonumber(current) < tonumber(value) then
+    redis.call('HSET', key, field, value)
+  end
+end
+
+-- The indexes of an outbox entry moving from status `old` (false: a new entry)
+-- to `new`.
+local function outbox_index(id, acct, created, old, new, now)
+  local open_now = new == 'pending' or new == 'sending'
+  local was_open = old == 'pending' or old == 'sending'
+  if open_now and not was_open then
+    redis.call('ZADD', P .. 'o:unfinished', id, id)
+    redis.call('ZADD', P .. 'o:unfinished:' .. acct, id, id)
+    redis.call('ZREM', P .. 'o:finished', id)
+  elseif was_open and not open_now then
+    redis.call('ZREM', P .. 'o:unfinished', id)
+    redis.call('ZREM', P .. 'o:unfinished:' .. acct, id)
+  end
+  if not open_now then
+    redis.call('ZADD', P .. 'o:finished', created, id)
+  end
+  if new == 'pending' then
+    redis.call('ZREM', P .. 'o:changed', id)
+  else
+    redis.call('ZADD', P .. 'o:changed', now, id)
+  end
+  if new == 'failed' or new == 'unknown' then
+    redis.call('ZADD', P .. 'o:failures', id, id)
+  elseif old == 'failed' or old == 'unknown' then
+    redis.call('ZREM', P .. 'o:failures', id)
+  end
+  if new == 'sent' then
+    raise_to(P .. 'activity:sent', acct, now)
+  end
+end
+
+local OUTBOX_FIELDS = {'r', 'k', 'i', 'c', 'n', 'ro', 'p', 's', 'e', 't'}
+
+-- Rows of outbox entries, flat: id then OUTBOX_FIELDS (then `extra`, if given),
+-- for the ids that still exist.
+local function outbox_rows(ids, extra)
+  local out = {}
+  for _, id in ipairs(ids) do
+    local row
+    if extra then
+      row = redis.call('HMGET', P .. 'o:' .. id, 'r', 'k', 'i', 'c', 'n', 'ro', 'p', 's', 'e',
+                       't', extra)
+    else
+      row = redis.call('HMGET', P .. 'o:' .. id, 'r', 'k', 'i', 'c', 'n', 'ro', 'p', 's', 'e',
+                       't')
+    end
+    if row[1] then
+      out[#out + 1] = id
+      for _, value in ipairs(row) do
+        out[#out + 1] = value
+      end
+    end
+  end
+  return out
+end
+
+local function finish_journal(seq, status)
+  local key = P .. 'j:' .. seq
+  local row = redis.call('HMGET', key, 'a', 't')
+  if not row[1] then
+    return 0
+  end
+  redis.call('HSET', key, 's', status)
+  if status == 'received' then
+    redis.call('ZADD', P .. 'j:unfinished', seq, seq)
+    redis.call('ZADD', P .. 'j:unfinished:' .. row[1], seq, seq)
+    redis.call('ZREM', P .. 'j:finished', seq)
+  else
+    redis.call('ZREM', P .. 'j:unfinished', seq)
+    redis.call('ZREM', P .. 'j:unfinished:' .. row[1], seq)
+    redis.call('ZADD', P .. 'j:finished', row[2], seq)
+  end
+  return 1
+end
+"""
+
+#: ARGV: prefix, schema version, read_only ("1"/"0"). Returns the stored schema version
+#: (false when there is none and read_only).
+OPEN = r"""
+if ARGV[3] == '0' then
+  redis.call('HSETNX', P .. 'meta', 'schema', ARGV[2])
+end
+return redis.call('HGET', P .. 'meta', 'schema')
+"""
+
+#: ARGV: prefix, now, inbox length, count, then per message: acct, message id, the JSON
+#: [channel, account], the message's JSON. Returns a seq per message (0: a redelivery).
+JOURNAL = r"""
+local now, inbox_length, count = ARGV[2], ARGV[3], tonumber(ARGV[4])
+local out = {}
+for i = 0, count - 1 do
+  local base = 5 + i * 4
+  local acct, message_id, who, message = ARGV[base], ARGV[base + 1], ARGV[base + 2],
+                                         ARGV[base + 3]
+  local dedupe = P .. 'j:dedupe:' .. acct
+  if redis.call('HEXISTS', dedupe, message_id) == 1 then
+    out[#out + 1] = 0
+  else
+    local seq = redis.call('INCR', P .. 'j:seq')
+    redis.call('HSET', dedupe, message_id, seq)
+    redis.call('HSET', P .. 'j:' .. seq, 'a', acct, 'id', message_id, 'm', message,
+               's', 'received', 't', now)
+    redis.call('ZADD', P .. 'j:unfinished', seq, seq)
+    redis.call('ZADD', P .. 'j:unfinished:' .. acct, seq, seq)
+    redis.call('HSETNX', P .. 'accounts', acct, who)
+    raise_to(P .. 'activity:in', acct, now)
+    redis.call('XADD', P .. 'inbox:' .. acct, 'MAXLEN', '~', inbox_length, '*',
+               'seq', seq, 'm', message, 't', now)
+    out[#out + 1] = seq
+  end
+end
+return out
+"""
+
+#: ARGV: prefix, seq, status. Returns 1, or 0 when there is no such entry.
+JOURNAL_STATUS = r"""
+return finish_journal(ARGV[2], ARGV[3])
+"""
+
+#: ARGV: prefix, the unfinished index's key suffix ('' or ':' .. acct). Returns flat
+#: seq, message, status, received_at.
+JOURNAL_UNFINISHED = r"""
+local out = {}
+for _, seq in ipairs(redis.call('ZRANGE', P .. 'j:unfinished' .. ARGV[2], 0, -1)) do
+  local row = redis.call('HMGET', P .. 'j:' .. seq, 'm', 's', 't')
+  if row[1] then
+    out[#out + 1] = seq
+    out[#out + 1] = row[1]
+    out[#out + 1] = row[2]
+    out[#out + 1] = row[3]
+  end
+end
+return out
+"""
+
+#: ARGV: prefix, older_than (exclusive), batch. Returns how many were deleted.
+JOURNAL_PRUNE = r"""
+local seqs = redis.call('ZRANGEBYSCORE', P .. 'j:finished', '-inf', '(' .. ARGV[2],
+                        'LIMIT', 0, tonumber(ARGV[3]))
+for _, seq in ipairs(seqs) do
+  local key = P .. 'j:' .. seq
+  local row = redis.call('HMGET', key, 'a', 'id')
+  if row[1] then
+    local dedupe = P .. 'j:dedupe:' .. row[1]
+    if redis.call('HGET', dedupe, row[2]) == seq then
+      redis.call('HDEL', dedupe, row[2])
+    end
+    redis.call('DEL', key)
+  end
+  redis.call('ZREM', P .. 'j:finished', seq)
+end
+return #seqs
+"""
+
+#: ARGV: prefix, now, entry count, finish count, fence count, then per fence: lease name,
+#: token; per entry: acct, reply_id, session_key, session_id, channel, account, route,
+#: payload, status, error (JSON); then the journal seqs to finish. Returns the new ids.
+OUTBOX_ADD = r"""
+local now, entries, finish, fences = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]),
+                                     tonumber(ARGV[5])
+local at = 6
+for _ = 1, fences do
+  check_fence(ARGV[at], ARGV[at + 1])
+  at = at + 2
+end
+local ids = {}
+for _ = 1, entries do
+  local acct, reply_id, status = ARGV[at], ARGV[at + 1], ARGV[at + 8]
+  local id = redis.call('INCR', P .. 'o:seq')
+  redis.call('HSET', P .. 'o:' .. id, 'a', acct, 'r', reply_id, 'k', ARGV[at + 2],
+             'i', ARGV[at + 3], 'c', ARGV[at + 4], 'n', ARGV[at + 5], 'ro', ARGV[at + 6],
+             'p', ARGV[at + 7], 's', status, 'e', ARGV[at + 9], 't', now, 'u', now)
+  redis.call('ZADD', P .. 'o:reply:' .. reply_id, id, id)
+  outbox_index(id, acct, now, false, status, now)
+  ids[#ids + 1] = id
+  at = at + 10
+end
+for _ = 1, finish do
+  finish_journal(ARGV[at], 'done')
+  at = at + 1
+end
+return ids
+"""
+
+#: ARGV: prefix, id, status, error (JSON), now, fence count, then per fence: acct, lease
+#: name, token (the store's fenced accounts: the entry's own is checked). Returns 1, or 0
+#: when there is no such entry.
+OUTBOX_MARK = r"""
+local id, status, now = ARGV[2], ARGV[3], ARGV[5]
+local key = P .. 'o:' .. id
+local row = redis.call('HMGET', key, 'a', 's', 't')
+if not row[1] then
+  return 0
+end
+local at = 7
+for _ = 1, tonumber(ARGV[6]) do
+  if ARGV[at] == row[1] then
+    check_fence(ARGV[at + 1], ARGV[at + 2])
+  end
+  at = at + 3
+end
+redis.call('HSET', key, 's', status, 'e', ARGV[4], 'u', now)
+outbox_index(id, row[1], row[3], row[2], status, now)
+return 1
+"""
+
+#: ARGV: prefix, id, platform id.
+OUTBOX_SENT_AS = r"""
+local key = P .. 'o:' .. ARGV[2]
+local acct = redis.call('HGET', key, 'a')
+if acct then
+  redis.call('HSET', key, 'pid', ARGV[3])
+  redis.call('HSET', P .. 'o:platform:' .. acct, ARGV[3], ARGV[2])
+end
+return 0
+"""
+
+#: ARGV: prefix, acct, platform id. Returns the entry's row (see outbox_rows).
+OUTBOX_BY_PLATFORM_ID = r"""
+local id = redis.call('HGET', P .. 'o:platform:' .. ARGV[2], ARGV[3])
+if not id then
+  return {}
+end
+return outbox_rows({id})
+"""
+
+#: ARGV: prefix, the key (after the prefix) of a sorted set of ids. Its entries' rows.
+OUTBOX_ROWS = r"""
+return outbox_rows(redis.call('ZRANGE', P .. ARGV[2], 0, -1))
+"""
+
+#: ARGV: prefix, limit. The newest failed / unknown entries' rows, with `u`.
+OUTBOX_FAILURES = r"""
+local limit = tonumber(ARGV[2])
+if limit <= 0 then
+  return {}
+end
+return outbox_rows(redis.call('ZREVRANGE', P .. 'o:failures', 0, limit - 1), 'u')
+"""
+
+#: ARGV: prefix, since, queued_since. Flat channel, account, route, status, updated_at.
+OUTBOX_RECENT = r"""
+local queued_since = tonumber(ARGV[3])
+local out = {}
+for _, id in ipairs(redis.call('ZRANGEBYSCORE', P .. 'o:changed', ARGV[2], '+inf')) do
+  local row = redis.call('HMGET', P .. 'o:' .. id, 'c', 'n', 'ro', 's', 't', 'u')
+  if row[1] and tonumber(row[5]) >= queued_since then
+    out[#out + 1] = row[1]
+    out[#out + 1] = row[2]
+    out[#out + 1] = row[3]
+    out[#out + 1] = row[4]
+    out[#out + 1] = row[6]
+  end
+end
+return out
+"""
+
+#: ARGV: prefix, older_than (exclusive), batch. Returns how many were deleted.
+OUTBOX_PRUNE = r"""
+local ids = redis.call('ZRANGEBYSCORE', P .. 'o:finished', '-inf', '(' .. ARGV[2],
+                       'LIMIT', 0, tonumber(ARGV[3]))
+for _, id in ipairs(ids) do
+  local key = P .. 'o:' .. id
+  local row = redis.call('HMGET', key, 'a', 'r', 'pid')
+  if row[1] then
+    redis.call('ZREM', P .. 'o:reply:' .. row[2], id)
+    if row[3] and redis.call('HGET', P .. 'o:platform:' .. row[1], row[3]) == id then
+      redis.call('HDEL', P .. 'o:platform:' .. row[1], row[3])
+    end
+    redis.call('DEL', key)
+  end
+  redis.call('ZREM', P .. 'o:finished', id)
+  redis.call('ZREM', P .. 'o:changed', id)
+  redis.call('ZREM', P .. 'o:failures', id)
+end
+return #ids
+"""
+
+#: ARGV: prefix, acct, cursor, lease name, token. A fenced set_cursor.
+CURSOR_FENCED = r"""
+check_fence(ARGV[4], ARGV[5])
+redis.call('HSET', P .. 'cursors', ARGV[2], ARGV[3])
+return 0
+"""
+
+#: ARGV: prefix, active_since ('-inf' for all). The session rows, most recent first.
+SESSIONS = r"""
+local keys = redis.call('ZREVRANGEBYSCORE', P .. 'sessions:active', '+inf', ARGV[2])
+local out = {}
+for start = 1, #keys, 1000 do  -- unpack() has a limit on how many values it spreads
+  local rows = redis.call('HMGET', P .. 'sessions',
+                          unpack(keys, start, math.min(start + 999, #keys)))
+  for _, row in ipairs(rows) do
+    out[#out + 1] = row
+  end
+end
+return out
+"""
+
+#: ARGV: prefix, session key, now, count, then per entry: session id (JSON), role (JSON),
+#: body (JSON). Returns the last seq.
+LOG_APPEND = r"""
+local count = tonumber(ARGV[4])
+local last = redis.call('INCRBY', P .. 'log:seq', count)
+local first = last - count + 1
+local key = P .. 'log:' .. ARGV[2]
+for i = 0, count - 1 do
+  local base = 5 + i * 3
+  local seq = first + i
+  redis.call('ZADD', key, seq, ARGV[base] .. '\n' .. ARGV[base + 1] .. '\n' .. seq .. '\n'
+             .. ARGV[base + 2])
+end
+return last
+"""
+
+#: ARGV: prefix, session key, max score ('+inf' or '(' .. before_seq), limit (-1: all),
+#: session id (JSON, '' for any), role count, roles (JSON). The newest matching entries,
+#: newest first. Entries are `session_id \n role \n seq \n body` (JSON text has no raw
+#: newline), so the filters compare text without decoding JSON.
+LOG_READ = r"""
+local key, top, limit, session_id = P .. 'log:' .. ARGV[2], ARGV[3], tonumber(ARGV[4]),
+                                    ARGV[5]
+local role_count = tonumber(ARGV[6])
+if session_id == '' and role_count == 0 then
+  if limit < 0 then
+    return redis.call('ZREVRANGEBYSCORE', key, top, '-inf')
+  end
+  return redis.call('ZREVRANGEBYSCORE', key, top, '-inf', 'LIMIT', 0, limit)
+end
+local roles = {}
+for i = 1, role_count do
+  roles[ARGV[6 + i]] = true
+end
+local out = {}
+while true do
+  local page = redis.call('ZREVRANGEBYSCORE', key, top, '-inf', 'WITHSCORES', 'LIMIT', 0, 256)
+  if #page == 0 then
+    return out
+  end
+  for i = 1, #page, 2 do
+    local entry = page[i]
+    local a = string.find(entry, '\n', 1, true)
+    local b = string.find(entry, '\n', a + 1, true)
+    if (session_id == '' or string.sub(entry, 1, a - 1) == session_id)
+        and (role_count == 0 or roles[string.sub(entry, a + 1, b - 1)]) then
+      out[#out + 1] = entry
+      if limit >= 0 and #out >= limit then
+        return out
+      end
+    end
+    top = '(' .. page[i + 1]
+  end
+end
+"""
+
+#: ARGV: prefix, chat key, client id ('' for none), body (JSON). Returns the new entry
+#: (`id \n body`), or false when the client id is in the chat's transcript already.
+TRANSCRIPT_ADD = r"""
+local client_key = P .. 't:client:' .. ARGV[2]
+if ARGV[3] ~= '' and redis.call('HEXISTS', client_key, ARGV[3]) == 1 then
+  return false
+end
+local id = redis.call('INCR', P .. 't:seq')
+local entry = id .. '\n' .. ARGV[4]
+redis.call('ZADD', P .. 't:' .. ARGV[2], id, entry)
+if ARGV[3] ~= '' then
+  redis.call('HSET', client_key, ARGV[3], entry)
+end
+return entry
+"""
+
+#: ARGV: prefix, name, holder, ttl in ms. Returns the token, or false when another holds it.
+LEASE_ACQUIRE = r"""
+local key = P .. 'lease:' .. ARGV[2]
+local held = redis.call('HMGET', key, 'holder', 'token')
+if held[1] == ARGV[3] then
+  redis.call('PEXPIRE', key, ARGV[4])
+  return tonumber(held[2])
+end
+if held[1] then
+  return false
+end
+local token = redis.call('INCR', P .. 'lease-token:' .. ARGV[2])
+redis.call('HSET', key, 'holder', ARGV[3], 'token', token)
+redis.call('PEXPIRE', key, ARGV[4])
+redis.call('SADD', P .. 'leases', ARGV[2])
+return token
+"""
+
+#: ARGV: prefix, name, holder, token, ttl in ms ('' to release). Returns 1 when it was ours.
+LEASE_RENEW = r"""
+local key = P .. 'lease:' .. ARGV[2]
+local held = redis.call('HMGET', key, 'holder', 'token')
+if held[1] ~= ARGV[3] or held[2] ~= ARGV[4] then
+  return 0
+end
+if ARGV[5] == '' then
+  redis.call('DEL', key)
+  redis.call('SREM', P .. 'leases', ARGV[2])
+else
+  redis.call('PEXPIRE', key, ARGV[5])
+end
+return 1
+"""
+
+#: ARGV: prefix, whether to forget expired names ('1'; not when read-only). Flat name,
+#: holder, token, ms left of every held lease.
+LEASES = r"""
+local out = {}
+for _, name in ipairs(redis.call('SMEMBERS', P .. 'leases')) do
+  local key = P .. 'lease:' .. name
+  local held = redis.call('HMGET', key, 'holder', 'token')
+  local left = redis.call('PTTL', key)
+  if held[1] and left ~= -2 then
+    out[#out + 1] = name
+    out[#out + 1] = held[1]
+    out[#out + 1] = held[2]
+    out[#out + 1] = left
+  elseif ARGV[2] == '1' then
+    redis.call('SREM', P .. 'leases', name)
+  end
+end
+return out
+"""
+
+#: ARGV: prefix, whether to forget expired ids ('1'; not when read-only). Flat id, info
+#: (JSON) of every live instance.
+INSTANCES = r"""
+local out = {}
+for _, id in ipairs(redis.call('SMEMBERS', P .. 'instances')) do
+  local info = redis.call('GET', P .. 'instance:' .. id)
+  if info then
+    out[#out + 1] = id
+    out[#out + 1] = info
+  elseif ARGV[2] == '1' then
+    redis.call('SREM', P .. 'instances', id)
+  end
+end
+return out
+"""

@@ -1,0 +1,158 @@
+"""A real ``redis-server`` for tests: the ``redis_server`` fixture and :class:`RedisServer`.
+
+The fixture (session-scoped, from the test kit's pytest plugin) starts one
+``redis-server`` on a free port of 127.0.0.1 with a temporary directory, and
+yields its URL (``redis://127.0.0.1:PORT/0``); ``redis_prefix`` gives each test
+a key prefix of its own, so tests sharing the server never see each other's
+keys. A test that stops and restarts the server (a lost connection) makes its
+own ``RedisServer``.
+
+The server persists to an append-only file with ``appendfsync everysec``: a
+restart (``RedisServer.restart``) keeps every write, since Redis writes each
+command to the file before it answers, and only an operating-system crash could
+lose the last second, which no test makes. ``appendfsync always`` would fsync
+every write and slow a shared machine for nothing; RDB snapshots are off
+(``--save ""``): the AOF is what restarts read.
+
+``redis-server`` must be on ``PATH`` (Debian's ``redis-server`` package;
+``scripts/system-packages`` installs it): without it the fixture fails, saying so,
+rather than skipping the tests.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+__all__ = ["RedisServer", "redis_prefix", "redis_server"]
+
+#: How long a starting server may take to answer PING, in seconds.
+START_TIMEOUT = 15.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+class RedisServer:
+    """A ``redis-server`` process on 127.0.0.1 with its own data directory.
+
+    ``start()`` returns once it answers PING; ``stop()`` shuts it down (SIGTERM:
+    the AOF is written); ``restart()`` starts it again on the same port and data.
+    Also a context manager.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None, *,
+                 executable: str | None = None) -> None:
+        found = executable or shutil.which("redis-server")
+        if found is None:
+            pytest.fail("redis-server is not installed (it is not on PATH): the Redis store's "
+                        "tests run a real one. Install Debian's redis-server package "
+                        "(scripts/system-packages does), or put redis-server on PATH.",
+                        pytrace=False)
+        self.executable = found
+        self._own_directory = directory is None
+        self.directory = Path(directory or tempfile.mkdtemp(prefix="chatkernel-redis-"))
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> str:
+        """Start the server (on a free port the first time); returns its URL."""
+        if self.process is not None:
+            return self.url
+        for attempt in range(3):  # another process may take the free port first
+            port = self.port or _free_port()
+            process = subprocess.Popen(
+                [self.executable, "--port", str(port), "--bind", "127.0.0.1",
+                 "--dir", str(self.directory), "--save", "", "--appendonly", "yes",
+                 "--appendfsync", "everysec", "--protected-mode", "yes",
+                 "--logfile", str(self.directory / "redis.log")],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            deadline = time.monotonic() + START_TIMEOUT
+            while time.monotonic() < deadline and process.poll() is None:
+                if _ping(port):
+                    self.port, self.process = port, process
+                    return self.url
+                time.sleep(0.05)
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+            if self.port:  # a restart must keep its port: no second try elsewhere
+                break
+        log = self.directory / "redis.log"
+        tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        pytest.fail(f"redis-server did not answer PING within {START_TIMEOUT:.0f} s "
+                    f"(port {port}):\n{tail}", pytrace=False)
+
+    def stop(self) -> None:
+        """Shut the server down (SIGTERM, then SIGKILL after 10 s)."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process.stderr is not None:
+            process.stderr.close()
+
+    def restart(self) -> str:
+        self.stop()
+        return self.start()
+
+    def close(self) -> None:
+        """Stop it and remove its directory (if it made it)."""
+        self.stop()
+        if self._own_directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[str]:
+    """The URL of a ``redis-server`` running for the whole test session (see the module)."""
+    with RedisServer() as server:
+        yield server.url
+
+
+_prefixes = itertools.count(1)
+
+
+@pytest.fixture
+def redis_prefix() -> str:
+    """A key prefix of this test's own (``chatkernel-test-<pid>-<n>:``)."""
+    return f"chatkernel-test-{os.getpid()}-{next(_prefixes)}:"
