@@ -183,6 +183,10 @@ class Channel:
         self.webhook_deliver: Deliver | None = None
         #: Set by the kernel when it starts: where :meth:`report_delivery_status` goes.
         self.delivery_reporter: Callable[..., Awaitable[bool]] | None = None
+        #: Set by the kernel where several instances share the store: the kit's receive
+        #: loops await it before each poll, and it waits while this instance cannot be
+        #: sure it still owns the account (core/cluster.py).
+        self.receive_gate: Callable[[], Awaitable[None]] | None = None
 
     @property
     def config(self) -> Any:

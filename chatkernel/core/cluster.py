@@ -31,6 +31,7 @@ heartbeats run on the process holding the ``heartbeats`` lease only.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -112,6 +113,7 @@ class Cluster:
         # here must write nothing that counts until it has settled (see _tend).
         self._fenced_off: set[str] = set()
         self._store_down_since: float | None = None
+        self._renewed = anyio.Event()  # set after every round of renewals
         #: How many times this instance took an account over.
         self.takeovers = 0
 
@@ -203,10 +205,36 @@ class Cluster:
             except Exception as exc:
                 self._store_failing(exc)
                 self._expire_unrenewed()
+                self._tended()
                 await anyio.sleep(min(every, STORE_RETRY_MAX))
                 continue
             self._store_works()
+            self._tended()
             await anyio.sleep(every)
+
+    def _tended(self) -> None:
+        renewed, self._renewed = self._renewed, anyio.Event()
+        renewed.set()
+
+    def _fresh(self, tenure: _Tenure) -> bool:
+        # Two thirds of the time to live: a lease renewed that recently is surely ours.
+        return self.clock() - tenure.renewed_at < self.ttl * 2 / 3
+
+    async def owning(self, account_key: str) -> bool:
+        """Wait until this instance surely owns the account (its lease renewed lately),
+        and say so; False once it does not own it. An instance that was paused past its
+        lease (SIGSTOP, a long GC, a frozen VM) learns which it is before it acts."""
+        while True:
+            tenure = self._owned.get(account_key)
+            if tenure is None:
+                return False
+            if self._fresh(tenure):
+                return True
+            await self._renewed.wait()
+
+    async def _receive_gate(self, account_key: str) -> None:
+        if not await self.owning(account_key):
+            await anyio.sleep_forever()  # given up: its loop is being cancelled
 
     async def _register(self) -> None:
         kernel = self.kernel
@@ -257,14 +285,18 @@ class Cluster:
         where = (account.channel_name, account.name)
         # The position first: what is journaled from now on is read from the inbox,
         # what was before is replayed below (both: run once, see Inbound.line_up).
-        self._positions[where] = await self.shared.inbox_position(*where)
-        tenure = self._owned[account.key] = _Tenure(token, self.clock())
+        position = await self.shared.inbox_position(*where)
+        tenure = _Tenure(token, self.clock())
         kernel.inbound.forget_lined(account)
         kernel.outbox.forget_known(account)
         kernel.sessions.forget(f"{account.key}:")  # another instance may have changed them
         await self._stop_elsewhere(account)
         await kernel.outbox.recover(account)
         await kernel.replay_unfinished(account)
+        # Owned from here on: what this instance journals now is lined up behind the
+        # replayed messages (before, it came by the inbox, read from `position`).
+        self._owned[account.key] = tenure
+        self._positions[where] = position
         self.takeovers += 1
         log.info("%s: this instance owns it now (lease token %d)", account.key, token)
         assert self._loops is not None
@@ -276,6 +308,8 @@ class Cluster:
 
         kernel = self.kernel
         supervisor = kernel.supervisors[account.key] = Supervisor(kernel, account)
+        assert account.channel is not None
+        account.channel.receive_gate = functools.partial(self._receive_gate, account.key)
         try:
             with tenure.scope:
                 await supervisor.run()
@@ -433,6 +467,9 @@ class Cluster:
                     self._store_failing(exc)
                     await anyio.sleep(1.0)
                     continue
+                # Read before a pause, maybe: acted on only by a sure owner.
+                for where in {where for where, _, _ in items}:
+                    await self.owning(f"{where[0]}:{where[1]}")
                 self._dispatch(items)
 
     def _dispatch(self, items: list[tuple[tuple[str, str], str, Any]]) -> None:

@@ -256,10 +256,11 @@ class Inbound:
         return outcomes
 
     def _line_up_if_owned(self, account: Account, seq: int, message: InboundMessage) -> None:
-        """After journaling: the pipeline runs here unless another instance owns the
-        account, which reads the message from the account's inbox (core/cluster.py)."""
-        cluster = self.kernel.cluster
-        if cluster is None or cluster.owns(account.key):
+        """After journaling: the pipeline goes on here, unless several instances share
+        the store. Then the account's owner reads every message from the account's
+        inbox, even those it journaled itself: in journal order, whichever instance
+        took them (core/cluster.py)."""
+        if self.kernel.cluster is None:
             self.line_up(account, seq, message)
 
     def line_up(self, account: Account, seq: int, message: InboundMessage) -> None:
@@ -314,9 +315,8 @@ class Inbound:
         if accepted is None:
             return "duplicate"
         account, seq = accepted
-        cluster = self.kernel.cluster
-        if cluster is not None and not cluster.owns(account.key):
-            return "accepted"  # its owner runs it (core/cluster.py)
+        if self.kernel.cluster is not None:
+            return "accepted"  # the account's owner runs it, from its inbox (core/cluster.py)
         return await self.process(account, message, seq)
 
     async def _journal(self, message: InboundMessage) -> tuple[Account, int] | None:

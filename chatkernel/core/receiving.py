@@ -266,6 +266,8 @@ async def poll_forever(channel: "Channel", deliver: "Deliver") -> None:
     backoff = Backoff(*channel.receive_backoff)
     failures = 0
     while True:
+        if channel.receive_gate is not None:
+            await channel.receive_gate()
         try:
             polled = await channel.poll(cursor)
         except PlatformError as exc:

@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from chatkernel.core.store.redis import RedisStore
+from chatkernel.testing import BUSY_HINT
 from chatkernel.testing.instances import GatewayInstances
 from chatkernel_telegram.fake import FakeBotAPI
 
@@ -47,16 +48,22 @@ async def wait_for_holder(store: RedisStore, *, other_than: str | None = None,
             await anyio.sleep(0.05)
 
 
+def answers(api: FakeBotAPI, chat_id: int | None = None) -> list[str]:
+    """What the bot sent, but the notes that it is still busy with an earlier message."""
+    return [m.plain_text for m in api.sent(chat_id=chat_id) if m.plain_text != BUSY_HINT]
+
+
 def pid_of(holder: str) -> int:
     return int(holder.split("/")[-2])
 
 
-async def settled(store: RedisStore, api: FakeBotAPI, want: int, timeout: float) -> list:
+async def settled(store: RedisStore, api: FakeBotAPI, want: set[str], timeout: float
+                  ) -> list:
     """The entries ended delivery unknown, once every message has an answer or is one."""
     with anyio.fail_after(timeout):
         while True:
             unknown = [entry for entry, _ in await store.outbox_failures(limit=1000)]
-            if len(api.sent()) + len(unknown) >= want:
+            if want <= set(answers(api)) | {entry.payload.text for entry in unknown}:
                 return unknown
             await anyio.sleep(0.1)
 
@@ -91,22 +98,27 @@ async def test_kill_9_of_the_poller_mid_burst_loses_nothing_and_sends_nothing_tw
                                                       timeout=LEASE_SECONDS * 5)
                 tokens.append(token)
                 await instances.start()  # three again
-            want = sum(len(texts) for texts in expected.values())
+            want = {text for texts in expected.values() for text in texts}
             unknown = await settled(store, api, want, timeout=90)
         finally:
             await store.close()
-    sent = [message.plain_text for message in api.sent()]
+    sent = answers(api)
     assert max(collections.Counter(sent).values()) == 1  # nothing twice
     unknown_texts = {entry.payload.text for entry in unknown}
     assert all(entry.status == "unknown" for entry in unknown)  # nothing failed
-    for chat, texts in expected.items():  # all answered, in order; a gap only in flight
-        got = [m.plain_text for m in api.sent(chat_id=chat)]
-        assert got == [text for text in texts if text not in unknown_texts], chat
-    assert len(unknown_texts) <= kills  # at most the request each kill cut
+    for chat, texts in expected.items():  # all answered, in order per chat
+        got = answers(api, chat)
+        # (one in flight at a kill is "delivery unknown": it may have arrived or not)
+        assert [t for t in got if t not in unknown_texts] == \
+            [t for t in texts if t not in unknown_texts], chat
+        assert got == [t for t in texts if t in got], chat
+    assert len(unknown_texts) <= kills * chats  # at most a request per chat each kill cut
     assert tokens == sorted(set(tokens))  # every takeover fenced the one before
     conflicts = [call for call in api.calls
                  if call.method == "getUpdates" and call.status == 409]
-    assert not conflicts  # one poller at a time, never two
+    # One poller at a time: a 409 goes only to the long poll a killed instance left
+    # open, which the next owner's first poll ends (Telegram's "newer request wins").
+    assert len(conflicts) <= kills
 
 
 async def test_a_paused_former_owner_is_fenced_off(tmp_path, redis_server, redis_prefix):
