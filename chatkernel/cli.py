@@ -856,6 +856,53 @@ def heartbeat_wake(text: str | None, mode: str, session_key: str | None, as_json
         click.echo(f"the note waits for the next run of heartbeat {name}")
 
 
+# -- reload ---------------------------------------------------------------------------
+
+
+#: ``chatkernel reload`` exit codes: the config was refused; no gateway runs.
+EXIT_RELOAD_REFUSED = 1
+EXIT_NO_GATEWAY = 3
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+def reload(as_json: bool) -> None:
+    """Apply the edited config file to the running gateway, without a restart.
+
+    Allowlists, queue and heartbeat settings, added and removed accounts and new
+    account credentials apply at once; the answer names every changed key that needs a
+    restart. An invalid config is refused as a whole: the running one stays. The same
+    happens on SIGHUP to `chatkernel run`.
+    """
+    import urllib.error
+
+    from chatkernel.core.control import call
+
+    info = _running_gateway()
+    if info is None:
+        error = click.ClickException("no gateway is running: nothing to reload (a start "
+                                     "reads the config anyway: chatkernel run)")
+        error.exit_code = EXIT_NO_GATEWAY
+        raise error
+    try:
+        status, answer = call(info, "/control/reload", {}, timeout=60.0)
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        error = click.ClickException(f"the gateway at {info.url} did not answer ({exc})")
+        error.exit_code = EXIT_NO_GATEWAY
+        raise error from None
+    if as_json:
+        click.echo(json.dumps(answer if status < 400 else {"refused": answer.get("error")},
+                              indent=2))
+        if status >= 400:
+            sys.exit(EXIT_RELOAD_REFUSED)
+        return
+    if status >= 400:
+        raise click.ClickException("reload refused: " + answer.get(
+            "error", f"the gateway answered {status}"))
+    for line in answer["lines"]:
+        click.echo(line)
+
+
 # -- login ----------------------------------------------------------------------------
 
 

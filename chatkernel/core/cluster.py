@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from chatkernel.core.store.base import JournalEntry, OutboxEntry
+from chatkernel.core.store.shared import account_lease
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -65,7 +66,7 @@ SHED_SECONDS = 10.0
 
 def lease_name(account: "Account") -> str:
     """The lease that makes an instance the owner of ``account``."""
-    return f"account:{account.channel_name}:{account.name}"
+    return account_lease(account.channel_name, account.name)
 
 
 class _Tenure:
@@ -147,6 +148,34 @@ class Cluster:
                        for name, (holder, token, left) in sorted(leases.items())],
         }
 
+    # -- what a reload asks (the gateway's ReceiveLoops, for several instances) -------
+
+    def start(self, account: "Account") -> None:
+        """A reload added the account, or rebuilt its channel: run its receive loop if
+        this instance owns it, else take its requests for the owner. (A new account
+        is taken over like any other, once its lease is free.)"""
+        tenure = self._owned.get(account.key)
+        if tenure is not None and self._loops is not None:
+            fresh = self._owned[account.key] = _Tenure(tenure.token, tenure.renewed_at)
+            self._loops.start_soon(self._run_account, account, fresh,
+                                   name=f"receive {account.key}")
+        else:
+            self._start_elsewhere(account)
+
+    def stop(self, key: str) -> anyio.Event | None:
+        """A reload removes the account or rebuilds its channel: stop what runs for it
+        here; the event is set once it ended (None: nothing ran). Its lease is kept
+        until the account is gone (then given back) or started again."""
+        self.kernel.supervisors.pop(key, None)
+        elsewhere = self._elsewhere.pop(key, None)
+        if elsewhere is not None:
+            elsewhere.scope.cancel()
+        tenure = self._owned.get(key)
+        if tenure is not None:
+            tenure.scope.cancel()
+            return tenure.ended
+        return elsewhere.ended if elsewhere is not None else None
+
     # -- the loops ---------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -198,6 +227,7 @@ class Cluster:
         while True:
             try:
                 await self._register()
+                await self._release_removed()
                 share = await self._fair_share()
                 for account in list(self.kernel.accounts.values()):
                     await self._tend(account, share)
@@ -211,6 +241,17 @@ class Cluster:
             self._store_works()
             self._tended()
             await anyio.sleep(every)
+
+    async def _release_removed(self) -> None:
+        """Give back the leases of accounts a reload removed, once their work settled."""
+        for key in [key for key in self._owned if key not in self.kernel.accounts]:
+            if self.kernel.account_busy(key):
+                continue
+            tenure = self._owned.pop(key)
+            channel, _, name = key.partition(":")
+            await self.shared.release_lease(account_lease(channel, name), self.holder,
+                                            tenure.token)
+            log.info("%s: removed from the config; its lease is given back", key)
 
     def _tended(self) -> None:
         renewed, self._renewed = self._renewed, anyio.Event()
@@ -259,7 +300,7 @@ class Cluster:
                 self._lose(account, "its lease went to another instance")
                 return
             if (len(self._owned) > share and not self._shedding and self._receiving
-                    and not self.kernel.account_work(account)):
+                    and not self.kernel.account_busy(account.key)):
                 assert self._loops is not None
                 self._shedding = True
                 self._loops.start_soon(self._shed, account, tenure,
@@ -267,7 +308,7 @@ class Cluster:
             return
         if len(self._owned) >= share:
             return
-        if self.kernel.account_work(account):
+        if self.kernel.account_busy(account.key):
             return  # the work of an earlier tenure is still settling: not yet
         if account.key in self._fenced_off:
             # Settled: unfenced again, so a send queued here reaches the owner's inbox.
@@ -326,7 +367,7 @@ class Cluster:
             self._positions.pop((account.channel_name, account.name), None)
             with anyio.move_on_after(SHED_SECONDS):
                 await tenure.ended.wait()
-                while self.kernel.account_work(account):
+                while self.kernel.account_busy(account.key):
                     await anyio.sleep(0.05)
                 if self._owned.get(account.key) is tenure:
                     del self._owned[account.key]
@@ -442,10 +483,9 @@ class Cluster:
         for key in list(self._owned):
             tenure = self._owned.pop(key)
             tenure.scope.cancel()
-            account = self.kernel.accounts.get(key)
-            if account is not None:
-                await self.shared.release_lease(lease_name(account), self.holder,
-                                                tenure.token)
+            channel, _, name = key.partition(":")
+            await self.shared.release_lease(account_lease(channel, name), self.holder,
+                                            tenure.token)
         if self._heartbeats is not None:
             tenure, self._heartbeats = self._heartbeats, None
             tenure.scope.cancel()

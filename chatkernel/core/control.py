@@ -174,6 +174,9 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
     async def heartbeat_wake(body: dict[str, Any]) -> dict[str, Any]:
         return await wake_heartbeat(kernel, body)
 
+    async def reload(body: dict[str, Any]) -> dict[str, Any]:
+        return await reload_config(kernel)
+
     return [("POST", "/control/send", handler(send)),
             ("POST", "/control/status", handler(status)),
             ("POST", "/control/health", handler(health)),
@@ -181,7 +184,27 @@ def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
             ("POST", "/control/presence", handler(presence)),
             ("POST", "/control/sessions/policy", handler(session_policy)),
             ("POST", "/control/heartbeat/status", handler(heartbeat_status)),
-            ("POST", "/control/heartbeat/wake", handler(heartbeat_wake))]
+            ("POST", "/control/heartbeat/wake", handler(heartbeat_wake)),
+            ("POST", "/control/reload", handler(reload))]
+
+
+async def reload_config(kernel: "Kernel") -> dict[str, Any]:
+    """``chatkernel reload``: read the config file again and apply it (see
+    chatkernel.core.reload). A config the start-up checks refuse is a 422 naming what
+    is wrong, and nothing of it is applied."""
+    from chatkernel.core.errors import ConfigError
+    from chatkernel.core.reload import ReloadBusy
+
+    if kernel.reloader is None:
+        raise ControlError("this kernel cannot reload its config (it is not a gateway)", 409)
+    try:
+        report = await kernel.reloader.reload()
+    except ConfigError as exc:
+        raise ControlError(f"{exc} (nothing was applied: the running config stays)",
+                           422) from None
+    except ReloadBusy as exc:
+        raise ControlError(str(exc), 409) from None
+    return {**report.as_dict(), "lines": report.lines(), "pid": os.getpid()}
 
 
 async def wake_heartbeat(kernel: "Kernel", body: dict[str, Any]) -> dict[str, Any]:

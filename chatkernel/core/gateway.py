@@ -5,7 +5,7 @@ a crashed loop is restarted with exponential backoff, and the health monitor
 restarts one that went silent. The HTTP server carries every channel's routes,
 the control API, ``/healthz``, ``/metrics`` and ``/status``. SIGINT/SIGTERM stop
 the receive loops, let in-flight turns and sends drain (bounded), close the
-store and return.
+store and return. SIGHUP reloads the config file (chatkernel.core.reload).
 """
 
 from __future__ import annotations
@@ -17,16 +17,20 @@ from dataclasses import dataclass
 
 import anyio
 from aiohttp import web
+from anyio.abc import TaskGroup
 
 from chatkernel.core import config as cfg
+from chatkernel.core.cluster import Cluster
 from chatkernel.core.gc_tuning import tune_for_serving
 from chatkernel.core.homelock import HomeLock
 from chatkernel.core.kernel import Kernel
+from chatkernel.core.models import Account
 from chatkernel.core.presence import is_loopback
+from chatkernel.core.reload import ConfigReloader
 from chatkernel.core.supervisor import Supervisor, supervise
 
-__all__ = ["DRAIN_SECONDS", "Listening", "build_app", "check_listen", "check_startup",
-           "run_gateway", "supervise"]
+__all__ = ["DRAIN_SECONDS", "Listening", "ReceiveLoops", "build_app", "check_listen",
+           "check_startup", "run_gateway", "supervise"]
 
 log = logging.getLogger("chatkernel.gateway")
 
@@ -68,17 +72,54 @@ def check_listen(config: cfg.KernelConfig, host: str, *, config_path=None) -> No
 
 
 def check_startup(config: cfg.KernelConfig, *, config_path=None, listen: str | None = None,
-                  pm=None) -> None:
+                  pm=None) -> Kernel:
     """Every check a start makes before it binds or opens anything (the listen address,
     then :meth:`Kernel.check`): ``chatkernel config validate`` runs it too, so what it
-    calls ok, ``run`` accepts."""
+    calls ok, ``run`` accepts; so does a reload. Returns the checked kernel (not
+    started: its accounts are built, nothing is open)."""
     host, _ = parse_listen(listen or config.gateway.listen)
     check_listen(config, host, config_path=config_path)
     # Channel constructors open nothing (clients connect on first use): no cleanup.
-    Kernel(config, config_path=config_path, pm=pm).check()
+    kernel = Kernel(config, config_path=config_path, pm=pm)
+    kernel.check()
+    return kernel
 
 
 KERNEL = web.AppKey("kernel", Kernel)
+
+
+class ReceiveLoops:
+    """The accounts' receive loops, each under its :class:`Supervisor`, in one task group:
+    where loops start (for every account at start, for one a reload adds) and stop
+    (an account a reload removes or restarts on new settings)."""
+
+    def __init__(self, kernel: Kernel, task_group: TaskGroup) -> None:
+        self.kernel = kernel
+        self._tg = task_group
+        self._running: dict[str, tuple[anyio.CancelScope, anyio.Event]] = {}
+
+    def start(self, account: Account) -> None:
+        supervisor = self.kernel.supervisors[account.key] = Supervisor(self.kernel, account)
+        scope, ended = self._running[account.key] = anyio.CancelScope(), anyio.Event()
+
+        async def run() -> None:
+            try:
+                with scope:
+                    await supervisor.run()
+            finally:
+                ended.set()
+
+        self._tg.start_soon(run, name=f"receive {account.key}")
+
+    def stop(self, key: str) -> anyio.Event | None:
+        """Cancel an account's loop; the event is set once it ended (None: none ran)."""
+        self.kernel.supervisors.pop(key, None)
+        found = self._running.pop(key, None)
+        if found is None:
+            return None
+        scope, ended = found
+        scope.cancel()
+        return ended
 
 
 def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
@@ -161,15 +202,17 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                 async with anyio.create_task_group() as loops:
                     if kernel.cluster is not None:
                         # Several instances: each account's loop runs where its lease is.
+                        receive: ReceiveLoops | Cluster = kernel.cluster
                         loops.start_soon(kernel.cluster.run, name="cluster")
                     else:
+                        receive = ReceiveLoops(kernel, loops)
                         for account in kernel.accounts.values():
-                            supervisor = kernel.supervisors[account.key] = Supervisor(
-                                kernel, account)
-                            loops.start_soon(supervisor.run, name=f"receive {account.key}")
+                            receive.start(account)
+                    kernel.reloader = ConfigReloader(kernel, receive, config_path=config_path,
+                                                     listen=listen or config.gateway.listen)
                     loops.start_soon(kernel.health.run_refresher, name="health refresher")
                     loops.start_soon(kernel.monitor.run, name="health monitor")
-                    await _wait_for_stop(stop, handle_signals)
+                    await _wait_for_stop(stop, handle_signals, kernel.reloader.reload_and_log)
                     log.info("stopping: no new messages; draining in-flight turns")
                     if kernel.cluster is not None:
                         # The leases are renewed while the turns and sends drain, then
@@ -194,7 +237,8 @@ async def _drain(kernel: Kernel) -> None:
                     "start", DRAIN_SECONDS)
 
 
-async def _wait_for_stop(stop: anyio.Event | None, handle_signals: bool) -> None:
+async def _wait_for_stop(stop: anyio.Event | None, handle_signals: bool,
+                         on_hangup: Callable[[], Awaitable[None]]) -> None:
     async with anyio.create_task_group() as tg:
         async def cancel_on(waiter: Callable[[], Awaitable[object]]) -> None:
             await waiter()
@@ -204,10 +248,13 @@ async def _wait_for_stop(stop: anyio.Event | None, handle_signals: bool) -> None
             tg.start_soon(cancel_on, stop.wait)
         if handle_signals:
             async def signals() -> None:
-                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as received:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM,
+                                                signal.SIGHUP) as received:
                     async for signum in received:
                         log.info("received %s", signal.Signals(signum).name)
-                        return
+                        if signum != signal.SIGHUP:
+                            return
+                        tg.start_soon(on_hangup, name="reload")
 
             tg.start_soon(cancel_on, signals)
         if stop is None and not handle_signals:

@@ -841,6 +841,16 @@ class HeartbeatScheduler:
             job.hold_until = None
         self.wake()
 
+    def reschedule(self) -> None:
+        """The config changed (a reload): every heartbeat's due time follows its new
+        settings from now on (an interval counts from the same anchor), and the loop
+        starts if a heartbeat is timed now."""
+        if not self.started:
+            return
+        if self._timed():
+            self._ensure_loop()
+        self.reconsider()
+
     def session_job(self, session_key: str) -> HeartbeatJob | None:
         return self.jobs.get(SESSION_PREFIX + session_key)
 

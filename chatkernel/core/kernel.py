@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from anyio.abc import TaskGroup
@@ -44,6 +44,9 @@ from chatkernel.core.queue import QueueSettings, SessionQueue
 from chatkernel.core.sessions import Sessions
 from chatkernel.core.store.base import Store
 from chatkernel.core.turns import Turns
+
+if TYPE_CHECKING:
+    from chatkernel.core.reload import ReloadReport
 
 log = logging.getLogger("chatkernel.kernel")
 
@@ -111,6 +114,9 @@ class Kernel:
         #: This process's part among several sharing the store (None: the only one;
         #: see chatkernel.core.cluster).
         self.cluster: Cluster | None = None
+        #: What ``chatkernel reload`` and SIGHUP run (the gateway sets it): a
+        #: :class:`chatkernel.core.reload.ConfigReloader`.
+        self.reloader: Any = None
         self._tg: TaskGroup | None = None
         self._queue: SessionQueue | None = None
         self._turns: Turns | None = None
@@ -171,11 +177,8 @@ class Kernel:
         redact_turns(self.agent, self.secrets.redact)
         stack.push_async_callback(self.agent.aclose)
         for account in self.accounts.values():
-            if account.channel is not None:
-                account.channel.store = store
-                account.channel.delivery_reporter = functools.partial(
-                    self.delivery_statuses.report, account)
-                stack.push_async_callback(account.channel.aclose)
+            self.attach_channel(account)
+        stack.push_async_callback(self._close_channels)
 
         stack.callback(self._close_queue)  # runs after the task group ended: no worker left
         self._tg = await stack.enter_async_context(anyio.create_task_group())
@@ -204,6 +207,36 @@ class Kernel:
             await self.replay_unfinished()
         if self.run_heartbeats:
             await self.heartbeats.start(self._tg)
+
+    def attach_channel(self, account: Account) -> None:
+        """Give an account's channel the store and its delivery-status reporter (at
+        start, and for a channel a reload made); it is closed with the kernel."""
+        if account.channel is not None:
+            account.channel.store = self.store
+            account.channel.delivery_reporter = functools.partial(
+                self.delivery_statuses.report, account)
+
+    async def _close_channels(self) -> None:
+        async with contextlib.AsyncExitStack() as stack:  # each one, whatever others raise
+            for account in self.accounts.values():
+                if account.channel is not None:
+                    stack.push_async_callback(account.channel.aclose)
+
+    async def reload(self, new_config: cfg.KernelConfig, **options: Any) -> "ReloadReport":
+        """Apply a new config while the kernel runs: what can change live does, the
+        report names what needs a restart (see :mod:`chatkernel.core.reload`). Raises
+        ConfigError, changing nothing, when ``new_config`` fails the start-up checks."""
+        from chatkernel.core.reload import apply_config
+
+        return await apply_config(self, new_config, **options)
+
+    def use_config(self, config: cfg.KernelConfig) -> None:
+        """Run on ``config`` from now on (a reload's config in effect): what the kernel
+        made from the config it started with is made again."""
+        self.config = config
+        self.send_policy = SendPolicy.from_config(config.send_policy)
+        self._channel_queue_settings.clear()
+        self.secrets.add(*cfg.kernel_secrets(config))
 
     def check(self) -> dict[str, Any]:
         """Build the channels' accounts and check every setting the kernel acts on,
@@ -290,17 +323,17 @@ class Kernel:
         if entries:
             log.info("replayed %d unfinished inbound message(s)", len(entries))
 
-    def account_work(self, account: Account) -> int:
-        """How much of ``account``'s work this process holds in memory: messages
-        waiting for the pipeline, busy session lanes, running turns, payloads queued
-        (an instance takes an account over again only once this is 0)."""
-        prefix = f"{account.key}:"
-        count = self.inbound.lines.count_keys(prefix) + self.outbox.lines.count_keys(prefix)
-        if self._queue is not None:
-            count += sum(1 for key in self._queue.lanes if key.startswith(prefix))
-        if self._turns is not None:
-            count += self._turns.count_running(prefix)
-        return count
+    def account_busy(self, key: str) -> bool:
+        """Whether an account (``channel:account``) has work in flight here: messages
+        in the pipeline, a session lane with a turn queued or running, payloads to
+        send, a heartbeat running (a reload waits for it before removing the account;
+        an instance, before taking the account over again or handing it over)."""
+        prefix = f"{key}:"
+        return (any(k.startswith(prefix) for k in self.inbound.lines.keys())
+                or any(k.startswith(prefix) and lane.busy for k, lane in self.queue.lanes.items())
+                or any(k.startswith(prefix) for k in self.outbox.lines.keys())
+                or any(job.running and job.running_in.startswith(prefix)
+                       for job in self.heartbeats.jobs.values()))
 
     def _close_queue(self) -> None:
         if self._queue is not None:
@@ -460,7 +493,7 @@ class Kernel:
         """Session override (``/queue``) > channel ``queue`` table > ``[queue]``."""
         channel_name = session_key.split(":", 1)[0]
         settings = self._channel_queue_settings.get(channel_name)
-        if settings is None:  # the config does not change while the kernel runs
+        if settings is None:  # cached until a reload replaces the config (use_config)
             q = self.config.queue
             settings = QueueSettings(q.mode, q.debounce_ms, q.cap, q.drop)
             section = self.config.channels.get(channel_name)

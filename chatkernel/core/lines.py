@@ -66,9 +66,9 @@ class Lines(Generic[T]):
         """Whether ``key`` has items waiting or being handled."""
         return bool(self._lines.get(key))
 
-    def count_keys(self, prefix: str) -> int:
-        """How many keys starting with ``prefix`` have items waiting or being handled."""
-        return sum(1 for key, line in self._lines.items() if line and key.startswith(prefix))
+    def keys(self) -> list[str]:
+        """The keys with items waiting or being handled."""
+        return [key for key, line in self._lines.items() if line]
 
     def put(self, key: str, item: T, *, wake: bool = True) -> None:
         """Queue ``item`` behind ``key``'s earlier items.

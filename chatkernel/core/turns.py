@@ -66,10 +66,6 @@ class Turns:
         """Whether a turn of the session runs now."""
         return key in self._running
 
-    def count_running(self, prefix: str) -> int:
-        """How many sessions whose key starts with ``prefix`` have a turn running."""
-        return sum(1 for key in self._running if key.startswith(prefix))
-
     async def run(self, key: str, batch: Batch) -> None:
         """One agent turn for a session, then the command answers that waited for it
         (see chatkernel.core.order)."""

@@ -74,6 +74,7 @@ class RedisServer:
         self.executable = found
         self._own_directory = directory is None
         self.directory = Path(directory or tempfile.mkdtemp(prefix="chatkernel-redis-"))
+        self.directory.mkdir(parents=True, exist_ok=True)
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -102,10 +103,11 @@ class RedisServer:
             if process.poll() is None:
                 process.kill()
             process.wait()
+            stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
             if self.port:  # a restart must keep its port: no second try elsewhere
                 break
         log = self.directory / "redis.log"
-        tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+        tail = (log.read_text(errors="replace") if log.exists() else stderr)[-2000:]
         pytest.fail(f"redis-server did not answer PING within {START_TIMEOUT:.0f} s "
                     f"(port {port}):\n{tail}", pytrace=False)
 

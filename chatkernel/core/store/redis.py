@@ -239,7 +239,8 @@ class RedisStore(Store, SharedState):
         except ResponseError as exc:
             text = str(exc)
             if text.startswith("LEASE_LOST"):
-                lease = text.partition(" ")[2] or None
+                # Redis appends " script: <sha>, on @user_script:<line>." to the error.
+                lease = text.partition(" ")[2].split(" script: ")[0] or None
                 raise LeaseLost(f"{what} refused: this process no longer holds the lease "
                                 f"{lease} with the token it was fenced with",
                                 lease=lease) from None
@@ -276,9 +277,15 @@ class RedisStore(Store, SharedState):
             return
         from redis.exceptions import RedisError
 
+        # One round trip: every script loaded (a call then never meets NOSCRIPT, which
+        # costs two more), then the layout checked.
+        pipe = self._redis.pipeline(transaction=False)
+        for script in self._scripts.values():
+            pipe.script_load(script.script)
+        pipe.evalsha(self._scripts["OPEN"].sha, 0, self.prefix, SCHEMA_VERSION,
+                     "1" if self.read_only else "0")
         try:
-            stored = await self._scripts["OPEN"](
-                args=[self.prefix, SCHEMA_VERSION, "1" if self.read_only else "0"])
+            *_, stored = await pipe.execute()
         except (RedisError, OSError) as exc:
             raise StoreUnavailable(
                 f"cannot reach the Redis server at {self.safe_url}: "

@@ -1,0 +1,383 @@
+"""`chatkernel reload` and SIGHUP: the running gateway takes an edited config without a
+restart (a real `chatkernel run` against the fake Telegram Bot API)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+
+import anyio
+import pytest
+
+from chatkernel.testing.process import CHATKERNEL, gateway_process
+
+pytestmark = pytest.mark.anyio
+
+FRIEND, STRANGER = 111, 222
+SECOND_TOKEN = "654321:second-bot-token-abcdefghijklmnop"
+
+
+def run(home, *args, timeout=60):
+    env = {**os.environ, "CHATKERNEL_HOME": str(home)}
+    env.pop("CHATKERNEL_CONFIG", None)
+    return subprocess.run([CHATKERNEL, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+async def cli(home, *args):
+    """The CLI in a thread: the fake Bot API answers from this event loop meanwhile."""
+    return await anyio.to_thread.run_sync(lambda: run(home, *args))
+
+
+def account(name, token, api, allow_from, poll_timeout=1):
+    return f"""
+[channels.telegram.accounts.{name}]
+bot_token = "{token}"
+api_base = "{api.base_url}"
+allow_from = {json.dumps([str(user) for user in allow_from])}
+poll_timeout = {poll_timeout}
+"""
+
+
+def write_config(home, api, accounts, extra=""):
+    (home / "config.toml").write_text(f"""
+[queue]
+debounce_ms = 0
+mode = "followup"
+{extra}
+
+[channels.telegram.rate_limits]  # the fake has no limits: no waiting in the tests
+chat = "1000/s"
+account = "1000/s"
+{accounts}""")
+
+
+@pytest.fixture
+async def bot_api():
+    from chatkernel_telegram.fake import FakeBotAPI
+
+    async with FakeBotAPI() as api:
+        api.add_bot(SECOND_TOKEN, "second_bot")
+        yield api
+
+
+@pytest.fixture
+def home(tmp_path, bot_api):
+    home = tmp_path / "home"
+    home.mkdir()
+    write_config(home, bot_api, account("main", bot_api.token, bot_api, [FRIEND]))
+    return home
+
+
+@contextlib.asynccontextmanager
+async def gateway(home):
+    stack = contextlib.ExitStack()
+    process = await anyio.to_thread.run_sync(stack.enter_context, gateway_process(home))
+    try:
+        yield process
+    finally:
+        await anyio.to_thread.run_sync(stack.close)
+
+
+async def answered(api, chat_id, want, token=None, timeout=15.0):
+    """The texts sent to ``chat_id`` once there are ``want`` of them (or what there is)."""
+    with anyio.move_on_after(timeout):
+        while len(api.texts(chat_id, token)) < want:
+            await anyio.sleep(0.02)
+    return api.texts(chat_id, token)
+
+
+def gateway_pid(home):
+    return json.loads((home / "gateway.json").read_text())["pid"]
+
+
+async def test_an_added_user_is_answered_after_reload_without_a_restart(home, bot_api):
+    async with gateway(home) as process:
+        bot_api.inject_message(STRANGER, "hello?")
+        refusal = await answered(bot_api, STRANGER, 1)
+        assert "not allowed" in refusal[0]
+        write_config(home, bot_api, account("main", bot_api.token, bot_api,
+                                            [FRIEND, STRANGER]))
+        result = await cli(home, "reload")
+        assert result.returncode == 0, result.stderr
+        assert "applied: channels.telegram.accounts.main.allow_from" in result.stdout
+        assert "needs a restart" not in result.stdout
+        bot_api.inject_message(STRANGER, "now?")
+        assert (await answered(bot_api, STRANGER, 2))[1] == "now?"
+        assert gateway_pid(home) == process.process.pid
+        assert process.process.poll() is None
+
+
+async def test_messages_flowing_across_reloads_are_answered_once_each(home, bot_api):
+    write_config(home, bot_api, account("main", bot_api.token, bot_api, [FRIEND]))
+    async with gateway(home):
+        sent: list[str] = []
+
+        reloaded = anyio.Event()
+
+        async def write():  # until the last reload is over, and a little after
+            while not reloaded.is_set() or len(sent) % 50:
+                text = f"message {len(sent)}"
+                bot_api.inject_message(FRIEND, text)
+                sent.append(text)
+                await anyio.sleep(0.01)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write)
+            # Each time a queue change, an allowlist change and, every other time, a
+            # connection setting: that restarts the receive loop in mid-flow.
+            for number in range(4):
+                write_config(home, bot_api, account("main", bot_api.token, bot_api,
+                                                    [FRIEND, number], (1, 2, 2, 1)[number]),
+                             extra=f"cap = {21 + number}")
+                result = await cli(home, "reload", "--json")
+                assert result.returncode == 0, result.stderr
+                report = json.loads(result.stdout)
+                assert "queue.cap" in report["applied"]
+                assert report["restarted"] == (["telegram:main"] if number % 2 else [])
+                assert report["restart_needed"] == []
+            reloaded.set()
+        texts = await answered(bot_api, FRIEND, len(sent))
+        assert sorted(texts) == sorted(sent)  # every message answered, none twice
+        assert len(texts) == len(set(texts)) >= 50
+
+
+async def test_sighup_reloads_the_running_gateway(home, bot_api):
+    async with gateway(home) as process:
+        bot_api.inject_message(FRIEND, "up?")
+        assert await answered(bot_api, FRIEND, 1) == ["up?"]  # serving: SIGHUP is handled
+        bot_api.inject_message(STRANGER, "hello?")
+        assert "not allowed" in (await answered(bot_api, STRANGER, 1))[0]
+        write_config(home, bot_api, account("main", bot_api.token, bot_api,
+                                            [FRIEND, STRANGER]))
+        process.process.send_signal(signal.SIGHUP)
+        with anyio.fail_after(15):
+            while not any("config reloaded" in line for line in process.lines):
+                line = await anyio.to_thread.run_sync(process.process.stderr.readline)
+                process.lines.append(line)
+        logged = next(line for line in process.lines if "config reloaded" in line)
+        assert "channels.telegram.accounts.main.allow_from" in logged
+        bot_api.inject_message(STRANGER, "now?")
+        assert (await answered(bot_api, STRANGER, 2))[1] == "now?"
+        assert process.process.poll() is None
+        assert gateway_pid(home) == process.process.pid
+
+
+async def test_accounts_added_and_removed_by_a_reload(home, bot_api):
+    async with gateway(home):
+        both = (account("main", bot_api.token, bot_api, [FRIEND])
+                + account("second", SECOND_TOKEN, bot_api, [FRIEND]))
+        write_config(home, bot_api, both)
+        result = await cli(home, "reload", "--json")
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["added"] == ["telegram:second"]
+        bot_api.inject_message(FRIEND, "to the second bot", token=SECOND_TOKEN)
+        assert await answered(bot_api, FRIEND, 1, SECOND_TOKEN) == ["to the second bot"]
+
+        write_config(home, bot_api, account("second", SECOND_TOKEN, bot_api, [FRIEND]))
+        result = await cli(home, "reload", "--json")
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["removed"] == ["telegram:main"] and report["pending"] == []
+        status = json.loads((await cli(home, "status", "--json")).stdout)
+        assert list(status["channels"]["telegram"]["accounts"]) == ["second"]
+        bot_api.inject_message(FRIEND, "to the removed bot")
+        await anyio.sleep(2.5)  # longer than a poll: nobody takes it
+        assert bot_api.texts(FRIEND, bot_api.token) == []
+        assert [u["message"]["text"] for u in bot_api.pending_updates(bot_api.token)] == [
+            "to the removed bot"]  # still on the platform: the next start gets it
+        bot_api.inject_message(FRIEND, "second still there", token=SECOND_TOKEN)
+        assert (await answered(bot_api, FRIEND, 2, SECOND_TOKEN))[1] == "second still there"
+
+
+async def test_a_new_token_restarts_the_account_on_it(home, bot_api):
+    async with gateway(home) as process:
+        write_config(home, bot_api, account("main", SECOND_TOKEN, bot_api, [FRIEND]))
+        result = await cli(home, "reload")
+        assert result.returncode == 0, result.stderr
+        assert "accounts restarted (new connection settings): telegram:main" in result.stdout
+        bot_api.inject_message(FRIEND, "on the new token", token=SECOND_TOKEN)
+        assert await answered(bot_api, FRIEND, 1, SECOND_TOKEN) == ["on the new token"]
+        assert bot_api.texts(FRIEND, bot_api.token) == []
+        assert gateway_pid(home) == process.process.pid
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda text: text.replace('mode = "followup"', 'mode = "sometimes"'), "queue.mode"),
+    (lambda text: text.replace('bot_token = "', 'bot_token = "no-token'),  # the channel's own
+     "channels.telegram.accounts.main.bot_token"),
+    (lambda text: text + '\n[channels.telegramm.accounts.x]\n', "channels.telegramm"),
+])
+async def test_an_invalid_config_is_refused_and_the_old_one_stays(home, bot_api, edit, key):
+    async with gateway(home):
+        (home / "config.toml").write_text(edit((home / "config.toml").read_text()))
+        validate = await cli(home, "config", "validate")
+        result = await cli(home, "reload")
+        assert result.returncode == 1
+        assert validate.returncode == 1
+        error = validate.stderr.strip().removeprefix("Error: ")
+        assert key in error and error in result.stderr
+        assert "nothing was applied" in result.stderr
+        as_json = await cli(home, "reload", "--json")
+        assert as_json.returncode == 1 and key in json.loads(as_json.stdout)["refused"]
+        bot_api.inject_message(FRIEND, "still served")
+        assert await answered(bot_api, FRIEND, 1) == ["still served"]
+
+
+async def test_a_listen_change_is_named_as_needing_a_restart(home, bot_api):
+    async with gateway(home) as process:
+        result = await cli(home, "reload")  # the command line's --listen is no change
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "nothing changed"
+        config = (home / "config.toml").read_text()
+        (home / "config.toml").write_text('[gateway]\nlisten = "127.0.0.1:9"\n'
+                                          'control_token = "a-new-control-token-here"\n'
+                                          + config)
+        result = await cli(home, "reload", "--json")
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["restart_needed"] == ["gateway.control_token", "gateway.listen"]
+        assert report["applied"] == []
+        again = await cli(home, "reload", "--json")  # still not in effect: named again
+        assert json.loads(again.stdout)["restart_needed"] == report["restart_needed"]
+        bot_api.inject_message(FRIEND, "same gateway")
+        assert await answered(bot_api, FRIEND, 1) == ["same gateway"]
+        assert gateway_pid(home) == process.process.pid
+
+
+def test_reload_with_no_gateway_says_so(tmp_path):
+    result = run(tmp_path, "reload")
+    assert result.returncode == 3
+    assert "no gateway is running" in result.stderr
+
+
+# -- in-process: what a reload changes inside the kernel ---------------------------------------
+
+
+def edited(config, **sections):
+    """``config`` with some sections replaced (a dict shaped like config.toml)."""
+    from chatkernel.core.config import KernelConfig
+
+    return KernelConfig.model_validate({**config.model_dump(), **sections})
+
+
+def test_each_changed_key_is_live_or_needs_a_restart():
+    from chatkernel.core.reload import changed_keys, is_live
+
+    old = {"queue": {"mode": "collect", "max_concurrent": 4}, "store": {"path": "a"},
+           "agent": {"kind": "echo", "heartbeat": None},
+           "channels": {"t": {"retry": None, "queue": {}, "accounts": {"a": {"x": 1}}}}}
+    new = {"queue": {"mode": "steer", "max_concurrent": 8}, "store": {"path": "b"},
+           "agent": {"kind": "echo", "heartbeat": {"every": "1h"}},
+           "channels": {"t": {"retry": {"attempts": 2}, "queue": {"cap": 2},
+                              "accounts": {"a": {"x": 2}}}, "u": {}}}
+    verdicts = {".".join(path): is_live(path) for path in changed_keys(old, new)}
+    assert verdicts == {"queue.mode": True, "queue.max_concurrent": False,
+                        "store.path": False, "agent.heartbeat": True,
+                        "channels.t.retry": False, "channels.t.queue.cap": True,
+                        "channels.t.accounts.a.x": None, "channels.u": None}
+
+
+async def test_queue_settings_follow_a_reload(tmp_path):
+    from chatkernel.testing.memory import KernelHarness
+
+    async with KernelHarness(tmp_path, config={"queue": {"mode": "collect"}}) as h:
+        kernel = h.kernel
+        assert kernel.queue_settings("memory:main:chat-1").mode == "collect"  # now cached
+        channels = kernel.config.model_dump()["channels"]
+        channels["memory"]["queue"] = {"cap": 3}
+        report = await kernel.reload(edited(kernel.config, channels=channels,
+                                            queue={"mode": "interrupt", "debounce_ms": 0}))
+        assert report.applied == ["channels.memory.queue.cap", "queue.mode"]
+        settings = kernel.queue_settings("memory:main:chat-1")
+        assert (settings.mode, settings.cap) == ("interrupt", 3)
+
+
+async def test_a_heartbeat_turned_on_by_a_reload_runs_on_schedule(tmp_path):
+    from chatkernel.testing.agents import agent_plugin, scripted_agent
+    from chatkernel.testing.clock import ManualClock
+    from chatkernel.testing.memory import KernelHarness
+
+    agent = scripted_agent()
+    clock = ManualClock()
+    async with KernelHarness(tmp_path, config={"agent": {"kind": agent.name},
+                                               "heartbeat": {"every": "0"}},
+                             plugins=[("test-agent", agent_plugin(agent))],
+                             heartbeat_clock=clock) as h:
+        assert not h.kernel.heartbeats.status()["loop"]
+        report = await h.kernel.reload(edited(h.kernel.config, heartbeat={"every": "1h"}))
+        assert report.applied == ["heartbeat.every"]
+        clock.advance(3600)
+        await h.heartbeats_settled()
+        assert [r.heartbeat for r in agent.requests] == [True]
+
+
+async def test_the_send_policy_follows_a_reload(tmp_path):
+    from chatkernel.testing.memory import KernelHarness
+
+    async with KernelHarness(tmp_path) as h:
+        await h.channel.receive("one")
+        await h.settle()
+        await h.kernel.reload(edited(h.kernel.config, send_policy={"default": "deny"}))
+        await h.channel.receive("two")
+        await h.settle()
+        assert h.channel.texts() == ["one"]
+
+
+async def test_a_removed_account_finishes_its_turn_before_it_goes(tmp_path, monkeypatch):
+    from chatkernel.core import reload
+    from chatkernel.testing.agents import agent_plugin, scripted_agent
+    from chatkernel.testing.memory import KernelHarness
+
+    monkeypatch.setattr(reload, "SETTLE_SECONDS", 0.2)
+    agent = scripted_agent(gate=True)
+    config = {"agent": {"kind": agent.name},
+              "channels": {"memory": {"accounts": {"main": {"allow_from": ["*"]},
+                                                   "other": {"allow_from": ["*"]}}}}}
+    async with KernelHarness(tmp_path, config=config,
+                             plugins=[("test-agent", agent_plugin(agent))]) as h:
+        kernel, channel = h.kernel, h.channel
+        await channel.receive("in flight")
+        with anyio.fail_after(5):
+            while not agent.running:
+                await anyio.sleep(0.01)
+        channels = kernel.config.model_dump()["channels"]
+        del channels["memory"]["accounts"]["main"]
+        report = await kernel.reload(edited(kernel.config, channels=channels))
+        assert report.removed == ["memory:main"]
+        assert report.pending == ["memory:main (in-flight turns and sends)"]
+        assert "memory:main" in kernel.accounts  # still answering its turn
+        with pytest.raises(reload.ReloadBusy, match="still finishing with memory:main"):
+            await kernel.reload(edited(kernel.config, queue={"mode": "steer", "debounce_ms": 0}))
+        agent.gate.set()
+        with anyio.fail_after(5):
+            while "memory:main" in kernel.accounts:
+                await anyio.sleep(0.01)
+        assert channel.texts() == ["re: in flight"]
+        assert list(kernel.accounts) == ["memory:other"]
+        report = await kernel.reload(edited(kernel.config, queue={"mode": "steer", "debounce_ms": 0}))
+        assert report.applied == ["queue.mode"]
+
+
+async def test_an_account_with_http_routes_changes_only_with_a_restart(tmp_path):
+    from chatkernel.testing.memory import KernelHarness
+
+    config = {"channels": {"memory": {"accounts": {"main": {"allow_from": ["*"]}}},
+                           "webchat": {"accounts": {"default": {}}}}}
+    async with KernelHarness(tmp_path, config=config) as h:
+        kernel = h.kernel
+        channels = kernel.config.model_dump()["channels"]
+        channels["webchat"]["accounts"] = {"other": {}}  # one removed, one added
+        report = await kernel.reload(edited(kernel.config, channels=channels))
+        assert report.restart_needed == ["channels.webchat.accounts.default",
+                                         "channels.webchat.accounts.other"]
+        assert (report.added, report.removed) == ([], [])
+        assert sorted(kernel.accounts) == ["memory:main", "webchat:default"]
+        # Its kernel settings still apply at once.
+        channels["webchat"]["accounts"] = {"default": {"allow_from": ["someone"]}}
+        report = await kernel.reload(edited(kernel.config, channels=channels))
+        assert report.applied == ["channels.webchat.accounts.default.allow_from"]
+        assert kernel.accounts["webchat:default"].config.allow_from == ["someone"]
