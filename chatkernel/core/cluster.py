@@ -58,8 +58,6 @@ log = logging.getLogger("chatkernel.cluster")
 HEARTBEATS_LEASE = "heartbeats"
 #: Seconds a read of the inboxes blocks before it looks at the accounts owned again.
 INBOX_BLOCK_SECONDS = 1.0
-#: Seconds between tries while the store cannot be reached.
-STORE_RETRY_MAX = 5.0
 #: Seconds an account being handed over may take to settle before it is kept.
 SHED_SECONDS = 10.0
 
@@ -101,12 +99,16 @@ class Cluster:
         self.holder = f"{instance_id}/{os.getpid()}/{uuid.uuid4().hex[:6]}"
         self.clock = clock
         self.started_at = time.time()
+        shared.hand_sends_to_owners()  # a send queued here for another's account
         self._owned: dict[str, _Tenure] = {}
         self._positions: dict[tuple[str, str], str] = {}
         self._heartbeats: _Tenure | None = None
         self._loops: TaskGroup | None = None
         self._reading: anyio.CancelScope | None = None
         self._receiving = True
+        self._receive_loops = False  # see run_receive_loops
+        self._released = False
+        self._keeping: anyio.CancelScope | None = None
         self._shedding = False  # an account is being handed over (one at a time)
         # What runs for the accounts another instance owns (Channel.serve_elsewhere).
         self._elsewhere: dict[str, _Tenure] = {}
@@ -155,10 +157,10 @@ class Cluster:
         this instance owns it, else take its requests for the owner. (A new account
         is taken over like any other, once its lease is free.)"""
         tenure = self._owned.get(account.key)
-        if tenure is not None and self._loops is not None:
+        if tenure is not None:
             fresh = self._owned[account.key] = _Tenure(tenure.token, tenure.renewed_at)
-            self._loops.start_soon(self._run_account, account, fresh,
-                                   name=f"receive {account.key}")
+            if self._receive_loops:
+                self._start_account(account, fresh)
         else:
             self._start_elsewhere(account)
 
@@ -178,23 +180,36 @@ class Cluster:
 
     # -- the loops ---------------------------------------------------------------------
 
-    async def run(self) -> None:
-        """Register this instance, keep its leases, run the accounts it owns and read
-        their inboxes, until cancelled or :meth:`release` ends it.
+    async def join(self, task_group: "TaskGroup") -> None:
+        """Register this instance and take the leases it can (the accounts it takes are
+        recovered before this returns), then keep them and read their inboxes in
+        ``task_group`` (the kernel's) until :meth:`release`.
 
-        The gateway's stop is in two steps: :meth:`stop_receiving` (no receive loop, no
-        inbox, no takeover; the leases are still renewed while the turns and sends
-        drain), then :meth:`release`, which gives the leases back so another instance
-        takes over at once (a killed instance's leases run out instead)."""
+        The accounts' receive loops run once :meth:`run_receive_loops` is called (the
+        gateway does; a kernel in a test drives its channels itself). The gateway's
+        stop is in two steps: :meth:`stop_receiving` (no receive loop, no inbox, no
+        takeover; the leases are still renewed while the turns and sends drain), then
+        :meth:`release`, which gives the leases back so another instance takes over at
+        once (a killed instance's leases run out instead)."""
+        self._loops = task_group
         try:
-            async with anyio.create_task_group() as loops:
-                self._loops = loops
-                for account in self.kernel.accounts.values():
-                    self._start_elsewhere(account)
-                loops.start_soon(self._keep_leases, name="cluster leases")
-                loops.start_soon(self._read_inboxes, name="cluster inboxes")
-        finally:
-            self._loops = None
+            await self._keep_round()
+        except Exception as exc:  # the store is down: the loop below retries
+            self._store_failing(exc)
+        task_group.start_soon(self._keep_leases, name="cluster leases")
+        task_group.start_soon(self._read_inboxes, name="cluster inboxes")
+
+    def run_receive_loops(self) -> None:
+        """From now on run the receive loop of each account this instance owns, and
+        take the requests of the others for their owners (Channel.serve_elsewhere)."""
+        self._receive_loops = True
+        for key, tenure in list(self._owned.items()):
+            account = self.kernel.accounts.get(key)
+            if account is not None:
+                self._start_account(account, tenure)
+        for account in self.kernel.accounts.values():
+            if account.key not in self._owned:
+                self._start_elsewhere(account)
 
     def stop_receiving(self) -> None:
         """Stop the receive loops and the inbox reads, take nothing more over; keep
@@ -211,36 +226,43 @@ class Cluster:
             self._heartbeats.scope.cancel()
 
     async def release(self) -> None:
-        """Give every lease back and end :meth:`run`."""
+        """Give every lease back and stop keeping them (at most once)."""
+        if self._released:
+            return
+        self._released = True
         self.stop_receiving()
+        if self._keeping is not None:
+            self._keeping.cancel()
         with anyio.CancelScope(shield=True), anyio.move_on_after(2):
             try:
                 await self._release_all()
             except Exception as exc:  # they run out by themselves
                 log.warning("could not give the leases back (%s); they expire in %g s",
                             exc, self.ttl)
-        if self._loops is not None:
-            self._loops.cancel_scope.cancel()
 
     async def _keep_leases(self) -> None:
         every = self.ttl / 3
-        while True:
-            try:
-                await self._register()
-                await self._release_removed()
-                share = await self._fair_share()
-                for account in list(self.kernel.accounts.values()):
-                    await self._tend(account, share)
-                await self._tend_heartbeats()
-            except Exception as exc:
-                self._store_failing(exc)
-                self._expire_unrenewed()
+        with anyio.CancelScope() as self._keeping:
+            while True:
+                await anyio.sleep(every)
+                try:
+                    await self._keep_round()
+                except Exception as exc:  # tried again in a third of the lease
+                    self._store_failing(exc)
+                    self._expire_unrenewed()
+                else:
+                    self._store_works()
                 self._tended()
-                await anyio.sleep(min(every, STORE_RETRY_MAX))
-                continue
-            self._store_works()
-            self._tended()
-            await anyio.sleep(every)
+
+    async def _keep_round(self) -> None:
+        """Renew what is held, give up what is not, take what is free (up to a fair
+        share), hand over what is beyond it."""
+        await self._register()
+        await self._release_removed()
+        share = await self._fair_share()
+        for account in list(self.kernel.accounts.values()):
+            await self._tend(account, share)
+        await self._tend_heartbeats()
 
     async def _release_removed(self) -> None:
         """Give back the leases of accounts a reload removed, once their work settled."""
@@ -340,6 +362,10 @@ class Cluster:
         self._positions[where] = position
         self.takeovers += 1
         log.info("%s: this instance owns it now (lease token %d)", account.key, token)
+        if self._receive_loops:
+            self._start_account(account, tenure)
+
+    def _start_account(self, account: "Account", tenure: _Tenure) -> None:
         assert self._loops is not None
         self._loops.start_soon(self._run_account, account, tenure,
                                name=f"receive {account.key}")
@@ -389,15 +415,14 @@ class Cluster:
         self._positions[where] = await self.shared.inbox_position(*where)
         await self.kernel.replay_unfinished(account)
         fresh = self._owned[account.key] = _Tenure(tenure.token, tenure.renewed_at)
-        assert self._loops is not None
-        self._loops.start_soon(self._run_account, account, fresh,
-                               name=f"receive {account.key}")
+        if self._receive_loops:
+            self._start_account(account, fresh)
 
     def _start_elsewhere(self, account: "Account") -> None:
         """Run the account's :meth:`Channel.serve_elsewhere` (its webhook, the web chat's
         page) while another instance owns it."""
-        if account.channel is None or not self._receiving or self._loops is None \
-                or account.key in self._elsewhere:
+        if account.channel is None or not self._receiving or not self._receive_loops \
+                or self._loops is None or account.key in self._elsewhere:
             return
         tenure = self._elsewhere[account.key] = _Tenure(0, self.clock())
         self._loops.start_soon(self._serve_elsewhere, account, tenure,
@@ -436,7 +461,11 @@ class Cluster:
         now = self.clock()
         for key, tenure in list(self._owned.items()):
             if now - tenure.renewed_at >= self.ttl:
-                self._lose(self.kernel.accounts[key], "its lease could not be renewed "
+                account = self.kernel.accounts.get(key)
+                if account is None:  # removed by a reload meanwhile
+                    self._owned.pop(key)
+                    continue
+                self._lose(account, "its lease could not be renewed "
                            f"for {self.ttl:g} s (the store is unreachable)")
         if self._heartbeats is not None and now - self._heartbeats.renewed_at >= self.ttl:
             self._stop_heartbeats()

@@ -203,7 +203,7 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                     if kernel.cluster is not None:
                         # Several instances: each account's loop runs where its lease is.
                         receive: ReceiveLoops | Cluster = kernel.cluster
-                        loops.start_soon(kernel.cluster.run, name="cluster")
+                        kernel.cluster.run_receive_loops()
                     else:
                         receive = ReceiveLoops(kernel, loops)
                         for account in kernel.accounts.values():

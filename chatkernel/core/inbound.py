@@ -268,16 +268,21 @@ class Inbound:
 
         With several instances, a message may come both from the account's unfinished
         journal and its inbox when an instance takes it over: it is lined up once."""
-        if self.kernel.cluster is not None:
-            lined = self._lined.setdefault(account.key, {})
-            if seq in lined:
-                return
-            lined[seq] = None
-            if len(lined) > LINED_REMEMBERED:
-                del lined[next(iter(lined))]
+        if self.kernel.cluster is not None and not self._mark_lined(account, seq):
+            return
         self.lines.put(_chat_key(message), (account, message, seq))
         if len(self.lines) == ACCEPT_BACKLOG:
             self._room = anyio.Event()
+
+    def _mark_lined(self, account: Account, seq: int) -> bool:
+        """Remember ``seq`` as lined up; False when it was already."""
+        lined = self._lined.setdefault(account.key, {})
+        if seq in lined:
+            return False
+        lined[seq] = None
+        if len(lined) > LINED_REMEMBERED:
+            del lined[next(iter(lined))]
+        return True
 
     def forget_lined(self, account: Account) -> None:
         """A new tenure of ``account`` (core/cluster.py): what the last one lined up is
@@ -315,8 +320,11 @@ class Inbound:
         if accepted is None:
             return "duplicate"
         account, seq = accepted
-        if self.kernel.cluster is not None:
-            return "accepted"  # the account's owner runs it, from its inbox (core/cluster.py)
+        cluster = self.kernel.cluster
+        if cluster is not None:
+            if not cluster.owns(account.key):
+                return "accepted"  # its owner runs it, from its inbox (core/cluster.py)
+            self._mark_lined(account, seq)  # not again when the inbox brings it
         return await self.process(account, message, seq)
 
     async def _journal(self, message: InboundMessage) -> tuple[Account, int] | None:

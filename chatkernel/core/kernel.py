@@ -201,7 +201,11 @@ class Kernel:
         await self._seed_activity()
         self.started_at = time.time()
         if self.cluster is not None:
-            return  # each account recovers when this instance takes it over (Cluster)
+            # Each account recovers when this instance takes it over.
+            if self.recover:
+                stack.push_async_callback(self.cluster.release)  # before the tasks end
+                await self.cluster.join(self._tg)
+            return
         if self.recover:
             await self.outbox.recover()
             await self.replay_unfinished()

@@ -83,6 +83,9 @@ SCHEMA_VERSION = 1
 PRUNE_BATCH = 1000
 
 _INSTALL = "pip install 'chatkernel[redis]'"
+#: The outbox marks a fenced account's lease must allow: those that send, or would
+#: have a payload sent (``pending`` over a new owner's ``unknown`` would send it twice).
+FENCED_MARKS = frozenset({"sending", "sent", "pending"})
 
 
 def safe_url(url: str) -> str:
@@ -126,6 +129,18 @@ def _bound(value: float) -> str:
     if value == float("-inf"):
         return "-inf"
     return _num(value)
+
+
+def _inbox_item(fields: dict[str, str]) -> JournalEntry | OutboxEntry:
+    """An inbox stream's entry: a journaled message, or a payload queued elsewhere."""
+    if "o" in fields:
+        return OutboxEntry(
+            id=int(fields["o"]), reply_id=fields["r"], session_key=fields["k"],
+            session_id=fields["i"], channel=fields["c"], account=fields["n"],
+            route=decode_route(fields["ro"]), payload=decode_payload(fields["p"]),
+            status=fields["s"], error=None, created_at=float(fields["t"]))
+    return JournalEntry(seq=int(fields["seq"]), message=decode_message(fields["m"]),
+                        status="received", received_at=float(fields["t"]))
 
 
 class RedisStore(Store, SharedState):
@@ -183,6 +198,7 @@ class RedisStore(Store, SharedState):
         # account -> (lease name, token) of the accounts this store's writes are fenced for.
         self._fences: dict[tuple[str, str], tuple[str, str]] = {}
         self._mark_fences: list[str] = []  # the same, flat, as OUTBOX_MARK takes them
+        self._to_owners = False  # see hand_sends_to_owners
         register = self._redis.register_script
         self._scripts = {name: register(lua.PRELUDE + getattr(lua, name)) for name in (
             "OPEN", "JOURNAL", "JOURNAL_STATUS", "JOURNAL_UNFINISHED", "JOURNAL_PRUNE",
@@ -373,14 +389,18 @@ class RedisStore(Store, SharedState):
         fences = (self._fence_args({(entry.channel, entry.account) for entry in entries})
                   if self._fences else [])
         args: list[Any] = [_num(now), len(entries), len(finish_journal), len(fences) // 2,
-                           *fences]
+                           INBOX_LENGTH, *fences]
         for entry in entries:
             if entry.status not in OUTBOX_STATUSES:
                 raise ValueError(f"outbox status must be one of {', '.join(OUTBOX_STATUSES)}, "
                                  f"not {entry.status!r}")
+            # An account this store is not fenced for is another process's to send (see
+            # hand_sends_to_owners): its owner reads it from the inbox.
+            to_inbox = self._to_owners and (entry.channel, entry.account) not in self._fences
             args += (_acct(entry.channel, entry.account), entry.reply_id, entry.session_key,
                      entry.session_id, entry.channel, entry.account, encode_route(entry.route),
-                     encode_payload(entry.payload), entry.status, encode_json(entry.error))
+                     encode_payload(entry.payload), entry.status, encode_json(entry.error),
+                     "1" if to_inbox else "0")
         args += (int(seq) for seq in finish_journal)
         ids = [int(entry_id) for entry_id in
                await self._script("OUTBOX_ADD", "outbox_add", args)]
@@ -397,7 +417,7 @@ class RedisStore(Store, SharedState):
             raise ValueError(f"outbox status must be one of {', '.join(OUTBOX_STATUSES)}, "
                              f"not {status!r}")
         self._writable("outbox_mark")
-        fences = self._mark_fences if status in ("sending", "sent") else []
+        fences = self._mark_fences if status in FENCED_MARKS else []
         found = await self._script("OUTBOX_MARK", "outbox_mark", [
             int(entry_id), status, encode_json(error), _num(time.time()), len(fences) // 3,
             *fences])
@@ -729,6 +749,9 @@ class RedisStore(Store, SharedState):
         return {flat[i]: (flat[i + 1], int(flat[i + 2]), max(int(flat[i + 3]), 0) / 1000)
                 for i in range(0, len(flat), 4)}
 
+    def hand_sends_to_owners(self) -> None:
+        self._to_owners = True
+
     def fence(self, channel: str, account: str, token: int | None) -> None:
         if token is None:
             self._fences.pop((channel, account), None)
@@ -750,7 +773,7 @@ class RedisStore(Store, SharedState):
         return last[0][0] if last else "0-0"
 
     async def read_inbox(self, positions: dict[tuple[str, str], str], timeout: float
-                         ) -> list[tuple[tuple[str, str], str, JournalEntry]]:
+                         ) -> list[tuple[tuple[str, str], str, JournalEntry | OutboxEntry]]:
         self._check_open()
         if not positions:
             return []
@@ -758,14 +781,11 @@ class RedisStore(Store, SharedState):
         accounts = {self._inbox(*account): account for account in positions}
         block = max(1, round(timeout * 1000)) if timeout > 0 else None
         answer = await self._call("read_inbox", self._blocking.xread(streams, block=block))
-        found = []
-        for stream, items in answer or ():
+        found: list[tuple[tuple[str, str], str, JournalEntry | OutboxEntry]] = []
+        for stream, items in answer or ():  # each stream in its order
             account = accounts[stream]
             for entry_id, fields in items:
-                found.append((account, entry_id, JournalEntry(
-                    seq=int(fields["seq"]), message=decode_message(fields["m"]),
-                    status="received", received_at=float(fields["t"]))))
-        found.sort(key=lambda item: item[2].seq)  # journal order across the streams
+                found.append((account, entry_id, _inbox_item(fields)))
         return found
 
     # -- SharedState: instances -------------------------------------------------------------------
