@@ -49,6 +49,7 @@ from chatkernel.core.models import (
 )
 from chatkernel.core.monitor import MonitorSettings, resolve_settings, settings_for
 from chatkernel.core.plugins import await_maybe
+from chatkernel.core.store.base import StoreError
 
 if TYPE_CHECKING:
     from chatkernel.core.kernel import Kernel
@@ -587,9 +588,13 @@ class Health:
         ok, problems = _finish(channels, judged=True, store=store)
         queue = kernel.queue
         running = sum(1 for lane in queue.lanes.values() if lane.active)
-        summary = await session_summary(kernel.store, now, queued=queue.depth(),
-                                        running_turns=running) if sessions else \
-            SessionSummary(running_turns=running, queued_messages=queue.depth())
+        summary = SessionSummary(running_turns=running, queued_messages=queue.depth())
+        if sessions:
+            try:
+                summary = await session_summary(kernel.store, now, queued=queue.depth(),
+                                                running_turns=running)
+            except StoreError:  # the store is down: said under "store", the rest shown
+                pass
         started_at = kernel.started_at
         gateway = GatewayInfo(reachable=True, pid=os.getpid(), url=kernel.url,
                               instance_id=kernel.presence.own.instance_id,
@@ -632,7 +637,10 @@ class Health:
 
 
 async def _credentials_at(store: "Store", channel: str, account: str) -> float | None:
-    value = await store.get_account_state(channel, account, CREDENTIALS_KEY)
+    try:
+        value = await store.get_account_state(channel, account, CREDENTIALS_KEY)
+    except StoreError:  # the store is down: the snapshot says so, and shows the rest
+        return None
     return float(value) if isinstance(value, (int, float)) else None
 
 

@@ -35,6 +35,7 @@ from chatkernel.core.models import (
 from chatkernel.core.plugins import await_maybe
 from chatkernel.core.queue import QueuedMessage
 from chatkernel.core.sessions import route_for
+from chatkernel.core.store.base import StoreError
 from chatkernel.core.store.codec import encode_json_bytes
 
 if TYPE_CHECKING:
@@ -441,12 +442,20 @@ class Inbound:
         return self._last_chat.get(account.key)
 
     async def flush_last_chats(self) -> None:
+        """Write the accounts' last active chats that changed. One the store cannot take
+        now (it is unreachable) is written at the next flush; the error is logged."""
         dirty, self._last_chat_dirty = self._last_chat_dirty, set()
-        for key in dirty:
+        for key in sorted(dirty):
             account = self.kernel.accounts.get(key)
-            if account is not None:
+            if account is None:
+                continue
+            try:
                 await self.kernel.store.set_account_state(
                     account.channel_name, account.name, "last_chat", self._last_chat[key])
+            except StoreError as exc:
+                self._last_chat_dirty.add(key)
+                # Health reports the store; this is tried again in a second.
+                log.debug("%s: its last active chat is not saved yet: %s", key, exc)
 
     async def _run_command(self, command, account, message, record, parsed, route,
                            seq: int | None) -> None:

@@ -170,6 +170,8 @@ class Kernel:
         if store.shared is not None:
             self.cluster = Cluster(self, store.shared, ttl=self.config.store.lease_seconds,
                                    instance_id=self.presence.own.instance_id)
+            self.metrics.store_round_trips.set_function(
+                lambda: getattr(store, "round_trips", 0))
         store.on_commit = self.health.store_committed  # a failed commit turns health red
         self._sessions = Sessions(store, cache_size=self.config.sessions.cache_size,
                                   in_use=self._session_in_use)

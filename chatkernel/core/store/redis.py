@@ -199,6 +199,8 @@ class RedisStore(Store, SharedState):
         self._fences: dict[tuple[str, str], tuple[str, str]] = {}
         self._mark_fences: list[str] = []  # the same, flat, as OUTBOX_MARK takes them
         self._to_owners = False  # see hand_sends_to_owners
+        #: Requests sent to the server so far (a command, a script or a transaction each).
+        self.round_trips = 0
         register = self._redis.register_script
         self._scripts = {name: register(lua.PRELUDE + getattr(lua, name)) for name in (
             "OPEN", "JOURNAL", "JOURNAL_STATUS", "JOURNAL_UNFINISHED", "JOURNAL_PRUNE",
@@ -250,6 +252,7 @@ class RedisStore(Store, SharedState):
         (told to ``on_commit`` too), a refused fenced write :class:`LeaseLost`."""
         from redis.exceptions import RedisError, ResponseError
 
+        self.round_trips += 1
         try:
             result = await call
         except ResponseError as exc:

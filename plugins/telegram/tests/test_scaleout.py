@@ -9,9 +9,9 @@ import collections
 import anyio
 import pytest
 
-from chatkernel.core.store.redis import RedisStore
 from chatkernel.testing import BUSY_HINT
-from chatkernel.testing.instances import GatewayInstances
+from chatkernel.testing.instances import CHATKERNEL, GatewayInstances
+from chatkernel.testing.redis import RedisStore
 from chatkernel_telegram.fake import FakeBotAPI
 
 pytestmark = pytest.mark.anyio
@@ -158,3 +158,62 @@ async def test_a_paused_former_owner_is_fenced_off(tmp_path, redis_server, redis
     sent = [m.plain_text for m in api.sent(chat_id=2000)]
     assert sent == ["before the pause", *(f"while paused {i}" for i in range(5)),
                     "after the resume"]
+
+
+async def test_redis_lost_and_back_is_reported_retried_and_loses_nothing(tmp_path):
+    """Redis goes away under a running gateway: it stays up (no crash loop), its health
+    says why, what the platform sends meanwhile is not acknowledged, and once Redis is
+    back every message is answered once. status shows the instance and its lease."""
+    import json
+    import os
+    import subprocess
+    import urllib.error
+    import urllib.request
+
+    from chatkernel.testing.redis import RedisServer
+
+    def healthz(url: str) -> tuple[int, dict]:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=10) as answer:
+                return answer.status, json.load(answer)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.load(exc)
+
+    with RedisServer(tmp_path / "redis") as server:
+        async with FakeBotAPI() as api, GatewayInstances(
+                tmp_path, cluster_config(api, server.url, "lost:")) as instances:
+            gateway = await instances.start()
+            api.inject_message(3000, "before")
+            await api.wait_for_sent(1, timeout=20)
+            status = subprocess.run(
+                [CHATKERNEL, "status", "--json"],
+                env={**os.environ, "CHATKERNEL_HOME": str(gateway.home)},
+                capture_output=True, text=True, timeout=60)
+            snapshot = json.loads(status.stdout)
+            cluster = snapshot["cluster"]
+            assert [i["pid"] for i in cluster["instances"]] == [gateway.pid]
+            assert [(lease["name"], lease["holder"].split("/")[-2]) for lease in
+                    cluster["leases"] if lease["name"].startswith("account:")] == [
+                ("account:telegram:main", str(gateway.pid))]
+            assert snapshot["store"]["reachable"] is True
+
+            server.stop()
+            for i in range(3):
+                api.inject_message(3000, f"during {i}")
+            with anyio.fail_after(30):  # reported, not crashed
+                while True:
+                    code, health = healthz(gateway.url)
+                    if code == 503 and any("shared store: unreachable" in reason
+                                           for reason in health.get("reasons", [])):
+                        break
+                    await anyio.sleep(0.2)
+            await anyio.sleep(LEASE_SECONDS * 2)
+            assert gateway.alive
+            assert len(answers(api)) == 1  # nothing acknowledged that was not journaled
+            server.start()
+            await api.wait_for_sent(4, timeout=60)
+            with anyio.fail_after(30):
+                while healthz(gateway.url)[0] != 200:
+                    await anyio.sleep(0.2)
+            assert gateway.alive and gateway.pid == instances.instances[0].pid
+    assert answers(api, 3000) == ["before", "during 0", "during 1", "during 2"]

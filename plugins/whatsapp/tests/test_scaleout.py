@@ -9,9 +9,9 @@ import collections
 import anyio
 import pytest
 
-from chatkernel.core.store.redis import RedisStore
 from chatkernel.testing import BUSY_HINT
 from chatkernel.testing.instances import GatewayInstances, RoundRobin
+from chatkernel.testing.redis import RedisStore
 from chatkernel_whatsapp.fake import FakeGraph
 from chatkernel_whatsapp.testing import APP_SECRET, VERIFY_TOKEN
 
