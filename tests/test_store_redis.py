@@ -315,6 +315,8 @@ async def test_instances_are_listed_while_they_renew(make_store):
         assert (await first.instances())["gw-2"] == {"host": "b", "again": True}
         with pytest.raises(TypeError, match="JSON values only"):
             await first.register_instance("gw-3", {"bad": object()}, 30)
+        await second.unregister_instance("gw-2")  # going away: not listed at once
+        assert set(await first.instances()) == {"gw-1"}
 
 
 async def test_ping_measures_a_round_trip(store):

@@ -519,6 +519,7 @@ class Cluster:
             tenure, self._heartbeats = self._heartbeats, None
             tenure.scope.cancel()
             await self.shared.release_lease(HEARTBEATS_LEASE, self.holder, tenure.token)
+        await self.shared.unregister_instance(self.holder)
 
     # -- the inboxes -------------------------------------------------------------------
 

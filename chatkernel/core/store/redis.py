@@ -802,6 +802,13 @@ class RedisStore(Store, SharedState):
         pipe.sadd(self.prefix + "instances", instance_id)
         await self._call("register_instance", pipe.execute())
 
+    async def unregister_instance(self, instance_id: str) -> None:
+        self._writable("unregister_instance")
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.delete(f"{self.prefix}instance:{instance_id}")
+        pipe.srem(self.prefix + "instances", instance_id)
+        await self._call("unregister_instance", pipe.execute())
+
     async def instances(self) -> dict[str, dict[str, Any]]:
         flat = await self._script("INSTANCES", "instances", ["0" if self.read_only else "1"])
         return {flat[i]: decode_json(flat[i + 1]) for i in range(0, len(flat), 2)}

@@ -125,6 +125,11 @@ class SharedState(abc.ABC):
         call again to renew it."""
 
     @abc.abstractmethod
+    async def unregister_instance(self, instance_id: str) -> None:
+        """This process is going away: it is no longer listed (and counts no more when
+        the others share the accounts out)."""
+
+    @abc.abstractmethod
     async def instances(self) -> dict[str, dict[str, Any]]:
         """The live instances: ``instance_id -> info``."""
 

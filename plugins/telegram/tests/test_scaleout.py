@@ -217,3 +217,41 @@ async def test_redis_lost_and_back_is_reported_retried_and_loses_nothing(tmp_pat
                     await anyio.sleep(0.2)
             assert gateway.alive and gateway.pid == instances.instances[0].pid
     assert answers(api, 3000) == ["before", "during 0", "during 1", "during 2"]
+
+
+async def test_the_next_owner_counts_the_sends_its_predecessor_made_in_the_windows(
+        tmp_path, redis_server, redis_prefix):
+    """One sender per account keeps the limits while it owns it; a handover must not
+    reset them. The first owner fills the account's window; the next, taking over
+    within it, counts those sends: it waits where a fresh limiter would send at once,
+    and the fake Bot API, enforcing the same window, answers no 429."""
+    import chatkernel_telegram
+    from chatkernel import Route
+    from chatkernel.testing.memory import KernelHarness
+
+    window = {"account": "20/10s", "chat": "off", "group": "off"}
+    async with FakeBotAPI() as api:
+        config = {
+            "store": {"backend": "redis", "url": redis_server, "prefix": redis_prefix,
+                      "lease_seconds": LEASE_SECONDS},
+            "heartbeat": {"every": "0"},
+            "channels": {"telegram": {"rate_limits": window, "accounts": {"main": {
+                "bot_token": api.token, "api_base": api.base_url, "allow_from": ["*"]}}}}}
+        plugins = [("telegram", chatkernel_telegram)]
+        async with KernelHarness(tmp_path / "first", config=config, plugins=plugins) as h:
+            account = h.kernel.accounts["telegram:main"]
+            assert h.kernel.cluster.owns(account.key)
+            for chat in range(20):  # the whole window, to 20 chats
+                await h.kernel.outbound.deliver_text(
+                    account, Route("telegram", "main", str(7000 + chat)), f"first {chat}",
+                    fmt="plain")
+            with anyio.fail_after(30):
+                await h.kernel.outbox.wait_idle()
+        assert len(api.sent()) == 20
+        async with KernelHarness(tmp_path / "next", config=config, plugins=plugins) as h:
+            account = h.kernel.accounts["telegram:main"]
+            assert h.kernel.cluster.owns(account.key)  # the lease was given back
+            limiter = h.kernel.outbox._limiter(account)
+            # A new chat must wait for the first owner's sends to leave the window.
+            assert limiter.delay("7100") > 1.0
+            assert not limiter.is_free("7100")
