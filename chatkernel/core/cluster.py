@@ -138,17 +138,10 @@ class Cluster:
                 "store_down_since": self._store_down_since}
 
     async def overview(self) -> dict[str, Any]:
-        """Every live instance and who holds which lease, read from the store."""
-        instances = await self.shared.instances()
-        leases = await self.shared.leases()
-        return {
-            "self": self.holder,
-            "instances": [{"holder": holder, **info}
-                          for holder, info in sorted(instances.items())],
-            "leases": [{"name": name, "holder": holder, "token": token,
-                        "expires_in": round(left, 3)}
-                       for name, (holder, token, left) in sorted(leases.items())],
-        }
+        """Every live instance (holder -> info) and every lease (name -> holder, token,
+        seconds left), read from the store."""
+        return {"instances": await self.shared.instances(),
+                "leases": await self.shared.leases()}
 
     # -- what a reload asks (the gateway's ReceiveLoops, for several instances) -------
 

@@ -620,20 +620,8 @@ class Health:
             store.last_error, store.last_error_at = str(exc) or type(exc).__name__, now
             return ClusterInfo(holder=cluster.holder, lease_seconds=cluster.ttl)
         store.reachable = True
-        instances = []
-        for item in overview["instances"]:
-            started = item.get("started_at")
-            instances.append(InstanceInfo(
-                holder=item["holder"], instance=item.get("instance"), host=item.get("host"),
-                pid=item.get("pid"), url=item.get("url"), started_at=started,
-                age_s=None if started is None else round(now - started, 1),
-                owned=list(item.get("owned") or ()), heartbeats=bool(item.get("heartbeats")),
-                is_self=item["holder"] == cluster.holder))
-        leases = [LeaseInfo(name=lease["name"], holder=lease["holder"], token=lease["token"],
-                            expires_in_s=lease["expires_in"])
-                  for lease in overview["leases"]]
-        return ClusterInfo(holder=cluster.holder, lease_seconds=cluster.ttl,
-                           instances=instances, leases=leases)
+        return cluster_info(overview["instances"], overview["leases"], now,
+                            holder=cluster.holder, lease_seconds=cluster.ttl)
 
 
 async def _credentials_at(store: "Store", channel: str, account: str) -> float | None:
@@ -674,12 +662,44 @@ async def local_snapshot(config: cfg.KernelConfig, store: "Store | None", *,
             monitor=_monitor_info(resolve_settings(config, name, _raw_monitor_override(raw))))
         channels.setdefault(name, ChannelSnapshot(ok=None, accounts={})) \
             .accounts[account_name] = entry
+    cluster = None
+    shared = store.shared if store is not None else None
+    if shared is not None:  # no gateway here, maybe elsewhere: who owns what
+        cluster = cluster_info(await shared.instances(), await shared.leases(), now,
+                               holder="", lease_seconds=config.store.lease_seconds)
+        owners = {lease.name: lease.holder for lease in cluster.leases}
+        for channel in channels.values():
+            for entry in channel.accounts.values():
+                holder = owners.get(f"account:{entry.key}")
+                if holder and entry.enabled:
+                    entry.state, entry.detail = "elsewhere", f"owned by {holder}"
     _, problems = _finish(channels, judged=False)
     sessions = await session_summary(store, now) if store is not None else SessionSummary()
     return HealthSnapshot(ok=None, ts=now,
                           duration_ms=round((time.perf_counter() - started) * 1000, 1),
                           source="local", gateway=GatewayInfo(reachable=False),
-                          channels=channels, sessions=sessions, problems=problems)
+                          channels=channels, sessions=sessions, cluster=cluster,
+                          problems=problems)
+
+
+def cluster_info(instances: dict[str, dict[str, Any]],
+                 leases: dict[str, tuple[str, int, float]], now: float, *, holder: str,
+                 lease_seconds: float) -> ClusterInfo:
+    """The instances sharing a store and their leases, for a snapshot (``holder``: this
+    process's, empty for a command that is no instance)."""
+    found = []
+    for name, item in sorted(instances.items()):
+        started = item.get("started_at")
+        found.append(InstanceInfo(
+            holder=name, instance=item.get("instance"), host=item.get("host"),
+            pid=item.get("pid"), url=item.get("url"), started_at=started,
+            age_s=None if started is None else round(now - started, 1),
+            owned=list(item.get("owned") or ()), heartbeats=bool(item.get("heartbeats")),
+            is_self=name == holder))
+    return ClusterInfo(holder=holder, lease_seconds=lease_seconds, instances=found,
+                       leases=[LeaseInfo(name=name, holder=who, token=token,
+                                         expires_in_s=round(left, 3))
+                               for name, (who, token, left) in sorted(leases.items())])
 
 
 __all__ = ["AccountSnapshot", "Health", "HealthSnapshot", "local_snapshot", "probe_account",
