@@ -27,8 +27,35 @@ class KernelGroup(click.Group):
             raise click.ClickException(str(exc)) from None
 
 
+#: Where the ``--config`` given nearest the command is kept (``Context.meta`` is shared
+#: by a command's context and its groups').
+_CONFIG_FILE = "chatkernel.config_file"
+
+
+def _remember_config(ctx: click.Context, param: click.Parameter, value: str | None
+                     ) -> str | None:
+    if value is not None:
+        ctx.meta[_CONFIG_FILE] = value
+    return ctx.meta.get(_CONFIG_FILE)
+
+
+def config_option(command):
+    """``--config PATH``, accepted alike by ``chatkernel``, by a group and by each of its
+    commands: ``chatkernel --config X config validate``, ``chatkernel config --config X
+    validate`` and ``chatkernel config validate --config X`` are one command. The one
+    given nearest the command wins; a function with a ``config_file`` parameter gets it."""
+    import inspect
+
+    takes_it = "config_file" in inspect.signature(command).parameters
+    return click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG",
+                        expose_value=takes_it, callback=_remember_config,
+                        help="The config file (default $CHATKERNEL_CONFIG, else "
+                             "$CHATKERNEL_HOME/config.toml).")(command)
+
+
 @click.group(cls=KernelGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="chatkernel")
+@config_option
 def cli() -> None:
     """chatkernel: a gateway between chat platforms and a bot or AI agent.
 
@@ -86,8 +113,7 @@ def plugins(as_json: bool, show_all: bool, hook_name: str | None) -> None:
 
 
 @cli.command()
-@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG",
-              help="The config file (default $CHATKERNEL_HOME/config.toml).")
+@config_option
 @click.option("--listen", metavar="HOST:PORT",
               help="Where the HTTP server listens (default gateway.listen, 127.0.0.1:8787; "
                    "port 0 picks a free one).")
@@ -124,8 +150,14 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
     _plugin_manager()
     from chatkernel.core.homelock import HomeInUse
 
+    if listen is not None:
+        origin = "--listen on the command line"
+    elif "listen" in (raw.get("gateway") or {}):
+        origin = f"gateway.listen in {path}"
+    else:
+        origin = "the built-in default"
     try:
-        anyio.run(lambda: run_gateway(config, config_path=path))
+        anyio.run(lambda: run_gateway(config, config_path=path, listen_origin=origin))
     except HomeInUse as exc:
         raise click.ClickException(str(exc)) from None
 
@@ -281,7 +313,7 @@ _NO_WAIT_HELP = ("Only queue it with the running gateway, exit 0 once queued (wi
 @click.option("--thread", help="A thread / topic id within the chat.")
 @click.option("--media", multiple=True, type=click.Path(dir_okay=False),
               help="A file to send after the text (repeatable).")
-@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
+@config_option
 @click.option("--wait", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, metavar="SECONDS", help=_WAIT_HELP)
 @click.option("--no-wait", is_flag=True, help=_NO_WAIT_HELP)
@@ -305,11 +337,9 @@ def send(channel: str, account: str | None, to: str, thread: str | None, media: 
 
 
 @cli.group()
-@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
-@click.pass_context
-def sessions(ctx: click.Context, config_file: str | None) -> None:
+@config_option
+def sessions() -> None:
     """List sessions, read their history, send into them."""
-    ctx.obj = config_file
 
 
 def _with_store(config_file: str | None, action):
@@ -344,7 +374,7 @@ def _ago(ts: float) -> str:
 @click.option("--active-minutes", type=float, metavar="N",
               help="Only sessions active in the last N minutes.")
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
-@click.pass_obj
+@config_option
 def sessions_list(config_file: str | None, active_minutes: float | None, as_json: bool) -> None:
     """Sessions, most recently active first."""
     import time
@@ -371,7 +401,7 @@ def sessions_list(config_file: str | None, active_minutes: float | None, as_json
 @click.argument("key")
 @click.option("--limit", type=int, default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
-@click.pass_obj
+@config_option
 def sessions_history(config_file: str | None, key: str, limit: int, as_json: bool) -> None:
     """The newest entries of a session's log: messages, replies, notifications."""
     import datetime
@@ -400,7 +430,7 @@ def sessions_history(config_file: str | None, key: str, limit: int, as_json: boo
               show_default=True, metavar="SECONDS", help=_WAIT_HELP)
 @click.option("--no-wait", is_flag=True, help=_NO_WAIT_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
-@click.pass_obj
+@config_option
 def sessions_send(config_file: str | None, key: str, text: str, wait: float, no_wait: bool,
                   as_json: bool) -> None:
     """Send TEXT into a session (to its current reply route); exit status as `send`'s."""
@@ -410,7 +440,7 @@ def sessions_send(config_file: str | None, key: str, text: str, wait: float, no_
 @sessions.command("policy")
 @click.argument("key")
 @click.argument("policy", type=click.Choice(["allow", "deny", "inherit"]))
-@click.pass_obj
+@config_option
 def sessions_policy(config_file: str | None, key: str, policy: str) -> None:
     """Override the send policy for one session (inherit: back to the rules)."""
     from chatkernel.core.control import set_session_policy
@@ -521,7 +551,7 @@ def _print(data: Any, text: str | None, redact, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 @click.option("--timeout", "timeout_ms", type=click.IntRange(min=1), default=10_000,
               show_default=True, metavar="MS", help="Probe timeout with --deep.")
-@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
+@config_option
 def status(show_all: bool, deep: bool, as_json: bool, timeout_ms: int,
            config_file: str | None) -> None:
     """Gateway, channels and accounts, sessions and recent activity.
@@ -608,7 +638,7 @@ def _diagnosis(path, raw, config, config_error, snapshot, counts) -> dict[str, A
               help="How long each probe, and the gateway, may take.")
 @click.option("--verbose", "-v", is_flag=True,
               help="Probe every account now (live), and show every detail.")
-@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
+@config_option
 def health(as_json: bool, timeout_ms: int, verbose: bool, config_file: str | None) -> None:
     """The running gateway's health snapshot.
 
@@ -637,6 +667,7 @@ def health(as_json: bool, timeout_ms: int, verbose: bool, config_file: str | Non
 
 
 @cli.group()
+@config_option
 def channels() -> None:
     """Channel accounts: list them, probe them."""
 
@@ -658,7 +689,7 @@ def _channel_types() -> list[dict[str, str]]:
 
 @channels.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
-@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
+@config_option
 def channels_list(as_json: bool, config_file: str | None) -> None:
     """Configured accounts (state from the running gateway, or the config) and the
     installed channel types."""
@@ -686,7 +717,7 @@ def channels_list(as_json: bool, config_file: str | None) -> None:
 @click.option("--timeout", "timeout_ms", type=click.IntRange(min=1), default=10_000,
               show_default=True, metavar="MS", help="How long each probe may take.")
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
-@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
+@config_option
 def channels_probe(target: str | None, timeout_ms: int, as_json: bool,
                    config_file: str | None) -> None:
     """Probe accounts now (all, a channel's, or one): through the running gateway, or
@@ -740,39 +771,38 @@ def _probe_directly(config_file: str | None, target: str | None, timeout: float
 
 
 @cli.group()
-@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG")
-@click.pass_context
-def heartbeat(ctx: click.Context, config_file: str | None) -> None:
+@config_option
+def heartbeat() -> None:
     """Heartbeats: their status, and waking one by hand."""
-    ctx.obj = config_file
 
 
 def _local_heartbeats(config_file: str | None) -> dict[str, Any]:
-    """The heartbeats as the store and the config describe them (no gateway runs)."""
+    """The heartbeats as the store and the config describe them (no gateway runs, so
+    none is scheduled)."""
     import time
 
-    from chatkernel.core.heartbeat import MAIN, describe_state, merged_settings
+    from chatkernel.core.heartbeat import MAIN, describe_state, heartbeat_settings
+    from chatkernel.core.store.base import HeartbeatState
 
     config, _ = _load_config(config_file)
     states = _with_store(config_file, lambda store: store.list_heartbeats())
+    if not any(state.id == MAIN for state in states):
+        states.insert(0, HeartbeatState(id=MAIN))  # no gateway has started it yet
     now = time.time()
-    heartbeats = [describe_state(state, merged_settings(config, state.settings), now)
+    wanted = config.config_heartbeat_wanted()
+    heartbeats = [describe_state(state, heartbeat_settings(config, state), now, wanted=wanted)
                   for state in states]
-    if not any(h["id"] == MAIN for h in heartbeats):
-        from chatkernel.core.store.base import HeartbeatState
-
-        never = describe_state(HeartbeatState(id=MAIN), merged_settings(config), now)
-        heartbeats.insert(0, never)  # no gateway has started it yet
-    return {"heartbeats": heartbeats, "now": now}
+    return {"heartbeats": heartbeats, "now": now, "scheduled": False}
 
 
 @heartbeat.command("status")
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
-@click.pass_obj
+@config_option
 def heartbeat_status(config_file: str | None, as_json: bool) -> None:
     """Every heartbeat: interval, prompt, last run, time to the next.
 
-    Asks the running gateway; when none runs, reads the local state.
+    Asks the running gateway; when none runs, nothing is scheduled, and it shows what
+    the config and the state database say.
     """
     from chatkernel.core.control import call
 
@@ -787,21 +817,30 @@ def heartbeat_status(config_file: str | None, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(answer, indent=2))
         return
-    heartbeats = answer["heartbeats"]
-    if not heartbeats:
-        click.echo("No heartbeats. Set one in a chat: /heartbeat every 30m <what to check>.")
-        return
-    for item in heartbeats:
-        click.echo(_heartbeat_line(item, answer["now"]))
-    if answer["via"] == "local":
-        click.echo("(no gateway is running: from the local state)")
+    live = answer["via"] == "gateway"
+    if not live:
+        click.echo("No gateway is running, so no heartbeat is scheduled. As the config and "
+                   "the state database stand:")
+    for item in answer["heartbeats"]:
+        click.echo(_heartbeat_line(item, live=live))
+    if live and not answer.get("scheduled", True):
+        click.echo("Nothing is scheduled.")
+    if not any(item["kind"] == "session" for item in answer["heartbeats"]):
+        click.echo("A chat sets a heartbeat of its own with: /heartbeat every 2h <what to "
+                   "check>.")
 
 
-def _heartbeat_line(item: dict[str, Any], now: float) -> str:
+def _heartbeat_line(item: dict[str, Any], *, live: bool) -> str:
+    """One heartbeat in a line (and its prompt below); ``live``: as the running gateway
+    schedules it, else as it would be once one runs."""
     from chatkernel.core.durations import format_interval
 
+    if item.get("off"):
+        return (f"{item['id']}  off: the config has no [heartbeat] table (a manual wake still "
+                "runs it; docs/heartbeats.md)")
     target = item["session"] if item["kind"] == "session" else f"target {item['target']}"
     parts = [item["id"], f"every {item['every']}", target]
+    due_in = item.get("next_in_seconds")
     if item.get("paused"):
         parts.append("paused")
     elif item.get("running"):
@@ -810,10 +849,14 @@ def _heartbeat_line(item: dict[str, Any], now: float) -> str:
         parts.append(f"due, waits for {item['waiting_for']} to be idle")
     elif not item.get("every_seconds"):
         parts.append("not timed (every = 0): wake only")
-    elif item.get("next_in_seconds") is not None:
-        parts.append(f"next in {format_interval(item['next_in_seconds'])}")
+    elif live and due_in is not None:
+        parts.append(f"next in {format_interval(due_in)}")
+    elif due_in is None:
+        parts.append("first run one interval after a gateway starts")
+    elif due_in > 0:
+        parts.append(f"due in {format_interval(due_in)}, if a gateway runs by then")
     else:
-        parts.append("starts with the gateway")
+        parts.append("overdue: runs once as soon as a gateway starts")
     if item.get("last_run_at"):
         parts.append(f"last run {_ago(item['last_run_at'])}: {item['last_outcome']}")
     elif item.get("last_outcome"):
@@ -834,6 +877,7 @@ def _heartbeat_line(item: dict[str, Any], now: float) -> str:
 @click.option("--session", "session_key", metavar="KEY",
               help="Wake a session heartbeat (default: the config heartbeat).")
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@config_option
 def heartbeat_wake(text: str | None, mode: str, session_key: str | None, as_json: bool) -> None:
     """Wake a heartbeat of the running gateway by hand."""
     from chatkernel.core.control import call
@@ -923,8 +967,7 @@ def _logins() -> dict[str, Any]:
 @click.option("--account", default="main", show_default=True,
               help="The account under channels.CHANNEL.accounts to log in.")
 @click.option("--api-base", metavar="URL", help="The platform's API host, when not the default.")
-@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG",
-              help="The config file (default $CHATKERNEL_HOME/config.toml).")
+@config_option
 def login(channel: str, account: str, api_base: str | None, config_file: str | None) -> None:
     """Log a channel account in (WeChat: scan a QR code) and store its credentials.
 
@@ -985,43 +1028,49 @@ def login(channel: str, account: str, api_base: str | None, config_file: str | N
 
 
 @cli.group()
-@click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG",
-              help="The config file (default $CHATKERNEL_HOME/config.toml).")
-@click.pass_context
-def config(ctx: click.Context, config_file: str | None) -> None:
+@config_option
+def config() -> None:
     """Read and write the TOML config."""
-    from chatkernel.core.config import config_path
-
-    ctx.obj = config_path(config_file)
 
 
 @config.command("path")
-@click.pass_obj
-def config_path_cmd(path) -> None:
+@config_option
+def config_path_cmd(config_file: str | None) -> None:
     """Print where the config file is."""
-    click.echo(str(path))
+    from chatkernel.core.config import config_path
+
+    click.echo(str(config_path(config_file)))
 
 
 @config.command("init")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-@click.pass_obj
-def config_init(path, force: bool) -> None:
-    """Write a starter config (mode 0600)."""
+@config_option
+def config_init(config_file: str | None, force: bool) -> None:
+    """Write a commented starter config (mode 0600): the main settings, and an example
+    for each installed channel (the web chat's on, the others commented out)."""
     from chatkernel.core import config as cfg
 
+    path = cfg.config_path(config_file)
     if path.exists() and not force:
         raise click.ClickException(f"{path} exists already (use --force to overwrite)")
-    cfg.write_raw(path, cfg.starter_config())
-    click.echo(f"wrote {path}")
+    from chatkernel.core.channel import collect_channels
+
+    types = collect_channels(_plugin_manager())
+    channels = [(c["name"], c["source"], types[c["name"]].config_example)
+                for c in _channel_types()]
+    cfg.write_raw(path, cfg.starter_config(channels))
+    click.echo(f"wrote {path}, with an example for each installed channel "
+               f"({', '.join(sorted(types))})")
 
 
 @config.command("show")
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
-@click.pass_obj
-def config_show(path, as_json: bool) -> None:
+@config_option
+def config_show(config_file: str | None, as_json: bool) -> None:
     """Print the config file, secrets redacted (${ENV} references are shown as written)."""
     from chatkernel.core import config as cfg
 
+    path = cfg.config_path(config_file)
     data = cfg.redact(cfg.read_raw(path))
     if as_json:
         click.echo(json.dumps(data, indent=2, default=str))
@@ -1033,34 +1082,54 @@ def config_show(path, as_json: bool) -> None:
 
 @config.command("get")
 @click.argument("key")
-@click.pass_obj
-def config_get(path, key: str) -> None:
-    """Print one value by dotted key (the default when the file does not set it)."""
+@click.option("--json", "as_json", is_flag=True,
+              help="Output JSON: key, value, source (file or default), note.")
+@config_option
+def config_get(config_file: str | None, key: str, as_json: bool) -> None:
+    """Print one key's effective value: the file's, else its default (said on stderr),
+    with what it does where the value alone does not say it. An account setting asked
+    of a channel (channels.webchat.allow_from) prints every account's."""
     from chatkernel.core import config as cfg
+    from chatkernel.core.channel import collect_channels
 
-    raw = cfg.read_raw(path)
-    try:
-        value = cfg.get_key(raw, key, path=path)
-    except KeyError:
-        effective = cfg.parse(raw, path=path, strict_env=False).model_dump(mode="json")
-        try:
-            value = cfg.get_key(effective, key, path=path)
-        except KeyError:
-            raise cfg.ConfigError("not set, and it has no default", path=path, key=key) from None
-    if value is None:
-        raise cfg.ConfigError("not set, and it has no default", path=path, key=key)
-    click.echo(cfg.format_value(cfg.redact(value, key.rsplit(".", 1)[-1])))
+    path = cfg.config_path(config_file)
+    models = {name: channel.account_model
+              for name, channel in collect_channels(_plugin_manager()).items()}
+    found = cfg.effective_values(cfg.read_raw(path), key, account_models=models, path=path)
+    shown = [cfg.Effective(item.key, cfg.redact(item.value, item.key.rsplit(".", 1)[-1]),
+                           item.source, item.note) for item in found]
+    per_account = len(shown) != 1 or shown[0].key != key
+    if as_json:
+        data = ({"key": key, "per_account": [item.as_dict() for item in shown]}
+                if per_account else shown[0].as_dict())
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
+    if not per_account:
+        item = shown[0]
+        click.echo(cfg.format_value(item.value))
+        notes = ([f"the default (not set in {path})"] if item.source == "default" else []) \
+            + ([item.note] if item.note else [])
+        if notes:
+            click.echo(f"# {'; '.join(notes)}", err=True)
+        return
+    click.echo(f"# {key.rsplit('.', 1)[-1]} is set per account:", err=True)
+    for item in shown:
+        notes = (["the default"] if item.source == "default" else []) \
+            + ([item.note] if item.note else [])
+        comment = f"  # {'; '.join(notes)}" if notes else ""
+        click.echo(f"{item.key} = {cfg.inline_value(item.value)}{comment}")
 
 
 @config.command("set")
 @click.argument("key")
 @click.argument("value")
-@click.pass_obj
-def config_set(path, key: str, value: str) -> None:
+@config_option
+def config_set(config_file: str | None, key: str, value: str) -> None:
     """Set a dotted key. VALUE is read as TOML when it parses (numbers, booleans,
     lists), else as a string. The result is validated before it is written."""
     from chatkernel.core import config as cfg
 
+    path = cfg.config_path(config_file)
     document = cfg.read_document(path)  # the person's comments and layout stay
     cfg.set_key(document, key, cfg.parse_value(value), path=path)
     raw = document.unwrap()
@@ -1073,11 +1142,12 @@ def config_set(path, key: str, value: str) -> None:
 
 @config.command("unset")
 @click.argument("key")
-@click.pass_obj
-def config_unset(path, key: str) -> None:
+@config_option
+def config_unset(config_file: str | None, key: str) -> None:
     """Remove a dotted key (its default applies again)."""
     from chatkernel.core import config as cfg
 
+    path = cfg.config_path(config_file)
     document = cfg.read_document(path)
     if not cfg.unset_key(document, key, path=path):
         raise cfg.ConfigError("not set in the file", path=path, key=key)
@@ -1085,20 +1155,27 @@ def config_unset(path, key: str) -> None:
 
 
 @config.command("validate")
-@click.pass_obj
-def config_validate(path) -> None:
+@config_option
+def config_validate(config_file: str | None) -> None:
     """Check the config as `run` does, starting nothing: kernel sections, ${ENV}
     references, every channel account (built as the gateway builds it), the agent kind
     and the listen address's control token."""
     from chatkernel.core import config as cfg
+    from chatkernel.core.channel import collect_channels
     from chatkernel.core.gateway import check_startup
 
+    path = cfg.config_path(config_file)
     raw = cfg.read_raw(path)
     config = cfg.parse(raw, path=path)
-    count = _validate_channels(raw, path, strict_env=True)
-    check_startup(config, config_path=path, pm=_plugin_manager())
+    _validate_channels(raw, path, strict_env=True)
+    pm = _plugin_manager()
+    check_startup(config, config_path=path, pm=pm)
     where = str(path) if path.exists() else f"{path} (missing: defaults apply)"
-    click.echo(f"ok: {where}, {count} channel account(s)")
+    installed = collect_channels(pm)  # without its plugin, the implied web chat does not run
+    accounts = sorted(f"{channel}:{account}" for channel, account, enabled, _ in
+                      cfg.effective_accounts(config) if enabled and channel in installed)
+    click.echo(f"ok: {where}, {len(accounts)} channel account(s)"
+               + (f": {', '.join(accounts)}" if accounts else ""))
 
 
 def _validate_channels(raw: dict[str, Any], path, *, strict_env: bool) -> int:

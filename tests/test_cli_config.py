@@ -7,6 +7,7 @@ an empty temporary directory.
 from __future__ import annotations
 
 import json
+import re
 import stat
 
 import pytest
@@ -60,7 +61,8 @@ def test_config_path(runner, config_file, tmp_path, monkeypatch):
 
 
 def test_config_init_writes_0600_and_refuses_to_overwrite(runner, config_file):
-    assert ok(runner, "init") == f"wrote {config_file}\n"
+    assert ok(runner, "init").startswith(f"wrote {config_file}, with an example for each "
+                                         "installed channel (")
     assert mode(config_file) == 0o600
     assert cfg.load(config_file).agent.kind == "echo"
 
@@ -71,8 +73,60 @@ def test_config_init_writes_0600_and_refuses_to_overwrite(runner, config_file):
     assert config_file.read_bytes() == before
 
     ok(runner, "init", "--force")
-    assert cfg.read_raw(config_file) == cfg.starter_config()
+    assert cfg.read_raw(config_file)["agent"] == {"kind": "echo"}  # the starter's again
     assert mode(config_file) == 0o600
+
+
+#: Values shaped as each channel's secrets are, for the starter's ${ENV} references.
+EXAMPLE_ENV = {"TELEGRAM_BOT_TOKEN": "123456:test-token", "SLACK_BOT_TOKEN": "xoxb-test",
+               "SLACK_APP_TOKEN": "xapp-test"}
+
+
+def uncommented(text: str, channel: str) -> str:
+    """The starter with one channel's example turned on: the "# " taken off each line of
+    its block (from its first table to the blank line after it)."""
+    lines, inside = [], False
+    for line in text.splitlines():
+        inside = inside and bool(line.strip())
+        if line.startswith(f"# [channels.{channel}."):
+            inside = True
+        lines.append(line.removeprefix("# ") if inside else line)
+    return "\n".join(lines) + "\n"
+
+
+def test_config_init_writes_a_commented_starter_that_validates(runner, config_file):
+    from chatkernel.core.channel import collect_channels
+    from chatkernel.core.plugins import get_plugin_manager
+
+    ok(runner, "init")
+    text = config_file.read_text()
+    for name, channel in collect_channels(get_plugin_manager()).items():
+        assert f"# -- {name} (" in text
+        for line in channel.config_example.strip().splitlines():
+            assert (line if name == "webchat" else f"# {line}") in text  # its own example
+    assert "\n[channels.webchat.accounts.default]" in text  # the default channel: on
+    assert "\n# [heartbeat]\n" in text and "48 paid turns a day" in text
+    assert ok(runner, "validate") == f"ok: {config_file}, 1 channel account(s): " \
+                                     "webchat:default\n"
+    # The file is the person's now: set keeps its comments.
+    ok(runner, "set", "agent.kind", "echo")
+    assert "# -- webchat (built-in) " in config_file.read_text()
+
+
+@pytest.mark.parametrize("channel", ["telegram", "slack", "whatsapp", "wechat"])
+def test_an_uncommented_channel_example_validates(runner, config_file, monkeypatch, channel):
+    pytest.importorskip(f"chatkernel_{channel}")
+    ok(runner, "init")
+    text = uncommented(config_file.read_text(), channel)
+    config_file.write_text(text)
+    names = sorted(set(re.findall(r"\$\{([A-Z_]+)\}", text)) - {"CHATKERNEL_CONTROL_TOKEN"})
+    assert names  # its secrets are ${ENV} references...
+    error = fails(runner, "validate")
+    assert "is not set (referenced as ${" in error  # ...read where the gateway runs
+    for name in names:
+        monkeypatch.setenv(name, EXAMPLE_ENV.get(name, "test-secret-value"))
+    accounts = ", ".join(sorted([f"{channel}:main", "webchat:default"]))
+    assert ok(runner, "validate") == f"ok: {config_file}, 2 channel account(s): {accounts}\n"
 
 
 def test_config_init_at_an_explicit_path_creates_directories(runner, tmp_path, chatkernel_home):
@@ -136,6 +190,71 @@ def test_config_get_of_an_unset_key_prints_the_default(runner, config_file, key,
 def test_config_get_of_an_unknown_key_fails(runner, config_file):
     error = fails(runner, "get", "agent.kidn")
     assert str(config_file) in error and "agent.kidn" in error and "no default" in error
+    assert "(did you mean 'kind'?)" in error
+
+
+def get(runner, *args):
+    result = runner.invoke(cli, ["config", "get", *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_config_get_says_a_default_is_a_default(runner, config_file):
+    result = get(runner, "queue.mode")
+    assert result.stdout == "collect\n"  # the value alone, for scripts
+    assert result.stderr == f"# the default (not set in {config_file})\n"
+    config_file.write_text('[queue]\nmode = "followup"\n')
+    result = get(runner, "queue.mode")
+    assert (result.stdout, result.stderr) == ("followup\n", "")
+    assert json.loads(get(runner, "queue.cap", "--json").stdout) == {
+        "key": "queue.cap", "value": 20, "source": "default", "note": ""}
+    assert json.loads(get(runner, "queue.mode", "--json").stdout)["source"] == "file"
+
+
+def test_config_get_of_the_web_chat_allowlist_says_it_admits_everyone(runner, config_file):
+    result = get(runner, "channels.webchat.allow_from")  # an account setting, asked of the channel
+    assert result.stdout == ('channels.webchat.accounts.default.allow_from = ["*"]  # the '
+                             'default; "*" admits every sender who reaches the account\n')
+    assert "set per account" in result.stderr
+    result = get(runner, "channels.webchat.accounts.default.allow_from")
+    assert result.stdout == '["*"]\n'
+    assert '"*" admits every sender' in result.stderr and "the default" in result.stderr
+    assert json.loads(get(runner, "channels.webchat.allow_from", "--json").stdout) == {
+        "key": "channels.webchat.allow_from",
+        "per_account": [{"key": "channels.webchat.accounts.default.allow_from",
+                         "value": ["*"], "source": "default",
+                         "note": '"*" admits every sender who reaches the account'}]}
+    # Only a channel setting in the file: the default account, and its defaults, stay.
+    config_file.write_text("[channels.webchat]\ntext_limit = 1000\n")
+    assert get(runner, "channels.webchat.accounts.default.history_limit").stdout == "500\n"
+    config_file.write_text('[channels.webchat.accounts.default]\nallow_from = ["u1"]\n')
+    data = json.loads(get(runner, "channels.webchat.allow_from", "--json").stdout)
+    assert data["per_account"] == [{"key": "channels.webchat.accounts.default.allow_from",
+                                    "value": ["u1"], "source": "file",
+                                    "note": "admits only these 1 sender(s)"}]
+
+
+def test_config_get_of_an_account_default(runner, config_file, monkeypatch):
+    pytest.importorskip("chatkernel_telegram")
+    config_file.write_text('[channels.telegram.accounts.main]\n'
+                           'bot_token = "${TELEGRAM_BOT_TOKEN}"\n')
+    assert get(runner, "channels.telegram.accounts.main.poll_timeout").stdout == "30\n"
+    result = get(runner, "channels.telegram.allow_from")
+    assert result.stdout == ("channels.telegram.accounts.main.allow_from = []  # the default; "
+                             "an empty allowlist admits nobody\n")
+    assert get(runner, "channels.telegram.accounts.main.bot_token").stdout == \
+        "${TELEGRAM_BOT_TOKEN}\n"  # as written: a reference hides nothing
+    error = fails(runner, "get", "channels.telegram.accounts.main.webhook_url")
+    assert "no default" in error
+
+
+def test_config_get_of_a_heartbeat_key_says_it_is_off_without_a_table(runner, config_file):
+    result = get(runner, "heartbeat.every")
+    assert result.stdout == "30m\n"
+    assert "the config heartbeat is off: the config has no [heartbeat] table" in result.stderr
+    config_file.write_text("[heartbeat]\n")
+    result = get(runner, "heartbeat.every")
+    assert result.stdout == "30m\n" and "off" not in result.stderr
 
 
 def test_config_get_of_a_table(runner, config_file):
@@ -298,9 +417,11 @@ def test_config_set_that_fails_validation_leaves_a_hand_written_file(runner, con
 
 def test_config_validate_ok(runner, config_file):
     out = ok(runner, "validate")
-    assert out == f"ok: {config_file} (missing: defaults apply), 0 channel account(s)\n"
+    assert out == (f"ok: {config_file} (missing: defaults apply), 1 channel account(s): "
+                   "webchat:default\n")
     ok(runner, "init")
-    assert ok(runner, "validate") == f"ok: {config_file}, 0 channel account(s)\n"
+    assert ok(runner, "validate") == (f"ok: {config_file}, 1 channel account(s): "
+                                      "webchat:default\n")
 
 
 def test_config_validate_refuses_a_public_listen_without_a_control_token(runner, config_file):
@@ -326,7 +447,8 @@ def test_config_validate_builds_the_accounts_as_run_does(runner, config_file):
     assert "AAbbCC" not in error
     ok(runner, "set", "channels.telegram.accounts.main.webhook_url",
        "https://chat.example.com/telegram")
-    assert ok(runner, "validate") == f"ok: {config_file}, 1 channel account(s)\n"
+    assert ok(runner, "validate") == (f"ok: {config_file}, 2 channel account(s): "
+                                      "telegram:main, webchat:default\n")
 
 
 def test_config_validate_refuses_a_malformed_bot_token_without_showing_it(runner, config_file):
@@ -402,7 +524,8 @@ def test_config_validate_checks_accounts_with_the_channels_model(runner, config_
     config_file.write_text(
         '[channels.cktestchan.accounts.main]\nbot_token = "${CK_TEST_TOKEN}"\n'
         '[channels.cktestchan.accounts.other]\nbot_token = "x"\nallow_from = [42]\n')
-    assert ok(runner, "validate") == f"ok: {config_file}, 2 channel account(s)\n"
+    assert ok(runner, "validate") == (f"ok: {config_file}, 3 channel account(s): "
+                                      "cktestchan:main, cktestchan:other, webchat:default\n")
 
     config_file.write_text('[channels.cktestchan.accounts.main]\nbot_tokn = "x"\n')
     error = fails(runner, "validate")

@@ -238,3 +238,11 @@ def test_the_redactor_hides_config_secrets_env_values_and_token_shapes(home, mon
     assert_no_secrets(redacted)
     assert "pa" not in redacted and "gateway-json-token" not in redacted
     assert redacted.count("***") == 6
+
+
+def test_probing_the_web_chat_without_a_gateway_is_not_a_failure(chatkernel_home):
+    """With no gateway, the web chat (on by default) has nothing of its own to check."""
+    result = CliRunner().invoke(cli, ["channels", "probe"])
+    assert result.exit_code == 0, result.output
+    assert "webchat:default" in result.stdout
+    assert "nothing to check: the running gateway serves it" in result.stdout

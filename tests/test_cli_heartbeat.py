@@ -62,7 +62,7 @@ def test_status_without_a_gateway_reads_the_local_state(runner, chatkernel_home)
     result = invoke(runner, "status", "--json")
     assert result.exit_code == 0, result.output
     answer = json.loads(result.stdout)
-    assert answer["via"] == "local"
+    assert (answer["via"], answer["scheduled"]) == ("local", False)
     main, session = answer["heartbeats"]
     assert (main["id"], main["every"], main["target"], main["last_outcome"]) == (
         "main", "30m", "last", "alert (sent)")
@@ -70,18 +70,40 @@ def test_status_without_a_gateway_reads_the_local_state(runner, chatkernel_home)
     assert (session["every"], session["prompt"], session["paused"], session["wake_texts"]) == (
         "2m", "check the build", True, ["deploy done"])
     text = invoke(runner, "status").stdout
-    assert re.search(r"^main  every 30m  target last  next in (19m\d*s|20m)  ", text, re.M)
+    assert text.startswith("No gateway is running, so no heartbeat is scheduled.")
+    assert re.search(r"^main  every 30m  target last  due in (19m\d*s|20m), if a gateway runs "
+                     r"by then  ", text, re.M)
     assert "session:webchat:default:c1  every 2m  webchat:default:c1  paused" in text
-    assert "from the local state" in text
+    assert "next in" not in text  # nothing is next: no gateway runs
 
 
 def test_status_of_a_configured_heartbeat_that_never_ran(runner, chatkernel_home):
     (chatkernel_home / "config.toml").write_text('[heartbeat]\nevery = "0"\n')
     text = invoke(runner, "status").stdout
     assert "main  every 0  target none  not timed (every = 0): wake only" in text
-    (chatkernel_home / "config.toml").write_text("")  # the default: every 30m, target none
-    assert invoke(runner, "status").stdout.startswith(
-        "main  every 30m  target none  starts with the gateway")
+    (chatkernel_home / "config.toml").write_text("[heartbeat]\n")  # its defaults: every 30m
+    assert "\nmain  every 30m  target none  first run one interval after a gateway starts\n" \
+        in invoke(runner, "status").stdout
+
+
+def test_status_with_no_gateway_and_no_heartbeat_table_says_nothing_is_scheduled(
+        runner, chatkernel_home):
+    result = invoke(runner, "status")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0] == ("No gateway is running, so no heartbeat is scheduled. As the config "
+                        "and the state database stand:")
+    assert lines[1].startswith("main  off: the config has no [heartbeat] table")
+    assert "every 30m" not in result.stdout
+    [main] = json.loads(invoke(runner, "status", "--json").stdout)["heartbeats"]
+    assert (main["off"], main["every_seconds"], main["next_due_at"]) == (True, 0, None)
+
+
+def test_an_overdue_heartbeat_runs_when_a_gateway_starts(runner, chatkernel_home):
+    (chatkernel_home / "config.toml").write_text('[heartbeat]\nevery = "1h"\n')
+    save_states(chatkernel_home, HeartbeatState(id="main", anchor_at=time.time() - 7200))
+    assert "main  every 1h  target none  overdue: runs once as soon as a gateway starts" in \
+        invoke(runner, "status").stdout
 
 
 def test_wake_without_a_gateway_is_a_clear_error(runner, chatkernel_home):
@@ -107,7 +129,7 @@ def test_wake_and_status_through_the_running_gateway(tmp_path):
         assert messages[-1]["text"].endswith("Woken with a note: deploy 42 finished")
         result = run(home, "heartbeat", "status", "--json")
         answer = json.loads(result.stdout)
-        assert answer["via"] == "gateway"
+        assert (answer["via"], answer["scheduled"]) == ("gateway", True)
         [main] = answer["heartbeats"]
         assert main["last_outcome"] == "alert (sent)" and main["wake_texts"] == []
         result = run(home, "heartbeat", "wake", "--mode", "next")

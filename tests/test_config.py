@@ -76,9 +76,19 @@ prompt = "Anything on fire?"
 
 def test_starter_config_is_valid_and_round_trips(tmp_path):
     path = tmp_path / "config.toml"
-    cfg.write_raw(path, cfg.starter_config())
-    assert cfg.read_raw(path) == cfg.starter_config()
+    examples = [("mychat", "chatkernel-mychat", '[channels.mychat.accounts.main]\n'
+                 'token = "${MYCHAT_TOKEN}"   # the bot\'s\n'),
+                ("bare", "chatkernel-bare", "")]
+    cfg.write_raw(path, cfg.starter_config(examples))
+    assert cfg.read_raw(path) == cfg.starter_config(examples)
     assert cfg.load(path).queue.mode == "collect"
+    text = path.read_text()
+    assert "# -- mychat (chatkernel-mychat) ---" in text
+    assert "# It reads MYCHAT_TOKEN from the gateway's environment.\n" \
+           "# [channels.mychat.accounts.main]\n# token = \"${MYCHAT_TOKEN}\"   # the bot's\n" \
+        in text
+    assert "[channels.bare.accounts.<name>]" in text  # no example: named, nothing to uncomment
+    assert "channels" not in cfg.read_raw(path)  # every other channel commented out
 
 
 def test_bad_toml_names_the_file(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import site
 import subprocess
 import sys
@@ -57,9 +58,10 @@ def bake(output: Path, **context: str) -> Path:
                              output_dir=str(output)))
 
 
-def run(args: list[str | Path], *, cwd: Path, timeout: float = 90) -> subprocess.CompletedProcess:
+def run(args: list[str | Path], *, cwd: Path, timeout: float = 90,
+        env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([str(a) for a in args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, check=False)
+                          timeout=timeout, check=False, env=env)
 
 
 @pytest.fixture(scope="session")
@@ -113,6 +115,22 @@ def test_a_baked_plugin_installs_is_listed_and_passes_its_own_tests(
     entry = next((p for p in json.loads(listed.stdout) if p["name"] == name), None)
     assert entry == {"name": name, "version": "0.1.0", "distribution": f"chatkernel-{name}",
                      "hooks": ["register_channels"], "builtin": False}
+
+    # `config init` shows its example, commented out; turned on, it validates.
+    home = tmp_path / "home"
+    env = {**os.environ, "CHATKERNEL_HOME": str(home), "CHATKERNEL_LOAD_PLUGINS": name}
+    init = run([bin_dir / "chatkernel", "config", "init"], cwd=tmp_path, env=env)
+    assert init.returncode == 0, init.stderr
+    text = (home / "config.toml").read_text()
+    block = text[text.index(f"# -- {name} (chatkernel-{name}) "):]
+    assert f'# token = "${{{name.upper()}_TOKEN}}"' in block
+    on = [line.removeprefix("# ") for line in block.splitlines()[1:]
+          if line.startswith(("# [", "# token", "# webhook_secret", "# allow_from"))]
+    (home / "config.toml").write_text(text.replace(block, "\n".join(on) + "\n"))
+    env.update({f"{name.upper()}_TOKEN": "t0ken", f"{name.upper()}_WEBHOOK_SECRET": "s3cret"})
+    valid = run([bin_dir / "chatkernel", "config", "validate"], cwd=tmp_path, env=env)
+    assert valid.returncode == 0, valid.stderr
+    assert f"2 channel account(s): {name}:main, webchat:default" in valid.stdout
 
     tests = run([bin_dir / "python", "-m", "pytest", project / "tests", "-q",
                  "-p", "no:cacheprovider"], cwd=project, timeout=120)

@@ -14,7 +14,9 @@ from chatkernel.testing.memory import KernelHarness
 pytestmark = pytest.mark.anyio
 
 TWO_ACCOUNTS = {"channels": {"memory": {"accounts": {"main": {"allow_from": ["*"]},
-                                                     "other": {"allow_from": ["*"]}}}}}
+                                                     "other": {"allow_from": ["*"]}}},
+                             # no HTTP server here, so no web chat (it would be "stopped")
+                             "webchat": {"enabled": False}}}
 
 
 async def test_probes_run_side_by_side(tmp_path):

@@ -108,12 +108,43 @@ def test_agent_and_session_settings_merge_over_the_config():
     assert "HEARTBEAT.md" in DEFAULT_PROMPT and HEARTBEAT_TOKEN in DEFAULT_PROMPT
 
 
-async def test_without_a_heartbeat_table_the_default_runs_every_30m_and_sends_nothing(
-        tmp_path):
+async def test_without_a_heartbeat_table_the_config_heartbeat_is_off(tmp_path):
     agent = scripted_agent(script=replies("all quiet"))
     clock = ManualClock()
     async with harness(tmp_path, agent, clock=clock) as h:
-        assert list(h.kernel.heartbeats.jobs) == ["main"]
+        scheduler = h.kernel.heartbeats
+        status = scheduler.status()
+        assert (status["loop"], status["scheduled"]) == (False, False)
+        [main] = status["heartbeats"]
+        assert (main["id"], main["off"], main["every_seconds"]) == ("main", True, 0)
+        clock.advance(2 * 86400)  # two days: no turn at all, so nothing paid for
+        await h.heartbeats_settled()
+        assert heartbeat_turns(agent) == []
+        await scheduler.wake_up("check now", mode="now")  # asked for by hand: it runs
+        await h.heartbeats_settled()
+        assert len(heartbeat_turns(agent)) == 1
+        assert h.channel.sent == []
+
+
+@pytest.mark.parametrize(("table", "agent_table"), [
+    ({}, None),  # an empty table asks for it
+    ({"target": "none"}, None),
+    (None, {"ack_max_chars": 100}),
+], ids=["empty table", "a key", "agent table"])
+async def test_a_heartbeat_table_turns_it_on_every_30m_by_default(tmp_path, table,
+                                                                 agent_table):
+    agent = scripted_agent(script=replies("all quiet"))
+    clock = ManualClock()
+    config = {"agent": {"kind": agent.name}}
+    if table is not None:
+        config["heartbeat"] = table
+    if agent_table is not None:
+        config["agent"]["heartbeat"] = agent_table
+    async with KernelHarness(tmp_path, config=config, heartbeat_clock=clock,
+                             plugins=[("test-agent", agent_plugin(agent))]) as h:
+        status = h.kernel.heartbeats.status()
+        assert (status["loop"], status["scheduled"]) == (True, True)
+        assert status["heartbeats"][0]["off"] is False
         clock.advance(29 * 60)
         await h.heartbeats_settled()
         assert heartbeat_turns(agent) == []

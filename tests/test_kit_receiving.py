@@ -222,7 +222,112 @@ async def test_a_problem_is_reported_at_once_a_passing_failure_only_when_it_repe
 async def test_the_default_trouble_knows_credentials_and_retry_after(polling):
     h, channel, recorder, tg = polling
     trouble = Channel.receive_trouble(channel, PlatformError("Forbidden", status=403))
-    assert trouble.problem == "credentials rejected" and trouble.restartable is False
+    assert trouble.problem == "the platform refused the account's credentials (HTTP 403)"
+    assert trouble.refused and trouble.restartable is False
     trouble = Channel.receive_trouble(channel, PlatformError("slow", status=429, retry_after=9))
     assert trouble.problem is None and trouble.wait == 9
     assert Channel.receive_trouble(channel, PlatformError("x", kind="not_sent")) == Trouble()
+
+
+class Refusing(ScriptedPolls):
+    """Its platform refuses the token at identify, as a 401 would."""
+
+    name = "refusing"
+    secret = "123:REFUSED-token-secret"
+
+    def __init__(self, account, settings=None) -> None:
+        super().__init__(account, settings)
+        self.identify_calls = 0
+
+    async def identify(self) -> None:
+        self.identify_calls += 1
+        await super().identify()
+
+    def receive_trouble(self, error):
+        if isinstance(error, PlatformError) and error.status == 401:
+            return Trouble("the API refused the token (401 Unauthorized)", wait=1.0,
+                           restartable=False, refused=True)
+        return super().receive_trouble(error)
+
+    def refused_advice(self, error):
+        return f"get a new token and set it in {self.config_key('token')}"
+
+
+class RefusingPlugin:
+    @staticmethod
+    @hookimpl
+    def register_channels(register):
+        register(Refusing)
+
+
+@pytest.fixture
+async def refusing(tmp_path):
+    config = {"channels": {"refusing": {"accounts": {"main": {"allow_from": ["*"]}}}}}
+    async with KernelHarness(tmp_path, config=config, plugins=[("refusing", RefusingPlugin)]) \
+            as h:
+        channel: Refusing = h.kernel.accounts["refusing:main"].channel
+        async with anyio.create_task_group() as tg:
+            yield h, channel, Recorder(h.kernel.receiver), tg
+            tg.cancel_scope.cancel()
+
+
+EXPECTED_REFUSAL = ("the API refused the token (401 Unauthorized): get a new token and set it "
+                    "in channels.refusing.accounts.main.token")
+
+
+async def test_a_refused_identity_fails_the_account_with_what_to_do(refusing, caplog):
+    h, channel, recorder, tg = refusing
+    runtime = channel.account.runtime
+    channel.identify_failures = [PlatformError(f"Unauthorized {Refusing.secret}", status=401)]
+    runtime.loop_started(0.0)
+    tg.start_soon(channel.run, recorder)
+    await until(lambda: runtime.state == "failed", "the account failed")
+    assert runtime.detail == EXPECTED_REFUSAL
+    assert runtime.problem == EXPECTED_REFUSAL and runtime.problem_restartable is False
+    assert runtime.last_error == EXPECTED_REFUSAL
+    assert channel.refusal(PlatformError("Unauthorized", status=401)) == EXPECTED_REFUSAL
+    assert channel.refusal(PlatformError("Bad Gateway", status=502)) is None
+    # What status and health show: failed, with the advice, never the token.
+    snapshot = await h.kernel.health.snapshot()
+    account = snapshot.channels["refusing"].accounts["main"]
+    assert account.state == "failed" and not account.ok
+    assert any(EXPECTED_REFUSAL in problem for problem in account.problems)
+    assert Refusing.secret not in repr(snapshot)
+    # `chatkernel status` and the /status page.
+    from chatkernel.core.health_http import render_status_page
+    from chatkernel.core.status_report import render_status
+
+    text = render_status(snapshot.model_dump(mode="json"))
+    assert "refusing  main     failed" in text and EXPECTED_REFUSAL in text
+    page = render_status_page(snapshot)
+    assert "failed" in page and "get a new token and set it" in page
+    # Not tried again in a tight loop: the next try waits a minute at least.
+    await anyio.sleep(0.3)
+    assert channel.identify_calls == 1 and channel.polls_seen == []
+    assert "trying again in 60s" in caplog.text
+
+
+async def test_a_refused_account_runs_again_once_its_identity_is_taken(refusing, monkeypatch):
+    from chatkernel.core import receiving
+
+    monkeypatch.setattr(receiving, "REFUSED_RETRY_SECONDS", 0.01)
+    h, channel, recorder, tg = refusing
+    runtime = channel.account.runtime
+    channel.identify_failures = [PlatformError("Unauthorized", status=401)]
+    runtime.loop_started(0.0)
+    tg.start_soon(channel.run, recorder)
+    await until(lambda: channel.polls_seen, "the poll after a second identify")
+    assert channel.identify_calls == 2
+    assert runtime.state == "starting" and runtime.problem is None
+    await channel.send_script.send(Polled([]))
+    await until(lambda: runtime.state == "running", "running")
+
+
+def test_refused_tries_slow_down_to_a_cap():
+    from chatkernel.core.receiving import refused_delay
+
+    trouble = Trouble("refused", wait=1.0, refused=True)
+    assert [refused_delay(trouble, n) for n in (1, 2, 3, 4, 5, 10)] == \
+        [60, 120, 240, 480, 900, 900]
+    # A channel that knows a longer wait (an hour's pause) keeps it.
+    assert refused_delay(Trouble("paused", wait=3600, refused=True), 1) == 3600

@@ -160,7 +160,9 @@ async def test_a_refused_connection_is_classified_like_a_failed_poll(socketed):
     tg.start_soon(channel.run, journal)
     # The default trouble: rejected credentials, which a restart cannot fix.
     await until(lambda: runtime.problem is not None, "the refusal reported")
-    assert runtime.problem == "credentials rejected" and runtime.problem_restartable is False
+    assert runtime.problem.startswith("the platform refused the account's credentials "
+                                      "(HTTP 403): set working credentials in channels.")
+    assert runtime.problem_restartable is False and runtime.state == "failed"
 
 
 async def test_a_server_that_cannot_be_reached_is_retried_with_backoff(socketed):

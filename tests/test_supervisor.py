@@ -178,3 +178,36 @@ async def test_pausing_from_the_kernel_stops_the_loop_until_resumed(tmp_path):
             h.kernel.resume_account("memory:main")
             await wait_until(lambda: len(starts) == 2 and supervisor.loops_running == 1)
             tg.cancel_scope.cancel()
+
+
+async def test_a_loop_that_ends_on_a_refused_identity_fails_with_what_to_do(tmp_path):
+    """A channel's own loop that lets a 401 out: classified as the kit's loops do."""
+    from chatkernel.channels import PlatformError
+
+    async with KernelHarness(tmp_path) as h:
+        account = h.kernel.accounts["memory:main"]
+        channel = account.channel
+        waits: list[float] = []
+        started = anyio.Event()
+
+        async def run(deliver):
+            raise PlatformError("Unauthorized", status=401)
+
+        async def sleep(seconds):
+            waits.append(seconds)
+            started.set()
+            await anyio.sleep_forever()
+
+        channel.run = run
+        supervisor = Supervisor(h.kernel, account, sleep=sleep)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(supervisor.run)
+            with anyio.fail_after(5):
+                await started.wait()
+            runtime = account.runtime
+            assert runtime.state == "failed"
+            assert runtime.detail == ("the platform refused the account's credentials (HTTP "
+                                      "401): set working credentials in "
+                                      "channels.memory.accounts.main and restart the gateway")
+            assert waits == [60.0]  # not the 1 s of a crash: a refusal is not retried soon
+            tg.cancel_scope.cancel()

@@ -96,3 +96,34 @@ def test_the_page_keeps_what_was_typed_through_a_gateway_restart(tmp_path, brows
         wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, ".msg")) == 4)
         assert texts(".msg.user") == ["before the restart", "while it is down"]
         assert texts(".msg.bot") == ["before the restart", "while it is down"]
+
+
+#: How much of the message box's placeholder shows: the width its text needs (measured
+#: with the box's own font) against the width inside the box, and the lines it needs
+#: against the lines the box shows.
+PLACEHOLDER_FIT = """
+const box = document.getElementById("text"), style = getComputedStyle(box);
+const context = document.createElement("canvas").getContext("2d");
+context.font = `${style.fontStyle} ${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+const inner = box.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+const lineHeight = parseFloat(style.lineHeight) || parseFloat(style.fontSize) * 1.2;
+const innerHeight = box.clientHeight - parseFloat(style.paddingTop)
+  - parseFloat(style.paddingBottom);
+return {placeholder: box.placeholder, needed: context.measureText(box.placeholder).width,
+        inner: inner, lines: Math.floor(innerHeight / lineHeight + 0.01),
+        viewport: window.innerWidth};
+"""
+
+
+@pytest.mark.parametrize("width", [320, 1024])
+def test_the_message_box_placeholder_is_shown_whole(gateway_url, browser, width):
+    browser.set_window_size(width, 700)
+    browser.get(gateway_url + "/")
+    fit = browser.execute_script(PLACEHOLDER_FIT)
+    if width == 320:
+        assert fit["viewport"] <= 340, fit  # the window really is that narrow
+    assert fit["placeholder"].startswith("Type a message"), fit
+    # One line of text in a one-line box: all of it shows, nothing is cut off.
+    assert fit["lines"] >= 1 and fit["needed"] <= fit["inner"], fit
+    if width == 1024:  # where there is room, the keys are explained
+        assert "Shift+Enter" in fit["placeholder"], fit

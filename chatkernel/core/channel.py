@@ -168,6 +168,13 @@ class Channel:
     #: Webhook requests: the largest body taken (413 beyond) and the content types.
     webhook_max_bytes: ClassVar[int] = 1024 * 1024
     webhook_content_types: ClassVar[tuple[str, ...]] = ("application/json",)
+    #: A TOML example of this channel's config, for the starter file ``chatkernel config
+    #: init`` writes: its ``[channels.<name>...]`` tables with the keys a first account
+    #: needs, secrets as ``${ENV_VAR}`` references, explanations as comments at the ends
+    #: of lines. The starter has it commented out line by line (the web chat's is on), so
+    #: removing the ``# `` of each line must give a config that validates once its
+    #: variables are set. Empty: the starter names the channel only.
+    config_example: ClassVar[str] = ""
 
     def __init__(self, account: Account, settings: Any = None) -> None:
         #: The account this instance serves (its validated config is ``account.config``).
@@ -268,8 +275,32 @@ class Channel:
             if error.kind == "rate_limited":
                 return Trouble(wait=error.retry_after)
             if error.status in (401, 403):
-                return Trouble(problem="credentials rejected", wait=60.0, restartable=False)
+                return Trouble(problem=f"the platform refused the account's credentials "
+                                       f"(HTTP {error.status})", wait=60.0,
+                               restartable=False, refused=True)
         return Trouble()
+
+    def refused_advice(self, error: Exception) -> str:
+        """What a person does when the platform refused this account's identity (a
+        :class:`Trouble` with ``refused``): where to get new credentials and which
+        config key takes them. It follows the problem in the account's state
+        ("...: get a new token from @BotFather and set it in ..."); never put a
+        secret in it."""
+        return f"set working credentials in {self.config_key()} and restart the gateway"
+
+    def refusal(self, error: Exception) -> str | None:
+        """The words for ``error`` when it is a refused identity (the problem, then
+        :meth:`refused_advice`), else None: for a probe to say what the loop says."""
+        from chatkernel.core.receiving import refusal
+
+        trouble = self.receive_trouble(error)
+        return refusal(self, trouble, error) if trouble.refused else None
+
+    def config_key(self, name: str = "") -> str:
+        """The dotted config key of this account (``channels.telegram.accounts.main``),
+        or of one of its keys (``config_key("bot_token")``)."""
+        key = f"channels.{self.name}.accounts.{self.account.name}"
+        return f"{key}.{name}" if name else key
 
     # -- the kit's receive loops ---------------------------------------------------------
 
@@ -383,6 +414,9 @@ class Channel:
         runtime.last_event_at = now
         if runtime.state == "starting":
             runtime.set_state("running", now)
+        elif _failed_on_refusal(runtime):  # the platform took the identity again
+            runtime.clear_problem()
+            runtime.set_state("running", now)
 
     def report_problem(self, reason: str, *, restartable: bool = True) -> None:
         """The account cannot receive right now, and why ("another instance polls this
@@ -392,9 +426,15 @@ class Channel:
         self.account.runtime.set_problem(reason, time.time(), restartable)
 
     def clear_problem(self) -> None:
-        """The problem reported before is over (a call worked again)."""
-        if self.account.runtime.problem is not None:
-            self.account.runtime.clear_problem()
+        """The problem reported before is over (a call worked again); an account
+        ``failed`` on refused credentials is starting again."""
+        runtime = self.account.runtime
+        if runtime.problem is None:
+            return
+        refused = _failed_on_refusal(runtime)
+        runtime.clear_problem()
+        if refused:
+            runtime.set_state("starting", time.time())
 
     def pause(self, reason: str) -> None:
         """Pause the account until a person acts (a session that expired and needs
@@ -472,6 +512,13 @@ class Channel:
 
     async def aclose(self) -> None:
         """Release clients and connections."""
+
+
+def _failed_on_refusal(runtime: Any) -> bool:
+    """Whether the account is ``failed`` because its identity was refused while the
+    loop runs (receiving.mark_refused), not because the loop crashed."""
+    return runtime.state == "failed" and runtime.problem is not None \
+        and runtime.detail == runtime.problem
 
 
 def collect_channels(pm: "PluginManager") -> dict[str, type[Channel]]:

@@ -15,10 +15,12 @@ import os
 import re
 import tempfile
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticUndefined
 
 from chatkernel.core.errors import ConfigError
 from chatkernel.core.models import AccessLevel
@@ -220,7 +222,10 @@ class HeartbeatConfig(Section):
     """``[heartbeat]`` (and the overrides merged over it: ``[agent.heartbeat]``, a
     session's own). See docs/heartbeats.md."""
 
-    every: str = "30m"  # 0 disables
+    # 0 disables the timer. The config heartbeat runs only when the config has a
+    # [heartbeat] or [agent.heartbeat] table (config_heartbeat_wanted): with a paid
+    # model every run is a paid turn, which nobody should get without asking.
+    every: str = "30m"
     prompt: str | None = None  # None: the built-in prompt (heartbeat.DEFAULT_PROMPT)
     target: str = "none"  # none | last | a channel name
     to: str | None = None  # with a channel target: the chat id (default: its last chat)
@@ -357,8 +362,60 @@ class KernelConfig(Section):
     def workspace(self) -> Path:
         return (self.gateway.workspace or home_dir() / "workspace").expanduser()
 
+    def config_heartbeat_wanted(self) -> bool:
+        """Whether the config asks for the config heartbeat: a ``[heartbeat]`` or an
+        ``[agent.heartbeat]`` table, even an empty one. Without either it is off (a
+        manual wake still runs it): its defaults (every 30m) apply once it is asked for."""
+        return ("heartbeat" in self.model_fields_set or bool(self.heartbeat.model_fields_set)
+                or self.agent.heartbeat is not None)
+
     def store_path(self) -> Path:
         return (self.store.path or home_dir() / "state.db").expanduser()
+
+
+# -- the channels a gateway runs ---------------------------------------------------------
+
+#: The built-in web chat: the channel a gateway serves unless told otherwise.
+WEBCHAT = "webchat"
+#: The web chat's account that the page at ``/`` talks to.
+WEBCHAT_ACCOUNT = "default"
+
+
+def listens_locally(config: KernelConfig) -> bool:
+    """Whether ``gateway.listen`` is reachable from this machine only."""
+    from chatkernel.core.presence import is_loopback
+
+    host = config.gateway.listen.rpartition(":")[0].strip("[]")
+    return is_loopback(host)
+
+
+def effective_channels(config: KernelConfig) -> dict[str, ChannelConfig]:
+    """``[channels.*]`` as the gateway runs them (``defaults`` left out).
+
+    The web chat keeps its ``default`` account unless the config gives it accounts of
+    its own: configuring Telegram, or a web chat setting such as ``text_limit``, does
+    not switch it off; ``[channels.webchat] enabled = false`` does. It admits everyone
+    who reaches it, so a gateway listening beyond this machine serves it only when the
+    config has a ``[channels.webchat]`` table.
+    """
+    channels = {name: section for name, section in config.channels.items()
+                if name != "defaults"}
+    webchat = channels.get(WEBCHAT)
+    if webchat is None:
+        if listens_locally(config):
+            channels[WEBCHAT] = ChannelConfig(accounts={WEBCHAT_ACCOUNT: {}})
+    elif not webchat.accounts:
+        channels[WEBCHAT] = webchat.model_copy(update={"accounts": {WEBCHAT_ACCOUNT: {}}})
+    return channels
+
+
+def effective_accounts(config: KernelConfig) -> list[tuple[str, str, bool, dict[str, Any]]]:
+    """``(channel, account, enabled, raw table)`` for every account of
+    :func:`effective_channels` (the web chat's implied one included)."""
+    return [(name, account, bool(section.enabled and raw.get("enabled", True) is not False),
+             raw)
+            for name, section in effective_channels(config).items()
+            for account, raw in section.accounts.items()]
 
 
 # -- ${ENV} references ------------------------------------------------------------------
@@ -683,6 +740,129 @@ def unset_key(data: dict[str, Any], key: str, *, path: Path | None = None) -> bo
     return False
 
 
+@dataclass(frozen=True, slots=True)
+class Effective:
+    """What one key is worth to the gateway (``chatkernel config get``): ``source`` is
+    ``file`` when the file sets it, ``default`` when it does not; ``note`` says what the
+    value does where the value alone does not say it (an allowlist of ``"*"``)."""
+
+    key: str
+    value: Any
+    source: Literal["file", "default"]
+    note: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "value": self.value, "source": self.source,
+                "note": self.note}
+
+
+def effective_values(raw: dict[str, Any], key: str, *,
+                     account_models: dict[str, type[BaseModel]] | None = None,
+                     path: Path | None = None) -> list[Effective]:
+    """The effective value of a dotted key: the file's, else its default. One value,
+    except for an account setting asked of a channel (``channels.webchat.allow_from``),
+    which is set per account: then one per account the gateway runs. ``account_models``:
+    the installed channels' account models, by channel name. ConfigError when the key
+    has no value and no default."""
+    parts = split_key(key, path=path)
+    config: KernelConfig | None = None
+
+    def parsed() -> KernelConfig:
+        nonlocal config
+        if config is None:
+            config = parse(raw, path=path, strict_env=False)
+        return config
+
+    found: list[Effective] | None = None
+    if parts[0] == "channels" and len(parts) >= 3 and parts[1] != "defaults":
+        found = _channel_values(raw, parsed(), parts, account_models or {}, path)
+    if found is None:
+        try:
+            found = [Effective(key, get_key(raw, key, path=path), "file")]
+        except KeyError:
+            try:
+                value = get_key(parsed().model_dump(mode="json"), key, path=path)
+            except KeyError:
+                value = None
+            if value is None:
+                hint = did_you_mean(parts[-1], _keys_beside(KernelConfig, tuple(parts)))
+                raise ConfigError(f"not set, and it has no default{hint}", path=path,
+                                  key=key) from None
+            found = [Effective(key, value, "default")]
+    try:
+        heartbeat_off = not parsed().config_heartbeat_wanted()
+    except ConfigError:  # a file that does not validate: the values are still shown
+        heartbeat_off = False
+    return [_noted(item, heartbeat_off) for item in found]
+
+
+def _channel_values(raw: dict[str, Any], config: KernelConfig, parts: list[str],
+                    account_models: dict[str, type[BaseModel]],
+                    path: Path | None) -> list[Effective] | None:
+    """``channels.<name>....`` with the channel's defaults, its accounts' defaults and
+    the web chat's implied account; None: not a key of a channel the gateway runs."""
+    name = parts[1]
+    section = effective_channels(config).get(name)
+    if section is None:
+        return None
+    model = account_models.get(name, AccountConfig)
+    table = raw.get("channels", {}).get(name, {})
+
+    def account_value(account: str, field: str) -> Effective | None:
+        written = table.get("accounts", {}).get(account, {})
+        key = f"channels.{name}.accounts.{account}.{field}"
+        if field in written:
+            return Effective(key, written[field], "file")
+        default = model.model_fields[field].get_default(call_default_factory=True)
+        if default is None or default is PydanticUndefined:
+            return None
+        if isinstance(default, BaseModel):
+            default = default.model_dump(mode="json")
+        return Effective(key, default, "default")
+
+    field = parts[-1]
+    if len(parts) == 3 and field in model.model_fields and \
+            field not in ChannelConfig.model_fields:
+        if not section.accounts:
+            raise ConfigError(f"{field} is an account setting, and channel {name!r} has no "
+                              f"account (set channels.{name}.accounts.<name>.{field})",
+                              path=path, key=".".join(parts))
+        values = [account_value(account, field) for account in section.accounts]
+        if not any(values):
+            raise ConfigError(f"not set on any account of channel {name!r}, and it has no "
+                              "default", path=path, key=".".join(parts))
+        return [value for value in values if value is not None]
+    if len(parts) == 5 and parts[2] == "accounts" and parts[3] in section.accounts and \
+            field in model.model_fields:
+        value = account_value(parts[3], field)
+        if value is None:
+            raise ConfigError("not set, and it has no default", path=path,
+                              key=".".join(parts))
+        return [value]
+    if len(parts) == 3 and field in ChannelConfig.model_fields and field not in table:
+        value = section.model_dump(mode="json").get(field)
+        return None if value is None else [Effective(".".join(parts), value, "default")]
+    return None
+
+
+def _noted(item: Effective, heartbeat_off: bool) -> Effective:
+    """``item`` with what it effectively does, where its value does not say it."""
+    notes = []
+    last = item.key.rsplit(".", 1)[-1]
+    if last == "allow_from" and isinstance(item.value, list):
+        if "*" in item.value:
+            notes.append('"*" admits every sender who reaches the account')
+        elif not item.value:
+            notes.append("an empty allowlist admits nobody")
+        else:
+            notes.append(f"admits only these {len(item.value)} sender(s)")
+    if heartbeat_off and (item.key == "heartbeat" or item.key.startswith(
+            ("heartbeat.", "agent.heartbeat"))):
+        notes.append("the config heartbeat is off: the config has no [heartbeat] table "
+                     "(this applies once it has one)")
+    return Effective(item.key, item.value, item.source, "; ".join(notes)) if notes else item
+
+
 def parse_value(text: str) -> Any:
     """A command-line value: a TOML value when it parses as one, else the string."""
     try:
@@ -700,26 +880,83 @@ def format_value(value: Any) -> str:
         return value
     if isinstance(value, dict):
         return tomli_w.dumps(value).rstrip("\n")
-    return _inline(value)
+    return inline_value(value)
 
 
-def _inline(value: Any) -> str:
+def inline_value(value: Any) -> str:
+    """One TOML value on one line: ``["a", 1]``, ``{ a = 1 }``, ``"text"``."""
     import tomli_w
 
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_inline(item) for item in value) + "]"
+        return "[" + ", ".join(inline_value(item) for item in value) + "]"
     if isinstance(value, dict):
-        pairs = (f"{tomli_w.dumps({key: 0}).split('=', 1)[0].strip()} = {_inline(item)}"
+        pairs = (f"{tomli_w.dumps({key: 0}).split('=', 1)[0].strip()} = {inline_value(item)}"
                  for key, item in value.items())
         return "{ " + ", ".join(pairs) + " }"
     return tomli_w.dumps({"value": value}).split("=", 1)[1].strip()
 
 
-def starter_config() -> dict[str, Any]:
-    """What ``chatkernel config init`` writes: the defaults, ready to edit."""
-    return {
-        "gateway": {"listen": "127.0.0.1:8787"},
-        "agent": {"kind": "echo"},
-        "queue": {"mode": "collect", "debounce_ms": 1000, "cap": 20, "drop": "old",
-                  "max_concurrent": 4},
-    }
+STARTER_HEADER = """\
+# chatkernel's configuration, written by `chatkernel config init`.
+#
+# Everything is optional: with this file as it is, `chatkernel run` serves the web chat
+# at http://127.0.0.1:8787/, answered by the echo agent. A line starting with "# " is an
+# example: remove the "# " to use it. Secrets are ${ENV_VAR} references, read from the
+# gateway's environment when it starts (never written here). Check the file with
+# `chatkernel config validate`; `chatkernel config get KEY` shows any key's effective
+# value, defaults included.
+
+[gateway]
+listen = "127.0.0.1:8787"             # HOST:PORT; port 0 picks a free one
+# control_token = "${CHATKERNEL_CONTROL_TOKEN}"   # required to listen beyond this machine
+
+[agent]
+kind = "echo"                         # echo (repeats the message) | command | openai
+# command = ["llm", "-m", "gpt-4o-mini"]          # kind = "command": one run per turn
+# model = "gpt-4o-mini"                           # kind = "openai": any compatible API
+# base_url = "http://127.0.0.1:11434/v1"
+# api_key_env = "OPENAI_API_KEY"                  # the variable that holds its key
+
+[queue]
+mode = "collect"                      # collect | followup | interrupt | steer
+debounce_ms = 1000
+cap = 20
+drop = "old"                          # old | new | summarize
+max_concurrent = 4
+
+# Heartbeats: a periodic agent turn, off until this table is here. Each run is an agent
+# turn: with a paid model, every = "30m" is 48 paid turns a day (docs/heartbeats.md).
+# [heartbeat]
+# every = "30m"
+# target = "last"                     # none | last | a channel name
+"""
+
+
+def starter_config(channels: list[tuple[str, str, str]] = ()) -> Any:
+    """What ``chatkernel config init`` writes, as a tomlkit document (comments kept):
+    the kernel's main settings, then an example for each installed channel
+    (``(name, where it comes from, Channel.config_example)``, the web chat first), the
+    web chat's on and every other commented out."""
+    import tomlkit
+
+    parts = [STARTER_HEADER]
+    for name, source, example in sorted(channels, key=lambda c: (c[0] != WEBCHAT, c[0])):
+        example = example.strip("\n")
+        title = f"# -- {name} ({source}) "
+        parts.append("\n" + title + "-" * max(3, 88 - len(title)) + "\n")
+        if not example:
+            parts.append(f"# No example: its documentation says what "
+                         f"[channels.{name}.accounts.<name>] takes.\n")
+            continue
+        if name == WEBCHAT:
+            parts.append("# On: these tables show its defaults. Without them it runs when the "
+                         "gateway listens\n# on 127.0.0.1 only; with them, wherever it "
+                         "listens. It admits everyone who reaches it.\n")
+            parts.append(example + "\n")
+            continue
+        parts.append('# Off: to turn it on, remove the "# " before each line below.\n')
+        names = list(dict.fromkeys(m[1] for m in _ENV_REF.finditer(example) if m[1]))
+        if names:
+            parts.append(f"# It reads {', '.join(names)} from the gateway's environment.\n")
+        parts.append("".join(f"# {line}\n" for line in example.splitlines()))
+    return tomlkit.parse("".join(parts))

@@ -10,8 +10,11 @@ store and return. SIGHUP reloads the config file (chatkernel.core.reload).
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import signal
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -85,6 +88,31 @@ def check_startup(config: cfg.KernelConfig, *, config_path=None, listen: str | N
     return kernel
 
 
+def cannot_listen(host: str, port: int, error: OSError, origin: str | None) -> str:
+    """Why ``host:port`` cannot be bound, where the address came from, and what to try."""
+    shown = f"[{host}]" if ":" in host else host
+    # asyncio's strerror repeats the address; the errno's own words do not.
+    reason = os.strerror(error.errno) if error.errno else str(error)
+    message = f"cannot listen on {shown}:{port} (from {origin or 'gateway.listen'}): {reason}"
+    if error.errno == errno.EADDRINUSE:
+        free = free_port(host)
+        message += ("; another program (another gateway?) holds it: stop it, or choose "
+                    + (f"a free port, e.g. --listen {shown}:{free}" if free else
+                       f"another port (--listen {shown}:0 picks a free one)"))
+    return message
+
+
+def free_port(host: str) -> int | None:
+    """A port free on ``host`` right now (the system's pick for port 0), or None."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+            return probe.getsockname()[1]
+    except OSError:
+        return None
+
+
 KERNEL = web.AppKey("kernel", Kernel)
 
 
@@ -155,9 +183,12 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
 async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                       listen: str | None = None, pm=None,
                       on_ready: Callable[[Listening], None] | None = None,
-                      stop: anyio.Event | None = None, handle_signals: bool = True) -> None:
+                      stop: anyio.Event | None = None, handle_signals: bool = True,
+                      listen_origin: str | None = None) -> None:
     """Run until SIGINT/SIGTERM (or ``stop`` is set), then shut down in order.
 
+    ``listen_origin`` says where the listen address came from ("--listen on the
+    command line"), for the error when it cannot be bound.
     Holds the home's lock (:mod:`chatkernel.core.homelock`) all along: raises
     :class:`~chatkernel.core.homelock.HomeInUse` when another process has it."""
     host, port = parse_listen(listen or config.gateway.listen)
@@ -179,8 +210,7 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                 try:
                     await site.start()
                 except OSError as exc:
-                    raise cfg.ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}",
-                                          path=config_path, key="gateway.listen") from None
+                    raise cfg.ConfigError(cannot_listen(host, port, exc, listen_origin)) from None
                 bound = runner.addresses[0]
                 listening = Listening(host, bound[1])
                 kernel.url = listening.url

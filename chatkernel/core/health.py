@@ -315,7 +315,9 @@ def account_problems(state: str, runtime: AccountRuntime, probe: ProbeResult | N
         problems.append(f"paused: {runtime.detail or 'no reason given'}")
     elif state == "stopped":
         problems.append("receive loop not running")
-    if runtime.problem is not None and (probe is None or probe.detail != runtime.problem):
+    said = state == "failed" and runtime.detail == runtime.problem  # (a refused token)
+    if runtime.problem is not None and not said and (
+            probe is None or probe.detail != runtime.problem):
         problems.append(f"receiving: {runtime.problem}")
     if runtime.send_failing_since is not None:
         problems.append(f"sends failing: {runtime.last_send_error or '?'}")
@@ -333,19 +335,9 @@ def store_problems(store: StoreInfo | None) -> list[str]:
 
 
 def configured_accounts(config: cfg.KernelConfig) -> list[tuple[str, str, bool, dict]]:
-    """``(channel, account, enabled, raw table)`` for every account the config names
-    (the embedded web chat when it names none)."""
-    channels = {name: section for name, section in config.channels.items() if name != "defaults"}
-    if not channels:
-        from chatkernel.core.kernel import EMBEDDED_CHANNEL
-
-        return [(EMBEDDED_CHANNEL, "default", True, {})]
-    found = []
-    for name, section in channels.items():
-        for account, raw in section.accounts.items():
-            enabled = bool(section.enabled and raw.get("enabled", True) is not False)
-            found.append((name, account, enabled, raw))
-    return found
+    """``(channel, account, enabled, raw table)`` for every account the gateway would run
+    (the web chat's implied one included, see :func:`chatkernel.core.config.effective_accounts`)."""
+    return cfg.effective_accounts(config)
 
 
 def _monitor_info(settings: MonitorSettings, runtime: AccountRuntime | None = None,

@@ -9,6 +9,9 @@
   refreshing itself every few seconds.
 * ``GET /favicon.ico`` — 204, cached for a day: browsers opening the web chat or
   the status page ask for it, and a 404 logged for each would be noise.
+* ``GET /`` — when the web chat does not serve its page there, a small page
+  saying the gateway runs, why the web chat is off and how to turn it on
+  (:mod:`chatkernel.webchat.landing`), instead of a bare 404.
 
 On a loopback address all three are open. When the gateway listens beyond
 loopback (which needs ``gateway.control_token``), ``/metrics`` and ``/status``
@@ -80,8 +83,26 @@ def routes(kernel: "Kernel", token: str, *, loopback: bool) -> list[tuple[str, s
     async def favicon(request: web.Request) -> web.Response:
         return web.Response(status=204, headers={"Cache-Control": "max-age=86400"})
 
-    return [("GET", "/healthz", healthz), ("GET", "/metrics", metrics),
-            ("GET", "/status", status), ("GET", "/favicon.ico", favicon)]
+    found = [("GET", "/healthz", healthz), ("GET", "/metrics", metrics),
+             ("GET", "/status", status), ("GET", "/favicon.ico", favicon)]
+    if not _serves_root(kernel):
+        from chatkernel.webchat.landing import render_landing_page
+
+        page = render_landing_page(kernel.config, kernel.channel_types, loopback=loopback)
+
+        async def landing(request: web.Request) -> web.Response:
+            return web.Response(text=page, content_type="text/html",
+                                headers={"Cache-Control": "no-store"})
+
+        found.append(("GET", "/", landing))
+    return found
+
+
+def _serves_root(kernel: "Kernel") -> bool:
+    """Whether an account's channel (the web chat's default account) serves ``GET /``."""
+    return any(method == "GET" and path == "/" for account in kernel.accounts.values()
+               if account.channel is not None
+               for method, path, _ in account.channel.http_routes())
 
 
 # -- the status page -------------------------------------------------------------------

@@ -172,6 +172,16 @@ def merged_settings(config: "KernelConfig",
     return HeartbeatConfig.model_validate(values)
 
 
+def heartbeat_settings(config: "KernelConfig", state: HeartbeatState) -> HeartbeatConfig:
+    """A heartbeat's effective settings: :func:`merged_settings` with its own, and for the
+    config heartbeat, ``every = "0"`` while the config does not ask for it
+    (:meth:`KernelConfig.config_heartbeat_wanted`)."""
+    settings = merged_settings(config, state.settings)
+    if state.session_key is None and not config.config_heartbeat_wanted():
+        settings = settings.model_copy(update={"every": "0"})
+    return settings
+
+
 # -- active hours ----------------------------------------------------------------------------
 
 
@@ -377,9 +387,13 @@ class HeartbeatScheduler:
                 await store.save_heartbeat(job.state)
         if self._timed():
             self._ensure_loop()
-        if self.jobs:
-            log.info("heartbeats: %s", ", ".join(
-                f"{job.id} every {self.settings_for(job).every}" for job in self.jobs.values()))
+        log.info("heartbeats: %s", ", ".join(self._summary(job) for job in self.jobs.values()))
+
+    def _summary(self, job: HeartbeatJob) -> str:
+        if job.id == MAIN and not self.kernel.config.config_heartbeat_wanted():
+            return f"{MAIN} off (no [heartbeat] table; a manual wake runs it)"
+        every = self.settings_for(job).every
+        return f"{job.id} every {every}" + (" (wake only)" if every == "0" else "")
 
     def stopped(self) -> None:
         """The task group given to :meth:`start` ended (another instance runs the
@@ -565,7 +579,7 @@ class HeartbeatScheduler:
 
     def settings_for(self, job: HeartbeatJob) -> HeartbeatConfig:
         """The heartbeat's effective settings (config, agent, then its own)."""
-        return merged_settings(self.kernel.config, job.state.settings)
+        return heartbeat_settings(self.kernel.config, job.state)
 
     async def destination(self, job: HeartbeatJob, settings: HeartbeatConfig) -> Destination:
         """Where the heartbeat runs and answers, resolved at each tick."""
@@ -917,7 +931,8 @@ class HeartbeatScheduler:
 
     def describe(self, job: HeartbeatJob) -> dict[str, Any]:
         """A heartbeat's status, for ``/heartbeat``, the control API and the CLI."""
-        info = describe_state(job.state, self.settings_for(job), self.clock.now())
+        info = describe_state(job.state, self.settings_for(job), self.clock.now(),
+                              wanted=self.kernel.config.config_heartbeat_wanted())
         info.update(running=job.running, waiting_for=job.waiting_for,
                     forced=job.forced, hold_until=job.hold_until)
         if job.hold_until is not None and info["next_due_at"] is not None:
@@ -926,7 +941,9 @@ class HeartbeatScheduler:
         return info
 
     def status(self) -> dict[str, Any]:
-        return {"started": self.started, "loop": self._loop_running,
+        scheduled = self._loop_running and any(self._due_at(job) is not None
+                                               for job in self.jobs.values())
+        return {"started": self.started, "loop": self._loop_running, "scheduled": scheduled,
                 "heartbeats": [self.describe(job) for job in self.jobs.values()],
                 "last_event": None if self.last_event is None else {
                     "heartbeat": self.last_event.heartbeat, "status": self.last_event.status,
@@ -934,8 +951,10 @@ class HeartbeatScheduler:
 
 
 def describe_state(state: HeartbeatState, settings: HeartbeatConfig,
-                   now: float) -> dict[str, Any]:
-    """A heartbeat's status from its stored state alone (also without a gateway)."""
+                   now: float, *, wanted: bool = True) -> dict[str, Any]:
+    """A heartbeat's status from its stored state alone (also without a gateway).
+    ``wanted``: whether the config asks for the config heartbeat (``off`` says it
+    does not)."""
     every = settings.interval()
     due = None
     if not state.paused and every > 0 and state.anchor_at is not None:
@@ -949,6 +968,7 @@ def describe_state(state: HeartbeatState, settings: HeartbeatConfig,
         "prompt": settings.prompt or (DEFAULT_PROMPT if not state.session_key else ""),
         "target": "session" if state.session_key else settings.target,
         "paused": state.paused,
+        "off": state.session_key is None and not wanted,
         "last_run_at": state.last_run_at,
         "last_outcome": state.last_outcome,
         "next_due_at": due,
@@ -969,7 +989,7 @@ __all__ = [
     "DEFAULT_PROMPT", "MAIN", "MIN_SESSION_EVERY", "SESSION_GUARD", "SKIP_REASONS",
     "Clock", "Destination", "HeartbeatError", "HeartbeatEvent",
     "HeartbeatJob", "HeartbeatRecord", "HeartbeatScheduler", "SystemClock",
-    "describe_state", "in_active_hours", "merged_settings",
+    "describe_state", "heartbeat_settings", "in_active_hours", "merged_settings",
     "next_window_start", "plugin_visibility_defaults", "resolve_visibility",
     "visibility_for", "zone_for",
 ]

@@ -267,15 +267,14 @@ class Kernel:
         return agent_types
 
     def _build_accounts(self) -> None:
-        channels = dict(self.config.channels)
-        channels.pop("defaults", None)
-        if not channels:  # the embedded default: web chat on the gateway's address
-            channels = {EMBEDDED_CHANNEL: cfg.ChannelConfig(accounts={"default": {}})}
-        for channel_name, section in channels.items():
+        # The config's channels, and the web chat's default account unless told otherwise.
+        for channel_name, section in cfg.effective_channels(self.config).items():
             if not section.enabled:
                 continue
             channel_type = self.channel_types.get(channel_name)
             if channel_type is None:
+                if channel_name not in self.config.channels:
+                    continue  # the implied web chat, with its built-in plugin disabled
                 raise cfg.unknown_channel(channel_name, self.channel_types,
                                           path=self.config_path)
             for account_name, raw in section.accounts.items():

@@ -12,7 +12,11 @@ socket frame), the same steps follow, written once here:
 - failures are classified (:class:`Trouble`): a passing one is retried with
   backoff, one a person must fix (credentials rejected, another instance polls
   the account) is reported as the account's problem, and the account's health
-  says so until a call succeeds again.
+  says so until a call succeeds again. A refused identity (a rejected token, an
+  expired session) turns the account ``failed``, with what to do in the channel's
+  words (``Channel.refused_advice``), and is tried again only slowly: every
+  :data:`REFUSED_RETRY_SECONDS` at first, doubling to :data:`REFUSED_RETRY_MAX_SECONDS`
+  (a new token comes with a restart of the gateway, which tries at once).
 
 :func:`poll_forever` is the long-polling loop on top of these; webhooks
 (chatkernel.core.webhooks) and sockets (chatkernel.core.sockets) use the same
@@ -41,6 +45,12 @@ T = TypeVar("T")
 
 log = logging.getLogger("chatkernel.channel")
 
+#: A refused identity is tried again after this long at first (or the channel's
+#: ``Trouble.wait``, when longer), doubling up to the cap: a platform that took a
+#: token back may give it back, but asking every second would only hammer it.
+REFUSED_RETRY_SECONDS = 60.0
+REFUSED_RETRY_MAX_SECONDS = 900.0
+
 
 @dataclass(frozen=True, slots=True)
 class Trouble:
@@ -56,6 +66,10 @@ class Trouble:
     problem: str | None = None
     wait: float | None = None
     restartable: bool = True
+    #: The platform refused the account's identity (its token, its session): the
+    #: account turns ``failed`` with ``problem`` and the channel's
+    #: :meth:`~chatkernel.channels.Channel.refused_advice`, not restartable, retried slowly.
+    refused: bool = False
 
 
 @dataclass(slots=True)
@@ -219,6 +233,9 @@ async def receive_failed(channel: "Channel", exc: Exception, backoff: Backoff,
     one only from its second time in a row (one lost poll is not news).
     """
     trouble = channel.receive_trouble(exc)
+    if trouble.refused:
+        await _refused(channel, exc, trouble, failures)
+        return
     delay = trouble.wait if trouble.wait is not None else backoff.next()
     if trouble.problem is not None:
         reason = trouble.problem
@@ -234,6 +251,39 @@ async def receive_failed(channel: "Channel", exc: Exception, backoff: Backoff,
     await anyio.sleep(delay)
 
 
+def refusal(channel: "Channel", trouble: Trouble, exc: Exception) -> str:
+    """The words for a refused identity: what was refused, then what to do."""
+    what = trouble.problem or "the platform refused the account's credentials"
+    advice = channel.refused_advice(exc)
+    return f"{what}: {advice}" if advice else what
+
+
+def refused_delay(trouble: Trouble, failures: int) -> float:
+    """How long to wait before the ``failures``-th refused try is followed by another."""
+    first = max(trouble.wait or 0.0, REFUSED_RETRY_SECONDS)
+    return min(first * 2 ** max(0, failures - 1), max(first, REFUSED_RETRY_MAX_SECONDS))
+
+
+def mark_refused(channel: "Channel", reason: str) -> None:
+    """The account is ``failed`` on a refused identity until a call works again."""
+    runtime, now = channel.account.runtime, time.time()
+    channel.report_problem(reason, restartable=False)
+    runtime.set_state("failed", now, reason)
+    runtime.error(reason, now)
+
+
+async def _refused(channel: "Channel", exc: Exception, trouble: Trouble, failures: int) -> None:
+    reason = refusal(channel, trouble, exc)
+    delay = refused_delay(trouble, failures)
+    runtime = channel.account.runtime
+    if runtime.state != "failed" or runtime.detail != reason:
+        log.error("%s: %s; trying again in %.0fs", channel.account.key, reason, delay)
+    else:
+        log.info("%s: still refused; trying again in %.0fs", channel.account.key, delay)
+    mark_refused(channel, reason)
+    await anyio.sleep(delay)
+
+
 async def until_done(channel: "Channel", call: Callable[[], Awaitable[Any]], what: str) -> None:
     """``await call()`` until it succeeds, each failure reported and waited out (a
     rejected token or an outage waits here, rather than in the supervisor's restarts)."""
@@ -242,10 +292,13 @@ async def until_done(channel: "Channel", call: Callable[[], Awaitable[Any]], wha
     while True:
         try:
             await call()
-            return
         except PlatformError as exc:
             failures += 1
             await receive_failed(channel, exc, backoff, failures, what)
+            continue
+        if failures:
+            channel.clear_problem()  # e.g. a refused token that works again
+        return
 
 
 async def identify(channel: "Channel") -> None:

@@ -6,7 +6,9 @@ fails (or returns) is started again with exponential backoff (1 s doubling to
 operator) can ask for a restart: the running loop's cancel scope is cancelled
 and the next loop starts only once the old one has ended, so two loops of one
 account never run at once, however long the old one takes to stop. An account
-a channel paused is not restarted until it is resumed.
+a channel paused is not restarted until it is resumed. A loop that ended on a
+refused identity (``Trouble.refused``) leaves the account ``failed`` with what to
+do, and waits at least as long as the kit's loops wait for one.
 
 The supervisor keeps the account's runtime state (``Account.runtime``): state,
 loop start, restarts with their times, last error.
@@ -21,9 +23,11 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from chatkernel.core import receiving
 from chatkernel.core.models import Account
 
 if TYPE_CHECKING:
+    from chatkernel.core.channel import Channel
     from chatkernel.core.kernel import Kernel
 
 log = logging.getLogger("chatkernel.gateway")
@@ -98,8 +102,11 @@ class Supervisor:
                     continue
                 if runtime.state == "paused":
                     continue
-                message = _describe(error)
-                if error is not None:
+                refused = _refused(channel, error)
+                message = refused[0] if refused else _describe(error)
+                if refused:
+                    log.error("%s: %s", account.key, message)
+                elif error is not None:
                     log.error("%s: receive loop failed: %s", account.key, message,
                               exc_info=(type(error), error, error.__traceback__)
                               if log.isEnabledFor(logging.DEBUG) else None)
@@ -112,8 +119,10 @@ class Supervisor:
                     backoff = RESTART_BACKOFF_INITIAL
                 metrics.restarts.labels(account.channel_name, account.name).inc()
                 runtime.record_restart(now, "crash")
-                log.info("%s: restarting the receive loop in %.0fs", account.key, backoff)
-                await self._sleep(backoff)
+                # A refused identity is not fixed by trying sooner (see receiving).
+                delay = max(backoff, refused[1]) if refused else backoff
+                log.info("%s: restarting the receive loop in %.0fs", account.key, delay)
+                await self._sleep(delay)
                 backoff = min(backoff * 2, RESTART_BACKOFF_MAX)
         finally:
             if runtime.state != "paused":
@@ -158,6 +167,20 @@ class Supervisor:
         if runtime.state == "paused":
             runtime.set_state("stopped", self._clock())
         self._resumed.set()
+
+
+def _refused(channel: Channel, error: Exception | None) -> tuple[str, float] | None:
+    """For a loop that ended on a refused identity (a channel's own loop, outside the
+    kit's, let it out): the words with what to do, and how long to wait at least."""
+    if error is None:
+        return None
+    try:
+        trouble = channel.receive_trouble(error)
+    except Exception:  # noqa: BLE001 - classifying must not stop the supervisor
+        return None
+    if not trouble.refused:
+        return None
+    return receiving.refusal(channel, trouble, error), receiving.refused_delay(trouble, 1)
 
 
 def _describe(error: Exception | None) -> str:

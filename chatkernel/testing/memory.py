@@ -140,7 +140,10 @@ class KernelHarness:
             "gateway": {"workspace": str(home / "workspace")},
             "store": {"path": str(home / "state.db")},
             "queue": {"debounce_ms": 0},
-            "channels": {"memory": {"accounts": {"main": {"allow_from": ["*"]}}}},
+            # The web chat is a gateway's page: a kernel with no HTTP server leaves it off
+            # (a test's own [channels.webchat] table turns it on).
+            "channels": {"memory": {"accounts": {"main": {"allow_from": ["*"]}}},
+                         "webchat": {"enabled": False}},
         }
         for section, values in (config or {}).items():
             if isinstance(values, dict) and isinstance(data.get(section), dict):

@@ -94,6 +94,17 @@ class {{ P }}Channel(Channel):
         retry_base_delay=0.5,
     )
     receive_backoff = (0.1, 30.0)
+    # What `chatkernel config init` writes for this channel (commented out): the keys a
+    # first account needs, secrets as ${ENV_VAR} references. Keep it valid as you change
+    # the account model.
+    config_example = """\
+[channels.{{ cookiecutter.channel_name }}.accounts.main]
+token = "${{ '{' }}{{ cookiecutter.channel_name | upper }}_TOKEN}"   # the bot's API token
+{%- if T == "webhook" %}
+webhook_secret = "${{ '{' }}{{ cookiecutter.channel_name | upper }}_WEBHOOK_SECRET}"   # its secret header
+{%- endif %}
+allow_from = ["*"]            # sender ids allowed in; "*" anyone
+"""
 
     def __init__(self, account, settings=None) -> None:
         super().__init__(account, settings)

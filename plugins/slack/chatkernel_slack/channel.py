@@ -50,22 +50,32 @@ REFUSED_WAIT_SECONDS = 60.0
 #: Remembered per chat or thread (bounded): the last message's ts, threads the bot is in.
 MEMORY = 10_000
 
+#: What to do about each refused token, by Slack's error code. The tokens are on the
+#: app's config page (api.slack.com/apps, the app): the bot token under "OAuth &
+#: Permissions", the app-level token under "Basic Information", "App-Level Tokens".
 _TOKEN_ADVICE = {
-    "invalid_auth": "the token is not valid: copy it again from the app's settings",
-    "not_authed": "no token reached Slack",
+    "invalid_auth": "the token is not one Slack knows: copy it again from the app's config "
+                    "page",
+    "not_authed": "no token reached Slack: set it",
     "token_revoked": "the token was revoked (the app was uninstalled or the token "
-                     "regenerated): reinstall the app and set the new token",
-    "token_expired": "the token expired (token rotation is on): set a fresh token",
-    "account_inactive": "the bot user or its workspace was deactivated",
-    "not_allowed_token_type": "this kind of token cannot make this call",
-    "invalid_token": "the token is malformed",
+                     "regenerated): reinstall the app to the workspace from its config page "
+                     "(or regenerate the token there)",
+    "token_expired": "the token expired (token rotation is on): set a fresh token from the "
+                     "app's config page",
+    "account_inactive": "the bot user or its workspace was deactivated: reinstall the app "
+                        "from its config page",
+    "not_allowed_token_type": "this kind of token cannot make this call: the bot token starts "
+                              "with xoxb-, the app-level token with xapp-",
+    "invalid_token": "the token is malformed: copy it again from the app's config page",
 }
+_TOKEN_PAGES = {"bot_token": "OAuth & Permissions", "app_token": "Basic Information, "
+                "App-Level Tokens (scope connections:write)"}
 
 
-def refused(code: Any, key: str) -> str:
-    """What a refused token means and what to do, naming the config key."""
-    advice = _TOKEN_ADVICE.get(str(code), "Slack refused it")
-    return f"Slack refused {key} ({code}): {advice}"
+def token_key(error: PlatformError) -> str:
+    """The config key of the token a refused call used."""
+    return "app_token" if error.details.get("method") == "apps.connections.open" \
+        else "bot_token"
 
 
 class SlackAccount(AccountConfig):
@@ -153,6 +163,12 @@ class SlackChannel(Channel):
     """One Slack app in one workspace."""
 
     name = "slack"
+    config_example = """\
+[channels.slack.accounts.main]
+bot_token = "${SLACK_BOT_TOKEN}"      # the Bot User OAuth Token, xoxb-…
+app_token = "${SLACK_APP_TOKEN}"      # an app-level token, xapp-…: Socket Mode
+allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the workspace
+"""
     account_model = SlackAccount
     limits = ChannelLimits(
         text_limit=4000, text_unit="chars", caption_limit=4000,
@@ -225,14 +241,20 @@ class SlackChannel(Channel):
 
     def receive_trouble(self, error: Exception) -> Trouble:
         if isinstance(error, PlatformError):
-            socket = error.details.get("method") == "apps.connections.open"
             if error.code in TOKEN_ERRORS:
-                key = "app_token" if socket else "bot_token"
-                return Trouble(refused(error.code, key), wait=REFUSED_WAIT_SECONDS,
-                               restartable=False)
+                return Trouble(f"Slack refused {token_key(error)} ({error.code})",
+                               wait=REFUSED_WAIT_SECONDS, restartable=False, refused=True)
             if error.code == "missing_scope":
                 return Trouble(str(error), wait=REFUSED_WAIT_SECONDS, restartable=False)
         return super().receive_trouble(error)
+
+    def refused_advice(self, error: Exception) -> str:
+        code = getattr(error, "code", None)
+        key = token_key(error) if isinstance(error, PlatformError) else "bot_token"
+        advice = _TOKEN_ADVICE.get(str(code), "Slack refused it: check it on the app's config "
+                                              "page")
+        return (f"{advice} ({_TOKEN_PAGES[key]}), set it in {self.config_key(key)} and "
+                "restart the gateway")
 
     # webhooks (events mode)
 
@@ -432,9 +454,9 @@ class SlackChannel(Channel):
         try:
             me = await self.api.call("auth.test", lambda client: client.auth_test())
         except PlatformError as exc:
-            if exc.code in TOKEN_ERRORS:  # restarting cannot help: a person must act
-                return ProbeResult(ok=False, detail=refused(exc.code, "bot_token"),
-                                   restartable=False)
+            refusal = self.refusal(exc)
+            if refusal is not None:  # restarting cannot help: a person must act
+                return ProbeResult(ok=False, detail=refusal, restartable=False)
             return ProbeResult(ok=False, detail=str(exc))
         self._learn(me)
         detail = f"{me.get('team')} as @{me.get('user')}"

@@ -22,6 +22,11 @@ it answers developer routes, which the real Slack does not have:
                              where events go in events mode, after Slack's
                              ``url_verification`` handshake; answers ``{"verified": bool}``.
 
+Its tokens are fixed (``--bot-token``, ``--app-token``), so a config can take them from
+the environment as a real one does. As the real Slack, it answers a post to a
+conversation it does not have with ``{"ok": false, "error": "channel_not_found"}``
+(HTTP 200), and a refused token with ``invalid_auth``.
+
 It runs until interrupted (Ctrl-C, SIGTERM).
 """
 
@@ -38,6 +43,8 @@ from aiohttp import web
 
 from chatkernel_slack.fake import FakeSlack
 
+DEFAULT_BOT_TOKEN = "xoxb-0000000001-0000000002-DEVSERVERofflineBotToken"
+DEFAULT_APP_TOKEN = "xapp-1-A0DEVSERVER-0000000001-DEVSERVERofflineAppToken"
 MESSAGE_FIELDS = {"channel": str, "text": str, "user": str, "user_name": str,
                   "thread_ts": str, "mention": bool, "files": list}
 
@@ -92,19 +99,25 @@ def developer_routes(slack: FakeSlack) -> list[web.RouteDef]:
             web.post("/_fake/request_url", request_url)]
 
 
-async def serve(port: int, mode: str, latency: float) -> None:
+async def serve(port: int, mode: str, latency: float, bot_token: str = DEFAULT_BOT_TOKEN,
+                app_token: str = DEFAULT_APP_TOKEN) -> None:
     async with FakeSlack(mode=mode, port=port, extra_routes=developer_routes) as slack:
         slack.latency = latency
+        slack.app.bot_token, slack.app.app_token = bot_token, app_token
         api_base = f"{slack.base_url}/api/"
         print(json.dumps({"base_url": slack.base_url, "api_base": api_base,
                           "bot_token": slack.bot_token, "app_token": slack.app_token,
                           "signing_secret": slack.signing_secret, "bot_user": slack.bot_user,
                           "team_id": slack.app.team_id, "mode": mode}), flush=True)
-        secret = (f'app_token = "{slack.app_token}"' if mode == "socket" else
-                  f'mode = "events"\nsigning_secret = "{slack.signing_secret}"')
+        secret = ('app_token = "${SLACK_APP_TOKEN}"' if mode == "socket" else
+                  'mode = "events"\nsigning_secret = "${SLACK_SIGNING_SECRET}"')
+        exports = (f"#   export SLACK_APP_TOKEN={slack.app_token}" if mode == "socket" else
+                   f"#   export SLACK_SIGNING_SECRET={slack.signing_secret}")
         print(f"""# the fake Slack is up ({mode} mode); point an account at it:
+#   export SLACK_BOT_TOKEN={slack.bot_token}
+{exports}
 [channels.slack.accounts.main]
-bot_token = "{slack.bot_token}"
+bot_token = "${{SLACK_BOT_TOKEN}}"
 {secret}
 api_base = "{api_base}"
 allow_from = ["*"]
@@ -128,8 +141,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="how the app receives events: Socket Mode or the Events API")
     parser.add_argument("--latency", type=float, default=0.0,
                         help="seconds added to every Web API call (as real round trips)")
+    parser.add_argument("--bot-token", default=DEFAULT_BOT_TOKEN)
+    parser.add_argument("--app-token", default=DEFAULT_APP_TOKEN)
     args = parser.parse_args(argv)
-    anyio.run(serve, args.port, args.mode, args.latency)
+    anyio.run(serve, args.port, args.mode, args.latency, args.bot_token, args.app_token)
 
 
 if __name__ == "__main__":

@@ -222,6 +222,24 @@ async def test_a_refused_app_token_is_a_problem_naming_app_token(tmp_path):
         assert not result.ok and "app_token" in result.detail
 
 
+async def test_a_refused_bot_token_fails_the_account_with_what_to_do(tmp_path):
+    """Slack answers a bad token with ``ok: false`` (HTTP 200): the kit classifies it as a
+    refused identity all the same."""
+    token = "xoxb-0-0-not-a-token-Slack-knows"
+    async with slack_run(tmp_path, account={"bot_token": token}) as run:
+        runtime = run.account.runtime
+        await run.wait(lambda: runtime.state == "failed", what="the account failed")
+        expected = ("Slack refused bot_token (invalid_auth): the token is not one Slack "
+                    "knows: copy it again from the app's config page (OAuth & Permissions), "
+                    "set it in channels.slack.accounts.main.bot_token and restart the gateway")
+        assert runtime.detail == expected and runtime.last_error == expected
+        snapshot = await run.kernel.health.snapshot()
+        assert any(expected in problem for problem in snapshot.problems)
+        assert token not in repr(snapshot)
+        await anyio.sleep(0.5)  # the next try waits a minute: no auth.test storm
+        assert len(run.adapter.slack.calls_to("auth.test")) == 1
+
+
 async def test_per_channel_order_is_kept_while_channels_run_concurrently(tmp_path):
     chats = ["D0DIRECT01", "D0DIRECT02", "C0GENERAL1", "C0RANDOM01"]
     async with slack_run(tmp_path, loop=False, account={"channel_replies": "channel"},
@@ -289,8 +307,8 @@ async def test_forged_stale_or_missing_signatures_are_refused_and_nothing_is_jou
         attempts = {
             "missing": {"Content-Type": "application/json"},
             "forged": signed("not-the-signing-secret", body),
-            "stale": signed(slack.signing_secret, body, at=time.time() - 301),
-            "future": signed(slack.signing_secret, body, at=time.time() + 301),
+            "stale": signed(slack.signing_secret, body, at=time.time() - 360),
+            "future": signed(slack.signing_secret, body, at=time.time() + 360),
         }
         async with aiohttp.ClientSession() as http:
             for name, headers in attempts.items():

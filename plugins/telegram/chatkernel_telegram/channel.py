@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import re
 import secrets
 import time
@@ -88,6 +89,13 @@ class TelegramAccount(AccountConfig):
         return value
 
 
+def _timestamp(date: Any) -> float:
+    """A message's Unix time: Telegram's ``date``, or now when it has none a clock can
+    hold (missing, or not finite)."""
+    value = float(date) if date is not None else time.time()
+    return value if math.isfinite(value) else time.time()
+
+
 def _display_name(user: dict[str, Any]) -> str:
     def text(key: str) -> str:  # a name is a string; anything else in its place is no name
         value = user.get(key)
@@ -101,6 +109,11 @@ class TelegramChannel(Channel):
     """One bot."""
 
     name = "telegram"
+    config_example = """\
+[channels.telegram.accounts.main]
+bot_token = "${TELEGRAM_BOT_TOKEN}"   # the token @BotFather gave
+allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a group; "*" anyone
+"""
     account_model = TelegramAccount
     limits = ChannelLimits(
         text_limit=4096, text_unit="utf16", caption_limit=1024,
@@ -173,8 +186,14 @@ class TelegramChannel(Channel):
                 return Trouble("another instance is polling this bot token",
                                wait=CONFLICT_WAIT_SECONDS, restartable=False)
             if error.status in (401, 404):  # 404 is the answer to a malformed token
-                return Trouble("token rejected", wait=REJECTED_WAIT_SECONDS, restartable=False)
+                return Trouble(f"the Bot API rejected the token ({error.status} "
+                               f"{error.description})", wait=REJECTED_WAIT_SECONDS,
+                               restartable=False, refused=True)
         return super().receive_trouble(error)
+
+    def refused_advice(self, error: Exception) -> str:
+        return ("get a new token from @BotFather (/token, or /revoke for a leaked one) and set "
+                f"it in {self.config_key('bot_token')}, then restart the gateway")
 
     def webhook_verifier(self) -> SecretHeader | None:
         return SecretHeader(SECRET_HEADER, self.secret_token) \
@@ -233,7 +252,7 @@ class TelegramChannel(Channel):
             is_group=chat.get("type") in ("group", "supergroup"),
             mentions_bot=self._mentions(text, entities, bot),
             reply_to_bot=(reply.get("from") or {}).get("id") == bot.get("id"),
-            media=media, timestamp=float(data.get("date", time.time())))
+            media=media, timestamp=_timestamp(data.get("date")))
 
     @staticmethod
     def _mentions(text: str, entities: list[dict[str, Any]], bot: dict[str, Any]) -> bool:
@@ -317,9 +336,9 @@ class TelegramChannel(Channel):
             self.bot = me = await self.api.call("getMe", timeout=10)
         except PlatformError as exc:
             # A rejected token stays rejected: restarting the loop cannot help.
-            rejected = exc.status in (401, 404)
-            return ProbeResult(ok=False, detail="token rejected" if rejected else str(exc),
-                               restartable=not rejected)
+            refusal = self.refusal(exc)
+            return ProbeResult(ok=False, detail=refusal or str(exc),
+                               restartable=refusal is None)
         self.self_id = str(me.get("id"))
         return ProbeResult(ok=True, detail=f"@{me.get('username')}",
                            extra={"username": me.get("username"), "id": me.get("id")})

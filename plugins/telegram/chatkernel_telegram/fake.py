@@ -520,6 +520,8 @@ class FakeBotAPI(FakePlatform):
         self.webhook_deliveries: list[WebhookDelivery] = []
         #: (method, parameter) pairs a client sent that the method does not take.
         self.unknown_params: list[tuple[str, str]] = []
+        #: Methods called with an unknown or revoked token (answered 401), in order.
+        self.unauthorized_calls: list[str] = []
 
         self._bots: dict[str, _Bot] = {}
         self._default_token = token
@@ -1088,6 +1090,7 @@ class FakeBotAPI(FakePlatform):
         token = request.match_info["token"]
         bot = self._bots.get(token)
         if bot is None or bot.revoked:
+            self.unauthorized_calls.append(request.match_info["method"])
             return BotAPIError(401, "Unauthorized").response()
         name = request.match_info["method"]
         method = next((m for m in METHOD_PARAMS if m.lower() == name.lower()), None)

@@ -39,3 +39,25 @@ def test_chatkernel_run_answers_a_user_of_the_dev_server(tmp_path):
             assert all(m["method"] == "sendMessage" for m in messages)
         # In a group the bot answers only when mentioned (require_mention, the default).
         assert sent(base, -100, 1, timeout=0.5) == []
+
+
+def test_the_dev_server_refuses_unknown_chats_and_shows_parse_modes():
+    with devserver() as fake:
+        base, token = fake["base_url"], fake["token"]
+        # A chat nobody wrote from: Telegram's own answer, exactly.
+        assert post(f"{base}/bot{token}/sendMessage", {"chat_id": 777, "text": "hi"}) == (
+            400, {"ok": False, "error_code": 400, "description": "Bad Request: chat not found"})
+        post(f"{base}/_fake/messages", {"chat_id": 42, "text": "hello"})
+        status, _ = post(f"{base}/bot{token}/sendMessage",
+                         {"chat_id": 42, "text": "<b>bold</b>", "parse_mode": "HTML"})
+        assert status == 200
+        post(f"{base}/bot{token}/sendMessage", {"chat_id": 42, "text": "plain"})
+        assert [(m["text"], m["parse_mode"]) for m in sent(base, 42, 2)] == [
+            ("bold", "HTML"), ("plain", None)]
+
+
+def test_the_dev_server_takes_any_chat_when_asked():
+    with run_devserver("chatkernel_telegram.devserver", "--any-chat") as fake:
+        base, token = fake["base_url"], fake["token"]
+        status, answer = post(f"{base}/bot{token}/sendMessage", {"chat_id": 777, "text": "hi"})
+        assert status == 200 and answer["ok"]

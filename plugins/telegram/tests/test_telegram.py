@@ -219,8 +219,30 @@ async def test_probe_reports_the_bot_and_a_rejected_token(tmp_path):
         assert result.ok and result.detail == "@chatkernel_bot" and result.latency_ms >= 0
         api.revoke_token(api.token)
         result = await _probe(h)
-        assert not result.ok and result.detail == "token rejected"
+        assert not result.ok and result.detail.startswith(
+            "the Bot API rejected the token (401 Unauthorized): get a new token from @BotFather")
         assert result.restartable is False  # the health monitor will not restart for it
+
+
+async def test_a_rejected_token_fails_the_account_with_what_to_do(tmp_path):
+    async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api:
+        api.revoke_token(api.token)  # every method answers 401 Unauthorized
+        async with telegram(tmp_path, api=api) as (api, h, channel, agent):
+            runtime = h.kernel.accounts["telegram:main"].runtime
+            with anyio.fail_after(5):
+                while runtime.state != "failed":
+                    await anyio.sleep(0.01)
+            expected = ("the Bot API rejected the token (401 Unauthorized): get a new token "
+                        "from @BotFather (/token, or /revoke for a leaked one) and set it in "
+                        "channels.telegram.accounts.main.bot_token, then restart the gateway")
+            assert runtime.detail == expected and runtime.last_error == expected
+            snapshot = await h.kernel.health.snapshot()
+            assert any(expected in problem for problem in snapshot.problems)
+            secret = TOKEN.split(":")[1]
+            assert secret not in repr(snapshot)
+            # The next try waits a minute: no getMe storm meanwhile.
+            await anyio.sleep(0.5)
+            assert api.unauthorized_calls == ["getMe"]
 
 
 async def test_health_another_poller_is_a_problem_a_restart_cannot_fix(tmp_path, monkeypatch):

@@ -54,8 +54,8 @@ log = logging.getLogger("chatkernel.wechat")
 MB = 1024 * 1024
 #: Tencent's client pauses every call of an account this long after ``-14``.
 SESSION_PAUSE_SECONDS = 3600.0
-SESSION_EXPIRED = ("session expired (iLink ret=-14): run `chatkernel login wechat` to log "
-                   "in again; calls to iLink are paused meanwhile")
+#: What an expired session is (followed by WeChatChannel.refused_advice).
+SESSION_EXPIRED = "session expired (iLink ret=-14)"
 #: After a ``ret=-2`` the user's sends are held back this long, or until they write.
 REFUSED_HOLD_SECONDS = 600.0
 #: Tencent's published send window: the user writes again after this many bot messages...
@@ -140,6 +140,11 @@ class WeChatChannel(Channel):
     """One bot of the iLink gateway."""
 
     name = "wechat"
+    config_example = """\
+[channels.wechat.accounts.main]       # chatkernel login wechat writes this table for you
+bot_token = "${WECHAT_BOT_TOKEN}"     # what the QR login gave
+allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds the bot
+"""
     account_model = WeChatAccount
     limits = ChannelLimits(
         text_limit=3500, text_unit="chars", caption_limit=3500,
@@ -192,8 +197,8 @@ class WeChatChannel(Channel):
         now = time.time()
         self.paused_until = now + SESSION_PAUSE_SECONDS
         self.typing_tickets.clear()
-        self.report_problem(SESSION_EXPIRED, restartable=False)
-        log.error("%s: %s", self.account.key, SESSION_EXPIRED)
+        self.report_problem(self.session_expired, restartable=False)
+        log.error("%s: %s", self.account.key, self.session_expired)
         if self.store is not None:
             await self.store.set_account_state(self.name, self.account.name, PAUSE_STATE,
                                                {"at": now, "until": self.paused_until})
@@ -205,7 +210,7 @@ class WeChatChannel(Channel):
     async def _call(self, endpoint: str, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """An iLink call, unless the account is paused; ``-14`` pauses it."""
         if await self.paused():
-            raise ILinkError(SESSION_EXPIRED, code=-14, kind="rejected")
+            raise ILinkError(self.session_expired, code=-14, kind="rejected")
         try:
             return await self.api.call(endpoint, body, **kwargs)
         except ILinkError as exc:
@@ -231,13 +236,7 @@ class WeChatChannel(Channel):
             log.debug("%s: %s failed: %s", self.account.key, endpoint, exc)
 
     async def poll(self, cursor: str | None) -> Polled:
-        if await self.paused():
-            # Restarted while paused: wait out the pause without calling iLink.
-            import anyio
-
-            self.report_problem(SESSION_EXPIRED, restartable=False)
-            await anyio.sleep(max(0.0, self.paused_until - time.time()))
-        try:
+        try:  # while paused (restarted in a pause too), _call refuses it without a call
             reply = await self._call("getupdates", {"get_updates_buf": cursor or ""},
                                      timeout=self.poll_timeout, long_poll=True)
         except PlatformError as exc:
@@ -254,10 +253,21 @@ class WeChatChannel(Channel):
     def receive_trouble(self, error: Exception) -> Trouble:
         if isinstance(error, ILinkError):
             if error.session_expired:
-                return Trouble(SESSION_EXPIRED, restartable=False,
+                return Trouble(SESSION_EXPIRED, restartable=False, refused=True,
                                wait=max(1.0, self.paused_until - time.time()))
             return Trouble()  # 2 s, doubling to 30 s (receive_backoff)
         return super().receive_trouble(error)
+
+    def refused_advice(self, error: Exception) -> str:
+        account = "" if self.account.name == "main" else f" --account {self.account.name}"
+        return (f"run `chatkernel login wechat{account}` to log in again, then restart the "
+                "gateway; calls to iLink are paused meanwhile")
+
+    @property
+    def session_expired(self) -> str:
+        """An expired session, with what to do: the account's problem, the probe's
+        detail and the reason of a send it stopped."""
+        return f"{SESSION_EXPIRED}: {self.refused_advice(ILinkError(SESSION_EXPIRED, code=-14))}"
 
     def event_chat(self, message: dict[str, Any]) -> Any:
         return message.get("from_user_id")
@@ -382,7 +392,7 @@ class WeChatChannel(Channel):
     async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
         user = route.chat_id
         if await self.paused():
-            raise SendError(f"not sent: {SESSION_EXPIRED}")
+            raise SendError(f"not sent: {self.session_expired}")
         peer = await self.peer(user)
         token = peer.token or route.extra.get("context_token")
         now = time.time()
@@ -430,7 +440,7 @@ class WeChatChannel(Channel):
                 raise SendError(f"WeChat refused the message (sendmessage ret=-2): likely "
                                 f"{cause}; {peer.age(now)}", code=SEND_REFUSED) from None
             if exc.session_expired:
-                raise SendError(f"not sent: {SESSION_EXPIRED}", code=exc.code) from None
+                raise SendError(f"not sent: {self.session_expired}", code=exc.code) from None
             raise exc.send_error() from None
         except PlatformError as exc:
             raise exc.send_error() from None
@@ -460,7 +470,7 @@ class WeChatChannel(Channel):
                 headers={"Content-Type": "application/octet-stream"})
         except ILinkError as exc:
             if exc.session_expired:
-                raise SendError(f"not sent: {SESSION_EXPIRED}", code=exc.code) from None
+                raise SendError(f"not sent: {self.session_expired}", code=exc.code) from None
             raise exc.send_error() from None
         except PlatformError as exc:
             raise exc.send_error() from None
@@ -503,13 +513,13 @@ class WeChatChannel(Channel):
 
     async def probe(self) -> ProbeResult:
         if await self.paused():
-            return ProbeResult(ok=False, detail=SESSION_EXPIRED, restartable=False)
+            return ProbeResult(ok=False, detail=self.session_expired, restartable=False)
         owner = self.config.owner_user_id
         try:
             await self._call("getconfig", {"ilink_user_id": owner or ""}, timeout=10.0)
         except ILinkError as exc:
             if exc.session_expired:
-                return ProbeResult(ok=False, detail=SESSION_EXPIRED, restartable=False)
+                return ProbeResult(ok=False, detail=self.session_expired, restartable=False)
             return ProbeResult(ok=False, detail=str(exc))
         except PlatformError as exc:
             if exc.status in (401, 403):

@@ -377,3 +377,42 @@ class TestWeChat(ChannelContract):
             "chatkernel_wechat.fake", fromlist=["x"]).ilink_error(-5, f"bad token {TOKEN}"))
         probe = await run.channel.probe()
         assert not probe.ok and TOKEN not in probe.detail
+
+
+# -- a refused session ------------------------------------------------------------------------
+
+
+async def test_an_expired_session_fails_the_account_with_what_to_do(tmp_path):
+    from chatkernel.testing import open_contract_run
+
+    expected = ("session expired (iLink ret=-14): run `chatkernel login wechat` to log in "
+                "again, then restart the gateway; calls to iLink are paused meanwhile")
+    async with WeChatAdapter() as adapter:
+        ilink = adapter.ilink
+        ilink.expire_session(TOKEN)  # every call of the token answers -14
+        async with open_contract_run(adapter, tmp_path) as run:
+            runtime = run.account.runtime
+            await run.wait(lambda: runtime.state == "failed", what="the account failed")
+            assert runtime.detail == expected == run.channel.session_expired
+            snapshot = await run.kernel.health.snapshot()
+            assert any(expected in problem for problem in snapshot.problems)
+            assert TOKEN not in repr(snapshot)
+            await anyio.sleep(0.5)  # paused an hour: no call at all meanwhile
+            assert [call.method for call in ilink.calls] == ["msg/notifystart"]
+        # Restarted during the pause: failed again at once, without a call to iLink.
+        async with open_contract_run(adapter, tmp_path) as run:
+            runtime = run.account.runtime
+            await run.wait(lambda: runtime.state == "failed", what="failed after a restart")
+            assert runtime.detail == expected
+            await anyio.sleep(0.2)
+            assert [call.method for call in ilink.calls] == ["msg/notifystart"]
+
+
+def test_the_advice_names_an_account_other_than_main():
+    from chatkernel.channels import Account
+    from chatkernel_wechat.channel import WeChatChannel
+
+    account = Account("wechat", "work", WeChatChannel.account_model.model_validate(
+        {"bot_token": TOKEN}))
+    channel = WeChatChannel(account)
+    assert "`chatkernel login wechat --account work`" in channel.session_expired

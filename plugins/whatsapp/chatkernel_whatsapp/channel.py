@@ -62,9 +62,8 @@ INBOUND_MEDIA = {"image": "image", "video": "video", "document": "document",
 CAPTIONED = frozenset({"image", "video", "document"})
 #: How many chats' latest inbound message ids are kept for read receipts and typing.
 LAST_INBOUND_CHATS = 10_000
-TOKEN_EXPIRED_PROBLEM = ("access token expired or revoked (Graph error 190): make a new "
-                         "permanent token for a system user in Meta Business Suite, with "
-                         "whatsapp_business_messaging, and set it as access_token")
+#: What a refused access token is (followed by WhatsAppChannel.refused_advice).
+TOKEN_REFUSED = "the Graph API refused the access token (error 190: expired, revoked or invalid)"
 WINDOW_CLOSED = ("the user last wrote more than 24 hours ago, and outside that "
                  "customer-service window WhatsApp delivers only approved template "
                  "messages (error 131047)")
@@ -173,6 +172,14 @@ class WhatsAppChannel(Channel):
     """One WhatsApp Business phone number."""
 
     name = "whatsapp"
+    config_example = """\
+[channels.whatsapp.accounts.main]
+access_token = "${WHATSAPP_TOKEN}"            # the Cloud API's access token
+phone_number_id = "106540352242922"           # the business number's id (the Meta app's)
+app_secret = "${WHATSAPP_APP_SECRET}"         # signs every webhook POST
+verify_token = "${WHATSAPP_VERIFY_TOKEN}"     # what you typed in the webhook's settings
+allow_from = ["15551234567"]                  # phone numbers, digits only; "*" anyone
+"""
     account_model = WhatsAppAccount
     limits = ChannelLimits(
         text_limit=4096, text_unit="chars", caption_limit=1024,
@@ -229,7 +236,7 @@ class WhatsAppChannel(Channel):
             phone = await self.api.phone_number(timeout=timeout)
         except GraphError as exc:
             if exc.code == TOKEN_EXPIRED:
-                self.report_problem(TOKEN_EXPIRED_PROBLEM, restartable=False)
+                self.report_problem(self.token_expired_problem, restartable=False)
             raise
         self.phone = phone
         digits = "".join(ch for ch in str(phone.get("display_phone_number", "")) if ch.isdigit())
@@ -238,8 +245,23 @@ class WhatsAppChannel(Channel):
 
     def receive_trouble(self, error: Exception) -> Trouble:
         if isinstance(error, GraphError) and error.code == TOKEN_EXPIRED:
-            return Trouble(TOKEN_EXPIRED_PROBLEM, wait=300.0, restartable=False)
+            return Trouble(TOKEN_REFUSED, wait=300.0, restartable=False, refused=True)
         return super().receive_trouble(error)
+
+    def refused_advice(self, error: Exception) -> str:
+        return self._token_advice()
+
+    def _token_advice(self) -> str:
+        return ("make a new access token for a system user in Meta Business Suite (Business "
+                "settings, System users, Generate new token; permanent, with "
+                "whatsapp_business_messaging), set it in "
+                f"{self.config_key('access_token')} and restart the gateway")
+
+    @property
+    def token_expired_problem(self) -> str:
+        """A refused access token, with what to do: the account's problem, the probe's
+        detail and the reason of a send it stopped."""
+        return f"{TOKEN_REFUSED}: {self._token_advice()}"
 
     def webhook_events(self, payload: Any) -> list[Notification]:
         """Every message and status of every change of every entry, in order."""
@@ -433,8 +455,8 @@ class WhatsAppChannel(Channel):
             return _explained(exc, f"not delivered: {WINDOW_CLOSED}; {hint}, or wait until "
                                    "they write again")
         if exc.code == TOKEN_EXPIRED:
-            self.report_problem(TOKEN_EXPIRED_PROBLEM, restartable=False)
-            return _explained(exc, f"not sent: {TOKEN_EXPIRED_PROBLEM}")
+            self.report_problem(self.token_expired_problem, restartable=False)
+            return _explained(exc, f"not sent: {self.token_expired_problem}")
         if exc.code == UNSUPPORTED_MEDIA:
             return _explained(exc, f"WhatsApp refused the file's type: {exc}")
         return exc.send_error()
@@ -453,12 +475,12 @@ class WhatsAppChannel(Channel):
             phone = await self._lookup_phone(timeout=10)
         except GraphError as exc:
             if exc.code == TOKEN_EXPIRED:
-                return ProbeResult(ok=False, detail=TOKEN_EXPIRED_PROBLEM, restartable=False)
+                return ProbeResult(ok=False, detail=self.token_expired_problem, restartable=False)
             rejected = exc.status in (401, 403) or exc.code in (100, 200, 10)
             return ProbeResult(ok=False, detail=str(exc), restartable=not rejected)
         except PlatformError as exc:
             return ProbeResult(ok=False, detail=str(exc))
-        if self.account.runtime.problem == TOKEN_EXPIRED_PROBLEM:
+        if self.account.runtime.problem == self.token_expired_problem:
             self.clear_problem()  # a new token works
         number, name = phone.get("display_phone_number"), phone.get("verified_name")
         quality = phone.get("quality_rating")

@@ -22,6 +22,11 @@ not have:
 ``GET /_fake/sent``        ``?to=15551234567`` (optional): what the business sent, in
                            order: ``{"messages": [{"to", "type", "text", "when"}]}``.
 
+As the real Graph API, it answers a text to a user who has not written in the last 24
+hours (one who never wrote, too) with ``400``, error ``131047`` "Re-engagement message";
+``/_fake/fail`` rehearses a number that is not on WhatsApp (``131026`` "Message
+undeliverable" in a ``failed`` status, after the send was accepted).
+
 It runs until interrupted (Ctrl-C, SIGTERM).
 """
 
@@ -108,11 +113,14 @@ async def serve(args: argparse.Namespace) -> None:
                           "app_secret": graph.app_secret,
                           "verify_token": graph.verify_token}), flush=True)
         print(f"""# the fake Graph API is up; point an account at it:
+#   export WHATSAPP_TOKEN={graph.token}
+#   export WHATSAPP_APP_SECRET={graph.app_secret}
+#   export WHATSAPP_VERIFY_TOKEN={graph.verify_token}
 [channels.whatsapp.accounts.main]
-access_token = "{graph.token}"
+access_token = "${{WHATSAPP_TOKEN}}"
 phone_number_id = "{graph.phone_number_id}"
-app_secret = "{graph.app_secret}"
-verify_token = "{graph.verify_token}"
+app_secret = "${{WHATSAPP_APP_SECRET}}"
+verify_token = "${{WHATSAPP_VERIFY_TOKEN}}"
 api_base = "{graph.base_url}"
 allow_from = ["*"]
 # start chatkernel run, then subscribe its webhook and write as a user:

@@ -19,7 +19,7 @@ import pytest
 from chatkernel.testing import open_contract_run
 from chatkernel_whatsapp import api as graph_api
 from chatkernel_whatsapp.api import GraphAPI, media_mime, normalize_mime
-from chatkernel_whatsapp.channel import TOKEN_EXPIRED_PROBLEM, WhatsAppChannel
+from chatkernel_whatsapp.channel import WhatsAppChannel
 from chatkernel_whatsapp.fake import _encode
 from chatkernel_whatsapp.testing import APP_SECRET, VERIFY_TOKEN, WhatsAppAdapter
 
@@ -340,10 +340,30 @@ async def test_an_expired_token_turns_health_red_with_what_to_do(adapter, tmp_pa
         adapter.graph.revoke_token()
         result = await run.probe()
         assert not result.ok and not result.restartable
-        assert result.detail == TOKEN_EXPIRED_PROBLEM and "system user" in result.detail
+        expected = run.channel.token_expired_problem
+        assert result.detail == expected and "system user" in result.detail
         adapter.graph.inject_message(USER, "anyone there ex1z")
-        await run.wait(lambda: run.account.runtime.problem == TOKEN_EXPIRED_PROBLEM,
+        await run.wait(lambda: run.account.runtime.problem == expected,
                        what="the account's problem")
+
+
+async def test_a_refused_token_at_start_fails_the_account_with_what_to_do(adapter, tmp_path):
+    adapter.graph.revoke_token()  # Graph answers 401, code 190
+    async with open_contract_run(adapter, tmp_path) as run:
+        runtime = run.account.runtime
+        await run.wait(lambda: runtime.state == "failed", what="the account failed")
+        expected = ("the Graph API refused the access token (error 190: expired, revoked or "
+                    "invalid): make a new access token for a system user in Meta Business "
+                    "Suite (Business settings, System users, Generate new token; permanent, "
+                    "with whatsapp_business_messaging), set it in "
+                    "channels.whatsapp.accounts.main.access_token and restart the gateway")
+        assert runtime.detail == expected == run.channel.token_expired_problem
+        snapshot = await run.kernel.health.snapshot()
+        assert any(expected in problem for problem in snapshot.problems)
+        token = adapter.graph.token
+        assert token not in repr(snapshot)
+        await anyio.sleep(0.5)  # the next try waits minutes: no storm of lookups
+        assert len(adapter.graph.calls_to("phone_number")) == 1
 
 
 async def test_the_probe_names_the_number_its_name_and_quality(adapter, tmp_path):
