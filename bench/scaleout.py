@@ -50,7 +50,7 @@ def gateway_config(api: FakeBotAPI, tokens: list[str], store: dict[str, Any], *,
         "agent": {"kind": "echo"},
         "queue": {"mode": "followup", "debounce_ms": 0, "max_concurrent": 64},
         "heartbeat": {"every": "0"},
-        "channels": {"telegram": {
+        "channels": {"webchat": {"enabled": False}, "telegram": {
             "rate_limits": {"chat": "1000/s", "account": "100000/s", "group": "100000/m"},
             "accounts": {f"bot{i}": {"bot_token": token, "api_base": api.base_url,
                                      "allow_from": ["*"], "poll_timeout": 1}

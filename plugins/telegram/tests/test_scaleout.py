@@ -26,7 +26,7 @@ def cluster_config(api: FakeBotAPI, redis_url: str, prefix: str, **account: obje
         "agent": {"kind": "echo"},
         "queue": {"mode": "followup", "debounce_ms": 0},
         "heartbeat": {"every": "0"},
-        "channels": {"telegram": {"accounts": {"main": {
+        "channels": {"webchat": {"enabled": False}, "telegram": {"accounts": {"main": {
             "bot_token": api.token, "api_base": api.base_url, "allow_from": ["*"],
             "poll_timeout": 1, **account}}}},
     }

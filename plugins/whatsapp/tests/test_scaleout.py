@@ -38,7 +38,7 @@ async def test_webhooks_spread_over_three_instances_survive_kill_9_of_the_owner(
             "agent": {"kind": "echo"},
             "queue": {"mode": "followup", "debounce_ms": 0},
             "heartbeat": {"every": "0"},
-            "channels": {"whatsapp": {
+            "channels": {"webchat": {"enabled": False}, "whatsapp": {
                 "rate_limits": {"chat": "100/s", "account": "1000/s"},
                 "accounts": {"main": {
                     "access_token": graph.token, "phone_number_id": graph.phone_number_id,
