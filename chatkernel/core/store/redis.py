@@ -79,6 +79,8 @@ T = TypeVar("T")
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 #: The layout of the keys (docs/ARCHITECTURE.md); a server holding a higher one is refused.
 SCHEMA_VERSION = 1
+#: Connections to the server at most; more calls at once wait for one.
+MAX_CONNECTIONS = 32
 #: Entries a prune script deletes at once: other clients' commands run between batches.
 PRUNE_BATCH = 1000
 
@@ -185,8 +187,13 @@ class RedisStore(Store, SharedState):
             health_check_interval=0,
         )
         try:
-            self._redis = aioredis.Redis.from_url(url, socket_timeout=socket_timeout,
-                                                  **options)
+            # A bounded pool that waits for a free connection: a burst of turns and
+            # sends queues for it rather than failing ("Too many connections").
+            self._redis = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool
+                                         .from_url(url, max_connections=MAX_CONNECTIONS,
+                                                   timeout=socket_timeout,
+                                                   socket_timeout=socket_timeout,
+                                                   **options))
             # XREAD BLOCK waits on connections of its own, with no socket timeout (the
             # block is the timeout), so it never holds up the other calls.
             self._blocking = aioredis.Redis.from_url(url, socket_timeout=None, **options)
