@@ -92,6 +92,19 @@ async def test_a_raised_http_exception_is_answered_as_raised() -> None:
         gc.enable()
 
 
+async def test_a_request_the_store_cannot_record_is_answered_503_to_be_sent_again() -> None:
+    from chatkernel.core.store.base import StoreError
+
+    async def journals(request: web.Request) -> web.Response:
+        raise StoreError("redis at redis://127.0.0.1:1/0: journal_inbound failed")
+
+    async with serve(guarded_app(("POST", "/hook", journals))) as base, \
+            aiohttp.ClientSession() as http:
+        async with http.post(f"{base}/hook", json={}) as r:
+            assert r.status == 503 and r.headers["Retry-After"] == "5"
+            assert "send it again" in (await r.json())["error"]
+
+
 async def test_a_declared_oversized_body_is_refused_before_it_is_read() -> None:
     reached = []
 

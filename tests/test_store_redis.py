@@ -187,6 +187,9 @@ async def test_writes_fenced_with_a_stale_token_raise_lease_lost_and_write_nothi
         with pytest.raises(LeaseLost):
             await old.outbox_mark(queued, "sending", durable=True)
         assert [e.status for e in await new.outbox_reply("r1")] == ["sending"]
+        with pytest.raises(LeaseLost):  # back to pending: it would be sent again
+            await old.outbox_mark(queued, "pending")
+        assert [e.status for e in await new.outbox_reply("r1")] == ["sending"]
         # Marks that send nothing are not fenced: a stale process may still record a
         # failure it saw.
         await old.outbox_mark(queued, "unknown", "the lease was lost mid-send")
@@ -232,19 +235,39 @@ async def test_journaled_messages_are_in_their_accounts_inbox_in_order(store):
             await store.journal_inbound(msg("m3"))]
     assert seqs[3] is None
     found = await store.read_inbox({main: "0-0", other: "0-0"}, timeout=1)
+    # Each account's stream in journal order (the accounts' order is no matter).
     assert [(account, entry.message.message_id) for account, _, entry in found] == [
-        (main, "m1"), (main, "m2"), (other, "o1"), (main, "m3")]
-    assert [entry.seq for _, _, entry in found] == [seqs[0], seqs[1], seqs[2], seqs[4]]
+        (main, "m1"), (main, "m2"), (main, "m3"), (other, "o1")]
+    assert [entry.seq for _, _, entry in found] == [seqs[0], seqs[1], seqs[4], seqs[2]]
     first = found[0][2]
     assert first.status == "received" and first.message.text == "first"
     assert first.message == msg("m1", text="first", timestamp=first.message.timestamp)
-    last_main = found[3][1]
+    last_main = found[2][1]
     assert await store.inbox_position(*main) == last_main
     # After the last ids: nothing, once the timeout has passed.
-    positions = {main: last_main, other: found[2][1]}
+    positions = {main: last_main, other: found[3][1]}
     assert await store.read_inbox(positions, timeout=0.1) == []
     after = await store.read_inbox({main: found[1][1]}, timeout=1)
     assert [entry.message.message_id for _, _, entry in after] == ["m3"]
+
+
+async def test_payloads_queued_for_an_account_owned_elsewhere_go_to_its_inbox(make_store):
+    """After hand_sends_to_owners, what a process queues for an account it is not fenced
+    for reaches the account's inbox (its owner sends it); its own accounts' do not."""
+    main, mine = ("telegram", "main"), ("telegram", "mine")
+    async with make_store() as owner, make_store() as other:
+        other.hand_sends_to_owners()
+        token = await other.acquire_lease(account_lease(*mine), "other", 30)
+        other.fence(*mine, token)
+        start = {main: await owner.inbox_position(*main),
+                 mine: await owner.inbox_position(*mine)}
+        (queued,) = await other.outbox_add(entries(1))
+        await other.outbox_add(entries(1, account="mine"))
+        found = await owner.read_inbox(start, timeout=1)
+        assert [(account, item.id) for account, _, item in found] == [(main, queued)]
+        (entry,) = [item for _, _, item in found]
+        assert isinstance(entry, OutboxEntry) and entry.status == "pending"
+        assert entry == (await owner.outbox_reply(entry.reply_id))[0]
 
 
 async def test_a_blocking_inbox_read_wakes_for_a_new_message_and_holds_up_nothing(make_store):
@@ -292,6 +315,8 @@ async def test_instances_are_listed_while_they_renew(make_store):
         assert (await first.instances())["gw-2"] == {"host": "b", "again": True}
         with pytest.raises(TypeError, match="JSON values only"):
             await first.register_instance("gw-3", {"bad": object()}, 30)
+        await second.unregister_instance("gw-2")  # going away: not listed at once
+        assert set(await first.instances()) == {"gw-1"}
 
 
 async def test_ping_measures_a_round_trip(store):

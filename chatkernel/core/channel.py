@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
+import anyio
+
 from chatkernel.core.config import AccountConfig
 from chatkernel.core.models import (
     Account,
@@ -188,6 +190,10 @@ class Channel:
         self.webhook_deliver: Deliver | None = None
         #: Set by the kernel when it starts: where :meth:`report_delivery_status` goes.
         self.delivery_reporter: Callable[..., Awaitable[bool]] | None = None
+        #: Set by the kernel where several instances share the store: the kit's receive
+        #: loops await it before each poll, and it waits while this instance cannot be
+        #: sure it still owns the account (core/cluster.py).
+        self.receive_gate: Callable[[], Awaitable[None]] | None = None
 
     @property
     def config(self) -> Any:
@@ -319,6 +325,21 @@ class Channel:
         from chatkernel.core.sockets import supervise_socket
 
         await supervise_socket(self, deliver, session, silent_after=silent_after)
+
+    async def serve_elsewhere(self, deliver: Deliver) -> None:
+        """With several gateway instances sharing the store, what runs on those that do
+        not own this account, until cancelled (the owner runs :meth:`run`).
+
+        The default takes the account's webhook requests, if it has a webhook: the
+        bot is identified (its own id, to ignore its own messages) and each request is
+        journaled for the owner to answer. A channel that takes other requests over
+        HTTP (the web chat) overrides it; one that only polls or holds a socket needs
+        nothing here."""
+        from chatkernel.core.webhooks import accept_webhooks_elsewhere
+
+        if self.webhook_verifier() is None:
+            await anyio.sleep_forever()
+        await accept_webhooks_elsewhere(self, deliver)
 
     async def deliver_events(self, deliver: Deliver, events: list[Any]) -> int:
         """Normalize events that arrived (in platform order) and journal them; returns

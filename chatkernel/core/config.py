@@ -160,6 +160,10 @@ class StoreConfig(Section):
     # How long finished journal entries (the dedupe keys) are kept: a platform
     # redelivering a message older than this would have it answered again.
     journal_retention_days: float = Field(7, gt=0)
+    # A shared store (redis): how long an instance's lease on an account lasts
+    # unrenewed; another instance takes the account over within about this long
+    # after its owner dies (docs/scale-out.md).
+    lease_seconds: float = Field(10, ge=1, le=600)
 
 
 class ActiveHours(Section):

@@ -65,6 +65,10 @@ def is_account_failure(exc: BaseException | None) -> bool:
     return True
 
 
+#: Seconds between reads of a reply's outcome another instance may be sending.
+POLL_SECONDS = 0.2
+
+
 @dataclass(slots=True)
 class Failure:
     """One payload that did not arrive, as ``status`` lists it."""
@@ -152,13 +156,19 @@ class Deliveries:
         waiters = self._waiting.setdefault(reply_id, [])
         waiters.append(waiter)
         store = self._kernel.store
+        # With several instances the owner of the account may send it elsewhere: what
+        # became of it is read from the store every POLL_SECONDS (core/cluster.py).
+        poll = POLL_SECONDS if self._kernel.cluster is not None else None
         try:
             entries = await store.outbox_reply(reply_id)
             with anyio.move_on_after(timeout):
                 while entries and not all(e.status in FINAL_STATUSES for e in entries) \
                         and not waiter.done:
-                    await waiter.changed.wait()
+                    with anyio.move_on_after(poll if poll is not None else float("inf")):
+                        await waiter.changed.wait()
                     waiter.changed = anyio.Event()
+                    if poll is not None:
+                        entries = await store.outbox_reply(reply_id)
         finally:
             waiters.remove(waiter)
             if not waiters:

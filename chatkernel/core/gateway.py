@@ -23,6 +23,7 @@ from aiohttp import web
 from anyio.abc import TaskGroup
 
 from chatkernel.core import config as cfg
+from chatkernel.core.cluster import Cluster
 from chatkernel.core.gc_tuning import tune_for_serving
 from chatkernel.core.homelock import HomeLock
 from chatkernel.core.kernel import Kernel
@@ -229,25 +230,41 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                 # Started: what start-up built is never garbage (chatkernel.core.gc_tuning).
                 restore_gc = tune_for_serving()
                 async with anyio.create_task_group() as loops:
-                    receive = ReceiveLoops(kernel, loops)
-                    for account in kernel.accounts.values():
-                        receive.start(account)
+                    if kernel.cluster is not None:
+                        # Several instances: each account's loop runs where its lease is.
+                        receive: ReceiveLoops | Cluster = kernel.cluster
+                        kernel.cluster.run_receive_loops()
+                    else:
+                        receive = ReceiveLoops(kernel, loops)
+                        for account in kernel.accounts.values():
+                            receive.start(account)
                     kernel.reloader = ConfigReloader(kernel, receive, config_path=config_path,
                                                      listen=listen or config.gateway.listen)
                     loops.start_soon(kernel.health.run_refresher, name="health refresher")
                     loops.start_soon(kernel.monitor.run, name="health monitor")
                     await _wait_for_stop(stop, handle_signals, kernel.reloader.reload_and_log)
                     log.info("stopping: no new messages; draining in-flight turns")
+                    if kernel.cluster is not None:
+                        # The leases are renewed while the turns and sends drain, then
+                        # given back (another instance replaying them would answer twice).
+                        kernel.cluster.stop_receiving()
+                        await _drain(kernel)
+                        await kernel.cluster.release()
                     loops.cancel_scope.cancel()
-                if not await kernel.drain(DRAIN_SECONDS):
-                    log.warning("turns still running after %.0fs: they will be replayed on the "
-                                "next start", DRAIN_SECONDS)
+                if kernel.cluster is None:
+                    await _drain(kernel)
             finally:
                 if restore_gc is not None:
                     restore_gc()
                 control.remove_state(cfg.home_dir())
                 await runner.cleanup()
     log.info("stopped")
+
+
+async def _drain(kernel: Kernel) -> None:
+    if not await kernel.drain(DRAIN_SECONDS):
+        log.warning("turns still running after %.0fs: they will be replayed on the next "
+                    "start", DRAIN_SECONDS)
 
 
 async def _wait_for_stop(stop: anyio.Event | None, handle_signals: bool,

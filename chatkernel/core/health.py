@@ -49,6 +49,7 @@ from chatkernel.core.models import (
 )
 from chatkernel.core.monitor import MonitorSettings, resolve_settings, settings_for
 from chatkernel.core.plugins import await_maybe
+from chatkernel.core.store.base import StoreError
 
 if TYPE_CHECKING:
     from chatkernel.core.kernel import Kernel
@@ -162,6 +163,43 @@ class StoreInfo(_Model):
     last_error: str | None = None
     last_error_at: float | None = None
     failures: int = 0
+    #: A store several instances share: whether it answered the snapshot's ping, and
+    #: how fast (None for a store of this process's own).
+    reachable: bool | None = None
+    round_trip_ms: float | None = None
+
+
+class InstanceInfo(_Model):
+    """One gateway process sharing the store (``chatkernel status`` lists them)."""
+
+    holder: str
+    instance: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    url: str | None = None
+    started_at: float | None = None
+    age_s: float | None = None
+    owned: list[str] = []
+    heartbeats: bool = False
+    is_self: bool = False
+
+
+class LeaseInfo(_Model):
+    """Who holds a lease (an account's, or the heartbeats'), and for how much longer."""
+
+    name: str
+    holder: str
+    token: int
+    expires_in_s: float
+
+
+class ClusterInfo(_Model):
+    """The instances sharing the store and their leases, as the store has them."""
+
+    holder: str
+    lease_seconds: float
+    instances: list[InstanceInfo] = []
+    leases: list[LeaseInfo] = []
 
 
 class MonitorInfo(_Model):
@@ -252,6 +290,8 @@ class HealthSnapshot(_Model):
     sessions: SessionSummary
     #: The state database's commits (None in ``status`` without a gateway).
     store: StoreInfo | None = None
+    #: Several instances on one shared store (None: this one alone).
+    cluster: ClusterInfo | None = None
     presence: list[dict[str, Any]] = []
     problems: list[str] = []
 
@@ -289,6 +329,8 @@ def account_problems(state: str, runtime: AccountRuntime, probe: ProbeResult | N
 def store_problems(store: StoreInfo | None) -> list[str]:
     if store is None or store.ok:
         return []
+    if store.reachable is False:
+        return [f"shared store: unreachable: {store.last_error or '?'}"]
     return [f"state database: commits failing: {store.last_error or '?'}"]
 
 
@@ -336,7 +378,8 @@ def _finish(channels: dict[str, ChannelSnapshot], judged: bool,
     for channel in channels.values():
         enabled = [a for a in channel.accounts.values() if a.enabled]
         if judged:
-            channel.ok = all(a.ok for a in enabled)
+            # None: owned by another instance, judged there.
+            channel.ok = all(a.ok is not False for a in enabled)
         for account in enabled:
             problems += [f"{account.key}: {problem}" for problem in account.problems]
     if not judged:
@@ -506,10 +549,24 @@ class Health:
             await self.probe(timeout=timeout)
             self.refreshed_at = self.clock()
         now = self.clock()
+        store = self.store.info()
+        cluster = await self._cluster_info(store, now) if kernel.cluster is not None else None
+        holders = {lease.name: lease.holder for lease in cluster.leases} if cluster else {}
         channels: dict[str, ChannelSnapshot] = {}
         for name, account_name, enabled, raw in configured_accounts(kernel.config):
             account = kernel.accounts.get(f"{name}:{account_name}")
-            if account is not None:
+            if (account is not None and kernel.cluster is not None
+                    and not kernel.cluster.owns(account.key)):
+                holder = holders.get(f"account:{name}:{account_name}")
+                entry = AccountSnapshot(
+                    key=account.key, channel=name, account=account_name, ok=None,
+                    state="elsewhere",
+                    detail=f"owned by {holder}" if holder else "owned by no instance now",
+                    monitor=_monitor_info(resolve_settings(kernel.config, name,
+                                                           _raw_monitor_override(raw))))
+                if not holder:
+                    entry.ok, entry.problems = False, ["no instance owns this account"]
+            elif account is not None:
                 credentials_at = await _credentials_at(kernel.store, name, account_name)
                 entry = self.account_snapshot(account, now, credentials_at)
             else:
@@ -520,13 +577,16 @@ class Health:
                                                            _raw_monitor_override(raw))))
             channels.setdefault(name, ChannelSnapshot(ok=None, accounts={})) \
                 .accounts[account_name] = entry
-        store = self.store.info()
         ok, problems = _finish(channels, judged=True, store=store)
         queue = kernel.queue
         running = sum(1 for lane in queue.lanes.values() if lane.active)
-        summary = await session_summary(kernel.store, now, queued=queue.depth(),
-                                        running_turns=running) if sessions else \
-            SessionSummary(running_turns=running, queued_messages=queue.depth())
+        summary = SessionSummary(running_turns=running, queued_messages=queue.depth())
+        if sessions:
+            try:
+                summary = await session_summary(kernel.store, now, queued=queue.depth(),
+                                                running_turns=running)
+            except StoreError:  # the store is down: said under "store", the rest shown
+                pass
         started_at = kernel.started_at
         gateway = GatewayInfo(reachable=True, pid=os.getpid(), url=kernel.url,
                               instance_id=kernel.presence.own.instance_id,
@@ -536,12 +596,31 @@ class Health:
         return HealthSnapshot(
             ok=ok, ts=now, duration_ms=round((time.perf_counter() - started) * 1000, 1),
             live=live, gateway=gateway, channels=channels, sessions=summary, store=store,
-            presence=[entry.as_dict() for entry in kernel.presence.entries()],
+            cluster=cluster, presence=[entry.as_dict() for entry in kernel.presence.entries()],
             problems=problems)
+
+    async def _cluster_info(self, store: StoreInfo, now: float) -> ClusterInfo | None:
+        """The shared store's instances and leases; marks ``store`` unreachable (red)
+        when it does not answer."""
+        cluster = self.kernel.cluster
+        assert cluster is not None
+        try:
+            store.round_trip_ms = round(await cluster.shared.ping() * 1000, 2)
+            overview = await cluster.overview()
+        except Exception as exc:
+            store.reachable = store.ok = False
+            store.last_error, store.last_error_at = str(exc) or type(exc).__name__, now
+            return ClusterInfo(holder=cluster.holder, lease_seconds=cluster.ttl)
+        store.reachable = True
+        return cluster_info(overview["instances"], overview["leases"], now,
+                            holder=cluster.holder, lease_seconds=cluster.ttl)
 
 
 async def _credentials_at(store: "Store", channel: str, account: str) -> float | None:
-    value = await store.get_account_state(channel, account, CREDENTIALS_KEY)
+    try:
+        value = await store.get_account_state(channel, account, CREDENTIALS_KEY)
+    except StoreError:  # the store is down: the snapshot says so, and shows the rest
+        return None
     return float(value) if isinstance(value, (int, float)) else None
 
 
@@ -575,12 +654,44 @@ async def local_snapshot(config: cfg.KernelConfig, store: "Store | None", *,
             monitor=_monitor_info(resolve_settings(config, name, _raw_monitor_override(raw))))
         channels.setdefault(name, ChannelSnapshot(ok=None, accounts={})) \
             .accounts[account_name] = entry
+    cluster = None
+    shared = store.shared if store is not None else None
+    if shared is not None:  # no gateway here, maybe elsewhere: who owns what
+        cluster = cluster_info(await shared.instances(), await shared.leases(), now,
+                               holder="", lease_seconds=config.store.lease_seconds)
+        owners = {lease.name: lease.holder for lease in cluster.leases}
+        for channel in channels.values():
+            for entry in channel.accounts.values():
+                holder = owners.get(f"account:{entry.key}")
+                if holder and entry.enabled:
+                    entry.state, entry.detail = "elsewhere", f"owned by {holder}"
     _, problems = _finish(channels, judged=False)
     sessions = await session_summary(store, now) if store is not None else SessionSummary()
     return HealthSnapshot(ok=None, ts=now,
                           duration_ms=round((time.perf_counter() - started) * 1000, 1),
                           source="local", gateway=GatewayInfo(reachable=False),
-                          channels=channels, sessions=sessions, problems=problems)
+                          channels=channels, sessions=sessions, cluster=cluster,
+                          problems=problems)
+
+
+def cluster_info(instances: dict[str, dict[str, Any]],
+                 leases: dict[str, tuple[str, int, float]], now: float, *, holder: str,
+                 lease_seconds: float) -> ClusterInfo:
+    """The instances sharing a store and their leases, for a snapshot (``holder``: this
+    process's, empty for a command that is no instance)."""
+    found = []
+    for name, item in sorted(instances.items()):
+        started = item.get("started_at")
+        found.append(InstanceInfo(
+            holder=name, instance=item.get("instance"), host=item.get("host"),
+            pid=item.get("pid"), url=item.get("url"), started_at=started,
+            age_s=None if started is None else round(now - started, 1),
+            owned=list(item.get("owned") or ()), heartbeats=bool(item.get("heartbeats")),
+            is_self=name == holder))
+    return ClusterInfo(holder=holder, lease_seconds=lease_seconds, instances=found,
+                       leases=[LeaseInfo(name=name, holder=who, token=token,
+                                         expires_in_s=round(left, 3))
+                               for name, (who, token, left) in sorted(leases.items())])
 
 
 __all__ = ["AccountSnapshot", "Health", "HealthSnapshot", "local_snapshot", "probe_account",

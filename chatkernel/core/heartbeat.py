@@ -395,6 +395,16 @@ class HeartbeatScheduler:
         every = self.settings_for(job).every
         return f"{job.id} every {every}" + (" (wake only)" if every == "0" else "")
 
+    def stopped(self) -> None:
+        """The task group given to :meth:`start` ended (another instance runs the
+        heartbeats now, core/cluster.py): forget the jobs; :meth:`start` loads them
+        again."""
+        self._tg = None
+        self.started = False
+        self._loop_running = False
+        self._sleep = None
+        self.jobs.clear()
+
     def _timed(self) -> bool:
         return any(self.settings_for(job).interval() > 0 for job in self.jobs.values())
 

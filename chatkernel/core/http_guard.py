@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import math
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterable
@@ -51,6 +52,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
+
+from chatkernel.core.store.base import StoreError
+
+log = logging.getLogger("chatkernel.gateway")
 
 #: The largest request body the gateway takes on any route (webhooks included).
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -124,6 +129,15 @@ def _guard(hosts: HostCheck, webhooks: frozenset[str]) -> Callable[..., Any]:
             return error_response(exc.status, str(exc))
         except web.HTTPException as exc:
             return _answer(exc)
+        except StoreError as exc:
+            # Nothing was recorded, so nothing is acknowledged: a platform sends a
+            # webhook again on a 5xx, the web chat page keeps its text to retry.
+            log.warning("%s %s: not recorded, answered 503: %s", request.method,
+                        request.path, exc)
+            response = error_response(503, "the gateway cannot record this now (its state "
+                                           "store is unreachable): send it again")
+            response.headers["Retry-After"] = "5"
+            return response
 
     return guard
 

@@ -35,6 +35,7 @@ from chatkernel.core.models import (
 from chatkernel.core.plugins import await_maybe
 from chatkernel.core.queue import QueuedMessage
 from chatkernel.core.sessions import route_for
+from chatkernel.core.store.base import StoreError
 from chatkernel.core.store.codec import encode_json_bytes
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ log = logging.getLogger("chatkernel.inbound")
 #: Accepted messages still waiting for the rest of the pipeline, across all chats,
 #: before :meth:`Inbound.accept` makes receive loops wait (backpressure).
 ACCEPT_BACKLOG = 2000
+#: Journal seqs remembered per account as lined up (several instances, see line_up).
+LINED_REMEMBERED = 100_000
 #: How long an idle chat's line task waits for the next message before it ends.
 LINE_LINGER_SECONDS = 2.0
 
@@ -199,6 +202,8 @@ class Inbound:
             linger=LINE_LINGER_SECONDS, after=self._taken)
         self._room = anyio.Event()  # set whenever the backlog is below ACCEPT_BACKLOG
         self._room.set()
+        # With several instances: the journal seqs lined up per account (see line_up).
+        self._lined: dict[str, dict[int, None]] = {}
 
     async def accept(self, message: InboundMessage) -> str:
         """Journal a message durably and return; the pipeline goes on behind.
@@ -216,7 +221,7 @@ class Inbound:
         if accepted is None:
             return "duplicate"
         account, seq = accepted
-        self._line_up(account, seq, message)
+        self._line_up_if_owned(account, seq, message)
         return "accepted"
 
     async def accept_many(self, messages: list[InboundMessage]) -> list[str]:
@@ -248,14 +253,42 @@ class Inbound:
             if self._counted(account, message, seq) is None:
                 outcomes[index] = "duplicate"
             else:
-                self._line_up(account, seq, message)
+                self._line_up_if_owned(account, seq, message)
         return outcomes
 
-    def _line_up(self, account: Account, seq: int, message: InboundMessage) -> None:
-        """Queue a journaled message behind its chat's earlier ones."""
+    def _line_up_if_owned(self, account: Account, seq: int, message: InboundMessage) -> None:
+        """After journaling: the pipeline goes on here, unless several instances share
+        the store. Then the account's owner reads every message from the account's
+        inbox, even those it journaled itself: in journal order, whichever instance
+        took them (core/cluster.py)."""
+        if self.kernel.cluster is None:
+            self.line_up(account, seq, message)
+
+    def line_up(self, account: Account, seq: int, message: InboundMessage) -> None:
+        """Queue a journaled message behind its chat's earlier ones.
+
+        With several instances, a message may come both from the account's unfinished
+        journal and its inbox when an instance takes it over: it is lined up once."""
+        if self.kernel.cluster is not None and not self._mark_lined(account, seq):
+            return
         self.lines.put(_chat_key(message), (account, message, seq))
         if len(self.lines) == ACCEPT_BACKLOG:
             self._room = anyio.Event()
+
+    def _mark_lined(self, account: Account, seq: int) -> bool:
+        """Remember ``seq`` as lined up; False when it was already."""
+        lined = self._lined.setdefault(account.key, {})
+        if seq in lined:
+            return False
+        lined[seq] = None
+        if len(lined) > LINED_REMEMBERED:
+            del lined[next(iter(lined))]
+        return True
+
+    def forget_lined(self, account: Account) -> None:
+        """A new tenure of ``account`` (core/cluster.py): what the last one lined up is
+        done or left unfinished, and is replayed."""
+        self._lined.pop(account.key, None)
 
     async def _process_accepted(self, item: tuple[Account, InboundMessage, int]) -> None:
         account, message, seq = item
@@ -288,6 +321,11 @@ class Inbound:
         if accepted is None:
             return "duplicate"
         account, seq = accepted
+        cluster = self.kernel.cluster
+        if cluster is not None:
+            if not cluster.owns(account.key):
+                return "accepted"  # its owner runs it, from its inbox (core/cluster.py)
+            self._mark_lined(account, seq)  # not again when the inbox brings it
         return await self.process(account, message, seq)
 
     async def _journal(self, message: InboundMessage) -> tuple[Account, int] | None:
@@ -404,12 +442,20 @@ class Inbound:
         return self._last_chat.get(account.key)
 
     async def flush_last_chats(self) -> None:
+        """Write the accounts' last active chats that changed. One the store cannot take
+        now (it is unreachable) is written at the next flush; the error is logged."""
         dirty, self._last_chat_dirty = self._last_chat_dirty, set()
-        for key in dirty:
+        for key in sorted(dirty):
             account = self.kernel.accounts.get(key)
-            if account is not None:
+            if account is None:
+                continue
+            try:
                 await self.kernel.store.set_account_state(
                     account.channel_name, account.name, "last_chat", self._last_chat[key])
+            except StoreError as exc:
+                self._last_chat_dirty.add(key)
+                # Health reports the store; this is tried again in a second.
+                log.debug("%s: its last active chat is not saved yet: %s", key, exc)
 
     async def _run_command(self, command, account, message, record, parsed, route,
                            seq: int | None) -> None:

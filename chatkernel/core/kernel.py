@@ -21,6 +21,7 @@ from anyio.abc import TaskGroup
 from chatkernel.core import config as cfg
 from chatkernel.core.agents import Agent, collect_agents, redact_turns
 from chatkernel.core.channel import Channel, collect_channels
+from chatkernel.core.cluster import Cluster
 from chatkernel.core.commands import collect_commands
 from chatkernel.core.deliveries import Deliveries
 from chatkernel.core.delivery_statuses import DeliveryStatuses
@@ -110,6 +111,9 @@ class Kernel:
                                  max_entries=self.config.presence.max_entries)
         #: The receive-loop supervisors by account key (the gateway fills it).
         self.supervisors: dict[str, Any] = {}
+        #: This process's part among several sharing the store (None: the only one;
+        #: see chatkernel.core.cluster).
+        self.cluster: Cluster | None = None
         #: What ``chatkernel reload`` and SIGHUP run (the gateway sets it): a
         #: :class:`chatkernel.core.reload.ConfigReloader`.
         self.reloader: Any = None
@@ -163,6 +167,11 @@ class Kernel:
         store = self._store
         await store.open()
         stack.push_async_callback(store.close)
+        if store.shared is not None:
+            self.cluster = Cluster(self, store.shared, ttl=self.config.store.lease_seconds,
+                                   instance_id=self.presence.own.instance_id)
+            self.metrics.store_round_trips.set_function(
+                lambda: getattr(store, "round_trips", 0))
         store.on_commit = self.health.store_committed  # a failed commit turns health red
         self._sessions = Sessions(store, cache_size=self.config.sessions.cache_size,
                                   in_use=self._session_in_use)
@@ -193,9 +202,15 @@ class Kernel:
         self._tg.start_soon(self._write_behind, name="write-behind")
         await self._seed_activity()
         self.started_at = time.time()
+        if self.cluster is not None:
+            # Each account recovers when this instance takes it over.
+            if self.recover:
+                stack.push_async_callback(self.cluster.release)  # before the tasks end
+                await self.cluster.join(self._tg)
+            return
         if self.recover:
             await self.outbox.recover()
-            await self._replay_unfinished()
+            await self.replay_unfinished()
         if self.run_heartbeats:
             await self.heartbeats.start(self._tg)
 
@@ -287,8 +302,19 @@ class Kernel:
             account.last_inbound_at = account.last_inbound_at or seen.get("last_inbound_at")
             account.last_sent_at = account.last_sent_at or seen.get("last_sent_at")
 
-    async def _replay_unfinished(self) -> None:
-        """Messages journaled before a crash but never finished go through again."""
+    async def replay_unfinished(self, account: Account | None = None) -> None:
+        """Messages journaled before a crash but never finished go through again (of
+        ``account`` only, when given: it was taken over from another instance, and its
+        messages line up behind their chats' earlier ones rather than one by one)."""
+        if account is not None:
+            entries = await self.store.unfinished_inbound(
+                account=(account.channel_name, account.name))
+            for entry in entries:
+                self.inbound.line_up(account, entry.seq, entry.message)
+            if entries:
+                log.info("%s: replaying %d unfinished inbound message(s)", account.key,
+                         len(entries))
+            return
         entries = await self.store.unfinished_inbound()
         for entry in entries:
             message = entry.message
@@ -301,6 +327,18 @@ class Kernel:
             await self.inbound.process(account, message, entry.seq)
         if entries:
             log.info("replayed %d unfinished inbound message(s)", len(entries))
+
+    def account_busy(self, key: str) -> bool:
+        """Whether an account (``channel:account``) has work in flight here: messages
+        in the pipeline, a session lane with a turn queued or running, payloads to
+        send, a heartbeat running (a reload waits for it before removing the account;
+        an instance, before taking the account over again or handing it over)."""
+        prefix = f"{key}:"
+        return (any(k.startswith(prefix) for k in self.inbound.lines.keys())
+                or any(k.startswith(prefix) and lane.busy for k, lane in self.queue.lanes.items())
+                or any(k.startswith(prefix) for k in self.outbox.lines.keys())
+                or any(job.running and job.running_in.startswith(prefix)
+                       for job in self.heartbeats.jobs.values()))
 
     def _close_queue(self) -> None:
         if self._queue is not None:

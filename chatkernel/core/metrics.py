@@ -54,6 +54,9 @@ class Metrics:
             buckets=(.05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120), registry=self.registry)
         self.queue_depth = Gauge("chatkernel_queue_depth", "Messages waiting in session lanes",
                                  registry=self.registry)
+        self.store_round_trips = Gauge(
+            "chatkernel_store_round_trips", "Requests this process made to a store it shares "
+            "with other processes (Redis) since it started", registry=self.registry)
         self.heartbeats = Counter("chatkernel_heartbeats", "Heartbeat turns run, by outcome"
                                   " (ok, alert, error, preempted)", ("outcome",),
                                   registry=self.registry)

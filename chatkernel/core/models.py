@@ -208,8 +208,10 @@ class Verdict:
 
 _ALLOWED = Verdict(True)
 
-AccountState = Literal["starting", "running", "stopped", "failed", "paused"]
-ACCOUNT_STATES: tuple[str, ...] = ("starting", "running", "stopped", "failed", "paused")
+# "elsewhere": another gateway instance sharing the store owns it (core/cluster.py).
+AccountState = Literal["starting", "running", "stopped", "failed", "paused", "elsewhere"]
+ACCOUNT_STATES: tuple[str, ...] = ("starting", "running", "stopped", "failed", "paused",
+                                   "elsewhere")
 
 #: A loop that neither failed nor reported in counts as running after this many seconds
 #: (for channels that never call ``Channel.report_alive``).

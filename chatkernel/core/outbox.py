@@ -56,6 +56,7 @@ from chatkernel.core.retry import (
     with_retries,
 )
 from chatkernel.core.store.base import OutboxEntry
+from chatkernel.core.store.shared import LeaseLost
 
 if TYPE_CHECKING:
     from chatkernel.core.kernel import Kernel
@@ -73,6 +74,12 @@ STORE_RETRY_MAX = 5.0
 #: How far back (before the longest rate-limit window and the longest a payload may
 #: wait for its platform) the outbox looks for sends made before a restart.
 RESTORE_SLACK = 3600.0
+#: Outbox ids remembered per account as queued here (several instances, see adopt).
+KNOWN_REMEMBERED = 100_000
+
+
+class _NotOurs(Exception):
+    """The account's lease went to another instance: it sends this (core/cluster.py)."""
 
 
 class _RowLost(Exception):
@@ -105,6 +112,9 @@ class Outbox:
         # Reply ids: unique across restarts without a uuid per reply.
         self._run_id = uuid.uuid4().hex[:8]
         self._reply_numbers = itertools.count(1)
+        # With several instances: the entries of each account this one queued, so one
+        # the account's inbox brings again is not sent twice (see adopt).
+        self._known: dict[str, dict[int, None]] = {}
 
     # -- queueing ----------------------------------------------------------------
 
@@ -127,6 +137,12 @@ class Outbox:
                         channel=account.channel_name, account=account.name, route=route,
                         payload=payload, status="pending", error=None, created_at=0.0)
             for payload in payloads]
+        cluster = self._kernel.cluster
+        if cluster is not None and not cluster.owns(account.key):
+            # Another instance owns the account: it reads these from the account's
+            # inbox and sends them (core/cluster.py).
+            await self._kernel.store.outbox_add(entries, finish_journal=finish_journal)
+            return reply_id
         claimed = bool(entries) and self._claim(account, session_key, route)
         if claimed:
             entries[0].status = "sending"
@@ -141,6 +157,7 @@ class Outbox:
             # (rather than now, to wait for that commit), see _send.
             first = entries[0]
             self._claimed.add(first.id)
+            self._remember(first)
             self.lines.put(session_key, first, wake=False)
             self._enqueue(entries[1:])
             self._kernel.store.after_commit(functools.partial(self._claim_committed, first))
@@ -170,7 +187,28 @@ class Outbox:
 
     def _enqueue(self, entries: list[OutboxEntry]) -> None:
         for entry in entries:
+            self._remember(entry)
             self.lines.put(entry.session_key, entry)
+
+    def _remember(self, entry: OutboxEntry) -> None:
+        if self._kernel.cluster is None:
+            return
+        known = self._known.setdefault(f"{entry.channel}:{entry.account}", {})
+        known[entry.id] = None
+        if len(known) > KNOWN_REMEMBERED:
+            del known[next(iter(known))]
+
+    def adopt(self, entry: OutboxEntry) -> None:
+        """Send an entry another instance queued for an account this one owns (read
+        from the account's inbox), unless it is queued here already."""
+        if entry.id in self._known.get(f"{entry.channel}:{entry.account}", ()):
+            return
+        if entry.status == "pending":
+            self._enqueue([entry])
+
+    def forget_known(self, account: Account) -> None:
+        """A new tenure of ``account``: its unfinished entries are read again."""
+        self._known.pop(account.key, None)
 
     def _sent(self, entry: OutboxEntry) -> None:
         if entry.payload.chunk_index >= entry.payload.chunk_count:
@@ -184,14 +222,17 @@ class Outbox:
         """Return once every queued payload was sent or failed."""
         await self.lines.wait_empty()
 
-    async def recover(self) -> None:
+    async def recover(self, account: Account | None = None) -> None:
         """After a start: restore the rate-limit windows, send what was never attempted,
-        report what was in flight."""
+        report what was in flight. ``account``: of that account only (this instance
+        took it over from another, core/cluster.py)."""
         store = self._kernel.store
-        await self.restore_windows()
+        await self.restore_windows(account)
         deliveries = self._kernel.deliveries
         resent = unknown = skipped = 0
-        for entry in await store.outbox_unfinished():
+        only = None if account is None else (account.channel_name, account.name)
+        for entry in await (store.outbox_unfinished() if only is None
+                            else store.outbox_unfinished(account=only)):
             if entry.status == "sending":
                 await store.outbox_mark(entry.id, "unknown", "in flight when the gateway stopped")
                 self._failed_replies.add(entry.reply_id)
@@ -213,7 +254,7 @@ class Outbox:
                      "not sent after an earlier part of their reply", resent, unknown,
                      skipped)
 
-    async def restore_windows(self) -> int:
+    async def restore_windows(self, account: Account | None = None) -> int:
         """Count the sends recorded before a restart in the rate limiters, so the sends
         after it keep the limits as the running gateway would have; returns how many
         sends were read.
@@ -238,6 +279,8 @@ class Outbox:
             by_account[f"{send.channel}:{send.account}"].append(
                 (ago, send.route.chat_id, send.route.is_group))
         for key, restored in by_account.items():
+            if account is not None and key != account.key:
+                continue
             limiter = limiters.get(key)
             if limiter is not None:
                 limiter.restore(restored)
@@ -303,10 +346,20 @@ class Outbox:
             log.warning("%s: not sent in %s: %s", account.key, entry.session_key, lost)
             kernel.deliveries.settled(entry, "failed", str(lost), why="store", account=account)
             return
+        except _NotOurs:
+            log.info("%s: outbox entry %d left to the account's new owner", account.key,
+                     entry.id)
+            return
         except Exception as exc:
             await self._fail(entry, account, exc)
             return
-        await store.outbox_mark(entry.id, "sent")
+        try:
+            await store.outbox_mark(entry.id, "sent")
+        except LeaseLost:
+            # Sent, but the account's new owner has it as in flight: delivery unknown.
+            log.warning("%s: outbox entry %d was sent as this instance lost the account; "
+                        "its new owner reports it as delivery unknown", account.key, entry.id)
+            return
         account.last_sent_at = time.time()
         kernel.deliveries.settled(entry, "sent", account=account)
         if account.channel.delivery_statuses and result is not None and result.message_id:
@@ -514,6 +567,9 @@ class _Delivery:
                 break
             try:
                 await store.outbox_mark(self.entry.id, "sending", durable=True)
+            except LeaseLost:
+                self._release_slot()
+                raise _NotOurs() from None
             except Exception as exc:
                 # Not committed (a full disk): nothing may leave unrecorded. Wait for
                 # the store, holding this session's line so its order is kept.

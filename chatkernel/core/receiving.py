@@ -35,6 +35,8 @@ import anyio
 
 from chatkernel.core.http_client import PlatformError
 from chatkernel.core.models import InboundMessage
+from chatkernel.core.store.base import StoreError
+from chatkernel.core.store.shared import LeaseLost
 
 if TYPE_CHECKING:
     from chatkernel.core.channel import Channel, Deliver
@@ -319,6 +321,8 @@ async def poll_forever(channel: "Channel", deliver: "Deliver") -> None:
     backoff = Backoff(*channel.receive_backoff)
     failures = 0
     while True:
+        if channel.receive_gate is not None:
+            await channel.receive_gate()
         try:
             polled = await channel.poll(cursor)
         except PlatformError as exc:
@@ -330,8 +334,17 @@ async def poll_forever(channel: "Channel", deliver: "Deliver") -> None:
             backoff.reset()
         channel.clear_problem()
         channel.report_alive()
-        if polled.events:
-            await receive_events(channel, deliver, polled.events)
-        if polled.cursor is not None and polled.cursor != cursor:
-            cursor = polled.cursor
-            await channel.save_cursor(cursor)
+        try:
+            if polled.events:
+                await receive_events(channel, deliver, polled.events)
+            if polled.cursor is not None and polled.cursor != cursor:
+                await channel.save_cursor(polled.cursor)
+                cursor = polled.cursor
+        except LeaseLost:
+            raise  # another instance owns the account now: this loop ends
+        except StoreError as exc:
+            # Not journaled, so not acknowledged: the cursor stays, the platform keeps
+            # the batch, and the next poll asks for it again once the store is back.
+            failures += 1
+            await receive_failed(channel, exc, backoff, failures, "journaling")
+            continue

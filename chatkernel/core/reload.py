@@ -357,20 +357,9 @@ async def _settle(kernel: "Kernel", jobs: list[tuple[str, Awaitable[None]]],
     return [f"{name} (in-flight turns and sends)" for name in sorted(running)]
 
 
-def account_busy(kernel: "Kernel", key: str) -> bool:
-    """Whether an account has work in flight: messages in the pipeline, a session lane
-    with a turn queued or running, payloads to send, a heartbeat running."""
-    prefix = f"{key}:"
-    return (any(k.startswith(prefix) for k in kernel.inbound.lines.keys())
-            or any(k.startswith(prefix) and lane.busy for k, lane in kernel.queue.lanes.items())
-            or any(k.startswith(prefix) for k in kernel.outbox.lines.keys())
-            or any(job.running and job.running_in.startswith(prefix)
-                   for job in kernel.heartbeats.jobs.values()))
-
-
 async def wait_idle(kernel: "Kernel", key: str, poll: float = 0.05) -> None:
-    """Return once :func:`account_busy` is False."""
-    while account_busy(kernel, key):
+    """Return once :meth:`Kernel.account_busy` is False."""
+    while kernel.account_busy(key):
         await anyio.sleep(poll)
 
 

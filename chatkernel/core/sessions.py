@@ -123,6 +123,17 @@ class Sessions:
         record = await self._store.get_session(key)
         return None if record is None else await self._remember(record)
 
+    def forget(self, prefix: str) -> int:
+        """Drop the cached records and routes whose key starts with ``prefix`` (another
+        instance may have changed them: core/cluster.py); returns how many records."""
+        keys = [key for key in self._records if key.startswith(prefix)]
+        for key in keys:
+            del self._records[key]
+            self._persisted.pop(key, None)
+        for key in [key for key in self._routes if key.startswith(prefix)]:
+            del self._routes[key]
+        return len(keys)
+
     async def _remember(self, record: SessionRecord) -> SessionRecord:
         """Cache a record just read or saved (the one already cached, if another task
         cached it meanwhile), then drop the least recently used beyond the cap."""

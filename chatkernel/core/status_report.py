@@ -115,8 +115,36 @@ def store_line(snapshot: dict[str, Any]) -> str | None:
     store = snapshot.get("store") or {}
     if store.get("ok", True):
         return None
+    if store.get("reachable") is False:
+        return f"Shared store: UNREACHABLE: {store.get('last_error') or '?'}"
     return (f"State database: commits FAILING since {ago(store.get('failing_since'))}: "
             f"{store.get('last_error') or '?'}")
+
+
+def cluster_lines(snapshot: dict[str, Any]) -> list[str]:
+    """The instances sharing the store, and who holds which lease (empty: one instance)."""
+    cluster = snapshot.get("cluster")
+    if not cluster:
+        return []
+    store = snapshot.get("store") or {}
+    rtt = store.get("round_trip_ms")
+    lines = [f"Instances sharing the store (leases of {cluster.get('lease_seconds'):g} s"
+             + (f", store round trip {rtt:g} ms" if rtt is not None else "") + "):"]
+    rows = [["INSTANCE", "HOST", "PID", "UP", "OWNS", "HEARTBEATS"]]
+    for item in cluster.get("instances") or []:
+        mark = " (this one)" if item.get("is_self") else ""
+        rows.append([f"{item['holder']}{mark}", item.get("host") or "-",
+                     str(item.get("pid") or "-"), duration(item.get("age_s")),
+                     ", ".join(item.get("owned") or []) or "-",
+                     "yes" if item.get("heartbeats") else "-"])
+    lines += ["  " + row for row in table(rows)]
+    rows = [["LEASE", "HOLDER", "TOKEN", "EXPIRES IN"]]
+    for lease in cluster.get("leases") or []:
+        rows.append([lease["name"], lease["holder"], str(lease["token"]),
+                     f"{lease['expires_in_s']:.1f} s"])
+    if len(rows) > 1:
+        lines += ["", *("  " + row for row in table(rows))]
+    return lines
 
 
 def failure_lines(snapshot: dict[str, Any], limit: int = 5) -> list[str]:
@@ -170,6 +198,9 @@ def render_status(snapshot: dict[str, Any]) -> str:
                      probe_text(account.get("probe"), local=local)
                      if account.get("enabled", True) else "-"])
     lines += ["", *table(rows)]
+    cluster = cluster_lines(snapshot)
+    if cluster:
+        lines += ["", *cluster]
     store = store_line(snapshot)
     if store:
         lines += ["", store]
@@ -203,7 +234,8 @@ def render_health(snapshot: dict[str, Any], *, verbose: bool = False) -> str:
         if not account.get("enabled", True):
             lines.append(f"  {account['key']}: disabled")
             continue
-        mark = "ok " if account.get("ok") else "BAD"
+        ok = account.get("ok")
+        mark = "ok " if ok else "-- " if ok is None else "BAD"  # --: another instance's
         lines.append(f"  {mark} {account['key']}: {account['state']}; probe "
                      f"{probe_text(account.get('probe'))}; last event "
                      f"{ago(account.get('last_event_at'))}; "
@@ -234,6 +266,9 @@ def render_health(snapshot: dict[str, Any], *, verbose: bool = False) -> str:
     store = store_line(snapshot)
     if store:
         lines.append(f"  BAD {store}")
+    cluster = cluster_lines(snapshot)
+    if cluster:
+        lines += ["", *cluster]
     if verbose:
         failures = failure_lines(snapshot)
         if failures:

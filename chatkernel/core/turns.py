@@ -31,6 +31,7 @@ from chatkernel.core.outbound import Responder
 from chatkernel.core.queue import Batch, QueuedMessage
 from chatkernel.core.sessions import Sessions
 from chatkernel.core.store.base import LogRow, Store
+from chatkernel.core.store.shared import LeaseLost
 
 #: The kernel's logger: turn failures and drops are logged under the name they always had.
 log = logging.getLogger("chatkernel.kernel")
@@ -100,6 +101,7 @@ class Turns:
         indicators.begin(account, key)
         started = time.monotonic()
         outcome = "ok"
+        lost = False
         try:
             events = self._agent.turn(request)
             try:
@@ -111,6 +113,12 @@ class Turns:
         except anyio.get_cancelled_exc_class():
             outcome = "interrupted"
             raise
+        except LeaseLost:
+            # Another instance owns the account now and runs these messages again: their
+            # journal entries stay unfinished, nothing of this turn is kept.
+            outcome = "interrupted"
+            lost = True
+            log.warning("turn in %s left to the account's new owner", key)
         except Exception as exc:
             outcome = "error"
             log.exception("agent turn failed in %s", key)
@@ -124,7 +132,7 @@ class Turns:
             metrics.turn_seconds.observe(time.monotonic() - started)
             # A turn with no reply (or none since these joined it) finishes them here.
             unlogged, unfinished = responder.unlogged(), responder.unfinished_journal()
-            if unlogged or unfinished:
+            if (unlogged or unfinished) and not lost:
                 await self._finish(key, record.session_id, unlogged, unfinished)
 
     async def _finish(self, key: str, session_id: str, log_rows: list[LogRow],

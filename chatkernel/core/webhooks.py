@@ -205,6 +205,19 @@ def webhook_routes(channel: "Channel", verifier: Verifier) -> list[tuple[str, st
     return [("POST", channel.webhook_path, post), ("GET", channel.webhook_path, get)]
 
 
+async def accept_webhooks_elsewhere(channel: "Channel", deliver: "Deliver") -> None:
+    """Take a webhook's requests on an instance that does not own the account (see
+    :meth:`Channel.serve_elsewhere`): identify, then journal what comes, until
+    cancelled. Registering the webhook is the owner's."""
+    await identify(channel)
+    channel.webhook_deliver = deliver
+    try:
+        await anyio.sleep_forever()
+    finally:
+        if channel.webhook_deliver is deliver:
+            channel.webhook_deliver = None
+
+
 async def serve_webhook(channel: "Channel", deliver: "Deliver") -> None:
     """A webhook channel's receive loop: identify, register the webhook with the
     platform (both retried with backoff until they work), then take requests

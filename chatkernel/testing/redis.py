@@ -34,7 +34,11 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["RedisServer", "redis_prefix", "redis_server"]
+# The store, for tests that look at what gateway processes keep in Redis (their leases,
+# their outbox) without importing the kernel's internals.
+from chatkernel.core.store.redis import RedisStore
+
+__all__ = ["RedisServer", "RedisStore", "redis_prefix", "redis_server"]
 
 #: How long a starting server may take to answer PING, in seconds.
 START_TIMEOUT = 15.0

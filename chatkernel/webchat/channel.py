@@ -50,6 +50,8 @@ MAX_TEXT = 64_000
 #: The largest POST body: the longest text, JSON-escaped, and the other fields.
 MAX_BODY_BYTES = 1024 * 1024
 SSE_KEEPALIVE_SECONDS = 15.0
+#: How often a stream reads the transcript when several instances share the store.
+SHARED_POLL_SECONDS = 1.0
 
 
 class WebChatAccount(AccountConfig):
@@ -108,6 +110,11 @@ history_limit = 500                   # messages of its chat a page shows
             for event in self._changed.values():
                 event.set()
             self._changed.clear()
+
+    async def serve_elsewhere(self, deliver: Deliver) -> None:
+        """Another gateway instance owns this account: the page, its posts and its
+        streams are served here all the same (the owner answers)."""
+        await self.run(deliver)
 
     async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
         if payload.is_media:
@@ -213,6 +220,11 @@ history_limit = 500                   # messages of its chat a page shows
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache"})
         self._streams[chat_id] = self._streams.get(chat_id, 0) + 1
+        # With several gateway instances the bot's answers may be written by another
+        # one, which cannot wake this stream: it looks at the transcript every second.
+        wait = SHARED_POLL_SECONDS if getattr(self.store, "shared", None) is not None \
+            else SSE_KEEPALIVE_SECONDS
+        keepalive_at = anyio.current_time() + SSE_KEEPALIVE_SECONDS
         try:
             await response.prepare(request)
             while not self._stopped:
@@ -221,10 +233,11 @@ history_limit = 500                   # messages of its chat a page shows
                     after = entry["id"]
                     await response.write(f"id: {after}\nevent: message\ndata: "
                                          f"{json.dumps(entry)}\n\n".encode())
-                with anyio.move_on_after(SSE_KEEPALIVE_SECONDS) as scope:
+                with anyio.move_on_after(wait) as scope:
                     await event.wait()
-                if scope.cancelled_caught:
+                if scope.cancelled_caught and anyio.current_time() >= keepalive_at:
                     await response.write(b": keepalive\n\n")
+                    keepalive_at = anyio.current_time() + SSE_KEEPALIVE_SECONDS
         except ConnectionResetError:
             # The page was closed or reloaded: an everyday event, not an error. (The
             # page reconnects by itself, and picks up after the last id it saw.)

@@ -79,10 +79,15 @@ T = TypeVar("T")
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 #: The layout of the keys (docs/ARCHITECTURE.md); a server holding a higher one is refused.
 SCHEMA_VERSION = 1
+#: Connections to the server at most; more calls at once wait for one.
+MAX_CONNECTIONS = 32
 #: Entries a prune script deletes at once: other clients' commands run between batches.
 PRUNE_BATCH = 1000
 
 _INSTALL = "pip install 'chatkernel[redis]'"
+#: The outbox marks a fenced account's lease must allow: those that send, or would
+#: have a payload sent (``pending`` over a new owner's ``unknown`` would send it twice).
+FENCED_MARKS = frozenset({"sending", "sent", "pending"})
 
 
 def safe_url(url: str) -> str:
@@ -128,6 +133,18 @@ def _bound(value: float) -> str:
     return _num(value)
 
 
+def _inbox_item(fields: dict[str, str]) -> JournalEntry | OutboxEntry:
+    """An inbox stream's entry: a journaled message, or a payload queued elsewhere."""
+    if "o" in fields:
+        return OutboxEntry(
+            id=int(fields["o"]), reply_id=fields["r"], session_key=fields["k"],
+            session_id=fields["i"], channel=fields["c"], account=fields["n"],
+            route=decode_route(fields["ro"]), payload=decode_payload(fields["p"]),
+            status=fields["s"], error=None, created_at=float(fields["t"]))
+    return JournalEntry(seq=int(fields["seq"]), message=decode_message(fields["m"]),
+                        status="received", received_at=float(fields["t"]))
+
+
 class RedisStore(Store, SharedState):
     """The store on a Redis server (see the module's docstring).
 
@@ -170,8 +187,13 @@ class RedisStore(Store, SharedState):
             health_check_interval=0,
         )
         try:
-            self._redis = aioredis.Redis.from_url(url, socket_timeout=socket_timeout,
-                                                  **options)
+            # A bounded pool that waits for a free connection: a burst of turns and
+            # sends queues for it rather than failing ("Too many connections").
+            self._redis = aioredis.Redis(connection_pool=aioredis.BlockingConnectionPool
+                                         .from_url(url, max_connections=MAX_CONNECTIONS,
+                                                   timeout=socket_timeout,
+                                                   socket_timeout=socket_timeout,
+                                                   **options))
             # XREAD BLOCK waits on connections of its own, with no socket timeout (the
             # block is the timeout), so it never holds up the other calls.
             self._blocking = aioredis.Redis.from_url(url, socket_timeout=None, **options)
@@ -183,6 +205,9 @@ class RedisStore(Store, SharedState):
         # account -> (lease name, token) of the accounts this store's writes are fenced for.
         self._fences: dict[tuple[str, str], tuple[str, str]] = {}
         self._mark_fences: list[str] = []  # the same, flat, as OUTBOX_MARK takes them
+        self._to_owners = False  # see hand_sends_to_owners
+        #: Requests sent to the server so far (a command, a script or a transaction each).
+        self.round_trips = 0
         register = self._redis.register_script
         self._scripts = {name: register(lua.PRELUDE + getattr(lua, name)) for name in (
             "OPEN", "JOURNAL", "JOURNAL_STATUS", "JOURNAL_UNFINISHED", "JOURNAL_PRUNE",
@@ -234,6 +259,7 @@ class RedisStore(Store, SharedState):
         (told to ``on_commit`` too), a refused fenced write :class:`LeaseLost`."""
         from redis.exceptions import RedisError, ResponseError
 
+        self.round_trips += 1
         try:
             result = await call
         except ResponseError as exc:
@@ -373,14 +399,18 @@ class RedisStore(Store, SharedState):
         fences = (self._fence_args({(entry.channel, entry.account) for entry in entries})
                   if self._fences else [])
         args: list[Any] = [_num(now), len(entries), len(finish_journal), len(fences) // 2,
-                           *fences]
+                           INBOX_LENGTH, *fences]
         for entry in entries:
             if entry.status not in OUTBOX_STATUSES:
                 raise ValueError(f"outbox status must be one of {', '.join(OUTBOX_STATUSES)}, "
                                  f"not {entry.status!r}")
+            # An account this store is not fenced for is another process's to send (see
+            # hand_sends_to_owners): its owner reads it from the inbox.
+            to_inbox = self._to_owners and (entry.channel, entry.account) not in self._fences
             args += (_acct(entry.channel, entry.account), entry.reply_id, entry.session_key,
                      entry.session_id, entry.channel, entry.account, encode_route(entry.route),
-                     encode_payload(entry.payload), entry.status, encode_json(entry.error))
+                     encode_payload(entry.payload), entry.status, encode_json(entry.error),
+                     "1" if to_inbox else "0")
         args += (int(seq) for seq in finish_journal)
         ids = [int(entry_id) for entry_id in
                await self._script("OUTBOX_ADD", "outbox_add", args)]
@@ -397,7 +427,7 @@ class RedisStore(Store, SharedState):
             raise ValueError(f"outbox status must be one of {', '.join(OUTBOX_STATUSES)}, "
                              f"not {status!r}")
         self._writable("outbox_mark")
-        fences = self._mark_fences if status in ("sending", "sent") else []
+        fences = self._mark_fences if status in FENCED_MARKS else []
         found = await self._script("OUTBOX_MARK", "outbox_mark", [
             int(entry_id), status, encode_json(error), _num(time.time()), len(fences) // 3,
             *fences])
@@ -729,6 +759,9 @@ class RedisStore(Store, SharedState):
         return {flat[i]: (flat[i + 1], int(flat[i + 2]), max(int(flat[i + 3]), 0) / 1000)
                 for i in range(0, len(flat), 4)}
 
+    def hand_sends_to_owners(self) -> None:
+        self._to_owners = True
+
     def fence(self, channel: str, account: str, token: int | None) -> None:
         if token is None:
             self._fences.pop((channel, account), None)
@@ -750,7 +783,7 @@ class RedisStore(Store, SharedState):
         return last[0][0] if last else "0-0"
 
     async def read_inbox(self, positions: dict[tuple[str, str], str], timeout: float
-                         ) -> list[tuple[tuple[str, str], str, JournalEntry]]:
+                         ) -> list[tuple[tuple[str, str], str, JournalEntry | OutboxEntry]]:
         self._check_open()
         if not positions:
             return []
@@ -758,14 +791,11 @@ class RedisStore(Store, SharedState):
         accounts = {self._inbox(*account): account for account in positions}
         block = max(1, round(timeout * 1000)) if timeout > 0 else None
         answer = await self._call("read_inbox", self._blocking.xread(streams, block=block))
-        found = []
-        for stream, items in answer or ():
+        found: list[tuple[tuple[str, str], str, JournalEntry | OutboxEntry]] = []
+        for stream, items in answer or ():  # each stream in its order
             account = accounts[stream]
             for entry_id, fields in items:
-                found.append((account, entry_id, JournalEntry(
-                    seq=int(fields["seq"]), message=decode_message(fields["m"]),
-                    status="received", received_at=float(fields["t"]))))
-        found.sort(key=lambda item: item[2].seq)  # journal order across the streams
+                found.append((account, entry_id, _inbox_item(fields)))
         return found
 
     # -- SharedState: instances -------------------------------------------------------------------
@@ -778,6 +808,13 @@ class RedisStore(Store, SharedState):
         pipe.set(f"{self.prefix}instance:{instance_id}", text, px=self._ms(ttl))
         pipe.sadd(self.prefix + "instances", instance_id)
         await self._call("register_instance", pipe.execute())
+
+    async def unregister_instance(self, instance_id: str) -> None:
+        self._writable("unregister_instance")
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.delete(f"{self.prefix}instance:{instance_id}")
+        pipe.srem(self.prefix + "instances", instance_id)
+        await self._call("unregister_instance", pipe.execute())
 
     async def instances(self) -> dict[str, dict[str, Any]]:
         flat = await self._script("INSTANCES", "instances", ["0" if self.read_only else "1"])

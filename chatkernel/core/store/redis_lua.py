@@ -187,13 +187,16 @@ end
 return #seqs
 """
 
-#: ARGV: prefix, now, entry count, finish count, fence count, then per fence: lease name,
-#: token; per entry: acct, reply_id, session_key, session_id, channel, account, route,
-#: payload, status, error (JSON); then the journal seqs to finish. Returns the new ids.
+#: ARGV: prefix, now, entry count, finish count, fence count, inbox length, then per
+#: fence: lease name, token; per entry: acct, reply_id, session_key, session_id, channel,
+#: account, route, payload, status, error (JSON), 1 to put it in the account's inbox (the
+#: account is not fenced here: another process owns it and sends it) or 0; then the
+#: journal seqs to finish. Returns the new ids.
 OUTBOX_ADD = r"""
 local now, entries, finish, fences = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]),
                                      tonumber(ARGV[5])
-local at = 6
+local inbox_length = ARGV[6]
+local at = 7
 for _ = 1, fences do
   check_fence(ARGV[at], ARGV[at + 1])
   at = at + 2
@@ -207,8 +210,15 @@ for _ = 1, entries do
              'p', ARGV[at + 7], 's', status, 'e', ARGV[at + 9], 't', now, 'u', now)
   redis.call('ZADD', P .. 'o:reply:' .. reply_id, id, id)
   outbox_index(id, acct, now, false, status, now)
+  if ARGV[at + 10] == '1' then
+    -- Queued by a process that does not own the account: its owner sends it.
+    redis.call('XADD', P .. 'inbox:' .. acct, 'MAXLEN', '~', inbox_length, '*',
+               'o', id, 'r', reply_id, 'k', ARGV[at + 2], 'i', ARGV[at + 3],
+               'c', ARGV[at + 4], 'n', ARGV[at + 5], 'ro', ARGV[at + 6], 'p', ARGV[at + 7],
+               's', status, 't', now)
+  end
   ids[#ids + 1] = id
-  at = at + 10
+  at = at + 11
 end
 for _ = 1, finish do
   finish_journal(ARGV[at], 'done')

@@ -13,17 +13,20 @@ its lease and wakes up holds a token lower than the current one.
 
 Fencing. ``fence(channel, account, token)`` makes the store's writes that act
 on an account's platform state — ``set_cursor``, ``outbox_add`` and the
-``sending`` / ``sent`` marks of ``outbox_mark`` — check, atomically with the
-write, that the lease :func:`account_lease` of that account is still held
-with that token; if it is not they raise :class:`LeaseLost` and write nothing.
-A process that lost its account therefore cannot move its cursor back or send
-for it.
+``sending`` / ``sent`` / ``pending`` marks of ``outbox_mark`` — check,
+atomically with the write, that the lease :func:`account_lease` of that account
+is still held with that token; if it is not they raise :class:`LeaseLost` and
+write nothing. A process that lost its account therefore cannot move its cursor
+back or send for it. (Marks that send nothing, ``failed`` and ``unknown``, are
+not fenced: a stale process may still record a failure it saw.)
 
 Inbox. Every message the journal takes (not a redelivery) is also appended,
 in the same atomic step, to a stream per account (``inbox:<channel>:<account>``,
-trimmed to about :data:`INBOX_LENGTH` entries). The process that polls an
-account journals; the processes that run turns read the streams with
-:meth:`SharedState.read_inbox`.
+trimmed to about :data:`INBOX_LENGTH` entries). Any process may journal; the
+account's owner reads the stream with :meth:`SharedState.read_inbox` and runs
+what it finds. After :meth:`SharedState.hand_sends_to_owners`, a payload queued
+for an account the store is not fenced for goes to the stream too (its owner
+sends it).
 
 Instances. Each gateway process registers itself with a time to live and
 renews it; :meth:`SharedState.instances` lists the live ones (for status).
@@ -34,7 +37,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-from chatkernel.core.store.base import JournalEntry, StoreError
+from chatkernel.core.store.base import JournalEntry, OutboxEntry, StoreError
 
 __all__ = ["INBOX_LENGTH", "LeaseLost", "SharedState", "account_lease"]
 
@@ -83,10 +86,17 @@ class SharedState(abc.ABC):
         """The held leases: ``name -> (holder, token, seconds left)``."""
 
     @abc.abstractmethod
+    def hand_sends_to_owners(self) -> None:
+        """From now on, ``outbox_add`` of an account this store is not fenced for also
+        appends each entry, in the same atomic step, to the account's inbox stream: the
+        process that owns the account sends it (a gateway that owns only some of the
+        accounts, a ``chatkernel send`` that owns none)."""
+
+    @abc.abstractmethod
     def fence(self, channel: str, account: str, token: int | None) -> None:
         """From now on this store's fenced writes for the account (``set_cursor``,
-        ``outbox_add``, ``outbox_mark`` to ``sending`` or ``sent``) check that the
-        lease :func:`account_lease` is held with ``token``, and raise
+        ``outbox_add``, ``outbox_mark`` to ``sending``, ``sent`` or ``pending``) check
+        that the lease :func:`account_lease` is held with ``token``, and raise
         :class:`LeaseLost` writing nothing when it is not. ``None`` stops fencing
         the account (its writes are made unchecked, as by default)."""
 
@@ -99,9 +109,10 @@ class SharedState(abc.ABC):
 
     @abc.abstractmethod
     async def read_inbox(self, positions: dict[tuple[str, str], str], timeout: float
-                         ) -> list[tuple[tuple[str, str], str, JournalEntry]]:
+                         ) -> list[tuple[tuple[str, str], str, JournalEntry | OutboxEntry]]:
         """The entries after ``positions[(channel, account)]`` of those accounts'
-        streams, as ``((channel, account), entry id, journal entry)`` in stream order;
+        streams, as ``((channel, account), entry id, item)`` in each stream's order,
+        where an item is a journaled message or a payload queued elsewhere;
         waits up to ``timeout`` seconds for one to come, then returns ``[]``. Blocks
         on a connection of its own: the store's other calls go on meanwhile."""
 
@@ -112,6 +123,11 @@ class SharedState(abc.ABC):
                                 ttl: float) -> None:
         """Say this process is alive for ``ttl`` seconds, with ``info`` (JSON values);
         call again to renew it."""
+
+    @abc.abstractmethod
+    async def unregister_instance(self, instance_id: str) -> None:
+        """This process is going away: it is no longer listed (and counts no more when
+        the others share the accounts out)."""
 
     @abc.abstractmethod
     async def instances(self) -> dict[str, dict[str, Any]]:

@@ -7,6 +7,8 @@ receive loops, retries, pacing, the outbox and dedupe are the kernel's.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import math
 import re
 import secrets
@@ -136,10 +138,22 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
         self.api = BotAPI(self.config.bot_token, self.config.api_base,
                           timeout=self.config.poll_timeout + 15)
         self.bot: dict[str, Any] | None = None
-        self.secret_token = self.config.secret_token or secrets.token_urlsafe(32)
+        self._random_secret = secrets.token_urlsafe(32)
         if self.config.mode == "webhook" and not self.config.webhook_url:
             raise ConfigError("webhook mode needs webhook_url (the public URL Telegram posts "
                               "to)", key=f"channels.telegram.accounts.{account.name}.webhook_url")
+
+    @property
+    def secret_token(self) -> str:
+        """The webhook's secret: the configured one; else, when several gateway instances
+        share the store (any of them may take Telegram's request), one derived from the
+        bot token, which they all know; else a random one for this start."""
+        if self.config.secret_token:
+            return self.config.secret_token
+        if getattr(self.store, "shared", None) is not None:
+            return hmac.new(self.config.bot_token.encode(), b"chatkernel webhook secret",
+                            hashlib.sha256).hexdigest()
+        return self._random_secret
 
     # -- receiving ----------------------------------------------------------------
 

@@ -1,0 +1,212 @@
+"""Scale-out on Redis: the same work on one gateway on SQLite and on 1, 2 and 3 gateway
+processes sharing a Redis server, in one run; then the failover gap.
+
+The work: ``--accounts`` Telegram bots on the plugin's fake Bot API (pacing lifted, so
+the gateways, not the limits, are measured), ``--messages`` messages spread over
+``--chats`` chats of each bot, all injected at once, the echo agent answering. Each
+contender runs real ``chatkernel run`` processes (their own homes, one Redis server the
+benchmark starts on 127.0.0.1). Reported per contender: messages answered per second,
+that as a ratio of the single SQLite gateway, the requests to Redis per message (each
+process counts its own: ``chatkernel_store_round_trips`` on ``/metrics``; lease
+renewals and inbox reads included), and duplicates and reorderings (both must be 0).
+
+Failover: three gateways with ``--lease`` seconds leases, one message a chat every 50 ms
+to one bot, and its owner killed (SIGKILL) ``--kills`` times: the gap is the time from
+the kill to the first answer by the next owner. It is about the lease's time to live
+(the dead owner's lease must run out) plus up to a third of it (how often the others
+look), plus the takeover.
+
+    .venv/bin/python bench/scaleout.py
+    .venv/bin/python bench/scaleout.py --accounts 6 --messages 1200 --lease 10 --kills 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from chatkernel.core.store.redis import RedisStore
+from chatkernel.testing import BUSY_HINT
+from chatkernel.testing.instances import GatewayInstances
+from chatkernel.testing.redis import RedisServer
+from chatkernel_telegram.fake import FakeBotAPI
+
+
+def gateway_config(api: FakeBotAPI, tokens: list[str], store: dict[str, Any], *,
+                   lease: float) -> dict[str, Any]:
+    if store.get("backend") == "redis":
+        store = {**store, "lease_seconds": lease}
+    return {
+        "store": store,
+        "agent": {"kind": "echo"},
+        "queue": {"mode": "followup", "debounce_ms": 0, "max_concurrent": 64, "cap": 1000},
+        "heartbeat": {"every": "0"},
+        "channels": {"webchat": {"enabled": False}, "telegram": {
+            "rate_limits": {"chat": "off", "account": "off", "group": "off"},
+            "accounts": {f"bot{i}": {"bot_token": token, "api_base": api.base_url,
+                                     "allow_from": ["*"], "poll_timeout": 1}
+                         for i, token in enumerate(tokens)}}},
+    }
+
+
+def round_trips(url: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as answer:
+        for line in answer.read().decode().splitlines():
+            if line.startswith("chatkernel_store_round_trips "):
+                return float(line.split()[1])
+    return 0.0
+
+
+def answers(api: FakeBotAPI) -> list[Any]:
+    return [m for m in api.sent_messages if m.plain_text != BUSY_HINT]
+
+
+async def balanced(store: RedisStore, accounts: int, instances: int, timeout: float) -> None:
+    """Wait until every account is owned and no instance owns more than its share."""
+    share = -(-accounts // instances)
+    with anyio.fail_after(timeout):
+        while True:
+            owners = collections.Counter(
+                holder for name, (holder, _, _) in (await store.leases()).items()
+                if name.startswith("account:"))
+            if sum(owners.values()) == accounts and max(owners.values()) <= share \
+                    and len(owners) == min(instances, accounts):
+                return
+            await anyio.sleep(0.1)
+
+
+async def burst(root: Path, api: FakeBotAPI, tokens: list[str], store: dict[str, Any],
+                instances: int, args: argparse.Namespace,
+                shared: RedisStore | None) -> dict[str, Any]:
+    api.sent_messages.clear()
+    config = gateway_config(api, tokens, store, lease=args.burst_lease)
+    async with GatewayInstances(root, config) as gateways:
+        for _ in range(instances):
+            await gateways.start()
+        if shared is not None:
+            await balanced(shared, len(tokens), instances, timeout=120)
+        await anyio.sleep(0.5)  # every poller waiting
+        before = sum(round_trips(g.url) for g in gateways.alive)
+        expected: dict[tuple[str, int], list[str]] = collections.defaultdict(list)
+        per_bot = args.messages // len(tokens)
+        started = time.perf_counter()
+        for i in range(per_bot):
+            for b, token in enumerate(tokens):
+                chat = 5000 + i % args.chats
+                text = f"bot {b} message {i}"
+                expected[token, chat].append(text)
+                api.inject_message(chat, text, token=token)
+        want = per_bot * len(tokens)
+        with anyio.fail_after(300):
+            while len(answers(api)) < want:
+                await anyio.sleep(0.01)
+        elapsed = time.perf_counter() - started
+        after = sum(round_trips(g.url) for g in gateways.alive)
+    sent = answers(api)
+    texts = collections.Counter(m.plain_text for m in sent)
+    reordered = 0
+    for (token, chat), wanted in expected.items():
+        got = [m.plain_text for m in api.sent(token, chat_id=chat) if m.plain_text != BUSY_HINT]
+        reordered += sum(1 for a, b in zip(got, wanted) if a != b)
+    return {"rate": want / elapsed, "trips": (after - before) / want,
+            "dupes": sum(count - 1 for count in texts.values() if count > 1),
+            "reordered": reordered}
+
+
+async def failover(root: Path, api: FakeBotAPI, tokens: list[str], url: str,
+                   args: argparse.Namespace) -> list[float]:
+    prefix = "bench-failover:"
+    store = {"backend": "redis", "url": url, "prefix": prefix}
+    config = gateway_config(api, tokens[:1], store, lease=args.lease)
+    token = tokens[0]
+    gaps = []
+    async with GatewayInstances(root, config) as gateways, \
+            RedisStore.at(url, prefix=prefix) as shared:
+        for _ in range(3):
+            await gateways.start()
+        for kill in range(args.kills):
+            with anyio.fail_after(args.lease * 5):
+                while "account:telegram:bot0" not in (leases := await shared.leases()):
+                    await anyio.sleep(0.05)
+            holder = leases["account:telegram:bot0"][0]
+            victim = gateways.by_pid(int(holder.split("/")[-2]))
+            assert victim is not None
+            victim.kill()
+            killed_at = time.time()
+            await victim.process.wait()
+            marker = f"after kill {kill}"
+            i = 0
+            with anyio.fail_after(args.lease * 6):
+                while True:  # one message every 50 ms until one is answered
+                    api.inject_message(6000, f"{marker} #{i}", token=token)
+                    i += 1
+                    await anyio.sleep(0.05)
+                    if any(m.plain_text.startswith(marker) for m in api.sent(token)):
+                        break
+            first = min(m.timestamp for m in api.sent(token) if m.plain_text.startswith(marker))
+            gaps.append(first - killed_at)
+            await gateways.start()  # three again
+    return gaps
+
+
+async def main(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="chatkernel-scaleout-") as tmp, \
+            RedisServer(Path(tmp) / "redis") as server:
+        root = Path(tmp)
+        async with FakeBotAPI() as api:
+            tokens = [api.token] + [f"{123456 + i}:ABC-DEF1234ghIkl-zyx57W2v1u123ew11"
+                                    for i in range(1, args.accounts)]
+            for i, token in enumerate(tokens[1:], start=1):
+                api.add_bot(token, f"bench{i}_bot")
+            results = []
+            for label, instances in (("sqlite", 1), ("redis", 1), ("redis", 2), ("redis", 3)):
+                if label == "sqlite":
+                    store, shared = {"backend": "sqlite"}, None
+                else:
+                    prefix = f"bench-{instances}:"
+                    store = {"backend": "redis", "url": server.url, "prefix": prefix}
+                    shared = RedisStore.at(server.url, prefix=prefix)
+                    await shared.open()
+                try:
+                    result = await burst(root / f"{label}-{instances}", api, tokens, store,
+                                         instances, args, shared)
+                finally:
+                    if shared is not None:
+                        await shared.close()
+                results.append((label, instances, result))
+                print(f"  {label} x{instances}: {result['rate']:,.0f} msgs/s", file=sys.stderr)
+            gaps = await failover(root / "failover", api, tokens, server.url, args)
+    floor = results[0][2]["rate"]
+    print(f"{args.messages} messages over {args.accounts} bots x {args.chats} chats, "
+          "echo agent, pacing lifted")
+    print(f"{'store':<8} {'instances':>9} {'msgs/s':>9} {'x sqlite':>9} "
+          f"{'redis req/msg':>14} {'dupes':>6} {'reordered':>10}")
+    for label, instances, r in results:
+        trips = "-" if label == "sqlite" else f"{r['trips']:.2f}"
+        print(f"{label:<8} {instances:>9} {r['rate']:>9,.0f} {r['rate'] / floor:>9.2f} "
+              f"{trips:>14} {r['dupes']:>6} {r['reordered']:>10}")
+    print(f"failover gap with {args.lease:g} s leases (kill -9 of the owner to the next "
+          f"owner's first answer): " + ", ".join(f"{gap:.2f} s" for gap in gaps)
+          + f"; median {statistics.median(gaps):.2f} s")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--accounts", type=int, default=6)
+    parser.add_argument("--messages", type=int, default=1200)
+    parser.add_argument("--chats", type=int, default=10)
+    parser.add_argument("--lease", type=float, default=10.0,
+                        help="the lease of the failover part (the default's 10 s)")
+    parser.add_argument("--burst-lease", type=float, default=3.0,
+                        help="the lease while measuring throughput (shorter: balanced sooner)")
+    parser.add_argument("--kills", type=int, default=3)
+    anyio.run(main, parser.parse_args())

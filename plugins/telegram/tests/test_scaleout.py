@@ -1,0 +1,257 @@
+"""Three real gateway processes on one Redis, a bot account on the fake Bot API: one
+poller at a time, and kill -9 of the poller mid-burst loses nothing and sends nothing
+twice (chatkernel.core.cluster)."""
+
+from __future__ import annotations
+
+import collections
+
+import anyio
+import pytest
+
+from chatkernel.testing import BUSY_HINT
+from chatkernel.testing.instances import CHATKERNEL, GatewayInstances
+from chatkernel.testing.redis import RedisStore
+from chatkernel_telegram.fake import FakeBotAPI
+
+pytestmark = pytest.mark.anyio
+
+LEASE_SECONDS = 2.0
+
+
+def cluster_config(api: FakeBotAPI, redis_url: str, prefix: str, **account: object) -> dict:
+    return {
+        "store": {"backend": "redis", "url": redis_url, "prefix": prefix,
+                  "lease_seconds": LEASE_SECONDS},
+        "agent": {"kind": "echo"},
+        "queue": {"mode": "followup", "debounce_ms": 0},
+        "heartbeat": {"every": "0"},
+        "channels": {"webchat": {"enabled": False}, "telegram": {"accounts": {"main": {
+            "bot_token": api.token, "api_base": api.base_url, "allow_from": ["*"],
+            "poll_timeout": 1, **account}}}},
+    }
+
+
+async def lease_holder(store: RedisStore, name: str = "account:telegram:main"
+                       ) -> tuple[str, int] | None:
+    held = (await store.leases()).get(name)
+    return None if held is None else (held[0], held[1])
+
+
+async def wait_for_holder(store: RedisStore, *, other_than: str | None = None,
+                          timeout: float) -> tuple[str, int]:
+    with anyio.fail_after(timeout):
+        while True:
+            held = await lease_holder(store)
+            if held is not None and held[0] != other_than:
+                return held
+            await anyio.sleep(0.05)
+
+
+def answers(api: FakeBotAPI, chat_id: int | None = None) -> list[str]:
+    """What the bot sent, but the notes that it is still busy with an earlier message."""
+    return [m.plain_text for m in api.sent(chat_id=chat_id) if m.plain_text != BUSY_HINT]
+
+
+def pid_of(holder: str) -> int:
+    return int(holder.split("/")[-2])
+
+
+async def settled(store: RedisStore, api: FakeBotAPI, want: set[str], timeout: float
+                  ) -> list:
+    """The entries ended delivery unknown, once every message has an answer or is one."""
+    with anyio.fail_after(timeout):
+        while True:
+            unknown = [entry for entry, _ in await store.outbox_failures(limit=1000)]
+            if want <= set(answers(api)) | {entry.payload.text for entry in unknown}:
+                return unknown
+            await anyio.sleep(0.1)
+
+
+async def test_kill_9_of_the_poller_mid_burst_loses_nothing_and_sends_nothing_twice(
+        tmp_path, redis_server, redis_prefix):
+    chats, per_chat, kills = 12, 8, 3
+    async with FakeBotAPI() as api, GatewayInstances(
+            tmp_path, cluster_config(api, redis_server, redis_prefix)) as instances:
+        store = RedisStore(url=redis_server, prefix=redis_prefix)
+        await store.open()
+        try:
+            for _ in range(3):
+                await instances.start()
+            holder, token = await wait_for_holder(store, timeout=30)
+            expected: dict[int, list[str]] = collections.defaultdict(list)
+            tokens = [token]
+            for round_ in range(kills + 1):
+                for i in range(per_chat // (kills + 1) + 1):
+                    for chat in range(chats):
+                        text = f"round {round_} message {i} in chat {chat}"
+                        expected[1000 + chat].append(text)
+                        api.inject_message(1000 + chat, text)
+                if round_ == kills:
+                    break
+                await anyio.sleep(0.5)  # mid-burst: some answered, some not yet
+                victim = instances.by_pid(pid_of(holder))
+                assert victim is not None and victim.alive
+                victim.kill()
+                await victim.process.wait()
+                holder, token = await wait_for_holder(store, other_than=holder,
+                                                      timeout=LEASE_SECONDS * 5)
+                tokens.append(token)
+                await instances.start()  # three again
+            want = {text for texts in expected.values() for text in texts}
+            unknown = await settled(store, api, want, timeout=90)
+        finally:
+            await store.close()
+    sent = answers(api)
+    assert max(collections.Counter(sent).values()) == 1  # nothing twice
+    unknown_texts = {entry.payload.text for entry in unknown}
+    assert all(entry.status == "unknown" for entry in unknown)  # nothing failed
+    for chat, texts in expected.items():  # all answered, in order per chat
+        got = answers(api, chat)
+        # (one in flight at a kill is "delivery unknown": it may have arrived or not)
+        assert [t for t in got if t not in unknown_texts] == \
+            [t for t in texts if t not in unknown_texts], chat
+        assert got == [t for t in texts if t in got], chat
+    assert len(unknown_texts) <= kills * chats  # at most a request per chat each kill cut
+    assert tokens == sorted(set(tokens))  # every takeover fenced the one before
+    conflicts = [call for call in api.calls
+                 if call.method == "getUpdates" and call.status == 409]
+    # One poller at a time: a 409 goes only to the long poll a killed instance left
+    # open, which the next owner's first poll ends (Telegram's "newer request wins").
+    assert len(conflicts) <= kills
+
+
+async def test_a_paused_former_owner_is_fenced_off(tmp_path, redis_server, redis_prefix):
+    """SIGSTOP the owner past its lease: another instance takes the account; when the
+    paused one wakes it sends nothing and gives the account up."""
+    async with FakeBotAPI() as api, GatewayInstances(
+            tmp_path, cluster_config(api, redis_server, redis_prefix)) as instances:
+        store = RedisStore(url=redis_server, prefix=redis_prefix)
+        await store.open()
+        try:
+            for _ in range(2):
+                await instances.start()
+            holder, token = await wait_for_holder(store, timeout=30)
+            api.inject_message(2000, "before the pause")
+            await api.wait_for_sent(1, timeout=20)
+            paused = instances.by_pid(pid_of(holder))
+            assert paused is not None
+            paused.pause()
+            try:
+                new_holder, new_token = await wait_for_holder(
+                    store, other_than=holder, timeout=LEASE_SECONDS * 5)
+                assert new_token > token
+                for i in range(5):
+                    api.inject_message(2000, f"while paused {i}")
+                await api.wait_for_sent(6, timeout=30)
+            finally:
+                paused.resume()
+            with anyio.fail_after(20):  # it notices it lost the account
+                while "no longer owned by this instance" not in paused.log():
+                    await anyio.sleep(0.1)
+            api.inject_message(2000, "after the resume")
+            await api.wait_for_sent(7, timeout=20)
+            await anyio.sleep(LEASE_SECONDS)  # time for a stale sender to try
+            assert await lease_holder(store) == (new_holder, new_token)
+        finally:
+            await store.close()
+    sent = [m.plain_text for m in api.sent(chat_id=2000)]
+    assert sent == ["before the pause", *(f"while paused {i}" for i in range(5)),
+                    "after the resume"]
+
+
+async def test_redis_lost_and_back_is_reported_retried_and_loses_nothing(tmp_path):
+    """Redis goes away under a running gateway: it stays up (no crash loop), its health
+    says why, what the platform sends meanwhile is not acknowledged, and once Redis is
+    back every message is answered once. status shows the instance and its lease."""
+    import json
+    import os
+    import subprocess
+    import urllib.error
+    import urllib.request
+
+    from chatkernel.testing.redis import RedisServer
+
+    def healthz(url: str) -> tuple[int, dict]:
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=10) as answer:
+                return answer.status, json.load(answer)
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.load(exc)
+
+    with RedisServer(tmp_path / "redis") as server:
+        async with FakeBotAPI() as api, GatewayInstances(
+                tmp_path, cluster_config(api, server.url, "lost:")) as instances:
+            gateway = await instances.start()
+            api.inject_message(3000, "before")
+            await api.wait_for_sent(1, timeout=20)
+            status = subprocess.run(
+                [CHATKERNEL, "status", "--json"],
+                env={**os.environ, "CHATKERNEL_HOME": str(gateway.home)},
+                capture_output=True, text=True, timeout=60)
+            snapshot = json.loads(status.stdout)
+            cluster = snapshot["cluster"]
+            assert [i["pid"] for i in cluster["instances"]] == [gateway.pid]
+            assert [(lease["name"], lease["holder"].split("/")[-2]) for lease in
+                    cluster["leases"] if lease["name"].startswith("account:")] == [
+                ("account:telegram:main", str(gateway.pid))]
+            assert snapshot["store"]["reachable"] is True
+
+            server.stop()
+            for i in range(3):
+                api.inject_message(3000, f"during {i}")
+            with anyio.fail_after(30):  # reported, not crashed
+                while True:
+                    code, health = healthz(gateway.url)
+                    if code == 503 and any("shared store: unreachable" in reason
+                                           for reason in health.get("reasons", [])):
+                        break
+                    await anyio.sleep(0.2)
+            await anyio.sleep(LEASE_SECONDS * 2)
+            assert gateway.alive
+            assert len(answers(api)) == 1  # nothing acknowledged that was not journaled
+            server.start()
+            await api.wait_for_sent(4, timeout=60)
+            with anyio.fail_after(30):
+                while healthz(gateway.url)[0] != 200:
+                    await anyio.sleep(0.2)
+            assert gateway.alive and gateway.pid == instances.instances[0].pid
+    assert answers(api, 3000) == ["before", "during 0", "during 1", "during 2"]
+
+
+async def test_the_next_owner_counts_the_sends_its_predecessor_made_in_the_windows(
+        tmp_path, redis_server, redis_prefix):
+    """One sender per account keeps the limits while it owns it; a handover must not
+    reset them. The first owner fills the account's window; the next, taking over
+    within it, counts those sends: it waits where a fresh limiter would send at once,
+    and the fake Bot API, enforcing the same window, answers no 429."""
+    import chatkernel_telegram
+    from chatkernel import Route
+    from chatkernel.testing.memory import KernelHarness
+
+    window = {"account": "20/10s", "chat": "off", "group": "off"}
+    async with FakeBotAPI() as api:
+        config = {
+            "store": {"backend": "redis", "url": redis_server, "prefix": redis_prefix,
+                      "lease_seconds": LEASE_SECONDS},
+            "heartbeat": {"every": "0"},
+            "channels": {"telegram": {"rate_limits": window, "accounts": {"main": {
+                "bot_token": api.token, "api_base": api.base_url, "allow_from": ["*"]}}}}}
+        plugins = [("telegram", chatkernel_telegram)]
+        async with KernelHarness(tmp_path / "first", config=config, plugins=plugins) as h:
+            account = h.kernel.accounts["telegram:main"]
+            assert h.kernel.cluster.owns(account.key)
+            for chat in range(20):  # the whole window, to 20 chats
+                await h.kernel.outbound.deliver_text(
+                    account, Route("telegram", "main", str(7000 + chat)), f"first {chat}",
+                    fmt="plain")
+            with anyio.fail_after(30):
+                await h.kernel.outbox.wait_idle()
+        assert len(api.sent()) == 20
+        async with KernelHarness(tmp_path / "next", config=config, plugins=plugins) as h:
+            account = h.kernel.accounts["telegram:main"]
+            assert h.kernel.cluster.owns(account.key)  # the lease was given back
+            limiter = h.kernel.outbox._limiter(account)
+            # A new chat must wait for the first owner's sends to leave the window.
+            assert limiter.delay("7100") > 1.0
+            assert not limiter.is_free("7100")
