@@ -136,6 +136,8 @@ def health_class(account: AccountSnapshot) -> str:
         return "off"
     if account.ok is False:
         return "bad"
+    if account.state == "elsewhere" and account.ok is None:
+        return "off"  # another instance owns it and judges it
     if account.ok is None or account.state == "starting":
         return "warn"
     return "ok"
@@ -165,6 +167,32 @@ ul.problems{margin:0;padding-left:18px;color:#b42318}
 code{font:12px ui-monospace,monospace}
 footer{color:#667085;font-size:12px;padding:0 24px 24px}
 """
+
+
+def _cluster_section(snapshot: HealthSnapshot, now: float) -> str:
+    """The gateway instances sharing the store and their leases (empty: one instance)."""
+    cluster = snapshot.cluster
+    if cluster is None:
+        return ""
+    instances = "".join(
+        f'<tr data-holder="{_e(i.holder)}"><td><code>{_e(i.holder)}</code>'
+        f'{" (this one)" if i.is_self else ""}</td><td>{_e(i.host)}</td><td>{_e(i.pid)}</td>'
+        f'<td>{_e(ago(i.started_at, now).removesuffix(" ago") if i.started_at else "?")}</td>'
+        f'<td>{_e(", ".join(i.owned) or "-")}</td><td>{"yes" if i.heartbeats else "-"}</td>'
+        f'</tr>' for i in cluster.instances)
+    leases = "".join(
+        f'<tr data-lease="{_e(lease.name)}"><td><code>{_e(lease.name)}</code></td>'
+        f'<td><code>{_e(lease.holder)}</code></td><td>{lease.token}</td>'
+        f'<td>{lease.expires_in_s:.1f} s</td></tr>' for lease in cluster.leases)
+    store = snapshot.store
+    rtt = f" · store round trip {store.round_trip_ms:g} ms" if store and \
+        store.round_trip_ms is not None else ""
+    return (f'<section id="instances"><h2>Instances sharing the store</h2>'
+            f'<p>Leases of {cluster.lease_seconds:g} s{rtt}</p>'
+            "<table><thead><tr><th>Instance</th><th>Host</th><th>Pid</th><th>Up</th>"
+            f"<th>Owns</th><th>Heartbeats</th></tr></thead><tbody>{instances}</tbody></table>"
+            "<table id=leases><thead><tr><th>Lease</th><th>Holder</th><th>Token</th>"
+            f"<th>Expires in</th></tr></thead><tbody>{leases}</tbody></table></section>")
 
 
 def render_status_page(snapshot: HealthSnapshot, *, now: float | None = None) -> str:
@@ -231,6 +259,7 @@ def render_status_page(snapshot: HealthSnapshot, *, now: float | None = None) ->
         '<section id="failures"><h2>Recent delivery failures</h2><table><thead><tr>'
         "<th>When</th><th>Session</th><th>Message</th><th>What happened</th></tr></thead>"
         f"<tbody>{failure_rows}</tbody></table></section>") if failure_rows else ""
+    cluster = _cluster_section(snapshot, now)
     uptime = ago(gateway.started_at, now).removesuffix(" ago") if gateway.started_at else "?"
     generated = datetime.datetime.fromtimestamp(snapshot.ts).astimezone().isoformat(
         timespec="seconds")
@@ -256,6 +285,7 @@ instance <code>{_e(gateway.instance_id)}</code></span></header>
 {sessions.active_last_day} in the last day · {_e(sessions.running_turns)} turn(s) running ·
 {_e(sessions.queued_messages)} message(s) queued</p>
 {f"<ul>{recent}</ul>" if recent else ""}</section>
+{cluster}
 <section id="presence"><h2>Presence</h2><table><thead><tr><th>Instance</th><th>Kind</th>
 <th>Mode</th><th>Host</th><th>Address</th><th>Version</th><th>Last seen</th></tr></thead>
 <tbody>{presence_rows}</tbody></table></section>

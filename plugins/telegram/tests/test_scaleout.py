@@ -196,6 +196,10 @@ async def test_redis_lost_and_back_is_reported_retried_and_loses_nothing(tmp_pat
                     cluster["leases"] if lease["name"].startswith("account:")] == [
                 ("account:telegram:main", str(gateway.pid))]
             assert snapshot["store"]["reachable"] is True
+            with urllib.request.urlopen(f"{gateway.url}/status", timeout=10) as page:
+                html = page.read().decode()
+            assert 'data-lease="account:telegram:main"' in html  # and on the page
+            assert f'/{gateway.pid}/' in html.split('id="instances"')[1]
 
             server.stop()
             for i in range(3):
