@@ -73,6 +73,22 @@ class TestLoopbackContract(ChannelContract):
     adapter_class = LoopbackAdapter
 
 
+class TestLoopbackContractOnRedis(ChannelContract):
+    """The whole contract again with the kernel on the Redis store: one instance that
+    owns its account through a lease, takes its messages from the account's inbox, and
+    recovers on a restart as on SQLite (docs/testing.md shows the same for a plugin)."""
+
+    adapter_class = LoopbackAdapter
+
+    @pytest.fixture(autouse=True)
+    def _on_redis(self, redis_server, redis_prefix):
+        self.store = {"backend": "redis", "url": redis_server, "prefix": redis_prefix}
+
+    def contract_run(self, adapter, home, **options):
+        extra = {**(options.pop("extra_config", None) or {}), "store": self.store}
+        return open_contract_run(adapter, home, extra_config=extra, **options)
+
+
 @pytest.mark.anyio
 async def test_the_loop_delivers_through_the_kernels_receiver(tmp_path):
     async with LoopbackAdapter() as adapter, open_contract_run(adapter, tmp_path) as run:
