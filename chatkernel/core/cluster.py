@@ -22,6 +22,10 @@ position, replays the account's unfinished journal entries, reports the sends th
 in flight as ``delivery unknown`` and sends what was never attempted, then reads the
 inbox from that position (entries seen both ways are run once).
 
+An instance takes no more than its fair share of the accounts (an equal part over the
+live instances, rounded up) and hands the rest over, one at a time, once each has
+nothing in flight; a stopping instance drains, then gives its leases back.
+
 The lease's token *fences* a former owner (paused, partitioned, slow to notice it lost
 the lease): the store refuses its cursor and outbox writes for the account
 (:class:`~chatkernel.core.store.shared.LeaseLost`), so it cannot advance the cursor nor
@@ -80,11 +84,13 @@ class _Tenure:
 
 
 class Cluster:
-    """This process's part in a cluster of gateways sharing one store.
+    """This process's part among the gateways sharing one store.
 
-    The gateway runs :meth:`run` beside its other loops; the kernel asks :meth:`owns`
-    where it would otherwise act as the only process (claiming a send, lining up a
-    message it journaled).
+    The kernel joins at its start (:meth:`join`: leases kept, inboxes read, accounts
+    recovered as they are taken), the gateway then runs the receive loops
+    (:meth:`run_receive_loops`) and, when it stops, :meth:`stop_receiving` and
+    :meth:`release`. The kernel asks :meth:`owns` where it would otherwise act as the
+    only process (claiming a send, processing a message at once).
     """
 
     def __init__(self, kernel: "Kernel", shared: "SharedState", *,
@@ -117,8 +123,6 @@ class Cluster:
         self._fenced_off: set[str] = set()
         self._store_down_since: float | None = None
         self._renewed = anyio.Event()  # set after every round of renewals
-        #: How many times this instance took an account over.
-        self.takeovers = 0
 
     # -- what the kernel asks ----------------------------------------------------------
 
@@ -129,13 +133,6 @@ class Cluster:
     def owned(self) -> list[str]:
         """The account keys this process owns, sorted."""
         return sorted(self._owned)
-
-    def describe(self) -> dict[str, Any]:
-        """This process, for ``/status`` and the health snapshot."""
-        return {"instance": self.instance_id, "holder": self.holder,
-                "started_at": self.started_at, "lease_seconds": self.ttl,
-                "owned": self.owned(), "heartbeats": self._heartbeats is not None,
-                "store_down_since": self._store_down_since}
 
     async def overview(self) -> dict[str, Any]:
         """Every live instance (holder -> info) and every lease (name -> holder, token,
@@ -353,7 +350,6 @@ class Cluster:
         # replayed messages (before, it came by the inbox, read from `position`).
         self._owned[account.key] = tenure
         self._positions[where] = position
-        self.takeovers += 1
         log.info("%s: this instance owns it now (lease token %d)", account.key, token)
         if self._receive_loops:
             self._start_account(account, tenure)
@@ -517,7 +513,6 @@ class Cluster:
     # -- the inboxes -------------------------------------------------------------------
 
     async def _read_inboxes(self) -> None:
-        kernel = self.kernel
         with anyio.CancelScope() as self._reading:
             while self._receiving:
                 if not self._positions:
