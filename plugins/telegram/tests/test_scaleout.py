@@ -289,35 +289,3 @@ async def test_every_instance_knows_the_webhook_secret_without_one_configured(
             assert alone.kernel.accounts["telegram:main"].channel.secret_token != \
                 one.secret_token
 
-
-async def test_the_web_chat_works_on_an_instance_that_does_not_own_it(
-        tmp_path, redis_server, redis_prefix):
-    """The page and its posts are served by every instance: a message posted to one that
-    does not own the web chat is answered by the owner, and shows on the first."""
-    from chatkernel.testing.process import post_json, wait_for_messages
-
-    config = {"store": {"backend": "redis", "url": redis_server, "prefix": redis_prefix,
-                        "lease_seconds": LEASE_SECONDS},
-              "agent": {"kind": "echo"}, "heartbeat": {"every": "0"},
-              "queue": {"mode": "followup", "debounce_ms": 0}}
-    async with GatewayInstances(tmp_path, config) as instances:
-        for _ in range(2):
-            await instances.start()
-        store = RedisStore(url=redis_server, prefix=redis_prefix)
-        await store.open()
-        try:
-            with anyio.fail_after(LEASE_SECONDS * 5):
-                while "account:webchat:default" not in (leases := await store.leases()):
-                    await anyio.sleep(0.05)
-        finally:
-            await store.close()
-        owner = pid_of(leases["account:webchat:default"][0])
-        (other,) = [i for i in instances.instances if i.pid != owner]
-        status, answer = await anyio.to_thread.run_sync(lambda: post_json(
-            f"{other.url}/webchat/messages",
-            {"chat_id": "browser-1", "user_id": "me", "text": "hello from elsewhere"}))
-        assert status == 202, answer
-        messages = await anyio.to_thread.run_sync(lambda: wait_for_messages(
-            f"{other.url}/webchat/messages?chat_id=browser-1", 2, timeout=20))
-    assert [(m["role"], m["text"]) for m in messages] == [
-        ("user", "hello from elsewhere"), ("bot", "hello from elsewhere")]

@@ -1,0 +1,81 @@
+"""Several gateway processes on one Redis (core/cluster.py), from the kernel's side: the
+web chat served by every instance, and ``chatkernel status`` where no gateway runs.
+The failover tests are the plugins' (plugins/telegram/tests/test_scaleout.py,
+plugins/whatsapp/tests/test_scaleout.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import anyio
+import pytest
+
+from chatkernel.testing.instances import CHATKERNEL, GatewayInstances
+from chatkernel.testing.memory import KernelHarness
+from chatkernel.testing.redis import RedisStore
+
+pytestmark = pytest.mark.anyio
+
+LEASE_SECONDS = 2.0
+
+
+async def test_status_without_a_gateway_here_shows_the_instances_elsewhere(
+        tmp_path, redis_server, redis_prefix):
+    store = {"backend": "redis", "url": redis_server, "prefix": redis_prefix}
+    config = {"store": store, "channels": {"webchat": {"enabled": True}}}
+    async with KernelHarness(tmp_path / "gateway", config=config) as h:
+        holder = h.kernel.cluster.holder
+        assert h.kernel.cluster.owns("webchat:default")
+        home = tmp_path / "elsewhere"
+        home.mkdir()
+        (home / "config.toml").write_text(
+            f'[store]\nbackend = "redis"\nurl = "{redis_server}"\nprefix = "{redis_prefix}"\n')
+        answer = await anyio.run_process(
+            [CHATKERNEL, "status", "--json"], check=False,
+            env={**os.environ, "CHATKERNEL_HOME": str(home)})
+        text = (await anyio.run_process(
+            [CHATKERNEL, "status"], check=False,
+            env={**os.environ, "CHATKERNEL_HOME": str(home)})).stdout.decode()
+    assert answer.returncode == 0, answer.stderr.decode()
+    snapshot = json.loads(answer.stdout)
+    assert snapshot["gateway"]["reachable"] is False
+    assert [i["holder"] for i in snapshot["cluster"]["instances"]] == [holder]
+    owned = {lease["name"]: lease["holder"] for lease in snapshot["cluster"]["leases"]}
+    assert owned["account:webchat:default"] == holder
+    webchat = snapshot["channels"]["webchat"]["accounts"]["default"]
+    assert (webchat["state"], webchat["detail"]) == ("elsewhere", f"owned by {holder}")
+    assert "Instances sharing the store" in text and holder in text
+
+
+async def test_the_web_chat_works_on_an_instance_that_does_not_own_it(
+        tmp_path, redis_server, redis_prefix):
+    """The page and its posts are served by every instance: a message posted to one that
+    does not own the web chat is answered by the owner, and shows on the first."""
+    from chatkernel.testing.process import post_json, wait_for_messages
+
+    config = {"store": {"backend": "redis", "url": redis_server, "prefix": redis_prefix,
+                        "lease_seconds": LEASE_SECONDS},
+              "agent": {"kind": "echo"}, "heartbeat": {"every": "0"},
+              "queue": {"mode": "followup", "debounce_ms": 0}}
+    async with GatewayInstances(tmp_path, config) as instances:
+        for _ in range(2):
+            await instances.start()
+        store = RedisStore(url=redis_server, prefix=redis_prefix)
+        await store.open()
+        try:
+            with anyio.fail_after(LEASE_SECONDS * 5):
+                while "account:webchat:default" not in (leases := await store.leases()):
+                    await anyio.sleep(0.05)
+        finally:
+            await store.close()
+        owner = int(leases["account:webchat:default"][0].split("/")[-2])
+        (other,) = [i for i in instances.instances if i.pid != owner]
+        status, answer = await anyio.to_thread.run_sync(lambda: post_json(
+            f"{other.url}/webchat/messages",
+            {"chat_id": "browser-1", "user_id": "me", "text": "hello from elsewhere"}))
+        assert status == 202, answer
+        messages = await anyio.to_thread.run_sync(lambda: wait_for_messages(
+            f"{other.url}/webchat/messages?chat_id=browser-1", 2, timeout=20))
+    assert [(m["role"], m["text"]) for m in messages] == [
+        ("user", "hello from elsewhere"), ("bot", "hello from elsewhere")]
