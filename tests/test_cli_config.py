@@ -424,6 +424,20 @@ def test_config_validate_ok(runner, config_file):
                                       "webchat:default\n")
 
 
+def test_a_channel_key_nothing_reads_is_refused_not_ignored(runner, config_file):
+    """A channel-wide key that neither the kernel nor the channel reads is an error (an
+    account's setting there says where it goes); what the channel reads is taken."""
+    config_file.write_text('[channels.webchat]\nallow_from = ["alice"]\n')
+    error = fails(runner, "validate")
+    assert "channels.webchat.allow_from: allow_from is a setting of each account" in error
+    assert "[channels.webchat.accounts.<name>]" in error
+    config_file.write_text('[channels.webchat]\ntext_limt = 100\n')
+    assert "no setting 'text_limt' (did you mean 'text_limit'?)" in fails(runner, "validate")
+    config_file.write_text('[channels.webchat]\ntext_limit = 100\n'
+                           '[channels.webchat.queue]\nmode = "followup"\n')
+    assert ok(runner, "validate").startswith("ok: ")
+
+
 def test_config_validate_refuses_a_public_listen_without_a_control_token(runner, config_file):
     """`run` refuses it (gateway.check_listen): validate must not call it ok."""
     config_file.write_text('[gateway]\nlisten = "0.0.0.0:8799"\n')

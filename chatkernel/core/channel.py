@@ -175,6 +175,11 @@ class Channel:
     #: removing the ``# `` of each line must give a config that validates once its
     #: variables are set. Empty: the starter names the channel only.
     config_example: ClassVar[str] = ""
+    #: The channel-wide keys of ``[channels.<name>]`` this channel reads from
+    #: ``settings`` besides the kernel's own (``enabled``, ``accounts``, ``queue``,
+    #: ``retry``, ``rate_limits``, ``heartbeat``, ``health_monitor``): any other key
+    #: there is a config error, not a setting silently ignored.
+    settings_keys: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, account: Account, settings: Any = None) -> None:
         #: The account this instance serves (its validated config is ``account.config``).

@@ -15,6 +15,7 @@ import os
 import re
 import tempfile
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
@@ -594,6 +595,25 @@ def did_you_mean(name: str, known: Any) -> str:
     """`` (did you mean 'x'?)`` for the closest of ``known``, or an empty string."""
     close = difflib.get_close_matches(name, sorted(known), n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_channel_keys(name: str, section: ChannelConfig, channel_keys: Iterable[str],
+                       account_model: type[BaseModel], *, path: Path | None = None) -> None:
+    """Refuse a key of ``[channels.<name>]`` that neither the kernel nor the channel
+    reads (``channel_keys``: its ``Channel.settings_keys``). An account's setting put
+    there (``allow_from``, a token) says where it belongs: each account has its own."""
+    known = set(ChannelConfig.model_fields) | set(channel_keys)
+    for key in sorted(section.model_extra or {}):
+        if key in known:
+            continue
+        where = f"channels.{name}.{key}"
+        if key in account_model.model_fields:
+            raise ConfigError(
+                f"{key} is a setting of each account, not of the channel: put it in "
+                f"[channels.{name}.accounts.<name>] (every account that needs it)",
+                path=path, key=where)
+        raise ConfigError(f"the {name} channel has no setting {key!r}"
+                          f"{did_you_mean(key, known - {'accounts'})}", path=path, key=where)
 
 
 def unknown_channel(name: str, installed: Any, *, path: Path | None = None) -> ConfigError:

@@ -277,6 +277,8 @@ class Kernel:
                     continue  # the implied web chat, with its built-in plugin disabled
                 raise cfg.unknown_channel(channel_name, self.channel_types,
                                           path=self.config_path)
+            cfg.check_channel_keys(channel_name, section, channel_type.settings_keys,
+                                   channel_type.account_model, path=self.config_path)
             for account_name, raw in section.accounts.items():
                 settings = cfg.validate_account(channel_type.account_model, raw,
                                                 channel=channel_name, account=account_name,

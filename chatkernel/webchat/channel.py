@@ -66,6 +66,7 @@ class WebChatChannel(Channel):
     name = "webchat"
     account_model = WebChatAccount
     limits = ChannelLimits(text_limit=4000, text_unit="chars")
+    settings_keys = frozenset({"text_limit"})
     quiet_by_nature = True
     #: Its platform is the gateway's own page: without the gateway's HTTP server no one
     #: sees what it sends (a proactive send with no gateway running is refused).
