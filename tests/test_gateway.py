@@ -7,37 +7,17 @@ import json
 import os
 import subprocess
 import time
-from pathlib import Path
 
 import aiohttp
 import anyio
 import pytest
 
-from chatkernel.core import config as cfg
-from chatkernel.core.gateway import run_gateway, supervise
+from chatkernel.core.gateway import supervise
 from chatkernel.core.gc_tuning import GEN0_THRESHOLD
+from chatkernel.testing.gateway import start_gateway
 from chatkernel.testing.memory import KernelHarness
 from chatkernel.testing.process import CHATKERNEL, gateway_process
 from chatkernel.webchat.channel import SSE_KEEPALIVE_SECONDS
-
-
-async def start_gateway(tg, home: Path, data: dict | None = None):
-    """Run the gateway in this process on a free port; returns (base_url, stop event)."""
-    config = cfg.parse({"gateway": {"workspace": str(home / "workspace"), "listen": "127.0.0.1:0"},
-                        "store": {"path": str(home / "state.db")}, **(data or {})})
-    ready = anyio.Event()
-    stop = anyio.Event()
-    where = {}
-
-    def on_ready(listening):
-        where["url"] = listening.url
-        ready.set()
-
-    tg.start_soon(lambda: run_gateway(config, on_ready=on_ready, stop=stop,
-                                      handle_signals=False))
-    with anyio.fail_after(10):
-        await ready.wait()
-    return where["url"], stop
 
 
 async def poll_messages(http, base, chat_id, want, timeout=5.0):

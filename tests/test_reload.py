@@ -3,7 +3,6 @@ restart (a real `chatkernel run` against the fake Telegram Bot API)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
@@ -12,7 +11,7 @@ import subprocess
 import anyio
 import pytest
 
-from chatkernel.testing.process import CHATKERNEL, gateway_process
+from chatkernel.testing.process import CHATKERNEL, running_gateway_process
 
 pytestmark = pytest.mark.anyio
 
@@ -72,16 +71,6 @@ def home(tmp_path, bot_api):
     return home
 
 
-@contextlib.asynccontextmanager
-async def gateway(home):
-    stack = contextlib.ExitStack()
-    process = await anyio.to_thread.run_sync(stack.enter_context, gateway_process(home))
-    try:
-        yield process
-    finally:
-        await anyio.to_thread.run_sync(stack.close)
-
-
 async def answered(api, chat_id, want, token=None, timeout=15.0):
     """The texts sent to ``chat_id`` once there are ``want`` of them (or what there is)."""
     with anyio.move_on_after(timeout):
@@ -95,7 +84,7 @@ def gateway_pid(home):
 
 
 async def test_an_added_user_is_answered_after_reload_without_a_restart(home, bot_api):
-    async with gateway(home) as process:
+    async with running_gateway_process(home) as process:
         bot_api.inject_message(STRANGER, "hello?")
         refusal = await answered(bot_api, STRANGER, 1)
         assert "not allowed" in refusal[0]
@@ -113,7 +102,7 @@ async def test_an_added_user_is_answered_after_reload_without_a_restart(home, bo
 
 async def test_messages_flowing_across_reloads_are_answered_once_each(home, bot_api):
     write_config(home, bot_api, account("main", bot_api.token, bot_api, [FRIEND]))
-    async with gateway(home):
+    async with running_gateway_process(home):
         sent: list[str] = []
 
         reloaded = anyio.Event()
@@ -146,7 +135,7 @@ async def test_messages_flowing_across_reloads_are_answered_once_each(home, bot_
 
 
 async def test_sighup_reloads_the_running_gateway(home, bot_api):
-    async with gateway(home) as process:
+    async with running_gateway_process(home) as process:
         bot_api.inject_message(FRIEND, "up?")
         assert await answered(bot_api, FRIEND, 1) == ["up?"]  # serving: SIGHUP is handled
         bot_api.inject_message(STRANGER, "hello?")
@@ -167,7 +156,7 @@ async def test_sighup_reloads_the_running_gateway(home, bot_api):
 
 
 async def test_accounts_added_and_removed_by_a_reload(home, bot_api):
-    async with gateway(home):
+    async with running_gateway_process(home):
         both = (account("main", bot_api.token, bot_api, [FRIEND])
                 + account("second", SECOND_TOKEN, bot_api, [FRIEND]))
         write_config(home, bot_api, both)
@@ -194,7 +183,7 @@ async def test_accounts_added_and_removed_by_a_reload(home, bot_api):
 
 
 async def test_a_new_token_restarts_the_account_on_it(home, bot_api):
-    async with gateway(home) as process:
+    async with running_gateway_process(home) as process:
         write_config(home, bot_api, account("main", SECOND_TOKEN, bot_api, [FRIEND]))
         result = await cli(home, "reload")
         assert result.returncode == 0, result.stderr
@@ -212,7 +201,7 @@ async def test_a_new_token_restarts_the_account_on_it(home, bot_api):
     (lambda text: text + '\n[channels.telegramm.accounts.x]\n', "channels.telegramm"),
 ])
 async def test_an_invalid_config_is_refused_and_the_old_one_stays(home, bot_api, edit, key):
-    async with gateway(home):
+    async with running_gateway_process(home):
         (home / "config.toml").write_text(edit((home / "config.toml").read_text()))
         validate = await cli(home, "config", "validate")
         result = await cli(home, "reload")
@@ -228,7 +217,7 @@ async def test_an_invalid_config_is_refused_and_the_old_one_stays(home, bot_api,
 
 
 async def test_a_listen_change_is_named_as_needing_a_restart(home, bot_api):
-    async with gateway(home) as process:
+    async with running_gateway_process(home) as process:
         result = await cli(home, "reload")  # the command line's --listen is no change
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == "nothing changed"
@@ -386,7 +375,7 @@ async def test_an_account_with_http_routes_changes_only_with_a_restart(tmp_path)
 async def test_reload_with_another_config_file_is_refused_not_switched(home, bot_api):
     other = home / "other.toml"
     other.write_text((home / "config.toml").read_text())
-    async with gateway(home):
+    async with running_gateway_process(home):
         result = await cli(home, "reload", "--config", str(other))
         assert result.returncode == 1
         assert f"reads {home / 'config.toml'}, not {other}" in result.stderr

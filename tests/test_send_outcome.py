@@ -4,7 +4,6 @@ found"), through a running gateway and without one."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -12,7 +11,7 @@ import subprocess
 import anyio
 import pytest
 
-from chatkernel.testing.process import CHATKERNEL, gateway_process
+from chatkernel.testing.process import CHATKERNEL, running_gateway_process
 
 pytestmark = pytest.mark.anyio
 
@@ -61,19 +60,9 @@ poll_timeout = 1
     return home
 
 
-@contextlib.asynccontextmanager
-async def gateway(home):
-    stack = contextlib.ExitStack()
-    process = await anyio.to_thread.run_sync(stack.enter_context, gateway_process(home))
-    try:
-        yield process
-    finally:
-        await anyio.to_thread.run_sync(stack.close)
-
-
 async def test_through_the_gateway_the_outcome_is_reported_and_is_the_exit_status(
         home, bot_api):
-    async with gateway(home):
+    async with running_gateway_process(home):
         result = await cli(home, "send", "--channel", "telegram", "--to", str(KNOWN_CHAT),
                            "hello 42")
         assert result.returncode == 0, result.stderr

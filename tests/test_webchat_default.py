@@ -9,8 +9,8 @@ import anyio
 import pytest
 
 from chatkernel.core import config as cfg
-from chatkernel.core.gateway import run_gateway
 from chatkernel.core.kernel import Kernel
+from chatkernel.testing.gateway import start_gateway
 from chatkernel.webchat.landing import webchat_off
 
 #: A Telegram account whose API is a closed port on this machine: its receive loop fails
@@ -18,25 +18,6 @@ from chatkernel.webchat.landing import webchat_off
 TELEGRAM = {"telegram": {"accounts": {"main": {"bot_token": "123456:test-token-abc",
                                                "api_base": "http://127.0.0.1:9",
                                                "allow_from": ["42"]}}}}
-
-
-async def start_gateway(tg, home, data):
-    config = cfg.parse({"gateway": {"workspace": str(home / "workspace"),
-                                    "listen": "127.0.0.1:0"},
-                        "store": {"path": str(home / "state.db")}, **data})
-    ready = anyio.Event()
-    stop = anyio.Event()
-    where = {}
-
-    def on_ready(listening):
-        where["url"] = listening.url
-        ready.set()
-
-    tg.start_soon(lambda: run_gateway(config, on_ready=on_ready, stop=stop,
-                                      handle_signals=False))
-    with anyio.fail_after(10):
-        await ready.wait()
-    return where["url"], stop
 
 
 async def chat_round_trip(http, base, text):

@@ -58,7 +58,9 @@ _LAZY = {
     # The real gateway: in-process, or as its own process.
     "gateway_config": "chatkernel.testing.gateway",
     "run_gateway": "chatkernel.testing.gateway",
+    "start_gateway": "chatkernel.testing.gateway",
     "gateway_process": "chatkernel.testing.process",
+    "running_gateway_process": "chatkernel.testing.process",
     "wait_for_messages": "chatkernel.testing.process",
     # A real redis-server (the fixtures redis_server and redis_prefix come with the plugin).
     "RedisServer": "chatkernel.testing.redis",

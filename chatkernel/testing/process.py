@@ -11,10 +11,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 CHATKERNEL = str(Path(sys.executable).with_name("chatkernel"))
 
@@ -98,6 +99,22 @@ def gateway_process(home: Path, *args: str, start_timeout: float = 20.0,
                 process.wait()
         if process.stderr is not None:
             process.stderr.close()
+
+
+@asynccontextmanager
+async def running_gateway_process(home: Path, *args: str, **options: Any
+                                  ) -> AsyncIterator[GatewayProcess]:
+    """:func:`gateway_process` from an async test: started and stopped in a thread, so
+    the fake platforms in the test's event loop go on answering meanwhile."""
+    import anyio
+
+    stack = ExitStack()
+    process = await anyio.to_thread.run_sync(
+        lambda: stack.enter_context(gateway_process(home, *args, **options)))
+    try:
+        yield process
+    finally:
+        await anyio.to_thread.run_sync(stack.close)
 
 
 @contextmanager
