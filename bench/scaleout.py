@@ -34,10 +34,9 @@ from typing import Any
 
 import anyio
 
-from chatkernel.core.store.redis import RedisStore
 from chatkernel.testing import BUSY_HINT
-from chatkernel.testing.instances import GatewayInstances
-from chatkernel.testing.redis import RedisServer
+from chatkernel.testing.instances import GatewayInstances, wait_for_owner
+from chatkernel.testing.redis import RedisServer, RedisStore
 from chatkernel_telegram.fake import FakeBotAPI
 
 
@@ -134,11 +133,9 @@ async def failover(root: Path, api: FakeBotAPI, tokens: list[str], url: str,
         for _ in range(3):
             await gateways.start()
         for kill in range(args.kills):
-            with anyio.fail_after(args.lease * 5):
-                while "account:telegram:bot0" not in (leases := await shared.leases()):
-                    await anyio.sleep(0.05)
-            holder = leases["account:telegram:bot0"][0]
-            victim = gateways.by_pid(int(holder.split("/")[-2]))
+            holder, _ = await wait_for_owner(shared, "account:telegram:bot0",
+                                             timeout=args.lease * 5)
+            victim = gateways.owner(holder)
             assert victim is not None
             victim.kill()
             killed_at = time.time()

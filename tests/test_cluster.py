@@ -11,7 +11,7 @@ import os
 import anyio
 import pytest
 
-from chatkernel.testing.instances import CHATKERNEL, GatewayInstances
+from chatkernel.testing.instances import CHATKERNEL, GatewayInstances, wait_for_owner
 from chatkernel.testing.memory import KernelHarness
 from chatkernel.testing.redis import RedisStore
 
@@ -64,13 +64,11 @@ async def test_the_web_chat_works_on_an_instance_that_does_not_own_it(
         store = RedisStore(url=redis_server, prefix=redis_prefix)
         await store.open()
         try:
-            with anyio.fail_after(LEASE_SECONDS * 5):
-                while "account:webchat:default" not in (leases := await store.leases()):
-                    await anyio.sleep(0.05)
+            holder, _ = await wait_for_owner(store, "account:webchat:default",
+                                             timeout=LEASE_SECONDS * 5)
         finally:
             await store.close()
-        owner = int(leases["account:webchat:default"][0].split("/")[-2])
-        (other,) = [i for i in instances.instances if i.pid != owner]
+        (other,) = [i for i in instances.instances if i is not instances.owner(holder)]
         status, answer = await anyio.to_thread.run_sync(lambda: post_json(
             f"{other.url}/webchat/messages",
             {"chat_id": "browser-1", "user_id": "me", "text": "hello from elsewhere"}))

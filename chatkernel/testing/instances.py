@@ -30,7 +30,26 @@ from anyio.abc import Process
 
 CHATKERNEL = str(Path(sys.executable).with_name("chatkernel"))
 
-__all__ = ["GatewayInstance", "GatewayInstances", "RoundRobin"]
+__all__ = ["GatewayInstance", "GatewayInstances", "RoundRobin", "holder_pid", "wait_for_owner"]
+
+
+def holder_pid(holder: str) -> int:
+    """The process id in a lease holder's name (``<instance>/<pid>/<random>``, see
+    chatkernel.core.cluster)."""
+    return int(holder.split("/")[-2])
+
+
+async def wait_for_owner(store: Any, lease: str, *, not_held_by: Any = (),
+                         timeout: float) -> tuple[str, int]:
+    """``(holder, token)`` of ``lease`` (``account:<channel>:<account>``) in ``store``
+    (a RedisStore) once a holder not in ``not_held_by`` has it; TimeoutError after
+    ``timeout`` seconds."""
+    with anyio.fail_after(timeout):
+        while True:
+            held = (await store.leases()).get(lease)
+            if held is not None and held[0] not in not_held_by:
+                return held[0], held[1]
+            await anyio.sleep(0.05)
 
 
 @dataclass
@@ -110,6 +129,10 @@ class GatewayInstances:
 
     def by_pid(self, pid: int) -> GatewayInstance | None:
         return next((i for i in self.instances if i.pid == pid), None)
+
+    def owner(self, holder: str) -> GatewayInstance | None:
+        """The instance a lease holder's name names."""
+        return self.by_pid(holder_pid(holder))
 
     async def start(self, *, timeout: float = 30.0,
                     config: dict[str, Any] | None = None) -> GatewayInstance:

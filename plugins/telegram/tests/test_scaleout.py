@@ -10,13 +10,19 @@ import anyio
 import pytest
 
 from chatkernel.testing import BUSY_HINT
-from chatkernel.testing.instances import CHATKERNEL, GatewayInstances
+from chatkernel.testing.instances import (
+    CHATKERNEL,
+    GatewayInstances,
+    holder_pid,
+    wait_for_owner,
+)
 from chatkernel.testing.redis import RedisStore
 from chatkernel_telegram.fake import FakeBotAPI
 
 pytestmark = pytest.mark.anyio
 
 LEASE_SECONDS = 2.0
+LEASE = "account:telegram:main"
 
 
 def cluster_config(api: FakeBotAPI, redis_url: str, prefix: str, **account: object) -> dict:
@@ -32,29 +38,14 @@ def cluster_config(api: FakeBotAPI, redis_url: str, prefix: str, **account: obje
     }
 
 
-async def lease_holder(store: RedisStore, name: str = "account:telegram:main"
-                       ) -> tuple[str, int] | None:
-    held = (await store.leases()).get(name)
+async def lease_holder(store: RedisStore) -> tuple[str, int] | None:
+    held = (await store.leases()).get(LEASE)
     return None if held is None else (held[0], held[1])
-
-
-async def wait_for_holder(store: RedisStore, *, other_than: str | None = None,
-                          timeout: float) -> tuple[str, int]:
-    with anyio.fail_after(timeout):
-        while True:
-            held = await lease_holder(store)
-            if held is not None and held[0] != other_than:
-                return held
-            await anyio.sleep(0.05)
 
 
 def answers(api: FakeBotAPI, chat_id: int | None = None) -> list[str]:
     """What the bot sent, but the notes that it is still busy with an earlier message."""
     return [m.plain_text for m in api.sent(chat_id=chat_id) if m.plain_text != BUSY_HINT]
-
-
-def pid_of(holder: str) -> int:
-    return int(holder.split("/")[-2])
 
 
 async def settled(store: RedisStore, api: FakeBotAPI, want: set[str], timeout: float
@@ -78,7 +69,7 @@ async def test_kill_9_of_the_poller_mid_burst_loses_nothing_and_sends_nothing_tw
         try:
             for _ in range(3):
                 await instances.start()
-            holder, token = await wait_for_holder(store, timeout=30)
+            holder, token = await wait_for_owner(store, LEASE, timeout=30)
             expected: dict[int, list[str]] = collections.defaultdict(list)
             tokens = [token]
             for round_ in range(kills + 1):
@@ -90,12 +81,12 @@ async def test_kill_9_of_the_poller_mid_burst_loses_nothing_and_sends_nothing_tw
                 if round_ == kills:
                     break
                 await anyio.sleep(0.5)  # mid-burst: some answered, some not yet
-                victim = instances.by_pid(pid_of(holder))
+                victim = instances.owner(holder)
                 assert victim is not None and victim.alive
                 victim.kill()
                 await victim.process.wait()
-                holder, token = await wait_for_holder(store, other_than=holder,
-                                                      timeout=LEASE_SECONDS * 5)
+                holder, token = await wait_for_owner(store, LEASE, not_held_by={holder},
+                                                     timeout=LEASE_SECONDS * 5)
                 tokens.append(token)
                 await instances.start()  # three again
             want = {text for texts in expected.values() for text in texts}
@@ -131,15 +122,15 @@ async def test_a_paused_former_owner_is_fenced_off(tmp_path, redis_server, redis
         try:
             for _ in range(2):
                 await instances.start()
-            holder, token = await wait_for_holder(store, timeout=30)
+            holder, token = await wait_for_owner(store, LEASE, timeout=30)
             api.inject_message(2000, "before the pause")
             await api.wait_for_sent(1, timeout=20)
-            paused = instances.by_pid(pid_of(holder))
+            paused = instances.owner(holder)
             assert paused is not None
             paused.pause()
             try:
-                new_holder, new_token = await wait_for_holder(
-                    store, other_than=holder, timeout=LEASE_SECONDS * 5)
+                new_holder, new_token = await wait_for_owner(
+                    store, LEASE, not_held_by={holder}, timeout=LEASE_SECONDS * 5)
                 assert new_token > token
                 for i in range(5):
                     api.inject_message(2000, f"while paused {i}")
@@ -192,9 +183,9 @@ async def test_redis_lost_and_back_is_reported_retried_and_loses_nothing(tmp_pat
             snapshot = json.loads(status.stdout)
             cluster = snapshot["cluster"]
             assert [i["pid"] for i in cluster["instances"]] == [gateway.pid]
-            assert [(lease["name"], lease["holder"].split("/")[-2]) for lease in
+            assert [(lease["name"], holder_pid(lease["holder"])) for lease in
                     cluster["leases"] if lease["name"].startswith("account:")] == [
-                ("account:telegram:main", str(gateway.pid))]
+                (LEASE, gateway.pid)]
             assert snapshot["store"]["reachable"] is True
             with urllib.request.urlopen(f"{gateway.url}/status", timeout=10) as page:
                 html = page.read().decode()

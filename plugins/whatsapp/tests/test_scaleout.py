@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from chatkernel.testing import BUSY_HINT
-from chatkernel.testing.instances import GatewayInstances, RoundRobin
+from chatkernel.testing.instances import GatewayInstances, RoundRobin, wait_for_owner
 from chatkernel.testing.redis import RedisStore
 from chatkernel_whatsapp.fake import FakeGraph
 from chatkernel_whatsapp.testing import APP_SECRET, VERIFY_TOKEN
@@ -69,14 +69,10 @@ async def test_webhooks_spread_over_three_instances_survive_kill_9_of_the_owner(
                     if round_ == kills:
                         break
                     await anyio.sleep(0.5)
-                    with anyio.fail_after(LEASE_SECONDS * 5):  # owned by a live one
-                        while True:
-                            holder = (await store.leases()).get(LEASE, ("",))[0]
-                            if holder and holder not in killed:
-                                break
-                            await anyio.sleep(0.05)
+                    holder, _ = await wait_for_owner(  # a live one
+                        store, LEASE, not_held_by=killed, timeout=LEASE_SECONDS * 5)
                     killed.add(holder)
-                    victim = instances.by_pid(int(holder.split("/")[-2]))
+                    victim = instances.owner(holder)
                     assert victim is not None
                     victim.kill()
                     await victim.process.wait()
