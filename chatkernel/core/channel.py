@@ -204,6 +204,12 @@ class Channel:
     def config(self) -> Any:
         return self.account.config
 
+    @property
+    def shares_store(self) -> bool:
+        """Whether several gateway processes share this kernel's store (Redis): a request
+        may reach any of them, and another may write what this one reads."""
+        return getattr(self.store, "shared", None) is not None
+
     @classmethod
     def compiled_secret_patterns(cls) -> list[re.Pattern[str]]:
         """:attr:`secret_patterns`, compiled."""

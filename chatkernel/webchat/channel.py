@@ -223,8 +223,7 @@ history_limit = 500                   # messages of its chat a page shows
         self._streams[chat_id] = self._streams.get(chat_id, 0) + 1
         # With several gateway instances the bot's answers may be written by another
         # one, which cannot wake this stream: it looks at the transcript every second.
-        wait = SHARED_POLL_SECONDS if getattr(self.store, "shared", None) is not None \
-            else SSE_KEEPALIVE_SECONDS
+        wait = SHARED_POLL_SECONDS if self.shares_store else SSE_KEEPALIVE_SECONDS
         keepalive_at = anyio.current_time() + SSE_KEEPALIVE_SECONDS
         try:
             await response.prepare(request)

@@ -150,7 +150,7 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
         bot token, which they all know; else a random one for this start."""
         if self.config.secret_token:
             return self.config.secret_token
-        if getattr(self.store, "shared", None) is not None:
+        if self.shares_store:
             return hmac.new(self.config.bot_token.encode(), b"chatkernel webhook secret",
                             hashlib.sha256).hexdigest()
         return self._random_secret
