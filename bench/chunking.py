@@ -18,7 +18,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-from chatkernel.core.chunking import chunk_text
+from chatkernel.core.outbound.chunking import chunk_text
 
 FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466"
 

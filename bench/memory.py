@@ -7,7 +7,7 @@ HTTP clients on 127.0.0.1. Every ``--sample`` messages the gateway's resident me
 window to the first. Flat memory is a ratio near 1 once the caches are full
 (``[sessions] cache_size``, the web chat's ``max_chats``).
 
-Then, in this process, the rate limiter alone (chatkernel.core.ratelimit, a
+Then, in this process, the rate limiter alone (chatkernel.core.outbound.ratelimit, a
 per-chat limit of 1/s as Telegram's): how many chats it tracks while sends to
 ``--chats`` distinct chats go out at ``--send-rate`` per second of a simulated clock.
 
@@ -96,7 +96,7 @@ def limiter_figures(chats: int, send_rate: float) -> None:
     no waiting, the figures do not depend on this machine)."""
     import anyio
 
-    from chatkernel.core.ratelimit import RateLimiter
+    from chatkernel.core.outbound.ratelimit import RateLimiter
 
     clock = [0.0]
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import anyio
 
-from chatkernel.core.gc_tuning import tune_for_serving
-from chatkernel.core.models import OutboundPayload, Route, SendResult
+from chatkernel.core.gateway.gc_tuning import tune_for_serving
+from chatkernel.sdk.models import OutboundPayload, Route, SendResult
 from chatkernel.testing.memory import KernelHarness, MemoryChannel
 
 

@@ -38,9 +38,9 @@ def child(chats: int, per_chat: int) -> None:
 
     import anyio
 
-    import chatkernel.core.inbound as inbound
-    import chatkernel.core.outbox as outbox
-    import chatkernel.core.queue as queue
+    import chatkernel.core.inbound.pipeline as inbound
+    import chatkernel.core.outbound.outbox as outbox
+    import chatkernel.core.inbound.queue as queue
     import chatkernel.core.store.sqlite as sqlite
 
     sys.path.insert(0, str(Path(__file__).parent))

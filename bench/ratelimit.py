@@ -67,8 +67,8 @@ from typing import Any
 
 import anyio
 
-from chatkernel.core.channel import RateLimit
-from chatkernel.core.ratelimit import RateLimiter
+from chatkernel.sdk.channel import RateLimit
+from chatkernel.core.outbound.ratelimit import RateLimiter
 
 ACCOUNT = RateLimit(30, 1.0)
 CHAT = RateLimit(1, 1.0)
@@ -245,8 +245,8 @@ async def broadcast(run: Run, send, chats: list[tuple[str, bool]], per_chat: int
 
 def strict_channel(platform: StrictPlatform) -> type:
     """A channel class whose platform is ``platform`` (declaring its limits)."""
-    from chatkernel.core.channel import Channel, ChannelLimits
-    from chatkernel.core.models import SendError, SendResult
+    from chatkernel.sdk.channel import Channel, ChannelLimits
+    from chatkernel.sdk.models import SendError, SendResult
 
     class StrictChannel(Channel):
         name = "strict"
@@ -272,7 +272,7 @@ async def kernel_broadcast(run: Run, channel: str, plugin: object, account: dict
     import tempfile
     from pathlib import Path
 
-    from chatkernel.core.models import Route
+    from chatkernel.sdk.models import Route
     from chatkernel.testing.memory import KernelHarness
 
     with tempfile.TemporaryDirectory() as home:

@@ -260,7 +260,7 @@ async def chatkernel_bot(fake: SubprocessFake, paced: bool, *, home: Path,
     import anyio
 
     import chatkernel_slack
-    from chatkernel.core.gc_tuning import tune_for_serving
+    from chatkernel.core.gateway.gc_tuning import tune_for_serving
     from chatkernel.testing.memory import KernelHarness
 
     account = {"bot_token": fake.bot_token, "app_token": fake.app_token,

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import anyio
 
-from chatkernel.core.models import InboundMessage, MediaRef
+from chatkernel.sdk.models import InboundMessage, MediaRef
 from chatkernel.core.store.sqlite import SQLiteStore
 
 

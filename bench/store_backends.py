@@ -21,7 +21,7 @@ from pathlib import Path
 
 import anyio
 
-from chatkernel.core.models import InboundMessage, OutboundPayload, Route
+from chatkernel.sdk.models import InboundMessage, OutboundPayload, Route
 from chatkernel.core.store.base import OutboxEntry, Store
 from chatkernel.core.store.redis import RedisStore
 from chatkernel.core.store.sqlite import SQLiteStore

@@ -183,7 +183,7 @@ async def chatkernel_bot(api: Fake, *, home: Path, gc_tuning: bool = True
     import anyio
 
     import chatkernel_telegram
-    from chatkernel.core.gc_tuning import tune_for_serving
+    from chatkernel.core.gateway.gc_tuning import tune_for_serving
     from chatkernel.testing.memory import KernelHarness
 
     config = {

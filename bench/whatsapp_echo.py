@@ -138,7 +138,7 @@ async def chatkernel(graph: Target, home: Path, journal: dict[str, int]
     """A real kernel: the whatsapp plugin, the echo agent, the durable SQLite journal,
     the webhook route mounted as the gateway mounts it, the gateway's collector settings."""
     import chatkernel_whatsapp
-    from chatkernel.core.gc_tuning import tune_for_serving
+    from chatkernel.core.gateway.gc_tuning import tune_for_serving
     from chatkernel.testing.memory import KernelHarness
 
     config = {

@@ -10,7 +10,7 @@ class and its pydantic models) load on first access. ``chatkernel.core`` is
 the kernel's internals: plugins never import it.
 """
 
-from chatkernel.core.models import (
+from chatkernel.sdk.models import (
     Account,
     Command,
     InboundMessage,
@@ -53,12 +53,12 @@ __all__ = [
 ]
 
 _LAZY = {
-    "Agent": "chatkernel.core.agents",
-    "AgentEvent": "chatkernel.core.agents",
-    "TurnRequest": "chatkernel.core.agents",
-    "Channel": "chatkernel.core.channel",
-    "ChannelLimits": "chatkernel.core.channel",
-    "RateLimit": "chatkernel.core.channel",
+    "Agent": "chatkernel.core.turns.agents",
+    "AgentEvent": "chatkernel.core.turns.agents",
+    "TurnRequest": "chatkernel.core.turns.agents",
+    "Channel": "chatkernel.sdk.channel",
+    "ChannelLimits": "chatkernel.sdk.channel",
+    "RateLimit": "chatkernel.sdk.channel",
     "AccountConfig": "chatkernel.core.config",
     "ConfigError": "chatkernel.core.config",
 }

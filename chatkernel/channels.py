@@ -38,7 +38,7 @@ Importing this module loads aiohttp and pydantic: import it inside hook bodies
 (or the channel's own module), not at the top of the plugin's ``__init__``.
 """
 
-from chatkernel.core.channel import (
+from chatkernel.sdk.channel import (
     BatchDeliver,
     Channel,
     ChannelLimits,
@@ -51,14 +51,14 @@ from chatkernel.core.channel import (
     per_chat,
 )
 from chatkernel.core.config import AccountConfig, ConfigError
-from chatkernel.core.http_client import (
+from chatkernel.sdk.http_client import (
     Answer,
     HttpClient,
     PlatformError,
     parse_retry_after,
     transport_error,
 )
-from chatkernel.core.markup import (
+from chatkernel.sdk.markup import (
     Line,
     MarkdownRenderer,
     display_url,
@@ -67,7 +67,7 @@ from chatkernel.core.markup import (
     render,
     wrap_marks,
 )
-from chatkernel.core.models import (
+from chatkernel.sdk.models import (
     Account,
     InboundMessage,
     MediaRef,
@@ -77,9 +77,9 @@ from chatkernel.core.models import (
     SendError,
     SendResult,
 )
-from chatkernel.core.sockets import SocketLink
-from chatkernel.core.store.codec import decode_json, encode_json
-from chatkernel.core.webhooks import (
+from chatkernel.sdk.sockets import SocketLink
+from chatkernel.sdk.codec import decode_json, encode_json
+from chatkernel.sdk.webhooks import (
     MetaSignature,
     SecretHeader,
     SlackSignature,
@@ -87,7 +87,7 @@ from chatkernel.core.webhooks import (
     WebhookRejected,
 )
 from chatkernel.hookspecs import hookimpl
-from chatkernel.login import Login, LoginFailed, LoginRequest, LoginResult
+from chatkernel.sdk.login import Login, LoginFailed, LoginRequest, LoginResult
 
 __all__ = [
     "Account",

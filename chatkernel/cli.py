@@ -131,7 +131,7 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
 
     from chatkernel.core import config as cfg
     from chatkernel.core import logs
-    from chatkernel.core.gateway import run_gateway
+    from chatkernel.core.gateway.process import run_gateway
 
     path = cfg.config_path(config_file)
     raw = cfg.read_raw(path)
@@ -148,7 +148,7 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
                    log_level or config.gateway.log_level,
                    secrets=cfg.secret_values(cfg.resolve_env(raw, strict=False)))
     _plugin_manager()
-    from chatkernel.core.homelock import HomeInUse
+    from chatkernel.core.gateway.homelock import HomeInUse
 
     if listen is not None:
         origin = "--listen on the command line"
@@ -174,7 +174,7 @@ def _load_config(config_file: str | None):
 
 def _running_gateway():
     from chatkernel.core import config as cfg
-    from chatkernel.core.control import read_state
+    from chatkernel.core.gateway.control import read_state
 
     return read_state(cfg.home_dir())
 
@@ -193,7 +193,7 @@ def _control_or_direct(config_file: str | None, path: str, body: dict[str, Any],
 
     ``unanswered``: what it means when the gateway took the request and gave no answer
     in time (then the exit status is 3); without it, that is an error like any other."""
-    from chatkernel.core.control import call
+    from chatkernel.core.gateway.control import call
 
     info = _running_gateway()
     if info is not None:
@@ -228,8 +228,8 @@ def _control_or_direct(config_file: str | None, path: str, body: dict[str, Any],
 
 async def _direct(config, config_path, action, body, role: str) -> dict[str, Any]:
     from chatkernel.core import config as cfg
-    from chatkernel.core.control import ControlError
-    from chatkernel.core.homelock import HomeInUse, HomeLock
+    from chatkernel.core.gateway.control import ControlError
+    from chatkernel.core.gateway.homelock import HomeInUse, HomeLock
     from chatkernel.core.kernel import Kernel
 
     try:
@@ -249,7 +249,7 @@ async def _direct(config, config_path, action, body, role: str) -> dict[str, Any
 def _send(config_file: str | None, body: dict[str, Any], wait: float, no_wait: bool,
           as_json: bool) -> None:
     """Send through the running gateway (or directly), report the outcome, exit with it."""
-    from chatkernel.core.control import send_from_request
+    from chatkernel.core.gateway.control import send_from_request
 
     # Without a gateway this command is the sender: it always waits.
     gateway = _running_gateway() is not None
@@ -261,7 +261,7 @@ def _send(config_file: str | None, body: dict[str, Any], wait: float, no_wait: b
 
 
 def _report_send(answer: dict[str, Any], wait: float, as_json: bool) -> None:
-    from chatkernel.core.control import send_outcome
+    from chatkernel.core.gateway.control import send_outcome
 
     outcome = answer.get("outcome") or send_outcome(answer.get("parts"))
     code = SEND_EXIT_CODES.get(outcome, 1)
@@ -443,7 +443,7 @@ def sessions_send(config_file: str | None, key: str, text: str, wait: float, no_
 @config_option
 def sessions_policy(config_file: str | None, key: str, policy: str) -> None:
     """Override the send policy for one session (inherit: back to the rules)."""
-    from chatkernel.core.control import set_session_policy
+    from chatkernel.core.gateway.control import set_session_policy
 
     answer = _control_or_direct(config_file, "/control/sessions/policy",
                                 {"session": key, "policy": policy},
@@ -473,7 +473,7 @@ def _client(reason: str) -> dict[str, Any]:
 
 def _ask_gateway(path: str, body: dict[str, Any], timeout: float):
     """``(gateway info, answer, error)``: the answer of the running gateway, or why none."""
-    from chatkernel.core.control import call
+    from chatkernel.core.gateway.control import call
 
     info = _running_gateway()
     if info is None:
@@ -501,9 +501,9 @@ def _read_config_quietly(config_file: str | None):
 
 
 def _redactor(raw: dict[str, Any], info=None):
-    from chatkernel.core.channel import collect_channels
+    from chatkernel.sdk.channel import collect_channels
     from chatkernel.core.plugins import get_plugin_manager
-    from chatkernel.core.status_report import Redactor, config_secrets
+    from chatkernel.core.health.report import Redactor, config_secrets
 
     collect_channels(get_plugin_manager())  # their secret patterns join the redaction
     return Redactor(config_secrets(raw, extra=[info.token] if info is not None else []))
@@ -513,7 +513,7 @@ def _local_snapshot(config, *, with_store_counts: bool = False):
     """The snapshot from the config and the state database, opened read-only."""
     import anyio
 
-    from chatkernel.core.health import local_snapshot
+    from chatkernel.core.health.probes import local_snapshot
     from chatkernel.core.store import open_store
 
     async def read():
@@ -580,11 +580,11 @@ def status(show_all: bool, deep: bool, as_json: bool, timeout_ms: int,
         snapshot.pop(key, None)
     if show_all:
         diagnosis = _diagnosis(path, raw, config, config_error, snapshot, counts)
-        from chatkernel.core.status_report import render_diagnosis
+        from chatkernel.core.health.report import render_diagnosis
 
         _print(diagnosis, None if as_json else render_diagnosis(diagnosis), redact, as_json)
     else:
-        from chatkernel.core.status_report import render_status
+        from chatkernel.core.health.report import render_status
 
         _print(snapshot, None if as_json else render_status(snapshot), redact, as_json)
     if deep and answer is None:
@@ -597,7 +597,7 @@ def _diagnosis(path, raw, config, config_error, snapshot, counts) -> dict[str, A
     import tomli_w
 
     from chatkernel.core import config as cfg
-    from chatkernel.core.status_report import environment
+    from chatkernel.core.health.report import environment
 
     problems = [config_error] if config_error else []
     if config is not None:
@@ -659,7 +659,7 @@ def health(as_json: bool, timeout_ms: int, verbose: bool, config_file: str | Non
         else:
             click.echo(redact(f"unreachable: {error}"), err=True)
         sys.exit(EXIT_UNREACHABLE)
-    from chatkernel.core.status_report import render_health
+    from chatkernel.core.health.report import render_health
 
     _print(answer, None if as_json else render_health(answer, verbose=verbose), redact,
            as_json)
@@ -675,7 +675,7 @@ def channels() -> None:
 def _channel_types() -> list[dict[str, str]]:
     from importlib.metadata import packages_distributions
 
-    from chatkernel.core.channel import collect_channels
+    from chatkernel.sdk.channel import collect_channels
 
     distributions = packages_distributions()
     found = []
@@ -703,7 +703,7 @@ def channels_list(as_json: bool, config_file: str | None) -> None:
     else:
         snapshot, _ = _local_snapshot(config)
     types = _channel_types()
-    from chatkernel.core.status_report import accounts_of, render_channels
+    from chatkernel.core.health.report import accounts_of, render_channels
 
     data = {"gateway": snapshot.get("gateway"), "channel_types": types,
             "accounts": [{key: account.get(key) for key in
@@ -734,7 +734,7 @@ def channels_probe(target: str | None, timeout_ms: int, as_json: bool,
         answer = _probe_directly(config_file, target, timeout_ms / 1000)
     else:
         answer["via"] = "gateway"
-    from chatkernel.core.status_report import render_probes
+    from chatkernel.core.health.report import render_probes
 
     _print(answer, None if as_json else render_probes(answer), redact, as_json)
     sys.exit(0 if answer.get("ok") else EXIT_UNHEALTHY)
@@ -751,7 +751,7 @@ def _probe_directly(config_file: str | None, target: str | None, timeout: float
     pm = _plugin_manager()
 
     async def probe():
-        from chatkernel.core.health import ProbeInfo, select_accounts
+        from chatkernel.core.health.probes import ProbeInfo, select_accounts
         from chatkernel.core.kernel import Kernel
 
         async with Kernel(config, config_path=config_path, pm=pm, recover=False) as kernel:
@@ -781,7 +781,7 @@ def _local_heartbeats(config_file: str | None) -> dict[str, Any]:
     none is scheduled)."""
     import time
 
-    from chatkernel.core.heartbeat import MAIN, describe_state, heartbeat_settings
+    from chatkernel.core.heartbeat.scheduler import MAIN, describe_state, heartbeat_settings
     from chatkernel.core.store.base import HeartbeatState
 
     config, _ = _load_config(config_file)
@@ -804,7 +804,7 @@ def heartbeat_status(config_file: str | None, as_json: bool) -> None:
     Asks the running gateway; when none runs, nothing is scheduled, and it shows what
     the config and the state database say.
     """
-    from chatkernel.core.control import call
+    from chatkernel.core.gateway.control import call
 
     info = _running_gateway()
     if info is not None:
@@ -880,7 +880,7 @@ def _heartbeat_line(item: dict[str, Any], *, live: bool) -> str:
 @config_option
 def heartbeat_wake(text: str | None, mode: str, session_key: str | None, as_json: bool) -> None:
     """Wake a heartbeat of the running gateway by hand."""
-    from chatkernel.core.control import call
+    from chatkernel.core.gateway.control import call
 
     info = _running_gateway()
     if info is None:
@@ -923,7 +923,7 @@ def reload(as_json: bool, config_file: str | None) -> None:
     import urllib.error
     from pathlib import Path
 
-    from chatkernel.core.control import call
+    from chatkernel.core.gateway.control import call
 
     info = _running_gateway()
     if info is None:
@@ -957,12 +957,12 @@ def reload(as_json: bool, config_file: str | None) -> None:
 def _logins() -> dict[str, Any]:
     """Login flows by channel name, from every plugin's ``register_logins``."""
     from chatkernel.core.plugins import collect_registered
-    from chatkernel.login import Login
+    from chatkernel.sdk.login import Login
 
     logins = collect_registered(_plugin_manager().hook.register_logins, "login")
     for name, login in logins.items():
         if not isinstance(login, Login):
-            raise TypeError(f"login {name!r} is not a chatkernel.login.Login: {login!r}")
+            raise TypeError(f"login {name!r} is not a chatkernel.sdk.login.Login: {login!r}")
     return logins
 
 
@@ -984,8 +984,8 @@ def login(channel: str, account: str, api_base: str | None, config_file: str | N
     import anyio
 
     from chatkernel.core import config as cfg
-    from chatkernel.core.channel import CREDENTIALS_KEY
-    from chatkernel.login import LoginFailed, LoginRequest
+    from chatkernel.sdk.channel import CREDENTIALS_KEY
+    from chatkernel.sdk.login import LoginFailed, LoginRequest
 
     logins = _logins()
     flow = logins.get(channel)
@@ -1057,7 +1057,7 @@ def config_init(config_file: str | None, force: bool) -> None:
     path = cfg.config_path(config_file)
     if path.exists() and not force:
         raise click.ClickException(f"{path} exists already (use --force to overwrite)")
-    from chatkernel.core.channel import collect_channels
+    from chatkernel.sdk.channel import collect_channels
 
     types = collect_channels(_plugin_manager())
     channels = [(c["name"], c["source"], types[c["name"]].config_example)
@@ -1094,7 +1094,7 @@ def config_get(config_file: str | None, key: str, as_json: bool) -> None:
     with what it does where the value alone does not say it. An account setting asked
     of a channel (channels.webchat.allow_from) prints every account's."""
     from chatkernel.core import config as cfg
-    from chatkernel.core.channel import collect_channels
+    from chatkernel.sdk.channel import collect_channels
 
     path = cfg.config_path(config_file)
     models = {name: channel.account_model
@@ -1165,8 +1165,8 @@ def config_validate(config_file: str | None) -> None:
     references, every channel account (built as the gateway builds it), the agent kind
     and the listen address's control token."""
     from chatkernel.core import config as cfg
-    from chatkernel.core.channel import collect_channels
-    from chatkernel.core.gateway import check_startup
+    from chatkernel.sdk.channel import collect_channels
+    from chatkernel.core.gateway.process import check_startup
 
     path = cfg.config_path(config_file)
     raw = cfg.read_raw(path)
@@ -1185,7 +1185,7 @@ def config_validate(config_file: str | None) -> None:
 def _validate_channels(raw: dict[str, Any], path, *, strict_env: bool) -> int:
     """Validate ``[channels.*]`` with the installed channel plugins' account models."""
     from chatkernel.core import config as cfg
-    from chatkernel.core.channel import collect_channels
+    from chatkernel.sdk.channel import collect_channels
 
     tables = raw.get("channels") or {}
     if not tables:

@@ -65,9 +65,9 @@ def register_logins(register):
 
     Called once, when ``chatkernel login`` runs.
 
-    :param register: call ``register(login)`` with a :class:`chatkernel.login.Login`
+    :param register: call ``register(login)`` with a :class:`chatkernel.sdk.login.Login`
         whose ``name`` is the channel's name (``"wechat"``) and whose ``run(request)``
-        returns a :class:`chatkernel.login.LoginResult`: the account's config keys
+        returns a :class:`chatkernel.sdk.login.LoginResult`: the account's config keys
         to store (secrets in a file of mode 0600, never echoed).
     :return: nothing.
     """

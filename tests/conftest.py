@@ -125,7 +125,7 @@ def outbox_left_mid_send() -> Callable[[object], object]:
     """``entries = await outbox_left_mid_send(tmp_path)``: a state database as a gateway
     left it when it stopped mid-send: reply r1's first part ``sending``, its second
     ``pending``, reply r2 ``pending`` (all for ``memory:main:chat-9``)."""
-    from chatkernel.core.models import OutboundPayload, Route
+    from chatkernel.sdk.models import OutboundPayload, Route
     from chatkernel.core.store.base import OutboxEntry
     from chatkernel.core.store.sqlite import SQLiteStore
 

@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from chatkernel.core import config as cfg
-from chatkernel.core.agents import (
+from chatkernel.core.turns.agents import (
     SAFE_ENV,
     Agent,
     AgentEvent,
@@ -26,7 +26,7 @@ from chatkernel.core.agents import (
     collect_agents,
 )
 from chatkernel.core.config import AgentConfig
-from chatkernel.core.models import MediaRef
+from chatkernel.sdk.models import MediaRef
 from chatkernel.core.plugins import PluginManager
 from chatkernel.core.store.base import LogEntry
 from chatkernel.hookspecs import hookimpl

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from chatkernel.core.chunking import (
+from chatkernel.core.outbound.chunking import (
     chunk_text,
     find_code_fences,
     grapheme_boundaries,
@@ -621,7 +621,7 @@ def test_a_megabyte_reply_terminates(text, unit):
        st.integers(1, 150), st.sampled_from(["chars", "utf16"]))
 def test_fast_path_for_a_fitting_reply_agrees_with_the_chunker(text, limit, unit):
     """chunk_text answers a reply that fits without running the chunker: same result."""
-    from chatkernel.core import chunking
+    from chatkernel.core.outbound import chunking
 
     if not text or text.isspace():
         return

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from chatkernel.cli import EXIT_UNHEALTHY, EXIT_UNREACHABLE, cli
-from chatkernel.core.control import write_state
+from chatkernel.core.gateway.control import write_state
 from chatkernel.testing.process import gateway_process
 
 BOT_TOKEN = "987654321:SECRETsecretSECRETsecretSECRET_ab"
@@ -223,7 +223,7 @@ def test_health_exits_1_when_a_probe_fails_or_times_out(home, hanging_port):
 
 
 def test_the_redactor_hides_config_secrets_env_values_and_token_shapes(home, monkeypatch):
-    from chatkernel.core.status_report import Redactor, config_secrets
+    from chatkernel.core.health.report import Redactor, config_secrets
 
     monkeypatch.setenv("CK_TEST_QUOTED", 'pa"ss\\word-123')
     raw = {"gateway": {"control_token": "literal-control-secret"},

@@ -1,4 +1,4 @@
-"""The store codec's JSON contract (chatkernel.core.store.codec)."""
+"""The store codec's JSON contract (chatkernel.sdk.codec)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from chatkernel.core.models import InboundMessage
-from chatkernel.core.store.codec import (
+from chatkernel.sdk.models import InboundMessage
+from chatkernel.sdk.codec import (
     decode_json,
     decode_message,
     encode_json,

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from chatkernel.core.models import InboundMessage
+from chatkernel.sdk.models import InboundMessage
 from chatkernel.testing.contract import ChannelContract, PlatformAdapter, open_contract_run
 from chatkernel.testing.loopback import LoopbackPlatform, LoopbackPlugin
 

@@ -7,9 +7,9 @@ import logging
 
 import pytest
 
-from chatkernel.core.health_http import render_status_page
-from chatkernel.core.models import SendError
-from chatkernel.core.status_report import render_health, render_status
+from chatkernel.core.gateway.endpoints import render_status_page
+from chatkernel.sdk.models import SendError
+from chatkernel.core.health.report import render_health, render_status
 from chatkernel.testing.memory import KernelHarness
 
 pytestmark = pytest.mark.anyio

@@ -12,8 +12,8 @@ import aiohttp
 import anyio
 import pytest
 
-from chatkernel.core.gateway import supervise
-from chatkernel.core.gc_tuning import GEN0_THRESHOLD
+from chatkernel.core.gateway.process import supervise
+from chatkernel.core.gateway.gc_tuning import GEN0_THRESHOLD
 from chatkernel.testing.gateway import start_gateway
 from chatkernel.testing.memory import KernelHarness
 from chatkernel.testing.process import CHATKERNEL, gateway_process

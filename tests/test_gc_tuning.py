@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 
-from chatkernel.core.gc_tuning import GEN0_THRESHOLD, tune_for_serving
+from chatkernel.core.gateway.gc_tuning import GEN0_THRESHOLD, tune_for_serving
 
 
 def test_serving_settings_freeze_the_start_up_heap_and_collect_less_often() -> None:

@@ -6,8 +6,8 @@ import anyio
 import pytest
 
 from chatkernel.core import config as cfg
-from chatkernel.core.health import local_snapshot, select_accounts
-from chatkernel.core.models import ProbeResult
+from chatkernel.core.health.probes import local_snapshot, select_accounts
+from chatkernel.sdk.models import ProbeResult
 from chatkernel.core.store.sqlite import SQLiteStore, StoreError
 from chatkernel.testing.memory import KernelHarness
 

@@ -10,9 +10,9 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from chatkernel import hookimpl
 from chatkernel.core import config as cfg
-from chatkernel.core.gateway import build_app, check_listen, run_gateway
-from chatkernel.core.health_http import render_status_page
-from chatkernel.core.models import ProbeResult
+from chatkernel.core.gateway.process import build_app, check_listen, run_gateway
+from chatkernel.core.gateway.endpoints import render_status_page
+from chatkernel.sdk.models import ProbeResult
 from chatkernel.testing.memory import KernelHarness
 
 pytestmark = pytest.mark.anyio
@@ -106,7 +106,7 @@ async def test_status_page_escapes_everything(tmp_path):
 def test_status_page_renders_a_local_snapshot_without_failing():
     import asyncio
 
-    from chatkernel.core.health import local_snapshot
+    from chatkernel.core.health.probes import local_snapshot
 
     snapshot = asyncio.run(local_snapshot(cfg.parse({}), None))
     page = render_status_page(snapshot)

@@ -9,9 +9,9 @@ import anyio
 import pytest
 
 from chatkernel.core import config as cfg
-from chatkernel.core.gateway import run_gateway
-from chatkernel.core.models import ProbeResult, SendError
-from chatkernel.core.status_report import render_health
+from chatkernel.core.gateway.process import run_gateway
+from chatkernel.sdk.models import ProbeResult, SendError
+from chatkernel.core.health.report import render_health
 from chatkernel.core.store.sqlite import StoreError
 from chatkernel.testing.memory import KernelHarness
 

@@ -11,15 +11,15 @@ import anyio
 import pytest
 
 from chatkernel import hookimpl
-from chatkernel.core.agents import AgentEvent
+from chatkernel.core.turns.agents import AgentEvent
 from chatkernel.core.config import KernelConfig
-from chatkernel.core.heartbeat import (
+from chatkernel.core.heartbeat.scheduler import (
     DEFAULT_PROMPT,
     MAIN,
     NO_TARGET_SESSION,
     merged_settings,
 )
-from chatkernel.core.heartbeat_ack import HEARTBEAT_TOKEN
+from chatkernel.core.heartbeat.ack import HEARTBEAT_TOKEN
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.clock import ManualClock
 from chatkernel.testing.memory import KernelHarness
@@ -330,7 +330,7 @@ def accounts_config(main=None, other=None):
 
 
 async def test_visibility_precedence_account_channel_defaults_plugin_builtin(tmp_path):
-    from chatkernel.core.heartbeat import visibility_for
+    from chatkernel.core.heartbeat.scheduler import visibility_for
 
     agent = scripted_agent(script=replies())
     channels = {"memory": {"accounts": accounts_config(main={"show_ok": False}),
@@ -708,7 +708,7 @@ from datetime import datetime, timezone  # noqa: E402
 from zoneinfo import ZoneInfo  # noqa: E402
 
 from chatkernel.core.config import ActiveHours  # noqa: E402
-from chatkernel.core.heartbeat import in_active_hours, next_window_start, zone_for  # noqa: E402
+from chatkernel.core.heartbeat.scheduler import in_active_hours, next_window_start, zone_for  # noqa: E402
 
 UTC = ZoneInfo("UTC")
 
@@ -925,7 +925,7 @@ async def test_an_unknown_heartbeat_account_is_a_config_error(tmp_path):
 
 
 async def test_wake_errors(tmp_path):
-    from chatkernel.core.heartbeat import HeartbeatError
+    from chatkernel.core.heartbeat.scheduler import HeartbeatError
 
     agent = scripted_agent(script=replies())
     async with harness(tmp_path, agent) as h:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from chatkernel.core.heartbeat_ack import (
+from chatkernel.core.heartbeat.ack import (
     HEARTBEAT_TOKEN,
     judge_heartbeat_reply,
     strip_stray_token,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chatkernel.core.heartbeat_file import (
+from chatkernel.core.heartbeat.checklist import (
     HeartbeatFileError,
     is_effectively_empty,
     parse_heartbeat_file,

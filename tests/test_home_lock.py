@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from chatkernel.core.homelock import HomeInUse, HomeLock
+from chatkernel.core.gateway.homelock import HomeInUse, HomeLock
 from chatkernel.testing.process import CHATKERNEL, gateway_process
 
 

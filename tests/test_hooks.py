@@ -31,11 +31,11 @@ from chatkernel import (
     hookimpl,
 )
 from chatkernel.builtin.heartbeat import DEFAULT_VISIBILITY
-from chatkernel.core.agents import Agent, AgentEvent, TurnRequest
-from chatkernel.core.channel import collect_channels
+from chatkernel.core.turns.agents import Agent, AgentEvent, TurnRequest
+from chatkernel.sdk.channel import collect_channels
 from chatkernel.core.config import AccountConfig
-from chatkernel.core.heartbeat import plugin_visibility_defaults, resolve_visibility
-from chatkernel.core.policy import resolve_media_path
+from chatkernel.core.heartbeat.scheduler import plugin_visibility_defaults, resolve_visibility
+from chatkernel.core.outbound.policy import resolve_media_path
 from chatkernel.core.plugins import PluginManager
 
 # -- helpers -------------------------------------------------------------------------------

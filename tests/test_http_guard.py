@@ -1,4 +1,4 @@
-"""The checks every request to the gateway's HTTP server goes through (core/http_guard.py)."""
+"""The checks every request to the gateway's HTTP server goes through (core/gateway/http_guard.py)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import anyio
 import pytest
 from aiohttp import web
 
-from chatkernel.core import http_guard
-from chatkernel.core.http_guard import MAX_BODY_BYTES, RequestError, parse_json_object
+from chatkernel.core.gateway import http_guard
+from chatkernel.core.gateway.http_guard import MAX_BODY_BYTES, RequestError, parse_json_object
 
 pytestmark = pytest.mark.anyio
 

@@ -6,8 +6,8 @@ import anyio
 import pytest
 
 from chatkernel import Command, InboundMessage, MediaRef, hookimpl
-from chatkernel.core.inbound import BUSY_HINT, InvalidMessage, envelope, validate
-from chatkernel.core.models import (
+from chatkernel.core.inbound.pipeline import BUSY_HINT, InvalidMessage, envelope, validate
+from chatkernel.sdk.models import (
     INBOUND_FIELD_LIMITS,
     MAX_INBOUND_MEDIA,
     MAX_ROUTE_EXTRA_BYTES,
@@ -511,7 +511,7 @@ async def test_accept_keeps_each_chats_order_and_does_not_block_other_chats(tmp_
 
 
 async def test_accept_waits_when_the_backlog_is_full(tmp_path, monkeypatch):
-    from chatkernel.core import inbound
+    from chatkernel.core.inbound import pipeline as inbound
 
     monkeypatch.setattr(inbound, "ACCEPT_BACKLOG", 2)
     held = HeldAccept()
@@ -557,7 +557,7 @@ async def test_drain_waits_for_accepted_messages(tmp_path):
 
 async def test_a_batch_is_journaled_in_one_write_with_duplicates_and_invalid_ones_named(
         tmp_path, caplog):
-    from chatkernel.core.channel import deliver_many
+    from chatkernel.sdk.channel import deliver_many
 
     agent = scripted_agent()
     async with harness(tmp_path, agent, config={"queue": {"mode": "followup"}}) as h:
@@ -577,7 +577,7 @@ async def test_a_batch_is_journaled_in_one_write_with_duplicates_and_invalid_one
 
 
 async def test_deliver_many_with_a_plain_deliver_keeps_each_chats_order():
-    from chatkernel.core.channel import deliver_many
+    from chatkernel.sdk.channel import deliver_many
 
     seen: list[str] = []
 
@@ -605,7 +605,7 @@ async def test_no_busy_hint_for_a_message_that_joins_a_turn_not_yet_started(tmp_
 
 async def test_normalize_batch_keeps_order_skips_what_it_cannot_read_and_downloads_side_by_side(
         caplog):
-    from chatkernel.core.channel import normalize_batch
+    from chatkernel.sdk.channel import normalize_batch
 
     started: list[str] = []
     gate = anyio.Event()
@@ -645,7 +645,7 @@ async def test_normalize_batch_keeps_order_skips_what_it_cannot_read_and_downloa
 async def test_a_route_is_written_when_any_part_of_it_changes_and_only_then():
     from dataclasses import replace
 
-    from chatkernel.core.sessions import Sessions, route_for, routes_to
+    from chatkernel.core.inbound.sessions import Sessions, route_for, routes_to
 
     base = InboundMessage(channel="tg", account="main", chat_id="c1", message_id="m1",
                           sender_id="u1", text="hi", route_extra={"token": "a"})

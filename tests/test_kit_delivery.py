@@ -69,7 +69,7 @@ async def test_a_failure_that_overtakes_its_sends_answer_still_finds_it(tmp_path
 async def test_a_status_for_a_message_it_never_sent_is_counted_and_logged(tmp_path, monkeypatch,
                                                                           caplog):
     monkeypatch.setattr(MemoryChannel, "delivery_statuses", True)
-    monkeypatch.setattr("chatkernel.core.delivery_statuses.LOOKUP_RETRIES", (0.01,))
+    monkeypatch.setattr("chatkernel.core.outbound.delivery_statuses.LOOKUP_RETRIES", (0.01,))
     async with KernelHarness(tmp_path) as h:
         assert not await h.channel.report_delivery_status("wamid.unknown", "failed",
                                                           reason="gone")

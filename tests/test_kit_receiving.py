@@ -294,8 +294,8 @@ async def test_a_refused_identity_fails_the_account_with_what_to_do(refusing, ca
     assert any(EXPECTED_REFUSAL in problem for problem in account.problems)
     assert Refusing.secret not in repr(snapshot)
     # `chatkernel status` and the /status page.
-    from chatkernel.core.health_http import render_status_page
-    from chatkernel.core.status_report import render_status
+    from chatkernel.core.gateway.endpoints import render_status_page
+    from chatkernel.core.health.report import render_status
 
     text = render_status(snapshot.model_dump(mode="json"))
     assert "refusing  main     failed" in text and EXPECTED_REFUSAL in text
@@ -308,7 +308,7 @@ async def test_a_refused_identity_fails_the_account_with_what_to_do(refusing, ca
 
 
 async def test_a_refused_account_runs_again_once_its_identity_is_taken(refusing, monkeypatch):
-    from chatkernel.core import receiving
+    from chatkernel.sdk import receiving
 
     monkeypatch.setattr(receiving, "REFUSED_RETRY_SECONDS", 0.01)
     h, channel, recorder, tg = refusing
@@ -324,7 +324,7 @@ async def test_a_refused_account_runs_again_once_its_identity_is_taken(refusing,
 
 
 def test_refused_tries_slow_down_to_a_cap():
-    from chatkernel.core.receiving import refused_delay
+    from chatkernel.sdk.receiving import refused_delay
 
     trouble = Trouble("refused", wait=1.0, refused=True)
     assert [refused_delay(trouble, n) for n in (1, 2, 3, 4, 5, 10)] == \

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from chatkernel import cli, hookimpl
 from chatkernel.channels import AccountConfig, Channel
-from chatkernel.login import Login, LoginFailed, LoginResult
+from chatkernel.sdk.login import Login, LoginFailed, LoginResult
 
 
 class DemoAccount(AccountConfig):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from chatkernel.core.markers import Segment, media_paths, split_media
+from chatkernel.core.outbound.markers import Segment, media_paths, split_media
 
 
 def text(value: str) -> Segment:

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from chatkernel.core import markup
-from chatkernel.core.markup import (
+from chatkernel.sdk import markup
+from chatkernel.sdk.markup import (
     MarkdownRenderer,
     PlainText,
     render,
@@ -70,8 +70,8 @@ def test_render_rejects_unknown_markup(name: object) -> None:
 
 
 def test_a_plugin_renderer_is_registered_by_its_name_and_used_by_its_channel() -> None:
-    from chatkernel.core.channel import Channel
-    from chatkernel.core.models import OutboundPayload
+    from chatkernel.sdk.channel import Channel
+    from chatkernel.sdk.models import OutboundPayload
 
     class Shouty(MarkdownRenderer):
         name = "test_shouty"
@@ -154,7 +154,7 @@ def test_fenced_code_is_verbatim(code: str, lang: str) -> None:
                max_size=60))
 def test_plain_fast_path_is_what_every_renderer_would_give(text):
     """render() skips the parser for plain text: only when the parser agrees."""
-    from chatkernel.core.markup import is_plain
+    from chatkernel.sdk.markup import is_plain
 
     if not is_plain(text):
         return
@@ -164,7 +164,7 @@ def test_plain_fast_path_is_what_every_renderer_would_give(text):
 
 def _every_renderer() -> dict[str, type[MarkdownRenderer]]:
     """The kernel's renderers and those of every installed channel plugin."""
-    from chatkernel.core.channel import collect_channels
+    from chatkernel.sdk.channel import collect_channels
     from chatkernel.core.plugins import get_plugin_manager
 
     found = renderers()
@@ -180,7 +180,7 @@ def test_every_installed_channels_renderer_is_checked_by_the_fast_path_property(
 
 
 def test_plain_fast_path_examples():
-    from chatkernel.core.markup import is_plain
+    from chatkernel.sdk.markup import is_plain
 
     assert is_plain("chat 3 msg 17") and is_plain("Sure, I can do that. Anything else?")
     for text in ("**b**", "1. item", "a\n\nb", "see http://x", "a < b", " lead", "x_y"):

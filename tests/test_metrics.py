@@ -1,6 +1,6 @@
 """Metrics: hot-path tallies reach the Prometheus exposition."""
 
-from chatkernel.core.metrics import Metrics
+from chatkernel.core.health.metrics import Metrics
 
 
 def _line(text: str, prefix: str) -> str:

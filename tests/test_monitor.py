@@ -10,15 +10,15 @@ import anyio
 import pytest
 
 from chatkernel.core import config as cfg
-from chatkernel.core.models import AccountRuntime, ProbeResult
-from chatkernel.core.monitor import (
+from chatkernel.sdk.models import AccountRuntime, ProbeResult
+from chatkernel.core.health.monitor import (
     AccountView,
     HealthMonitor,
     MonitorSettings,
     judge,
     resolve_settings,
 )
-from chatkernel.core.supervisor import Supervisor
+from chatkernel.core.gateway.supervisor import Supervisor
 from chatkernel.testing.memory import KernelHarness
 
 MIN = 60.0

@@ -1,13 +1,13 @@
 """Everything the kernel sends to a chat leaves in the order its causes arrived:
-replies, command answers and hints (chatkernel.core.order)."""
+replies, command answers and hints (chatkernel.core.outbound.order)."""
 
 from __future__ import annotations
 
 import anyio
 import pytest
 
-from chatkernel.core.inbound import BUSY_HINT
-from chatkernel.core.models import InboundMessage
+from chatkernel.core.inbound.pipeline import BUSY_HINT
+from chatkernel.sdk.models import InboundMessage
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.memory import KernelHarness
 

@@ -9,9 +9,9 @@ import anyio
 import pytest
 
 from chatkernel import SendError
-from chatkernel.core.agents import AgentEvent
-from chatkernel.core.markup import MarkdownRenderer, escape_html
-from chatkernel.core.models import OutboundPayload, Route
+from chatkernel.core.turns.agents import AgentEvent
+from chatkernel.sdk.markup import MarkdownRenderer, escape_html
+from chatkernel.sdk.models import OutboundPayload, Route
 from chatkernel.core.store.sqlite import StoreError
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.memory import KernelHarness
@@ -408,7 +408,7 @@ async def test_bad_retry_or_rate_settings_fail_at_start_naming_the_key(tmp_path)
 
 
 async def test_idle_senders_linger_then_end_and_a_later_reply_starts_a_new_one(tmp_path):
-    from chatkernel.core.outbox import SENDER_LINGER_SECONDS
+    from chatkernel.core.outbound.outbox import SENDER_LINGER_SECONDS
 
     async with harness(tmp_path, replying(AgentEvent.reply("pong"))) as h:
         outbox = h.kernel.outbox

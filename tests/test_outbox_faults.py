@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from chatkernel import SendError
-from chatkernel.core.models import OutboundPayload, Route
+from chatkernel.sdk.models import OutboundPayload, Route
 from chatkernel.testing.faultproxy import FaultProxy
 from chatkernel.testing.loopback import LoopbackPlatform, LoopbackPlugin
 from chatkernel.testing.memory import KernelHarness

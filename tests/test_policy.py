@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatkernel.core.policy import allowed_roots, default_media_policy, resolve_media_path
+from chatkernel.core.outbound.policy import allowed_roots, default_media_policy, resolve_media_path
 
 SEGMENTS = ["..", ".", "a", "b.txt", "inside-link", "outside-link", "etc", "passwd", "\x00",
             "a\x00b", "~", "//", "tmp"]

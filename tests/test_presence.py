@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from chatkernel.core.presence import Presence, PresenceEntry, is_loopback
+from chatkernel.core.health.presence import Presence, PresenceEntry, is_loopback
 
 
 class Clock:

@@ -57,12 +57,12 @@ def plugin_sources() -> list[Path]:
 
 
 def test_the_check_finds_private_imports():
-    source = ("import chatkernel.core.models\nfrom chatkernel.core import config\n"
+    source = ("import chatkernel.sdk.models\nfrom chatkernel.core import config\n"
               "from chatkernel import core\nfrom chatkernel.testing._x import y\n"
               "from chatkernel.hookspecs import hookimpl\n"
               "from chatkernel.channels import Channel\nfrom chatkernel import hookimpl\n"
               "from chatkernel.testing.contract import ChannelContract\nimport os\n")
-    assert private_imports(source) == ["chatkernel.core.models", "chatkernel.core",
+    assert private_imports(source) == ["chatkernel.sdk.models", "chatkernel.core",
                                        "chatkernel.core", "chatkernel.testing._x",
                                        "chatkernel.hookspecs"]
 

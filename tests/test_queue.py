@@ -5,8 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from chatkernel.core.queue import parse_duration_ms, parse_queue_args
-from chatkernel.core.agents import AgentEvent
+from chatkernel.core.inbound.queue import parse_duration_ms, parse_queue_args
+from chatkernel.core.turns.agents import AgentEvent
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.memory import KernelHarness
 

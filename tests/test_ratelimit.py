@@ -26,8 +26,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatkernel.core.channel import ChannelLimits, RateLimit
-from chatkernel.core.ratelimit import (
+from chatkernel.sdk.channel import ChannelLimits, RateLimit
+from chatkernel.core.outbound.ratelimit import (
     DEFAULT_MARGIN,
     RateLimiter,
     SlidingWindow,

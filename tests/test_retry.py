@@ -9,7 +9,7 @@ import anyio
 import pytest
 
 from chatkernel import SendError
-from chatkernel.core.retry import (
+from chatkernel.core.outbound.retry import (
     UNREACHABLE_MAX_AGE,
     Outage,
     RetryPolicy,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from chatkernel.core.sessions import TOUCH_PERSIST_SECONDS, Sessions
+from chatkernel.core.inbound.sessions import TOUCH_PERSIST_SECONDS, Sessions
 from chatkernel.core.store.sqlite import SQLiteStore
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.memory import KernelHarness

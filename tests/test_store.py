@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chatkernel.core.models import InboundMessage, MediaRef, OutboundPayload, Route
+from chatkernel.sdk.models import InboundMessage, MediaRef, OutboundPayload, Route
 from chatkernel.core.store import (
     HeartbeatState,
     JournalEntry,
@@ -28,7 +28,7 @@ from chatkernel.core.store import (
     Store,
     StoreError,
 )
-from chatkernel.core.store.codec import decode_message, encode_message
+from chatkernel.sdk.codec import decode_message, encode_message
 from chatkernel.core.store.redis import RedisStore
 from chatkernel.core.store.sqlite import SQLiteStore
 

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from chatkernel.core.config import ConfigError, KernelConfig, StoreConfig
-from chatkernel.core.models import InboundMessage, OutboundPayload, Route
+from chatkernel.sdk.models import InboundMessage, OutboundPayload, Route
 from chatkernel.core.store import StoreError, StoreUnavailable, open_store
 from chatkernel.core.store.base import OutboxEntry, SessionRecord
 from chatkernel.core.store.redis import SCHEMA_VERSION, RedisStore, safe_url

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from chatkernel.core.config import ConfigError, KernelConfig, StoreConfig
-from chatkernel.core.models import InboundMessage, OutboundPayload, Route
+from chatkernel.sdk.models import InboundMessage, OutboundPayload, Route
 from chatkernel.core.store import (
     SessionRecord,
     Store,
@@ -26,7 +26,7 @@ from chatkernel.core.store import (
     open_store,
 )
 from chatkernel.core.store import sqlite as sqlite_module
-from chatkernel.core.store.codec import (
+from chatkernel.sdk.codec import (
     encode_message,
     encode_payload,
     encode_route,
@@ -312,7 +312,7 @@ async def test_in_memory_store():
 CHILD = textwrap.dedent("""
     import os, sys, time
     import anyio
-    from chatkernel.core.models import InboundMessage
+    from chatkernel.sdk.models import InboundMessage
     from chatkernel.core.store.sqlite import SQLiteStore
 
     path, count, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -592,7 +592,7 @@ async def test_a_durable_mark_of_a_row_a_failed_commit_lost_raises(store, fail_n
 
 
 def outbox_entries(count: int, reply: str = "r1") -> list:
-    from chatkernel.core.models import OutboundPayload
+    from chatkernel.sdk.models import OutboundPayload
     from chatkernel.core.store.base import OutboxEntry
 
     route = Route("telegram", "main", "chat-1")

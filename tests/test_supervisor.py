@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from chatkernel.core.supervisor import Supervisor
+from chatkernel.core.gateway.supervisor import Supervisor
 from chatkernel.testing.memory import KernelHarness
 
 pytestmark = pytest.mark.anyio

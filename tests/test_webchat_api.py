@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from chatkernel.core.http_guard import RequestError, parse_json_object
+from chatkernel.core.gateway.http_guard import RequestError, parse_json_object
 from chatkernel.testing.process import GatewayProcess, gateway_process
 from chatkernel.webchat.channel import (
     FIELD_LIMITS,

@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from chatkernel.core import config as cfg
-from chatkernel.core.gateway import run_gateway
+from chatkernel.core.gateway.process import run_gateway
 
 pytestmark = pytest.mark.anyio
 

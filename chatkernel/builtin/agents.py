@@ -9,7 +9,7 @@ from chatkernel.hookspecs import hookimpl
 @hookimpl(trylast=True)
 def register_agents(register):
     # Imported here, not at module level: listing plugins must stay fast.
-    from chatkernel.core.agents import CommandAgent, EchoAgent, OpenAIAgent
+    from chatkernel.core.turns.agents import CommandAgent, EchoAgent, OpenAIAgent
 
     register(EchoAgent)
     register(CommandAgent)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from chatkernel.core.models import Command
+from chatkernel.sdk.models import Command
 from chatkernel.hookspecs import hookimpl
 
 
@@ -32,7 +32,7 @@ def _age(seconds: float) -> str:
 
 def _account_health(account, now: float) -> str:
     """One line: this account's state, its last probe, its restarts."""
-    from chatkernel.core.health import account_problems
+    from chatkernel.core.health.probes import account_problems
 
     runtime = account.runtime
     state = runtime.effective_state(now)
@@ -64,7 +64,7 @@ def _status(ctx) -> str:
         f"access level: {ctx.account.access_level}",
         _heartbeat_line(kernel, session.key),
     ]
-    from chatkernel.core.health import account_problems
+    from chatkernel.core.health.probes import account_problems
 
     others = [account.key for account in kernel.accounts.values()
               if account is not ctx.account and account_problems(
@@ -104,7 +104,7 @@ async def _queue(ctx) -> str:
         settings = ctx.kernel.queue_settings(ctx.session.key)
         return f"Queue settings reset: {settings.mode}."
     if args:
-        from chatkernel.core.queue import parse_queue_args
+        from chatkernel.core.inbound.queue import parse_queue_args
 
         try:
             changes = parse_queue_args(args)
@@ -125,7 +125,7 @@ HEARTBEAT_USAGE = ("Usage: /heartbeat every <interval> <what to check> (at least
 async def _heartbeat(ctx) -> str:
     """``/heartbeat`` (``/hb``): this session's own heartbeat."""
     from chatkernel.core.durations import parse_interval
-    from chatkernel.core.heartbeat import HeartbeatError
+    from chatkernel.core.heartbeat.scheduler import HeartbeatError
 
     scheduler = ctx.kernel.heartbeats
     key = ctx.session.key

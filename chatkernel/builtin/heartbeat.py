@@ -8,5 +8,5 @@ DEFAULT_VISIBILITY = {"show_ok": False, "show_alerts": True, "use_indicator": Tr
 @hookimpl(trylast=True)
 def heartbeat_visibility():
     # trylast: the built-in defaults are merged first, so every plugin's
-    # defaults override them (see chatkernel.core.heartbeat).
+    # defaults override them (see chatkernel.core.heartbeat.scheduler).
     return dict(DEFAULT_VISIBILITY)

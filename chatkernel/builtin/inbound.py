@@ -1,6 +1,6 @@
 """Built-in ``inbound_accept``: the account's allowlist and the group mention rule."""
 
-from chatkernel.core.models import Verdict
+from chatkernel.sdk.models import Verdict
 from chatkernel.hookspecs import hookimpl
 
 

@@ -1,7 +1,7 @@
 """Built-in ``media_path_allowed``: the default media-path policy (docs/hooks.md,
 ``media_path_allowed``)."""
 
-from chatkernel.core.policy import default_media_policy
+from chatkernel.core.outbound.policy import default_media_policy
 from chatkernel.hookspecs import hookimpl
 
 

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticUndefined
 
 from chatkernel.core.errors import ConfigError
-from chatkernel.core.models import AccessLevel
+from chatkernel.sdk.models import AccessLevel
 
 # -- locations -------------------------------------------------------------------
 
@@ -100,7 +100,7 @@ class AgentConfig(Section):
     kind: str = "echo"
     command: list[str] = Field(default_factory=list)
     #: The command agent's environment besides the safe few it always gets
-    #: (``chatkernel.core.agents.SAFE_ENV``): values, ``${ENV}`` references allowed...
+    #: (``chatkernel.core.turns.agents.SAFE_ENV``): values, ``${ENV}`` references allowed...
     env: dict[str, str] = Field(default_factory=dict)
     #: ...and names passed through from the gateway's environment as they are.
     pass_env: list[str] = Field(default_factory=list)
@@ -384,7 +384,7 @@ WEBCHAT_ACCOUNT = "default"
 
 def listens_locally(config: KernelConfig) -> bool:
     """Whether ``gateway.listen`` is reachable from this machine only."""
-    from chatkernel.core.presence import is_loopback
+    from chatkernel.core.health.presence import is_loopback
 
     host = config.gateway.listen.rpartition(":")[0].strip("[]")
     return is_loopback(host)

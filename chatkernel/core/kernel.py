@@ -19,34 +19,34 @@ import anyio
 from anyio.abc import TaskGroup
 
 from chatkernel.core import config as cfg
-from chatkernel.core.agents import Agent, collect_agents, redact_turns
-from chatkernel.core.channel import Channel, collect_channels
-from chatkernel.core.cluster import Cluster
-from chatkernel.core.commands import collect_commands
-from chatkernel.core.deliveries import Deliveries
-from chatkernel.core.delivery_statuses import DeliveryStatuses
-from chatkernel.core.health import Health
-from chatkernel.core.heartbeat import Clock as HeartbeatClock
-from chatkernel.core.heartbeat import HeartbeatScheduler
-from chatkernel.core.inbound import Inbound, InvalidMessage, Receiver
-from chatkernel.core.indicators import Indicators
+from chatkernel.core.turns.agents import Agent, collect_agents, redact_turns
+from chatkernel.sdk.channel import Channel, collect_channels
+from chatkernel.core.gateway.cluster import Cluster
+from chatkernel.core.inbound.commands import collect_commands
+from chatkernel.core.outbound.deliveries import Deliveries
+from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
+from chatkernel.core.health.probes import Health
+from chatkernel.core.heartbeat.scheduler import Clock as HeartbeatClock
+from chatkernel.core.heartbeat.scheduler import HeartbeatScheduler
+from chatkernel.core.inbound.pipeline import Inbound, InvalidMessage, Receiver
+from chatkernel.core.turns.indicators import Indicators
 from chatkernel.core.logs import SecretFilter
-from chatkernel.core.metrics import Metrics
-from chatkernel.core.models import Account, Command, InboundMessage, Route, Session
-from chatkernel.core.monitor import HealthMonitor
-from chatkernel.core.order import OutputOrder
-from chatkernel.core.outbound import Outbound, Responder
-from chatkernel.core.outbox import Outbox
-from chatkernel.core.policy import SendPolicy
+from chatkernel.core.health.metrics import Metrics
+from chatkernel.sdk.models import Account, Command, InboundMessage, Route, Session
+from chatkernel.core.health.monitor import HealthMonitor
+from chatkernel.core.outbound.order import OutputOrder
+from chatkernel.core.outbound.responder import Outbound, Responder
+from chatkernel.core.outbound.outbox import Outbox
+from chatkernel.core.outbound.policy import SendPolicy
 from chatkernel.core.plugins import PluginManager, get_plugin_manager
-from chatkernel.core.presence import Presence, PresenceEntry
-from chatkernel.core.queue import QueueSettings, SessionQueue
-from chatkernel.core.sessions import Sessions
+from chatkernel.core.health.presence import Presence, PresenceEntry
+from chatkernel.core.inbound.queue import QueueSettings, SessionQueue
+from chatkernel.core.inbound.sessions import Sessions
 from chatkernel.core.store.base import Store
-from chatkernel.core.turns import Turns
+from chatkernel.core.turns.turns import Turns
 
 if TYPE_CHECKING:
-    from chatkernel.core.reload import ReloadReport
+    from chatkernel.core.gateway.reload import ReloadReport
 
 log = logging.getLogger("chatkernel.kernel")
 
@@ -79,7 +79,7 @@ class Kernel:
         self.clock = clock
         self.metrics = Metrics()
         #: The secrets this kernel knows; no agent output carries one to a chat or the
-        #: session log (see :func:`chatkernel.core.agents.redact_turns`).
+        #: session log (see :func:`chatkernel.core.turns.agents.redact_turns`).
         self.secrets = SecretFilter(cfg.kernel_secrets(self.config))
         self.workspace = self.config.workspace()
         self.channel_types: dict[str, type[Channel]] = {}
@@ -90,7 +90,7 @@ class Kernel:
         self.outbox = Outbox(self)
         #: What became of each payload: health, recent failures, waiting senders.
         self.deliveries = Deliveries(self)
-        #: Statuses channels report for messages already sent (core/delivery_statuses.py).
+        #: Statuses channels report for messages already sent (core/outbound/delivery_statuses.py).
         self.delivery_statuses = DeliveryStatuses(self)
         self.send_policy = SendPolicy.from_config(self.config.send_policy)
         self.inbound = Inbound(self)
@@ -112,10 +112,10 @@ class Kernel:
         #: The receive-loop supervisors by account key (the gateway fills it).
         self.supervisors: dict[str, Any] = {}
         #: This process's part among several sharing the store (None: the only one;
-        #: see chatkernel.core.cluster).
+        #: see chatkernel.core.gateway.cluster).
         self.cluster: Cluster | None = None
         #: What ``chatkernel reload`` and SIGHUP run (the gateway sets it): a
-        #: :class:`chatkernel.core.reload.ConfigReloader`.
+        #: :class:`chatkernel.core.gateway.reload.ConfigReloader`.
         self.reloader: Any = None
         self._tg: TaskGroup | None = None
         self._queue: SessionQueue | None = None
@@ -230,9 +230,9 @@ class Kernel:
 
     async def reload(self, new_config: cfg.KernelConfig, **options: Any) -> "ReloadReport":
         """Apply a new config while the kernel runs: what can change live does, the
-        report names what needs a restart (see :mod:`chatkernel.core.reload`). Raises
+        report names what needs a restart (see :mod:`chatkernel.core.gateway.reload`). Raises
         ConfigError, changing nothing, when ``new_config`` fails the start-up checks."""
-        from chatkernel.core.reload import apply_config
+        from chatkernel.core.gateway.reload import apply_config
 
         return await apply_config(self, new_config, **options)
 
@@ -412,7 +412,7 @@ class Kernel:
 
     def _session_in_use(self, key: str) -> bool:
         """Whether something holds a session's cached record now: a running turn, a
-        busy lane, a sender with replies (see :mod:`chatkernel.core.sessions`)."""
+        busy lane, a sender with replies (see :mod:`chatkernel.core.inbound.sessions`)."""
         return ((self._turns is not None and self._turns.running(key))
                 or (self._queue is not None and self._queue.is_busy(key))
                 or self.outbox.lines.busy(key))
@@ -516,7 +516,7 @@ class Kernel:
 
     async def deliver(self, message: InboundMessage) -> str:
         """Run an inbound message through the whole pipeline; returns the outcome
-        (see :mod:`chatkernel.core.inbound`)."""
+        (see :mod:`chatkernel.core.inbound.pipeline`)."""
         return await self.inbound.deliver(message)
 
     async def accept(self, message: InboundMessage) -> str:

@@ -17,9 +17,9 @@ from typing import Any
 
 _LAZY = {
     # The kernel's side of a turn, as agents and tests see it.
-    "AgentEvent": "chatkernel.core.agents",
-    "TurnRequest": "chatkernel.core.agents",
-    "BUSY_HINT": "chatkernel.core.inbound",
+    "AgentEvent": "chatkernel.core.turns.agents",
+    "TurnRequest": "chatkernel.core.turns.agents",
+    "BUSY_HINT": "chatkernel.core.inbound.pipeline",
     # A kernel in-process, its memory channel, scripted agents, a manual clock.
     "KernelHarness": "chatkernel.testing.memory",
     "MemoryChannel": "chatkernel.testing.memory",

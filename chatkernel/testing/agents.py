@@ -7,7 +7,7 @@ from typing import Any
 
 import anyio
 
-from chatkernel.core.agents import Agent, AgentEvent, TurnRequest
+from chatkernel.core.turns.agents import Agent, AgentEvent, TurnRequest
 from chatkernel.hookspecs import hookimpl
 
 

@@ -42,8 +42,8 @@ from typing import Any, ClassVar
 import anyio
 import pytest
 
-from chatkernel.core.agents import AgentEvent
-from chatkernel.core.models import InboundMessage, ProbeResult
+from chatkernel.core.turns.agents import AgentEvent
+from chatkernel.sdk.models import InboundMessage, ProbeResult
 from chatkernel.testing.agents import ScriptedAgent, agent_plugin, scripted_agent
 from chatkernel.testing.memory import KernelHarness
 
@@ -498,8 +498,8 @@ async def _serve_gateway(run: ContractRun, stack: contextlib.AsyncExitStack,
     socket already bound, as the gateway does."""
     from aiohttp import web
 
-    from chatkernel.core.control import new_token
-    from chatkernel.core.gateway import build_app
+    from chatkernel.core.gateway.control import new_token
+    from chatkernel.core.gateway.process import build_app
 
     runner = web.AppRunner(build_app(run.kernel, new_token()), access_log=None,
                            handle_signals=False)

@@ -10,7 +10,7 @@ import anyio
 from anyio.abc import TaskGroup
 
 from chatkernel.core import config as cfg
-from chatkernel.core.gateway import run_gateway as _run_gateway
+from chatkernel.core.gateway.process import run_gateway as _run_gateway
 
 __all__ = ["gateway_config", "run_gateway", "start_gateway"]
 

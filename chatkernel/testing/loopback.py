@@ -322,7 +322,7 @@ def main() -> None:
     """Run the real gateway with the loopback channel (for crash tests)."""
     from chatkernel.core import config as cfg
     from chatkernel.core import logs
-    from chatkernel.core.gateway import run_gateway
+    from chatkernel.core.gateway.process import run_gateway
     from chatkernel.core.plugins import PluginManager
 
     parser = argparse.ArgumentParser()

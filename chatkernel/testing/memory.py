@@ -16,9 +16,9 @@ from typing import Any
 
 import anyio
 
-from chatkernel.core.channel import Channel, ChannelLimits, Deliver
+from chatkernel.sdk.channel import Channel, ChannelLimits, Deliver
 from chatkernel.core.config import KernelConfig
-from chatkernel.core.models import (
+from chatkernel.sdk.models import (
     InboundMessage,
     OutboundPayload,
     ProbeResult,

@@ -30,10 +30,10 @@ import anyio
 from aiohttp import web
 from pydantic import Field
 
-from chatkernel.core.channel import Channel, ChannelLimits, Deliver
+from chatkernel.sdk.channel import Channel, ChannelLimits, Deliver
 from chatkernel.core.config import AccountConfig
-from chatkernel.core.http_guard import RequestError, read_json_object
-from chatkernel.core.models import (
+from chatkernel.core.gateway.http_guard import RequestError, read_json_object
+from chatkernel.sdk.models import (
     INBOUND_FIELD_LIMITS,
     InboundMessage,
     OutboundPayload,

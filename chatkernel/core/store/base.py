@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from chatkernel.core.errors import ConfigError
-from chatkernel.core.models import InboundMessage, OutboundPayload, Route
+from chatkernel.sdk.models import InboundMessage, OutboundPayload, Route
 
 if TYPE_CHECKING:
     from chatkernel.core.store.shared import SharedState

@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from chatkernel.core.errors import ConfigError
-from chatkernel.core.models import InboundMessage, Route
+from chatkernel.sdk.models import InboundMessage, Route
 from chatkernel.core.store import redis_lua as lua
 from chatkernel.core.store.base import (
     JOURNAL_STATUSES,
@@ -57,7 +57,7 @@ from chatkernel.core.store.base import (
     StoreUnavailable,
     TranscriptEntry,
 )
-from chatkernel.core.store.codec import (
+from chatkernel.sdk.codec import (
     decode_json,
     decode_message,
     decode_payload,

@@ -64,7 +64,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from chatkernel.core.models import InboundMessage, Route
+from chatkernel.sdk.models import InboundMessage, Route
 from chatkernel.core.store.base import (
     JOURNAL_STATUSES,
     OUTBOX_STATUSES,
@@ -80,7 +80,7 @@ from chatkernel.core.store.base import (
     StoreUnavailable,
     TranscriptEntry,
 )
-from chatkernel.core.store.codec import (
+from chatkernel.sdk.codec import (
     decode_json,
     decode_message,
     decode_payload,
@@ -134,7 +134,7 @@ MIGRATIONS: list[str] = [
         channel      TEXT NOT NULL,
         account      TEXT NOT NULL,
         message_id   TEXT NOT NULL,
-        message      TEXT NOT NULL,  -- JSON, chatkernel.core.store.codec
+        message      TEXT NOT NULL,  -- JSON, chatkernel.sdk.codec
         status       TEXT NOT NULL DEFAULT 'received'
                      CHECK (status IN ('received', 'queued', 'done', 'rejected')),
         received_at  REAL NOT NULL,
@@ -167,7 +167,7 @@ MIGRATIONS: list[str] = [
 
     CREATE TABLE routes (
         session_key  TEXT PRIMARY KEY,
-        route        TEXT NOT NULL,  -- JSON, chatkernel.core.store.codec
+        route        TEXT NOT NULL,  -- JSON, chatkernel.sdk.codec
         updated_at   REAL NOT NULL
     );
 
@@ -200,8 +200,8 @@ MIGRATIONS: list[str] = [
         session_id   TEXT NOT NULL,
         channel      TEXT NOT NULL,
         account      TEXT NOT NULL,
-        route        TEXT NOT NULL,  -- JSON, chatkernel.core.store.codec
-        payload      TEXT NOT NULL,  -- JSON, chatkernel.core.store.codec
+        route        TEXT NOT NULL,  -- JSON, chatkernel.sdk.codec
+        payload      TEXT NOT NULL,  -- JSON, chatkernel.sdk.codec
         status       TEXT NOT NULL
                      CHECK (status IN ('pending', 'sending', 'sent', 'failed', 'unknown')),
         error        TEXT,
@@ -236,7 +236,7 @@ MIGRATIONS: list[str] = [
         channel      TEXT NOT NULL,
         account      TEXT NOT NULL,
         message_id   TEXT NOT NULL,
-        message      TEXT NOT NULL,  -- JSON, chatkernel.core.store.codec
+        message      TEXT NOT NULL,  -- JSON, chatkernel.sdk.codec
         status       TEXT NOT NULL DEFAULT 'received'
                      CHECK (status = 'done' OR status = 'received' OR status = 'queued'
                             OR status = 'rejected'),
@@ -255,8 +255,8 @@ MIGRATIONS: list[str] = [
         session_id   TEXT NOT NULL,
         channel      TEXT NOT NULL,
         account      TEXT NOT NULL,
-        route        TEXT NOT NULL,  -- JSON, chatkernel.core.store.codec
-        payload      TEXT NOT NULL,  -- JSON, chatkernel.core.store.codec
+        route        TEXT NOT NULL,  -- JSON, chatkernel.sdk.codec
+        payload      TEXT NOT NULL,  -- JSON, chatkernel.sdk.codec
         status       TEXT NOT NULL
                      CHECK (status = 'sent' OR status = 'sending' OR status = 'pending'
                             OR status = 'failed' OR status = 'unknown'),
@@ -294,7 +294,7 @@ MIGRATIONS: list[str] = [
         channel      TEXT NOT NULL,
         account      TEXT NOT NULL,
         message_id   TEXT NOT NULL,
-        message      TEXT NOT NULL,  -- JSON, chatkernel.core.store.codec
+        message      TEXT NOT NULL,  -- JSON, chatkernel.sdk.codec
         status       TEXT NOT NULL DEFAULT 'received'
                      CHECK (status = 'done' OR status = 'received' OR status = 'rejected'),
         received_at  REAL NOT NULL,

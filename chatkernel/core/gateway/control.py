@@ -1,0 +1,369 @@
+"""The control API: how the CLI talks to a running gateway.
+
+The gateway serves ``/control/*`` on its HTTP server and writes
+``$CHATKERNEL_HOME/gateway.json`` (mode 0600: pid, URL, token) while it runs.
+Every control request needs ``Authorization: Bearer <token>``: the token is
+``gateway.control_token`` from the config when set, else a random one made at
+start. Commands that find no running gateway work on the local state instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from chatkernel.core.kernel import Kernel
+
+STATE_FILE = "gateway.json"
+#: The largest control request body (a send's text and file paths, a few settings).
+MAX_BODY_BYTES = 1024 * 1024
+
+
+@dataclass(slots=True)
+class GatewayInfo:
+    """What ``gateway.json`` says about the running gateway."""
+
+    pid: int
+    url: str
+    token: str
+    started_at: float
+
+    def alive(self) -> bool:
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def state_path(home: Path) -> Path:
+    return home / STATE_FILE
+
+
+def write_state(home: Path, url: str, token: str) -> Path:
+    """Record the running gateway (mode 0600: the token is a secret)."""
+    home.mkdir(parents=True, exist_ok=True)
+    path = state_path(home)
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        json.dump({"pid": os.getpid(), "url": url, "token": token,
+                   "started_at": time.time()}, handle)
+    os.replace(tmp, path)
+    return path
+
+
+def remove_state(home: Path) -> None:
+    path = state_path(home)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if data.get("pid") == os.getpid():  # never remove another gateway's file
+        path.unlink(missing_ok=True)
+
+
+def read_state(home: Path) -> GatewayInfo | None:
+    """The running gateway, or None (no file, a stale file, an unreadable one)."""
+    try:
+        data = json.loads(state_path(home).read_text())
+        info = GatewayInfo(int(data["pid"]), str(data["url"]), str(data["token"]),
+                           float(data.get("started_at", 0)))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return info if info.alive() else None
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+def call(info: GatewayInfo, path: str, body: dict[str, Any], timeout: float = 30.0
+         ) -> tuple[int, dict[str, Any]]:
+    """POST to a running gateway's control API (the CLI side; stdlib only, for speed)."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        info.url + path, data=json.dumps(body).encode(), method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {info.token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        try:
+            return exc.code, json.load(exc)
+        except ValueError:
+            return exc.code, {"error": exc.reason}
+
+
+# -- the server side ---------------------------------------------------------------------
+
+
+class ControlError(Exception):
+    """A control request that cannot be done; ``status`` is its HTTP status."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
+    """The ``/control`` routes of the gateway's HTTP app."""
+    from aiohttp import web
+
+    from chatkernel.core.gateway.endpoints import bearer_ok
+    from chatkernel.core.gateway.http_guard import RequestError, read_json_object
+
+    def handler(action):
+        async def handle(request: web.Request) -> web.Response:
+            if not bearer_ok(request, token):
+                return web.json_response({"error": "missing or wrong control token"},
+                                         status=401)
+            try:
+                body = (await read_json_object(request, limit=MAX_BODY_BYTES)
+                        if request.can_read_body else {})
+            except RequestError as exc:
+                return web.json_response({"error": str(exc)}, status=exc.status)
+            try:
+                if isinstance(body.get("client"), dict):  # the caller says who it is
+                    report_presence(kernel, body["client"], request.remote)
+                return web.json_response(await action(body))
+            except ControlError as exc:
+                return web.json_response({"error": str(exc)}, status=exc.status)
+        return handle
+
+    async def send(body: dict[str, Any]) -> dict[str, Any]:
+        return await send_from_request(kernel, body)
+
+    async def status(body: dict[str, Any]) -> dict[str, Any]:
+        snapshot = await kernel.health.snapshot(live=bool(body.get("live")),
+                                                timeout=probe_timeout(body))
+        return {**snapshot.model_dump(mode="json"), "pid": os.getpid(),
+                "accounts": sorted(kernel.accounts), "started_at": kernel.started_at}
+
+    async def health(body: dict[str, Any]) -> dict[str, Any]:
+        snapshot = await kernel.health.snapshot(live=bool(body.get("live")),
+                                                timeout=probe_timeout(body))
+        return snapshot.model_dump(mode="json")
+
+    async def probe(body: dict[str, Any]) -> dict[str, Any]:
+        return await probe_from_request(kernel, body)
+
+    async def presence(body: dict[str, Any]) -> dict[str, Any]:
+        return {"presence": [entry.as_dict() for entry in kernel.presence.entries()]}
+
+    async def session_policy(body: dict[str, Any]) -> dict[str, Any]:
+        fields = strings(body, "session", "policy")
+        return await set_session_policy(kernel, fields["session"] or "",
+                                        fields["policy"] or "")
+
+    async def heartbeat_status(body: dict[str, Any]) -> dict[str, Any]:
+        return {**kernel.heartbeats.status(), "now": kernel.heartbeats.clock.now()}
+
+    async def heartbeat_wake(body: dict[str, Any]) -> dict[str, Any]:
+        return await wake_heartbeat(kernel, body)
+
+    async def reload(body: dict[str, Any]) -> dict[str, Any]:
+        return await reload_config(kernel, strings(body, "config")["config"])
+
+    return [("POST", "/control/send", handler(send)),
+            ("POST", "/control/status", handler(status)),
+            ("POST", "/control/health", handler(health)),
+            ("POST", "/control/channels/probe", handler(probe)),
+            ("POST", "/control/presence", handler(presence)),
+            ("POST", "/control/sessions/policy", handler(session_policy)),
+            ("POST", "/control/heartbeat/status", handler(heartbeat_status)),
+            ("POST", "/control/heartbeat/wake", handler(heartbeat_wake)),
+            ("POST", "/control/reload", handler(reload))]
+
+
+async def reload_config(kernel: "Kernel", config: str | None = None) -> dict[str, Any]:
+    """``chatkernel reload``: read the config file again and apply it (see
+    chatkernel.core.gateway.reload). A config the start-up checks refuse is a 422 naming what
+    is wrong, and nothing of it is applied. ``config``: the file the caller means; a
+    gateway that reads another one refuses (409) rather than switch files."""
+    from pathlib import Path
+
+    from chatkernel.core.errors import ConfigError
+    from chatkernel.core.gateway.reload import ReloadBusy
+
+    if kernel.reloader is None:
+        raise ControlError("this kernel cannot reload its config (it is not a gateway)", 409)
+    running = kernel.config_path
+    if config and running is not None and Path(config).resolve() != Path(running).resolve():
+        raise ControlError(f"the running gateway reads {running}, not {config}: edit that "
+                           "file, or restart the gateway with --config to switch files", 409)
+    try:
+        report = await kernel.reloader.reload()
+    except ConfigError as exc:
+        raise ControlError(f"{exc} (nothing was applied: the running config stays)",
+                           422) from None
+    except ReloadBusy as exc:
+        raise ControlError(str(exc), 409) from None
+    return {**report.as_dict(), "lines": report.lines(), "pid": os.getpid()}
+
+
+async def wake_heartbeat(kernel: "Kernel", body: dict[str, Any]) -> dict[str, Any]:
+    """``chatkernel heartbeat wake``: run a heartbeat now, or leave a note for its next run."""
+    from chatkernel.core.heartbeat.scheduler import HeartbeatError
+
+    fields = strings(body, "text", "mode", "session")
+    text, mode, session = fields["text"], fields["mode"] or "now", fields["session"]
+    try:
+        job = await kernel.heartbeats.wake_up(text, mode=mode, session_key=session or None)
+    except HeartbeatError as exc:
+        raise ControlError(str(exc), 404 if "no heartbeat" in str(exc) else 400) from None
+    return {"heartbeat": kernel.heartbeats.describe(job), "mode": mode}
+
+
+#: The longest probe a control request may ask for, in milliseconds (10 minutes).
+MAX_PROBE_TIMEOUT_MS = 600_000
+
+
+def probe_timeout(body: dict[str, Any]) -> float | None:
+    """``timeout_ms`` of a request, in seconds (None: the configured default)."""
+    value = body.get("timeout_ms")
+    if value is None:
+        return None
+    # Compared, never converted first: a JSON integer may be too large for a float.
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not 0 < value <= MAX_PROBE_TIMEOUT_MS:
+        raise ControlError(f"'timeout_ms' must be a positive number of milliseconds, at most "
+                           f"{MAX_PROBE_TIMEOUT_MS:,}")
+    return value / 1000
+
+
+def strings(body: dict[str, Any], *names: str) -> dict[str, str | None]:
+    """The named fields of a request, each a string or absent (None); ControlError names
+    those that are something else."""
+    wrong = [name for name in names
+             if body.get(name) is not None and not isinstance(body[name], str)]
+    if wrong:
+        raise ControlError(" and ".join(repr(name) for name in wrong)
+                           + (" must be a string" if len(wrong) == 1 else " must be strings"))
+    return {name: body.get(name) for name in names}
+
+
+def report_presence(kernel: "Kernel", client: dict[str, Any], remote: str | None) -> None:
+    """Record the caller in the gateway's presence table (``client.instance_id``...)."""
+    fields = {key: value for key, value in client.items()
+              if key != "instance_id" and isinstance(value, (str, int, float))}
+    try:
+        kernel.presence.report(str(client.get("instance_id") or ""), ip=remote, **fields)
+    except ValueError as exc:
+        raise ControlError(f"client: {exc}") from None
+
+
+async def probe_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str, Any]:
+    """Live probes of ``target`` (``CHANNEL`` or ``CHANNEL:ACCOUNT``; all when empty)."""
+    from chatkernel.core.health.probes import ProbeInfo, select_accounts
+
+    target = body.get("target")
+    if target is not None and not isinstance(target, str):
+        raise ControlError("'target' must be CHANNEL or CHANNEL:ACCOUNT")
+    try:
+        accounts = select_accounts(kernel.accounts.values(), target)
+    except LookupError as exc:
+        raise ControlError(str(exc), 404) from None
+    results = await kernel.health.probe(accounts, timeout=probe_timeout(body))
+    probes = {}
+    for account in accounts:
+        info = ProbeInfo.of(results[account.key], account.runtime.last_probe_at)
+        assert info is not None
+        probes[account.key] = info.model_dump(mode="json")
+    return {"ok": all(p["ok"] for p in probes.values()), "probes": probes}
+
+
+async def set_session_policy(kernel: "Kernel", key: str, policy: str) -> dict[str, Any]:
+    """A session's own send setting: ``allow``, ``deny`` or ``inherit`` (the rules)."""
+    if policy not in ("allow", "deny", "inherit"):
+        raise ControlError(f"policy must be allow, deny or inherit, not {policy!r}")
+    record = await kernel.sessions.get(key)
+    if record is None:
+        raise ControlError(f"no session {key!r} (chatkernel sessions list shows them)", 404)
+    await kernel.sessions.update_settings(record, send=None if policy == "inherit" else policy)
+    return {"session": key, "policy": policy}
+
+
+#: What ``chatkernel send`` reports (see :func:`send_outcome`; ``nothing``: the text
+#: made no payload).
+SEND_OUTCOMES = ("sent", "failed", "unknown", "pending", "queued", "nothing")
+
+
+def send_outcome(parts: list[dict[str, Any]] | None) -> str:
+    """One word for a send: ``sent`` (every part), ``failed`` (a part did not arrive),
+    ``unknown`` (a part may have arrived: no answer after it went out), ``pending``
+    (not done yet), or ``queued`` (nobody waited)."""
+    if parts is None:
+        return "queued"
+    statuses = {part["status"] for part in parts}
+    if not parts or "failed" in statuses:
+        return "failed"
+    if "unknown" in statuses:
+        return "unknown"
+    return "sent" if statuses == {"sent"} else "pending"
+
+
+async def send_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str, Any]:
+    """Do what ``chatkernel send`` / ``sessions send`` asked (validated here).
+
+    ``wait`` (seconds, default 0) waits for the outcome of every part; the answer then
+    has ``parts`` (``status``, ``error`` each) and ``outcome`` (:func:`send_outcome`).
+    Refused before anything is queued: an unknown target, a file the media-path policy
+    refuses, a send the send policy blocks, a web chat message with no web chat served.
+    """
+    text = body.get("text", "")
+    media = body.get("media") or []
+    wait = body.get("wait") or 0
+    if not isinstance(text, str) or not isinstance(media, list) or not all(
+            isinstance(item, str) for item in media):
+        raise ControlError("'text' must be a string and 'media' a list of paths")
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
+        raise ControlError("'wait' must be a number of seconds, 0 or more")
+    if not text.strip() and not media:
+        raise ControlError("nothing to send: give a text or a file")
+    where = strings(body, "session", "channel", "account", "to", "thread")
+    try:
+        if where["session"]:
+            account, route, key = await kernel.session_target(where["session"])
+        else:
+            account, route, key = await kernel.resolve_target(
+                where["channel"] or "", where["account"], where["to"] or "",
+                thread=where["thread"])
+    except LookupError as exc:
+        raise ControlError(str(exc), 404) from None
+    for path in media:  # the sender hears of a refused file now, not the chat later
+        allowed, reason = await kernel.outbound.check_media(account, path)
+        if allowed is None:
+            raise ControlError(f"{path}: {reason}", 403)
+    if getattr(account.channel, "needs_http_server", False) and kernel.url is None:
+        # The web chat's page is the gateway's: with none running, nobody would see it.
+        raise ControlError(f"{account.key} shows messages only on the gateway's page, and no "
+                           "gateway is running: nothing was sent (start one with "
+                           "`chatkernel run`, then send again)", 409)
+    session = kernel.sessions.cached(key) or await kernel.sessions.get(key)
+    verdict = kernel.send_policy.check(route, session)
+    if not verdict:
+        raise ControlError(f"not sent to {key}: {verdict.reason}", 403)
+    if session is None:  # a first send to this chat: a session it shows in
+        session = await kernel.sessions.open(key, route)
+    reply_id = await kernel.outbound.deliver_text(
+        account, route, text, session_key=key, session_id=session.session_id, media=media)
+    answer: dict[str, Any] = {"reply_id": reply_id, "session": key, "account": account.key,
+                              "chat_id": route.chat_id}
+    if reply_id is not None and wait:
+        entries = await kernel.deliveries.wait(reply_id, wait)
+        answer["parts"] = [{"status": entry.status, "error": entry.error} for entry in entries]
+    answer["outcome"] = send_outcome(answer.get("parts")) if reply_id else "nothing"
+    return answer

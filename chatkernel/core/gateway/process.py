@@ -1,0 +1,293 @@
+"""The gateway: a kernel, its accounts' receive loops and one HTTP server.
+
+Each account's ``Channel.run`` runs under a :class:`~chatkernel.core.gateway.supervisor.Supervisor`:
+a crashed loop is restarted with exponential backoff, and the health monitor
+restarts one that went silent. The HTTP server carries every channel's routes,
+the control API, ``/healthz``, ``/metrics`` and ``/status``. SIGINT/SIGTERM stop
+the receive loops, let in-flight turns and sends drain (bounded), close the
+store and return. SIGHUP reloads the config file (chatkernel.core.gateway.reload).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio
+from aiohttp import web
+from anyio.abc import TaskGroup
+
+from chatkernel.core import config as cfg
+from chatkernel.core.gateway.cluster import Cluster
+from chatkernel.core.gateway.gc_tuning import tune_for_serving
+from chatkernel.core.gateway.homelock import HomeLock
+from chatkernel.core.kernel import Kernel
+from chatkernel.sdk.models import Account
+from chatkernel.core.health.presence import is_loopback
+from chatkernel.core.gateway.reload import ConfigReloader
+from chatkernel.core.gateway.supervisor import Supervisor, supervise
+
+__all__ = ["DRAIN_SECONDS", "Listening", "ReceiveLoops", "build_app", "check_listen",
+           "check_startup", "run_gateway", "supervise"]
+
+log = logging.getLogger("chatkernel.gateway")
+
+DRAIN_SECONDS = 10.0
+
+
+@dataclass(slots=True)
+class Listening:
+    """Where the gateway's HTTP server is bound."""
+
+    host: str
+    port: int
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a listen host is reachable from this machine only."""
+    return host.lower() == "localhost" or is_loopback(host)
+
+
+def check_listen(config: cfg.KernelConfig, host: str, *, config_path=None) -> None:
+    """Refuse to serve the control API beyond loopback without a token from the config."""
+    if not is_loopback_host(host) and not config.gateway.control_token:
+        raise cfg.ConfigError(
+            f"the gateway would listen on {host or 'every address'}, beyond this machine, "
+            "with a random control token: set gateway.control_token (a long random secret, "
+            "e.g. \"${CHATKERNEL_CONTROL_TOKEN}\") so the control API, /metrics and /status "
+            "need it, or listen on 127.0.0.1",
+            path=config_path, key="gateway.control_token")
+
+
+def check_startup(config: cfg.KernelConfig, *, config_path=None, listen: str | None = None,
+                  pm=None) -> Kernel:
+    """Every check a start makes before it binds or opens anything (the listen address,
+    then :meth:`Kernel.check`): ``chatkernel config validate`` runs it too, so what it
+    calls ok, ``run`` accepts; so does a reload. Returns the checked kernel (not
+    started: its accounts are built, nothing is open)."""
+    host, _ = parse_listen(listen or config.gateway.listen)
+    check_listen(config, host, config_path=config_path)
+    # Channel constructors open nothing (clients connect on first use): no cleanup.
+    kernel = Kernel(config, config_path=config_path, pm=pm)
+    kernel.check()
+    return kernel
+
+
+def cannot_listen(host: str, port: int, error: OSError, origin: str | None) -> str:
+    """Why ``host:port`` cannot be bound, where the address came from, and what to try."""
+    shown = f"[{host}]" if ":" in host else host
+    # asyncio's strerror repeats the address; the errno's own words do not.
+    reason = os.strerror(error.errno) if error.errno else str(error)
+    message = f"cannot listen on {shown}:{port} (from {origin or 'gateway.listen'}): {reason}"
+    if error.errno == errno.EADDRINUSE:
+        free = free_port(host)
+        message += ("; another program (another gateway?) holds it: stop it, or choose "
+                    + (f"a free port, e.g. --listen {shown}:{free}" if free else
+                       f"another port (--listen {shown}:0 picks a free one)"))
+    return message
+
+
+def free_port(host: str) -> int | None:
+    """A port free on ``host`` right now (the system's pick for port 0), or None."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((host, 0))
+            return probe.getsockname()[1]
+    except OSError:
+        return None
+
+
+KERNEL = web.AppKey("kernel", Kernel)
+
+
+class ReceiveLoops:
+    """The accounts' receive loops, each under its :class:`Supervisor`, in one task group:
+    where loops start (for every account at start, for one a reload adds) and stop
+    (an account a reload removes or restarts on new settings)."""
+
+    def __init__(self, kernel: Kernel, task_group: TaskGroup) -> None:
+        self.kernel = kernel
+        self._tg = task_group
+        self._running: dict[str, tuple[anyio.CancelScope, anyio.Event]] = {}
+
+    def start(self, account: Account) -> None:
+        supervisor = self.kernel.supervisors[account.key] = Supervisor(self.kernel, account)
+        scope, ended = self._running[account.key] = anyio.CancelScope(), anyio.Event()
+
+        async def run() -> None:
+            try:
+                with scope:
+                    await supervisor.run()
+            finally:
+                ended.set()
+
+        self._tg.start_soon(run, name=f"receive {account.key}")
+
+    def stop(self, key: str) -> anyio.Event | None:
+        """Cancel an account's loop; the event is set once it ended (None: none ran)."""
+        self.kernel.supervisors.pop(key, None)
+        found = self._running.pop(key, None)
+        if found is None:
+            return None
+        scope, ended = found
+        scope.cancel()
+        return ended
+
+
+def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
+              host: str = "127.0.0.1") -> web.Application:
+    """The HTTP app: every channel's routes (web chat, webhooks), the control API and
+    the health endpoints (open on loopback, see :mod:`chatkernel.core.gateway.endpoints`),
+    behind the request checks of :mod:`chatkernel.core.gateway.http_guard` (``host``: the
+    listen host)."""
+    from chatkernel.core.gateway import control
+    from chatkernel.core.gateway import endpoints as health_http
+    from chatkernel.core.gateway import http_guard
+
+    app = web.Application(client_max_size=http_guard.MAX_BODY_BYTES)
+    seen: set[tuple[str, str]] = set()
+    owned = [(account, route) for account in kernel.accounts.values()
+             if account.channel is not None for route in account.channel.http_routes()]
+    owned += [(None, route) for route in control.routes(kernel, control_token)]
+    owned += [(None, route) for route in health_http.routes(kernel, control_token,
+                                                               loopback=loopback)]
+    for account, (method, path, handler) in owned:
+        if (method, path) in seen:
+            where = f"channels.{account.channel_name}" if account else "gateway"
+            raise cfg.ConfigError(f"two handlers want the HTTP route {method} {path}",
+                                  key=where)
+        seen.add((method, path))
+        app.router.add_route(method, path, handler)
+    webhooks = [path for account, (_, path, _) in owned if account is not None and
+                http_guard.is_webhook_path(path, account.channel_name, account.name)]
+    hosts = http_guard.HostCheck(host.lower(), frozenset(kernel.config.gateway.public_hosts))
+    http_guard.install(app, hosts=hosts, webhooks=webhooks)
+    app[KERNEL] = kernel
+    return app
+
+
+async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
+                      listen: str | None = None, pm=None,
+                      on_ready: Callable[[Listening], None] | None = None,
+                      stop: anyio.Event | None = None, handle_signals: bool = True,
+                      listen_origin: str | None = None) -> None:
+    """Run until SIGINT/SIGTERM (or ``stop`` is set), then shut down in order.
+
+    ``listen_origin`` says where the listen address came from ("--listen on the
+    command line"), for the error when it cannot be bound.
+    Holds the home's lock (:mod:`chatkernel.core.gateway.homelock`) all along: raises
+    :class:`~chatkernel.core.gateway.homelock.HomeInUse` when another process has it."""
+    host, port = parse_listen(listen or config.gateway.listen)
+    check_listen(config, host, config_path=config_path)
+    from chatkernel.core.gateway import control
+
+    token = config.gateway.control_token or control.new_token()
+    # Before the store opens: a second gateway must not replay the first one's work
+    # (nor poll its accounts, nor take over gateway.json).
+    with HomeLock(cfg.home_dir(), "gateway"):
+        async with Kernel(config, config_path=config_path, pm=pm) as kernel:
+            kernel.secrets.add(token)  # in gateway.json, which an agent could read
+            app = build_app(kernel, token, loopback=is_loopback_host(host), host=host)
+            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            await runner.setup()
+            restore_gc = None
+            try:
+                site = web.TCPSite(runner, host, port)
+                try:
+                    await site.start()
+                except OSError as exc:
+                    raise cfg.ConfigError(cannot_listen(host, port, exc, listen_origin)) from None
+                bound = runner.addresses[0]
+                listening = Listening(host, bound[1])
+                kernel.url = listening.url
+                try:
+                    control.write_state(cfg.home_dir(), listening.url, token)
+                except OSError as exc:
+                    raise cfg.ConfigError(
+                        f"cannot write {control.state_path(cfg.home_dir())}: "
+                        f"{exc.strerror or exc}. The chatkernel commands find the running gateway "
+                        "through it: make the directory writable for this user, or set "
+                        "CHATKERNEL_HOME to a writable one") from None
+                names = ", ".join(sorted(kernel.accounts)) or "none"
+                log.info("chatkernel listening on %s (accounts: %s; agent: %s)", listening.url,
+                         names, config.agent.kind)
+                if on_ready is not None:
+                    on_ready(listening)
+                # Started: what start-up built is never garbage (chatkernel.core.gateway.gc_tuning).
+                restore_gc = tune_for_serving()
+                async with anyio.create_task_group() as loops:
+                    if kernel.cluster is not None:
+                        # Several instances: each account's loop runs where its lease is.
+                        receive: ReceiveLoops | Cluster = kernel.cluster
+                        kernel.cluster.run_receive_loops()
+                    else:
+                        receive = ReceiveLoops(kernel, loops)
+                        for account in kernel.accounts.values():
+                            receive.start(account)
+                    kernel.reloader = ConfigReloader(kernel, receive, config_path=config_path,
+                                                     listen=listen or config.gateway.listen)
+                    loops.start_soon(kernel.health.run_refresher, name="health refresher")
+                    loops.start_soon(kernel.monitor.run, name="health monitor")
+                    await _wait_for_stop(stop, handle_signals, kernel.reloader.reload_and_log)
+                    log.info("stopping: no new messages; draining in-flight turns")
+                    if kernel.cluster is not None:
+                        # The leases are renewed while the turns and sends drain, then
+                        # given back (another instance replaying them would answer twice).
+                        kernel.cluster.stop_receiving()
+                        await _drain(kernel)
+                        await kernel.cluster.release()
+                    loops.cancel_scope.cancel()
+                if kernel.cluster is None:
+                    await _drain(kernel)
+            finally:
+                if restore_gc is not None:
+                    restore_gc()
+                control.remove_state(cfg.home_dir())
+                await runner.cleanup()
+    log.info("stopped")
+
+
+async def _drain(kernel: Kernel) -> None:
+    if not await kernel.drain(DRAIN_SECONDS):
+        log.warning("turns still running after %.0fs: they will be replayed on the next "
+                    "start", DRAIN_SECONDS)
+
+
+async def _wait_for_stop(stop: anyio.Event | None, handle_signals: bool,
+                         on_hangup: Callable[[], Awaitable[None]]) -> None:
+    async with anyio.create_task_group() as tg:
+        async def cancel_on(waiter: Callable[[], Awaitable[object]]) -> None:
+            await waiter()
+            tg.cancel_scope.cancel()
+
+        if stop is not None:
+            tg.start_soon(cancel_on, stop.wait)
+        if handle_signals:
+            async def signals() -> None:
+                with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM,
+                                                signal.SIGHUP) as received:
+                    async for signum in received:
+                        log.info("received %s", signal.Signals(signum).name)
+                        if signum != signal.SIGHUP:
+                            return
+                        tg.start_soon(on_hangup, name="reload")
+
+            tg.start_soon(cancel_on, signals)
+        if stop is None and not handle_signals:
+            raise ValueError("nothing could ever stop this gateway")

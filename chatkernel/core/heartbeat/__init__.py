@@ -1,0 +1,1 @@
+"""Heartbeats: the scheduler and runner, the HEARTBEAT_OK contract, HEARTBEAT.md."""

@@ -1,0 +1,488 @@
+"""The inbound delivery pipeline, the same skeleton for every channel.
+
+deliver: validate → dedupe + journal → ``inbound_accept`` → slash command? →
+session → route refresh → last active chat → busy hint → queue lane →
+``inbound_delivered``.
+
+Two entry points run it. :meth:`Inbound.deliver` goes through every step and
+returns the outcome (tests and tools use it). :meth:`Inbound.accept` is what
+receive loops get: it returns as soon as the message is durably journaled,
+so a loop can advance its platform cursor and fetch more at once, while the
+rest of the pipeline runs behind it, in order within every chat.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import TYPE_CHECKING
+
+import anyio
+
+from chatkernel.core.inbound.commands import CommandContext, parse_command
+from chatkernel.core.lines import Lines
+from chatkernel.sdk.models import (
+    INBOUND_FIELD_LIMITS,
+    MAX_INBOUND_MEDIA,
+    MAX_ROUTE_EXTRA_BYTES,
+    MEDIA_FIELD_LIMITS,
+    Account,
+    InboundMessage,
+    MediaRef,
+    Verdict,
+)
+from chatkernel.core.plugins import await_maybe
+from chatkernel.core.inbound.queue import QueuedMessage
+from chatkernel.core.inbound.sessions import route_for
+from chatkernel.core.store.base import StoreError
+from chatkernel.sdk.codec import encode_json_bytes
+
+if TYPE_CHECKING:
+    from chatkernel.core.kernel import Kernel
+
+log = logging.getLogger("chatkernel.inbound")
+
+#: Accepted messages still waiting for the rest of the pipeline, across all chats,
+#: before :meth:`Inbound.accept` makes receive loops wait (backpressure).
+ACCEPT_BACKLOG = 2000
+#: Journal seqs remembered per account as lined up (several instances, see line_up).
+LINED_REMEMBERED = 100_000
+#: How long an idle chat's line task waits for the next message before it ends.
+LINE_LINGER_SECONDS = 2.0
+
+BUSY_HINT = "⏳ still working on your previous message — I'll get to this one next."
+UNKNOWN_SENDER_REMINDER_SECONDS = 24 * 3600
+
+
+class InvalidMessage(ValueError):
+    """A channel produced a message the kernel cannot accept; names what is wrong."""
+
+
+def validate(message: InboundMessage) -> None:
+    """Reject malformed messages with a clear error before anything is recorded.
+
+    Every field is checked for its type and capped at its size
+    (:data:`~chatkernel.sdk.models.INBOUND_FIELD_LIMITS` and the media and
+    ``route_extra`` limits next to it): what a channel hands over is the
+    platform's, or a stranger's, and the kernel keeps it in memory and on disk.
+    """
+    if not isinstance(message, InboundMessage):
+        raise InvalidMessage(f"expected an InboundMessage, got {type(message).__name__}")
+    for name in ("channel", "account", "chat_id", "message_id", "sender_id"):
+        value = getattr(message, name)
+        if not isinstance(value, str) or not value:
+            raise InvalidMessage(f"inbound message field {name!r} must be a non-empty string,"
+                                 f" got {_shown(value)}")
+        _check_length(name, value, INBOUND_FIELD_LIMITS[name])
+    for name in ("text", "sender_name"):
+        value = getattr(message, name)
+        if not isinstance(value, str):
+            raise InvalidMessage(f"inbound message field {name!r} must be a string, "
+                                 f"got {type(value).__name__}")
+        _check_length(name, value, INBOUND_FIELD_LIMITS[name])
+    if message.thread_id is not None:
+        if not isinstance(message.thread_id, str):
+            raise InvalidMessage("inbound message field 'thread_id' must be a string or None")
+        _check_length("thread_id", message.thread_id, INBOUND_FIELD_LIMITS["thread_id"])
+    timestamp = message.timestamp
+    if isinstance(timestamp, bool) or not isinstance(timestamp, (int, float)) \
+            or not math.isfinite(timestamp):
+        raise InvalidMessage(f"inbound message field 'timestamp' must be a finite number of "
+                             f"seconds, got {_shown(timestamp)}")
+    if message.media:
+        _validate_media(message.media)
+    if message.route_extra:
+        _validate_route_extra(message.route_extra)
+
+
+def _validate_media(media: object) -> None:
+    if not isinstance(media, list):
+        raise InvalidMessage(f"inbound message field 'media' must be a list of MediaRef, "
+                             f"got {type(media).__name__}")
+    if len(media) > MAX_INBOUND_MEDIA:
+        raise InvalidMessage(f"inbound message field 'media' holds {len(media):,} files; "
+                             f"the most is {MAX_INBOUND_MEDIA}")
+    for index, ref in enumerate(media):
+        if not isinstance(ref, MediaRef):
+            raise InvalidMessage(f"inbound message field 'media[{index}]' must be a MediaRef, "
+                                 f"got {type(ref).__name__}")
+        for name, limit in MEDIA_FIELD_LIMITS.items():
+            value = getattr(ref, name)
+            if value is None and name != "kind":
+                continue
+            if not isinstance(value, str):
+                raise InvalidMessage(f"inbound message field 'media[{index}].{name}' must be "
+                                     f"a string, got {type(value).__name__}")
+            _check_length(f"media[{index}].{name}", value, limit)
+
+
+def _validate_route_extra(extra: object) -> None:
+    if not isinstance(extra, dict):
+        raise InvalidMessage(f"inbound message field 'route_extra' must be a dict, "
+                             f"got {type(extra).__name__}")
+    try:
+        size = len(encode_json_bytes(extra, what="'route_extra'"))
+    except TypeError as exc:
+        raise InvalidMessage(f"inbound message field {exc}") from None
+    if size > MAX_ROUTE_EXTRA_BYTES:
+        raise InvalidMessage(f"inbound message field 'route_extra' takes {size:,} bytes as "
+                             f"JSON; the most is {MAX_ROUTE_EXTRA_BYTES:,}")
+
+
+def _check_length(name: str, value: str, limit: int) -> None:
+    if len(value) > limit:
+        raise InvalidMessage(f"inbound message field {name!r} is {len(value):,} characters "
+                             f"long; the most is {limit:,}")
+
+
+def _shown(value: object, limit: int = 60) -> str:
+    """A value's repr for an error message, cut short (it may be anything, of any size)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({type(value).__name__})"
+
+
+def envelope(message: InboundMessage) -> str:
+    """``[channel: telegram | user: 42 | thread: 7]``: the line the agent reads first."""
+    parts = [f"channel: {message.channel}", f"user: {message.sender_id}"]
+    if message.sender_name:
+        parts[-1] += f" ({message.sender_name})"
+    if message.is_group:
+        parts.append(f"group: {message.chat_id}")
+    if message.thread_id:
+        parts.append(f"thread: {message.thread_id}")
+    return "[" + " | ".join(parts) + "]"
+
+
+def media_note(media: MediaRef) -> str:
+    """``[image saved: <path>]``: how the agent learns of an inbound file."""
+    if media.path is not None:
+        return f"[{media.kind} saved: {media.path}]"
+    name = f" {media.filename}" if media.filename else ""
+    return f"[{media.kind}{name} received, {media.note or 'not saved'}]"
+
+
+def text_with_media_notes(message: InboundMessage) -> str:
+    notes = [media_note(media) for media in message.media]
+    return "\n".join(filter(None, [message.text, *notes]))
+
+
+class Receiver:
+    """What a receive loop gets as ``deliver`` from the kernel.
+
+    Call it with one message (:meth:`Inbound.accept`); a loop that gets
+    messages in batches may use :meth:`many` (:meth:`Inbound.accept_many`),
+    or :func:`chatkernel.sdk.channel.deliver_many`, which works with any
+    ``deliver``. Both return once the messages are durably journaled.
+    """
+
+    __slots__ = ("_inbound",)
+
+    def __init__(self, inbound: "Inbound") -> None:
+        self._inbound = inbound
+
+    async def __call__(self, message: InboundMessage) -> str:
+        return await self._inbound.accept(message)
+
+    async def many(self, messages: list[InboundMessage]) -> list[str]:
+        return await self._inbound.accept_many(messages)
+
+
+class Inbound:
+    """Runs the delivery pipeline for one kernel."""
+
+    def __init__(self, kernel: "Kernel") -> None:
+        self.kernel = kernel
+        self._observed = True  # anyone implementing inbound_delivered? (set on start)
+        self._last_chat: dict[str, dict] = {}
+        self._last_chat_dirty: set[str] = set()
+        # accept(): a line per chat of journaled messages (see chatkernel.core.lines).
+        self.lines: Lines[tuple[Account, InboundMessage, int]] = Lines(
+            "inbound", self._process_accepted, task_group=lambda: kernel.task_group,
+            linger=LINE_LINGER_SECONDS, after=self._taken)
+        self._room = anyio.Event()  # set whenever the backlog is below ACCEPT_BACKLOG
+        self._room.set()
+        # With several instances: the journal seqs lined up per account (see line_up).
+        self._lined: dict[str, dict[int, None]] = {}
+
+    async def accept(self, message: InboundMessage) -> str:
+        """Journal a message durably and return; the pipeline goes on behind.
+
+        Returns ``accepted`` or ``duplicate``. Messages of one chat go through
+        the rest of the pipeline one at a time, in the order they were
+        accepted; different chats side by side. A crash before a message is
+        processed loses nothing: it is still unfinished in the journal and is
+        replayed on the next start. Waits while :data:`ACCEPT_BACKLOG`
+        messages are already waiting.
+        """
+        while len(self.lines) >= ACCEPT_BACKLOG:
+            await self._room.wait()
+        accepted = await self._journal(message)
+        if accepted is None:
+            return "duplicate"
+        account, seq = accepted
+        self._line_up_if_owned(account, seq, message)
+        return "accepted"
+
+    async def accept_many(self, messages: list[InboundMessage]) -> list[str]:
+        """:meth:`accept` for a batch (a long poll's updates): one durable write for
+        all of them, then each goes on in order within its chat.
+
+        Returns an outcome per message: ``accepted``, ``duplicate``, or
+        ``invalid`` for a message the kernel cannot take (logged with the
+        reason; the rest of the batch is not held back by it).
+        """
+        while len(self.lines) >= ACCEPT_BACKLOG:
+            await self._room.wait()
+        kernel = self.kernel
+        outcomes: list[str] = []
+        valid: list[tuple[int, Account, InboundMessage]] = []
+        for index, message in enumerate(messages):
+            try:
+                validate(message)
+                account = kernel.account_for(message.channel, message.account)
+            except InvalidMessage as exc:
+                log.error("inbound message %r not accepted: %s",
+                          getattr(message, "message_id", None), exc)
+                outcomes.append("invalid")
+                continue
+            valid.append((index, account, message))
+            outcomes.append("accepted")
+        seqs = await kernel.store.journal_inbound_many([m for _, _, m in valid])
+        for (index, account, message), seq in zip(valid, seqs):
+            if self._counted(account, message, seq) is None:
+                outcomes[index] = "duplicate"
+            else:
+                self._line_up_if_owned(account, seq, message)
+        return outcomes
+
+    def _line_up_if_owned(self, account: Account, seq: int, message: InboundMessage) -> None:
+        """After journaling: the pipeline goes on here, unless several instances share
+        the store. Then the account's owner reads every message from the account's
+        inbox, even those it journaled itself: in journal order, whichever instance
+        took them (core/gateway/cluster.py)."""
+        if self.kernel.cluster is None:
+            self.line_up(account, seq, message)
+
+    def line_up(self, account: Account, seq: int, message: InboundMessage) -> None:
+        """Queue a journaled message behind its chat's earlier ones.
+
+        With several instances, a message may come both from the account's unfinished
+        journal and its inbox when an instance takes it over: it is lined up once."""
+        if self.kernel.cluster is not None and not self._mark_lined(account, seq):
+            return
+        self.lines.put(_chat_key(message), (account, message, seq))
+        if len(self.lines) == ACCEPT_BACKLOG:
+            self._room = anyio.Event()
+
+    def _mark_lined(self, account: Account, seq: int) -> bool:
+        """Remember ``seq`` as lined up; False when it was already."""
+        lined = self._lined.setdefault(account.key, {})
+        if seq in lined:
+            return False
+        lined[seq] = None
+        if len(lined) > LINED_REMEMBERED:
+            del lined[next(iter(lined))]
+        return True
+
+    def forget_lined(self, account: Account) -> None:
+        """A new tenure of ``account`` (core/gateway/cluster.py): what the last one lined up is
+        done or left unfinished, and is replayed."""
+        self._lined.pop(account.key, None)
+
+    async def _process_accepted(self, item: tuple[Account, InboundMessage, int]) -> None:
+        account, message, seq = item
+        try:
+            await self.process(account, message, seq)
+        except Exception:
+            # Left unfinished in the journal: the next start replays it.
+            log.exception("%s: message %s failed in the pipeline", account.key,
+                          message.message_id)
+
+    def _taken(self, item: tuple[Account, InboundMessage, int]) -> None:
+        if len(self.lines) == ACCEPT_BACKLOG - 1:
+            self._room.set()
+
+    def backlog(self) -> int:
+        """Accepted messages not yet through the pipeline."""
+        return len(self.lines)
+
+    async def wait_settled(self) -> None:
+        """Return once every accepted message went through the pipeline."""
+        await self.lines.wait_empty()
+
+    async def deliver(self, message: InboundMessage) -> str:
+        """Deliver one normalized message; returns the outcome (for logs and tests):
+
+        ``duplicate``, ``rejected``, ``command``, or the queue's answer
+        (``started``, ``queued``, ``steered``, ``interrupted``, ``refused``).
+        """
+        accepted = await self._journal(message)
+        if accepted is None:
+            return "duplicate"
+        account, seq = accepted
+        cluster = self.kernel.cluster
+        if cluster is not None:
+            if not cluster.owns(account.key):
+                return "accepted"  # its owner runs it, from its inbox (core/gateway/cluster.py)
+            self._mark_lined(account, seq)  # not again when the inbox brings it
+        return await self.process(account, message, seq)
+
+    async def _journal(self, message: InboundMessage) -> tuple[Account, int] | None:
+        """Validate, dedupe and journal (durably); None for a duplicate."""
+        validate(message)
+        account = self.kernel.account_for(message.channel, message.account)
+        seq = await self.kernel.store.journal_inbound(message)
+        return self._counted(account, message, seq)
+
+    def _counted(self, account: Account, message: InboundMessage,
+                 seq: int | None) -> tuple[Account, int] | None:
+        """Count a journaled message, or a duplicate (``seq`` None: returns None)."""
+        metrics = self.kernel.metrics
+        if seq is None:
+            metrics.child(metrics.duplicates, message.channel, message.account).inc()
+            log.debug("duplicate %s message %s ignored", account.key, message.message_id)
+            return None
+        metrics.tally(metrics.messages_in, message.channel, message.account).inc()
+        account.last_inbound_at = time.time()
+        return account, seq
+
+    async def process(self, account: Account, message: InboundMessage, seq: int | None) -> str:
+        """Everything after the journal; also how unfinished entries are replayed."""
+        kernel = self.kernel
+        store = kernel.store
+        verdict = await await_maybe(kernel.pm.call("inbound_accept", message=message,
+                                                    account=account))
+        if verdict is not None and not verdict:
+            await self._reject(account, message, verdict, seq)
+            return "rejected"
+
+        sessions, queue = kernel.sessions, kernel.queue
+        record = await sessions.resolve(message)
+        route = await sessions.refresh_route(record.key, message)
+        self._remember_last_chat(account, message)
+
+        parsed = parse_command(message.text, account.channel.command_prefixes
+                               if account.channel else "/")
+        if parsed is not None:
+            command = kernel.commands.get(parsed[0])
+            if command is not None:
+                await self._run_command(command, account, message, record, parsed, route,
+                                        seq)
+                if seq is not None:
+                    await store.set_journal_status(seq, "done")
+                return "command"
+
+        await sessions.touch(record)
+        if queue.is_busy(record.key):
+            lane = queue.lane(record.key)
+            # Only while a turn runs: a message that joins a turn not yet started
+            # (a burst from one poll, a debounce) is not "waiting for the previous one".
+            # It speaks for the running turn, so it goes out now (chatkernel.core.outbound.order).
+            if lane.running and not lane.busy_hint_sent and \
+                    kernel.queue_settings(record.key).mode != "interrupt" and \
+                    (account.channel is None or account.channel.busy_hint):
+                lane.busy_hint_sent = True
+                await kernel.outbound.deliver_text(account, route, BUSY_HINT, fmt="plain",
+                                                   session_key=record.key,
+                                                   session_id=record.session_id)
+        if queue.is_busy(record.key) and not queue.lane(record.key).running:
+            # Waiting out a debounce: no turn shows the indicator yet, so show it now.
+            # (An idle lane starts its turn at once, and a turn indicates itself.)
+            kernel.start_indicator(account, route)
+        # The journal entry stays "received" until its turn finishes: a mark in
+        # between would cost a write and change nothing a restart does.
+        if seq is not None:
+            kernel.order.opened(record.key, seq)  # answers sent after this one wait for it
+        outcome = await queue.enqueue(record.key, QueuedMessage(message, seq))
+        if outcome == "steered" and seq is not None:  # the running turn answers it
+            await kernel.order.closed(record.key, [seq])
+        if self._observed:
+            for result in kernel.pm.hook.inbound_delivered(message=message, session=record):
+                await await_maybe(result)
+        return outcome
+
+    async def _reject(self, account: Account, message: InboundMessage, verdict: Verdict,
+                      seq: int | None) -> None:
+        kernel = self.kernel
+        kernel.metrics.rejected.labels(message.channel, message.account).inc()
+        log.info("%s: message from %s refused: %s", account.key, message.sender_id,
+                 verdict.reason)
+        if seq is not None:
+            await kernel.store.set_journal_status(seq, "rejected")
+        if not verdict.reply:
+            return
+        # One reply per sender and day, so a stranger cannot make the bot spam.
+        key = f"refusal_sent:{message.sender_id}"
+        last = await kernel.store.get_account_state(account.channel_name, account.name, key)
+        now = time.time()
+        if isinstance(last, (int, float)) and now - last < UNKNOWN_SENDER_REMINDER_SECONDS:
+            return
+        await kernel.store.set_account_state(account.channel_name, account.name, key, now)
+        await kernel.outbound.deliver_text(account, route_for(message), verdict.reply,
+                                           fmt="plain")
+
+    def _remember_last_chat(self, account: Account, message: InboundMessage) -> None:
+        """The target of ``last``: kept in memory, written when it changed.
+
+        Busy accounts change it with nearly every message, so the write is
+        coalesced: :meth:`flush_last_chats` runs every second and at shutdown.
+        """
+        current = self._last_chat.get(account.key)
+        if current is not None and current["chat_id"] == message.chat_id and \
+                current["thread_id"] == message.thread_id:
+            return
+        self._last_chat[account.key] = {
+            "chat_id": message.chat_id, "thread_id": message.thread_id,
+            "is_group": message.is_group, "sender_id": message.sender_id}
+        self._last_chat_dirty.add(account.key)
+
+    def last_chat(self, account: Account) -> dict | None:
+        """The last active chat of an account this run (None: ask the store)."""
+        return self._last_chat.get(account.key)
+
+    async def flush_last_chats(self) -> None:
+        """Write the accounts' last active chats that changed. One the store cannot take
+        now (it is unreachable) is written at the next flush; the error is logged."""
+        dirty, self._last_chat_dirty = self._last_chat_dirty, set()
+        for key in sorted(dirty):
+            account = self.kernel.accounts.get(key)
+            if account is None:
+                continue
+            try:
+                await self.kernel.store.set_account_state(
+                    account.channel_name, account.name, "last_chat", self._last_chat[key])
+            except StoreError as exc:
+                self._last_chat_dirty.add(key)
+                # Health reports the store; this is tried again in a second.
+                log.debug("%s: its last active chat is not saved yet: %s", key, exc)
+
+    async def _run_command(self, command, account, message, record, parsed, route,
+                           seq: int | None) -> None:
+        kernel = self.kernel
+        name, args = parsed
+        direct_only = command.direct_only or getattr(account.config, "direct_only_commands",
+                                                     False)
+        if direct_only and message.is_group:
+            reply: str | None = f"/{name} works in direct chats only."
+        else:
+            context = CommandContext(kernel, message, account, record, name, args)
+            try:
+                reply = await await_maybe(command.handler(context))
+            except Exception as exc:
+                log.exception("command /%s failed", name)
+                reply = f"⚠️ /{name} failed: {exc}"
+        if reply:
+            # It runs now, in arrival order, but its answer waits for the turns of the
+            # messages before it (chatkernel.core.outbound.order).
+            async def answer() -> None:
+                await kernel.outbound.deliver_text(account, route, reply,
+                                                   session_key=record.key,
+                                                   session_id=record.session_id, fmt="plain")
+
+            await kernel.order.send(record.key, seq, answer)
+
+
+def _chat_key(message: InboundMessage) -> str:
+    # Per chat, not per session: the order a person wrote in holds across threads.
+    return f"{message.channel}:{message.account}:{message.chat_id}"

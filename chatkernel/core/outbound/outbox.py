@@ -1,0 +1,659 @@
+"""The outbox: every payload is recorded before it is sent and marked after.
+
+A reply's payloads are queued in the store (``pending``) and sent, in order,
+by the session's sender. Just before a request goes out (after any wait for
+a rate-limit slot), its entry is marked ``sending`` and that mark is
+committed; after, ``sent`` or ``failed``. While a payload waits between
+requests (a retry's backoff, a 429's ``retry_after``, the platform being
+unreachable) it is ``pending`` again: nothing of it is out. So after a crash:
+
+- ``pending`` entries were not out: they are sent on restart;
+- ``sending`` entries may or may not have reached the platform: they are
+  reported in the session log as "delivery unknown", never resent (a
+  duplicate is a bug like a loss).
+
+The usual reply goes out at once: its session's sender is idle and its
+rate-limit slot is free. Then its first payload is stored ``sending`` from the
+start (one write instead of an insert and an update), and the sender, woken
+by that row's commit (``Store.after_commit``), takes the slot and sends it.
+If the slot is no longer free by then (a burst of replies queued at once),
+the payload goes back to ``pending`` and waits for its slot like any other.
+Otherwise the payload is stored ``pending`` and waits its turn.
+
+Each request runs under the channel's retry policy and holds a slot of the
+account's rate limiter until its answer is in; the send policy is checked on
+every payload, whatever its origin. A request refused before it was sent
+(the platform cannot be reached) does not fail its payload: the account's
+senders wait for the platform together (:class:`~chatkernel.core.outbound.retry.Outage`),
+each chat's payloads in order, up to the policy's ``unreachable_max_age``.
+A ``sending`` mark the store cannot commit (a full disk) is tried again in
+place, holding the session's line, until it can: nothing goes out unrecorded
+and nothing is reported failed that is sent later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import logging
+import time
+import uuid
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from chatkernel.core.outbound.deliveries import describe_payload
+from chatkernel.core.lines import Lines
+from chatkernel.sdk.models import Account, OutboundPayload, Route, SendError, SendResult
+from chatkernel.core.outbound.responder import upload_failed
+from chatkernel.core.outbound.retry import (
+    Outage,
+    RetryPolicy,
+    format_delay,
+    never_sent,
+    with_retries,
+)
+from chatkernel.core.store.base import OutboxEntry
+from chatkernel.core.store.shared import LeaseLost
+
+if TYPE_CHECKING:
+    from chatkernel.core.kernel import Kernel
+    from chatkernel.core.outbound.ratelimit import RateLimiter
+
+log = logging.getLogger("chatkernel.outbox")
+
+EARLIER_CHUNK_FAILED = "not sent: an earlier part of this reply failed"
+#: How long an idle session's sender waits for the next reply before it ends.
+SENDER_LINGER_SECONDS = 2.0
+#: How soon, then how seldom at most, a `sending` mark the store failed to commit
+#: is tried again (doubling in between).
+STORE_RETRY_FIRST = 0.05
+STORE_RETRY_MAX = 5.0
+#: How far back (before the longest rate-limit window and the longest a payload may
+#: wait for its platform) the outbox looks for sends made before a restart.
+RESTORE_SLACK = 3600.0
+#: Outbox ids remembered per account as queued here (several instances, see adopt).
+KNOWN_REMEMBERED = 100_000
+
+
+class _NotOurs(Exception):
+    """The account's lease went to another instance: it sends this (core/gateway/cluster.py)."""
+
+
+class _RowLost(Exception):
+    """A payload's row was rolled back with a failed commit: it must not be sent."""
+
+
+class Outbox:
+    """Queues payloads durably and runs one ordered sender per session."""
+
+    def __init__(self, kernel: "Kernel") -> None:
+        self._kernel = kernel
+        # One ordered sender per session (see chatkernel.core.lines).
+        self.lines: Lines[OutboxEntry] = Lines(
+            "sender", self._send, task_group=lambda: kernel.task_group,
+            linger=SENDER_LINGER_SECONDS, after=self._sent)
+        self._failed_replies: set[str] = set()
+        # Sessions whose reply was claimed and is not in its line yet, and the
+        # claimed entries not sent yet (see _claim).
+        self._claiming: set[str] = set()
+        self._claimed: set[int] = set()
+        # Claimed entries whose commit is over, before their sender takes them: None,
+        # or the error that lost them.
+        self._claim_commits: dict[int, Exception | None] = {}
+        self._limiters: dict[str, RateLimiter] = {}
+        self._policies: dict[str, RetryPolicy] = {}
+        self._outages: dict[str, Outage] = {}
+        # Since when `sending` marks fail to commit (monotonic), and how many waited.
+        self._store_down_since: float | None = None
+        self._store_waited = 0
+        # Reply ids: unique across restarts without a uuid per reply.
+        self._run_id = uuid.uuid4().hex[:8]
+        self._reply_numbers = itertools.count(1)
+        # With several instances: the entries of each account this one queued, so one
+        # the account's inbox brings again is not sent twice (see adopt).
+        self._known: dict[str, dict[int, None]] = {}
+
+    # -- queueing ----------------------------------------------------------------
+
+    async def submit(self, account: Account, session_key: str, session_id: str, route: Route,
+                     payloads: list[OutboundPayload], *,
+                     finish_journal: list[int] | tuple[int, ...] = ()) -> str:
+        """Queue a reply's payloads for the session; returns the reply id.
+
+        The payloads are numbered in place (``chunk_index``/``chunk_count``).
+
+        ``finish_journal``: journal entries this reply answers, marked in the
+        same transaction (see :meth:`Store.outbox_add`).
+        """
+        reply_id = f"{self._run_id}-{next(self._reply_numbers)}"
+        count = len(payloads)
+        for index, payload in enumerate(payloads, start=1):  # freshly built: ours to number
+            payload.chunk_index, payload.chunk_count = index, count
+        entries = [
+            OutboxEntry(id=0, reply_id=reply_id, session_key=session_key, session_id=session_id,
+                        channel=account.channel_name, account=account.name, route=route,
+                        payload=payload, status="pending", error=None, created_at=0.0)
+            for payload in payloads]
+        cluster = self._kernel.cluster
+        if cluster is not None and not cluster.owns(account.key):
+            # Another instance owns the account: it reads these from the account's
+            # inbox and sends them (core/gateway/cluster.py).
+            await self._kernel.store.outbox_add(entries, finish_journal=finish_journal)
+            return reply_id
+        claimed = bool(entries) and self._claim(account, session_key, route)
+        if claimed:
+            entries[0].status = "sending"
+            self._claiming.add(session_key)
+        try:
+            await self._kernel.store.outbox_add(entries, finish_journal=finish_journal)
+        finally:
+            if claimed:
+                self._claiming.discard(session_key)
+        if claimed:
+            # Its sender has nothing before it: wake it once the row is committed
+            # (rather than now, to wait for that commit), see _send.
+            first = entries[0]
+            self._claimed.add(first.id)
+            self._remember(first)
+            self.lines.put(session_key, first, wake=False)
+            self._enqueue(entries[1:])
+            self._kernel.store.after_commit(functools.partial(self._claim_committed, first))
+        else:
+            self._enqueue(entries)
+        return reply_id
+
+    def _claim_committed(self, entry: OutboxEntry, error: Exception | None) -> None:
+        if entry.id in self._claimed:  # not taken by its sender yet
+            self._claim_commits[entry.id] = error
+        self.lines.wake(entry.session_key)
+
+    def _claim(self, account: Account, session_key: str, route: Route) -> bool:
+        """Whether a reply's first payload may be stored ``sending`` and go out at
+        once: the session's sender has nothing before it, the send policy allows
+        it, its platform is not known to be unreachable and its rate-limit slot is
+        free now (the sender takes it, see _send)."""
+        kernel = self._kernel
+        if (session_key in self._claiming or self.lines.busy(session_key)
+                or account.channel is None
+                or kernel.accounts.get(account.key) is not account
+                or not kernel.send_policy.check(route, kernel.sessions.cached(session_key))):
+            return False
+        limiter = self._limiter(account)
+        return (self._outages[account.key].since is None
+                and limiter.is_free(route.chat_id, is_group=route.is_group))
+
+    def _enqueue(self, entries: list[OutboxEntry]) -> None:
+        for entry in entries:
+            self._remember(entry)
+            self.lines.put(entry.session_key, entry)
+
+    def _remember(self, entry: OutboxEntry) -> None:
+        if self._kernel.cluster is None:
+            return
+        known = self._known.setdefault(f"{entry.channel}:{entry.account}", {})
+        known[entry.id] = None
+        if len(known) > KNOWN_REMEMBERED:
+            del known[next(iter(known))]
+
+    def adopt(self, entry: OutboxEntry) -> None:
+        """Send an entry another instance queued for an account this one owns (read
+        from the account's inbox), unless it is queued here already."""
+        if entry.id in self._known.get(f"{entry.channel}:{entry.account}", ()):
+            return
+        if entry.status == "pending":
+            self._enqueue([entry])
+
+    def forget_known(self, account: Account) -> None:
+        """A new tenure of ``account``: its unfinished entries are read again."""
+        self._known.pop(account.key, None)
+
+    def _sent(self, entry: OutboxEntry) -> None:
+        if entry.payload.chunk_index >= entry.payload.chunk_count:
+            self._failed_replies.discard(entry.reply_id)  # the reply is over
+
+    def pending(self) -> int:
+        """Payloads queued or being sent."""
+        return len(self.lines)
+
+    async def wait_idle(self) -> None:
+        """Return once every queued payload was sent or failed."""
+        await self.lines.wait_empty()
+
+    async def recover(self, account: Account | None = None) -> None:
+        """After a start: restore the rate-limit windows, send what was never attempted,
+        report what was in flight. ``account``: of that account only (this instance
+        took it over from another, core/gateway/cluster.py)."""
+        store = self._kernel.store
+        await self.restore_windows(account)
+        deliveries = self._kernel.deliveries
+        resent = unknown = skipped = 0
+        only = None if account is None else (account.channel_name, account.name)
+        for entry in await (store.outbox_unfinished() if only is None
+                            else store.outbox_unfinished(account=only)):
+            if entry.status == "sending":
+                await store.outbox_mark(entry.id, "unknown", "in flight when the gateway stopped")
+                self._failed_replies.add(entry.reply_id)
+                await self._notify(entry, f"delivery unknown: {self._part(entry)} was being "
+                                          "sent when the gateway stopped; it is not resent")
+                deliveries.settled(entry, "unknown", "in flight when the gateway stopped",
+                                   why="stopped")
+                unknown += 1
+            elif entry.reply_id in self._failed_replies:
+                await store.outbox_mark(entry.id, "failed", EARLIER_CHUNK_FAILED)
+                deliveries.settled(entry, "failed", EARLIER_CHUNK_FAILED, why="earlier part")
+                skipped += 1
+            else:
+                self._enqueue([entry])
+                resent += 1
+        if resent or unknown or skipped:
+            log.info("outbox: recovered %d unsent payload(s), sending them now; %d were in "
+                     "flight when the gateway stopped (delivery unknown, not resent); %d "
+                     "not sent after an earlier part of their reply", resent, unknown,
+                     skipped)
+
+    async def restore_windows(self, account: Account | None = None) -> int:
+        """Count the sends recorded before a restart in the rate limiters, so the sends
+        after it keep the limits as the running gateway would have; returns how many
+        sends were read.
+
+        A send counts until a window after its outbox entry last changed (``sent``
+        is marked once its answer is in); one still ``sending`` counts from now.
+        Only entries queued since the longest a payload may wait for its platform
+        (``unreachable_max_age``, or :data:`RESTORE_SLACK` if longer) are read.
+        """
+        limiters = self._limiters
+        longest = max((limiter.longest_window for limiter in limiters.values()), default=0.0)
+        if longest <= 0:
+            return 0
+        now = time.time()
+        wait = max((policy.unreachable_max_age for policy in self._policies.values()),
+                   default=0.0)
+        sends = await self._kernel.store.outbox_recent_sends(
+            now - longest, queued_since=now - longest - max(wait, RESTORE_SLACK))
+        by_account: dict[str, list[tuple[float, str, bool]]] = defaultdict(list)
+        for send in sends:
+            ago = 0.0 if send.status == "sending" else now - send.at
+            by_account[f"{send.channel}:{send.account}"].append(
+                (ago, send.route.chat_id, send.route.is_group))
+        for key, restored in by_account.items():
+            if account is not None and key != account.key:
+                continue
+            limiter = limiters.get(key)
+            if limiter is not None:
+                limiter.restore(restored)
+        return len(sends)
+
+    # -- sending ---------------------------------------------------------------------
+
+    def reap_idle(self, now: float | None = None) -> int:
+        """End the senders that lingered with nothing to send (see :class:`Lines`)."""
+        return self.lines.reap_idle(now)
+
+    async def _send(self, entry: OutboxEntry) -> None:
+        kernel = self._kernel
+        store = kernel.store
+        claimed = entry.id in self._claimed  # see submit
+        self._claimed.discard(entry.id)
+        settled = entry.id in self._claim_commits
+        commit_error = self._claim_commits.pop(entry.id, None)
+        if entry.reply_id in self._failed_replies:
+            await store.outbox_mark(entry.id, "failed", EARLIER_CHUNK_FAILED)
+            kernel.deliveries.settled(entry, "failed", EARLIER_CHUNK_FAILED, why="earlier part")
+            return
+        account = kernel.accounts.get(f"{entry.channel}:{entry.account}")
+        if account is None or account.channel is None:
+            await self._fail(entry, None, SendError(f"account {entry.channel}:{entry.account} "
+                                                    "is not running"))
+            return
+        route = await kernel.sessions.route(entry.session_key) or entry.route
+        verdict = kernel.send_policy.check(route, kernel.sessions.cached(entry.session_key))
+        if not verdict:
+            log.info("%s: not sent to %s: %s", account.key, route.chat_id, verdict.reason)
+            await store.outbox_mark(entry.id, "failed", verdict.reason)
+            self._failed_replies.add(entry.reply_id)
+            await self._notify(entry, f"not sent: {self._part(entry)}: {verdict.reason}")
+            kernel.deliveries.settled(entry, "failed", verdict.reason, why="policy",
+                                      account=account)
+            return
+        limiter = self._limiter(account)
+        policy = self._policy(account)
+        outage = self._outages[account.key]
+        # Waiting for the platform only where this process will live on to send (a
+        # CLI command's own kernel reports a failure instead).
+        holds = kernel.recover and policy.unreachable_max_age > 0
+        delivery = _Delivery(self, entry, account, route, limiter, policy,
+                             outage if holds else None)
+        if claimed:
+            # Stored `sending` at submit: take the slot right before the request, once
+            # the row is committed; a slot taken meanwhile sends it back to `pending`.
+            if not settled:  # woken before its commit (a busy or new sender)
+                await store.flush()
+            elif commit_error is not None:
+                kernel.deliveries.settled(entry, "failed", str(commit_error), why="store",
+                                          account=account)
+                raise commit_error  # its row was never written: nothing to send
+            delivery.marked = True
+            if not outage.active and limiter.try_acquire(
+                    route.chat_id, is_group=route.is_group, hold=True):
+                delivery.slot = (route.chat_id, route.is_group)
+        try:
+            result = await with_retries(delivery.attempt, policy, on_retry=delivery.on_retry,
+                                        hold=delivery.hold if holds else None)
+        except _RowLost as lost:
+            log.warning("%s: not sent in %s: %s", account.key, entry.session_key, lost)
+            kernel.deliveries.settled(entry, "failed", str(lost), why="store", account=account)
+            return
+        except _NotOurs:
+            log.info("%s: outbox entry %d left to the account's new owner", account.key,
+                     entry.id)
+            return
+        except Exception as exc:
+            await self._fail(entry, account, exc)
+            return
+        try:
+            await store.outbox_mark(entry.id, "sent")
+        except LeaseLost:
+            # Sent, but the account's new owner has it as in flight: delivery unknown.
+            log.warning("%s: outbox entry %d was sent as this instance lost the account; "
+                        "its new owner reports it as delivery unknown", account.key, entry.id)
+            return
+        account.last_sent_at = time.time()
+        kernel.deliveries.settled(entry, "sent", account=account)
+        if account.channel.delivery_statuses and result is not None and result.message_id:
+            # The platform reports this message's fate later (core/outbound/delivery_statuses.py).
+            await store.outbox_sent_as(entry.id, result.message_id)
+
+    def _store_failing(self, error: Exception) -> None:
+        """A `sending` mark could not be committed: logged once until one is again."""
+        self._store_waited += 1
+        if self._store_down_since is None:
+            self._store_down_since = time.monotonic()
+            log.warning("the state database cannot commit (%s): sends wait, in order, until "
+                        "it can; nothing goes out unrecorded", error)
+
+    def _store_works(self) -> None:
+        if self._store_down_since is not None:
+            log.info("the state database commits again after %.1fs; %d payload(s) waited "
+                     "and go out now, in order", time.monotonic() - self._store_down_since,
+                     self._store_waited)
+            self._store_down_since = None
+            self._store_waited = 0
+
+    async def _fail(self, entry: OutboxEntry, account: Account | None,
+                    exc: BaseException) -> None:
+        store = self._kernel.store
+        unknown = isinstance(exc, SendError) and exc.delivery_unknown
+        reason = str(exc) or type(exc).__name__
+        await store.outbox_mark(entry.id, "unknown" if unknown else "failed", reason)
+        self._failed_replies.add(entry.reply_id)
+        self._kernel.deliveries.settled(entry, "unknown" if unknown else "failed", reason,
+                                        why="platform" if account else "not running",
+                                        exc=exc, account=account)
+        detail = f"{self._part(entry)}: {reason}"
+        later = entry.payload.chunk_count - entry.payload.chunk_index
+        if later:
+            detail += f" ({later} later part(s) not sent)"
+        if unknown:
+            detail = f"delivery unknown: {detail}"
+        log.warning("%s: delivery failed in %s: %s", entry.channel + ":" + entry.account,
+                    entry.session_key, detail)
+        if account is not None:
+            metrics = self._kernel.metrics
+            metrics.child(metrics.send_failures, account.channel_name, account.name).inc()
+        await self._notify(entry, f"delivery failed: {detail}")
+        if account is not None and entry.payload.is_media and not unknown:
+            # The chat learns a file did not arrive (a text: this cannot loop).
+            name = entry.payload.media_path.name  # type: ignore[union-attr]
+            await self.submit(account, entry.session_key, entry.session_id, entry.route,
+                              [OutboundPayload(text=upload_failed(name, reason),
+                                               format="plain")])
+
+    async def _notify(self, entry: OutboxEntry, text: str) -> None:
+        """A notification in the session log: recording it never sends anything."""
+        await self._kernel.store.append_log(entry.session_key, entry.session_id, "notification",
+                                            text, {"kind": "delivery", "outbox_id": entry.id,
+                                                   "reply_id": entry.reply_id})
+
+    @staticmethod
+    def _part(entry: OutboxEntry) -> str:
+        """``chunk 1/2 "Hello the…"``: which part of which message."""
+        payload = entry.payload
+        return f"chunk {payload.chunk_index}/{payload.chunk_count} {describe_payload(payload)}"
+
+    def prepare(self, account: Account) -> None:
+        """Build the account's rate limiter and retry policy from the channel's
+        declared limits and the ``rate_limits`` / ``retry`` config overrides."""
+        from chatkernel.core.config import ConfigError
+        from chatkernel.core.outbound.ratelimit import RateLimiter
+
+        section = self._kernel.config.channels.get(account.channel_name)
+        limits = account.channel.limits  # type: ignore[union-attr]
+        prefix = f"channels.{account.channel_name}"
+        try:
+            self._limiters[account.key] = RateLimiter.from_limits(
+                limits.rates, getattr(section, "rate_limits", None))
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(str(exc), path=self._kernel.config_path,
+                              key=f"{prefix}.rate_limits") from None
+        try:
+            policy = self._policies[account.key] = RetryPolicy.from_config(
+                getattr(section, "retry", None), base_delay=limits.retry_base_delay)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(str(exc), path=self._kernel.config_path,
+                              key=f"{prefix}.retry") from None
+        runtime = account.runtime
+
+        def outage_changed(error: SendError | None) -> None:
+            if error is None:
+                runtime.send_ok()
+            else:
+                runtime.send_failed(f"the platform cannot be reached: {error}", time.time())
+
+        self._outages[account.key] = Outage(account.key, policy, on_change=outage_changed)
+
+    def _limiter(self, account: Account) -> "RateLimiter":
+        if account.key not in self._limiters:
+            self.prepare(account)
+        return self._limiters[account.key]
+
+    def _policy(self, account: Account) -> RetryPolicy:
+        if account.key not in self._policies:
+            self.prepare(account)
+        return self._policies[account.key]
+
+
+class _Delivery:
+    """One payload on its way out: its requests, their rate-limit slots, its marks.
+
+    ``marked``: the entry is ``sending`` (committed), which it is only right
+    before and during a request; while it waits (for a slot, a retry, the
+    platform) it is ``pending``. ``slot``: the ``(chat_id, is_group)`` of the
+    rate-limit slot taken for the next request, held until its answer is in.
+    ``outage``: the account's, when the payload may wait for an unreachable
+    platform (None: a refused request counts as an attempt like any other).
+    """
+
+    __slots__ = ("outbox", "entry", "account", "route", "limiter", "policy", "outage",
+                 "marked", "slot", "probe")
+
+    def __init__(self, outbox: Outbox, entry: OutboxEntry, account: Account, route: Route,
+                 limiter: "RateLimiter", policy: RetryPolicy, outage: Outage | None) -> None:
+        self.outbox = outbox
+        self.entry = entry
+        self.account = account
+        self.route = route
+        self.limiter = limiter
+        self.policy = policy
+        self.outage = outage
+        self.marked = False
+        self.slot: tuple[str, bool] | None = None
+        self.probe = False  # this payload is the outage's probe
+
+    async def attempt(self) -> SendResult:
+        """One attempt of the retry policy (the markup fallback and a moved chat are
+        part of it: neither is a retry)."""
+        outage = self.outage
+        if outage is not None and outage.since is not None:
+            await self._wait_for_platform(outage)
+        payload, moved = self.entry.payload, False
+        try:
+            while True:
+                if self.slot is None or not self.marked:  # (a claimed one has both)
+                    await self._ready()
+                try:
+                    return await self._request(payload)
+                except SendError as exc:
+                    if exc.markup_rejected and payload.format != "plain":
+                        # The platform refused the markup: the same text as plain text.
+                        from chatkernel.sdk.markup import to_plain
+
+                        log.info("%s: markup rejected (%s); resending as plain text",
+                                 self.account.key, exc)
+                        payload = dataclasses.replace(payload, text=to_plain(payload.text),
+                                                      format="plain")
+                        continue
+                    if exc.moved_to and exc.moved_to != self.route.chat_id and not moved:
+                        await self._follow(exc.moved_to)
+                        moved = True
+                        continue
+                    raise
+        finally:
+            if self.probe:  # it ended without a verdict on the platform (cancelled)
+                self.probe = False
+                outage.abandon()  # type: ignore[union-attr]
+
+    async def _request(self, payload: OutboundPayload) -> SendResult:
+        """One request in the slot :meth:`_ready` took, released once it is over."""
+        chat_id, is_group = self.slot  # type: ignore[misc]
+        self.slot = None
+        outage = self.outage
+        reached = True
+        try:
+            result = await self.outbox._kernel.outbound.send_payload(
+                self.account, self.route, payload)
+        except SendError as exc:
+            reached = not never_sent(exc)
+            if outage is not None:
+                if reached:
+                    outage.reached()  # an answer: the platform is there
+                else:
+                    outage.refused(exc, self.entry.id, probe=self.probe)
+                self.probe = False
+            raise
+        finally:
+            self.limiter.release(chat_id, is_group=is_group, reached=reached)
+        if outage is not None and outage.since is not None:
+            outage.reached()
+            self.probe = False
+        return result
+
+    async def _ready(self) -> None:
+        """Take the slot for the next request and make sure the entry is ``sending``,
+        committed, before it leaves: only now, after any wait for the slot, so a crash
+        while it waits leaves it ``pending`` (sent after the restart)."""
+        store = self.outbox._kernel.store
+        chat_id, is_group = self.route.chat_id, self.route.is_group
+        wait: float | None = None
+        while True:
+            if self.slot is None:
+                if not self.limiter.try_acquire(chat_id, is_group=is_group, hold=True):
+                    await self._unmark()  # it waits: nothing is out
+                    await self.limiter.acquire(chat_id, is_group=is_group, hold=True)
+                self.slot = (chat_id, is_group)
+            if self.marked:
+                break
+            try:
+                await store.outbox_mark(self.entry.id, "sending", durable=True)
+            except LeaseLost:
+                self._release_slot()
+                raise _NotOurs() from None
+            except Exception as exc:
+                # Not committed (a full disk): nothing may leave unrecorded. Wait for
+                # the store, holding this session's line so its order is kept.
+                self._release_slot()
+                if wait is None:
+                    await self._check_row(exc)
+                    self.outbox._store_failing(exc)
+                    wait = STORE_RETRY_FIRST
+                else:
+                    wait = min(wait * 2, STORE_RETRY_MAX)
+                await anyio.sleep(wait)
+                continue
+            except BaseException:
+                self._release_slot()
+                raise
+            self.marked = True
+            if wait is not None:
+                self.outbox._store_works()
+            break
+
+    async def _check_row(self, error: Exception) -> None:
+        """After a failed commit: the entry's row must still be there (its insert may
+        have been in that commit, rolled back with the journal entries it answers,
+        which are then replayed on the next start)."""
+        rows = await self.outbox._kernel.store.outbox_reply(self.entry.reply_id)
+        if not any(row.id == self.entry.id for row in rows):
+            raise _RowLost(f"{Outbox._part(self.entry)}: its outbox entry was lost with a "
+                           f"failed commit ({error}); the messages it answers are replayed "
+                           "on the next start")
+
+    def _release_slot(self) -> None:
+        if self.slot is not None:
+            chat_id, is_group = self.slot
+            self.slot = None
+            self.limiter.release(chat_id, is_group=is_group, reached=False)
+
+    async def _unmark(self) -> None:
+        if self.marked:
+            self.marked = False
+            await self.outbox._kernel.store.outbox_mark(self.entry.id, "pending")
+
+    async def _wait_for_platform(self, outage: Outage) -> None:
+        """The platform cannot be reached: wait with the account's other senders (see
+        Outage) until it can, or this payload is the one to try, or it is too old."""
+        self._release_slot()
+        await self._unmark()
+        left = self.entry.created_at + self.policy.unreachable_max_age - time.time()
+        self.probe = await outage.turn(self.entry.id, time.monotonic() + left)
+        if not self.probe and outage.active:
+            raise self._too_old(outage.last_error)
+
+    async def hold(self, error: SendError) -> None:
+        """A request refused before it was sent (the retry policy's ``hold``): the
+        payload waits for the platform, ``pending``, unless it is too old by now."""
+        metrics = self.outbox._kernel.metrics
+        metrics.child(metrics.retries, self.account.channel_name, self.account.name).inc()
+        await self._unmark()
+        if time.time() - self.entry.created_at >= self.policy.unreachable_max_age:
+            raise self._too_old(error) from None
+
+    def _too_old(self, error: SendError | None) -> SendError:
+        age = format_delay(self.policy.unreachable_max_age)
+        detail = f" ({error})" if error is not None else ""
+        return SendError(f"not sent: the platform could not be reached for {age} after it "
+                         f"was queued{detail}")
+
+    def on_retry(self, retry: int, error: SendError, delay: float) -> Any:
+        kernel = self.outbox._kernel
+        metrics = kernel.metrics
+        account = self.account
+        metrics.child(metrics.retries, account.channel_name, account.name).inc()
+        if error.status == 429 or error.retry_after:
+            # The platform throttled us: hold this chat back for as long as it asked.
+            metrics.child(metrics.throttled, account.channel_name, account.name).inc()
+            self.limiter.penalize(delay, self.route.chat_id)
+        if self.marked:  # the platform refused it: nothing is out while it waits
+            return self._unmark()
+        return None
+
+    async def _follow(self, chat_id: str) -> None:
+        """The chat moved (a group became a supergroup): follow it, and remember it
+        for every later send to this session."""
+        kernel = self.outbox._kernel
+        log.info("%s: chat %s moved to %s", self.account.key, self.route.chat_id, chat_id)
+        self.route = dataclasses.replace(self.route, chat_id=chat_id)
+        if kernel.sessions.cached(self.entry.session_key) is not None:
+            await kernel.sessions.set_route(self.entry.session_key, self.route)

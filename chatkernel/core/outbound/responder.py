@@ -1,0 +1,212 @@
+"""Outbound: turning an agent's reply into payloads, and sending one payload.
+
+Only final text is sent; tool activity and thinking never are. Errors and
+system notes flush the pending text first and go out with a clear prefix.
+A reply's text is split at ``MEDIA: <path>`` lines (each file goes out in its
+place in the order, after the media-path policy), then chunked at the
+channel's limit. Payloads go to the outbox (:mod:`chatkernel.core.outbound.outbox`),
+which sends them in order, one session at a time, with retries and pacing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from chatkernel.core.turns.agents import AgentEvent
+from chatkernel.core.outbound.chunking import chunk_text
+from chatkernel.core.heartbeat.ack import strip_stray_token
+from chatkernel.core.outbound.markers import split_media
+from chatkernel.sdk.models import Account, OutboundPayload, Route, SendError, SendResult
+from chatkernel.core.plugins import await_maybe
+from chatkernel.core.outbound.policy import resolve_media_path
+from chatkernel.core.store.base import LogRow
+
+if TYPE_CHECKING:
+    from chatkernel.core.kernel import Kernel
+
+log = logging.getLogger("chatkernel.outbound")
+
+ERROR_PREFIX = "⚠️ "
+SYSTEM_PREFIX = "ℹ️ "
+
+
+def upload_failed(name: str, reason: str) -> str:
+    """What the chat reads when a file could not be sent."""
+    return f"{ERROR_PREFIX}upload failed: {name} — {reason}"
+
+
+class Outbound:
+    """Builds payloads and sends one through the ``outbound_send`` hook."""
+
+    def __init__(self, kernel: "Kernel") -> None:
+        self._kernel = kernel
+
+    async def send_payload(self, account: Account, route: Route,
+                           payload: OutboundPayload) -> SendResult:
+        """One request through the hook; raises SendError on failure.
+
+        A reply quotes its message (``route.reply_to``) in its first part only.
+        """
+        if route.reply_to is not None and payload.chunk_index != 1:
+            route = dataclasses.replace(route, reply_to=None)
+        result = await await_maybe(self._kernel.pm.call(
+            "outbound_send", account=account, route=route, payload=payload))
+        if result is None:
+            raise SendError(f"no plugin sent the payload for {account.key}")
+        metrics = self._kernel.metrics
+        metrics.tally(metrics.messages_out, account.channel_name, account.name).inc()
+        return result
+
+    async def payloads(self, account: Account, text: str, *, fmt: str = "markdown",
+                       media: list[str] = ()) -> list[OutboundPayload]:
+        """The payloads of one reply, in order: text chunks and media files.
+
+        With ``fmt="markdown"`` the text's ``MEDIA:`` lines become media payloads
+        in their place; ``media`` adds files after the text (``chatkernel send
+        --media``). A file the media-path policy refuses becomes an
+        ``⚠️ upload failed`` line instead, and is logged.
+        """
+        limits = account.channel.limits  # type: ignore[union-attr]
+        result: list[OutboundPayload] = []
+        segments = split_media(text) if fmt == "markdown" else None
+        pieces: list[tuple[str, str]] = (
+            [(s.kind, s.value) for s in segments] if segments is not None else [("text", text)])
+        pieces += [("media", path) for path in media]
+        for kind, value in pieces:
+            if kind == "text":
+                result.extend(OutboundPayload(text=chunk, format=fmt)  # type: ignore[arg-type]
+                              for chunk in chunk_text(value, limits.text_limit,
+                                                      limits.text_unit))
+            else:
+                result.append(await self._media_payload(account, value))
+        return result
+
+    async def check_media(self, account: Account, raw_path: str) -> tuple[Path | None, str]:
+        """Resolve a media path and ask ``media_path_allowed``: (path, "") when it
+        may be sent, else (None, the reason). Refusals are logged."""
+        try:
+            if "\x00" in raw_path:
+                raise ValueError("the path contains a NUL byte")
+            path = resolve_media_path(raw_path, account.workspace)
+        except (OSError, ValueError, RuntimeError) as exc:
+            reason = f"not a usable path ({exc})"
+            log.warning("%s: media %r refused: %s", account.key, raw_path, reason)
+            return None, reason
+        verdict = await await_maybe(self._kernel.pm.hook.media_path_allowed(
+            path=path, workspace=account.workspace.resolve(),
+            access_level=account.access_level, account=account))
+        if verdict is not None and not verdict:
+            log.warning("%s: media %s refused by the media-path policy: %s", account.key, path,
+                        verdict.reason)
+            return None, verdict.reason
+        return path, ""
+
+    async def _media_payload(self, account: Account, raw_path: str) -> OutboundPayload:
+        path, reason = await self.check_media(account, raw_path)
+        if path is None:
+            name = raw_path.replace("\x00", "").rsplit("/", 1)[-1] or raw_path
+            return OutboundPayload(text=upload_failed(name, reason), format="plain")
+        limits = account.channel.limits  # type: ignore[union-attr]
+        try:
+            size = path.stat().st_size
+        except OSError as exc:
+            return OutboundPayload(text=upload_failed(path.name, f"cannot read it ({exc})"),
+                                   format="plain")
+        refusal = limits.media_refusal(size)
+        if refusal is not None:
+            log.warning("%s: media %s not sent: %s", account.key, path, refusal)
+            return OutboundPayload(text=upload_failed(path.name, refusal), format="plain")
+        # The kind by extension, then by its size cap (a photo too big goes as a document).
+        return OutboundPayload(media_path=path, media_kind=limits.media_kind(path, size))
+
+    async def deliver_text(self, account: Account, route: Route, text: str, *,
+                           session_key: str | None = None, session_id: str = "",
+                           fmt: str = "markdown", media: list[str] = ()) -> str | None:
+        """Queue a text (and files) for a route; returns the reply id (None: nothing to send)."""
+        payloads = await self.payloads(account, text, fmt=fmt, media=media)
+        if not payloads:
+            return None
+        key = session_key or route_key(route)
+        return await self._kernel.outbox.submit(account, key, session_id, route, payloads)
+
+
+def route_key(route: Route) -> str:
+    """The outbox ordering key of a send without a session."""
+    base = f"{route.channel}:{route.account}:{route.chat_id}"
+    return f"{base}:{route.thread_id}" if route.thread_id else base
+
+
+class Responder:
+    """Consumes one turn's agent events and queues what should be sent.
+
+    Outside heartbeats, a stray ``HEARTBEAT_OK`` at the start or end of a text is
+    stripped and a text that is only the token is dropped (docs/heartbeats.md). A heartbeat
+    turn's reply has been judged already (:mod:`chatkernel.core.heartbeat.scheduler`):
+    ``heartbeat=True`` sends it as it is.
+    """
+
+    def __init__(self, kernel: "Kernel", account: Account, session_key: str, session_id: str,
+                 route: Route, journal_seqs: list[int], *, heartbeat: bool = False,
+                 user_log: list[LogRow] | None = None) -> None:
+        self._kernel = kernel
+        self._heartbeat = heartbeat
+        self._account = account
+        self._key = session_key
+        self._session_id = session_id
+        self._route = route
+        self._journal_seqs = journal_seqs  # marked done with the first queued reply
+        self._user_log = user_log or []  # logged with the first queued reply
+        self._pending: list[str] = []
+        self.replies = 0
+
+    async def handle(self, event: AgentEvent) -> None:
+        if event.kind == "text":
+            if event.final and event.text.strip():
+                text = event.text if self._heartbeat else strip_stray_token(event.text)
+                if text:
+                    self._pending.append(text)
+        elif event.kind == "error":
+            await self.flush()
+            await self._queue(ERROR_PREFIX + event.text, fmt="plain")
+        elif event.kind == "system":
+            await self.flush()
+            await self._queue(SYSTEM_PREFIX + event.text, fmt="plain")
+        # "tool" and "thinking" are never sent.
+
+    def unfinished_journal(self) -> list[int]:
+        """Journal entries no queued reply has finished (the turn said nothing)."""
+        return self._journal_seqs
+
+    def join(self, log_row: LogRow, journal_seq: int | None) -> None:
+        """A message steered into this turn: logged and finished with the turn's
+        next reply, or when it ends."""
+        self._user_log.append(log_row)
+        if journal_seq is not None:
+            self._journal_seqs.append(journal_seq)
+
+    def unlogged(self) -> list[LogRow]:
+        """The turn's user entries no queued reply has logged (the turn said nothing)."""
+        return self._user_log
+
+    async def flush(self) -> None:
+        pending, self._pending = self._pending, []
+        for text in pending:
+            await self._queue(text)
+
+    async def _queue(self, text: str, fmt: str = "markdown") -> None:
+        kernel = self._kernel
+        payloads = await kernel.outbound.payloads(self._account, text, fmt=fmt)
+        if not payloads:
+            return
+        # The turn's user entries, the reply, its outbox rows and its journal `done`
+        # share one transaction (no wait in between): a replayed turn logs nothing twice.
+        rows, self._user_log = self._user_log, []
+        rows.append(("assistant", text, None))
+        await kernel.store.append_logs(self._key, self._session_id, rows)
+        finish, self._journal_seqs = self._journal_seqs, []
+        await kernel.outbox.submit(self._account, self._key, self._session_id, self._route,
+                                   payloads, finish_journal=finish)
+        self.replies += 1

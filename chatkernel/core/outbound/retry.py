@@ -1,0 +1,288 @@
+"""The retry policy for one outbound request (docs/outbound.md, "Retries"), and what a
+sender does while its platform cannot be reached.
+
+Retries happen per request, never per multi-step flow: a completed step (an
+upload that returned its id) is never repeated. A request is retried only
+when repeating it cannot duplicate a message: the platform said 429 (wait
+``retry_after``), answered 502/503/504, or the connection failed before the
+request was written. A timeout after the request may have reached the
+platform is never retried blindly (``SendError.delivery_unknown``).
+
+A request refused before it was written (:func:`never_sent`: a refused
+connection) is known not to have reached the platform, so its payload is not
+failed after the policy's attempts: it waits for the platform (an
+:class:`Outage`), up to the policy's ``unreachable_max_age``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+
+from chatkernel.core.durations import format_interval, parse_interval
+from chatkernel.sdk.models import SendError
+
+log = logging.getLogger("chatkernel.retry")
+
+T = TypeVar("T")
+
+#: HTTP statuses a request is repeated after: the platform did not act on it.
+RETRY_STATUSES = frozenset({429, 502, 503, 504})
+#: How long a payload the platform could not be reached for waits by default: a day.
+UNREACHABLE_MAX_AGE = 24 * 3600.0
+#: The shortest wait between two tries of an unreachable platform, whatever the policy
+#: says (``base_delay_ms = 0`` must not make a refused connection a busy loop).
+MIN_PROBE_DELAY = 0.01
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how patiently to repeat a failed request.
+
+    ``attempts`` counts the first try. The n-th retry waits
+    ``base_delay * 2**(n-1)`` (at most ``max_delay``), ±``jitter`` of it, or the
+    platform's ``retry_after`` when it gave one (never less).
+    ``unreachable_max_age``: how long (seconds, from when it was queued) a
+    payload whose requests were refused before they were sent waits for the
+    platform before it is reported failed; 0 fails it after ``attempts`` like
+    any other retryable error.
+    """
+
+    attempts: int = 3
+    base_delay: float = 0.5
+    max_delay: float = 30.0
+    jitter: float = 0.1
+    unreachable_max_age: float = UNREACHABLE_MAX_AGE
+
+    def delay(self, retry: int, retry_after: float | None = None,
+              rng: Callable[[], float] = random.random) -> float:
+        """Seconds to wait before retry number ``retry`` (1 for the first retry)."""
+        if retry_after is not None and retry_after > 0:
+            return float(retry_after)  # the platform said how long: exactly that
+        # min() before the power would overflow: 2**1100 is no float.
+        backoff = min(self.base_delay * 2 ** min(retry - 1, 64), self.max_delay)
+        return max(0.0, backoff * (1 + self.jitter * (2 * rng() - 1)))
+
+    @classmethod
+    def from_config(cls, data: dict[str, Any] | None, *,
+                    base_delay: float = 0.5) -> "RetryPolicy":
+        """From a ``[channels.<name>.retry]`` table: ``attempts``, ``base_delay_ms``,
+        ``max_delay_ms``, ``jitter`` (a fraction), ``unreachable_max_age`` (an
+        interval such as ``"24h"``, ``"90m"``; ``"0"`` never waits). ValueError
+        names a bad key."""
+        data = dict(data or {})
+        known = {"attempts", "base_delay_ms", "max_delay_ms", "jitter", "unreachable_max_age"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown retry setting(s) {', '.join(unknown)} "
+                             f"(expected {', '.join(sorted(known))})")
+        attempts = data.get("attempts", 3)
+        if not isinstance(attempts, int) or attempts < 1:
+            raise ValueError(f"retry.attempts must be a whole number of at least 1, "
+                             f"not {attempts!r}")
+        values = {}
+        for key, default in (("base_delay_ms", base_delay * 1000), ("max_delay_ms", 30_000)):
+            value = data.get(key, default)
+            if not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"retry.{key} must be a number of milliseconds >= 0, "
+                                 f"not {value!r}")
+            values[key] = float(value) / 1000
+        jitter = data.get("jitter", 0.1)
+        if not isinstance(jitter, (int, float)) or not 0 <= jitter <= 1:
+            raise ValueError(f"retry.jitter must be a fraction between 0 and 1, not {jitter!r}")
+        max_age = UNREACHABLE_MAX_AGE
+        if "unreachable_max_age" in data:
+            try:
+                max_age = parse_interval(data["unreachable_max_age"])
+            except ValueError as exc:
+                raise ValueError(f"retry.unreachable_max_age: {exc}") from None
+        return cls(attempts, values["base_delay_ms"], values["max_delay_ms"], float(jitter),
+                   max_age)
+
+
+def format_delay(seconds: float) -> str:
+    """``30s``, ``24h``, ``1h30m``; under a second, ``300ms``."""
+    return format_interval(seconds) if seconds >= 1 else f"{seconds * 1000:.0f}ms"
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether repeating the request cannot duplicate what it did."""
+    if isinstance(exc, SendError):
+        return exc.retryable and not exc.delivery_unknown
+    return False
+
+
+def never_sent(exc: BaseException) -> bool:
+    """Whether a failed request is known not to have reached the platform: the
+    connection failed before the request was written (refused, no route).
+
+    A channel says so with a retryable :class:`SendError` that carries neither an
+    HTTP status nor a ``retry_after`` (SendError's contract: retryable means 429,
+    502/503/504 or a connection failure before the request was written). An error
+    with a ``not_sent`` attribute decides by it instead.
+    """
+    if not isinstance(exc, SendError):
+        return False
+    flag = getattr(exc, "not_sent", None)
+    if flag is not None:
+        return bool(flag)
+    return (exc.retryable and not exc.delivery_unknown and exc.status is None
+            and exc.retry_after is None)
+
+
+async def with_retries(request: Callable[[], Awaitable[T]], policy: RetryPolicy, *,
+                       on_retry: Callable[[int, SendError, float], Any] | None = None,
+                       hold: Callable[[SendError], Awaitable[Any]] | None = None,
+                       sleep: Callable[[float], Awaitable[Any]] = anyio.sleep) -> T:
+    """Run ``request`` under the policy; the last error is raised as it was.
+
+    ``on_retry(retry_number, error, delay)`` is called before each wait (for
+    metrics, to penalize a rate limiter on a 429, to note that nothing is in
+    flight); it may return an awaitable, which is awaited. ``hold(error)``, if
+    given, takes over every error that :func:`never_sent` recognizes: it is
+    awaited instead of counting an attempt (it waits, or raises to give up),
+    and the request is made again.
+    """
+    attempt = 1
+    while True:
+        try:
+            return await request()
+        except SendError as exc:
+            if hold is not None and never_sent(exc):
+                await hold(exc)
+                continue
+            if not is_retryable(exc) or attempt >= policy.attempts:
+                raise
+            delay = policy.delay(attempt, exc.retry_after)
+            if on_retry is not None:
+                result = on_retry(attempt, exc, delay)
+                if inspect.isawaitable(result):
+                    await result
+            log.info("send failed (%s); retry %d/%d in %.2fs", exc, attempt,
+                     policy.attempts - 1, delay)
+            await sleep(delay)
+            attempt += 1
+
+
+class Outage:
+    """One account's platform while it cannot be reached, and who tries it next.
+
+    A request refused before it was written did not reach the platform, and
+    neither will the account's other requests for now. So while the outage
+    lasts the account's senders wait here (:meth:`turn`) instead of each
+    retrying on its own: one of them at a time sends its payload as the probe,
+    after a backoff that doubles from the policy's ``base_delay`` up to its
+    ``max_delay``; the first request that gets any answer ends the outage, and
+    everyone goes on (the rate limiter paces them). The outage is logged once
+    when it begins and once when it ends, with counts, never per payload or
+    per attempt.
+    """
+
+    def __init__(self, name: str, policy: RetryPolicy, *,
+                 clock: Callable[[], float] = time.monotonic,
+                 on_change: Callable[[SendError | None], None] | None = None) -> None:
+        self.name = name
+        self.policy = policy
+        self._clock = clock
+        #: Told when the outage begins (with its first refusal) and ends (None): the
+        #: account's health shows it meanwhile.
+        self._on_change = on_change
+        #: When it began (on ``clock``), or None while the platform is reachable.
+        self.since: float | None = None
+        self._tries = 0  # probes refused in this outage
+        self._next_try = -math.inf
+        self._probing = False
+        self._changed: anyio.Event | None = None
+        self._held: set[Any] = set()  # payloads that waited in this outage
+        self._refused = 0
+        #: The last refusal (what a payload that gives up waiting reports).
+        self.last_error: SendError | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether the platform is known to be unreachable right now."""
+        return self.since is not None
+
+    def refused(self, error: SendError, key: Any, *, probe: bool) -> None:
+        """A request for payload ``key`` was refused before it was sent.
+
+        Begins the outage (logged) or, for the probe, schedules the next one
+        after a longer backoff; a refusal of a request that left before the
+        outage began changes nothing else."""
+        self._refused += 1
+        self._held.add(key)
+        self.last_error = error
+        now = self._clock()
+        if self.since is None:
+            self.since = now
+            self._tries = 1
+            self._next_try = now + max(self.policy.delay(1), MIN_PROBE_DELAY)
+            log.warning("%s: the platform cannot be reached (%s); its sends wait, in order, "
+                        "and are tried again with a backoff of up to %s", self.name, error,
+                        format_delay(self.policy.max_delay))
+            if self._on_change is not None:
+                self._on_change(error)
+        elif probe:
+            self._tries += 1
+            self._next_try = now + max(self.policy.delay(self._tries), MIN_PROBE_DELAY)
+        if probe:
+            self._probing = False
+            self._changed_now()
+
+    def reached(self) -> None:
+        """A request got an answer: the platform is reachable (ends the outage, logged)."""
+        if self.since is None:
+            return
+        took = self._clock() - self.since
+        log.info("%s: the platform is reachable again after %.1fs (%d request(s) refused, "
+                 "%d payload(s) waited); their sends go on, in order",
+                 self.name, took, self._refused, len(self._held))
+        self.since = None
+        self._probing = False
+        self._held.clear()
+        self._refused = 0
+        self._changed_now()
+        if self._on_change is not None:
+            self._on_change(None)
+
+    def abandon(self) -> None:
+        """The probe ended without an answer either way (cancelled): another may try."""
+        if self._probing:
+            self._probing = False
+            self._changed_now()
+
+    async def turn(self, key: Any, deadline: float = math.inf) -> bool:
+        """Wait until payload ``key`` may be tried; True when it is the outage's probe.
+
+        Returns False at once when the platform is reachable, False when the outage
+        ends meanwhile, and False when ``deadline`` (on ``clock``) comes first,
+        with the outage still :attr:`active`.
+        """
+        while self.since is not None:
+            self._held.add(key)
+            now = self._clock()
+            if now >= deadline:
+                return False
+            if not self._probing and now >= self._next_try:
+                self._probing = True
+                return True
+            changed = self._changed
+            if changed is None:
+                changed = self._changed = anyio.Event()
+            until = deadline if self._probing else min(self._next_try, deadline)
+            with anyio.move_on_after(until - now):
+                await changed.wait()
+        return False
+
+    def _changed_now(self) -> None:
+        changed, self._changed = self._changed, None
+        if changed is not None:
+            changed.set()

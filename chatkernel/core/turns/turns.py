@@ -1,0 +1,200 @@
+"""Turn execution: one agent turn for a session, from its batch to its replies.
+
+:class:`Turns` is what the session queue (:mod:`chatkernel.core.inbound.queue`) calls:
+:meth:`Turns.run` runs a lane's batch as one turn, :meth:`Turns.dropped` is
+told of the messages a lane dropped or refused, and :meth:`Turns.steer` hands
+a message to the session's running turn. The kernel builds it once the store,
+the sessions and the agent exist, and gives it only what a turn uses.
+
+A turn's messages are logged with its first reply, in the transaction that
+finishes their journal entries (the :class:`~chatkernel.core.outbound.responder.Responder`
+does that), or, when the turn ends without a reply, as it ends: a turn
+replayed after a crash logs nothing twice, and while it runs the session log
+is exactly the history before it, which is what the agent reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+import anyio
+
+from chatkernel.core.turns.agents import Agent, AgentEvent, TurnRequest
+from chatkernel.core.inbound.pipeline import envelope, text_with_media_notes
+from chatkernel.core.turns.indicators import Indicators
+from chatkernel.core.health.metrics import Metrics
+from chatkernel.sdk.models import Account, InboundMessage
+from chatkernel.core.outbound.order import OutputOrder
+from chatkernel.core.outbound.responder import Responder
+from chatkernel.core.inbound.queue import Batch, QueuedMessage
+from chatkernel.core.inbound.sessions import Sessions
+from chatkernel.core.store.base import LogRow, Store
+from chatkernel.core.store.shared import LeaseLost
+
+#: The kernel's logger: turn failures and drops are logged under the name they always had.
+log = logging.getLogger("chatkernel.kernel")
+
+#: responder(account, session_key, session_id, route, journal_seqs, user_log=...):
+#: the Responder that queues one turn's replies.
+ResponderFactory = Callable[..., Responder]
+
+
+class Turns:
+    """Runs the turns of every session of one kernel.
+
+    ``account_for(channel, account)`` finds a session's account (raising when it
+    is not running); ``responder`` makes the :class:`Responder` of one turn.
+    """
+
+    def __init__(self, *, store: Store, sessions: Sessions, agent: Agent,
+                 account_for: Callable[[str, str], Account], responder: ResponderFactory,
+                 indicators: Indicators, metrics: Metrics, order: OutputOrder) -> None:
+        self._store = store
+        self._sessions = sessions
+        self._agent = agent
+        self._account_for = account_for
+        self._responder = responder
+        self._indicators = indicators
+        self._metrics = metrics
+        self._order = order
+        #: The responder of each session's running turn (steered messages join it).
+        self._running: dict[str, Responder] = {}
+
+    def running(self, key: str) -> bool:
+        """Whether a turn of the session runs now."""
+        return key in self._running
+
+    async def run(self, key: str, batch: Batch) -> None:
+        """One agent turn for a session, then the command answers that waited for it
+        (see chatkernel.core.outbound.order)."""
+        try:
+            await self._turn(key, batch)
+        finally:
+            if self._order.close(key, [item.seq for item in batch.items]):
+                with anyio.CancelScope(shield=True):  # an interrupted turn is over too
+                    await self._order.release(key)
+
+    async def _turn(self, key: str, batch: Batch) -> None:
+        """Ask the agent, queue its replies, log the turn."""
+        sessions = self._sessions
+        record = await sessions.get(key)
+        if record is None:
+            raise RuntimeError(f"session {key} vanished")
+        account = self._account_for(record.channel, record.account)
+        # Logged with the turn's first reply, or as it ends (see the module's docstring).
+        user_log = [user_log_row(item.message) for item in batch.items]
+        request = TurnRequest(
+            session_key=key, session_id=record.session_id,
+            text=merge_batch(batch, [text for _, text, _ in user_log]),
+            envelope=envelope(batch.last),
+            media=[media for item in batch.items for media in item.message.media])
+        route = await sessions.route(key)
+        if route is None:
+            raise RuntimeError(f"session {key} has no reply route")
+        seqs = [item.seq for item in batch.items if item.seq is not None]
+        responder = self._responder(account, key, record.session_id, route, seqs,
+                                    user_log=user_log)
+        self._running[key] = responder
+        indicators = self._indicators
+        indicators.begin(account, key)
+        started = time.monotonic()
+        outcome = "ok"
+        lost = False
+        try:
+            events = self._agent.turn(request)
+            try:
+                async for event in events:
+                    await responder.handle(event)
+            finally:  # what contextlib.aclosing does, without its two coroutines a turn
+                await events.aclose()
+            await responder.flush()
+        except anyio.get_cancelled_exc_class():
+            outcome = "interrupted"
+            raise
+        except LeaseLost:
+            # Another instance owns the account now and runs these messages again: their
+            # journal entries stay unfinished, nothing of this turn is kept.
+            outcome = "interrupted"
+            lost = True
+            log.warning("turn in %s left to the account's new owner", key)
+        except Exception as exc:
+            outcome = "error"
+            log.exception("agent turn failed in %s", key)
+            await responder.flush()
+            await responder.handle(AgentEvent.error(f"the agent failed: {exc}"))
+        finally:
+            del self._running[key]
+            indicators.end(key)
+            metrics = self._metrics
+            metrics.tally(metrics.turns, outcome).inc()
+            metrics.turn_seconds.observe(time.monotonic() - started)
+            # A turn with no reply (or none since these joined it) finishes them here.
+            unlogged, unfinished = responder.unlogged(), responder.unfinished_journal()
+            if (unlogged or unfinished) and not lost:
+                await self._finish(key, record.session_id, unlogged, unfinished)
+
+    async def _finish(self, key: str, session_id: str, log_rows: list[LogRow],
+                      journal_seqs: list[int]) -> None:
+        """Log messages no reply carried and finish their journal entries (shielded:
+        a cancelled turn still closes its books)."""
+        if not log_rows and not journal_seqs:
+            return
+        with anyio.CancelScope(shield=True):
+            if log_rows:
+                await self._store.append_logs(key, session_id, log_rows)
+            for seq in journal_seqs:
+                await self._store.set_journal_status(seq, "done")
+
+    async def dropped(self, key: str, items: list[QueuedMessage], reason: str) -> None:
+        """Messages a lane dropped or refused: counted, logged, their entries finished."""
+        self._metrics.dropped.labels(reason).inc(len(items))
+        for item in items:
+            log.info("session %s: message %s dropped (%s)", key, item.message.message_id,
+                     reason)
+            if item.seq is not None:
+                await self._store.set_journal_status(item.seq, "done")
+        await self._order.closed(key, [item.seq for item in items])  # no answer to wait for
+
+    async def steer(self, key: str, item: QueuedMessage) -> bool:
+        """Hand a message to the session's running turn; False when the agent cannot
+        take it (the queue then runs it as a follow-up)."""
+        agent = self._agent
+        if not agent.supports_steer or key not in self._running:
+            return False
+        if not await agent.steer(key, text_with_media_notes(item.message)):
+            return False
+        responder = self._running.get(key)
+        if responder is not None:
+            # Part of the turn now: logged and finished with its next reply, or its end.
+            responder.join(user_log_row(item.message), item.seq)
+        else:  # the turn ended while the agent took it: it is over for this message too
+            record = self._sessions.cached(key)
+            await self._finish(key, record.session_id if record else "",
+                               [user_log_row(item.message)] if record else [],
+                               [item.seq] if item.seq is not None else [])
+        return True
+
+
+def user_log_row(message: InboundMessage) -> LogRow:
+    """A message's session-log entry: the clean text, who sent it, its platform id."""
+    return ("user", text_with_media_notes(message),
+            {"sender_id": message.sender_id, "message_id": message.message_id})
+
+
+def merge_batch(batch: Batch, texts: list[str] | None = None) -> str:
+    """The text of a turn: one message as is; several (collect) one after another.
+
+    ``texts``: the messages' texts with their media notes, if the caller has them.
+    """
+    if texts is None:
+        texts = [text_with_media_notes(item.message) for item in batch.items]
+    if len(texts) == 1 and not batch.dropped_summary:
+        return texts[0]
+    body = "\n\n".join(text for text in texts if text)
+    if batch.dropped_summary:
+        bullets = "\n".join(f"• {line}" for line in batch.dropped_summary)
+        body = (f"[{len(batch.dropped_summary)} earlier message(s) were dropped while the "
+                f"queue was full:\n{bullets}]\n\n{body}")
+    return body

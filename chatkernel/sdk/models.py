@@ -1,0 +1,403 @@
+"""The kernel's value types: what flows through hooks and between components.
+
+Plain dataclasses with slots: they sit on the hot path of every message, and
+validation happens at the edges (config, wire payloads), not here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal
+
+if TYPE_CHECKING:
+    from chatkernel.sdk.channel import Channel
+
+AccessLevel = Literal["readonly", "standard", "full"]
+ACCESS_LEVELS: tuple[str, ...] = ("readonly", "standard", "full")
+
+
+@dataclass(slots=True)
+class MediaRef:
+    """A media file attached to an inbound message, once saved locally."""
+
+    kind: str  # "image", "video", "audio", "voice", "document", ...
+    path: Path | None = None
+    mime: str | None = None
+    filename: str | None = None
+    size: int | None = None
+    platform_id: str | None = None  # the platform's file id, before download
+    note: str | None = None  # why it was not saved (too large, download failed...)
+
+
+#: The most characters each text field of an :class:`InboundMessage` may hold. The
+#: kernel refuses a message over any of them (``InvalidMessage`` naming the field)
+#: before anything of it is recorded, whatever the channel; docs/hooks.md lists them.
+INBOUND_FIELD_LIMITS: dict[str, int] = {
+    "channel": 64,
+    "account": 128,
+    "chat_id": 256,
+    # A channel may build its dedupe key from two platform ids (chat and message).
+    "message_id": 520,
+    "sender_id": 256,
+    "sender_name": 256,
+    "thread_id": 256,
+    "text": 100_000,
+}
+#: The most media files one inbound message may carry.
+MAX_INBOUND_MEDIA = 32
+#: The most characters each text field of a :class:`MediaRef` may hold.
+MEDIA_FIELD_LIMITS: dict[str, int] = {
+    "kind": 32,
+    "mime": 255,
+    "filename": 255,
+    "platform_id": 2048,
+    "note": 1000,
+}
+#: The most bytes an inbound message's ``route_extra`` may take, as JSON.
+MAX_ROUTE_EXTRA_BYTES = 16 * 1024
+
+
+@dataclass(slots=True)
+class InboundMessage:
+    """One inbound chat message, normalized from a platform event."""
+
+    channel: str
+    account: str
+    chat_id: str
+    message_id: str  # the platform's id: the dedupe key within an account
+    sender_id: str
+    text: str = ""
+    sender_name: str = ""
+    thread_id: str | None = None
+    is_group: bool = False
+    mentions_bot: bool = False
+    reply_to_bot: bool = False
+    media: list[MediaRef] = field(default_factory=list)
+    timestamp: float = field(default_factory=time.time)
+    # Per-message credentials a reply must echo (WeChat's context_token...).
+    route_extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Route:
+    """Where a reply goes: refreshed on every inbound message, read at send time."""
+
+    channel: str
+    account: str
+    chat_id: str
+    thread_id: str | None = None
+    reply_to: str | None = None
+    is_group: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class OutboundPayload:
+    """One unit of sending: a chunk of text or one media file."""
+
+    text: str = ""
+    media_path: Path | None = None
+    media_kind: str | None = None  # from the channel's extension table
+    caption: str = ""
+    chunk_index: int = 1
+    chunk_count: int = 1
+    # "markdown" when text may carry the agent's Markdown, "plain" when it must not.
+    format: Literal["markdown", "plain"] = "markdown"
+
+    @property
+    def is_media(self) -> bool:
+        return self.media_path is not None
+
+
+@dataclass(slots=True)
+class SendResult:
+    """What the platform answered to a successful send."""
+
+    message_id: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class SendError(Exception):
+    """A send that failed, with what the retry policy needs to know.
+
+    ``retryable``: the request may be repeated (429, 502/503/504, a connection
+    failure before the request was written). ``delivery_unknown``: the request
+    may have reached the platform (a timeout after sending) and must not be
+    repeated blindly. ``retry_after``: seconds the platform asked to wait.
+    ``markup_rejected``: the platform could not parse the formatting; the
+    kernel resends the same text as plain text (that is not a retry).
+    ``moved_to``: the chat has a new id (a group became a supergroup); the
+    kernel updates the session's route and sends there (not a retry either).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool = False,
+        retry_after: float | None = None,
+        delivery_unknown: bool = False,
+        status: int | None = None,
+        code: str | int | None = None,
+        markup_rejected: bool = False,
+        moved_to: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.markup_rejected = markup_rejected
+        self.moved_to = moved_to
+        self.retryable = retryable
+        self.retry_after = retry_after
+        self.delivery_unknown = delivery_unknown
+        self.status = status
+        self.code = code
+
+    @classmethod
+    def from_http(cls, status: int | None, description: str, *,
+                  retry_after: float | None = None, code: str | int | None = None,
+                  **flags: Any) -> "SendError":
+        """The error for a platform's HTTP answer, classified by its status: 429 and
+        502/503/504 may be retried (after ``retry_after``), any other status was a
+        refusal, and no status (None: no answer came) means delivery unknown.
+        ``flags`` add what only the platform can tell (``markup_rejected``...)."""
+        from chatkernel.sdk.http_client import PlatformError
+
+        return PlatformError(description, status=status, code=code,
+                             retry_after=retry_after).send_error(**flags)
+
+
+@dataclass(slots=True)
+class ProbeResult:
+    """The answer of one health probe.
+
+    ``detail`` says what was found in words a person acts on ("@mybot",
+    "token rejected"). ``restartable`` is False when restarting the receive
+    loop cannot fix what failed (credentials rejected, another instance owns
+    the account): the health monitor then leaves the account alone and its
+    health stays red until a person acts.
+    """
+
+    ok: bool
+    detail: str = ""
+    latency_ms: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    restartable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """A decision of a policy hook: allowed or not, and why."""
+
+    allowed: bool
+    reason: str = ""
+    reply: str | None = None  # a short text for the sender, when denied
+
+    @classmethod
+    def allow(cls, reason: str = "") -> "Verdict":
+        return cls(True, reason) if reason else _ALLOWED  # frozen: one instance will do
+
+    @classmethod
+    def deny(cls, reason: str, reply: str | None = None) -> "Verdict":
+        return cls(False, reason, reply)
+
+    def __bool__(self) -> bool:
+        return self.allowed
+
+
+_ALLOWED = Verdict(True)
+
+# "elsewhere": another gateway instance sharing the store owns it (core/gateway/cluster.py).
+AccountState = Literal["starting", "running", "stopped", "failed", "paused", "elsewhere"]
+ACCOUNT_STATES: tuple[str, ...] = ("starting", "running", "stopped", "failed", "paused",
+                                   "elsewhere")
+
+#: A loop that neither failed nor reported in counts as running after this many seconds
+#: (for channels that never call ``Channel.report_alive``).
+SETTLE_SECONDS = 10.0
+#: The window of "restarts in the last hour".
+RESTART_WINDOW_SECONDS = 3600.0
+#: How many undelivered payloads an account remembers for ``status``.
+RECENT_FAILURES = 10
+
+
+@dataclass(slots=True)
+class AccountRuntime:
+    """What the kernel knows about one account's receive loop while it runs.
+
+    The supervisor writes the state (``starting`` when it starts the loop,
+    ``failed`` when the loop crashed, ``stopped`` when it is not running), the
+    channel reports signs of life (:meth:`Channel.report_alive`) and pauses
+    (:meth:`Channel.pause`), the health monitor notes what it decided. Times
+    are Unix times. The snapshot reads all of it.
+    """
+
+    state: AccountState = "stopped"
+    state_since: float | None = None
+    #: Why it is paused or failed, in words.
+    detail: str = ""
+    #: When the current receive loop started.
+    loop_started_at: float | None = None
+    #: The platform's last sign of life: a message, an answered long poll.
+    last_event_at: float | None = None
+    last_error: str | None = None
+    last_error_at: float | None = None
+    #: (time, reason) of each restart, crash or monitor, oldest first.
+    restarts: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=512))
+    last_probe: ProbeResult | None = None
+    last_probe_at: float | None = None
+    #: The health monitor's last verdict on this account, and when.
+    monitor_note: str = ""
+    monitor_checked_at: float | None = None
+    #: A problem the receive loop reported (``Channel.report_problem``): "another
+    #: instance polls this token", "cannot reach the platform"; None once it is over.
+    problem: str | None = None
+    problem_since: float | None = None
+    #: False when restarting the loop cannot fix it (a person must act).
+    problem_restartable: bool = True
+    #: Since when sends fail for the whole account (no answer from the platform, a
+    #: 5xx, rejected credentials); None once the platform answers a send again.
+    send_failing_since: float | None = None
+    last_send_error: str | None = None
+    last_send_error_at: float | None = None
+    #: The latest payloads that did not arrive (chatkernel.core.outbound.deliveries.Failure),
+    #: oldest first.
+    recent_failures: deque[Any] = field(default_factory=lambda: deque(maxlen=RECENT_FAILURES))
+
+    def set_state(self, state: AccountState, now: float, detail: str = "") -> None:
+        if state != self.state:
+            self.state_since = now
+        self.state = state
+        self.detail = detail
+
+    def loop_started(self, now: float) -> None:
+        """The supervisor starts a receive loop."""
+        self.loop_started_at = now
+        self.set_state("starting", now)
+
+    def effective_state(self, now: float) -> AccountState:
+        """The state, with a loop that has been starting for a while counted as running."""
+        if self.state == "starting" and self.loop_started_at is not None and \
+                now - self.loop_started_at >= SETTLE_SECONDS:
+            return "running"
+        return self.state
+
+    def error(self, message: str, now: float) -> None:
+        self.last_error, self.last_error_at = message, now
+
+    def record_restart(self, now: float, reason: str) -> None:
+        self.restarts.append((now, reason))
+
+    def restarts_since(self, since: float) -> int:
+        return sum(1 for at, _ in self.restarts if at >= since)
+
+    def restarts_last_hour(self, now: float) -> int:
+        return self.restarts_since(now - RESTART_WINDOW_SECONDS)
+
+    @property
+    def last_restart_at(self) -> float | None:
+        return self.restarts[-1][0] if self.restarts else None
+
+    def record_probe(self, result: ProbeResult, now: float) -> None:
+        self.last_probe, self.last_probe_at = result, now
+
+    @property
+    def probe_superseded(self) -> bool:
+        """The last probe failed, and the platform has answered the receive loop since:
+        what the probe found is over (the next probe will say so too)."""
+        probe, at = self.last_probe, self.last_probe_at
+        return (probe is not None and not probe.ok and at is not None
+                and self.last_event_at is not None and self.last_event_at > at)
+
+    def set_problem(self, reason: str, now: float, restartable: bool = True) -> None:
+        """The receive loop is stuck on ``reason`` (kept since it first began)."""
+        if self.problem is None:
+            self.problem_since = now
+        self.problem, self.problem_restartable = reason, restartable
+
+    def clear_problem(self) -> None:
+        self.problem, self.problem_since, self.problem_restartable = None, None, True
+
+    def send_failed(self, reason: str, now: float) -> None:
+        """A send failed for the whole account (see chatkernel.core.outbound.deliveries)."""
+        if self.send_failing_since is None:
+            self.send_failing_since = now
+        self.last_send_error, self.last_send_error_at = reason, now
+
+    def send_ok(self) -> None:
+        """The platform answered a send: sends work again."""
+        if self.send_failing_since is not None:
+            self.send_failing_since = None
+
+    def record_failure(self, failure: Any) -> None:
+        self.recent_failures.append(failure)
+
+    def latest_error(self) -> tuple[str | None, float | None]:
+        """The most recent of the loop's error, the receive problem and the send error,
+        with its time: what ``last_error`` shows."""
+        found = [(at, error) for error, at in (
+            (self.last_error, self.last_error_at), (self.problem, self.problem_since),
+            (self.last_send_error, self.last_send_error_at)) if error and at is not None]
+        if not found:
+            return self.last_error, self.last_error_at
+        at, error = max(found, key=lambda item: item[0])
+        return error, at
+
+
+@dataclass(slots=True)
+class Account:
+    """One configured account of a channel (a bot token, a workspace app...)."""
+
+    channel_name: str
+    name: str
+    config: Any  # the channel's validated account model
+    access_level: AccessLevel = "standard"
+    workspace: Path = field(default_factory=Path.cwd)
+    channel: "Channel | None" = None  # the running channel instance
+    last_inbound_at: float | None = None
+    last_sent_at: float | None = None
+    #: The receive loop's runtime state (see :class:`AccountRuntime`).
+    runtime: AccountRuntime = field(default_factory=AccountRuntime)
+    #: ``channel:name``, the account's id everywhere (made once: hot paths read it).
+    key: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.key = f"{self.channel_name}:{self.name}"
+
+
+@dataclass(slots=True)
+class Session:
+    """A conversation: one per {channel, account, chat, thread}."""
+
+    key: str
+    channel: str
+    account: str
+    chat_id: str
+    thread_id: str | None = None
+    access_level: AccessLevel = "standard"
+    created_at: float = field(default_factory=time.time)
+
+    @staticmethod
+    def make_key(channel: str, account: str, chat_id: str, thread_id: str | None) -> str:
+        base = f"{channel}:{account}:{chat_id}"
+        return f"{base}:{thread_id}" if thread_id else base
+
+
+CommandHandler = Callable[..., "Awaitable[str | None] | str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A slash command answered before the agent.
+
+    ``handler(ctx)`` receives a command context (the message, the session,
+    the arguments, the kernel) and returns the reply text, or ``None`` for no
+    reply; it may be async.
+    """
+
+    name: str
+    handler: CommandHandler
+    help: str = ""
+    aliases: tuple[str, ...] = ()
+    direct_only: bool = False

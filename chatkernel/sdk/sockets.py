@@ -1,0 +1,140 @@
+"""The channel kit's socket supervision: receive loops over a long-lived connection.
+
+Some platforms push events over a socket the client keeps open (Slack's Socket
+Mode websocket, which slack_sdk runs). The socket itself is the plugin's; what
+is the same everywhere is here, in :func:`supervise_socket`:
+
+- the session is started again when it ends or fails: at once after a session
+  that was working (a platform asks clients to reconnect now and then), with
+  backoff after one that failed or never heard anything;
+- liveness comes from real traffic, not from the socket being open: the session
+  calls :meth:`SocketLink.alive` for every frame it gets (events, hellos,
+  pongs). A socket that stays open but silent for ``silent_after`` seconds is
+  closed and opened again, and the account's health says so meanwhile — an open
+  socket that delivers nothing is the failure users never see otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+import anyio
+
+from chatkernel.sdk.http_client import PlatformError, transport_error
+from chatkernel.sdk.receiving import Backoff, identify, receive_events, receive_failed
+
+if TYPE_CHECKING:
+    from chatkernel.sdk.channel import Channel, Deliver
+
+__all__ = ["SocketLink", "supervise_socket"]
+
+log = logging.getLogger("chatkernel.channel")
+
+#: A session that got traffic and lasted this long resets the backoff.
+SETTLED_SECONDS = 60.0
+
+
+class SocketLink:
+    """What one socket session gets from the kit: report traffic, hand over events."""
+
+    def __init__(self, channel: "Channel", deliver: "Deliver") -> None:
+        self.channel = channel
+        self._deliver = deliver
+        self.started = anyio.current_time()
+        self.last_traffic = self.started
+        #: Frames seen in this session (alive() calls).
+        self.frames = 0
+        #: Set when the watchdog closed the session for silence.
+        self.silent = False
+
+    def alive(self) -> None:
+        """The platform just said something on the socket (any frame counts)."""
+        self.last_traffic = anyio.current_time()
+        self.frames += 1
+        self.channel.report_alive()
+        self.channel.clear_problem()
+
+    async def deliver(self, events: list[Any]) -> int:
+        """Normalize and journal events that arrived; returns once they are durable
+        (acknowledge them to the platform only after this returns)."""
+        self.alive()
+        return await receive_events(self.channel, self._deliver, events)
+
+
+async def _watch(link: SocketLink, silent_after: float, scope: anyio.CancelScope) -> None:
+    while True:
+        quiet = anyio.current_time() - link.last_traffic
+        if quiet >= silent_after:
+            link.silent = True
+            scope.cancel()
+            return
+        await anyio.sleep(silent_after - quiet)
+
+
+async def _run_session(session: Callable[[SocketLink], Awaitable[None]], link: SocketLink,
+                       silent_after: float) -> PlatformError | None:
+    """One session beside its watchdog; returns the failure it ended with, if any."""
+    failed: list[BaseException] = []
+
+    async def run(scope: anyio.CancelScope) -> None:
+        try:
+            await session(link)
+        except Exception as exc:  # noqa: BLE001 - classified or re-raised below
+            failed.append(exc)
+        finally:
+            scope.cancel()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(run, tg.cancel_scope)
+        tg.start_soon(_watch, link, silent_after, tg.cancel_scope)
+    if not failed:
+        return None
+    exc = failed[0]
+    if isinstance(exc, PlatformError):
+        return exc
+    if isinstance(exc, (aiohttp.ClientError, OSError, TimeoutError)):
+        return transport_error(exc, "connect")
+    raise exc  # a bug in the session: the supervisor restarts the receive loop
+
+
+async def supervise_socket(channel: "Channel", deliver: "Deliver",
+                           session: Callable[[SocketLink], Awaitable[None]], *,
+                           silent_after: float = 120.0) -> None:
+    """Run ``session(link)`` forever (until cancelled), reconnecting as the module says.
+
+    ``session`` opens the socket, calls ``link.alive()`` on every frame and
+    ``await link.deliver(events)`` for events, and returns when the socket
+    closes. A :class:`PlatformError` (or an aiohttp/OS error) it raises is
+    classified by ``channel.receive_trouble`` like a failed poll.
+    """
+    await identify(channel)
+    backoff = Backoff(*channel.receive_backoff)
+    failures = 0
+    while True:
+        link = SocketLink(channel, deliver)
+        error = await _run_session(session, link, silent_after)
+        lasted = anyio.current_time() - link.started
+        if link.frames and lasted >= SETTLED_SECONDS:
+            backoff.reset()
+            failures = 0
+        if error is not None:
+            failures += 1
+            await receive_failed(channel, error, backoff, failures, "the socket")
+            continue
+        if link.silent:
+            reason = (f"the socket was open but silent for {silent_after:g}s; reconnecting")
+            log.warning("%s: %s", channel.account.key, reason)
+            channel.report_problem(reason, restartable=True)
+            failures += 1
+            await anyio.sleep(backoff.next())
+            continue
+        if link.frames:
+            log.info("%s: the socket closed; reconnecting", channel.account.key)
+            await anyio.sleep(0)
+        else:
+            log.warning("%s: the socket closed before the platform said anything; "
+                        "reconnecting", channel.account.key)
+            await anyio.sleep(backoff.next())
