@@ -50,7 +50,8 @@ from chatkernel.sdk.channel import (
     normalize_batch,
     per_chat,
 )
-from chatkernel.core.config import AccountConfig, ConfigError
+from chatkernel.sdk.accounts import AccountConfig
+from chatkernel.sdk.errors import ConfigError
 from chatkernel.sdk.http_client import (
     Answer,
     HttpClient,

@@ -19,7 +19,7 @@ class KernelGroup(click.Group):
     """Turns the kernel's user-facing errors into one clear line, never a traceback."""
 
     def invoke(self, ctx: click.Context) -> Any:
-        from chatkernel.core.errors import ConfigError
+        from chatkernel.sdk.errors import ConfigError
 
         try:
             return super().invoke(ctx)
@@ -501,7 +501,7 @@ def _read_config_quietly(config_file: str | None):
 
 
 def _redactor(raw: dict[str, Any], info=None):
-    from chatkernel.sdk.channel import collect_channels
+    from chatkernel.core.plugins import collect_channels
     from chatkernel.core.plugins import get_plugin_manager
     from chatkernel.core.health.report import Redactor, config_secrets
 
@@ -675,7 +675,7 @@ def channels() -> None:
 def _channel_types() -> list[dict[str, str]]:
     from importlib.metadata import packages_distributions
 
-    from chatkernel.sdk.channel import collect_channels
+    from chatkernel.core.plugins import collect_channels
 
     distributions = packages_distributions()
     found = []
@@ -1057,7 +1057,7 @@ def config_init(config_file: str | None, force: bool) -> None:
     path = cfg.config_path(config_file)
     if path.exists() and not force:
         raise click.ClickException(f"{path} exists already (use --force to overwrite)")
-    from chatkernel.sdk.channel import collect_channels
+    from chatkernel.core.plugins import collect_channels
 
     types = collect_channels(_plugin_manager())
     channels = [(c["name"], c["source"], types[c["name"]].config_example)
@@ -1094,7 +1094,7 @@ def config_get(config_file: str | None, key: str, as_json: bool) -> None:
     with what it does where the value alone does not say it. An account setting asked
     of a channel (channels.webchat.allow_from) prints every account's."""
     from chatkernel.core import config as cfg
-    from chatkernel.sdk.channel import collect_channels
+    from chatkernel.core.plugins import collect_channels
 
     path = cfg.config_path(config_file)
     models = {name: channel.account_model
@@ -1165,7 +1165,7 @@ def config_validate(config_file: str | None) -> None:
     references, every channel account (built as the gateway builds it), the agent kind
     and the listen address's control token."""
     from chatkernel.core import config as cfg
-    from chatkernel.sdk.channel import collect_channels
+    from chatkernel.core.plugins import collect_channels
     from chatkernel.core.gateway.process import check_startup
 
     path = cfg.config_path(config_file)
@@ -1185,7 +1185,7 @@ def config_validate(config_file: str | None) -> None:
 def _validate_channels(raw: dict[str, Any], path, *, strict_env: bool) -> int:
     """Validate ``[channels.*]`` with the installed channel plugins' account models."""
     from chatkernel.core import config as cfg
-    from chatkernel.sdk.channel import collect_channels
+    from chatkernel.core.plugins import collect_channels
 
     tables = raw.get("channels") or {}
     if not tables:

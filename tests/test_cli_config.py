@@ -95,7 +95,7 @@ def uncommented(text: str, channel: str) -> str:
 
 
 def test_config_init_writes_a_commented_starter_that_validates(runner, config_file):
-    from chatkernel.sdk.channel import collect_channels
+    from chatkernel.core.plugins import collect_channels
     from chatkernel.core.plugins import get_plugin_manager
 
     ok(runner, "init")

@@ -165,7 +165,7 @@ async def test_every_zero_disables_the_config_heartbeat(tmp_path):
 
 
 async def test_unknown_target_channel_is_a_config_error(tmp_path):
-    from chatkernel.core.errors import ConfigError
+    from chatkernel.sdk.errors import ConfigError
 
     agent = scripted_agent(script=replies())
     with pytest.raises(ConfigError, match="no running channel 'telegram'") as info:
@@ -915,7 +915,7 @@ async def test_a_preempted_wake_runs_again_when_the_session_is_idle(tmp_path):
 
 
 async def test_an_unknown_heartbeat_account_is_a_config_error(tmp_path):
-    from chatkernel.core.errors import ConfigError
+    from chatkernel.sdk.errors import ConfigError
 
     agent = scripted_agent(script=replies())
     with pytest.raises(ConfigError, match="no running account 'nobody'") as info:

@@ -32,7 +32,7 @@ from chatkernel import (
 )
 from chatkernel.builtin.heartbeat import DEFAULT_VISIBILITY
 from chatkernel.core.turns.agents import Agent, AgentEvent, TurnRequest
-from chatkernel.sdk.channel import collect_channels
+from chatkernel.core.plugins import collect_channels
 from chatkernel.core.config import AccountConfig
 from chatkernel.core.heartbeat.scheduler import plugin_visibility_defaults, resolve_visibility
 from chatkernel.core.outbound.policy import resolve_media_path

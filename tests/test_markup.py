@@ -164,7 +164,7 @@ def test_plain_fast_path_is_what_every_renderer_would_give(text):
 
 def _every_renderer() -> dict[str, type[MarkdownRenderer]]:
     """The kernel's renderers and those of every installed channel plugin."""
-    from chatkernel.sdk.channel import collect_channels
+    from chatkernel.core.plugins import collect_channels
     from chatkernel.core.plugins import get_plugin_manager
 
     found = renderers()

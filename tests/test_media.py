@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from chatkernel.core.inbound.media import save_inbound_media
+from chatkernel.sdk.media import save_inbound_media
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.memory import KernelHarness
 

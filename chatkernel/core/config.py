@@ -23,7 +23,8 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticUndefined
 
-from chatkernel.core.errors import ConfigError
+from chatkernel.sdk.errors import ConfigError
+from chatkernel.sdk.accounts import AccountConfig, HealthMonitorConfig, HeartbeatVisibility
 from chatkernel.sdk.models import AccessLevel
 
 # -- locations -------------------------------------------------------------------
@@ -213,12 +214,6 @@ def check_timezone(name: str) -> str:
     return name
 
 
-class HeartbeatVisibility(Section):
-    show_ok: bool | None = None
-    show_alerts: bool | None = None
-    use_indicator: bool | None = None
-
-
 class HeartbeatConfig(Section):
     """``[heartbeat]`` (and the overrides merged over it: ``[agent.heartbeat]``, a
     session's own). See docs/heartbeats.md."""
@@ -261,21 +256,6 @@ class HeartbeatConfig(Section):
 AgentConfig.model_rebuild()  # its heartbeat table is defined above
 
 
-class HealthMonitorConfig(Section):
-    """``[health_monitor]``, and per channel / per account overrides of it.
-
-    An override changes only the keys it sets; the rest come from the level above.
-    """
-
-    enabled: bool = True
-    health_check_minutes: float = Field(5, ge=0)  # 0 disables the monitor
-    stale_event_threshold_minutes: float = Field(30, ge=0)  # never below the check interval
-    max_restarts_per_hour: int = Field(10, ge=0)  # rolling, crash restarts included
-    startup_grace_minutes: float = Field(5, ge=0)  # no restart this soon after start
-    restart_cooldown_minutes: float = Field(10, ge=0)  # between two restarts of an account
-    stop_timeout_seconds: float = Field(30, gt=0)  # how long a restart waits for the old loop
-
-
 class HealthConfig(Section):
     """``[health]``: probes and the cached snapshot."""
 
@@ -288,32 +268,6 @@ class PresenceConfig(Section):
 
     ttl_minutes: float = Field(5, gt=0)
     max_entries: int = Field(200, ge=1)
-
-
-class AccountConfig(BaseModel):
-    """The settings every channel account has; channel plugins subclass it.
-
-    ``allow_from`` is an allowlist, on by default: an empty list lets nobody
-    in. ``"*"`` lets anyone in.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    enabled: bool = True
-    allow_from: list[str] = Field(default_factory=list)
-    access_level: AccessLevel = "standard"
-    require_mention: bool = True  # in groups: answer only when mentioned or replied to
-    max_inbound_media_mb: float = Field(20, gt=0)
-    direct_only_commands: bool = False
-    heartbeat: HeartbeatVisibility | None = None
-    health_monitor: HealthMonitorConfig | None = None
-
-    @field_validator("allow_from", mode="before")
-    @classmethod
-    def _ids_as_strings(cls, value: Any) -> Any:
-        if isinstance(value, list):
-            return [str(item) for item in value]
-        return value
 
 
 class ChannelConfig(BaseModel):

@@ -20,7 +20,8 @@ from anyio.abc import TaskGroup
 
 from chatkernel.core import config as cfg
 from chatkernel.core.turns.agents import Agent, collect_agents, redact_turns
-from chatkernel.sdk.channel import Channel, collect_channels
+from chatkernel.sdk.channel import Channel
+from chatkernel.core.plugins import collect_channels
 from chatkernel.core.gateway.cluster import Cluster
 from chatkernel.core.inbound.commands import collect_commands
 from chatkernel.core.outbound.deliveries import Deliveries

@@ -31,11 +31,14 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import CoroutineType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from chatkernel import hookspecs
+
+if TYPE_CHECKING:
+    from chatkernel.sdk.channel import Channel
 
 GROUP = "chatkernel"
 
@@ -348,6 +351,18 @@ def collect_registered(hook: Any, kind: str, base: type | None = None) -> dict[s
 
     hook(register=register)
     return found
+
+
+def collect_channels(pm: "PluginManager") -> "dict[str, type[Channel]]":
+    """Channel types by name, from every plugin's ``register_channels``. Each type's
+    :attr:`Channel.secret_patterns` join the log redaction."""
+    from chatkernel.core.logs import secret_filter
+    from chatkernel.sdk.channel import Channel
+
+    channels = collect_registered(pm.hook.register_channels, "channel", Channel)
+    for channel in channels.values():
+        secret_filter.add_patterns(*channel.compiled_secret_patterns())
+    return channels
 
 
 def _entry_point_distributions() -> dict[str, tuple[str, str]]:

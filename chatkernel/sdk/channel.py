@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_chec
 
 import anyio
 
-from chatkernel.core.config import AccountConfig
+from chatkernel.sdk.accounts import AccountConfig
 from chatkernel.sdk.models import (
     Account,
     InboundMessage,
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from chatkernel.sdk.markup import MarkdownRenderer
-    from chatkernel.core.plugins import PluginManager
     from chatkernel.sdk.sockets import SocketLink
     from chatkernel.sdk.webhooks import Verifier
 
@@ -507,8 +506,8 @@ class Channel:
                          mime: str | None = None, platform_id: str | None = None,
                          declared_size: int | None = None) -> MediaRef:
         """Save an inbound file under the workspace, within the account's size cap
-        (``max_inbound_media_mb``); see :func:`chatkernel.core.inbound.media.save_inbound_media`."""
-        from chatkernel.core.inbound.media import save_inbound_media
+        (``max_inbound_media_mb``); see :func:`chatkernel.sdk.media.save_inbound_media`."""
+        from chatkernel.sdk.media import save_inbound_media
 
         cap_mb = getattr(self.config, "max_inbound_media_mb", 20)
         return await save_inbound_media(
@@ -530,15 +529,3 @@ def _failed_on_refusal(runtime: Any) -> bool:
     loop runs (receiving.mark_refused), not because the loop crashed."""
     return runtime.state == "failed" and runtime.problem is not None \
         and runtime.detail == runtime.problem
-
-
-def collect_channels(pm: "PluginManager") -> dict[str, type[Channel]]:
-    """Channel types by name, from every plugin's ``register_channels``. Each type's
-    :attr:`Channel.secret_patterns` join the log redaction."""
-    from chatkernel.core.logs import secret_filter
-    from chatkernel.core.plugins import collect_registered
-
-    channels = collect_registered(pm.hook.register_channels, "channel", Channel)
-    for channel in channels.values():
-        secret_filter.add_patterns(*channel.compiled_secret_patterns())
-    return channels

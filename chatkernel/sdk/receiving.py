@@ -35,8 +35,7 @@ import anyio
 
 from chatkernel.sdk.http_client import PlatformError
 from chatkernel.sdk.models import InboundMessage
-from chatkernel.core.store.base import StoreError
-from chatkernel.core.store.shared import LeaseLost
+from chatkernel.sdk.errors import LeaseLost, StoreError
 
 if TYPE_CHECKING:
     from chatkernel.sdk.channel import Channel, Deliver

@@ -195,7 +195,7 @@ async def reload_config(kernel: "Kernel", config: str | None = None) -> dict[str
     gateway that reads another one refuses (409) rather than switch files."""
     from pathlib import Path
 
-    from chatkernel.core.errors import ConfigError
+    from chatkernel.sdk.errors import ConfigError
     from chatkernel.core.gateway.reload import ReloadBusy
 
     if kernel.reloader is None:

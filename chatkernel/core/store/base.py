@@ -13,15 +13,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from chatkernel.core.errors import ConfigError
+from chatkernel.sdk.errors import ConfigError, StoreError
 from chatkernel.sdk.models import InboundMessage, OutboundPayload, Route
 
 if TYPE_CHECKING:
     from chatkernel.core.store.shared import SharedState
-
-
-class StoreError(Exception):
-    """The state store cannot be used: unreadable, unreachable, too new, not open..."""
 
 
 class StoreUnavailable(StoreError, ConfigError):

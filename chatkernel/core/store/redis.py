@@ -39,7 +39,7 @@ import urllib.parse
 from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from chatkernel.core.errors import ConfigError
+from chatkernel.sdk.errors import ConfigError
 from chatkernel.sdk.models import InboundMessage, Route
 from chatkernel.core.store import redis_lua as lua
 from chatkernel.core.store.base import (

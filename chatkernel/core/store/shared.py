@@ -37,7 +37,8 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-from chatkernel.core.store.base import JournalEntry, OutboxEntry, StoreError
+from chatkernel.core.store.base import JournalEntry, OutboxEntry
+from chatkernel.sdk.errors import LeaseLost, StoreError
 
 __all__ = ["INBOX_LENGTH", "LeaseLost", "SharedState", "account_lease"]
 
@@ -48,16 +49,6 @@ INBOX_LENGTH = 10_000
 def account_lease(channel: str, account: str) -> str:
     """The name of the lease that fences an account's writes: ``account:<channel>:<account>``."""
     return f"account:{channel}:{account}"
-
-
-class LeaseLost(StoreError):
-    """A fenced write was refused: this process no longer holds the account's lease
-    with the token it was fenced with (another process took the account over).
-    Nothing was written."""
-
-    def __init__(self, message: str, *, lease: str | None = None) -> None:
-        super().__init__(message)
-        self.lease = lease
 
 
 class SharedState(abc.ABC):

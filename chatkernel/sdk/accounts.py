@@ -1,0 +1,69 @@
+"""An account's config: the base model every channel's account model extends.
+
+The kernel's own per-account settings (the allowlist, access level, media cap,
+heartbeat visibility, health-monitor overrides) live here so that a channel's
+model, and the kit, need nothing of the kernel's config module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from chatkernel.sdk.models import AccessLevel
+
+__all__ = ["AccountConfig", "HealthMonitorConfig", "HeartbeatVisibility"]
+
+
+class _Strict(BaseModel):
+    """Unknown keys are typos, and typos are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class HeartbeatVisibility(_Strict):
+    show_ok: bool | None = None
+    show_alerts: bool | None = None
+    use_indicator: bool | None = None
+
+
+class HealthMonitorConfig(_Strict):
+    """``[health_monitor]``, and per channel / per account overrides of it.
+
+    An override changes only the keys it sets; the rest come from the level above.
+    """
+
+    enabled: bool = True
+    health_check_minutes: float = Field(5, ge=0)  # 0 disables the monitor
+    stale_event_threshold_minutes: float = Field(30, ge=0)  # never below the check interval
+    max_restarts_per_hour: int = Field(10, ge=0)  # rolling, crash restarts included
+    startup_grace_minutes: float = Field(5, ge=0)  # no restart this soon after start
+    restart_cooldown_minutes: float = Field(10, ge=0)  # between two restarts of an account
+    stop_timeout_seconds: float = Field(30, gt=0)  # how long a restart waits for the old loop
+
+
+class AccountConfig(BaseModel):
+    """The settings every channel account has; channel plugins subclass it.
+
+    ``allow_from`` is an allowlist, on by default: an empty list lets nobody
+    in. ``"*"`` lets anyone in.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    allow_from: list[str] = Field(default_factory=list)
+    access_level: AccessLevel = "standard"
+    require_mention: bool = True  # in groups: answer only when mentioned or replied to
+    max_inbound_media_mb: float = Field(20, gt=0)
+    direct_only_commands: bool = False
+    heartbeat: HeartbeatVisibility | None = None
+    health_monitor: HealthMonitorConfig | None = None
+
+    @field_validator("allow_from", mode="before")
+    @classmethod
+    def _ids_as_strings(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [str(item) for item in value]
+        return value
