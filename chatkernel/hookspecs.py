@@ -47,6 +47,18 @@ def register_agents(register):
 
 
 @hookspec
+def register_markups(register):
+    """Register Markdown renderers that a channel's ``markup`` (or ``render``) may name.
+
+    :param register: call ``register(renderer_class)`` for each
+        :class:`chatkernel.channels.MarkdownRenderer` subclass; its ``name``
+        (``"telegram_html"``) is how it is named. A channel may also set its
+        ``markup`` to the class itself, which needs no registration.
+    :return: nothing.
+    """
+
+
+@hookspec
 def register_commands(register):
     """Register slash commands answered before the agent.
 

@@ -69,7 +69,9 @@ def test_render_rejects_unknown_markup(name: object) -> None:
         render("x", name)  # type: ignore[arg-type]
 
 
-def test_a_plugin_renderer_is_registered_by_its_name_and_used_by_its_channel() -> None:
+def test_a_plugin_renderer_is_registered_by_its_hook_and_used_by_its_channel() -> None:
+    from chatkernel.core.plugins import PluginManager, collect_channels
+    from chatkernel.hookspecs import hookimpl
     from chatkernel.sdk.channel import Channel
     from chatkernel.sdk.models import OutboundPayload
 
@@ -83,7 +85,22 @@ def test_a_plugin_renderer_is_registered_by_its_name_and_used_by_its_channel() -
         name = "shouty"
         markup = "test_shouty"
 
+    class Plugin:
+        @staticmethod
+        @hookimpl
+        def register_markups(register):
+            register(Shouty)
+
+        @staticmethod
+        @hookimpl
+        def register_channels(register):
+            register(ShoutyChannel)
+
+    pm = PluginManager()
+    pm.register(Plugin(), name="shouty")
     try:
+        assert "test_shouty" not in renderers()  # defining the class registers nothing
+        assert collect_channels(pm) == {"shouty": ShoutyChannel}
         assert renderer_for("test_shouty") is Shouty
         assert render("**hi** there", "test_shouty") == "HI THERE"
         channel = ShoutyChannel.__new__(ShoutyChannel)
@@ -91,6 +108,18 @@ def test_a_plugin_renderer_is_registered_by_its_name_and_used_by_its_channel() -
         assert channel.render_text(OutboundPayload(text="_a_", format="plain")) == ("_a_", None)
     finally:
         markup._registry.pop("test_shouty", None)
+
+
+def test_a_renderer_named_but_never_registered_works_with_a_deprecation_warning() -> None:
+    class Legacy(MarkdownRenderer):
+        name = "test_legacy_by_import"
+
+        def text(self, s: str) -> str:
+            return s.upper()
+
+    with pytest.warns(DeprecationWarning, match="register it with the register_markups hook"):
+        assert renderer_for("test_legacy_by_import") is Legacy
+    assert "test_legacy_by_import" not in renderers()
 
 
 def test_fallback_escapes_when_a_renderer_fails(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -167,6 +196,7 @@ def _every_renderer() -> dict[str, type[MarkdownRenderer]]:
     from chatkernel.core.plugins import collect_channels
     from chatkernel.core.plugins import get_plugin_manager
 
+    collect_channels(get_plugin_manager())  # the plugins' register_markups
     found = renderers()
     for channel in collect_channels(get_plugin_manager()).values():
         if channel.markup:

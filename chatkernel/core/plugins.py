@@ -175,15 +175,10 @@ class PluginManager(pluggy.PluginManager):
     def _load_entry_points(self, only: list[str] | None, disabled: set[str], strict: bool) -> None:
         if only is not None and not only:
             return  # CHATKERNEL_LOAD_PLUGINS set but empty: no installed plugin
-        from stevedore import ExtensionManager, NamedExtensionManager
+        from stevedore import NamedExtensionManager
 
-        class EntryPointList(ExtensionManager):
-            """Reads the group from stevedore's entry-point cache, importing nothing."""
-
-            def __init__(self, namespace: str) -> None:
-                self.namespace = namespace
-
-        available = EntryPointList(GROUP).list_entry_points()
+        # Listing reads stevedore's entry-point cache and imports nothing (no names).
+        available = NamedExtensionManager(GROUP, names=[]).list_entry_points()
         installed = {ep.name for ep in available}
         wanted = [ep.name for ep in available] if only is None else list(only)
         for name in wanted:
@@ -192,30 +187,25 @@ class PluginManager(pluggy.PluginManager):
                            f"in group {GROUP!r}", strict)
         names = [name for name in dict.fromkeys(wanted) if name in installed
                  and name not in disabled]
-        if not names:
-            return
 
         def on_failure(_manager: Any, entry_point: Any, exc: BaseException) -> None:
             self._fail(entry_point.name, _describe(exc), strict)
 
-        class IsolatedExtensionManager(NamedExtensionManager):
-            """stevedore re-raises AssertionError from a plugin's import; report it too."""
-
-            def _load_one_plugin(self, ep, *args, **kwargs):  # type: ignore[no-untyped-def]
-                try:
-                    return super()._load_one_plugin(ep, *args, **kwargs)
-                except AssertionError as exc:
-                    on_failure(self, ep, exc)
-                    return None
-
-        manager = IsolatedExtensionManager(
-            GROUP, names=names, name_order=True, on_load_failure_callback=on_failure
-        )
-        for extension in manager:
+        for name in names:
+            # One manager a plugin: stevedore re-raises an AssertionError from a
+            # plugin's import instead of calling on_failure, and one broken plugin must
+            # not keep the others from loading.
             try:
-                self.register(extension.plugin, name=extension.name)
-            except Exception as exc:
-                self._fail(extension.name, _describe(exc), strict)
+                manager = NamedExtensionManager(GROUP, names=[name],
+                                                on_load_failure_callback=on_failure)
+            except AssertionError as exc:
+                self._fail(name, _describe(exc), strict)
+                continue
+            for extension in manager:
+                try:
+                    self.register(extension.plugin, name=extension.name)
+                except Exception as exc:
+                    self._fail(extension.name, _describe(exc), strict)
 
     def _check_pending(self, strict: bool) -> None:
         """Like pluggy's ``check_pending`` but reports every offending plugin."""
@@ -355,10 +345,14 @@ def collect_registered(hook: Any, kind: str, base: type | None = None) -> dict[s
 
 def collect_channels(pm: "PluginManager") -> "dict[str, type[Channel]]":
     """Channel types by name, from every plugin's ``register_channels``. Each type's
-    :attr:`Channel.secret_patterns` join the log redaction."""
+    :attr:`Channel.secret_patterns` join the log redaction, and the renderers of
+    ``register_markups`` become nameable."""
     from chatkernel.core.logs import secret_filter
     from chatkernel.sdk.channel import Channel
 
+    from chatkernel.sdk.markup import MarkdownRenderer, register_markups
+
+    register_markups(collect_registered(pm.hook.register_markups, "markup", MarkdownRenderer))
     channels = collect_registered(pm.hook.register_channels, "channel", Channel)
     for channel in channels.values():
         secret_filter.add_patterns(*channel.compiled_secret_patterns())

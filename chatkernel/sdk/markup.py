@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
@@ -59,6 +60,7 @@ __all__ = [
     "display_url",
     "escape_attr",
     "escape_html",
+    "register_markups",
     "render",
     "renderer_for",
     "renderers",
@@ -84,6 +86,8 @@ def _make_parser() -> MarkdownIt:
 
 
 _MD = _make_parser()
+#: The renderers that can be named, by name: the kit's own, and those the plugins
+#: register through the ``register_markups`` hook (:func:`register_markups`).
 _registry: dict[str, "type[MarkdownRenderer]"] = {}
 
 
@@ -212,7 +216,8 @@ class MarkdownRenderer:
     sent should rendering ever fail. A renderer is made anew for each text.
     """
 
-    #: The markup's name ("telegram_html"): a subclass with a name is registered.
+    #: The markup's name ("telegram_html"): what ``Channel.markup`` and :func:`render`
+    #: may call it once a plugin registers it (the ``register_markups`` hook).
     name: ClassVar[str] = ""
 
     bullets: tuple[str, ...] = ("• ", "◦ ", "▪ ")
@@ -224,11 +229,6 @@ class MarkdownRenderer:
     def __init__(self) -> None:
         self.list_depth = 0
         self.quote_depth = 0
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.name:
-            _registry[cls.name] = cls
 
     # -- entry points ------------------------------------------------------
 
@@ -509,26 +509,52 @@ def _convert(markdown: str, renderer: type[MarkdownRenderer], fallback: Callable
 
 
 
+_registry[PlainText.name] = PlainText  # the kit's own renderer is always known
+
+
 def to_plain(markdown: str) -> str:
     """Markdown → readable plain text (markup removed, code verbatim)."""
     return PlainText.convert(markdown)
 
 
 def renderers() -> dict[str, type[MarkdownRenderer]]:
-    """Every renderer with a name, by name: the kernel's and those of the plugins
-    imported so far."""
+    """Every renderer that can be named, by name: the kit's and those registered
+    through the ``register_markups`` hook."""
     return dict(_registry)
+
+
+def register_markups(found: dict[str, type[MarkdownRenderer]]) -> None:
+    """Make renderers nameable (the kernel passes what the ``register_markups`` hook
+    collected); a name already taken keeps its first renderer."""
+    for name, renderer in found.items():
+        _registry.setdefault(name, renderer)
+
+
+def _named_by_import(name: str) -> type[MarkdownRenderer] | None:
+    """A subclass with ``name`` that was imported but never registered."""
+    pending = list(MarkdownRenderer.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        if cls.name == name:
+            return cls
+        pending += cls.__subclasses__()
+    return None
 
 
 def renderer_for(markup: "type[MarkdownRenderer] | str") -> type[MarkdownRenderer]:
     """The renderer ``markup`` is or names; ValueError for an unknown name."""
     if isinstance(markup, type) and issubclass(markup, MarkdownRenderer):
         return markup
-    try:
-        return _registry[markup]  # type: ignore[index]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown markup {markup!r}: expected a MarkdownRenderer or one of "
-                         f"{', '.join(sorted(_registry))}") from None
+    if isinstance(markup, str) and markup in _registry:
+        return _registry[markup]
+    legacy = _named_by_import(markup) if isinstance(markup, str) and markup else None
+    if legacy is not None:
+        warnings.warn(f"markup {markup!r} is known only because {legacy.__qualname__} was "
+                      "imported: register it with the register_markups hook, or set the "
+                      "channel's markup to the class", DeprecationWarning, stacklevel=2)
+        return legacy
+    raise ValueError(f"unknown markup {markup!r}: expected a MarkdownRenderer or one of "
+                     f"{', '.join(sorted(_registry))}")
 
 
 # Text Markdown leaves alone: no character any target treats specially, no line

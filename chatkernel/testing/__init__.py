@@ -41,6 +41,7 @@ _LAZY = {
     # Property tests of a renderer.
     "markdown_texts": "chatkernel.testing.markdown",
     "PATHOLOGICAL_MARKDOWN": "chatkernel.testing.markdown",
+    "registered_markups": "chatkernel.testing.markdown",
     # The base of fake platform servers.
     "Call": "chatkernel.testing.fake_platform",
     "FakePlatform": "chatkernel.testing.fake_platform",

@@ -15,6 +15,8 @@ tested with them; a plugin's renderer should be too::
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
 __all__ = ["FRAGMENTS", "PATHOLOGICAL_MARKDOWN", "markdown_texts"]
@@ -51,3 +53,13 @@ PATHOLOGICAL_MARKDOWN: tuple[str, ...] = (
     "1. " * 200,
     "|a|\n|-|\n" + "|x|\n" * 100,
 )
+
+
+def registered_markups() -> dict[str, Any]:
+    """The renderers a channel may name, by name, once every installed plugin's
+    ``register_markups`` has run (as the kernel runs it when it collects channels)."""
+    from chatkernel.core.plugins import collect_channels, get_plugin_manager
+    from chatkernel.sdk.markup import renderers
+
+    collect_channels(get_plugin_manager())
+    return renderers()

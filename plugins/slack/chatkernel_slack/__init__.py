@@ -14,3 +14,10 @@ def register_channels(register):
     from chatkernel_slack.channel import SlackChannel
 
     register(SlackChannel)
+
+
+@hookimpl
+def register_markups(register):
+    from chatkernel_slack.markup import SlackMrkdwn
+
+    register(SlackMrkdwn)

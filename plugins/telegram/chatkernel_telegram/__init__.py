@@ -14,3 +14,10 @@ def register_channels(register):
     from chatkernel_telegram.channel import TelegramChannel
 
     register(TelegramChannel)
+
+
+@hookimpl
+def register_markups(register):
+    from chatkernel_telegram.markup import TelegramHTML
+
+    register(TelegramHTML)

@@ -17,6 +17,13 @@ def register_channels(register):
 
 
 @hookimpl
+def register_markups(register):
+    from chatkernel_whatsapp.markup import WhatsAppText
+
+    register(WhatsAppText)
+
+
+@hookimpl
 def inbound_accept(message, account):
     """A WhatsApp message older than the account's ``max_message_age_minutes`` is
     recorded (the journal has it, so a redelivery is still a duplicate) but not

@@ -42,7 +42,10 @@ def test_whatsapp_fence_is_monospace() -> None:
 
 
 def test_the_renderer_is_registered_and_is_the_channels() -> None:
+    from chatkernel.testing import registered_markups
+
     md = "**hi** <x>"
+    assert registered_markups()["whatsapp"] is WhatsAppText
     assert render(md, "whatsapp") == render(md, WhatsAppText) == to_whatsapp(md) == "*hi* <x>"
     assert WhatsAppChannel.markup is WhatsAppText
     channel = WhatsAppChannel.__new__(WhatsAppChannel)
@@ -59,7 +62,7 @@ def test_pathological_inputs(md: str) -> None:
 @given(markdown_texts())
 def test_never_raises(md: str) -> None:
     assert isinstance(WhatsAppText().render(md), str)
-    assert isinstance(render(md, "whatsapp"), str)
+    assert isinstance(render(md, WhatsAppText), str)
 
 
 @PROPS
