@@ -19,11 +19,13 @@ The pieces, by concern:
   of an account's config model), :class:`ConfigError`;
 - the values that flow through it: :class:`InboundMessage`, :class:`MediaRef`,
   :class:`Route`, :class:`OutboundPayload`, :class:`SendResult`,
-  :class:`SendError`, :class:`ProbeResult`, :class:`Account`;
+  :class:`SendError`, :class:`ProbeResult`, :class:`Account`, :class:`Verdict` (what
+  :meth:`Channel.screen_inbound` may return);
 - receiving: :class:`Deliver` / :class:`BatchDeliver` (what ``Channel.run``
   gets), :class:`Polled`, :class:`Trouble`, :func:`deliver_many`,
   :func:`normalize_batch`, :func:`per_chat`; webhooks: :class:`Verifier`,
-  :class:`SecretHeader`, :class:`SlackSignature`, :class:`MetaSignature`,
+  :class:`SecretHeader`, :class:`HmacSignature` (Slack's and Meta's schemes live in
+  their plugins),
   :class:`WebhookRejected`; sockets: :class:`SocketLink`;
 - the platform's HTTP API: :class:`HttpClient`, :class:`Answer`,
   :class:`PlatformError`, :func:`transport_error`, :func:`parse_retry_after`;
@@ -77,13 +79,13 @@ from chatkernel.sdk.models import (
     Route,
     SendError,
     SendResult,
+    Verdict,
 )
 from chatkernel.sdk.sockets import SocketLink
 from chatkernel.sdk.codec import decode_json, encode_json
 from chatkernel.sdk.webhooks import (
-    MetaSignature,
+    HmacSignature,
     SecretHeader,
-    SlackSignature,
     Verifier,
     WebhookRejected,
 )
@@ -99,6 +101,7 @@ __all__ = [
     "ChannelLimits",
     "ConfigError",
     "Deliver",
+    "HmacSignature",
     "HttpClient",
     "InboundMessage",
     "Line",
@@ -108,7 +111,6 @@ __all__ = [
     "LoginResult",
     "MarkdownRenderer",
     "MediaRef",
-    "MetaSignature",
     "OutboundPayload",
     "PlatformError",
     "Polled",
@@ -118,9 +120,9 @@ __all__ = [
     "SecretHeader",
     "SendError",
     "SendResult",
-    "SlackSignature",
     "SocketLink",
     "Trouble",
+    "Verdict",
     "Verifier",
     "WebhookRejected",
     "decode_json",
@@ -137,3 +139,25 @@ __all__ = [
     "transport_error",
     "wrap_marks",
 ]
+
+#: Names that moved out of the kernel: name -> (module, replacement to name).
+_MOVED = {
+    "SlackSignature": ("chatkernel_slack.signature", "chatkernel_slack.signature.SlackSignature "
+                       "(another platform's HMAC: chatkernel.channels.HmacSignature)"),
+    "MetaSignature": ("chatkernel_whatsapp.signature",
+                      "chatkernel_whatsapp.signature.MetaSignature (another platform's HMAC: "
+                      "chatkernel.channels.HmacSignature)"),
+}
+
+
+def __getattr__(name: str) -> object:
+    """The deprecated names: platform verifiers now in their platform's plugin."""
+    if name in _MOVED:
+        import importlib
+        import warnings
+
+        module, replacement = _MOVED[name]
+        warnings.warn(f"chatkernel.channels.{name} is deprecated: use {replacement}",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(module), name)
+    raise AttributeError(f"module 'chatkernel.channels' has no attribute {name!r}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import time
 from typing import Any
 
 import aiohttp
@@ -20,11 +21,10 @@ from aiohttp import web
 from chatkernel.testing.fake_platform import (
     Call,
     FakePlatform,
-    MetaSigner,
+    HmacSigner,
     ErrorAnswer,
     RateWindows,
     SecretTokenSigner,
-    SlackSigner,
     WebhookPusher,
 )
 
@@ -319,39 +319,35 @@ async def test_webhook_push_gives_up_or_stops_when_no_longer_wanted() -> None:
         assert stopped is None and len(receiver.requests) == 2
 
 
+def stamped_signer(secret: str, clock=time.time) -> HmacSigner:
+    return HmacSigner(secret, header="X-Stamped-Signature", prefix="t0=",
+                      timestamp_header="X-Stamp",
+                      signed=lambda ts, body: b"t0:" + ts.encode() + b":" + body, clock=clock)
+
+
 async def test_signers_sign_the_exact_bytes_sent() -> None:
     raw = ' {"text":  "h\u00e9llo",\n "n":1}\n'.encode()  # not how json.dumps writes it
-    signers = [SecretTokenSigner("Abc_123-xyz"), SlackSigner("slack-secret"),
-               MetaSigner("meta-secret")]
+    signers = [SecretTokenSigner("Abc_123-xyz"), stamped_signer("stamp-secret"),
+               HmacSigner("body-secret", header="X-Body-Signature", prefix="sha256=")]
     async with Receiver() as receiver, WebhookPusher() as pusher:
         for signer in signers:
             assert (await pusher.push(receiver.url, raw, signer=signer)).ok
         assert (await pusher.push(receiver.url, {"a": "é"}, signer=signers[2])).ok
-    (b1, telegram), (b2, slack), (b3, meta), (b4, meta_json) = receiver.requests
+    (b1, telegram), (b2, stamped), (b3, plain), (b4, plain_json) = receiver.requests
     assert b1 == b2 == b3 == raw
     assert telegram["X-Telegram-Bot-Api-Secret-Token"] == "Abc_123-xyz"
-    timestamp = slack["X-Slack-Request-Timestamp"]
-    expected = hmac.new(b"slack-secret", b"v0:" + timestamp.encode() + b":" + raw,
+    timestamp = stamped["X-Stamp"]
+    expected = hmac.new(b"stamp-secret", b"t0:" + timestamp.encode() + b":" + raw,
                         hashlib.sha256).hexdigest()
-    assert slack["X-Slack-Signature"] == f"v0={expected}"
-    for body, headers in ((raw, meta), (b4, meta_json)):
-        expected = hmac.new(b"meta-secret", body, hashlib.sha256).hexdigest()
-        assert headers["X-Hub-Signature-256"] == f"sha256={expected}"
+    assert stamped["X-Stamped-Signature"] == f"t0={expected}"
+    for body, headers in ((raw, plain), (b4, plain_json)):
+        expected = hmac.new(b"body-secret", body, hashlib.sha256).hexdigest()
+        assert headers["X-Body-Signature"] == f"sha256={expected}"
     assert "secret" not in repr(signers)
 
 
-def test_signers_match_the_platforms_published_examples() -> None:
-    # Slack's example in "Verifying requests from Slack".
-    body = (b"token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&"
-            b"channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner"
-            b"&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2F"
-            b"commands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id="
-            b"398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c")
-    slack = SlackSigner("8f742231b10e8888abcd99yyyzzz85a5", clock=lambda: 1531420618)
-    assert slack(body) == {
-        "X-Slack-Request-Timestamp": "1531420618",
-        "X-Slack-Signature": "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503"}
-    # HMAC-SHA256("secret", "test"), as Meta signature libraries document it.
-    assert MetaSigner("secret")(b"test") == {
-        "X-Hub-Signature-256":
-            "sha256=0329a06b62cd16b33eb6792be8c60b158d89a2ee3a876fce9a881ebb488c0914"}
+def test_the_hmac_signer_matches_a_published_example() -> None:
+    # HMAC-SHA256("secret", "test"), as HMAC libraries document it.
+    assert HmacSigner("secret", header="X-Sig", prefix="sha256=")(b"test") == {
+        "X-Sig": "sha256=0329a06b62cd16b33eb6792be8c60b158d89a2ee3a876fce9a881ebb488c0914"}
+    assert stamped_signer("s", clock=lambda: 1531420618)(b"x")["X-Stamp"] == "1531420618"

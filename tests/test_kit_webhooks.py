@@ -20,9 +20,8 @@ from chatkernel.channels import (
     Channel,
     ChannelLimits,
     InboundMessage,
-    MetaSignature,
+    HmacSignature,
     SecretHeader,
-    SlackSignature,
     WebhookRejected,
     hookimpl,
 )
@@ -30,21 +29,42 @@ from chatkernel.testing import KernelHarness
 
 pytestmark = pytest.mark.anyio
 
-APP_SECRET = "meta-app-secret"
+APP_SECRET = "app-secret"
 VERIFY_TOKEN = "verify-me"
 
 
 # -- verifiers ------------------------------------------------------------------------------
 
 
-def slack_headers(secret: str, body: bytes, ts: int) -> dict[str, str]:
-    digest = hmac.new(secret.encode(), f"v0:{ts}:".encode() + body, hashlib.sha256).hexdigest()
-    return {"X-Slack-Request-Timestamp": str(ts), "X-Slack-Signature": f"v0={digest}"}
+def stamped_headers(secret: str, body: bytes, ts: int) -> dict[str, str]:
+    digest = hmac.new(secret.encode(), f"t0:{ts}:".encode() + body, hashlib.sha256).hexdigest()
+    return {"X-Stamp": str(ts), "X-Stamped-Signature": f"t0={digest}"}
 
 
-def meta_headers(secret: str, body: bytes) -> dict[str, str]:
+def body_headers(secret: str, body: bytes, header: str = "X-Body-Signature") -> dict[str, str]:
     digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return {"X-Hub-Signature-256": f"sha256={digest}"}
+    return {header: f"sha256={digest}"}
+
+
+def stamped_verifier(secret: str, now: float) -> HmacSignature:
+    """A platform that signs ``t0:<timestamp>:<body>`` (Slack's shape, other names)."""
+    return HmacSignature(secret, header="X-Stamped-Signature", prefix="t0=",
+                         timestamp_header="X-Stamp",
+                         signed=lambda ts, body: b"t0:" + ts.encode() + b":" + body,
+                         clock=lambda: now)
+
+
+class SignedWithHandshake(HmacSignature):
+    """An HMAC of the body, and a GET handshake that echoes a challenge for the token."""
+
+    def __init__(self, secret: str, token: str) -> None:
+        super().__init__(secret, header="X-Body-Signature", prefix="sha256=", wrong_status=403)
+        self.token = token
+
+    def handshake(self, query):
+        if query.get("hub.mode") != "subscribe" or query.get("hub.verify_token") != self.token:
+            raise WebhookRejected(403, "wrong handshake")
+        return query.get("hub.challenge", "")
 
 
 def refused(verifier, headers, body=b"{}") -> int:
@@ -62,70 +82,67 @@ def test_secret_header_takes_only_the_exact_secret():
         SecretHeader("X-Secret", "")
 
 
-def test_slack_signature_and_its_five_minute_window():
-    now = 1_700_000_000
-    verifier = SlackSignature("slack-secret", clock=lambda: now)
-    body = b'{"type":"event_callback","text":"caf\xc3\xa9 @here"}'
-    verifier.verify(slack_headers("slack-secret", body, now), body)
-    verifier.verify(slack_headers("slack-secret", body, now - 300), body)
-    assert refused(verifier, slack_headers("slack-secret", body, now - 301), body) == 401
-    assert refused(verifier, slack_headers("slack-secret", body, now + 301), body) == 401
-    assert refused(verifier, slack_headers("other", body, now), body) == 401
-    assert refused(verifier, slack_headers("slack-secret", body + b" ", now), body) == 401
-    assert refused(verifier, {"X-Slack-Signature": "v0=00"}, body) == 401
-    assert refused(verifier, {"X-Slack-Request-Timestamp": "soon",
-                              "X-Slack-Signature": "v0=00"}, body) == 401
-
-
-def test_meta_signature_is_over_the_raw_bytes_and_the_handshake_needs_none():
-    verifier = MetaSignature(APP_SECRET, VERIFY_TOKEN)
-    # Unicode and "@" exactly as Meta sent them: never re-serialised.
+def test_an_hmac_of_the_body_alone():
+    verifier = HmacSignature(APP_SECRET, header="X-Body-Signature", prefix="sha256=",
+                             wrong_status=403)
+    # Unicode and "@" exactly as sent: never re-serialised.
     body = '{"text":"ünïcödé @mention \\u00e9"}'.encode()
-    verifier.verify(meta_headers(APP_SECRET, body), body)
+    verifier.verify(body_headers(APP_SECRET, body), body)
     assert refused(verifier, {}, body) == 401
-    assert refused(verifier, meta_headers("wrong", body), body) == 403
+    assert refused(verifier, body_headers("wrong", body), body) == 403
     reserialised = json.dumps(json.loads(body)).encode()
     assert reserialised != body
-    assert refused(verifier, meta_headers(APP_SECRET, body), reserialised) == 403
-    assert verifier.handshake({"hub.mode": "subscribe", "hub.verify_token": VERIFY_TOKEN,
-                               "hub.challenge": "1158201444"}) == "1158201444"
-    for query in ({"hub.mode": "unsubscribe", "hub.verify_token": VERIFY_TOKEN,
-                   "hub.challenge": "x"},
-                  {"hub.mode": "subscribe", "hub.verify_token": "nope", "hub.challenge": "x"},
-                  {}):
-        with pytest.raises(WebhookRejected) as info:
-            verifier.handshake(query)
-        assert info.value.status == 403
+    assert refused(verifier, body_headers(APP_SECRET, body), reserialised) == 403
+    with pytest.raises(WebhookRejected) as info:
+        verifier.handshake({})
+    assert info.value.status == 405
+    with pytest.raises(ValueError):
+        HmacSignature("", header="X-Body-Signature")
+
+
+def test_an_hmac_with_a_signed_timestamp_and_its_window():
+    now = 1_700_000_000
+    verifier = stamped_verifier("stamp-secret", now)
+    body = b'{"type":"event","text":"caf\xc3\xa9 @here"}'
+    verifier.verify(stamped_headers("stamp-secret", body, now), body)
+    verifier.verify(stamped_headers("stamp-secret", body, now - 300), body)
+    assert refused(verifier, stamped_headers("stamp-secret", body, now - 301), body) == 401
+    assert refused(verifier, stamped_headers("stamp-secret", body, now + 301), body) == 401
+    assert refused(verifier, stamped_headers("other", body, now), body) == 401
+    assert refused(verifier, stamped_headers("stamp-secret", body + b" ", now), body) == 401
+    assert refused(verifier, {"X-Stamped-Signature": "t0=00"}, body) == 401
+    assert refused(verifier, {"X-Stamp": "soon", "X-Stamped-Signature": "t0=00"}, body) == 401
 
 
 @settings(max_examples=200, deadline=None)
 @given(secret=st.text(min_size=1, max_size=40), body=st.binary(max_size=300),
        flip=st.integers(min_value=0))
-def test_signatures_verify_their_own_body_and_no_other(secret, body, flip):
-    meta = MetaSignature(secret, "token")
-    slack = SlackSignature(secret, clock=lambda: 1000)
-    meta.verify({"X-Hub-Signature-256": meta.signature(body)}, body)
-    slack.verify({"X-Slack-Request-Timestamp": "1000",
-                  "X-Slack-Signature": slack.signature("1000", body)}, body)
-    # The verifier's signature is the published formula (computed independently).
-    assert meta.signature(body) == meta_headers(secret, body)["X-Hub-Signature-256"]
-    assert slack.signature("1000", body) == slack_headers(secret, body, 1000)[
-        "X-Slack-Signature"]
+def test_hmac_signatures_verify_their_own_body_and_no_other(secret, body, flip):
+    plain = HmacSignature(secret, header="X-Body-Signature", prefix="sha256=")
+    stamped = stamped_verifier(secret, 1000)
+    plain.verify({"X-Body-Signature": plain.signature(body)}, body)
+    stamped.verify({"X-Stamp": "1000", "X-Stamped-Signature": stamped.signature(body, "1000")},
+                   body)
+    # The verifier's signature is the formula (computed independently).
+    assert plain.signature(body) == body_headers(secret, body, "X-Body-Signature")[
+        "X-Body-Signature"]
+    assert stamped.signature(body, "1000") == stamped_headers(secret, body, 1000)[
+        "X-Stamped-Signature"]
     if body:
         index = flip % len(body)
         other = body[:index] + bytes([body[index] ^ 1]) + body[index + 1:]
         with pytest.raises(WebhookRejected):
-            meta.verify({"X-Hub-Signature-256": meta.signature(body)}, other)
+            plain.verify({"X-Body-Signature": plain.signature(body)}, other)
         with pytest.raises(WebhookRejected):
-            slack.verify({"X-Slack-Request-Timestamp": "1000",
-                          "X-Slack-Signature": slack.signature("1000", body)}, other)
+            stamped.verify({"X-Stamp": "1000",
+                            "X-Stamped-Signature": stamped.signature(body, "1000")}, other)
 
 
 # -- the route ----------------------------------------------------------------------------
 
 
 class HookChannel(Channel):
-    """A webhook channel: Meta-signed JSON ``{"messages": [...]}``, a ``challenge`` ping."""
+    """A webhook channel: HMAC-signed JSON ``{"messages": [...]}``, a ``challenge`` ping."""
 
     name = "hooked"
     limits = ChannelLimits()
@@ -136,7 +153,7 @@ class HookChannel(Channel):
         await self.serve_webhook(deliver)
 
     def webhook_verifier(self):
-        return MetaSignature(APP_SECRET, VERIFY_TOKEN)
+        return SignedWithHandshake(APP_SECRET, VERIFY_TOKEN)
 
     async def register_webhook(self):
         type(self).registered += 1
@@ -212,7 +229,7 @@ def messages(*texts: str) -> bytes:
 
 async def post(http, url, body: bytes, *, signed: bool = True,
                content_type: str = "application/json", secret: str = APP_SECRET):
-    headers = {"Content-Type": content_type, **(meta_headers(secret, body) if signed else {})}
+    headers = {"Content-Type": content_type, **(body_headers(secret, body) if signed else {})}
     async with http.post(url, data=body, headers=headers) as response:
         return response.status, await response.text()
 

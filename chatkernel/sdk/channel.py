@@ -38,6 +38,7 @@ from chatkernel.sdk.models import (
     ProbeResult,
     Route,
     SendResult,
+    Verdict,
 )
 from chatkernel.sdk.receiving import (  # noqa: F401 - part of this module's API
     Polled,
@@ -248,6 +249,13 @@ class Channel:
 
         Raising for a malformed event is fine: it is logged and skipped."""
         raise NotImplementedError(f"channel {self.name!r} cannot read events")
+
+    def screen_inbound(self, message: InboundMessage) -> Verdict | None:
+        """The channel's own say on one of its messages, before the kernel's policy
+        (the ``inbound_accept`` hook): ``Verdict.deny(reason)`` leaves it unanswered
+        (journaled as rejected, so a redelivery is still a duplicate); None, or an
+        allowing verdict, lets the policy decide. Cheap and local: no platform call."""
+        return None
 
     def event_chat(self, event: Any) -> Hashable:
         """The chat an event belongs to (events of one chat are read in order)."""

@@ -6,8 +6,9 @@ server. Every request goes through the same steps before the channel sees it:
 1. the body is read up to the channel's cap (413 beyond it, without reading the
    rest) and its content type checked (415);
 2. a :class:`Verifier` checks that the platform sent it — a shared secret in a
-   header (:class:`SecretHeader`, Telegram), an HMAC over the raw bytes
-   (:class:`SlackSignature`, :class:`MetaSignature`), compared in constant time.
+   header (:class:`SecretHeader`: Telegram's), an HMAC over the raw bytes
+   (:class:`HmacSignature`: Slack's and Meta's schemes, in their plugins), compared
+   in constant time.
    A request that fails gets 401 or 403 and nothing is journaled;
 3. the JSON is parsed (400 if it is not JSON), the channel may answer a
    protocol message at once (Slack's ``url_verification``), and otherwise its
@@ -36,8 +37,8 @@ from chatkernel.sdk.codec import decode_json
 if TYPE_CHECKING:
     from chatkernel.sdk.channel import Channel, Deliver
 
-__all__ = ["MetaSignature", "SecretHeader", "SlackSignature", "Verifier", "WebhookRejected",
-           "serve_webhook", "webhook_routes"]
+__all__ = ["HmacSignature", "SecretHeader", "Verifier", "WebhookRejected", "serve_webhook",
+           "webhook_routes"]
 
 log = logging.getLogger("chatkernel.channel")
 
@@ -86,68 +87,54 @@ class SecretHeader(Verifier):
             raise WebhookRejected(401, f"wrong or missing {self.header}")
 
 
-class SlackSignature(Verifier):
-    """Slack's signing secret: ``X-Slack-Signature = "v0=" + hex(HMAC-SHA256(secret,
-    "v0:" + X-Slack-Request-Timestamp + ":" + raw body))``, refused when the
-    timestamp is more than ``tolerance`` seconds (5 minutes) from now (a replay)."""
+class HmacSignature(Verifier):
+    """An HMAC-SHA256 over the raw body, hex, behind ``prefix`` in ``header``: the
+    scheme of most platforms that sign their webhooks (Meta's ``X-Hub-Signature-256:
+    sha256=...``; Slack's ``X-Slack-Signature: v0=...``).
 
-    def __init__(self, signing_secret: str, *, tolerance: float = 300.0,
-                 clock: Callable[[], float] = time.time) -> None:
-        if not signing_secret:
+    Where the platform signs a timestamp too, ``timestamp_header`` names its header,
+    ``signed(timestamp, body)`` gives the bytes signed (by default the body alone),
+    and a request more than ``tolerance`` seconds from ``clock()`` is refused as a
+    replay. A missing signature gets 401, a wrong one ``wrong_status`` (401, or 403
+    where the platform's docs say so). Compared in constant time.
+    """
+
+    def __init__(self, secret: str, *, header: str, prefix: str = "",
+                 timestamp_header: str | None = None,
+                 signed: Callable[[str, bytes], bytes] | None = None,
+                 tolerance: float = 300.0, clock: Callable[[], float] = time.time,
+                 wrong_status: int = 401) -> None:
+        if not secret:
             raise ValueError("a signing secret must not be empty")
-        self._secret = signing_secret.encode()
-        self.tolerance, self.clock = tolerance, clock
+        self._secret = secret.encode()
+        self.header, self.prefix = header, prefix
+        self.timestamp_header = timestamp_header
+        self._signed = signed or (lambda _timestamp, body: body)
+        self.tolerance, self.clock, self.wrong_status = tolerance, clock, wrong_status
 
-    def signature(self, timestamp: str, body: bytes) -> str:
-        base = b"v0:" + timestamp.encode() + b":" + body
-        return "v0=" + hmac.new(self._secret, base, hashlib.sha256).hexdigest()
-
-    def verify(self, headers: Mapping[str, str], body: bytes) -> None:
-        timestamp = headers.get("X-Slack-Request-Timestamp", "")
-        given = headers.get("X-Slack-Signature", "")
-        if not timestamp or not given:
-            raise WebhookRejected(401, "missing X-Slack-Signature or X-Slack-Request-Timestamp")
-        try:
-            age = abs(self.clock() - int(timestamp))
-        except ValueError:
-            raise WebhookRejected(401, "X-Slack-Request-Timestamp is not a number") from None
-        if age > self.tolerance:
-            raise WebhookRejected(401, "X-Slack-Request-Timestamp is more than "
-                                       f"{self.tolerance:g}s old (a replay?)")
-        if not _same(given, self.signature(timestamp, body)):
-            raise WebhookRejected(401, "wrong X-Slack-Signature")
-
-
-class MetaSignature(Verifier):
-    """Meta's webhooks (WhatsApp Cloud API): ``X-Hub-Signature-256 = "sha256=" +
-    hex(HMAC-SHA256(app_secret, raw body))`` on every POST, and the GET handshake
-    ``hub.mode=subscribe`` + ``hub.verify_token`` → ``hub.challenge``."""
-
-    def __init__(self, app_secret: str, verify_token: str) -> None:
-        if not app_secret or not verify_token:
-            raise ValueError("an app secret and a verify token are both needed")
-        self._secret = app_secret.encode()
-        self._verify_token = verify_token
-
-    def signature(self, body: bytes) -> str:
-        return "sha256=" + hmac.new(self._secret, body, hashlib.sha256).hexdigest()
+    def signature(self, body: bytes, timestamp: str = "") -> str:
+        """The header's value for ``body`` (sent at ``timestamp``, where one is signed)."""
+        digest = hmac.new(self._secret, self._signed(timestamp, body), hashlib.sha256)
+        return self.prefix + digest.hexdigest()
 
     def verify(self, headers: Mapping[str, str], body: bytes) -> None:
-        given = headers.get("X-Hub-Signature-256", "")
-        if not given:
-            raise WebhookRejected(401, "missing X-Hub-Signature-256")
-        if not _same(given, self.signature(body)):
-            raise WebhookRejected(403, "wrong X-Hub-Signature-256")
-
-    def handshake(self, query: Mapping[str, str]) -> str:
-        if query.get("hub.mode") != "subscribe":
-            raise WebhookRejected(403, "hub.mode must be subscribe")
-        if not _same(query.get("hub.verify_token", ""), self._verify_token):
-            raise WebhookRejected(403, "wrong hub.verify_token")
-        return query.get("hub.challenge", "")
-
-
-# -- the routes ---------------------------------------------------------------------------
+        given = headers.get(self.header, "")
+        timestamp = ""
+        if self.timestamp_header is not None:
+            timestamp = headers.get(self.timestamp_header, "")
+            if not timestamp or not given:
+                raise WebhookRejected(401, f"missing {self.header} or {self.timestamp_header}")
+            try:
+                age = abs(self.clock() - int(timestamp))
+            except ValueError:
+                raise WebhookRejected(401, f"{self.timestamp_header} is not a number") from None
+            if age > self.tolerance:
+                raise WebhookRejected(401, f"{self.timestamp_header} is more than "
+                                           f"{self.tolerance:g}s old (a replay?)")
+        elif not given:
+            raise WebhookRejected(401, f"missing {self.header}")
+        if not _same(given, self.signature(body, timestamp)):
+            raise WebhookRejected(self.wrong_status, f"wrong {self.header}")
 
 
 def _refuse(status: int, reason: str) -> web.Response:

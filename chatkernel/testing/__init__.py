@@ -47,13 +47,12 @@ _LAZY = {
     "FakePlatform": "chatkernel.testing.fake_platform",
     "Fault": "chatkernel.testing.fake_platform",
     "FaultQueue": "chatkernel.testing.fake_platform",
-    "MetaSigner": "chatkernel.testing.fake_platform",
+    "HmacSigner": "chatkernel.testing.fake_platform",
     "ErrorAnswer": "chatkernel.testing.fake_platform",
     "RateWindows": "chatkernel.testing.fake_platform",
     "Signer": "chatkernel.testing.fake_platform",
     "SecretTokenSigner": "chatkernel.testing.fake_platform",
     "Signal": "chatkernel.testing.fake_platform",
-    "SlackSigner": "chatkernel.testing.fake_platform",
     "WebhookAttempt": "chatkernel.testing.fake_platform",
     "WebhookPusher": "chatkernel.testing.fake_platform",
     # The real gateway: in-process, or as its own process.
@@ -70,7 +69,21 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
+#: Names that moved to their platform's plugin: name -> its module there.
+_MOVED = {
+    "SlackSigner": "chatkernel_slack.fake",
+    "MetaSigner": "chatkernel_whatsapp.fake",
+}
+
+
 def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        import warnings
+
+        warnings.warn(f"chatkernel.testing.{name} is deprecated: use {_MOVED[name]}.{name}, "
+                      "or chatkernel.testing.HmacSigner for another platform's HMAC",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(importlib.import_module(_MOVED[name]), name)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'chatkernel.testing' has no attribute {name!r}")

@@ -12,7 +12,8 @@ each part usable on its own and all of them together through :class:`FakePlatfor
   connection before or after taking effect.
 - :class:`RateWindows`: rolling-window limits, with a count of throttled requests.
 - :class:`WebhookPusher`: POSTs events to a webhook with retries, signed by a signer:
-  :class:`SecretTokenSigner` (Telegram), :class:`SlackSigner`, :class:`MetaSigner`.
+  :class:`SecretTokenSigner` (a shared secret in a header), :class:`HmacSigner` (an
+  HMAC of the body; Slack's and Meta's configurations are in their plugins' fakes).
 
 A fake is a subclass that adds routes and serves its API calls through
 :meth:`FakePlatform.serve_call`::
@@ -59,12 +60,11 @@ __all__ = [
     "FakePlatform",
     "Fault",
     "FaultQueue",
-    "MetaSigner",
+    "HmacSigner",
     "RateWindows",
     "SecretTokenSigner",
     "Signal",
     "Signer",
-    "SlackSigner",
     "WebhookAttempt",
     "WebhookPusher",
 ]
@@ -251,31 +251,30 @@ class SecretTokenSigner:
 
 
 @dataclass(frozen=True)
-class SlackSigner:
-    """Slack's v0 request signature: ``X-Slack-Request-Timestamp: <unix seconds>`` and
-    ``X-Slack-Signature: v0=<hex HMAC-SHA256(signing_secret, "v0:<ts>:<raw body>")>``.
-    Each attempt is signed anew, with the time it is sent."""
+class HmacSigner:
+    """The signer of :class:`chatkernel.channels.HmacSignature`'s scheme: ``header:
+    <prefix><hex HMAC-SHA256(secret, signed bytes)>``, where the signed bytes are the
+    raw body, or ``signed(timestamp, body)`` with the time of sending in
+    ``timestamp_header`` (each attempt is signed anew). Platform plugins configure it
+    in their fakes (Slack's ``SlackSigner``, Meta's ``MetaSigner``)."""
 
-    signing_secret: str = field(repr=False)
+    secret: str = field(repr=False)
+    header: str
+    prefix: str = ""
+    timestamp_header: str | None = None
+    signed: Callable[[str, bytes], bytes] | None = None
     clock: Callable[[], float] = time.time
 
     def __call__(self, body: bytes) -> dict[str, str]:
-        timestamp = str(int(self.clock()))
-        digest = hmac.new(self.signing_secret.encode(), b"v0:" + timestamp.encode() + b":"
-                          + body, hashlib.sha256).hexdigest()
-        return {"X-Slack-Request-Timestamp": timestamp, "X-Slack-Signature": f"v0={digest}"}
-
-
-@dataclass(frozen=True)
-class MetaSigner:
-    """Meta's webhook signature (WhatsApp Cloud API):
-    ``X-Hub-Signature-256: sha256=<hex HMAC-SHA256(app_secret, raw body)>``."""
-
-    app_secret: str = field(repr=False)
-
-    def __call__(self, body: bytes) -> dict[str, str]:
-        digest = hmac.new(self.app_secret.encode(), body, hashlib.sha256).hexdigest()
-        return {"X-Hub-Signature-256": f"sha256={digest}"}
+        headers: dict[str, str] = {}
+        signed = body
+        if self.timestamp_header is not None:
+            timestamp = str(int(self.clock()))
+            headers[self.timestamp_header] = timestamp
+            signed = self.signed(timestamp, body) if self.signed else body
+        digest = hmac.new(self.secret.encode(), signed, hashlib.sha256).hexdigest()
+        headers[self.header] = self.prefix + digest
+        return headers
 
 
 @dataclass(kw_only=True)

@@ -1,6 +1,7 @@
 """The inbound delivery pipeline, the same skeleton for every channel.
 
-deliver: validate → dedupe + journal → ``inbound_accept`` → slash command? →
+deliver: validate → dedupe + journal → the channel's ``screen_inbound``, then
+``inbound_accept`` → slash command? →
 session → route refresh → last active chat → busy hint → queue lane →
 ``inbound_delivered``.
 
@@ -351,8 +352,11 @@ class Inbound:
         """Everything after the journal; also how unfinished entries are replayed."""
         kernel = self.kernel
         store = kernel.store
-        verdict = await await_maybe(kernel.pm.call("inbound_accept", message=message,
-                                                    account=account))
+        channel = account.channel
+        verdict = channel.screen_inbound(message) if channel is not None else None
+        if verdict is None or verdict:  # the channel may only refuse; the policy decides
+            verdict = await await_maybe(kernel.pm.call("inbound_accept", message=message,
+                                                        account=account))
         if verdict is not None and not verdict:
             await self._reject(account, message, verdict, seq)
             return "rejected"

@@ -30,7 +30,6 @@ from chatkernel.channels import (
     RateLimit,
     Route,
     SendResult,
-    SlackSignature,
     SocketLink,
     Trouble,
     WebhookRejected,
@@ -39,6 +38,7 @@ from chatkernel.channels import (
 from chatkernel_slack import events
 from chatkernel_slack.api import DEFAULT_API_BASE, TOKEN_ERRORS, TOKEN_PATTERNS, SlackAPI
 from chatkernel_slack.markup import SlackMrkdwn
+from chatkernel_slack.signature import SlackSignature
 
 log = logging.getLogger("chatkernel.slack")
 

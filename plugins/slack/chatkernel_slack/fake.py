@@ -59,7 +59,7 @@ import aiohttp
 import anyio
 from aiohttp import web
 
-from chatkernel.testing.fake_platform import Call, ErrorAnswer, FakePlatform, Signal, SlackSigner
+from chatkernel.testing.fake_platform import Call, ErrorAnswer, FakePlatform, HmacSigner, Signal
 
 __all__ = ["App", "Envelope", "FakeSlack", "SentMessage", "SlackError", "StatusRecord",
            "StoredFile", "mrkdwn_to_text"]
@@ -93,6 +93,18 @@ BOT_SCOPES = frozenset({"app_mentions:read", "channels:history", "groups:history
                         "im:history", "mpim:history", "chat:write", "files:read",
                         "files:write"})
 _ID_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+
+
+class SlackSigner(HmacSigner):
+    """Slack's v0 request signature, as Slack makes it: ``X-Slack-Request-Timestamp:
+    <unix seconds>`` and ``X-Slack-Signature: v0=<hex HMAC-SHA256(signing_secret,
+    "v0:<ts>:<raw body>")>``, signed anew for each attempt."""
+
+    def __init__(self, signing_secret: str, clock: Callable[[], float] = time.time) -> None:
+        super().__init__(signing_secret, header="X-Slack-Signature", prefix="v0=",
+                         timestamp_header="X-Slack-Request-Timestamp",
+                         signed=lambda ts, body: b"v0:" + ts.encode() + b":" + body,
+                         clock=clock)
 
 
 class SlackError(ErrorAnswer):

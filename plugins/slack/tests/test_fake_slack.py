@@ -17,7 +17,7 @@ import aiohttp
 import anyio
 import pytest
 
-from chatkernel.channels import SlackSignature
+from chatkernel_slack.signature import SlackSignature
 from chatkernel_slack.fake import FakeSlack, mrkdwn_to_text
 
 pytestmark = pytest.mark.anyio

@@ -17,7 +17,7 @@ import chatkernel_slack
 from chatkernel.channels import ConfigError, PlatformError, Route
 from chatkernel.testing import KernelHarness, agent_plugin, scripted_agent
 from chatkernel.testing.contract import open_contract_run, png_bytes
-from chatkernel.testing.fake_platform import SlackSigner
+from chatkernel_slack.fake import SlackSigner
 from chatkernel_slack.api import TOKEN_PATTERNS, SlackAPI
 from chatkernel_slack.fake import FakeSlack
 from slack_adapters import SlackEventsAdapter, SlackSocketAdapter

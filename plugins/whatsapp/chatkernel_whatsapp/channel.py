@@ -28,7 +28,6 @@ from chatkernel.channels import (
     Deliver,
     InboundMessage,
     MediaRef,
-    MetaSignature,
     OutboundPayload,
     PlatformError,
     ProbeResult,
@@ -37,6 +36,7 @@ from chatkernel.channels import (
     SendError,
     SendResult,
     Trouble,
+    Verdict,
     WebhookRejected,
 )
 from chatkernel_whatsapp.api import (
@@ -51,6 +51,7 @@ from chatkernel_whatsapp.api import (
     media_mime,
 )
 from chatkernel_whatsapp.markup import WhatsAppText
+from chatkernel_whatsapp.signature import MetaSignature
 
 log = logging.getLogger("chatkernel.whatsapp")
 
@@ -293,6 +294,18 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
 
     def describe_event(self, event: Notification) -> str:
         return f"{event.kind} {event.data.get('id')}"
+
+    def screen_inbound(self, message: InboundMessage) -> Verdict | None:
+        """A message older than the account's ``max_message_age_minutes`` is recorded
+        (the journal has it, so a redelivery is still a duplicate) but not answered:
+        Meta redelivers for days after an outage, and a week-old question answered as
+        if it were new helps nobody."""
+        reason = stale_reason(message, self.account)
+        if reason is None:
+            return None
+        log.warning("%s: message %s from %s not answered: %s", self.account.key,
+                    message.message_id, message.sender_id, reason)
+        return Verdict.deny(reason)
 
     async def normalize(self, event: Notification) -> InboundMessage | None:
         """A notification's message as an InboundMessage; a status is reported to the

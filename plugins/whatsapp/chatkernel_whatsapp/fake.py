@@ -16,7 +16,7 @@ exceeded (when :attr:`FakeGraph.throughput` / :attr:`FakeGraph.pair_rate` are se
 It is also Meta's side of the webhook: :meth:`FakeGraph.subscribe` performs the GET
 verification (``hub.mode``, ``hub.verify_token``, ``hub.challenge``) before anything is
 posted; every notification is signed (``X-Hub-Signature-256``, the kit's
-:class:`~chatkernel.testing.MetaSigner`), retried on anything but a 2xx, delivered in
+:class:`MetaSigner`), retried on anything but a 2xx, delivered in
 order per user; :meth:`FakeGraph.inject_messages` batches several messages (and
 entries, and changes) in one notification; :meth:`FakeGraph.redeliver` posts one again;
 and after every accepted send the fake posts its statuses, ``sent`` then ``delivered``
@@ -51,7 +51,7 @@ from typing import Any
 import anyio
 from aiohttp import web
 
-from chatkernel.testing.fake_platform import Call, ErrorAnswer, FakePlatform, MetaSigner
+from chatkernel.testing.fake_platform import Call, ErrorAnswer, FakePlatform, HmacSigner
 from chatkernel_whatsapp import spec
 
 __all__ = ["FakeGraph", "GraphErrorAnswer", "Notification", "SentMessage", "StoredMedia"]
@@ -77,6 +77,14 @@ ACCEPTED_MIME: dict[str, frozenset[str]] = {
 }
 UPLOAD_MIME = frozenset().union(*ACCEPTED_MIME.values())
 _MARKERS = re.compile(r"(?<![\w*_~`])([*_~])(?=\S)(.+?)(?<=\S)\1(?![\w*_~`])")
+
+
+class MetaSigner(HmacSigner):
+    """Meta's webhook signature, as Meta makes it: ``X-Hub-Signature-256:
+    sha256=<hex HMAC-SHA256(app_secret, raw body)>``."""
+
+    def __init__(self, app_secret: str) -> None:
+        super().__init__(app_secret, header="X-Hub-Signature-256", prefix="sha256=")
 
 
 def _fbtrace() -> str:
