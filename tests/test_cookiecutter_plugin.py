@@ -35,7 +35,6 @@ EXPECTED_FILES = {
     "chatkernel_{name}/__init__.py",
     "chatkernel_{name}/channel.py",
     "chatkernel_{name}/fake.py",
-    "tests/conftest.py",
     "tests/test_contract.py",
     "tests/test_{name}.py",
 }

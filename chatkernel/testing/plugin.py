@@ -1,4 +1,12 @@
-"""pytest fixtures for testing chatkernel and its plugins."""
+"""pytest fixtures for testing chatkernel and its plugins, loaded through the ``pytest11``
+entry point wherever chatkernel is installed: a plugin's suite needs no conftest for them.
+
+- ``chatkernel_home`` (autouse): every test runs with an empty ``CHATKERNEL_HOME`` of its
+  own and no ``CHATKERNEL_CONFIG``, so nothing a test runs touches ``~/.chatkernel``;
+- ``anyio_backend``: asyncio (aiohttp needs it);
+- ``chatkernel_kernel``: a running in-process kernel with a MemoryChannel account;
+- ``redis_server`` and ``redis_prefix``: a real redis-server (chatkernel.testing.redis).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +18,12 @@ from chatkernel.testing.redis import redis_prefix, redis_server  # noqa: F401  (
 pytest.register_assert_rewrite("chatkernel.testing.contract")
 
 
-@pytest.fixture
-def chatkernel_home(tmp_path, monkeypatch):
-    """An empty ``CHATKERNEL_HOME`` for the test, with no config file."""
-    home = tmp_path / "chatkernel-home"
-    home.mkdir()
+@pytest.fixture(autouse=True)
+def chatkernel_home(tmp_path_factory, monkeypatch):
+    """An empty ``CHATKERNEL_HOME`` for the test, with no config file (every test gets
+    one: nothing a test runs may touch ``~/.chatkernel``). It is not under ``tmp_path``,
+    which stays the test's own."""
+    home = tmp_path_factory.mktemp("chatkernel-home")
     monkeypatch.setenv("CHATKERNEL_HOME", str(home))
     monkeypatch.delenv("CHATKERNEL_CONFIG", raising=False)
     return home
@@ -33,7 +42,16 @@ async def chatkernel_kernel(tmp_path):
         yield harness
 
 
-@pytest.fixture
-def anyio_backend():
-    """chatkernel runs on asyncio (aiohttp needs it); plugin tests do too."""
-    return "asyncio"
+class _LateFixtures:
+    """Fixtures that must override another plugin's: registered once every installed
+    plugin is, since of two plugins' fixtures of one name the later one wins."""
+
+    @pytest.fixture
+    def anyio_backend(self):
+        """chatkernel runs on asyncio (aiohttp needs it); plugin tests do too (anyio's
+        own fixture would also run each test on trio where trio is installed)."""
+        return "asyncio"
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_LateFixtures(), "chatkernel-late-fixtures")

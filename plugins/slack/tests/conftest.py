@@ -1,22 +1,8 @@
-"""chatkernel-slack's tests: each gets a CHATKERNEL_HOME of its own (the kit's fixture)."""
+"""chatkernel-slack's tests. The kit's pytest plugin gives each test a CHATKERNEL_HOME of
+its own and the asyncio backend; the adapters (slack_adapters.py) are shared by several
+test modules."""
 
 import sys
 from pathlib import Path
 
-import pytest
-
-
-@pytest.fixture(autouse=True)
-def _isolated_home(chatkernel_home):
-    """Nothing a test runs may touch ~/.chatkernel."""
-    return chatkernel_home
-
-
-@pytest.fixture
-def anyio_backend():
-    """chatkernel runs on asyncio (aiohttp needs it)."""
-    return "asyncio"
-
-
-# The adapters (slack_adapters.py) are shared by several test modules.
 sys.path.insert(0, str(Path(__file__).parent))
