@@ -28,7 +28,7 @@ journal entries it finishes; a fenced write with its lease check) is one Lua
 script (:mod:`chatkernel.core.store.redis_lua`), so it is made whole or not at
 all, and other clients never see half of it. The scripts build their keys from
 the prefix they are given: the store needs one Redis server (or a primary), not
-a Redis Cluster. docs/ARCHITECTURE.md ("The Redis store") has the key layout and
+a Redis Cluster. docs/scale-out.md ("Keys and round trips") has the key layout and
 the round trips of each operation.
 """
 
@@ -77,7 +77,7 @@ __all__ = ["DEFAULT_URL", "SCHEMA_VERSION", "RedisStore", "safe_url"]
 T = TypeVar("T")
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
-#: The layout of the keys (docs/ARCHITECTURE.md); a server holding a higher one is refused.
+#: The layout of the keys (docs/scale-out.md); a server holding a higher one is refused.
 SCHEMA_VERSION = 1
 #: Connections to the server at most; more calls at once wait for one.
 MAX_CONNECTIONS = 32
