@@ -10,7 +10,7 @@ from chatkernel.hookspecs import hookimpl
 
 def _help(ctx) -> str:
     seen: dict[str, Command] = {}
-    for command in ctx.kernel.commands.values():
+    for command in ctx.gateway.commands().values():
         seen.setdefault(command.name, command)
     lines = ["Commands:"]
     for name in sorted(seen):
@@ -48,25 +48,25 @@ def _account_health(account, now: float) -> str:
 
 
 def _status(ctx) -> str:
-    kernel = ctx.kernel
+    gateway = ctx.gateway
     session = ctx.session
-    settings = kernel.queue_settings(session.key)
-    busy = "running a turn" if kernel.queue.is_busy(session.key) else "idle"
-    waiting = len(kernel.queue.lane(session.key).pending)
+    settings = gateway.queue_settings(session.key)
+    running, waiting = gateway.queue_state(session.key)
+    busy = "running a turn" if running else "idle"
     now = time.time()
-    uptime = _age(now - kernel.started_at) if kernel.started_at else "?"
+    uptime = _age(now - gateway.started_at) if gateway.started_at else "?"
     lines = [
-        f"chatkernel is up ({uptime}); agent: {kernel.config.agent.kind}",
+        f"chatkernel is up ({uptime}); agent: {gateway.agent_kind}",
         _account_health(ctx.account, now),
         f"session: {session.key} ({busy}, {waiting} waiting)",
         f"queue: {settings.mode}, debounce {settings.debounce_ms} ms, cap {settings.cap}, "
         f"drop {settings.drop}",
         f"access level: {ctx.account.access_level}",
-        _heartbeat_line(kernel, session.key),
+        _heartbeat_line(gateway.heartbeats, session.key),
     ]
     from chatkernel.core.health.probes import account_problems
 
-    others = [account.key for account in kernel.accounts.values()
+    others = [account.key for account in gateway.accounts()
               if account is not ctx.account and account_problems(
                   account.runtime.effective_state(now), account.runtime,
                   account.runtime.last_probe)]
@@ -76,13 +76,13 @@ def _status(ctx) -> str:
     return "\n".join(lines)
 
 
-def _heartbeat_line(kernel, session_key: str) -> str:
-    job = kernel.heartbeats.session_job(session_key)
+def _heartbeat_line(heartbeats, session_key: str) -> str:
+    job = heartbeats.session_job(session_key)
     if job is None:
         return "heartbeat: none in this session (/heartbeat every 30m <what to check>)"
     from chatkernel.core.durations import format_interval
 
-    info = kernel.heartbeats.describe(job)
+    info = heartbeats.describe(job)
     if info["paused"]:
         when = "paused"
     elif info["next_in_seconds"] is not None:
@@ -93,15 +93,15 @@ def _heartbeat_line(kernel, session_key: str) -> str:
 
 
 async def _new(ctx) -> str:
-    await ctx.kernel.sessions.reset(ctx.session)
+    await ctx.gateway.reset_session(ctx.session)
     return "Started a fresh session: the agent will not see the earlier conversation."
 
 
 async def _queue(ctx) -> str:
     args = ctx.args.strip()
     if args == "reset":
-        await ctx.kernel.sessions.update_settings(ctx.session, queue=None)
-        settings = ctx.kernel.queue_settings(ctx.session.key)
+        await ctx.gateway.update_session(ctx.session, queue=None)
+        settings = ctx.gateway.queue_settings(ctx.session.key)
         return f"Queue settings reset: {settings.mode}."
     if args:
         from chatkernel.core.inbound.queue import parse_queue_args
@@ -112,8 +112,8 @@ async def _queue(ctx) -> str:
             return f"/queue: {exc}. Usage: /queue <mode> [debounce:2s cap:25 drop:summarize]"
         override = dict(ctx.session.settings.get("queue") or {})
         override.update(changes)
-        await ctx.kernel.sessions.update_settings(ctx.session, queue=override)
-    settings = ctx.kernel.queue_settings(ctx.session.key)
+        await ctx.gateway.update_session(ctx.session, queue=override)
+    settings = ctx.gateway.queue_settings(ctx.session.key)
     return (f"queue: {settings.mode}, debounce {settings.debounce_ms} ms, cap {settings.cap}, "
             f"drop {settings.drop}")
 
@@ -127,7 +127,7 @@ async def _heartbeat(ctx) -> str:
     from chatkernel.core.durations import parse_interval
     from chatkernel.core.heartbeat.scheduler import HeartbeatError
 
-    scheduler = ctx.kernel.heartbeats
+    scheduler = ctx.gateway.heartbeats
     key = ctx.session.key
     action, _, rest = ctx.args.strip().partition(" ")
     if not action.strip():  # "/heartbeat" alone, maybe followed by a newline
@@ -174,7 +174,7 @@ def _span(seconds: float) -> str:
 
 
 def _heartbeat_status(ctx) -> str:
-    scheduler = ctx.kernel.heartbeats
+    scheduler = ctx.gateway.heartbeats
     job = scheduler.session_job(ctx.session.key)
     zone = ctx.session.settings.get("timezone")
     if job is None:
@@ -206,15 +206,15 @@ async def _heartbeat_zone(ctx, zone: str) -> str:
         current = ctx.session.settings.get("timezone") or "local (the gateway's)"
         return f"Time zone: {current}. Set one: /heartbeat tz Europe/Berlin"
     if zone == "local":
-        await ctx.kernel.sessions.update_settings(ctx.session, timezone=None)
-        ctx.kernel.heartbeats.reconsider()
+        await ctx.gateway.update_session(ctx.session, timezone=None)
+        ctx.gateway.heartbeats.reconsider()
         return "Time zone: local (the gateway's)."
     try:
         check_timezone(zone)
     except ValueError as exc:
         return f"/heartbeat: {exc}."
-    await ctx.kernel.sessions.update_settings(ctx.session, timezone=zone)
-    ctx.kernel.heartbeats.reconsider()  # quiet hours may have ended here
+    await ctx.gateway.update_session(ctx.session, timezone=zone)
+    ctx.gateway.heartbeats.reconsider()  # quiet hours may have ended here
     return f"Time zone: {zone}."
 
 

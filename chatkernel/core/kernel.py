@@ -23,7 +23,7 @@ from chatkernel.core.turns.agents import Agent, collect_agents, redact_turns
 from chatkernel.sdk.channel import Channel
 from chatkernel.core.plugins import collect_channels
 from chatkernel.core.gateway.cluster import Cluster
-from chatkernel.core.inbound.commands import collect_commands
+from chatkernel.core.inbound.commands import CommandGateway, collect_commands
 from chatkernel.core.outbound.deliveries import Deliveries
 from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
 from chatkernel.core.health.probes import Health
@@ -95,6 +95,8 @@ class Kernel:
         self.delivery_statuses = DeliveryStatuses(self)
         self.send_policy = SendPolicy.from_config(self.config.send_policy)
         self.inbound = Inbound(self)
+        #: What slash commands may do (the stable surface of CommandContext.gateway).
+        self.command_gateway = CommandGateway(self)
         #: Answers sent outside a turn wait for the turns of earlier messages.
         self.order = OutputOrder()
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).

@@ -8,27 +8,97 @@ agent, which may have its own.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from chatkernel.sdk.models import Command, InboundMessage
 
 if TYPE_CHECKING:
+    from chatkernel.core.heartbeat.scheduler import HeartbeatScheduler
+    from chatkernel.core.inbound.queue import QueueSettings
     from chatkernel.core.kernel import Kernel
     from chatkernel.sdk.models import Account
     from chatkernel.core.store.base import SessionRecord
 
 
+class CommandGateway:
+    """What a slash command may do: the stable surface command plugins build on
+    (docs/hooks.md, ``register_commands``). One per kernel, over its components."""
+
+    __slots__ = ("_kernel",)
+
+    def __init__(self, kernel: "Kernel") -> None:
+        self._kernel = kernel
+
+    # -- the gateway --------------------------------------------------------------------
+
+    def commands(self) -> dict[str, Command]:
+        """Every command by name and alias (an alias maps to its command)."""
+        return dict(self._kernel.commands)
+
+    @property
+    def agent_kind(self) -> str:
+        """The configured agent's kind (``echo``, ``command``, ``openai``...)."""
+        return self._kernel.config.agent.kind
+
+    @property
+    def started_at(self) -> float | None:
+        """When the kernel started (``time.time()``), None before."""
+        return self._kernel.started_at
+
+    def accounts(self) -> list["Account"]:
+        """Every configured account, with its runtime state (``account.runtime``)."""
+        return list(self._kernel.accounts.values())
+
+    # -- sessions and their queue --------------------------------------------------------
+
+    async def reset_session(self, session: "SessionRecord") -> None:
+        """A fresh session under the same key: the agent forgets the conversation."""
+        await self._kernel.sessions.reset(session)
+
+    async def update_session(self, session: "SessionRecord", **settings: object) -> None:
+        """Set (None: remove) the session's own settings (``queue``, ``timezone``)."""
+        await self._kernel.sessions.update_settings(session, **settings)
+
+    def queue_settings(self, session_key: str) -> "QueueSettings":
+        """The queue settings in force for a session (its own over the config's)."""
+        return self._kernel.queue_settings(session_key)
+
+    def queue_state(self, session_key: str) -> tuple[bool, int]:
+        """Whether a turn runs for the session, and how many messages wait behind it."""
+        queue = self._kernel.queue
+        return queue.is_busy(session_key), len(queue.lane(session_key).pending)
+
+    # -- heartbeats ------------------------------------------------------------------------
+
+    @property
+    def heartbeats(self) -> "HeartbeatScheduler":
+        """The heartbeat scheduler: a session's own heartbeat (``session_job``,
+        ``describe``, ``set_session``, ``pause``, ``resume``, ``clear``,
+        ``reconsider``, ``clock.now()``)."""
+        return self._kernel.heartbeats
+
+
 @dataclass(slots=True)
 class CommandContext:
-    """What a command handler gets."""
+    """What a command handler gets: the message and where it came from, and
+    ``gateway``, what a command may do (:class:`CommandGateway`)."""
 
-    kernel: "Kernel"
+    gateway: CommandGateway
     message: InboundMessage
     account: "Account"
     session: "SessionRecord"
     name: str  # the name as typed (an alias, maybe)
     args: str
+
+    @property
+    def kernel(self) -> "Kernel":
+        """Deprecated: the whole kernel, which changes without notice."""
+        warnings.warn("CommandContext.kernel is deprecated: use ctx.gateway, what a command "
+                      "may do (docs/hooks.md, register_commands)", DeprecationWarning,
+                      stacklevel=2)
+        return self.gateway._kernel
 
 
 def collect_commands(pm: Any) -> dict[str, Command]:

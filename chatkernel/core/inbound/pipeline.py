@@ -470,7 +470,8 @@ class Inbound:
         if direct_only and message.is_group:
             reply: str | None = f"/{name} works in direct chats only."
         else:
-            context = CommandContext(kernel, message, account, record, name, args)
+            context = CommandContext(kernel.command_gateway, message, account, record,
+                                     name, args)
             try:
                 reply = await await_maybe(command.handler(context))
             except Exception as exc:
