@@ -180,8 +180,8 @@ def _running_gateway():
 
 
 #: ``chatkernel send`` / ``sessions send`` exit codes by outcome (docs/outbound.md).
-SEND_EXIT_CODES = {"sent": 0, "queued": 0, "nothing": 0, "failed": 1, "unknown": 3,
-                   "pending": 4}
+SEND_EXIT_CODES = {"sent": 0, "accepted": 0, "delivered": 0, "queued": 0, "nothing": 0,
+                   "failed": 1, "unknown": 3, "pending": 4, "unconfirmed": 5}
 EXIT_SEND_UNKNOWN = 3
 
 
@@ -247,20 +247,25 @@ async def _direct(config, config_path, action, body, role: str) -> dict[str, Any
 
 
 def _send(config_file: str | None, body: dict[str, Any], wait: float, no_wait: bool,
-          as_json: bool) -> None:
+          as_json: bool, wait_delivery: float | None = None) -> None:
     """Send through the running gateway (or directly), report the outcome, exit with it."""
     from chatkernel.core.control import send_from_request
 
+    if no_wait and wait_delivery:
+        raise click.UsageError("--no-wait and --wait-delivery contradict each other")
     # Without a gateway this command is the sender: it always waits.
     gateway = _running_gateway() is not None
-    body = {**body, "wait": 0 if no_wait and gateway else wait}
+    body = {**body, "wait": 0 if no_wait and gateway else wait,
+            "wait_delivery": wait_delivery or 0}
     answer = _control_or_direct(
-        config_file, "/control/send", body, send_from_request, timeout=wait + 30,
+        config_file, "/control/send", body, send_from_request,
+        timeout=wait + (wait_delivery or 0) + 30,
         unanswered="the message may have been queued; it is not sent again")
-    _report_send(answer, wait, as_json)
+    _report_send(answer, wait, as_json, wait_delivery)
 
 
-def _report_send(answer: dict[str, Any], wait: float, as_json: bool) -> None:
+def _report_send(answer: dict[str, Any], wait: float, as_json: bool,
+                 wait_delivery: float | None = None) -> None:
     from chatkernel.core.control import send_outcome
 
     outcome = answer.get("outcome") or send_outcome(answer.get("parts"))
@@ -271,6 +276,7 @@ def _report_send(answer: dict[str, Any], wait: float, as_json: bool) -> None:
     parts = answer.get("parts") or []
     where = f"{answer.get('account')} → {answer.get('chat_id')}"
     reply = f"reply {answer.get('reply_id')}"
+    history = f"see `chatkernel sessions history {answer.get('session')}`"
     if outcome == "nothing":
         click.echo(f"nothing to send to {where}")
     elif outcome == "queued":
@@ -278,6 +284,26 @@ def _report_send(answer: dict[str, Any], wait: float, as_json: bool) -> None:
                    "the outcome)")
     elif outcome == "sent":
         click.echo(f"sent to {where} ({len(parts)} part(s))")
+    elif outcome == "accepted":
+        click.echo(f"accepted by the platform for {where} ({len(parts)} part(s)); delivery "
+                   f"is reported later: {history} (or wait for it with --wait-delivery)")
+    elif outcome == "delivered":
+        read = all(part.get("delivery") == "read" for part in parts)
+        click.echo(f"delivered to {where} ({len(parts)} part(s){', read' if read else ''})")
+    elif outcome == "unconfirmed":
+        click.echo(f"accepted by the platform for {where} ({reply}), but no delivery was "
+                   f"reported within {wait_delivery:g} s: {history} for what becomes of it",
+                   err=True)
+        for index, part in enumerate(parts, start=1):
+            click.echo(f"  part {index}/{len(parts)}: {part.get('delivery', 'pending')}",
+                       err=True)
+    elif outcome == "failed" and any(part.get("delivery") == "failed" for part in parts):
+        click.echo(f"not delivered to {where} ({reply}): the platform accepted it, then "
+                   "reported:", err=True)
+        for index, part in enumerate(parts, start=1):
+            detail = f": {part['error']}" if part.get("delivery") == "failed" else ""
+            click.echo(f"  part {index}/{len(parts)}: {part.get('delivery', 'pending')}"
+                       f"{detail}", err=True)
     else:
         later = ("the gateway keeps it queued and sends it when it can"
                  if answer.get("via") == "gateway" else
@@ -303,6 +329,9 @@ _WAIT_HELP = ("Seconds to wait for the outcome (sent, failed with the platform's
               "delivery unknown).")
 _NO_WAIT_HELP = ("Only queue it with the running gateway, exit 0 once queued (without a "
                  "gateway this command sends, so it waits).")
+_WAIT_DELIVERY_HELP = ("On a channel that reports delivery later (WhatsApp): also wait up "
+                       "to SECONDS for the platform's report (exit 1 if it failed, 5 if "
+                       "none came in time). Needs the running gateway.")
 
 
 @cli.command()
@@ -317,23 +346,27 @@ _NO_WAIT_HELP = ("Only queue it with the running gateway, exit 0 once queued (wi
 @click.option("--wait", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, metavar="SECONDS", help=_WAIT_HELP)
 @click.option("--no-wait", is_flag=True, help=_NO_WAIT_HELP)
+@click.option("--wait-delivery", type=click.FloatRange(min=0, min_open=True),
+              metavar="SECONDS", help=_WAIT_DELIVERY_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 @click.argument("text", default="")
 def send(channel: str, account: str | None, to: str, thread: str | None, media: tuple[str],
-         config_file: str | None, wait: float, no_wait: bool, as_json: bool,
-         text: str) -> None:
+         config_file: str | None, wait: float, no_wait: bool, wait_delivery: float | None,
+         as_json: bool, text: str) -> None:
     """Send TEXT (and files) through the same pipeline as replies, and report what
     became of it.
 
     Talks to the running gateway; when none runs, sends directly. Exit status: 0 sent
-    (or queued, with --no-wait); 1 not sent (the platform's reason, the send policy,
-    a bad target...); 3 delivery unknown; 4 not sent yet when --wait ran out.
+    (or queued, with --no-wait; or accepted, on a channel that reports delivery later);
+    1 not sent (the platform's reason, the send policy, a bad target...) or, with
+    --wait-delivery, reported failed; 3 delivery unknown; 4 not sent yet when --wait
+    ran out; 5 no delivery report within --wait-delivery.
     """
     import os
 
     body = {"channel": channel, "account": account, "to": to, "thread": thread, "text": text,
             "media": [os.path.abspath(path) for path in media]}
-    _send(config_file, body, wait, no_wait, as_json)
+    _send(config_file, body, wait, no_wait, as_json, wait_delivery)
 
 
 @cli.group()
@@ -429,12 +462,14 @@ def sessions_history(config_file: str | None, key: str, limit: int, as_json: boo
 @click.option("--wait", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, metavar="SECONDS", help=_WAIT_HELP)
 @click.option("--no-wait", is_flag=True, help=_NO_WAIT_HELP)
+@click.option("--wait-delivery", type=click.FloatRange(min=0, min_open=True),
+              metavar="SECONDS", help=_WAIT_DELIVERY_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 @config_option
 def sessions_send(config_file: str | None, key: str, text: str, wait: float, no_wait: bool,
-                  as_json: bool) -> None:
+                  wait_delivery: float | None, as_json: bool) -> None:
     """Send TEXT into a session (to its current reply route); exit status as `send`'s."""
-    _send(config_file, {"session": key, "text": text}, wait, no_wait, as_json)
+    _send(config_file, {"session": key, "text": text}, wait, no_wait, as_json, wait_delivery)
 
 
 @sessions.command("policy")

@@ -364,6 +364,7 @@ class Outbox:
         kernel.deliveries.settled(entry, "sent", account=account)
         if account.channel.delivery_statuses and result is not None and result.message_id:
             # The platform reports this message's fate later (core/delivery_statuses.py).
+            kernel.delivery_statuses.sent_as(entry, result.message_id)
             await store.outbox_sent_as(entry.id, result.message_id)
 
     def _store_failing(self, error: Exception) -> None:
