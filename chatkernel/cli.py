@@ -440,10 +440,12 @@ def sessions_history(config_file: str | None, key: str, limit: int, as_json: boo
     import datetime
 
     async def read(store):
-        if await store.get_session(key) is None:
+        entries = await store.read_log(key, limit=limit)
+        # A log with no session record is a heartbeat's own (heartbeat:main): shown too.
+        if not entries and await store.get_session(key) is None:
             raise click.ClickException(f"no session {key!r} (chatkernel sessions list shows "
                                        "them)")
-        return await store.read_log(key, limit=limit)
+        return entries
 
     entries = _with_store(config_file, read)
     if as_json:
@@ -871,8 +873,9 @@ def _heartbeat_line(item: dict[str, Any], *, live: bool) -> str:
     from chatkernel.core.durations import format_interval
 
     if item.get("off"):
-        return (f"{item['id']}  off: the config has no [heartbeat] table (a manual wake still "
+        line = (f"{item['id']}  off: the config has no [heartbeat] table (a manual wake still "
                 "runs it; docs/heartbeats.md)")
+        return line + "".join(f"  {part}" for part in _last_run(item))
     target = item["session"] if item["kind"] == "session" else f"target {item['target']}"
     parts = [item["id"], f"every {item['every']}", target]
     due_in = item.get("next_in_seconds")
@@ -892,16 +895,26 @@ def _heartbeat_line(item: dict[str, Any], *, live: bool) -> str:
         parts.append(f"due in {format_interval(due_in)}, if a gateway runs by then")
     else:
         parts.append("overdue: runs once as soon as a gateway starts")
-    if item.get("last_run_at"):
-        parts.append(f"last run {_ago(item['last_run_at'])}: {item['last_outcome']}")
-    elif item.get("last_outcome"):
-        parts.append(f"last: {item['last_outcome']}")
+    parts.extend(_last_run(item))
     if item.get("wake_texts"):
         parts.append(f"{len(item['wake_texts'])} wake note(s) waiting")
     prompt = " ".join((item.get("prompt") or "").split())
     if len(prompt) > 60:
         prompt = prompt[:59] + "…"
     return "  ".join(parts) + (f"\n    {prompt}" if prompt else "")
+
+
+def _last_run(item: dict[str, Any]) -> list[str]:
+    """A heartbeat's last run and outcome, and where its log is (none: never ran)."""
+    if item.get("last_run_at"):
+        parts = [f"last run {_ago(item['last_run_at'])}: {item['last_outcome']}"]
+    elif item.get("last_outcome"):
+        parts = [f"last: {item['last_outcome']}"]
+    else:
+        return []
+    if item.get("log_session"):
+        parts.append(f"log: chatkernel sessions history {item['log_session']}")
+    return parts
 
 
 @heartbeat.command("wake")
