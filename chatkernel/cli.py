@@ -84,7 +84,10 @@ def _plugin_manager():
 @click.option("--all", "show_all", is_flag=True, help="Include the built-in plugins.")
 @click.option("--hook", "hook_name", metavar="NAME", help="Only plugins implementing this hook.")
 def plugins(as_json: bool, show_all: bool, hook_name: str | None) -> None:
-    """List installed plugins, their hooks, and any that failed to load."""
+    """List installed plugins, their hooks, and any that failed to load or that the
+    environment leaves out."""
+    from chatkernel.core.plugins import BUILTIN_PLUGINS
+
     pm = _plugin_manager()
     if hook_name is not None and not hasattr(pm.hook, hook_name):
         known = ", ".join(sorted(name for name in vars(pm.hook) if not name.startswith("_")))
@@ -96,17 +99,31 @@ def plugins(as_json: bool, show_all: bool, hook_name: str | None) -> None:
     if as_json:
         click.echo(json.dumps([info.as_dict() for info in infos], indent=2))
         return
+    left_out = {name: why for name, why in pm.left_out().items()
+                if show_all or name not in BUILTIN_PLUGINS}
     if not infos:
-        click.echo("No plugins installed." + ("" if show_all else " (--all shows built-ins)"))
-        return
-    rows = [("NAME", "VERSION", "DISTRIBUTION", "HOOKS")]
-    for info in infos:
-        hooks = ", ".join(info.hooks) if info.error is None else f"FAILED: {info.error}"
-        rows.append((info.name, info.version or "-", info.distribution or "-", hooks))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  "
-                   + row[3])
+        if left_out:
+            click.echo(f"No plugins loaded: {len(left_out)} installed, left out by the "
+                       "environment:")
+        else:
+            click.echo("No plugins installed." + ("" if show_all else
+                                                  " (--all shows built-ins)"))
+    else:
+        rows = [("NAME", "VERSION", "DISTRIBUTION", "HOOKS")]
+        for info in infos:
+            hooks = ", ".join(info.hooks) if info.error is None else f"FAILED: {info.error}"
+            rows.append((info.name, info.version or "-", info.distribution or "-", hooks))
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        for row in rows:
+            click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  "
+                       + row[3])
+        if left_out:
+            click.echo("Installed but not loaded:")
+    by_reason: dict[str, list[str]] = {}
+    for name, why in left_out.items():
+        by_reason.setdefault(why, []).append(name)
+    for why, names in by_reason.items():
+        click.echo(f"  {', '.join(names)}: {why}")
 
 
 # -- run -------------------------------------------------------------------------------
@@ -1238,13 +1255,15 @@ def _validate_channels(raw: dict[str, Any], path, *, strict_env: bool) -> int:
     tables = raw.get("channels") or {}
     if not tables:
         return 0
-    channels = collect_channels(_plugin_manager())
+    pm = _plugin_manager()
+    channels = collect_channels(pm)
     count = 0
     for name, table in tables.items():
         if name == "defaults":
             continue
         if name not in channels:
-            raise cfg.unknown_channel(name, channels, path=path)
+            raise cfg.unknown_channel(name, channels, path=path,
+                                      left_out=pm.channel_left_out(name))
         for account, data in (table.get("accounts") or {}).items():
             resolved = cfg.resolve_env(data, key=f"channels.{name}.accounts.{account}",
                                        path=path, strict=strict_env)

@@ -276,7 +276,8 @@ class Kernel:
                 if channel_name not in self.config.channels:
                     continue  # the implied web chat, with its built-in plugin disabled
                 raise cfg.unknown_channel(channel_name, self.channel_types,
-                                          path=self.config_path)
+                                          path=self.config_path,
+                                          left_out=self.pm.channel_left_out(channel_name))
             cfg.check_channel_keys(channel_name, section, channel_type.settings_keys,
                                    channel_type.account_model, path=self.config_path)
             for account_name, raw in section.accounts.items():
