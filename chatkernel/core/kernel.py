@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -183,6 +184,9 @@ class Kernel:
         store = self._store
         await store.open()
         stack.push_async_callback(store.close)
+        # One kernel writes a store of one process's own, whatever home led to it.
+        store.claim({"pid": os.getpid(), "home": str(cfg.home_dir()),
+                     "role": "gateway" if self.recover else "chatkernel command"})
         if store.shared is not None:
             self.cluster = Cluster(self, store.shared, ttl=self.config.store.lease_seconds,
                                    instance_id=self.presence.own.instance_id)
