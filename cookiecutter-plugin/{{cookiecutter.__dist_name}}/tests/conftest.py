@@ -1,4 +1,4 @@
-"""{{ cookiecutter.dist_name }}'s tests: each gets a CHATKERNEL_HOME of its own (the kit's fixture)."""
+"""{{ cookiecutter.__dist_name }}'s tests: each gets a CHATKERNEL_HOME of its own (the kit's fixture)."""
 
 import pytest
 
