@@ -84,7 +84,10 @@ def _plugin_manager():
 @click.option("--all", "show_all", is_flag=True, help="Include the built-in plugins.")
 @click.option("--hook", "hook_name", metavar="NAME", help="Only plugins implementing this hook.")
 def plugins(as_json: bool, show_all: bool, hook_name: str | None) -> None:
-    """List installed plugins, their hooks, and any that failed to load."""
+    """List installed plugins, their hooks, and any that failed to load or that the
+    environment leaves out."""
+    from chatkernel.core.plugins import BUILTIN_PLUGINS
+
     pm = _plugin_manager()
     if hook_name is not None and not hasattr(pm.hook, hook_name):
         known = ", ".join(sorted(name for name in vars(pm.hook) if not name.startswith("_")))
@@ -96,17 +99,31 @@ def plugins(as_json: bool, show_all: bool, hook_name: str | None) -> None:
     if as_json:
         click.echo(json.dumps([info.as_dict() for info in infos], indent=2))
         return
+    left_out = {name: why for name, why in pm.left_out().items()
+                if show_all or name not in BUILTIN_PLUGINS}
     if not infos:
-        click.echo("No plugins installed." + ("" if show_all else " (--all shows built-ins)"))
-        return
-    rows = [("NAME", "VERSION", "DISTRIBUTION", "HOOKS")]
-    for info in infos:
-        hooks = ", ".join(info.hooks) if info.error is None else f"FAILED: {info.error}"
-        rows.append((info.name, info.version or "-", info.distribution or "-", hooks))
-    widths = [max(len(row[i]) for row in rows) for i in range(3)]
-    for row in rows:
-        click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  "
-                   + row[3])
+        if left_out:
+            click.echo(f"No plugins loaded: {len(left_out)} installed, left out by the "
+                       "environment:")
+        else:
+            click.echo("No plugins installed." + ("" if show_all else
+                                                  " (--all shows built-ins)"))
+    else:
+        rows = [("NAME", "VERSION", "DISTRIBUTION", "HOOKS")]
+        for info in infos:
+            hooks = ", ".join(info.hooks) if info.error is None else f"FAILED: {info.error}"
+            rows.append((info.name, info.version or "-", info.distribution or "-", hooks))
+        widths = [max(len(row[i]) for row in rows) for i in range(3)]
+        for row in rows:
+            click.echo("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  "
+                       + row[3])
+        if left_out:
+            click.echo("Installed but not loaded:")
+    by_reason: dict[str, list[str]] = {}
+    for name, why in left_out.items():
+        by_reason.setdefault(why, []).append(name)
+    for why, names in by_reason.items():
+        click.echo(f"  {', '.join(names)}: {why}")
 
 
 # -- run -------------------------------------------------------------------------------
@@ -180,8 +197,8 @@ def _running_gateway():
 
 
 #: ``chatkernel send`` / ``sessions send`` exit codes by outcome (docs/outbound.md).
-SEND_EXIT_CODES = {"sent": 0, "queued": 0, "nothing": 0, "failed": 1, "unknown": 3,
-                   "pending": 4}
+SEND_EXIT_CODES = {"sent": 0, "accepted": 0, "delivered": 0, "queued": 0, "nothing": 0,
+                   "failed": 1, "unknown": 3, "pending": 4, "unconfirmed": 5}
 EXIT_SEND_UNKNOWN = 3
 
 
@@ -247,20 +264,25 @@ async def _direct(config, config_path, action, body, role: str) -> dict[str, Any
 
 
 def _send(config_file: str | None, body: dict[str, Any], wait: float, no_wait: bool,
-          as_json: bool) -> None:
+          as_json: bool, wait_delivery: float | None = None) -> None:
     """Send through the running gateway (or directly), report the outcome, exit with it."""
     from chatkernel.core.gateway.control import send_from_request
 
+    if no_wait and wait_delivery:
+        raise click.UsageError("--no-wait and --wait-delivery contradict each other")
     # Without a gateway this command is the sender: it always waits.
     gateway = _running_gateway() is not None
-    body = {**body, "wait": 0 if no_wait and gateway else wait}
+    body = {**body, "wait": 0 if no_wait and gateway else wait,
+            "wait_delivery": wait_delivery or 0}
     answer = _control_or_direct(
-        config_file, "/control/send", body, send_from_request, timeout=wait + 30,
+        config_file, "/control/send", body, send_from_request,
+        timeout=wait + (wait_delivery or 0) + 30,
         unanswered="the message may have been queued; it is not sent again")
-    _report_send(answer, wait, as_json)
+    _report_send(answer, wait, as_json, wait_delivery)
 
 
-def _report_send(answer: dict[str, Any], wait: float, as_json: bool) -> None:
+def _report_send(answer: dict[str, Any], wait: float, as_json: bool,
+                 wait_delivery: float | None = None) -> None:
     from chatkernel.core.gateway.control import send_outcome
 
     outcome = answer.get("outcome") or send_outcome(answer.get("parts"))
@@ -271,6 +293,7 @@ def _report_send(answer: dict[str, Any], wait: float, as_json: bool) -> None:
     parts = answer.get("parts") or []
     where = f"{answer.get('account')} → {answer.get('chat_id')}"
     reply = f"reply {answer.get('reply_id')}"
+    history = f"see `chatkernel sessions history {answer.get('session')}`"
     if outcome == "nothing":
         click.echo(f"nothing to send to {where}")
     elif outcome == "queued":
@@ -278,6 +301,26 @@ def _report_send(answer: dict[str, Any], wait: float, as_json: bool) -> None:
                    "the outcome)")
     elif outcome == "sent":
         click.echo(f"sent to {where} ({len(parts)} part(s))")
+    elif outcome == "accepted":
+        click.echo(f"accepted by the platform for {where} ({len(parts)} part(s)); delivery "
+                   f"is reported later: {history} (or wait for it with --wait-delivery)")
+    elif outcome == "delivered":
+        read = all(part.get("delivery") == "read" for part in parts)
+        click.echo(f"delivered to {where} ({len(parts)} part(s){', read' if read else ''})")
+    elif outcome == "unconfirmed":
+        click.echo(f"accepted by the platform for {where} ({reply}), but no delivery was "
+                   f"reported within {wait_delivery:g} s: {history} for what becomes of it",
+                   err=True)
+        for index, part in enumerate(parts, start=1):
+            click.echo(f"  part {index}/{len(parts)}: {part.get('delivery', 'pending')}",
+                       err=True)
+    elif outcome == "failed" and any(part.get("delivery") == "failed" for part in parts):
+        click.echo(f"not delivered to {where} ({reply}): the platform accepted it, then "
+                   "reported:", err=True)
+        for index, part in enumerate(parts, start=1):
+            detail = f": {part['error']}" if part.get("delivery") == "failed" else ""
+            click.echo(f"  part {index}/{len(parts)}: {part.get('delivery', 'pending')}"
+                       f"{detail}", err=True)
     else:
         later = ("the gateway keeps it queued and sends it when it can"
                  if answer.get("via") == "gateway" else
@@ -303,6 +346,9 @@ _WAIT_HELP = ("Seconds to wait for the outcome (sent, failed with the platform's
               "delivery unknown).")
 _NO_WAIT_HELP = ("Only queue it with the running gateway, exit 0 once queued (without a "
                  "gateway this command sends, so it waits).")
+_WAIT_DELIVERY_HELP = ("On a channel that reports delivery later (WhatsApp): also wait up "
+                       "to SECONDS for the platform's report (exit 1 if it failed, 5 if "
+                       "none came in time). Needs the running gateway.")
 
 
 @cli.command()
@@ -317,23 +363,27 @@ _NO_WAIT_HELP = ("Only queue it with the running gateway, exit 0 once queued (wi
 @click.option("--wait", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, metavar="SECONDS", help=_WAIT_HELP)
 @click.option("--no-wait", is_flag=True, help=_NO_WAIT_HELP)
+@click.option("--wait-delivery", type=click.FloatRange(min=0, min_open=True),
+              metavar="SECONDS", help=_WAIT_DELIVERY_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 @click.argument("text", default="")
 def send(channel: str, account: str | None, to: str, thread: str | None, media: tuple[str],
-         config_file: str | None, wait: float, no_wait: bool, as_json: bool,
-         text: str) -> None:
+         config_file: str | None, wait: float, no_wait: bool, wait_delivery: float | None,
+         as_json: bool, text: str) -> None:
     """Send TEXT (and files) through the same pipeline as replies, and report what
     became of it.
 
     Talks to the running gateway; when none runs, sends directly. Exit status: 0 sent
-    (or queued, with --no-wait); 1 not sent (the platform's reason, the send policy,
-    a bad target...); 3 delivery unknown; 4 not sent yet when --wait ran out.
+    (or queued, with --no-wait; or accepted, on a channel that reports delivery later);
+    1 not sent (the platform's reason, the send policy, a bad target...) or, with
+    --wait-delivery, reported failed; 3 delivery unknown; 4 not sent yet when --wait
+    ran out; 5 no delivery report within --wait-delivery.
     """
     import os
 
     body = {"channel": channel, "account": account, "to": to, "thread": thread, "text": text,
             "media": [os.path.abspath(path) for path in media]}
-    _send(config_file, body, wait, no_wait, as_json)
+    _send(config_file, body, wait, no_wait, as_json, wait_delivery)
 
 
 @cli.group()
@@ -407,10 +457,12 @@ def sessions_history(config_file: str | None, key: str, limit: int, as_json: boo
     import datetime
 
     async def read(store):
-        if await store.get_session(key) is None:
+        entries = await store.read_log(key, limit=limit)
+        # A log with no session record is a heartbeat's own (heartbeat:main): shown too.
+        if not entries and await store.get_session(key) is None:
             raise click.ClickException(f"no session {key!r} (chatkernel sessions list shows "
                                        "them)")
-        return await store.read_log(key, limit=limit)
+        return entries
 
     entries = _with_store(config_file, read)
     if as_json:
@@ -429,12 +481,14 @@ def sessions_history(config_file: str | None, key: str, limit: int, as_json: boo
 @click.option("--wait", type=click.FloatRange(min=0, min_open=True), default=60.0,
               show_default=True, metavar="SECONDS", help=_WAIT_HELP)
 @click.option("--no-wait", is_flag=True, help=_NO_WAIT_HELP)
+@click.option("--wait-delivery", type=click.FloatRange(min=0, min_open=True),
+              metavar="SECONDS", help=_WAIT_DELIVERY_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 @config_option
 def sessions_send(config_file: str | None, key: str, text: str, wait: float, no_wait: bool,
-                  as_json: bool) -> None:
+                  wait_delivery: float | None, as_json: bool) -> None:
     """Send TEXT into a session (to its current reply route); exit status as `send`'s."""
-    _send(config_file, {"session": key, "text": text}, wait, no_wait, as_json)
+    _send(config_file, {"session": key, "text": text}, wait, no_wait, as_json, wait_delivery)
 
 
 @sessions.command("policy")
@@ -836,8 +890,9 @@ def _heartbeat_line(item: dict[str, Any], *, live: bool) -> str:
     from chatkernel.core.durations import format_interval
 
     if item.get("off"):
-        return (f"{item['id']}  off: the config has no [heartbeat] table (a manual wake still "
+        line = (f"{item['id']}  off: the config has no [heartbeat] table (a manual wake still "
                 "runs it; docs/heartbeats.md)")
+        return line + "".join(f"  {part}" for part in _last_run(item))
     target = item["session"] if item["kind"] == "session" else f"target {item['target']}"
     parts = [item["id"], f"every {item['every']}", target]
     due_in = item.get("next_in_seconds")
@@ -857,16 +912,26 @@ def _heartbeat_line(item: dict[str, Any], *, live: bool) -> str:
         parts.append(f"due in {format_interval(due_in)}, if a gateway runs by then")
     else:
         parts.append("overdue: runs once as soon as a gateway starts")
-    if item.get("last_run_at"):
-        parts.append(f"last run {_ago(item['last_run_at'])}: {item['last_outcome']}")
-    elif item.get("last_outcome"):
-        parts.append(f"last: {item['last_outcome']}")
+    parts.extend(_last_run(item))
     if item.get("wake_texts"):
         parts.append(f"{len(item['wake_texts'])} wake note(s) waiting")
     prompt = " ".join((item.get("prompt") or "").split())
     if len(prompt) > 60:
         prompt = prompt[:59] + "…"
     return "  ".join(parts) + (f"\n    {prompt}" if prompt else "")
+
+
+def _last_run(item: dict[str, Any]) -> list[str]:
+    """A heartbeat's last run and outcome, and where its log is (none: never ran)."""
+    if item.get("last_run_at"):
+        parts = [f"last run {_ago(item['last_run_at'])}: {item['last_outcome']}"]
+    elif item.get("last_outcome"):
+        parts = [f"last: {item['last_outcome']}"]
+    else:
+        return []
+    if item.get("log_session"):
+        parts.append(f"log: chatkernel sessions history {item['log_session']}")
+    return parts
 
 
 @heartbeat.command("wake")
@@ -1190,13 +1255,15 @@ def _validate_channels(raw: dict[str, Any], path, *, strict_env: bool) -> int:
     tables = raw.get("channels") or {}
     if not tables:
         return 0
-    channels = collect_channels(_plugin_manager())
+    pm = _plugin_manager()
+    channels = collect_channels(pm)
     count = 0
     for name, table in tables.items():
         if name == "defaults":
             continue
         if name not in channels:
-            raise cfg.unknown_channel(name, channels, path=path)
+            raise cfg.unknown_channel(name, channels, path=path,
+                                      left_out=pm.channel_left_out(name))
         for account, data in (table.get("accounts") or {}).items():
             resolved = cfg.resolve_env(data, key=f"channels.{name}.accounts.{account}",
                                        path=path, strict=strict_env)

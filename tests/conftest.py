@@ -27,13 +27,11 @@ KERNEL_ENV = (
 
 
 @pytest.fixture(autouse=True)
-def _clean_kernel_env(monkeypatch: pytest.MonkeyPatch,
-                      tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """No CHATKERNEL_* variable from outside, no process-wide manager left over, and
-    a CHATKERNEL_HOME of the test's own: nothing a test runs may touch ~/.chatkernel."""
+def _clean_kernel_env(monkeypatch: pytest.MonkeyPatch, chatkernel_home) -> Iterator[None]:
+    """No CHATKERNEL_* variable from outside and no process-wide manager left over; the
+    kit's ``chatkernel_home`` gives the test a CHATKERNEL_HOME of its own."""
     for name in KERNEL_ENV:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("CHATKERNEL_HOME", str(tmp_path_factory.mktemp("home")))
     reset_plugin_manager()
     yield
     reset_plugin_manager()

@@ -137,3 +137,30 @@ def test_wake_and_status_through_the_running_gateway(tmp_path):
         result = run(home, "heartbeat", "wake", "--session", "webchat:default:nope")
         assert result.returncode != 0 and "has no heartbeat" in result.stderr
         assert gateway.stop() == 0
+
+
+def test_after_a_wake_with_no_table_status_shows_the_run_and_where_its_log_is(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    with gateway_process(home) as gateway:
+        result = run(home, "heartbeat", "wake", "--text", "check the disk")
+        assert result.returncode == 0, result.stderr
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            [main] = json.loads(run(home, "heartbeat", "status", "--json").stdout)[
+                "heartbeats"]
+            if main["last_outcome"]:
+                break
+            time.sleep(0.1)
+        assert (main["last_outcome"], main["log_session"]) == ("alert", "heartbeat:main")
+        text = run(home, "heartbeat", "status").stdout
+        line = next(line for line in text.splitlines() if line.startswith("main  off:"))
+        assert re.search(r"  last run \d+s ago: alert  log: chatkernel sessions history "
+                         r"heartbeat:main$", line), line
+        result = run(home, "sessions", "history", "heartbeat:main")
+        assert result.returncode == 0, result.stderr
+        assert "Woken with a note: check the disk" in result.stdout
+        assert gateway.stop() == 0
+    # without the gateway, from the state database: the same
+    assert "log: chatkernel sessions history heartbeat:main" in \
+        run(home, "heartbeat", "status").stdout

@@ -95,8 +95,13 @@ def test_send_and_sessions_through_the_running_gateway(tmp_path):
         assert gateway.webchat_messages("c1", 4)[-1]["text"] == "into the session"
 
         result = run(home, "sessions", "history", "webchat:default:c1", "--json")
-        roles = [(e["role"], e["text"]) for e in json.loads(result.stdout)]
+        entries = json.loads(result.stdout)
+        roles = [(e["role"], e["text"]) for e in entries]
         assert roles[:2] == [("user", "hi bot"), ("assistant", "hi bot")]
+        # the proactive sends are in it too: what the chat was sent, marked as sends
+        assert [(e["role"], e["text"]) for e in entries
+                if (e["meta"] or {}).get("kind") == "send"] == [
+            ("assistant", "proactive hello"), ("assistant", "into the session")]
 
         # the per-session send policy: deny, and the agent's reply is not sent
         result = run(home, "sessions", "policy", "webchat:default:c1", "deny")

@@ -19,8 +19,8 @@ import venv
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import click
 import pytest
-from cookiecutter.exceptions import FailedHookException
 from cookiecutter.main import cookiecutter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,11 +146,44 @@ def test_a_baked_plugin_installs_is_listed_and_passes_its_own_tests(
     ("webchat", "already a chatkernel channel"),
     ("chatkernel-foo", "the template adds that prefix itself"),
 ])
-def test_the_template_refuses_a_bad_channel_name(name, reason, tmp_path, capfd):
-    with pytest.raises(FailedHookException):
+def test_the_template_refuses_a_bad_channel_name(name, reason, tmp_path):
+    with pytest.raises(click.ClickException) as refused:
         bake(tmp_path, channel_name=name)
-    assert reason in capfd.readouterr().err
+    assert reason in refused.value.message
     assert list(tmp_path.iterdir()) == []  # nothing was written
+
+
+def cookiecutter_command(answers: str, cwd: Path) -> subprocess.CompletedProcess:
+    """The template as its users run it: ``cookiecutter cookiecutter-plugin/``, typing."""
+    return subprocess.run([sys.executable, "-m", "cookiecutter", str(TEMPLATE)], cwd=cwd,
+                          input=answers, capture_output=True, text=True, timeout=60)
+
+
+def test_the_template_asks_four_questions_the_first_one_whole(tmp_path):
+    result = cookiecutter_command("promptcheck\nAda\nA test\n2\n", tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    prompts = " ".join(result.stdout.split())  # the terminal's line breaks aside
+    assert "[1/4] Channel name (a Python identifier: the key under [channels.<name>])" in \
+        prompts
+    assert "[4/4] How the platform delivers events" in prompts
+    assert "[5/" not in prompts  # the derived names are not asked
+    assert "dist_name" not in prompts and "package_name" not in prompts
+    project = tmp_path / "chatkernel-promptcheck"
+    assert (project / "chatkernel_promptcheck" / "channel.py").is_file()
+    assert "class PromptcheckChannel(" in (
+        project / "chatkernel_promptcheck" / "channel.py").read_text()
+    assert "Created chatkernel-promptcheck (webhook channel 'promptcheck')" in result.stdout
+
+
+def test_a_taken_name_is_refused_at_once_in_one_line(tmp_path):
+    result = cookiecutter_command("telegram\n", tmp_path)  # no other answer is typed
+    assert result.returncode == 1
+    assert "[2/4]" not in result.stdout  # refused before the next question
+    assert "Traceback" not in result.stdout + result.stderr
+    [error] = result.stderr.strip().splitlines()
+    assert error.startswith("Error: the name 'telegram' is already a chatkernel channel")
+    assert error.endswith("(nothing was written)")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_after_baking_the_next_steps_are_printed(tmp_path, capfd):

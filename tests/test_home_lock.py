@@ -52,3 +52,26 @@ def test_the_lock_names_its_holder_and_is_released(tmp_path):
     with HomeLock(home) as lock:  # released: free again
         assert lock.held
     assert oct((home / "gateway.lock").stat().st_mode & 0o777) == "0o600"
+
+
+def test_two_homes_sharing_one_state_database_cannot_both_run(tmp_path):
+    shared = tmp_path / "shared" / "state.db"
+    first_home, second_home = tmp_path / "one", tmp_path / "two"
+    for home in (first_home, second_home):
+        home.mkdir()
+        (home / "config.toml").write_text(f'[store]\npath = "{shared}"\n')
+    with gateway_process(first_home) as first:
+        second = run(second_home, "run", "--listen", "127.0.0.1:0", timeout=30)
+        assert second.returncode == 1, second.stderr
+        [line] = second.stderr.strip().splitlines()  # one line, no traceback
+        assert (f"the state database {shared} is in use by gateway pid {first.process.pid} "
+                f"(home {first_home}, at {first.url}): one process per database") in line
+        assert "give each home its own store.path" in line
+        # A command that sends from a kernel of its own is refused the same way.
+        send = run(second_home, "send", "--channel", "webchat", "--to", "c1", "x")
+        assert send.returncode == 1 and "is in use by gateway pid" in send.stderr
+        assert first.process.poll() is None
+        assert first.stop() == 0
+    # Once the first is gone, the other home may use the database.
+    with gateway_process(second_home) as second_gateway:  # it started: it listens
+        assert second_gateway.process.poll() is None

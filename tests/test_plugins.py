@@ -641,3 +641,35 @@ def test_real_plugins_table(installed):
     assert "FAILED: RuntimeError: boom" in rows["brokenplugin"]
     # The columns line up under the header.
     assert lines[0].index("HOOKS") == rows["goodplugin"].index("inbound_accept")
+
+
+def test_real_plugins_left_out_by_the_environment_are_named_with_the_variable(installed):
+    result = run_chatkernel(installed, "plugins", CHATKERNEL_LOAD_PLUGINS="")
+    assert result.returncode == 0, result.stderr
+    assert "No plugins installed" not in result.stdout
+    assert result.stdout.startswith("No plugins loaded: ")
+    assert "left out by the environment" in result.stdout
+    line = next(line for line in result.stdout.splitlines() if "goodplugin" in line)
+    assert "CHATKERNEL_LOAD_PLUGINS is set but empty" in line
+    result = run_chatkernel(installed, "plugins", CHATKERNEL_LOAD_PLUGINS="goodplugin")
+    assert result.stdout.splitlines()[1].startswith("goodplugin ")
+    assert "Installed but not loaded:\n  brokenplugin" in result.stdout
+    assert "CHATKERNEL_LOAD_PLUGINS=goodplugin leaves it out" in result.stdout
+
+
+def test_a_channel_turned_off_by_the_environment_is_named_so_not_misspelt(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text("[channels.webchat]\n[channels.webchat.accounts.default]\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CHATKERNEL_")}
+    env.update(CHATKERNEL_HOME=str(home),
+               CHATKERNEL_DISABLE_PLUGINS="chatkernel.builtin.webchat")
+    for command in (["config", "validate"], ["run", "--listen", "127.0.0.1:0"]):
+        result = subprocess.run([str(CHATKERNEL), *command], capture_output=True, text=True,
+                                timeout=SUBPROCESS_TIMEOUT, env=env)
+        assert result.returncode != 0
+        assert ("channels.webchat: the webchat channel is a built-in one, turned off by the "
+                "environment: CHATKERNEL_DISABLE_PLUGINS=chatkernel.builtin.webchat") in \
+            result.stderr
+        assert "did you mean" not in result.stderr
+        assert "Traceback" not in result.stderr

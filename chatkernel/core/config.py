@@ -570,8 +570,12 @@ def check_channel_keys(name: str, section: ChannelConfig, channel_keys: Iterable
                           f"{did_you_mean(key, known - {'accounts'})}", path=path, key=where)
 
 
-def unknown_channel(name: str, installed: Any, *, path: Path | None = None) -> ConfigError:
-    """The error for ``[channels.<name>]`` that no installed plugin provides."""
+def unknown_channel(name: str, installed: Any, *, path: Path | None = None,
+                    left_out: str | None = None) -> ConfigError:
+    """The error for ``[channels.<name>]`` that no installed plugin provides.
+    ``left_out``: why the plugin that does was not loaded (``PluginManager.channel_left_out``)."""
+    if left_out is not None:
+        return ConfigError(left_out, path=path, key=f"channels.{name}")
     known = ", ".join(sorted(installed)) or "none"
     message = f"no installed plugin provides a channel named {name!r} (installed: {known})"
     if name in FIRST_PARTY_CHANNELS:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,6 +58,21 @@ UPKEEP_SECONDS = 3600.0
 
 #: The channel that answers when the config names none.
 EMBEDDED_CHANNEL = "webchat"
+
+
+@dataclass(frozen=True, slots=True)
+class Drained:
+    """What :meth:`Kernel.drain` left: sessions with turns still running or queued
+    (messages replayed on the next start), payloads still going out, and payloads
+    waiting for a retry or their platform (sent on the next start). True when only
+    waiting payloads are left."""
+
+    turns: int = 0
+    sends: int = 0
+    waiting: int = 0
+
+    def __bool__(self) -> bool:
+        return not self.turns and not self.sends
 
 
 class Kernel:
@@ -170,6 +187,9 @@ class Kernel:
         store = self._store
         await store.open()
         stack.push_async_callback(store.close)
+        # One kernel writes a store of one process's own, whatever home led to it.
+        store.claim({"pid": os.getpid(), "home": str(cfg.home_dir()),
+                     "role": "gateway" if self.recover else "chatkernel command"})
         if store.shared is not None:
             self.cluster = Cluster(self, store.shared, ttl=self.config.store.lease_seconds,
                                    instance_id=self.presence.own.instance_id)
@@ -279,7 +299,8 @@ class Kernel:
                 if channel_name not in self.config.channels:
                     continue  # the implied web chat, with its built-in plugin disabled
                 raise cfg.unknown_channel(channel_name, self.channel_types,
-                                          path=self.config_path)
+                                          path=self.config_path,
+                                          left_out=self.pm.channel_left_out(channel_name))
             cfg.check_channel_keys(channel_name, section, channel_type.settings_keys,
                                    channel_type.account_model, path=self.config_path)
             for account_name, raw in section.accounts.items():
@@ -376,16 +397,22 @@ class Kernel:
                      pruned, self.config.store.journal_retention_days)
         return pruned
 
-    async def drain(self, timeout: float) -> bool:
-        """Wait (bounded) for running and queued turns and their sends; True if done."""
+    async def drain(self, timeout: float) -> "Drained":
+        """Wait (bounded) for running and queued turns and their sends; what is left
+        (true when nothing is left that is worth waiting for).
+
+        A payload that waits for a retry or for its platform is not waited for: it is
+        ``pending`` in the outbox, and sent on the next start."""
         with anyio.move_on_after(timeout):
             await self.inbound.wait_settled()
             while self._queue is not None and any(
                     lane.active for lane in self._queue.lanes.values()):
                 await anyio.sleep(0.02)
-            await self.outbox.wait_idle()
-            return True
-        return False
+            await self.outbox.wait_stoppable()
+        turns = self.inbound.backlog() + (0 if self._queue is None else sum(
+            1 for lane in self._queue.lanes.values() if lane.active))
+        waiting = self.outbox.waiting()
+        return Drained(turns=turns, sends=self.outbox.pending() - waiting, waiting=waiting)
 
     # -- accessors ---------------------------------------------------------------------
 

@@ -66,6 +66,10 @@ class Lines(Generic[T]):
         """Whether ``key`` has items waiting or being handled."""
         return bool(self._lines.get(key))
 
+    def count(self, key: str) -> int:
+        """Items of ``key`` waiting or being handled."""
+        return len(self._lines.get(key, ()))
+
     def keys(self) -> list[str]:
         """The keys with items waiting or being handled."""
         return [key for key, line in self._lines.items() if line]

@@ -54,6 +54,9 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "chatkernel.builtin.webchat",
 )
 
+#: The channels built-in plugins provide, and the plugin that provides each.
+BUILTIN_CHANNELS: dict[str, str] = {"webchat": "chatkernel.builtin.webchat"}
+
 
 class PluginLoadError(Exception):
     """A plugin could not be loaded (raised in strict mode only)."""
@@ -113,6 +116,9 @@ class PluginManager(pluggy.PluginManager):
         self.load_errors: dict[str, str] = {}
         self.builtin_names: set[str] = set()
         self._loaded = False
+        # What load() was told to leave out (see left_out).
+        self._only: list[str] | None = None
+        self._disabled: list[str] = []
 
     # -- loading ---------------------------------------------------------------
 
@@ -141,6 +147,7 @@ class PluginManager(pluggy.PluginManager):
             disabled = _names_from_env("CHATKERNEL_DISABLE_PLUGINS") or []
         if strict is None:
             strict = os.environ.get("CHATKERNEL_STRICT_PLUGINS", "") not in ("", "0")
+        self._only, self._disabled = only, list(disabled)
         for name in disabled:
             self.set_blocked(name)
         if os.environ.get("CHATKERNEL_TRACE_PLUGINS", "") not in ("", "0"):
@@ -152,6 +159,40 @@ class PluginManager(pluggy.PluginManager):
         self._load_entry_points(only, set(disabled), strict)
         self._check_pending(strict)
         return self
+
+    def left_out(self) -> dict[str, str]:
+        """The plugins that are installed (or built in) but were not loaded because
+        ``CHATKERNEL_LOAD_PLUGINS`` or ``CHATKERNEL_DISABLE_PLUGINS`` leaves them out:
+        name -> why, naming the variable and its value."""
+        disabled = set(self._disabled)
+        why_disabled = f"CHATKERNEL_DISABLE_PLUGINS={','.join(self._disabled)} names it"
+        left: dict[str, str] = {name: why_disabled for name in BUILTIN_PLUGINS
+                                if name in disabled}
+        for name in sorted({ep.name for ep in _entry_points()}):
+            if name in disabled:
+                left[name] = why_disabled
+            elif self._only is not None and name not in self._only:
+                value = ",".join(self._only)
+                left[name] = (f"CHATKERNEL_LOAD_PLUGINS={value} leaves it out" if value else
+                              "CHATKERNEL_LOAD_PLUGINS is set but empty: no installed "
+                              "plugin is loaded")
+        return left
+
+    def channel_left_out(self, channel: str) -> str | None:
+        """Why the plugin providing ``channel`` was not loaded, when that is the reason
+        there is no such channel (a built-in's, or an installed plugin's entry point
+        named like the channel, left out by the variables); else None."""
+        left = self.left_out()
+        builtin = BUILTIN_CHANNELS.get(channel)
+        if builtin is not None and builtin in left:
+            why = left[builtin].replace("names it", f"names {builtin}, its plugin")
+            return (f"the {channel} channel is a built-in one, turned off by the environment: "
+                    f"{why} (remove it from the variable, or the channel's tables from the "
+                    "config)")
+        if channel in left:
+            return (f"the {channel} plugin is installed but not loaded: {left[channel]} "
+                    "(add it to the variable, or unset it)")
+        return None
 
     def _fail(self, name: str, reason: str, strict: bool) -> None:
         if strict:
@@ -177,8 +218,7 @@ class PluginManager(pluggy.PluginManager):
             return  # CHATKERNEL_LOAD_PLUGINS set but empty: no installed plugin
         from stevedore import NamedExtensionManager
 
-        # Listing reads stevedore's entry-point cache and imports nothing (no names).
-        available = NamedExtensionManager(GROUP, names=[]).list_entry_points()
+        available = _entry_points()
         installed = {ep.name for ep in available}
         wanted = [ep.name for ep in available] if only is None else list(only)
         for name in wanted:
@@ -357,6 +397,14 @@ def collect_channels(pm: "PluginManager") -> "dict[str, type[Channel]]":
     for channel in channels.values():
         secret_filter.add_patterns(*channel.compiled_secret_patterns())
     return channels
+
+
+def _entry_points() -> list[Any]:
+    """The group's entry points, from stevedore's entry-point cache, importing nothing
+    (a manager asked for no names loads none)."""
+    from stevedore import NamedExtensionManager
+
+    return NamedExtensionManager(GROUP, names=[]).list_entry_points()
 
 
 def _entry_point_distributions() -> dict[str, tuple[str, str]]:

@@ -1,7 +1,7 @@
 """Say what to do next, once the project is written."""
 
-DIST = "{{ cookiecutter.dist_name }}"
-PACKAGE = "{{ cookiecutter.package_name }}"
+DIST = "{{ cookiecutter.__dist_name }}"
+PACKAGE = "{{ cookiecutter.__package_name }}"
 NAME = "{{ cookiecutter.channel_name }}"
 TRANSPORT = "{{ cookiecutter.transport }}"
 

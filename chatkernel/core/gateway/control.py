@@ -297,8 +297,11 @@ async def set_session_policy(kernel: "Kernel", key: str, policy: str) -> dict[st
 
 
 #: What ``chatkernel send`` reports (see :func:`send_outcome`; ``nothing``: the text
-#: made no payload).
-SEND_OUTCOMES = ("sent", "failed", "unknown", "pending", "queued", "nothing")
+#: made no payload). On a channel that reports delivery later (WhatsApp), a reply the
+#: platform took is ``accepted``, then ``delivered`` or ``failed`` once the platform
+#: says so, or ``unconfirmed`` when ``wait_delivery`` ran out before it did.
+SEND_OUTCOMES = ("sent", "accepted", "delivered", "unconfirmed", "failed", "unknown",
+                 "pending", "queued", "nothing")
 
 
 def send_outcome(parts: list[dict[str, Any]] | None) -> str:
@@ -320,17 +323,24 @@ async def send_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str,
 
     ``wait`` (seconds, default 0) waits for the outcome of every part; the answer then
     has ``parts`` (``status``, ``error`` each) and ``outcome`` (:func:`send_outcome`).
+    On a channel that reports delivery later (``Channel.delivery_statuses``) a reply the
+    platform took is ``accepted``, and ``delivery_later`` is true; ``wait_delivery``
+    (seconds) then waits for the platform's report on every part (each part gets a
+    ``delivery`` status): ``delivered``, ``failed`` or, when it ran out, ``unconfirmed``.
     Refused before anything is queued: an unknown target, a file the media-path policy
-    refuses, a send the send policy blocks, a web chat message with no web chat served.
+    refuses, a send the send policy blocks, a web chat message with no web chat served,
+    a wait for delivery with no gateway to receive the reports.
     """
     text = body.get("text", "")
     media = body.get("media") or []
     wait = body.get("wait") or 0
+    wait_delivery = body.get("wait_delivery") or 0
     if not isinstance(text, str) or not isinstance(media, list) or not all(
             isinstance(item, str) for item in media):
         raise ControlError("'text' must be a string and 'media' a list of paths")
-    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
-        raise ControlError("'wait' must be a number of seconds, 0 or more")
+    for name, value in (("wait", wait), ("wait_delivery", wait_delivery)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ControlError(f"{name!r} must be a number of seconds, 0 or more")
     if not text.strip() and not media:
         raise ControlError("nothing to send: give a text or a file")
     where = strings(body, "session", "channel", "account", "to", "thread")
@@ -352,6 +362,11 @@ async def send_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str,
         raise ControlError(f"{account.key} shows messages only on the gateway's page, and no "
                            "gateway is running: nothing was sent (start one with "
                            "`chatkernel run`, then send again)", 409)
+    later = bool(getattr(account.channel, "delivery_statuses", False))
+    if later and wait_delivery and kernel.url is None:
+        raise ControlError(f"{account.key} reports delivery on the gateway's webhook, and no "
+                           "gateway is running: nothing was sent (start one with "
+                           "`chatkernel run`, or send without --wait-delivery)", 409)
     session = kernel.sessions.cached(key) or await kernel.sessions.get(key)
     verdict = kernel.send_policy.check(route, session)
     if not verdict:
@@ -359,11 +374,32 @@ async def send_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str,
     if session is None:  # a first send to this chat: a session it shows in
         session = await kernel.sessions.open(key, route)
     reply_id = await kernel.outbound.deliver_text(
-        account, route, text, session_key=key, session_id=session.session_id, media=media)
+        account, route, text, session_key=key, session_id=session.session_id, media=media,
+        log=True)
     answer: dict[str, Any] = {"reply_id": reply_id, "session": key, "account": account.key,
-                              "chat_id": route.chat_id}
-    if reply_id is not None and wait:
-        entries = await kernel.deliveries.wait(reply_id, wait)
+                              "chat_id": route.chat_id, "delivery_later": later}
+    if reply_id is not None and (wait or wait_delivery):
+        entries = await kernel.deliveries.wait(reply_id, wait or wait_delivery)
         answer["parts"] = [{"status": entry.status, "error": entry.error} for entry in entries]
-    answer["outcome"] = send_outcome(answer.get("parts")) if reply_id else "nothing"
+    outcome = send_outcome(answer.get("parts")) if reply_id else "nothing"
+    if later and outcome == "sent":
+        outcome = "accepted"
+        if wait_delivery:
+            outcome = await _wait_for_delivery(kernel, answer, wait_delivery)
+    answer["outcome"] = outcome
     return answer
+
+
+async def _wait_for_delivery(kernel: "Kernel", answer: dict[str, Any],
+                             timeout: float) -> str:
+    """Wait for the platform's report on every part of an accepted reply; its outcome."""
+    parts = answer["parts"]
+    found = await kernel.delivery_statuses.wait(answer["reply_id"], len(parts), timeout)
+    for number, part in enumerate(parts, start=1):
+        part["delivery"] = found.status(number)
+        fate = found.parts.get(number)
+        if fate is not None and fate.status == "failed":
+            part["error"] = fate.reason or "no reason given"
+    if found.failed:
+        return "failed"
+    return "delivered" if found.done else "unconfirmed"

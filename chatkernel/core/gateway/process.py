@@ -264,9 +264,18 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
 
 
 async def _drain(kernel: Kernel) -> None:
-    if not await kernel.drain(DRAIN_SECONDS):
-        log.warning("turns still running after %.0fs: they will be replayed on the next "
-                    "start", DRAIN_SECONDS)
+    """Let turns and sends finish (bounded), and say what is left, by what it is."""
+    left = await kernel.drain(DRAIN_SECONDS)
+    if left.turns:
+        log.warning("%d turn(s) still running or queued after %.0fs: their messages are "
+                    "replayed on the next start", left.turns, DRAIN_SECONDS)
+    if left.sends:
+        log.warning("%d outbox payload(s) still being sent after %.0fs: one in flight is "
+                    "reported as delivery unknown on the next start, the others are sent "
+                    "then", left.sends, DRAIN_SECONDS)
+    if left.waiting:
+        log.info("%d outbox payload(s) wait for a retry or for their platform: they stay "
+                 "queued in the state database and are sent on the next start", left.waiting)
 
 
 async def _wait_for_stop(stop: anyio.Event | None, handle_signals: bool,

@@ -87,12 +87,16 @@ def accounts_of(snapshot: dict[str, Any]) -> list[dict[str, Any]]:
                   key=lambda a: a["key"])
 
 
-def probe_text(probe: dict[str, Any] | None, *, local: bool = False) -> str:
+def probe_text(probe: dict[str, Any] | None, *, local: bool = False,
+               cached: bool = False) -> str:
+    """A probe's verdict, detail and latency; ``cached``: with its age too (a probe
+    from minutes ago says little about now, next to a failure since)."""
     if probe is None:
         return "-" if local else "not probed"
     latency = f" ({probe['latency_ms']:.0f} ms)" if probe.get("latency_ms") is not None else ""
     verdict = "ok" if probe["ok"] else ("TIMED OUT" if probe.get("timed_out") else "FAILED")
-    return f"{verdict}: {probe.get('detail') or '-'}{latency}"
+    age = f", probed {ago(probe['at'])}" if cached and probe.get("at") is not None else ""
+    return f"{verdict}: {probe.get('detail') or '-'}{latency}{age}"
 
 
 def state_text(account: dict[str, Any]) -> str:
@@ -236,8 +240,9 @@ def render_health(snapshot: dict[str, Any], *, verbose: bool = False) -> str:
             continue
         ok = account.get("ok")
         mark = "ok " if ok else "-- " if ok is None else "BAD"  # --: another instance's
+        probe = probe_text(account.get("probe"), cached=not snapshot.get("live"))
         lines.append(f"  {mark} {account['key']}: {account['state']}; probe "
-                     f"{probe_text(account.get('probe'))}; last event "
+                     f"{probe}; last event "
                      f"{ago(account.get('last_event_at'))}; "
                      f"restarts {account.get('restarts_last_hour', 0)} in the last hour")
         if not verbose:  # why it is red, in one line each (verbose lists them below)

@@ -935,6 +935,11 @@ class HeartbeatScheduler:
                               wanted=self.kernel.config.config_heartbeat_wanted())
         info.update(running=job.running, waiting_for=job.waiting_for,
                     forced=job.forced, hold_until=job.hold_until)
+        for record in reversed(self.history):  # where its last run went, as it went
+            if record.heartbeat == job.id and record.session_key and \
+                    record.outcome not in ("started", "waiting"):
+                info["log_session"] = record.session_key
+                break
         if job.hold_until is not None and info["next_due_at"] is not None:
             info["next_due_at"] = max(info["next_due_at"], job.hold_until)
             info["next_in_seconds"] = max(0.0, info["next_due_at"] - self.clock.now())
@@ -971,6 +976,9 @@ def describe_state(state: HeartbeatState, settings: HeartbeatConfig,
         "off": state.session_key is None and not wanted,
         "last_run_at": state.last_run_at,
         "last_outcome": state.last_outcome,
+        # The session whose log has its runs (`sessions history`), where that is fixed.
+        "log_session": state.session_key or (
+            NO_TARGET_SESSION if not wanted or settings.target == "none" else None),
         "next_due_at": due,
         "next_in_seconds": None if due is None else max(0.0, due - now),
         "wake_texts": list(state.wake_texts),

@@ -13,11 +13,18 @@ and :class:`DeliveryStatuses` finds the payload it belongs to:
   ``delivery failed`` notification (recording it sends nothing), the failure is
   counted in ``chatkernel_send_failures`` and logged. So the agent's history and the
   operator see that the message never arrived, not only a debug line.
+
+A ``chatkernel send --wait-delivery`` waits here for its reply's parts
+(:meth:`DeliveryStatuses.wait`): the latest status of each message this gateway sent
+recently is kept in memory, from its send (:meth:`DeliveryStatuses.sent_as`) on, so a
+status that arrives before anyone waits, or before the send's own answer, is not missed.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
@@ -25,6 +32,7 @@ import anyio
 if TYPE_CHECKING:
     from chatkernel.core.kernel import Kernel
     from chatkernel.sdk.models import Account
+    from chatkernel.core.store.base import OutboxEntry
 
 log = logging.getLogger("chatkernel.delivery")
 
@@ -33,6 +41,50 @@ STATUSES = ("sent", "delivered", "read", "failed")
 #: Waits before looking a failed message up again: a status can overtake the answer
 #: to the send it is about, whose id the outbox records once that answer is in.
 LOOKUP_RETRIES = (0.05, 0.1, 0.25, 0.5, 1.0)
+#: The statuses after which nothing more is reported: the message's fate.
+FINAL = ("delivered", "read", "failed")
+#: A later status wins over an earlier one, whatever order the webhooks came in.
+_RANK = {"sent": 0, "delivered": 1, "read": 2, "failed": 3}
+#: Messages whose latest status is kept in memory, for ``send --wait-delivery``.
+RECENT_MESSAGES = 4096
+
+
+@dataclass(slots=True)
+class Fate:
+    """The latest status of one message the platform knows by its id, and which part
+    of which reply it is (once its send's answer is in)."""
+
+    reply_id: str | None = None
+    part: int = 0
+    status: str | None = None
+    reason: str | None = None
+
+    @property
+    def final(self) -> bool:
+        return self.status in FINAL
+
+
+class DeliveryWait:
+    """What :meth:`DeliveryStatuses.wait` found: each part's :class:`Fate` (by its
+    number), for the parts the platform has reported on."""
+
+    def __init__(self, parts: dict[int, Fate], count: int) -> None:
+        self.parts = parts
+        self.count = count
+
+    @property
+    def failed(self) -> bool:
+        return any(fate.status == "failed" for fate in self.parts.values())
+
+    @property
+    def done(self) -> bool:
+        """Every part's fate is known, or one failed (the reply did not arrive whole)."""
+        return self.failed or (len(self.parts) >= self.count
+                               and all(fate.final for fate in self.parts.values()))
+
+    def status(self, part: int) -> str:
+        fate = self.parts.get(part)
+        return fate.status if fate is not None and fate.status else "pending"
 
 
 class DeliveryStatuses:
@@ -40,6 +92,50 @@ class DeliveryStatuses:
 
     def __init__(self, kernel: "Kernel") -> None:
         self._kernel = kernel
+        self._fates: OrderedDict[str, Fate] = OrderedDict()  # by the platform's id
+        self._waiting: dict[str, list[anyio.Event]] = {}  # by reply id
+
+    def _fate(self, platform_id: str) -> Fate:
+        fate = self._fates.get(platform_id)
+        if fate is None:
+            fate = self._fates[platform_id] = Fate()
+            if len(self._fates) > RECENT_MESSAGES:
+                self._fates.popitem(last=False)
+        return fate
+
+    def _changed(self, reply_id: str | None) -> None:
+        for event in self._waiting.get(reply_id or "", ()):
+            event.set()
+
+    def sent_as(self, entry: "OutboxEntry", platform_id: str) -> None:
+        """The outbox sent ``entry``, which the platform knows as ``platform_id``."""
+        fate = self._fate(platform_id)
+        fate.reply_id, fate.part = entry.reply_id, entry.payload.chunk_index
+        self._changed(entry.reply_id)
+
+    async def wait(self, reply_id: str, count: int, timeout: float) -> DeliveryWait:
+        """The fate of a reply's ``count`` parts once the platform reported it for
+        every part (or a part failed), or as it stands after ``timeout`` seconds."""
+        waiters = self._waiting.setdefault(reply_id, [])
+        event = anyio.Event()
+        waiters.append(event)
+        try:
+            with anyio.move_on_after(timeout):
+                while not self._found(reply_id, count).done:
+                    await event.wait()
+                    waiters.remove(event)
+                    event = anyio.Event()
+                    waiters.append(event)
+        finally:
+            waiters.remove(event)
+            if not waiters:
+                del self._waiting[reply_id]
+        return self._found(reply_id, count)
+
+    def _found(self, reply_id: str, count: int) -> DeliveryWait:
+        parts = {fate.part: fate for fate in self._fates.values()
+                 if fate.reply_id == reply_id and fate.status is not None}
+        return DeliveryWait(parts, count)
 
     async def report(self, account: "Account", platform_id: str, status: str, *,
                      reason: str | None = None, code: str | int | None = None) -> bool:
@@ -56,6 +152,12 @@ class DeliveryStatuses:
         metrics = kernel.metrics
         metrics.child(metrics.delivery_statuses, account.channel_name, account.name,
                       status).inc()
+        fate = self._fate(platform_id)
+        if fate.status is None or _RANK[status] > _RANK[fate.status]:
+            fate.status, fate.reason = status, reason
+            if code is not None:
+                fate.reason = f"{reason or 'no reason given'} (code {code})"
+            self._changed(fate.reply_id)
         if status != "failed":
             return True  # counted: nothing else to do for a message that is on its way
         store = kernel.store

@@ -115,6 +115,9 @@ class Outbox:
         # With several instances: the entries of each account this one queued, so one
         # the account's inbox brings again is not sent twice (see adopt).
         self._known: dict[str, dict[int, None]] = {}
+        # Sessions whose sender waits, its payload `pending`, for a retry or for the
+        # platform to be reachable again: a stopping gateway need not wait for them.
+        self._resting: set[str] = set()
 
     # -- queueing ----------------------------------------------------------------
 
@@ -211,6 +214,7 @@ class Outbox:
         self._known.pop(account.key, None)
 
     def _sent(self, entry: OutboxEntry) -> None:
+        self._resting.discard(entry.session_key)
         if entry.payload.chunk_index >= entry.payload.chunk_count:
             self._failed_replies.discard(entry.reply_id)  # the reply is over
 
@@ -221,6 +225,18 @@ class Outbox:
     async def wait_idle(self) -> None:
         """Return once every queued payload was sent or failed."""
         await self.lines.wait_empty()
+
+    def waiting(self) -> int:
+        """Payloads whose sender waits for a retry or for its platform (``pending``, so
+        sent on the next start if the gateway stops now), and those queued behind them."""
+        return sum(self.lines.count(key) for key in self.lines.keys() if key in self._resting)
+
+    async def wait_stoppable(self) -> None:
+        """Return once every payload was sent or failed, or waits for a retry or its
+        platform (:meth:`waiting`): what a stopping gateway waits for. A payload in
+        flight is waited for, so it does not become "delivery unknown"."""
+        while any(key not in self._resting for key in self.lines.keys()):
+            await anyio.sleep(0.02)
 
     async def recover(self, account: Account | None = None) -> None:
         """After a start: restore the rate-limit windows, send what was never attempted,
@@ -364,6 +380,7 @@ class Outbox:
         kernel.deliveries.settled(entry, "sent", account=account)
         if account.channel.delivery_statuses and result is not None and result.message_id:
             # The platform reports this message's fate later (core/outbound/delivery_statuses.py).
+            kernel.delivery_statuses.sent_as(entry, result.message_id)
             await store.outbox_sent_as(entry.id, result.message_id)
 
     def _store_failing(self, error: Exception) -> None:
@@ -586,6 +603,7 @@ class _Delivery:
                 self._release_slot()
                 raise
             self.marked = True
+            self.outbox._resting.discard(self.entry.session_key)  # it goes out now
             if wait is not None:
                 self.outbox._store_works()
             break
@@ -616,6 +634,7 @@ class _Delivery:
         Outage) until it can, or this payload is the one to try, or it is too old."""
         self._release_slot()
         await self._unmark()
+        self.outbox._resting.add(self.entry.session_key)
         left = self.entry.created_at + self.policy.unreachable_max_age - time.time()
         self.probe = await outage.turn(self.entry.id, time.monotonic() + left)
         if not self.probe and outage.active:
@@ -627,6 +646,7 @@ class _Delivery:
         metrics = self.outbox._kernel.metrics
         metrics.child(metrics.retries, self.account.channel_name, self.account.name).inc()
         await self._unmark()
+        self.outbox._resting.add(self.entry.session_key)
         if time.time() - self.entry.created_at >= self.policy.unreachable_max_age:
             raise self._too_old(error) from None
 
@@ -645,6 +665,7 @@ class _Delivery:
             # The platform throttled us: hold this chat back for as long as it asked.
             metrics.child(metrics.throttled, account.channel_name, account.name).inc()
             self.limiter.penalize(delay, self.route.chat_id)
+        self.outbox._resting.add(self.entry.session_key)  # until its next request
         if self.marked:  # the platform refused it: nothing is out while it waits
             return self._unmark()
         return None

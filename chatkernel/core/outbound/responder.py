@@ -124,12 +124,21 @@ class Outbound:
 
     async def deliver_text(self, account: Account, route: Route, text: str, *,
                            session_key: str | None = None, session_id: str = "",
-                           fmt: str = "markdown", media: list[str] = ()) -> str | None:
-        """Queue a text (and files) for a route; returns the reply id (None: nothing to send)."""
+                           fmt: str = "markdown", media: list[str] = (),
+                           log: bool = False) -> str | None:
+        """Queue a text (and files) for a route; returns the reply id (None: nothing to send).
+
+        ``log``: record it in the session's log as the bot's (role ``assistant``, meta
+        ``kind: send``), before anything of it can fail: a proactive send is part of the
+        conversation, and what becomes of it is noted after it."""
         payloads = await self.payloads(account, text, fmt=fmt, media=media)
         if not payloads:
             return None
         key = session_key or route_key(route)
+        if log and session_key:
+            logged = "\n".join([text.strip(), *(f"MEDIA: {path}" for path in media)]).strip()
+            await self._kernel.store.append_log(key, session_id, "assistant", logged,
+                                                {"kind": "send"})
         return await self._kernel.outbox.submit(account, key, session_id, route, payloads)
 
 

@@ -169,6 +169,12 @@ class Store(abc.ABC):
         (SQLite). See :mod:`chatkernel.core.store.shared`."""
         return None
 
+    def claim(self, holder: dict[str, Any]) -> None:
+        """Take the store for this process alone, until it is closed; ``holder`` (``pid``,
+        ``home``, ``role``) is what a second claimant is told. Raises
+        :class:`StoreUnavailable` naming the holder when another process has it. A store
+        several gateways share (``shared``) needs no claim: the default does nothing."""
+
     async def open(self) -> None:
         """Connect / create the schema (idempotent)."""
 

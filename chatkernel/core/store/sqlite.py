@@ -53,7 +53,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import functools
+import json
 import logging
 import math
 import os
@@ -350,6 +352,24 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+def _in_use_message(path: Path, holder: dict[str, Any]) -> str:
+    """A claimed database's holder, in one line: who, of which home, where it serves."""
+    from chatkernel.core.gateway.control import read_state
+
+    pid = holder.get("pid") if isinstance(holder.get("pid"), int) else None
+    role = str(holder.get("role") or "another process")
+    who = f"{role} pid {pid}" if pid else role
+    home = holder.get("home")
+    where = ""
+    if isinstance(home, str):
+        info = read_state(Path(home))
+        served = f", at {info.url}" if info is not None and info.pid == pid else ""
+        where = f" (home {home}{served})"
+    return (f"the state database {path} is in use by {who}{where}: one process per "
+            "database. Two homes whose store.path lead to one file would answer the same "
+            "messages twice; give each home its own store.path, or stop that one first")
+
+
 def _user_name() -> str:
     """Who this process runs as, for error messages."""
     try:
@@ -479,6 +499,7 @@ class SQLiteStore(Store):
         self._checkpointer: sqlite3.Connection | None = None
         self._checkpointing: asyncio.Future[None] | None = None
         self._last_checkpoint = -math.inf
+        self._claim_fd: int | None = None  # see claim
 
     @classmethod
     def at(cls, path: str | os.PathLike[str], **options: Any) -> "SQLiteStore":
@@ -604,8 +625,53 @@ class SQLiteStore(Store):
             raise
         return conn
 
+    @property
+    def lock_path(self) -> Path:
+        """The file :meth:`claim` locks: beside the database, ``state.db.lock``."""
+        return self.path.with_name(self.path.name + ".lock")
+
+    def claim(self, holder: dict[str, Any]) -> None:
+        """An exclusive ``flock`` on :attr:`lock_path`, held until :meth:`close`: one
+        process writes a SQLite store, whichever home's ``store.path`` leads to it (the
+        home's own lock cannot see a second home). The operating system releases it when
+        the process ends, so a crash leaves no stale lock; the file keeps the holder."""
+        if self.memory or self._claim_fd is not None:
+            return
+        path = self.lock_path
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StoreUnavailable(f"cannot lock the state database {self.path}: cannot "
+                                   f"open {path} ({exc.strerror or exc})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                other = json.loads(os.read(fd, 4096) or b"{}")
+            except (OSError, ValueError):
+                other = {}
+            os.close(fd)
+            raise StoreUnavailable(_in_use_message(self.path, other)) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(holder).encode(), 0)
+        self._claim_fd = fd
+
+    def _release_claim(self) -> None:
+        fd, self._claim_fd = self._claim_fd, None
+        if fd is not None:
+            os.close(fd)
+
     async def close(self) -> None:
         """Close the connection (the last one also checkpoints the WAL). Idempotent."""
+        try:
+            await self._close()
+        finally:
+            self._release_claim()
+
+    async def _close(self) -> None:
         if self._conn is not None and not self.read_only:
             self._commit()
         if self._checkpointing is not None:

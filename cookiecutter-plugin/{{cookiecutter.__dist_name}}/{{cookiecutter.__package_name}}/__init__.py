@@ -11,6 +11,6 @@ from chatkernel import hookimpl
 @hookimpl
 def register_channels(register):
     """Register the {{ cookiecutter.channel_name }} channel."""
-    from {{ cookiecutter.package_name }}.channel import {{ cookiecutter.class_prefix }}Channel
+    from {{ cookiecutter.__package_name }}.channel import {{ cookiecutter.__class_prefix }}Channel
 
-    register({{ cookiecutter.class_prefix }}Channel)
+    register({{ cookiecutter.__class_prefix }}Channel)

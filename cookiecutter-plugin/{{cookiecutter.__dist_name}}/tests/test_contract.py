@@ -1,4 +1,4 @@
-{%- set P = cookiecutter.class_prefix -%}
+{%- set P = cookiecutter.__class_prefix -%}
 {%- set T = cookiecutter.transport -%}
 """The kernel's channel contract suite, run unchanged against the fake platform.
 
@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import {{ cookiecutter.package_name }}
+import {{ cookiecutter.__package_name }}
 from chatkernel.testing import ChannelContract, PlatformAdapter
-from {{ cookiecutter.package_name }}.fake import {{ P }}Platform
+from {{ cookiecutter.__package_name }}.fake import {{ P }}Platform
 
 
 class {{ P }}Adapter(PlatformAdapter):
     """Drives :class:`{{ P }}Platform` for the {{ cookiecutter.channel_name }} channel."""
 
-    channel_plugin = {{ cookiecutter.package_name }}
+    channel_plugin = {{ cookiecutter.__package_name }}
     channel_name = "{{ cookiecutter.channel_name }}"
     supports_revoke = True
     non_message_events = ("edit", "join")

@@ -1,4 +1,4 @@
-{%- set P = cookiecutter.class_prefix -%}
+{%- set P = cookiecutter.__class_prefix -%}
 {%- set T = cookiecutter.transport -%}
 """The {{ cookiecutter.channel_name }} channel: {{ cookiecutter.description }}.
 

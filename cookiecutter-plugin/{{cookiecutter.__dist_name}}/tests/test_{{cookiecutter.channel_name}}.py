@@ -1,4 +1,4 @@
-{%- set P = cookiecutter.class_prefix -%}
+{%- set P = cookiecutter.__class_prefix -%}
 """What is specific to the {{ cookiecutter.channel_name }} platform: its account config,
 its error answers, its probe. Examples to grow: test every error code your platform
 documents, and every failure the platform is known for."""
@@ -11,8 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from chatkernel.channels import Account, OutboundPayload, Route, SendError
-from {{ cookiecutter.package_name }}.channel import {{ P }}Account, {{ P }}Channel
-from {{ cookiecutter.package_name }}.fake import {{ P }}Platform
+from {{ cookiecutter.__package_name }}.channel import {{ P }}Account, {{ P }}Channel
+from {{ cookiecutter.__package_name }}.fake import {{ P }}Platform
 
 pytestmark = pytest.mark.anyio
 

@@ -1,4 +1,4 @@
-{%- set P = cookiecutter.class_prefix -%}
+{%- set P = cookiecutter.__class_prefix -%}
 {%- set T = cookiecutter.transport -%}
 """A fake {{ cookiecutter.channel_name }} platform: a real HTTP server on 127.0.0.1 for the tests.
 

@@ -1,16 +1,26 @@
-"""Refuse a channel name the plugin cannot have, before anything is written.
+"""The template's Jinja extension: the ``channel_name`` filter, which refuses a channel name
+the plugin cannot have as soon as it is typed.
 
-cookiecutter renders this file first: the name below is what the author typed.
+cookiecutter renders the private ``__dist_name`` right after the ``channel_name`` answer
+(cookiecutter.json keeps them in that order), so a bad name stops the template before the
+next question, with one line (``Error: ...``) and nothing written. The error is a
+``click.ClickException``, which cookiecutter's command line prints as that one line.
 """
 
-import keyword
-import sys
+from __future__ import annotations
 
-NAME = "{{ cookiecutter.channel_name }}"
+import keyword
+
+import click
+from jinja2.ext import Extension
 
 #: Channels the kernel ships (built in, or its test kit's) and the first-party plugins:
 #: a second plugin registering one of these names would clash with it.
 TAKEN = {"webchat", "memory", "loopback", "telegram", "slack", "whatsapp", "wechat"}
+
+
+class BadChannelName(click.ClickException):
+    """The channel name typed cannot be a chatkernel channel's."""
 
 
 def problem(name: str) -> str | None:
@@ -31,8 +41,17 @@ def problem(name: str) -> str | None:
     return None
 
 
-if __name__ == "__main__":
-    reason = problem(NAME)
+def channel_name(name: str) -> str:
+    """``name`` itself, or :class:`BadChannelName` saying why it cannot be one."""
+    reason = problem(name)
     if reason is not None:
-        print(f"ERROR: {reason}", file=sys.stderr)
-        sys.exit(1)
+        raise BadChannelName(f"{reason} (nothing was written)")
+    return name
+
+
+class ChannelName(Extension):
+    """Adds the ``channel_name`` filter."""
+
+    def __init__(self, environment):  # type: ignore[no-untyped-def]
+        super().__init__(environment)
+        environment.filters["channel_name"] = channel_name
