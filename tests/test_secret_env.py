@@ -11,6 +11,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -24,7 +25,8 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
 
 NOBODY = 65534
 #: The agent: what it can read of its parent's environment block, and its own environment.
-AGENT_SCRIPT = ("printf 'P:%s\\n' \"$({ tr '\\0' '\\n' < /proc/$PPID/environ; } 2>&1 | base64 -w0)\"; "
+AGENT_SCRIPT = ("printf 'P:%s\\n' "
+                "\"$({ tr '\\0' '\\n' < /proc/$PPID/environ; } 2>&1 | base64 -w0)\"; "
                 "printf 'A:%s\\n' \"$(env | base64 -w0)\"")
 SHELL_ADDS = {"PWD", "OLDPWD", "SHLVL", "_"}
 

@@ -165,7 +165,7 @@ class GuardedHandler(web.RequestHandler):
     each later request), none while a request is in progress, the idle one once it is
     answered. aiohttp's own keep-alive timer is set past both, as a backstop."""
 
-    def __init__(self, manager: web.Server, listener: "Listener", **kwargs: Any) -> None:
+    def __init__(self, manager: web.Server, listener: Listener, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._listener = listener
         self._deadline: asyncio.TimerHandle | None = None
@@ -248,7 +248,7 @@ class Listener:
     """The accept loop of one listening socket, under the cap, with backoff when out of
     descriptors. Quacks like the ``asyncio.Server`` an aiohttp site keeps."""
 
-    def __init__(self, sock: socket.socket, factory: Callable[["Listener"], GuardedHandler],
+    def __init__(self, sock: socket.socket, factory: Callable[[Listener], GuardedHandler],
                  limits: ConnectionLimits, rate_log: RateLimitedLog) -> None:
         self.sock, self.limits, self.log = sock, limits, rate_log
         self._factory = factory
@@ -324,12 +324,12 @@ class Listener:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    self._pause(exc)
-                    return
                 if exc.errno in (errno.ECONNABORTED, errno.EPROTO, errno.EPERM):
                     continue  # that client gave up before it was accepted
-                raise
+                # Out of descriptors (EMFILE, ENFILE) or memory (ENOBUFS, ENOMEM), or
+                # anything else: wait, then try again, never in a tight loop.
+                self._pause(exc)
+                return
             self._backoff = ACCEPT_BACKOFF[0]
             self._admit(conn)
 
@@ -388,7 +388,7 @@ class GuardedSite(web.BaseSite):
     under ``limits``. ``handler_args`` are aiohttp's ``RequestHandler`` settings, the
     same the runner was given."""
 
-    __slots__ = ("_host", "_port", "_sock", "_limits", "_handler_args", "_listener")
+    __slots__ = ("_handler_args", "_host", "_limits", "_listener", "_port", "_sock")
 
     def __init__(self, runner: web.BaseRunner, host: str | None = None, port: int = 0, *,
                  sock: socket.socket | None = None, limits: ConnectionLimits,

@@ -93,7 +93,8 @@ def _handover_file(values: Mapping[str, str]) -> int:
     if hasattr(os, "memfd_create"):
         fd = os.memfd_create("chatkernel-secrets", 0)  # no MFD_CLOEXEC: the new image reads it
     else:
-        fd = os.dup(tempfile.TemporaryFile().fileno())  # unlinked at once on POSIX
+        with tempfile.TemporaryFile() as unnamed:  # unlinked at once on POSIX
+            fd = os.dup(unnamed.fileno())
     try:
         view = memoryview(data)
         while view:
