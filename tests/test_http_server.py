@@ -206,3 +206,17 @@ async def test_out_of_descriptors_accepting_backs_off_then_resumes(caplog):
         holder.stdin.close()
         holder.wait(timeout=10)
         await runner.cleanup()
+
+
+def test_the_gateway_raises_its_soft_descriptor_limit_to_the_hard_one():
+    import subprocess
+    import sys
+
+    def limits() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 2048))
+
+    script = ("import resource; from chatkernel.core.http_server import raise_nofile_limit\n"
+              "print(raise_nofile_limit(), *resource.getrlimit(resource.RLIMIT_NOFILE))")
+    done = subprocess.run([sys.executable, "-c", script], preexec_fn=limits,
+                          capture_output=True, text=True, timeout=30, check=True)
+    assert done.stdout.split() == ["2048", "2048", "2048"]
