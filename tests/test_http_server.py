@@ -4,18 +4,29 @@ under a lowered descriptor limit (chatkernel.core.http_server)."""
 
 from __future__ import annotations
 
+import logging
+import os
 import resource
 import selectors
 import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
 
+import anyio
 import pytest
+from aiohttp import web
 
 from chatkernel.core import config as cfg
-from chatkernel.core.http_server import connection_cap
+from chatkernel.core.http_server import (
+    ConnectionLimits,
+    GuardedSite,
+    connection_cap,
+    track_requests,
+)
 from chatkernel.testing.process import gateway_process
 
 IDLE_CLIENTS = 1_100
@@ -161,16 +172,6 @@ def test_the_timeouts_and_the_cap_are_validated_gateway_settings():
 @pytest.mark.anyio
 async def test_out_of_descriptors_accepting_backs_off_then_resumes(caplog):
     """EMFILE on accept pauses the listener (one line said), instead of a hot loop."""
-    import logging
-    import os
-    import subprocess
-    import sys
-
-    import anyio
-    from aiohttp import web
-
-    from chatkernel.core.http_server import ConnectionLimits, GuardedSite, track_requests
-
     app = web.Application(middlewares=[track_requests])
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
@@ -209,9 +210,6 @@ async def test_out_of_descriptors_accepting_backs_off_then_resumes(caplog):
 
 
 def test_the_gateway_raises_its_soft_descriptor_limit_to_the_hard_one():
-    import subprocess
-    import sys
-
     def limits() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 2048))
 
