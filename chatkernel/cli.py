@@ -7,6 +7,8 @@ each command imports what it needs when it runs.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import sys
 from typing import Any
 
@@ -63,7 +65,14 @@ def cli() -> None:
     """
 
 
+#: Set when chatkernel runs as its own program (not as a library, in a test's
+#: process): only then may ``run`` execute itself again (chatkernel.core.gateway.secret_env).
+_OWN_PROCESS = False
+
+
 def main() -> None:
+    global _OWN_PROCESS
+    _OWN_PROCESS = True
     cli(prog_name="chatkernel")
 
 
@@ -152,6 +161,7 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
 
     path = cfg.config_path(config_file)
     raw = cfg.read_raw(path)
+    moved = _secrets_out_of_the_environment(raw)
     config = cfg.parse(raw, path=path)
     if listen is not None:
         from pydantic import ValidationError
@@ -164,6 +174,10 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
     logs.configure("json" if log_json else config.gateway.log_format,
                    log_level or config.gateway.log_level,
                    secrets=cfg.secret_values(cfg.resolve_env(raw, strict=False)))
+    if moved:
+        logging.getLogger("chatkernel.gateway").info(
+            "kept out of the process's environment block (in memory only): %s",
+            ", ".join(moved))
     _plugin_manager()
     from chatkernel.core.gateway.homelock import HomeInUse
 
@@ -177,6 +191,22 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
         anyio.run(lambda: run_gateway(config, config_path=path, listen_origin=origin))
     except HomeInUse as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _secrets_out_of_the_environment(raw: dict) -> list[str]:
+    """Start again without the secrets in the environment block, then make the process
+    non-dumpable (chatkernel.core.gateway.secret_env); the names moved."""
+    from chatkernel.core.gateway import secret_env
+
+    try:
+        moved = secret_env.take_over()
+    except RuntimeError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not moved and _OWN_PROCESS:
+        secret_env.exec_without_secrets(secret_env.secret_names(raw, os.environ))
+    if _OWN_PROCESS:
+        secret_env.make_non_dumpable()
+    return moved
 
 
 # -- proactive sends and sessions -----------------------------------------------------------

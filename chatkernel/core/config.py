@@ -71,6 +71,14 @@ class GatewayConfig(Section):
     #: localhost (a name that reaches it through DNS or a reverse proxy). Browsers'
     #: requests for any other name are refused: that is how DNS rebinding is stopped.
     public_hosts: list[str] = Field(default_factory=list)
+    #: Seconds a client has to send a request's head, from connecting or from the
+    #: head's first byte (chatkernel.core.gateway.http_server).
+    header_timeout: float = Field(15.0, gt=0, le=3600)
+    #: Seconds a kept-alive connection may wait for its next request.
+    idle_timeout: float = Field(60.0, gt=0, le=86400)
+    #: Client connections open at once; default (and at most): what the descriptor
+    #: limit leaves after a reserve for the store, the platforms and the agent.
+    max_connections: int | None = Field(None, ge=1)
 
     @field_validator("public_hosts")
     @classmethod

@@ -146,8 +146,9 @@ async def normalize_batch(events: list[T], normalize: Callable[[T], Awaitable[In
             message = await normalize(event)
         except Exception as exc:  # noqa: BLE001 - see the docstring
             reason = f"{type(exc).__name__}: {exc}"
+            # describe() reads the same malformed event: it must not fail the batch.
             log.error("%s: %s skipped, it is not a message this channel can read: %s",
-                      account, describe(event), reason)
+                      account, _safe(describe, event) or "an event", reason)
             if unreadable is not None:
                 unreadable.append((event, reason))
             return

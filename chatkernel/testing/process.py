@@ -11,7 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,23 +65,41 @@ def wait_for_messages(url: str, want: int, timeout: float = 10.0) -> list[dict]:
 
 @contextmanager
 def gateway_process(home: Path, *args: str, start_timeout: float = 20.0,
-                    env: dict[str, str] | None = None) -> Iterator[GatewayProcess]:
+                    env: dict[str, str] | None = None, log_file: Path | None = None,
+                    preexec_fn: Callable[[], Any] | None = None) -> Iterator[GatewayProcess]:
     """Start ``chatkernel run --listen 127.0.0.1:0 ARGS`` with ``CHATKERNEL_HOME=home``
-    and yield once it logs the address it bound."""
+    and yield once it logs the address it bound.
+
+    Its log goes to a pipe read up to that line, or, with ``log_file``, to that file
+    (for a test that makes it log a lot, or measures it). ``preexec_fn`` runs in the
+    child before ``chatkernel`` starts (``resource.setrlimit`` for a lower ``ulimit``)."""
     environ = {**os.environ, "CHATKERNEL_HOME": str(home), **(env or {})}
     environ.pop("CHATKERNEL_CONFIG", None)
-    process = subprocess.Popen([CHATKERNEL, "run", "--listen", "127.0.0.1:0", *args],
-                               env=environ, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                               text=True)
+    with ExitStack() as files:
+        stderr: Any = subprocess.PIPE
+        if log_file is not None:
+            stderr = files.enter_context(log_file.open("ab"))
+        process = subprocess.Popen([CHATKERNEL, "run", "--listen", "127.0.0.1:0", *args],
+                                   env=environ, stderr=stderr, stdout=subprocess.DEVNULL,
+                                   text=True, preexec_fn=preexec_fn)
     gateway = None
     try:
         lines: list[str] = []
         deadline = time.monotonic() + start_timeout
         while time.monotonic() < deadline:
-            line = process.stderr.readline()  # type: ignore[union-attr]
-            if not line:
-                break
-            lines.append(line)
+            if log_file is not None:
+                lines = log_file.read_text(errors="replace").splitlines(keepends=True)
+                line = next((text for text in lines if "listening on" in text), "")
+                if not line:
+                    if process.poll() is not None:
+                        break
+                    time.sleep(0.05)
+                    continue
+            else:
+                line = process.stderr.readline()  # type: ignore[union-attr]
+                if not line:
+                    break
+                lines.append(line)
             match = re.search(r"listening on (http://\S+)", line)
             if match:
                 gateway = GatewayProcess(match[1], process, lines)

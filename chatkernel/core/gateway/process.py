@@ -23,6 +23,7 @@ from aiohttp import web
 from anyio.abc import TaskGroup
 
 from chatkernel.core import config as cfg
+from chatkernel.core.gateway import http_server
 from chatkernel.core.gateway.cluster import Cluster
 from chatkernel.core.gateway.gc_tuning import tune_for_serving
 from chatkernel.core.gateway.homelock import HomeLock
@@ -115,6 +116,20 @@ def free_port(host: str) -> int | None:
 
 KERNEL = web.AppKey("kernel", Kernel)
 
+#: aiohttp's settings for each connection's handler (no access log: the kernel's
+#: own lines say what happened).
+HANDLER_ARGS: dict[str, object] = {"access_log": None}
+
+
+def connection_limits(gateway: cfg.GatewayConfig) -> http_server.ConnectionLimits:
+    """The HTTP server's limits from ``[gateway]``; raises the descriptor limit first,
+    so the cap can be as high as the system allows (see chatkernel.core.gateway.http_server)."""
+    descriptors = http_server.raise_nofile_limit()
+    cap = http_server.connection_cap(gateway.max_connections, descriptors)
+    log.debug("HTTP connections: at most %d (descriptor limit %s)", cap, descriptors)
+    return http_server.ConnectionLimits(header_timeout=gateway.header_timeout,
+                                        idle_timeout=gateway.idle_timeout, max_connections=cap)
+
 
 class ReceiveLoops:
     """The accounts' receive loops, each under its :class:`Supervisor`, in one task group:
@@ -160,7 +175,8 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
     from chatkernel.core.gateway import endpoints as health_http
     from chatkernel.core.gateway import http_guard
 
-    app = web.Application(client_max_size=http_guard.MAX_BODY_BYTES)
+    app = web.Application(client_max_size=http_guard.MAX_BODY_BYTES,
+                          middlewares=[http_server.track_requests])
     seen: set[tuple[str, str]] = set()
     owned = [(account, route) for account in kernel.accounts.values()
              if account.channel is not None for route in account.channel.http_routes()]
@@ -198,17 +214,19 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
     from chatkernel.core.gateway import control
 
     token = config.gateway.control_token or control.new_token()
+    limits = connection_limits(config.gateway)
     # Before the store opens: a second gateway must not replay the first one's work
     # (nor poll its accounts, nor take over gateway.json).
     with HomeLock(cfg.home_dir(), "gateway"):
         async with Kernel(config, config_path=config_path, pm=pm) as kernel:
             kernel.secrets.add(token)  # in gateway.json, which an agent could read
             app = build_app(kernel, token, loopback=is_loopback_host(host), host=host)
-            runner = web.AppRunner(app, access_log=None, handle_signals=False)
+            runner = web.AppRunner(app, handle_signals=False, **HANDLER_ARGS)
             await runner.setup()
             restore_gc = None
             try:
-                site = web.TCPSite(runner, host, port)
+                site = http_server.GuardedSite(runner, host, port, limits=limits,
+                                               handler_args=HANDLER_ARGS)
                 try:
                     await site.start()
                 except OSError as exc:

@@ -351,6 +351,26 @@ async def test_the_webhook_is_answered_before_the_turn_ends(tmp_path):
         assert [n for n, _, e in slack.deliveries if e == event_id] == [0]  # no retry needed
 
 
+@pytest.mark.parametrize("broken", [
+    "not an event", ["a", "list"],
+    {"type": "message", "channel": ["C0GENERAL1"], "user": USER, "text": "x", "ts": "1.1"},
+    {"type": "message", "channel": DM, "user": USER, "text": {"a": 1}, "ts": "1.2"},
+    {"type": "message", "channel": DM, "user": USER, "text": "x", "ts": "1.3", "files": "abc"},
+    {"type": "message", "channel": DM, "user": ["U"], "text": "x", "ts": "1.4",
+     "blocks": "nope"},
+])
+async def test_a_malformed_signed_event_gets_its_200_and_the_next_is_answered(
+        tmp_path, caplog, broken):
+    async with slack_run(tmp_path, SlackEventsAdapter) as run:
+        slack = run.adapter.slack
+        await connected(run)
+        slack.emit(broken)  # signed by the fake, as Slack signs
+        await run.adapter.inject(DM, "still here me01z", sender_id=USER)
+        await run.wait_for_tokens(DM, ["me01z"])
+        assert {status for _, status, _ in slack.deliveries} == {200}  # the broken one too
+        assert not any(r.exc_info for r in caplog.records)
+
+
 # -- threads ---------------------------------------------------------------------------------
 
 

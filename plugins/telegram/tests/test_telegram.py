@@ -357,6 +357,45 @@ async def test_webhook_mode_checks_the_secret_token(tmp_path):
             stop.set()
 
 
+async def test_malformed_updates_posted_to_the_webhook_get_200_and_no_traceback(
+        tmp_path, caplog):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api:
+        url = f"http://127.0.0.1:{port}/telegram/main/webhook"
+        config = gateway_config({
+            "gateway": {"listen": f"127.0.0.1:{port}", "workspace": str(tmp_path / "ws")},
+            "store": {"path": str(tmp_path / "state.db")},
+            "channels": {"telegram": {"accounts": {"main": {
+                "bot_token": api.token, "api_base": api.base_url, "allow_from": ["*"],
+                "mode": "webhook", "webhook_url": url, "secret_token": "s3cret-token"}}}}})
+        stop, ready = anyio.Event(), anyio.Event()
+        broken = [{"update_id": 900, "message": "abc"}, {"update_id": 901, "message": [1]},
+                  {"update_id": 902, "message": {"message_id": 1, "chat": "x", "text": "y"}},
+                  {"update_id": 903, "message": {"message_id": 1, "date": 0, "text": "z",
+                                                 "chat": {"id": [42], "type": "private"}}},
+                  {"update_id": "x", "message": {"message_id": 2, "chat": {"id": 42},
+                                                 "text": ["t"]}}]
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(lambda: run_gateway(config, on_ready=lambda _: ready.set(),
+                                              stop=stop))
+            with anyio.fail_after(10):
+                await ready.wait()
+                while not api.webhook_info().get("url"):
+                    await anyio.sleep(0.02)
+            async with aiohttp.ClientSession() as http:
+                for update in broken:
+                    async with http.post(url, json=update, headers={
+                            "X-Telegram-Bot-Api-Secret-Token": "s3cret-token"}) as response:
+                        assert response.status == 200, update
+            api.inject_message(42, "after the broken ones")
+            await api.wait_for_sent(1)
+            assert api.texts(42) == ["after the broken ones"]
+            stop.set()
+        assert not any(r.exc_info for r in caplog.records)
+
+
 @pytest.mark.parametrize("broken", [{"date": "not a number", "text": "broken"},
                                     {"date": 0, "text": 12345}, {"date": 0, "text": {"a": 1}},
                                     {"date": 0, "text": "x", "entities": "nope"}])

@@ -265,26 +265,72 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
         return f"{TOKEN_REFUSED}: {self._token_advice()}"
 
     def webhook_events(self, payload: Any) -> list[Notification]:
-        """Every message and status of every change of every entry, in order."""
+        """Every message and status of every change of every entry, in order.
+
+        The body is signed, so it is Meta's, but a part of it that is not the shape
+        Meta documents (a ``metadata`` that is not an object, ``messages`` that is not
+        a list, a message that is not an object) is skipped with one line naming it:
+        the rest of the notification is still answered, and Meta gets its 200 (a
+        refusal would only make it post the same bytes again, for days)."""
         if not isinstance(payload, dict) or not isinstance(payload.get("entry"), list):
             raise WebhookRejected(400, "expected a notification with an entry list")
         if payload.get("object") != "whatsapp_business_account":
             raise WebhookRejected(400, f"not a WhatsApp notification: {payload.get('object')!r}")
         found: list[Notification] = []
-        for entry in payload["entry"]:
-            for change in (entry.get("changes") or []) if isinstance(entry, dict) else []:
-                if not isinstance(change, dict) or change.get("field") != "messages":
-                    continue  # message echoes, templates, account updates: nothing to answer
-                value = change.get("value") or {}
-                if not isinstance(value, dict):
+        for e, entry in enumerate(payload["entry"]):
+            if not isinstance(entry, dict):
+                self._malformed(f"entry[{e}]", "an object", entry)
+                continue
+            changes = entry.get("changes")
+            if changes is not None and not isinstance(changes, list):
+                self._malformed(f"entry[{e}].changes", "a list", changes)
+                continue
+            for c, change in enumerate(changes or []):
+                where = f"entry[{e}].changes[{c}]"
+                if not isinstance(change, dict):
+                    self._malformed(where, "an object", change)
                     continue
-                phone = (value.get("metadata") or {}).get("phone_number_id")
-                contacts = value.get("contacts") or []
-                found.extend(Notification("message", m, phone, contacts)
-                             for m in value.get("messages") or [])
-                found.extend(Notification("status", s, phone)
-                             for s in value.get("statuses") or [])
+                if change.get("field") != "messages":
+                    continue  # message echoes, templates, account updates: nothing to answer
+                found.extend(self._change_events(change.get("value"), f"{where}.value"))
         return found
+
+    def _change_events(self, value: Any, where: str) -> list[Notification]:
+        """The messages and statuses of one change's ``value`` (see webhook_events)."""
+        if value is None:
+            return []
+        if not isinstance(value, dict):
+            self._malformed(where, "an object", value)
+            return []
+        metadata = value.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            # Without it the number the messages were sent to is unknown.
+            self._malformed(f"{where}.metadata", "an object", metadata)
+            return []
+        phone = metadata.get("phone_number_id")
+        contacts = value.get("contacts") or []
+        if not isinstance(contacts, list):
+            self._malformed(f"{where}.contacts", "a list", contacts)
+            contacts = []
+        found: list[Notification] = []
+        for kind, key in (("message", "messages"), ("status", "statuses")):
+            items = value.get(key) or []
+            if not isinstance(items, list):
+                self._malformed(f"{where}.{key}", "a list", items)
+                continue
+            for index, item in enumerate(items):
+                if not isinstance(item, dict):
+                    self._malformed(f"{where}.{key}[{index}]", "an object", item)
+                    continue
+                found.append(Notification(kind, item, phone, contacts if kind == "message"
+                                          else []))
+        return found
+
+    def _malformed(self, where: str, expected: str, value: Any) -> None:
+        shown = repr(value)
+        shown = shown if len(shown) <= 60 else shown[:60] + "…"
+        log.warning("%s: a signed notification's %s is not %s (%s): that part is skipped, "
+                    "the rest is answered", self.account.key, where, expected, shown)
 
     def event_chat(self, event: Notification) -> Any:
         return event.data.get("from") or event.data.get("recipient_id")

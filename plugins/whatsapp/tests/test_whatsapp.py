@@ -137,6 +137,42 @@ async def test_a_redelivered_notification_is_answered_once(adapter, tmp_path):
         assert [o for _, o in run.deliveries].count("duplicate") == 2
 
 
+@pytest.mark.parametrize("part, broken", [
+    ("entry[0].changes[0].value.messages", lambda value: {**value, "messages": "abc"}),
+    ("entry[0].changes[0].value.metadata", lambda value: {**value, "metadata": "x"}),
+    ("entry[0].changes[0].value.messages[0]", lambda value: {**value, "messages": [["a", "list"]]}),
+    ("entry[0].changes[0].value.statuses", lambda value: {**value, "statuses": 7}),
+    ("entry[0].changes[0].value.contacts", lambda value: {**value, "contacts": "c"}),
+    ("entry[0].changes[0]", lambda value: "not a change"),
+])
+async def test_a_malformed_part_of_a_signed_notification_is_skipped_and_the_rest_answered(
+        adapter, tmp_path, caplog, part, broken):
+    async with open_contract_run(adapter, tmp_path) as run:
+        url = f"{adapter.gateway}/whatsapp/main/webhook"
+        graph = adapter.graph
+        graph.last_user_message[USER] = graph.last_user_message[OTHER] = time.time()
+        bad = broken(graph.messages_value([graph.message(OTHER, "bad mf1z")]))
+        good = graph.messages_value([graph.message(USER, "good mf2z")])
+        body = graph.notification([good])
+        changes = body["entry"][0]["changes"]
+        if isinstance(bad, dict):
+            changes.insert(0, {"field": "messages", "value": bad})
+        else:
+            changes.insert(0, bad)
+        raw = _encode(body)
+        await run.wait(lambda: run.channel.webhook_deliver is not None, what="the webhook")
+        with caplog.at_level(logging.WARNING):
+            assert await post(url, raw, signature(raw)) == 200
+            await run.wait_for_tokens(USER, ["mf2z"])
+        skipped = [r.getMessage() for r in caplog.records if "is skipped" in r.getMessage()]
+        assert len(skipped) == 1 and f"{part} is not" in skipped[0], skipped
+        assert not any(r.exc_info for r in caplog.records)
+        if part.endswith(("contacts", "statuses")):  # the change's message is sound
+            await run.wait_for_tokens(OTHER, ["mf1z"])
+        else:
+            assert run.texts(OTHER) == []
+
+
 async def test_a_stale_message_is_recorded_not_answered_and_logged(adapter, tmp_path, caplog):
     caplog.set_level(logging.WARNING, "chatkernel.whatsapp")
     adapter.account_extra = {"max_message_age_minutes": 60}
