@@ -397,11 +397,11 @@ def test_config_set_and_unset_keep_comments_layout_and_types(runner, config_file
     assert mode(config_file) == 0o600
     # Values keep their types, whether set or untouched.
     ok(runner, "set", "agent.history_limit", "12")
-    ok(runner, "set", "channels.defaults.enabled", "false")
+    ok(runner, "set", "health_monitor.enabled", "false")
     ok(runner, "set", "agent.pass_env", '["HOME", "PATH"]')
     raw = cfg.read_raw(config_file)
     assert raw["agent"]["history_limit"] == 12 and type(raw["agent"]["history_limit"]) is int
-    assert raw["channels"]["defaults"]["enabled"] is False
+    assert raw["health_monitor"]["enabled"] is False
     assert raw["agent"]["pass_env"] == ["HOME", "PATH"]
     assert cfg.load(config_file).agent.timeout == 60.5
 
@@ -552,3 +552,44 @@ def test_config_validate_checks_accounts_with_the_channels_model(runner, config_
     error = fails(runner, "set", "channels.cktestchan.accounts.main.access_level", "root")
     assert config_file.read_bytes() == before
     pm.unregister(name="test-cli-channel")
+
+
+# -- validate refuses what cannot work ---------------------------------------------------------
+
+
+def test_validate_refuses_the_command_agent_without_a_command(runner, config_file):
+    config_file.write_text('[agent]\nkind = "command"\n')
+    error = fails(runner, "validate")
+    assert f"{config_file}: agent.command: kind = \"command\" runs agent.command, which is " \
+           "not set" in error
+    config_file.write_text('[agent]\nkind = "command"\ncommand = ["cat"]\n')
+    assert ok(runner, "validate").startswith("ok: ")
+
+
+def test_validate_refuses_two_accounts_that_are_one(runner, config_file, monkeypatch):
+    """Two Telegram accounts with one token are one bot configured twice; the values
+    are secrets, so the error names the keys only."""
+    pytest.importorskip("chatkernel_telegram")
+    token = "123456789:AAbbCCddEEffGGhhIIjjKKllMMnnOOppQQ"
+    monkeypatch.setenv("CK_TEST_SAME_TOKEN", token)
+    config_file.write_text(f'[channels.telegram.accounts.main]\nbot_token = "{token}"\n'
+                           '[channels.telegram.accounts.other]\n'
+                           'bot_token = "${CK_TEST_SAME_TOKEN}"\n')
+    error = fails(runner, "validate")
+    assert (f"{config_file}: channels.telegram.accounts.other: the same api_base and "
+            "bot_token as account 'main'") in error
+    assert "AAbbCC" not in error
+    # The same token on another API (a second dev server) is another bot.
+    ok(runner, "set", "channels.telegram.accounts.other.api_base", "http://127.0.0.1:9")
+    assert ok(runner, "validate").startswith("ok: ")
+
+
+def test_validate_refuses_a_send_policy_rule_for_a_channel_nobody_provides(runner,
+                                                                           config_file):
+    config_file.write_text('[[send_policy.rules]]\naction = "deny"\nchannel = "webchta"\n')
+    error = fails(runner, "validate")
+    assert f"{config_file}: send_policy.rules[0].channel: no installed plugin provides a " \
+           "channel named 'webchta'" in error
+    assert "(did you mean 'webchat'?)" in error
+    config_file.write_text('[[send_policy.rules]]\naction = "deny"\nchannel = "webchat"\n')
+    assert ok(runner, "validate").startswith("ok: ")

@@ -144,6 +144,20 @@ class QueueConfig(Section):
     max_concurrent: int = Field(4, ge=1)
 
 
+class ChannelQueueConfig(Section):
+    """``[channels.<name>.queue]``: the keys of ``[queue]`` it overrides for the channel's
+    sessions (``max_concurrent`` is gateway-wide, so not here)."""
+
+    mode: QueueMode | None = None
+    debounce_ms: int | None = Field(None, ge=0)
+    cap: int | None = Field(None, ge=1)
+    drop: DropPolicy | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """The keys it sets, as ``QueueSettings.merged`` takes them."""
+        return self.model_dump(exclude_none=True)
+
+
 class SessionsConfig(Section):
     """``[sessions]``: what the kernel keeps of them in memory (the store has them all)."""
 
@@ -153,6 +167,7 @@ class SessionsConfig(Section):
 
 
 class StoreConfig(Section):
+    #: An installed store backend (the ``chatkernel.stores`` entry points).
     backend: str = "sqlite"
     path: Path | None = None  # sqlite: default $CHATKERNEL_HOME/state.db
     url: str | None = None  # redis: default redis://127.0.0.1:6379/0
@@ -165,6 +180,18 @@ class StoreConfig(Section):
     # unrenewed; another instance takes the account over within about this long
     # after its owner dies (docs/scale-out.md).
     lease_seconds: float = Field(10, ge=1, le=600)
+
+    @field_validator("backend")
+    @classmethod
+    def _installed(cls, value: str) -> str:
+        from importlib.metadata import entry_points
+
+        # Names only: no backend is imported to check one is there.
+        installed = sorted({ep.name for ep in entry_points(group="chatkernel.stores")})
+        if value not in installed:
+            raise ValueError(f"not an installed store backend (installed: "
+                             f"{', '.join(installed) or 'none'}){did_you_mean(value, installed)}")
+        return value
 
 
 class ActiveHours(Section):
@@ -326,12 +353,31 @@ class ChannelConfig(BaseModel):
 
     enabled: bool = True
     accounts: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    queue: dict[str, Any] = Field(default_factory=dict)
+    queue: ChannelQueueConfig = Field(default_factory=ChannelQueueConfig)
     # attempts, base_delay_ms, max_delay_ms, jitter, unreachable_max_age (see RetryPolicy)
     retry: dict[str, Any] | None = None
     rate_limits: dict[str, Any] | None = None  # {"chat": "1/s", "account": "30/s", ...}
     heartbeat: HeartbeatVisibility | None = None
     health_monitor: HealthMonitorConfig | None = None
+
+    # The outbox builds its retry policy and rate limiter from these tables when an
+    # account starts; checking them here with the same code refuses a bad one wherever
+    # the config is read (config set, validate, reload), not at the first send.
+    @field_validator("retry")
+    @classmethod
+    def _retry(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        from chatkernel.core.retry import RetryPolicy
+
+        RetryPolicy.from_config(value)  # ValueError names the key
+        return value
+
+    @field_validator("rate_limits")
+    @classmethod
+    def _rate_limits(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        from chatkernel.core.ratelimit import RateLimiter
+
+        RateLimiter.from_limits({}, value)  # ValueError names the scope
+        return value
 
 
 class SendRule(Section):
@@ -359,6 +405,21 @@ class KernelConfig(Section):
     presence: PresenceConfig = Field(default_factory=PresenceConfig)
     send_policy: SendPolicyConfig = Field(default_factory=SendPolicyConfig)
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
+
+    @field_validator("channels")
+    @classmethod
+    def _defaults_table(cls, value: dict[str, ChannelConfig]) -> dict[str, ChannelConfig]:
+        # [channels.defaults] is no channel: only its heartbeat table is read (the
+        # visibility every channel inherits), anything else there would be ignored.
+        defaults = value.get("defaults")
+        if defaults is not None:
+            other = sorted((defaults.model_fields_set | set(defaults.model_extra or {}))
+                           - {"heartbeat"})
+            if other:
+                raise ValueError(f"[channels.defaults] takes heartbeat only, not "
+                                 f"{', '.join(other)}: a channel's settings go in "
+                                 "[channels.<name>]")
+        return value
 
     def workspace(self) -> Path:
         return (self.gateway.workspace or home_dir() / "workspace").expanduser()
@@ -616,15 +677,17 @@ def check_channel_keys(name: str, section: ChannelConfig, channel_keys: Iterable
                           f"{did_you_mean(key, known - {'accounts'})}", path=path, key=where)
 
 
-def unknown_channel(name: str, installed: Any, *, path: Path | None = None) -> ConfigError:
-    """The error for ``[channels.<name>]`` that no installed plugin provides."""
+def unknown_channel(name: str, installed: Any, *, path: Path | None = None,
+                    key: str | None = None) -> ConfigError:
+    """The error for ``[channels.<name>]`` (or another ``key`` naming a channel) that no
+    installed plugin provides."""
     known = ", ".join(sorted(installed)) or "none"
     message = f"no installed plugin provides a channel named {name!r} (installed: {known})"
     if name in FIRST_PARTY_CHANNELS:
         message += f": pip install chatkernel-{name} provides it"
     else:
         message += did_you_mean(name, set(installed) | FIRST_PARTY_CHANNELS)
-    return ConfigError(message, path=path, key=f"channels.{name}")
+    return ConfigError(message, path=path, key=key or f"channels.{name}")
 
 
 def _model_in(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
@@ -667,6 +730,8 @@ def _expected(error: dict[str, Any], model: type[BaseModel] | None = None) -> st
         # A malformed secret is still a secret: the error names the key, not the value.
         message += " (the value is not shown: it is a secret)" if is_secret_key(key) \
             else f" (got {given!r})"
+    if error["type"] == "literal_error" and isinstance(given, str) and not is_secret_key(key):
+        message += did_you_mean(given, re.findall(r"'([^']*)'", error["ctx"]["expected"]))
     return message
 
 
@@ -860,7 +925,7 @@ def _channel_values(raw: dict[str, Any], config: KernelConfig, parts: list[str],
                               key=".".join(parts))
         return [value]
     if len(parts) == 3 and field in ChannelConfig.model_fields and field not in table:
-        value = section.model_dump(mode="json").get(field)
+        value = section.model_dump(mode="json", exclude_none=True).get(field)
         return None if value is None else [Effective(".".join(parts), value, "default")]
     return None
 
