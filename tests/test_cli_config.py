@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 import stat
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -150,7 +152,8 @@ def test_config_init_at_an_explicit_path_creates_directories(runner, tmp_path, c
     ("agent.system_prompt", "Be brief.", "Be brief.", "Be brief."),
 ])
 def test_config_set_then_get(runner, config_file, key, text, stored, shown):
-    assert ok(runner, "set", key, text) == ""
+    assert ok(runner, "set", key, text) == f"set {key} = {cfg.inline_value(stored)} in " \
+        f"{config_file}\n"  # one line saying what it did
     assert cfg.get_key(cfg.read_raw(config_file), key) == stored
     assert type(cfg.get_key(cfg.read_raw(config_file), key)) is type(stored)
     assert ok(runner, "get", key) == f"{shown}\n"
@@ -189,8 +192,13 @@ def test_config_get_of_an_unset_key_prints_the_default(runner, config_file, key,
 
 def test_config_get_of_an_unknown_key_fails(runner, config_file):
     error = fails(runner, "get", "agent.kidn")
-    assert str(config_file) in error and "agent.kidn" in error and "no default" in error
-    assert "(did you mean 'kind'?)" in error
+    assert str(config_file) in error and "agent.kidn" in error
+    assert "unknown key (did you mean 'kind'?)" in error  # worded as `config set` words it
+    error = fails(runner, "get", "queue.nope")
+    assert error == f"Error: {config_file}: queue.nope: unknown key (check its spelling)\n"
+    assert fails(runner, "set", "queue.nope", "1") == error
+    # A known key with no default is not unknown.
+    assert "not set, and it has no default" in fails(runner, "get", "gateway.control_token")
 
 
 def get(runner, *args):
@@ -552,6 +560,152 @@ def test_config_validate_checks_accounts_with_the_channels_model(runner, config_
     error = fails(runner, "set", "channels.cktestchan.accounts.main.access_level", "root")
     assert config_file.read_bytes() == before
     pm.unregister(name="test-cli-channel")
+
+
+# -- set and validate check every table the gateway reads ------------------------------------
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("channels.webchat.queue.debounce_ms", "abc", "unable to parse string as an integer"),
+    ("channels.webchat.queue.mode", "folowup", "(did you mean 'followup'?)"),
+    ("channels.webchat.queue.nope", "1", "channels.webchat.queue.nope: unknown key"),
+    ("store.backend", "mongo",
+     "store.backend: not an installed store backend (installed: redis, sqlite)"),
+    ("channels.webchat.retry.attempts", "0", "retry.attempts must be a whole number"),
+    ("channels.webchat.rate_limits.chat", "fast", "channels.webchat.rate_limits: "),
+    # The channel's own checks (its constructor's), as `run` makes them.
+    ("channels.webchat.text_limit", "0", "expected a whole number of at least 1"),
+    ("channels.webchat.text_limt", "100", "(did you mean 'text_limit'?)"),
+])
+def test_set_and_validate_refuse_what_the_gateway_would_trip_over(runner, config_file, key,
+                                                                  value, expected):
+    """What `set` writes, `validate` calls ok and `run` then crashes on or refuses: a
+    queue table's debounce as text, a mode typo, a store backend nobody installed."""
+    assert expected in fails(runner, "set", key, value)
+    assert not config_file.exists()  # nothing written
+    table, name = key.rsplit(".", 1)  # the same, written by hand
+    config_file.write_text(f"[{table}]\n{name} = {cfg.inline_value(cfg.parse_value(value))}\n")
+    assert expected in fails(runner, "validate")
+
+
+def test_set_takes_several_keys_at_once_and_says_how_when_they_must_be(runner, config_file):
+    """An account's required keys arrive together: one by one, each step is refused."""
+    pytest.importorskip("chatkernel_slack")
+    table = "channels.slack.accounts.main"
+    error = fails(runner, "set", f"{table}.bot_token", "${SLACK_BOT_TOKEN}")
+    assert "app_token is required in socket mode" in error
+    assert (f"in one call: chatkernel config set {table}.bot_token VALUE "
+            f"{table}.app_token VALUE") in error
+    error = fails(runner, "set", f"{table}.app_token", "${SLACK_APP_TOKEN}")
+    assert f"{table}.bot_token: Field required" in error
+    assert f"chatkernel config set {table}.app_token VALUE {table}.bot_token VALUE" in error
+    assert not config_file.exists()
+    out = ok(runner, "set", f"{table}.bot_token", "${SLACK_BOT_TOKEN}",
+             f"{table}.app_token", "${SLACK_APP_TOKEN}")
+    assert out == (f'set {table}.bot_token = "${{SLACK_BOT_TOKEN}}", {table}.app_token = '
+                   f'"${{SLACK_APP_TOKEN}}" in {config_file}\n')
+    assert cfg.read_raw(config_file)["channels"]["slack"]["accounts"]["main"] == {
+        "bot_token": "${SLACK_BOT_TOKEN}", "app_token": "${SLACK_APP_TOKEN}"}
+    result = runner.invoke(cli, ["config", "set", "queue.cap", "3", "queue.mode"])
+    assert result.exit_code == 2 and "expected KEY VALUE pairs" in result.stderr
+    assert cfg.read_raw(config_file).get("queue") is None  # an odd call writes nothing
+
+
+def test_digits_for_a_text_field_are_that_text(runner, config_file):
+    """Ids and phone numbers are digits: the model's field type says they are text."""
+    pytest.importorskip("chatkernel_whatsapp")
+    table = "channels.whatsapp.accounts.main"
+    ok(runner, "set", f"{table}.phone_number_id", "106540352242922",
+       f"{table}.access_token", "${WA_TOKEN}", f"{table}.app_secret", "${WA_SECRET}",
+       f"{table}.verify_token", "${WA_VERIFY}")
+    ok(runner, "set", "agent.model", "0042", "queue.cap", "7")
+    raw = cfg.read_raw(config_file)
+    assert raw["channels"]["whatsapp"]["accounts"]["main"]["phone_number_id"] == \
+        "106540352242922"
+    assert raw["agent"]["model"] == "0042"  # as written, zeros and all
+    assert raw["queue"]["cap"] == 7  # a number where the field is one
+
+
+def test_set_warns_of_a_plain_secret_and_of_heartbeats_it_turns_on(runner, config_file):
+    result = runner.invoke(cli, ["config", "set", "gateway.control_token", "hunter2-secret"],
+                           catch_exceptions=False)
+    assert result.exit_code == 0
+    assert result.stdout == f'set gateway.control_token = "***" in {config_file}\n'
+    assert "hunter2" not in result.output
+    assert result.stderr == (
+        f"warning: gateway.control_token is a secret, now stored in plain text in "
+        f"{config_file}; a reference keeps it out of the file: chatkernel config set "
+        "gateway.control_token '${CHATKERNEL_CONTROL_TOKEN}' (and set "
+        "CHATKERNEL_CONTROL_TOKEN where the gateway runs)\n")
+    result = runner.invoke(cli, ["config", "set", "gateway.control_token",
+                                 "${CHATKERNEL_CONTROL_TOKEN}"], catch_exceptions=False)
+    assert result.stderr == ""  # a reference is what it should be
+    result = runner.invoke(cli, ["config", "set", "heartbeat.every", "2h"],
+                           catch_exceptions=False)
+    assert result.stdout == f'set heartbeat.every = "2h" in {config_file}\n'
+    assert result.stderr.startswith("note: this turns the config heartbeat on: an agent "
+                                    "turn every 2h, each a paid turn with a paid model")
+    result = runner.invoke(cli, ["config", "set", "heartbeat.every", "1h"],
+                           catch_exceptions=False)
+    assert result.stderr == ""  # it was on already
+
+
+def test_a_secret_the_channel_marks_is_one_whatever_its_name():
+    """A channel marks a secret field with Field(repr=False)."""
+    from pydantic import Field
+
+    class Account(cfg.AccountConfig):
+        pairing_code: str = Field("", repr=False)
+        label: str = ""
+
+    models = {"x": Account}
+    field = cfg.key_field("channels.x.accounts.main.pairing_code", models)
+    assert cfg.is_secret_field("channels.x.accounts.main.pairing_code", field)
+    assert not cfg.is_secret_field("channels.x.accounts.main.label",
+                                   cfg.key_field("channels.x.accounts.main.label", models))
+    assert cfg.env_name_for("channels.x.accounts.main.pairing_code") == "X_PAIRING_CODE"
+    assert cfg.env_name_for("channels.x.accounts.work.pairing_code") == "X_WORK_PAIRING_CODE"
+
+
+def test_set_of_a_channel_key_loads_only_that_channel_s_plugin(chatkernel_home):
+    """`config set` checks one channel's tables with that channel's plugin, and a
+    kernel key with no plugin at all (importing every channel made a set slow)."""
+    pytest.importorskip("chatkernel_telegram")
+    pytest.importorskip("chatkernel_slack")
+    script = ("import sys\nfrom chatkernel.cli import cli\n"
+              "try:\n    cli(sys.argv[1:], prog_name='chatkernel')\n"
+              "except SystemExit as exit:\n    assert not exit.code, exit.code\n"
+              "print(' '.join(sorted(name for name in sys.modules if name.startswith("
+              "('chatkernel_', 'chatkernel.core.channel', 'chatkernel.builtin.agents')))))\n")
+
+    def loaded(*args):
+        result = subprocess.run([sys.executable, "-c", script, "config", "set", *args],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()[-1].split()
+
+    modules = loaded("channels.telegram.accounts.main.bot_token", "${TELEGRAM_BOT_TOKEN}")
+    assert "chatkernel_telegram.channel" in modules
+    assert not [name for name in modules if name.startswith(("chatkernel_slack",
+                                                             "chatkernel_whatsapp",
+                                                             "chatkernel_wechat"))]
+    assert "chatkernel.builtin.agents" not in modules  # no built-in but the one needed
+    assert loaded("queue.cap", "5") == []  # a kernel key: no plugin, no channel code
+
+
+def test_set_keeps_a_comment_above_the_header_it_belongs_to(runner, config_file):
+    config_file.write_text('[agent]\nkind = "echo"\n\n# rule 1\n[[send_policy.rules]]\n'
+                           'action = "deny"\nchannel = "webchat"\n\n[queue]\ncap = 5\n\n'
+                           '# the web chat, for the team\n[channels.webchat]\n'
+                           'text_limit = 100\n')
+    ok(runner, "set", "send_policy.default", "deny")
+    ok(runner, "set", "queue.mode", "steer")
+    assert config_file.read_text() == (
+        '[agent]\nkind = "echo"\n\n[send_policy]\ndefault = "deny"\n\n# rule 1\n'
+        '[[send_policy.rules]]\naction = "deny"\nchannel = "webchat"\n\n[queue]\ncap = 5\n'
+        'mode = "steer"\n\n# the web chat, for the team\n[channels.webchat]\n'
+        'text_limit = 100\n')
+    assert cfg.load(config_file).send_policy.default == "deny"
 
 
 # -- validate refuses what cannot work ---------------------------------------------------------

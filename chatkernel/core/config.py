@@ -797,9 +797,11 @@ def get_key(data: dict[str, Any], key: str, *, path: Path | None = None) -> Any:
 
 
 def set_key(data: dict[str, Any], key: str, value: Any, *, path: Path | None = None) -> None:
-    """Set a dotted key, creating the tables on the way."""
+    """Set a dotted key, creating the tables on the way. In a tomlkit document the
+    comments above a table header stay above it (:func:`_keep_notes_in_place`)."""
     parts = split_key(key, path=path)
     node = data
+    parent: Any = None
     for i, part in enumerate(parts[:-1]):
         if part not in node:
             node[part] = {}
@@ -807,8 +809,112 @@ def set_key(data: dict[str, Any], key: str, value: Any, *, path: Path | None = N
         if not isinstance(child, dict):
             raise ConfigError(f"{'.'.join(parts[:i + 1])} is a value, not a table", key=key,
                               path=path)
-        node = child
-    node[parts[-1]] = value
+        parent, node = node, child
+    if parts[-1] not in node and type(node).__module__.startswith("tomlkit"):
+        _keep_notes_in_place(parent, node, parts[-1], value)
+    else:
+        node[parts[-1]] = value
+
+
+def _keep_notes_in_place(parent: Any, table: Any, key: str, value: Any) -> None:
+    """Add ``key`` to a tomlkit ``table`` with the comments above the next table header
+    kept above that header. tomlkit stores such comments at the end of the body before
+    the header, so a key added there would land between them and the header they
+    describe, and a table given its first key of its own (``[send_policy]`` above
+    ``[[send_policy.rules]]``) would have its new header put under them."""
+    from tomlkit.items import AoT, Table
+
+    if isinstance(table, Table) and table.is_super_table() and parent is not None:
+        found = _notes_above(parent, table)
+        table[key] = value
+        if found:
+            container, indices = found
+            text = "".join(container.body[i][1].as_string() for i in indices)
+            for i in indices:
+                container.body[i] = (None, _null())
+            _prefix_first_header(table.value, "\n" + text)
+        return
+    container = table.value if isinstance(table, Table) else table
+    run = _trailing_notes(container.body, whole=True)
+    items = [container.body[i][1] for i in run]
+    for i in run:
+        container.body[i] = (None, _null())
+    table[key] = value
+    if not items:
+        return
+    if any(isinstance(item, (Table, AoT)) for _, item in container.body):
+        _prefix_first_header(container, "".join(item.as_string() for item in items))
+    else:
+        for item in items:
+            container.append(None, item)
+
+
+def _null() -> Any:
+    from tomlkit.items import Null
+
+    return Null()  # what tomlkit itself leaves where an item was removed
+
+
+def _trailing_notes(body: list[tuple[Any, Any]], *, whole: bool) -> list[int]:
+    """The indices of the comment lines that end a tomlkit body's own keys (before its
+    first sub-table, or at its end): all of them with the blank lines among them
+    (``whole``), or the block just above what follows (after the last blank line)."""
+    from tomlkit.items import AoT, Comment, Null, Table, Whitespace
+
+    end = next((i for i, (_, item) in enumerate(body) if isinstance(item, (Table, AoT))),
+               len(body))
+    run: list[int] = []
+    for i in range(end - 1, -1, -1):
+        k, item = body[i]
+        if isinstance(item, Null):
+            continue
+        if k is not None or not isinstance(item, (Comment, Whitespace)):
+            break
+        if isinstance(item, Whitespace) and not whole:
+            break
+        run.insert(0, i)
+    if not any(isinstance(body[i][1], Comment) for i in run):
+        return []
+    return run
+
+
+def _notes_above(parent: Any, table: Any) -> tuple[Any, list[int]] | None:
+    """Where the comments just above ``table``'s first header are kept: the container
+    rendered before it (and their indices), or None."""
+    from tomlkit.items import AoT, Null, Table
+
+    container = parent.value if isinstance(parent, Table) else parent
+    body = container.body
+    at = next((i for i, (_, item) in enumerate(body) if item is table), None)
+    if at is None:
+        return None
+    before = [i for i in range(at) if not isinstance(body[i][1], Null)]
+    if not before:
+        return None
+    previous = body[before[-1]][1]
+    if not isinstance(previous, (Table, AoT)):  # comments of this container itself
+        indices = _trailing_notes(body[:at], whole=False)
+        return (container, indices) if indices else None
+    while isinstance(previous, (Table, AoT)):  # down to the last body rendered
+        last = previous.body[-1] if isinstance(previous, AoT) else previous
+        inner = last.value.body
+        if inner and isinstance(inner[-1][1], (Table, AoT)):
+            previous = inner[-1][1]
+            continue
+        indices = _trailing_notes(inner, whole=False)
+        return (last.value, indices) if indices else None
+    return None
+
+
+def _prefix_first_header(container: Any, text: str) -> None:
+    """Put ``text`` (comment lines) just above the first table header in ``container``."""
+    from tomlkit.items import AoT, Table
+
+    for _, item in container.body:
+        if isinstance(item, (Table, AoT)):
+            first = item.body[0] if isinstance(item, AoT) else item
+            first.trivia.indent = text + first.trivia.indent
+            return
 
 
 def unset_key(data: dict[str, Any], key: str, *, path: Path | None = None) -> bool:
@@ -870,8 +976,12 @@ def effective_values(raw: dict[str, Any], key: str, *,
             except KeyError:
                 value = None
             if value is None:
-                hint = did_you_mean(parts[-1], _keys_beside(KernelConfig, tuple(parts)))
-                raise ConfigError(f"not set, and it has no default{hint}", path=path,
+                beside = _keys_beside(KernelConfig, tuple(parts))
+                if beside and parts[-1] not in beside:  # worded as `config set` words it
+                    raise ConfigError(
+                        f"unknown key{did_you_mean(parts[-1], beside) or ' (check its spelling)'}",
+                        path=path, key=key) from None
+                raise ConfigError("not set, and it has no default", path=path,
                                   key=key) from None
             found = [Effective(key, value, "default")]
     try:
@@ -948,12 +1058,76 @@ def _noted(item: Effective, heartbeat_off: bool) -> Effective:
     return Effective(item.key, item.value, item.source, "; ".join(notes)) if notes else item
 
 
-def parse_value(text: str) -> Any:
-    """A command-line value: a TOML value when it parses as one, else the string."""
+def parse_value(text: str, *, text_field: bool = False) -> Any:
+    """A command-line value: a TOML value when it parses as one, else the string. For a
+    field that holds text (``text_field``, see :func:`takes_text`) a number stays the
+    text as written: ids and phone numbers are digits, and ``007`` keeps its zeros."""
     try:
-        return tomllib.loads(f"value = {text}")["value"]
+        value = tomllib.loads(f"value = {text}")["value"]
     except tomllib.TOMLDecodeError:
         return text
+    if text_field and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return text
+    return value
+
+
+def key_field(key: str, account_models: dict[str, type[BaseModel]] | None = None) -> Any:
+    """The pydantic field a dotted key names (a kernel section's, a channel's, an
+    account's with ``account_models`` by channel name), or None."""
+    parts = key.split(".")
+    if parts[0] == "channels" and len(parts) >= 3:
+        if len(parts) >= 5 and parts[2] == "accounts":
+            model = (account_models or {}).get(parts[1])
+            return None if model is None else _field_in(model, parts[4:])
+        return _field_in(ChannelConfig, parts[2:])
+    return _field_in(KernelConfig, parts)
+
+
+def _field_in(model: type[BaseModel] | None, parts: list[str]) -> Any:
+    i = 0
+    while model is not None and i < len(parts):
+        field = model.model_fields.get(parts[i])
+        if field is None:
+            return None
+        if i == len(parts) - 1:
+            return field
+        model, keyed = _model_in(field.annotation)
+        i += 2 if keyed else 1
+    return None
+
+
+def takes_text(field: Any) -> bool:
+    """Whether a field holds text only (``str``, ``str | None``, a path)."""
+    if field is None:
+        return False
+    kinds = {arg for arg in (get_args(field.annotation) or (field.annotation,))
+             if arg is not type(None)}
+    return bool(kinds) and kinds <= {str, Path}
+
+
+def is_secret_field(key: str, field: Any = None) -> bool:
+    """Whether a key holds a secret: its name says so (``bot_token``), or its model
+    field is kept out of reprs (``Field(repr=False)``: how a channel marks one)."""
+    return is_secret_key(key.rsplit(".", 1)[-1]) or (field is not None and
+                                                      field.repr is False)
+
+
+def env_name_for(key: str) -> str:
+    """A variable name to hold a key's secret: ``TELEGRAM_BOT_TOKEN`` for
+    ``channels.telegram.accounts.main.bot_token`` (the account's name is kept unless it
+    is ``main`` or ``default``), ``CHATKERNEL_CONTROL_TOKEN`` for ``gateway.control_token``."""
+    parts = key.split(".")
+    if parts[0] == "channels" and len(parts) == 5 and parts[2] == "accounts":
+        parts = [parts[1]] + ([] if parts[3] in ("main", "default") else [parts[3]]) \
+            + [parts[4]]
+    else:
+        parts = ["chatkernel", parts[-1]]
+    return re.sub(r"[^A-Za-z0-9_]", "_", "_".join(parts)).upper()
+
+
+def holds_env_reference(value: Any) -> bool:
+    """Whether a (raw) value is or contains a ``${NAME}`` reference."""
+    return isinstance(value, str) and any(m[1] for m in _ENV_REF.finditer(value))
 
 
 def format_value(value: Any) -> str:

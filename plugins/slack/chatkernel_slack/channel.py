@@ -145,6 +145,10 @@ class SlackAccount(AccountConfig):
 
 
 def _shaped(token: str, prefix: str) -> bool:
+    # An unresolved ${VAR} (config set checks before the gateway's environment is
+    # read) is left to the start, which checks the value it resolves to.
+    if token.startswith("${"):
+        return True
     return token.startswith(prefix) and len(token) > len(prefix) \
         and not any(ch.isspace() for ch in token)
 
