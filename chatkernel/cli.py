@@ -39,18 +39,48 @@ def _remember_config(ctx: click.Context, param: click.Parameter, value: str | No
     return ctx.meta.get(_CONFIG_FILE)
 
 
-def config_option(command):
+def config_option(command=None, *, may_be_missing: bool = False):
     """``--config PATH``, accepted alike by ``chatkernel``, by a group and by each of its
     commands: ``chatkernel --config X config validate``, ``chatkernel config --config X
     validate`` and ``chatkernel config validate --config X`` are one command. The one
-    given nearest the command wins; a function with a ``config_file`` parameter gets it."""
+    given nearest the command wins; a function with a ``config_file`` parameter gets it.
+
+    A file named so (or by ``CHATKERNEL_CONFIG``) must exist, unless the command
+    ``may_be_missing`` (``config init`` writes it): a typo in a service file would
+    otherwise run a gateway on the defaults, without its channels."""
+    import functools
     import inspect
 
+    if command is None:
+        return functools.partial(config_option, may_be_missing=may_be_missing)
     takes_it = "config_file" in inspect.signature(command).parameters
+    if takes_it and not may_be_missing:
+        inner = command
+
+        @functools.wraps(inner)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            _require_named_file(kwargs.get("config_file"))
+            return inner(*args, **kwargs)
     return click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG",
                         expose_value=takes_it, callback=_remember_config,
                         help="The config file (default $CHATKERNEL_CONFIG, else "
                              "$CHATKERNEL_HOME/config.toml).")(command)
+
+
+def _require_named_file(config_file: str | None) -> None:
+    """Refuse a config file named explicitly that does not exist (one line, no start)."""
+    import os
+    from pathlib import Path
+
+    if not config_file:
+        return
+    path = Path(config_file).expanduser()
+    if path.exists():
+        return
+    named = "CHATKERNEL_CONFIG" if os.environ.get("CHATKERNEL_CONFIG") == config_file \
+        else "--config"
+    raise click.ClickException(f"{path}: no such config file (named by {named}); "
+                               f"`chatkernel config init --config {path}` writes a starter")
 
 
 @click.group(cls=KernelGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -399,7 +429,8 @@ def sessions_list(config_file: str | None, active_minutes: float | None, as_json
 
 @sessions.command("history")
 @click.argument("key")
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
+              help="How many of the newest entries.")
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 @config_option
 def sessions_history(config_file: str | None, key: str, limit: int, as_json: bool) -> None:
@@ -1038,7 +1069,7 @@ def config() -> None:
 
 
 @config.command("path")
-@config_option
+@config_option(may_be_missing=True)  # where the file is, or would be
 def config_path_cmd(config_file: str | None) -> None:
     """Print where the config file is."""
     from chatkernel.core.config import config_path
@@ -1048,7 +1079,7 @@ def config_path_cmd(config_file: str | None) -> None:
 
 @config.command("init")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-@config_option
+@config_option(may_be_missing=True)
 def config_init(config_file: str | None, force: bool) -> None:
     """Write a commented starter config (mode 0600): the main settings, and an example
     for each installed channel (the web chat's on, the others commented out)."""

@@ -747,3 +747,68 @@ def test_validate_refuses_a_send_policy_rule_for_a_channel_nobody_provides(runne
     assert "(did you mean 'webchat'?)" in error
     config_file.write_text('[[send_policy.rules]]\naction = "deny"\nchannel = "webchat"\n')
     assert ok(runner, "validate").startswith("ok: ")
+
+
+# -- a home that cannot be written: one line, no traceback -------------------------------------
+
+#: A directory that even root cannot create anything in (sysfs refuses mkdir).
+UNWRITABLE = "/sys/chatkernel-test-home"
+
+
+def unwritable_home(monkeypatch):
+    import os
+
+    if not os.path.isdir("/sys/kernel"):
+        pytest.skip("needs Linux's /sys, where nobody can create a directory")
+    monkeypatch.setenv("CHATKERNEL_HOME", UNWRITABLE)
+    return UNWRITABLE
+
+
+def test_init_and_set_in_a_home_that_cannot_be_written(runner, monkeypatch):
+    home = unwritable_home(monkeypatch)
+    for args in (["init"], ["set", "queue.cap", "5"]):
+        error = fails(runner, *args)
+        assert error.startswith(f"Error: {home}/config.toml: cannot be written: ")
+        assert "(/sys cannot be written by this user)" in error
+        assert error.count("\n") == 1
+
+
+def test_a_home_that_is_a_file(runner, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.write_text("not a directory")
+    monkeypatch.setenv("CHATKERNEL_HOME", str(home))
+    assert fails(runner, "init") == (f"Error: {home}/config.toml: cannot be written: {home} "
+                                     "is a file, not a directory\n")
+    assert fails(runner, "set", "queue.cap", "5") == (
+        f"Error: {home}/config.toml: cannot be read: {home} is a file, not a directory\n")
+
+
+@pytest.mark.parametrize("home_kind", ["file", "unwritable"])
+def test_run_in_a_home_it_cannot_create_says_so_in_one_line(tmp_path, monkeypatch, home_kind):
+    """A real `chatkernel run`, whose config is elsewhere: the home is only needed for
+    its lock and state."""
+    import os
+
+    if home_kind == "file":
+        home = tmp_path / "home"
+        home.write_text("not a directory")
+        reason = f"{home} is a file, not a directory"
+    else:
+        home = unwritable_home(monkeypatch)
+        reason = "(/sys cannot be written by this user)"
+    config = tmp_path / "config.toml"
+    config.write_text('[gateway]\nlisten = "127.0.0.1:0"\n')
+    result = subprocess.run([sys.executable, "-m", "chatkernel.cli", "run", "--config",
+                             str(config)], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "CHATKERNEL_HOME": str(home)})
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"Error: the home {home} cannot be created: ") and reason in last
+    assert "Traceback" not in result.stderr
+
+
+def test_sessions_history_refuses_a_negative_limit(runner, chatkernel_home):
+    result = runner.invoke(cli, ["sessions", "history", "webchat:default:x", "--limit", "-3"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--limit': -3 is not in the range x>=1" in result.stderr
+    assert not isinstance(result.exception, ValueError)

@@ -583,6 +583,23 @@ def kernel_secrets(config: KernelConfig, environ: dict[str, str] | None = None) 
 # -- reading and writing -----------------------------------------------------------------
 
 
+def os_reason(error: OSError, path: Path) -> str:
+    """Why ``path`` could not be read or written, in words: the system's reason, and
+    which file is in the way where a directory on the path is a file."""
+    import errno
+
+    reason = error.strerror or str(error)
+    if error.errno in (errno.ENOTDIR, errno.EEXIST):
+        blocker = next((parent for parent in (path, *path.parents)
+                        if parent.exists() and not parent.is_dir()), None)
+        if blocker is not None:
+            return f"{blocker} is a file, not a directory"
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        where = next((parent for parent in path.parents if parent.exists()), path.parent)
+        return f"{reason} ({where} cannot be written by this user)"
+    return reason
+
+
 def read_raw(path: Path) -> dict[str, Any]:
     """The file's TOML as a dict; a missing file is an empty config."""
     try:
@@ -593,7 +610,7 @@ def read_raw(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", path=path) from None
     except OSError as exc:
-        raise ConfigError(f"cannot be read: {exc.strerror}", path=path) from None
+        raise ConfigError(f"cannot be read: {os_reason(exc, path)}", path=path) from None
 
 
 def read_document(path: Path) -> Any:
@@ -606,7 +623,7 @@ def read_document(path: Path) -> Any:
     except FileNotFoundError:
         return tomlkit.document()
     except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8"
+        reason = os_reason(exc, path) if isinstance(exc, OSError) else "not UTF-8"
         raise ConfigError(f"cannot be read: {reason}", path=path) from None
     try:
         tomllib.loads(text)  # the same errors, worded the same way, as read_raw
@@ -622,17 +639,23 @@ def write_raw(path: Path, data: dict[str, Any]) -> None:
     import tomli_w
     import tomlkit
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = (data.as_string() if isinstance(data, tomlkit.TOMLDocument)
             else tomli_w.dumps(data))
-    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
+    except OSError as exc:
+        raise ConfigError(f"cannot be written: {os_reason(exc, path)}", path=path) from None
     try:
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise ConfigError(f"cannot be written: {os_reason(exc, path)}", path=path) \
+                from None
         raise
 
 
