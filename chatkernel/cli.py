@@ -1174,8 +1174,8 @@ def config_set(config_file: str | None, pairs: tuple[str, ...]) -> None:
     for key, _ in edits:
         cfg.split_key(key, path=path)
     # Only the channels the keys are under are checked, so only their plugins load.
-    named = {key.split(".")[1] for key, _ in edits
-             if key.startswith("channels.") and key.count(".") >= 2} - {"defaults"}
+    named = {key.split(".")[1] for key, _ in edits if key.startswith("channels.")} \
+        - {"defaults"}
     channels = _channel_types_for(named) if named else {}
     models = {name: channel.account_model for name, channel in channels.items()}
     try:
@@ -1185,10 +1185,9 @@ def config_set(config_file: str | None, pairs: tuple[str, ...]) -> None:
         heartbeat_before = True  # the file is broken already: say nothing about it
     written = []
     for key, text in edits:
-        field = cfg.key_field(key, models)
-        value = cfg.parse_value(text, text_field=cfg.takes_text(field))
+        value = cfg.parse_value(text, text_field=cfg.takes_text(cfg.key_field(key, models)))
         cfg.set_key(document, key, value, path=path)
-        written.append((key, value, field))
+        written.append((key, value))
     raw = document.unwrap()
     # ${ENV} references need not resolve here: the variable may only exist where
     # the gateway runs.
@@ -1198,11 +1197,11 @@ def config_set(config_file: str | None, pairs: tuple[str, ...]) -> None:
     cfg.write_raw(path, document)
     shown = ", ".join(
         f"{key} = {cfg.inline_value(cfg.redact(value, key.rsplit('.', 1)[-1]))}"
-        for key, value, _ in written)
+        for key, value in written)
     click.echo(f"set {shown} in {path}")
-    for key, value, field in written:
-        if cfg.is_secret_field(key, field) and isinstance(value, str) and value \
-                and not cfg.holds_env_reference(value):
+    for key, value in (leaf for key, value in written for leaf in _leaves(key, value)):
+        if cfg.is_secret_field(key, cfg.key_field(key, models)) and isinstance(value, str) \
+                and value and not cfg.holds_env_reference(value):
             name = cfg.env_name_for(key)
             click.echo(f"warning: {key} is a secret, now stored in plain text in {path}; "
                        f"a reference keeps it out of the file: chatkernel config set {key} "
@@ -1218,6 +1217,15 @@ def config_set(config_file: str | None, pairs: tuple[str, ...]) -> None:
             click.echo(f"note: this turns the config heartbeat on: an agent turn every "
                        f"{every}, each a paid turn with a paid model (heartbeat.every = "
                        f'"0" keeps manual wakes only; docs/heartbeats.md)', err=True)
+
+
+def _leaves(key: str, value: Any):
+    """``(dotted key, value)`` of every value in ``value``, a table or a value."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            yield from _leaves(f"{key}.{name}", item)
+    else:
+        yield key, value
 
 
 def _channel_types_for(names: set[str]) -> dict[str, Any]:

@@ -640,6 +640,7 @@ def test_set_warns_of_a_plain_secret_and_of_heartbeats_it_turns_on(runner, confi
     result = runner.invoke(cli, ["config", "set", "gateway.control_token",
                                  "${CHATKERNEL_CONTROL_TOKEN}"], catch_exceptions=False)
     assert result.stderr == ""  # a reference is what it should be
+
     result = runner.invoke(cli, ["config", "set", "heartbeat.every", "2h"],
                            catch_exceptions=False)
     assert result.stdout == f'set heartbeat.every = "2h" in {config_file}\n'
@@ -648,6 +649,18 @@ def test_set_warns_of_a_plain_secret_and_of_heartbeats_it_turns_on(runner, confi
     result = runner.invoke(cli, ["config", "set", "heartbeat.every", "1h"],
                            catch_exceptions=False)
     assert result.stderr == ""  # it was on already
+
+
+def test_set_of_a_whole_account_warns_of_each_plain_secret_in_it(runner, config_file):
+    pytest.importorskip("chatkernel_slack")
+    table = '{ bot_token = "xoxb-plain-1", app_token = "${SLACK_APP_TOKEN}" }'
+    result = runner.invoke(cli, ["config", "set", "channels.slack.accounts.main", table],
+                           catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "xoxb-plain" not in result.output
+    assert result.stdout.startswith('set channels.slack.accounts.main = { bot_token = "***", ')
+    assert "warning: channels.slack.accounts.main.bot_token is a secret" in result.stderr
+    assert "app_token is a secret" not in result.stderr  # a reference
 
 
 def test_a_secret_the_channel_marks_is_one_whatever_its_name():

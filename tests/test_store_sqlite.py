@@ -448,7 +448,8 @@ def test_open_store_unknown_backend_fails_clearly():
 
     file = Path("/etc/chatkernel/config.toml")
     with pytest.raises(ConfigError) as info:
-        open_store(KernelConfig(store=StoreConfig.model_construct(backend="postgres")), config_path=file)
+        open_store(KernelConfig(store=StoreConfig.model_construct(backend="postgres")),
+                   config_path=file)
     assert info.value.path == file and str(info.value).startswith(f"{file}: store.backend: ")
 
 
