@@ -3,6 +3,8 @@ before the command's group, after it, and after the command itself."""
 
 from __future__ import annotations
 
+import inspect
+
 import click
 import pytest
 from click.testing import CliRunner
@@ -94,8 +96,8 @@ MAY_BE_MISSING = {"chatkernel config init", "chatkernel config path"}
 
 def reading_commands():
     for path, command in commands(cli):
-        takes = command.callback is not None and "config_file" in getattr(
-            command.callback, "__wrapped__", command.callback).__code__.co_varnames
+        takes = command.callback is not None and \
+            "config_file" in inspect.signature(command.callback).parameters
         if not isinstance(command, click.Group) and takes and path not in MAY_BE_MISSING:
             yield path
 
