@@ -710,14 +710,17 @@ def test_set_keeps_a_comment_above_the_header_it_belongs_to(runner, config_file)
     config_file.write_text('[agent]\nkind = "echo"\n\n# rule 1\n[[send_policy.rules]]\n'
                            'action = "deny"\nchannel = "webchat"\n\n[queue]\ncap = 5\n\n'
                            '# the web chat, for the team\n[channels.webchat]\n'
-                           'text_limit = 100\n')
+                           'text_limit = 100\n\n# the page at /\n'
+                           '[channels.webchat.accounts.default]\nallow_from = ["*"]\n')
     ok(runner, "set", "send_policy.default", "deny")
     ok(runner, "set", "queue.mode", "steer")
+    ok(runner, "set", "channels.webchat.enabled", "true")
     assert config_file.read_text() == (
         '[agent]\nkind = "echo"\n\n[send_policy]\ndefault = "deny"\n\n# rule 1\n'
         '[[send_policy.rules]]\naction = "deny"\nchannel = "webchat"\n\n[queue]\ncap = 5\n'
         'mode = "steer"\n\n# the web chat, for the team\n[channels.webchat]\n'
-        'text_limit = 100\n')
+        'text_limit = 100\nenabled = true\n\n# the page at /\n'
+        '[channels.webchat.accounts.default]\nallow_from = ["*"]\n')
     assert cfg.load(config_file).send_policy.default == "deny"
 
 

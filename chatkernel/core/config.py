@@ -845,17 +845,18 @@ def _keep_notes_in_place(parent: Any, table: Any, key: str, value: Any) -> None:
     the header, so a key added there would land between them and the header they
     describe, and a table given its first key of its own (``[send_policy]`` above
     ``[[send_policy.rules]]``) would have its new header put under them."""
-    from tomlkit.items import AoT, Table
+    from tomlkit.items import Table
 
     if isinstance(table, Table) and table.is_super_table() and parent is not None:
         found = _notes_above(parent, table)
         table[key] = value
         if found:
             container, indices = found
-            text = "".join(container.body[i][1].as_string() for i in indices)
-            for i in indices:
-                container.body[i] = (None, _null())
-            _prefix_first_header(table.value, "\n" + text)
+            items = [container.body[i] for i in indices]
+            if _prefix_first_header(table.value,
+                                    "\n" + "".join(item.as_string() for _, item in items)):
+                for i in indices:
+                    container.body[i] = (None, _null())
         return
     container = table.value if isinstance(table, Table) else table
     run = _trailing_notes(container.body, whole=True)
@@ -863,12 +864,9 @@ def _keep_notes_in_place(parent: Any, table: Any, key: str, value: Any) -> None:
     for i in run:
         container.body[i] = (None, _null())
     table[key] = value
-    if not items:
-        return
-    if any(isinstance(item, (Table, AoT)) for _, item in container.body):
-        _prefix_first_header(container, "".join(item.as_string() for item in items))
-    else:
-        for item in items:
+    if items and not _prefix_first_header(container,
+                                          "".join(item.as_string() for item in items)):
+        for item in items:  # no header follows in the table: they end it again
             container.append(None, item)
 
 
@@ -929,15 +927,20 @@ def _notes_above(parent: Any, table: Any) -> tuple[Any, list[int]] | None:
     return None
 
 
-def _prefix_first_header(container: Any, text: str) -> None:
-    """Put ``text`` (comment lines) just above the first table header in ``container``."""
+def _prefix_first_header(container: Any, text: str) -> bool:
+    """Put ``text`` (comment lines) just above the first table header rendered in
+    ``container`` (a super-table renders none: its first child's); False: none is."""
     from tomlkit.items import AoT, Table
 
     for _, item in container.body:
-        if isinstance(item, (Table, AoT)):
+        if isinstance(item, Table) and item.is_super_table():
+            if _prefix_first_header(item.value, text):
+                return True
+        elif isinstance(item, (Table, AoT)):
             first = item.body[0] if isinstance(item, AoT) else item
             first.trivia.indent = text + first.trivia.indent
-            return
+            return True
+    return False
 
 
 def unset_key(data: dict[str, Any], key: str, *, path: Path | None = None) -> bool:
