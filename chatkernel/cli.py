@@ -41,18 +41,48 @@ def _remember_config(ctx: click.Context, param: click.Parameter, value: str | No
     return ctx.meta.get(_CONFIG_FILE)
 
 
-def config_option(command):
+def config_option(command=None, *, may_be_missing: bool = False):
     """``--config PATH``, accepted alike by ``chatkernel``, by a group and by each of its
     commands: ``chatkernel --config X config validate``, ``chatkernel config --config X
     validate`` and ``chatkernel config validate --config X`` are one command. The one
-    given nearest the command wins; a function with a ``config_file`` parameter gets it."""
+    given nearest the command wins; a function with a ``config_file`` parameter gets it.
+
+    A file named so (or by ``CHATKERNEL_CONFIG``) must exist, unless the command
+    ``may_be_missing`` (``config init`` writes it): a typo in a service file would
+    otherwise run a gateway on the defaults, without its channels."""
+    import functools
     import inspect
 
+    if command is None:
+        return functools.partial(config_option, may_be_missing=may_be_missing)
     takes_it = "config_file" in inspect.signature(command).parameters
+    if takes_it and not may_be_missing:
+        inner = command
+
+        @functools.wraps(inner)
+        def command(*args: Any, **kwargs: Any) -> Any:
+            _require_named_file(kwargs.get("config_file"))
+            return inner(*args, **kwargs)
     return click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG",
                         expose_value=takes_it, callback=_remember_config,
                         help="The config file (default $CHATKERNEL_CONFIG, else "
                              "$CHATKERNEL_HOME/config.toml).")(command)
+
+
+def _require_named_file(config_file: str | None) -> None:
+    """Refuse a config file named explicitly that does not exist (one line, no start)."""
+    import os
+    from pathlib import Path
+
+    if not config_file:
+        return
+    path = Path(config_file).expanduser()
+    if path.exists():
+        return
+    named = "CHATKERNEL_CONFIG" if os.environ.get("CHATKERNEL_CONFIG") == config_file \
+        else "--config"
+    raise click.ClickException(f"{path}: no such config file (named by {named}); "
+                               f"`chatkernel config init --config {path}` writes a starter")
 
 
 @click.group(cls=KernelGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -479,7 +509,8 @@ def sessions_list(config_file: str | None, active_minutes: float | None, as_json
 
 @sessions.command("history")
 @click.argument("key")
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
+              help="How many of the newest entries.")
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 @config_option
 def sessions_history(config_file: str | None, key: str, limit: int, as_json: bool) -> None:
@@ -1133,7 +1164,7 @@ def config() -> None:
 
 
 @config.command("path")
-@config_option
+@config_option(may_be_missing=True)  # where the file is, or would be
 def config_path_cmd(config_file: str | None) -> None:
     """Print where the config file is."""
     from chatkernel.core.config import config_path
@@ -1143,7 +1174,7 @@ def config_path_cmd(config_file: str | None) -> None:
 
 @config.command("init")
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
-@config_option
+@config_option(may_be_missing=True)
 def config_init(config_file: str | None, force: bool) -> None:
     """Write a commented starter config (mode 0600): the main settings, and an example
     for each installed channel (the web chat's on, the others commented out)."""
@@ -1219,24 +1250,157 @@ def config_get(config_file: str | None, key: str, as_json: bool) -> None:
         click.echo(f"{item.key} = {cfg.inline_value(item.value)}{comment}")
 
 
-@config.command("set")
-@click.argument("key")
-@click.argument("value")
+@config.command("set", options_metavar="[OPTIONS]")
+@click.argument("pairs", nargs=-1, required=True, metavar="KEY VALUE [KEY VALUE]...")
 @config_option
-def config_set(config_file: str | None, key: str, value: str) -> None:
-    """Set a dotted key. VALUE is read as TOML when it parses (numbers, booleans,
-    lists), else as a string. The result is validated before it is written."""
+def config_set(config_file: str | None, pairs: tuple[str, ...]) -> None:
+    """Set dotted keys. VALUE is read as TOML when it parses (numbers, booleans,
+    lists), else as a string; a field that holds text (an id, a phone number) takes
+    digits as text. Several KEY VALUE pairs are set together and validated together
+    (an account's required keys), before anything is written."""
     from chatkernel.core import config as cfg
 
+    if len(pairs) % 2:
+        raise click.UsageError(f"expected KEY VALUE pairs, got {len(pairs)} word(s): "
+                               f"{pairs[-1]!r} has no value")
     path = cfg.config_path(config_file)
     document = cfg.read_document(path)  # the person's comments and layout stay
-    cfg.set_key(document, key, cfg.parse_value(value), path=path)
+    edits = list(zip(pairs[::2], pairs[1::2]))
+    for key, _ in edits:
+        cfg.split_key(key, path=path)
+    # Only the channels the keys are under are checked, so only their plugins load.
+    named = {key.split(".")[1] for key, _ in edits if key.startswith("channels.")} \
+        - {"defaults"}
+    channels = _channel_types_for(named) if named else {}
+    models = {name: channel.account_model for name, channel in channels.items()}
+    try:
+        heartbeat_before = cfg.parse(document.unwrap(), path=path,
+                                     strict_env=False).config_heartbeat_wanted()
+    except cfg.ConfigError:
+        heartbeat_before = True  # the file is broken already: say nothing about it
+    written = []
+    for key, text in edits:
+        value = cfg.parse_value(text, text_field=cfg.takes_text(cfg.key_field(key, models)))
+        cfg.set_key(document, key, value, path=path)
+        written.append((key, value))
     raw = document.unwrap()
     # ${ENV} references need not resolve here: the variable may only exist where
     # the gateway runs.
-    cfg.parse(raw, path=path, strict_env=False)
-    _validate_channels(raw, path, strict_env=False)
+    config = cfg.parse(raw, path=path, strict_env=False)
+    for name in sorted(named):
+        _check_channel_table(config, raw, name, channels, path, [key for key, _ in edits])
     cfg.write_raw(path, document)
+    shown = ", ".join(
+        f"{key} = {cfg.inline_value(cfg.redact(value, key.rsplit('.', 1)[-1]))}"
+        for key, value in written)
+    click.echo(f"set {shown} in {path}")
+    for key, value in (leaf for key, value in written for leaf in _leaves(key, value)):
+        if cfg.is_secret_field(key, cfg.key_field(key, models)) and isinstance(value, str) \
+                and value and not cfg.holds_env_reference(value):
+            name = cfg.env_name_for(key)
+            click.echo(f"warning: {key} is a secret, now stored in plain text in {path}; "
+                       f"a reference keeps it out of the file: chatkernel config set {key} "
+                       f"'${{{name}}}' (and set {name} where the gateway runs)", err=True)
+    if not heartbeat_before and config.config_heartbeat_wanted():
+        every = config.heartbeat.every
+        if config.agent.heartbeat is not None and "every" in \
+                config.agent.heartbeat.model_fields_set:
+            every = config.agent.heartbeat.every
+        from chatkernel.core.durations import parse_interval
+
+        if parse_interval(every) > 0:
+            click.echo(f"note: this turns the config heartbeat on: an agent turn every "
+                       f"{every}, each a paid turn with a paid model (heartbeat.every = "
+                       f'"0" keeps manual wakes only; docs/heartbeats.md)', err=True)
+
+
+def _leaves(key: str, value: Any):
+    """``(dotted key, value)`` of every value in ``value``, a table or a value."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            yield from _leaves(f"{key}.{name}", item)
+    else:
+        yield key, value
+
+
+def _channel_types_for(names: set[str]) -> dict[str, Any]:
+    """Channel types by name, for the channels ``names``: the plugin whose entry point
+    is named after the channel (this project's are) loads alone, the built-in one for
+    the web chat; any other channel, or CHATKERNEL_LOAD_PLUGINS set, loads them all."""
+    import os
+    from importlib.metadata import entry_points
+
+    from chatkernel.core.plugins import collect_channels
+    from chatkernel.core.config import WEBCHAT
+    from chatkernel.core.plugins import BUILTIN_PLUGINS, GROUP, PluginManager
+
+    entry_names = {ep.name for ep in entry_points(group=GROUP)}
+    if os.environ.get("CHATKERNEL_LOAD_PLUGINS") is None and names <= entry_names | {WEBCHAT}:
+        webchat = "chatkernel.builtin.webchat"
+        pm = PluginManager().load(
+            only=sorted(names - {WEBCHAT}), builtins=WEBCHAT in names,
+            disabled=[name for name in BUILTIN_PLUGINS if name != webchat]
+            + [name for name in os.environ.get("CHATKERNEL_DISABLE_PLUGINS", "").split(",")
+               if name.strip()])
+        found = collect_channels(pm)
+        if names <= set(found):
+            for name, reason in sorted(pm.load_errors.items()):
+                click.echo(f"warning: plugin {name!r} failed to load: {reason}", err=True)
+            return found
+    return collect_channels(_plugin_manager())
+
+
+def _check_channel_table(config, raw: dict[str, Any], name: str, channels: dict[str, Any],
+                         path, keys: list[str]) -> None:
+    """``config set``'s check of one channel's tables, the gateway's own (its keys, its
+    accounts built as `run` builds them). An account refused for a key it lacks says
+    how to give an account's keys in one call."""
+    from chatkernel.core import config as cfg
+    from chatkernel.core.accounts import build_accounts
+
+    if name not in channels:
+        raise cfg.unknown_channel(name, channels, path=path)
+    section = cfg.effective_channels(config).get(name)
+    if section is None or not section.enabled:
+        return
+    try:
+        build_accounts(name, section, channels[name], config_path=path)
+    except cfg.ConfigError as exc:
+        raise _with_together_hint(exc, raw, name, channels[name].account_model, keys) \
+            from None
+
+
+def _with_together_hint(error, raw: dict[str, Any], channel: str, model,
+                        keys: list[str]):
+    """``error`` with, when it refused an account this call edits for keys the account
+    lacks, the one command that sets them all at once."""
+    import re
+
+    from chatkernel.core import config as cfg
+
+    prefix = f"channels.{channel}.accounts."
+    tables = dict.fromkeys(".".join(key.split(".")[:4]) for key in keys
+                           if key.startswith(prefix) and key.count(".") >= 4)
+    where = error.key or ""
+    table = next((t for t in tables if where == t or where.startswith(t + ".")
+                  or (not where and f"{t}." in error.message)), None)
+    if table is None:
+        return error
+    written = (((raw.get("channels") or {}).get(channel) or {}).get("accounts") or {}) \
+        .get(table.rsplit(".", 1)[-1]) or {}
+    # Required by the model, or by the channel's own check ("app_token is required").
+    wanted = [name for name, field in model.model_fields.items() if name not in written
+              and (field.is_required()
+                   or re.search(rf"\b{name}\b[^;.:]*\brequired", error.message))]
+    if not wanted:
+        return error
+    given = [key for key in keys if key.startswith(table + ".")]
+    words = " ".join(f"{key} VALUE" for key in given + [f"{table}.{name}" for name in wanted])
+    message = error.message.rstrip(".")
+    joint = "\n" if "\n" in message else "; "
+    return cfg.ConfigError(f"{message}{joint}an account's required keys go in together, in "
+                           f"one call: chatkernel config set {words}", path=error.path,
+                           key=error.key)
 
 
 @config.command("unset")

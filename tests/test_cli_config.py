@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import re
 import stat
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -150,7 +152,8 @@ def test_config_init_at_an_explicit_path_creates_directories(runner, tmp_path, c
     ("agent.system_prompt", "Be brief.", "Be brief.", "Be brief."),
 ])
 def test_config_set_then_get(runner, config_file, key, text, stored, shown):
-    assert ok(runner, "set", key, text) == ""
+    assert ok(runner, "set", key, text) == f"set {key} = {cfg.inline_value(stored)} in " \
+        f"{config_file}\n"  # one line saying what it did
     assert cfg.get_key(cfg.read_raw(config_file), key) == stored
     assert type(cfg.get_key(cfg.read_raw(config_file), key)) is type(stored)
     assert ok(runner, "get", key) == f"{shown}\n"
@@ -189,8 +192,13 @@ def test_config_get_of_an_unset_key_prints_the_default(runner, config_file, key,
 
 def test_config_get_of_an_unknown_key_fails(runner, config_file):
     error = fails(runner, "get", "agent.kidn")
-    assert str(config_file) in error and "agent.kidn" in error and "no default" in error
-    assert "(did you mean 'kind'?)" in error
+    assert str(config_file) in error and "agent.kidn" in error
+    assert "unknown key (did you mean 'kind'?)" in error  # worded as `config set` words it
+    error = fails(runner, "get", "queue.nope")
+    assert error == f"Error: {config_file}: queue.nope: unknown key (check its spelling)\n"
+    assert fails(runner, "set", "queue.nope", "1") == error
+    # A known key with no default is not unknown.
+    assert "not set, and it has no default" in fails(runner, "get", "gateway.control_token")
 
 
 def get(runner, *args):
@@ -397,11 +405,11 @@ def test_config_set_and_unset_keep_comments_layout_and_types(runner, config_file
     assert mode(config_file) == 0o600
     # Values keep their types, whether set or untouched.
     ok(runner, "set", "agent.history_limit", "12")
-    ok(runner, "set", "channels.defaults.enabled", "false")
+    ok(runner, "set", "health_monitor.enabled", "false")
     ok(runner, "set", "agent.pass_env", '["HOME", "PATH"]')
     raw = cfg.read_raw(config_file)
     assert raw["agent"]["history_limit"] == 12 and type(raw["agent"]["history_limit"]) is int
-    assert raw["channels"]["defaults"]["enabled"] is False
+    assert raw["health_monitor"]["enabled"] is False
     assert raw["agent"]["pass_env"] == ["HOME", "PATH"]
     assert cfg.load(config_file).agent.timeout == 60.5
 
@@ -552,3 +560,271 @@ def test_config_validate_checks_accounts_with_the_channels_model(runner, config_
     error = fails(runner, "set", "channels.cktestchan.accounts.main.access_level", "root")
     assert config_file.read_bytes() == before
     pm.unregister(name="test-cli-channel")
+
+
+# -- set and validate check every table the gateway reads ------------------------------------
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("channels.webchat.queue.debounce_ms", "abc", "unable to parse string as an integer"),
+    ("channels.webchat.queue.mode", "folowup", "(did you mean 'followup'?)"),
+    ("channels.webchat.queue.nope", "1", "channels.webchat.queue.nope: unknown key"),
+    ("store.backend", "mongo",
+     "store.backend: not an installed store backend (installed: redis, sqlite)"),
+    ("channels.webchat.retry.attempts", "0", "retry.attempts must be a whole number"),
+    ("channels.webchat.rate_limits.chat", "fast", "channels.webchat.rate_limits: "),
+    # The channel's own checks (its constructor's), as `run` makes them.
+    ("channels.webchat.text_limit", "0", "expected a whole number of at least 1"),
+    ("channels.webchat.text_limt", "100", "(did you mean 'text_limit'?)"),
+])
+def test_set_and_validate_refuse_what_the_gateway_would_trip_over(runner, config_file, key,
+                                                                  value, expected):
+    """What `set` writes, `validate` calls ok and `run` then crashes on or refuses: a
+    queue table's debounce as text, a mode typo, a store backend nobody installed."""
+    assert expected in fails(runner, "set", key, value)
+    assert not config_file.exists()  # nothing written
+    table, name = key.rsplit(".", 1)  # the same, written by hand
+    config_file.write_text(f"[{table}]\n{name} = {cfg.inline_value(cfg.parse_value(value))}\n")
+    assert expected in fails(runner, "validate")
+
+
+def test_set_takes_several_keys_at_once_and_says_how_when_they_must_be(runner, config_file):
+    """An account's required keys arrive together: one by one, each step is refused."""
+    pytest.importorskip("chatkernel_slack")
+    table = "channels.slack.accounts.main"
+    error = fails(runner, "set", f"{table}.bot_token", "${SLACK_BOT_TOKEN}")
+    assert "app_token is required in socket mode" in error
+    assert (f"in one call: chatkernel config set {table}.bot_token VALUE "
+            f"{table}.app_token VALUE") in error
+    error = fails(runner, "set", f"{table}.app_token", "${SLACK_APP_TOKEN}")
+    assert f"{table}.bot_token: Field required" in error
+    assert f"chatkernel config set {table}.app_token VALUE {table}.bot_token VALUE" in error
+    assert not config_file.exists()
+    out = ok(runner, "set", f"{table}.bot_token", "${SLACK_BOT_TOKEN}",
+             f"{table}.app_token", "${SLACK_APP_TOKEN}")
+    assert out == (f'set {table}.bot_token = "${{SLACK_BOT_TOKEN}}", {table}.app_token = '
+                   f'"${{SLACK_APP_TOKEN}}" in {config_file}\n')
+    assert cfg.read_raw(config_file)["channels"]["slack"]["accounts"]["main"] == {
+        "bot_token": "${SLACK_BOT_TOKEN}", "app_token": "${SLACK_APP_TOKEN}"}
+    result = runner.invoke(cli, ["config", "set", "queue.cap", "3", "queue.mode"])
+    assert result.exit_code == 2 and "expected KEY VALUE pairs" in result.stderr
+    assert cfg.read_raw(config_file).get("queue") is None  # an odd call writes nothing
+
+
+def test_digits_for_a_text_field_are_that_text(runner, config_file):
+    """Ids and phone numbers are digits: the model's field type says they are text."""
+    pytest.importorskip("chatkernel_whatsapp")
+    table = "channels.whatsapp.accounts.main"
+    ok(runner, "set", f"{table}.phone_number_id", "106540352242922",
+       f"{table}.access_token", "${WA_TOKEN}", f"{table}.app_secret", "${WA_SECRET}",
+       f"{table}.verify_token", "${WA_VERIFY}")
+    ok(runner, "set", "agent.model", "0042", "queue.cap", "7")
+    raw = cfg.read_raw(config_file)
+    assert raw["channels"]["whatsapp"]["accounts"]["main"]["phone_number_id"] == \
+        "106540352242922"
+    assert raw["agent"]["model"] == "0042"  # as written, zeros and all
+    assert raw["queue"]["cap"] == 7  # a number where the field is one
+
+
+def test_set_warns_of_a_plain_secret_and_of_heartbeats_it_turns_on(runner, config_file):
+    result = runner.invoke(cli, ["config", "set", "gateway.control_token", "hunter2-secret"],
+                           catch_exceptions=False)
+    assert result.exit_code == 0
+    assert result.stdout == f'set gateway.control_token = "***" in {config_file}\n'
+    assert "hunter2" not in result.output
+    assert result.stderr == (
+        f"warning: gateway.control_token is a secret, now stored in plain text in "
+        f"{config_file}; a reference keeps it out of the file: chatkernel config set "
+        "gateway.control_token '${CHATKERNEL_CONTROL_TOKEN}' (and set "
+        "CHATKERNEL_CONTROL_TOKEN where the gateway runs)\n")
+    result = runner.invoke(cli, ["config", "set", "gateway.control_token",
+                                 "${CHATKERNEL_CONTROL_TOKEN}"], catch_exceptions=False)
+    assert result.stderr == ""  # a reference is what it should be
+
+    result = runner.invoke(cli, ["config", "set", "heartbeat.every", "2h"],
+                           catch_exceptions=False)
+    assert result.stdout == f'set heartbeat.every = "2h" in {config_file}\n'
+    assert result.stderr.startswith("note: this turns the config heartbeat on: an agent "
+                                    "turn every 2h, each a paid turn with a paid model")
+    result = runner.invoke(cli, ["config", "set", "heartbeat.every", "1h"],
+                           catch_exceptions=False)
+    assert result.stderr == ""  # it was on already
+
+
+def test_set_of_a_whole_account_warns_of_each_plain_secret_in_it(runner, config_file):
+    pytest.importorskip("chatkernel_slack")
+    table = '{ bot_token = "xoxb-plain-1", app_token = "${SLACK_APP_TOKEN}" }'
+    result = runner.invoke(cli, ["config", "set", "channels.slack.accounts.main", table],
+                           catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "xoxb-plain" not in result.output
+    assert result.stdout.startswith('set channels.slack.accounts.main = { bot_token = "***", ')
+    assert "warning: channels.slack.accounts.main.bot_token is a secret" in result.stderr
+    assert "app_token is a secret" not in result.stderr  # a reference
+
+
+def test_a_secret_the_channel_marks_is_one_whatever_its_name():
+    """A channel marks a secret field with Field(repr=False)."""
+    from pydantic import Field
+
+    class Account(cfg.AccountConfig):
+        pairing_code: str = Field("", repr=False)
+        label: str = ""
+
+    models = {"x": Account}
+    field = cfg.key_field("channels.x.accounts.main.pairing_code", models)
+    assert cfg.is_secret_field("channels.x.accounts.main.pairing_code", field)
+    assert not cfg.is_secret_field("channels.x.accounts.main.label",
+                                   cfg.key_field("channels.x.accounts.main.label", models))
+    assert cfg.env_name_for("channels.x.accounts.main.pairing_code") == "X_PAIRING_CODE"
+    assert cfg.env_name_for("channels.x.accounts.work.pairing_code") == "X_WORK_PAIRING_CODE"
+
+
+def test_set_of_a_channel_key_loads_only_that_channel_s_plugin(chatkernel_home):
+    """`config set` checks one channel's tables with that channel's plugin, and a
+    kernel key with no plugin at all (importing every channel made a set slow)."""
+    pytest.importorskip("chatkernel_telegram")
+    pytest.importorskip("chatkernel_slack")
+    script = ("import sys\nfrom chatkernel.cli import cli\n"
+              "try:\n    cli(sys.argv[1:], prog_name='chatkernel')\n"
+              "except SystemExit as exit:\n    assert not exit.code, exit.code\n"
+              "print(' '.join(sorted(name for name in sys.modules if name.startswith("
+              "('chatkernel_', 'chatkernel.sdk.channel', 'chatkernel.builtin.agents')))))\n")
+
+    def loaded(*args):
+        result = subprocess.run([sys.executable, "-c", script, "config", "set", *args],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.splitlines()[-1].split()
+
+    modules = loaded("channels.telegram.accounts.main.bot_token", "${TELEGRAM_BOT_TOKEN}")
+    assert "chatkernel_telegram.channel" in modules
+    assert not [name for name in modules if name.startswith(("chatkernel_slack",
+                                                             "chatkernel_whatsapp",
+                                                             "chatkernel_wechat"))]
+    assert "chatkernel.builtin.agents" not in modules  # no built-in but the one needed
+    assert loaded("queue.cap", "5") == []  # a kernel key: no plugin, no channel code
+
+
+def test_set_keeps_a_comment_above_the_header_it_belongs_to(runner, config_file):
+    config_file.write_text('[agent]\nkind = "echo"\n\n# rule 1\n[[send_policy.rules]]\n'
+                           'action = "deny"\nchannel = "webchat"\n\n[queue]\ncap = 5\n\n'
+                           '# the web chat, for the team\n[channels.webchat]\n'
+                           'text_limit = 100\n\n# the page at /\n'
+                           '[channels.webchat.accounts.default]\nallow_from = ["*"]\n')
+    ok(runner, "set", "send_policy.default", "deny")
+    ok(runner, "set", "queue.mode", "steer")
+    ok(runner, "set", "channels.webchat.enabled", "true")
+    assert config_file.read_text() == (
+        '[agent]\nkind = "echo"\n\n[send_policy]\ndefault = "deny"\n\n# rule 1\n'
+        '[[send_policy.rules]]\naction = "deny"\nchannel = "webchat"\n\n[queue]\ncap = 5\n'
+        'mode = "steer"\n\n# the web chat, for the team\n[channels.webchat]\n'
+        'text_limit = 100\nenabled = true\n\n# the page at /\n'
+        '[channels.webchat.accounts.default]\nallow_from = ["*"]\n')
+    assert cfg.load(config_file).send_policy.default == "deny"
+
+
+# -- validate refuses what cannot work ---------------------------------------------------------
+
+
+def test_validate_refuses_the_command_agent_without_a_command(runner, config_file):
+    config_file.write_text('[agent]\nkind = "command"\n')
+    error = fails(runner, "validate")
+    assert f"{config_file}: agent.command: kind = \"command\" runs agent.command, which is " \
+           "not set" in error
+    config_file.write_text('[agent]\nkind = "command"\ncommand = ["cat"]\n')
+    assert ok(runner, "validate").startswith("ok: ")
+
+
+def test_validate_refuses_two_accounts_that_are_one(runner, config_file, monkeypatch):
+    """Two Telegram accounts with one token are one bot configured twice; the values
+    are secrets, so the error names the keys only."""
+    pytest.importorskip("chatkernel_telegram")
+    token = "123456789:AAbbCCddEEffGGhhIIjjKKllMMnnOOppQQ"
+    monkeypatch.setenv("CK_TEST_SAME_TOKEN", token)
+    config_file.write_text(f'[channels.telegram.accounts.main]\nbot_token = "{token}"\n'
+                           '[channels.telegram.accounts.other]\n'
+                           'bot_token = "${CK_TEST_SAME_TOKEN}"\n')
+    error = fails(runner, "validate")
+    assert (f"{config_file}: channels.telegram.accounts.other: the same api_base and "
+            "bot_token as account 'main'") in error
+    assert "AAbbCC" not in error
+    # The same token on another API (a second dev server) is another bot.
+    ok(runner, "set", "channels.telegram.accounts.other.api_base", "http://127.0.0.1:9")
+    assert ok(runner, "validate").startswith("ok: ")
+
+
+def test_validate_refuses_a_send_policy_rule_for_a_channel_nobody_provides(runner,
+                                                                           config_file):
+    config_file.write_text('[[send_policy.rules]]\naction = "deny"\nchannel = "webchta"\n')
+    error = fails(runner, "validate")
+    assert f"{config_file}: send_policy.rules[0].channel: no installed plugin provides a " \
+           "channel named 'webchta'" in error
+    assert "(did you mean 'webchat'?)" in error
+    config_file.write_text('[[send_policy.rules]]\naction = "deny"\nchannel = "webchat"\n')
+    assert ok(runner, "validate").startswith("ok: ")
+
+
+# -- a home that cannot be written: one line, no traceback -------------------------------------
+
+#: A directory that even root cannot create anything in (sysfs refuses mkdir).
+UNWRITABLE = "/sys/chatkernel-test-home"
+
+
+def unwritable_home(monkeypatch):
+    import os
+
+    if not os.path.isdir("/sys/kernel"):
+        pytest.skip("needs Linux's /sys, where nobody can create a directory")
+    monkeypatch.setenv("CHATKERNEL_HOME", UNWRITABLE)
+    return UNWRITABLE
+
+
+def test_init_and_set_in_a_home_that_cannot_be_written(runner, monkeypatch):
+    home = unwritable_home(monkeypatch)
+    for args in (["init"], ["set", "queue.cap", "5"]):
+        error = fails(runner, *args)
+        assert error.startswith(f"Error: {home}/config.toml: cannot be written: ")
+        assert "(/sys cannot be written by this user)" in error
+        assert error.count("\n") == 1
+
+
+def test_a_home_that_is_a_file(runner, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.write_text("not a directory")
+    monkeypatch.setenv("CHATKERNEL_HOME", str(home))
+    assert fails(runner, "init") == (f"Error: {home}/config.toml: cannot be written: {home} "
+                                     "is a file, not a directory\n")
+    assert fails(runner, "set", "queue.cap", "5") == (
+        f"Error: {home}/config.toml: cannot be read: {home} is a file, not a directory\n")
+
+
+@pytest.mark.parametrize("home_kind", ["file", "unwritable"])
+def test_run_in_a_home_it_cannot_create_says_so_in_one_line(tmp_path, monkeypatch, home_kind):
+    """A real `chatkernel run`, whose config is elsewhere: the home is only needed for
+    its lock and state."""
+    import os
+
+    if home_kind == "file":
+        home = tmp_path / "home"
+        home.write_text("not a directory")
+        reason = f"{home} is a file, not a directory"
+    else:
+        home = unwritable_home(monkeypatch)
+        reason = "(/sys cannot be written by this user)"
+    config = tmp_path / "config.toml"
+    config.write_text('[gateway]\nlisten = "127.0.0.1:0"\n')
+    result = subprocess.run([sys.executable, "-m", "chatkernel.cli", "run", "--config",
+                             str(config)], capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "CHATKERNEL_HOME": str(home)})
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"Error: the home {home} cannot be created: ") and reason in last
+    assert "Traceback" not in result.stderr
+
+
+def test_sessions_history_refuses_a_negative_limit(runner, chatkernel_home):
+    result = runner.invoke(cli, ["sessions", "history", "webchat:default:x", "--limit", "-3"])
+    assert result.exit_code == 2
+    assert "Invalid value for '--limit': -3 is not in the range x>=1" in result.stderr
+    assert not isinstance(result.exception, ValueError)

@@ -3,6 +3,8 @@ before the command's group, after it, and after the command itself."""
 
 from __future__ import annotations
 
+import inspect
+
 import click
 import pytest
 from click.testing import CliRunner
@@ -75,3 +77,72 @@ def test_the_environment_still_names_the_file(chatkernel_home, bad_config, monke
     monkeypatch.setenv("CHATKERNEL_CONFIG", str(bad_config))
     result = CliRunner().invoke(cli, ["sessions", "list"])
     assert result.exit_code == 1 and f"{bad_config}: queue.mode: " in result.output
+
+
+#: Arguments each command that reads the config needs to get as far as reading it.
+ARGS = {
+    "chatkernel send": ["--channel", "webchat", "--to", "x", "hi"],
+    "chatkernel sessions history": ["k"],
+    "chatkernel sessions send": ["k", "hi"],
+    "chatkernel sessions policy": ["k", "deny"],
+    "chatkernel login": ["telegram"],
+    "chatkernel config get": ["queue.cap"],
+    "chatkernel config set": ["queue.cap", "5"],
+    "chatkernel config unset": ["queue.cap"],
+}
+#: Commands a missing file is no error for: init writes it, path names where it goes.
+MAY_BE_MISSING = {"chatkernel config init", "chatkernel config path"}
+
+
+def reading_commands():
+    for path, command in commands(cli):
+        takes = command.callback is not None and \
+            "config_file" in inspect.signature(command.callback).parameters
+        if not isinstance(command, click.Group) and takes and path not in MAY_BE_MISSING:
+            yield path
+
+
+@pytest.mark.parametrize("path", sorted(set(reading_commands()) - {"chatkernel run"}))
+@pytest.mark.parametrize("named_by", ["option", "environment"])
+def test_a_named_config_file_that_does_not_exist_is_an_error(chatkernel_home, tmp_path,
+                                                            monkeypatch, path, named_by):
+    """A typo in a service file's --config must not run a gateway on the defaults."""
+    missing = tmp_path / "typo.toml"
+    args = path.split()[1:] + ARGS.get(path, [])
+    if named_by == "option":
+        args += ["--config", str(missing)]
+    else:
+        monkeypatch.setenv("CHATKERNEL_CONFIG", str(missing))
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    name = "--config" if named_by == "option" else "CHATKERNEL_CONFIG"
+    assert result.stderr == (f"Error: {missing}: no such config file (named by {name}); "
+                             f"`chatkernel config init --config {missing}` writes a starter\n")
+    assert not missing.exists()
+
+
+def test_run_with_a_named_config_file_that_does_not_exist_starts_nothing(chatkernel_home,
+                                                                        tmp_path):
+    """A real process: were the file not checked, it would serve the web chat alone."""
+    import os
+    import subprocess
+    import sys
+
+    missing = tmp_path / "typo.toml"
+    result = subprocess.run([sys.executable, "-m", "chatkernel.cli", "run", "--listen",
+                             "127.0.0.1:0", "--config", str(missing)], capture_output=True,
+                            text=True, timeout=60, env={**os.environ,
+                                                        "CHATKERNEL_HOME": str(chatkernel_home)})
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith(f"{missing}: no such config file (named by "
+                                          f"--config); `chatkernel config init --config "
+                                          f"{missing}` writes a starter")
+    assert "listening" not in result.stderr
+
+
+def test_config_init_and_path_take_a_file_that_is_not_there_yet(chatkernel_home, tmp_path):
+    new = tmp_path / "new.toml"
+    runner = CliRunner()
+    assert runner.invoke(cli, ["config", "path", "--config", str(new)]).stdout == f"{new}\n"
+    result = runner.invoke(cli, ["config", "init", "--config", str(new)])
+    assert result.exit_code == 0 and new.exists()

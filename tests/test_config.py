@@ -133,6 +133,26 @@ def test_unreadable_path_names_the_file(tmp_path):
      "channels.defaults.health_monitor.enable", "unknown key (did you mean 'enabled'?)"),
     ("[heartbeats]\nevery = '1h'\n", "heartbeats", "unknown key (did you mean 'heartbeat'?)"),
     ("bogus_section = 1\n", "bogus_section", "unknown key (check its spelling)"),
+    # A channel's queue table is read by the same model as [queue]: nothing the session
+    # queue would trip over at the first busy message gets through.
+    ("[channels.webchat.queue]\ndebounce_ms = 'abc'\n", "channels.webchat.queue.debounce_ms",
+     "unable to parse string as an integer (got 'abc')"),
+    ("[channels.webchat.queue]\nmode = 'folowup'\n", "channels.webchat.queue.mode",
+     "(got 'folowup') (did you mean 'followup'?)"),
+    ("[queue]\nmode = 'stear'\n", "queue.mode", "(did you mean 'steer'?)"),
+    ("[channels.webchat.queue]\ndebonce_ms = 5\n", "channels.webchat.queue.debonce_ms",
+     "unknown key (did you mean 'debounce_ms'?)"),
+    ("[channels.webchat.queue]\nmax_concurrent = 2\n",
+     "channels.webchat.queue.max_concurrent", "unknown key"),
+    ("[store]\nbackend = 'mongo'\n", "store.backend",
+     "not an installed store backend (installed: redis, sqlite) (got 'mongo')"),
+    ("[store]\nbackend = 'sqlit'\n", "store.backend", "(did you mean 'sqlite'?)"),
+    ("[channels.webchat.retry]\nattempts = 'x'\n", "channels.webchat.retry",
+     "retry.attempts must be a whole number"),
+    ("[channels.webchat.rate_limits]\nchat = 'fast'\n", "channels.webchat.rate_limits",
+     "'fast'"),
+    ("[channels.defaults.queue]\nmode = 'steer'\n", "channels",
+     "[channels.defaults] takes heartbeat only, not queue"),
 ])
 def test_invalid_values_name_file_key_and_expectation(tmp_path, text, key, expected):
     path = write(tmp_path / "config.toml", text)

@@ -199,6 +199,10 @@ async def test_a_new_token_restarts_the_account_on_it(home, bot_api):
     (lambda text: text.replace('bot_token = "', 'bot_token = "no-token'),  # the channel's own
      "channels.telegram.accounts.main.bot_token"),
     (lambda text: text + '\n[channels.telegramm.accounts.x]\n', "channels.telegramm"),
+    # A channel's queue table and the store backend: checked by the models `run` uses.
+    (lambda text: text + '\n[channels.telegram.queue]\ndebounce_ms = "abc"\n',
+     "channels.telegram.queue.debounce_ms"),
+    (lambda text: '[store]\nbackend = "mongo"\n' + text, "store.backend"),
 ])
 async def test_an_invalid_config_is_refused_and_the_old_one_stays(home, bot_api, edit, key):
     async with running_gateway_process(home):

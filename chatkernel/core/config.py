@@ -153,6 +153,20 @@ class QueueConfig(Section):
     max_concurrent: int = Field(4, ge=1)
 
 
+class ChannelQueueConfig(Section):
+    """``[channels.<name>.queue]``: the keys of ``[queue]`` it overrides for the channel's
+    sessions (``max_concurrent`` is gateway-wide, so not here)."""
+
+    mode: QueueMode | None = None
+    debounce_ms: int | None = Field(None, ge=0)
+    cap: int | None = Field(None, ge=1)
+    drop: DropPolicy | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """The keys it sets, as ``QueueSettings.merged`` takes them."""
+        return self.model_dump(exclude_none=True)
+
+
 class SessionsConfig(Section):
     """``[sessions]``: what the kernel keeps of them in memory (the store has them all)."""
 
@@ -162,6 +176,7 @@ class SessionsConfig(Section):
 
 
 class StoreConfig(Section):
+    #: An installed store backend (the ``chatkernel.stores`` entry points).
     backend: str = "sqlite"
     path: Path | None = None  # sqlite: default $CHATKERNEL_HOME/state.db
     url: str | None = None  # redis: default redis://127.0.0.1:6379/0
@@ -174,6 +189,18 @@ class StoreConfig(Section):
     # unrenewed; another instance takes the account over within about this long
     # after its owner dies (docs/scale-out.md).
     lease_seconds: float = Field(10, ge=1, le=600)
+
+    @field_validator("backend")
+    @classmethod
+    def _installed(cls, value: str) -> str:
+        from importlib.metadata import entry_points
+
+        # Names only: no backend is imported to check one is there.
+        installed = sorted({ep.name for ep in entry_points(group="chatkernel.stores")})
+        if value not in installed:
+            raise ValueError(f"not an installed store backend (installed: "
+                             f"{', '.join(installed) or 'none'}){did_you_mean(value, installed)}")
+        return value
 
 
 class ActiveHours(Section):
@@ -288,12 +315,31 @@ class ChannelConfig(BaseModel):
 
     enabled: bool = True
     accounts: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    queue: dict[str, Any] = Field(default_factory=dict)
+    queue: ChannelQueueConfig = Field(default_factory=ChannelQueueConfig)
     # attempts, base_delay_ms, max_delay_ms, jitter, unreachable_max_age (see RetryPolicy)
     retry: dict[str, Any] | None = None
     rate_limits: dict[str, Any] | None = None  # {"chat": "1/s", "account": "30/s", ...}
     heartbeat: HeartbeatVisibility | None = None
     health_monitor: HealthMonitorConfig | None = None
+
+    # The outbox builds its retry policy and rate limiter from these tables when an
+    # account starts; checking them here with the same code refuses a bad one wherever
+    # the config is read (config set, validate, reload), not at the first send.
+    @field_validator("retry")
+    @classmethod
+    def _retry(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        from chatkernel.core.outbound.retry import RetryPolicy
+
+        RetryPolicy.from_config(value)  # ValueError names the key
+        return value
+
+    @field_validator("rate_limits")
+    @classmethod
+    def _rate_limits(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        from chatkernel.core.outbound.ratelimit import RateLimiter
+
+        RateLimiter.from_limits({}, value)  # ValueError names the scope
+        return value
 
 
 class SendRule(Section):
@@ -321,6 +367,21 @@ class KernelConfig(Section):
     presence: PresenceConfig = Field(default_factory=PresenceConfig)
     send_policy: SendPolicyConfig = Field(default_factory=SendPolicyConfig)
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
+
+    @field_validator("channels")
+    @classmethod
+    def _defaults_table(cls, value: dict[str, ChannelConfig]) -> dict[str, ChannelConfig]:
+        # [channels.defaults] is no channel: only its heartbeat table is read (the
+        # visibility every channel inherits), anything else there would be ignored.
+        defaults = value.get("defaults")
+        if defaults is not None:
+            other = sorted((defaults.model_fields_set | set(defaults.model_extra or {}))
+                           - {"heartbeat"})
+            if other:
+                raise ValueError(f"[channels.defaults] takes heartbeat only, not "
+                                 f"{', '.join(other)}: a channel's settings go in "
+                                 "[channels.<name>]")
+        return value
 
     def workspace(self) -> Path:
         return (self.gateway.workspace or home_dir() / "workspace").expanduser()
@@ -484,6 +545,23 @@ def kernel_secrets(config: KernelConfig, environ: dict[str, str] | None = None) 
 # -- reading and writing -----------------------------------------------------------------
 
 
+def os_reason(error: OSError, path: Path) -> str:
+    """Why ``path`` could not be read or written, in words: the system's reason, and
+    which file is in the way where a directory on the path is a file."""
+    import errno
+
+    reason = error.strerror or str(error)
+    if error.errno in (errno.ENOTDIR, errno.EEXIST):
+        blocker = next((parent for parent in (path, *path.parents)
+                        if parent.exists() and not parent.is_dir()), None)
+        if blocker is not None:
+            return f"{blocker} is a file, not a directory"
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        where = next((parent for parent in path.parents if parent.exists()), path.parent)
+        return f"{reason} ({where} cannot be written by this user)"
+    return reason
+
+
 def read_raw(path: Path) -> dict[str, Any]:
     """The file's TOML as a dict; a missing file is an empty config."""
     try:
@@ -494,7 +572,7 @@ def read_raw(path: Path) -> dict[str, Any]:
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"not valid TOML: {exc}", path=path) from None
     except OSError as exc:
-        raise ConfigError(f"cannot be read: {exc.strerror}", path=path) from None
+        raise ConfigError(f"cannot be read: {os_reason(exc, path)}", path=path) from None
 
 
 def read_document(path: Path) -> Any:
@@ -507,7 +585,7 @@ def read_document(path: Path) -> Any:
     except FileNotFoundError:
         return tomlkit.document()
     except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8"
+        reason = os_reason(exc, path) if isinstance(exc, OSError) else "not UTF-8"
         raise ConfigError(f"cannot be read: {reason}", path=path) from None
     try:
         tomllib.loads(text)  # the same errors, worded the same way, as read_raw
@@ -523,17 +601,23 @@ def write_raw(path: Path, data: dict[str, Any]) -> None:
     import tomli_w
     import tomlkit
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = (data.as_string() if isinstance(data, tomlkit.TOMLDocument)
             else tomli_w.dumps(data))
-    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
+    except OSError as exc:
+        raise ConfigError(f"cannot be written: {os_reason(exc, path)}", path=path) from None
     try:
         os.fchmod(fd, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise ConfigError(f"cannot be written: {os_reason(exc, path)}", path=path) \
+                from None
         raise
 
 
@@ -579,18 +663,19 @@ def check_channel_keys(name: str, section: ChannelConfig, channel_keys: Iterable
 
 
 def unknown_channel(name: str, installed: Any, *, path: Path | None = None,
-                    left_out: str | None = None) -> ConfigError:
-    """The error for ``[channels.<name>]`` that no installed plugin provides.
-    ``left_out``: why the plugin that does was not loaded (``PluginManager.channel_left_out``)."""
+                    left_out: str | None = None, key: str | None = None) -> ConfigError:
+    """The error for ``[channels.<name>]`` (or another ``key`` naming a channel) that no
+    installed plugin provides. ``left_out``: why the plugin that does was not loaded
+    (``PluginManager.channel_left_out``)."""
     if left_out is not None:
-        return ConfigError(left_out, path=path, key=f"channels.{name}")
+        return ConfigError(left_out, path=path, key=key or f"channels.{name}")
     known = ", ".join(sorted(installed)) or "none"
     message = f"no installed plugin provides a channel named {name!r} (installed: {known})"
     if name in FIRST_PARTY_CHANNELS:
         message += f": pip install chatkernel-{name} provides it"
     else:
         message += did_you_mean(name, set(installed) | FIRST_PARTY_CHANNELS)
-    return ConfigError(message, path=path, key=f"channels.{name}")
+    return ConfigError(message, path=path, key=key or f"channels.{name}")
 
 
 def _model_in(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
@@ -633,6 +718,8 @@ def _expected(error: dict[str, Any], model: type[BaseModel] | None = None) -> st
         # A malformed secret is still a secret: the error names the key, not the value.
         message += " (the value is not shown: it is a secret)" if is_secret_key(key) \
             else f" (got {given!r})"
+    if error["type"] == "literal_error" and isinstance(given, str) and not is_secret_key(key):
+        message += did_you_mean(given, re.findall(r"'([^']*)'", error["ctx"]["expected"]))
     return message
 
 
@@ -698,9 +785,11 @@ def get_key(data: dict[str, Any], key: str, *, path: Path | None = None) -> Any:
 
 
 def set_key(data: dict[str, Any], key: str, value: Any, *, path: Path | None = None) -> None:
-    """Set a dotted key, creating the tables on the way."""
+    """Set a dotted key, creating the tables on the way. In a tomlkit document the
+    comments above a table header stay above it (:func:`_keep_notes_in_place`)."""
     parts = split_key(key, path=path)
     node = data
+    parent: Any = None
     for i, part in enumerate(parts[:-1]):
         if part not in node:
             node[part] = {}
@@ -708,8 +797,115 @@ def set_key(data: dict[str, Any], key: str, value: Any, *, path: Path | None = N
         if not isinstance(child, dict):
             raise ConfigError(f"{'.'.join(parts[:i + 1])} is a value, not a table", key=key,
                               path=path)
-        node = child
-    node[parts[-1]] = value
+        parent, node = node, child
+    if parts[-1] not in node and type(node).__module__.startswith("tomlkit"):
+        _keep_notes_in_place(parent, node, parts[-1], value)
+    else:
+        node[parts[-1]] = value
+
+
+def _keep_notes_in_place(parent: Any, table: Any, key: str, value: Any) -> None:
+    """Add ``key`` to a tomlkit ``table`` with the comments above the next table header
+    kept above that header. tomlkit stores such comments at the end of the body before
+    the header, so a key added there would land between them and the header they
+    describe, and a table given its first key of its own (``[send_policy]`` above
+    ``[[send_policy.rules]]``) would have its new header put under them."""
+    from tomlkit.items import Table
+
+    if isinstance(table, Table) and table.is_super_table() and parent is not None:
+        found = _notes_above(parent, table)
+        table[key] = value
+        if found:
+            container, indices = found
+            items = [container.body[i] for i in indices]
+            if _prefix_first_header(table.value,
+                                    "\n" + "".join(item.as_string() for _, item in items)):
+                for i in indices:
+                    container.body[i] = (None, _null())
+        return
+    container = table.value if isinstance(table, Table) else table
+    run = _trailing_notes(container.body, whole=True)
+    items = [container.body[i][1] for i in run]
+    for i in run:
+        container.body[i] = (None, _null())
+    table[key] = value
+    if items and not _prefix_first_header(container,
+                                          "".join(item.as_string() for item in items)):
+        for item in items:  # no header follows in the table: they end it again
+            container.append(None, item)
+
+
+def _null() -> Any:
+    from tomlkit.items import Null
+
+    return Null()  # what tomlkit itself leaves where an item was removed
+
+
+def _trailing_notes(body: list[tuple[Any, Any]], *, whole: bool) -> list[int]:
+    """The indices of the comment lines that end a tomlkit body's own keys (before its
+    first sub-table, or at its end): all of them with the blank lines among them
+    (``whole``), or the block just above what follows (after the last blank line)."""
+    from tomlkit.items import AoT, Comment, Null, Table, Whitespace
+
+    end = next((i for i, (_, item) in enumerate(body) if isinstance(item, (Table, AoT))),
+               len(body))
+    run: list[int] = []
+    for i in range(end - 1, -1, -1):
+        k, item = body[i]
+        if isinstance(item, Null):
+            continue
+        if k is not None or not isinstance(item, (Comment, Whitespace)):
+            break
+        if isinstance(item, Whitespace) and not whole:
+            break
+        run.insert(0, i)
+    if not any(isinstance(body[i][1], Comment) for i in run):
+        return []
+    return run
+
+
+def _notes_above(parent: Any, table: Any) -> tuple[Any, list[int]] | None:
+    """Where the comments just above ``table``'s first header are kept: the container
+    rendered before it (and their indices), or None."""
+    from tomlkit.items import AoT, Null, Table
+
+    container = parent.value if isinstance(parent, Table) else parent
+    body = container.body
+    at = next((i for i, (_, item) in enumerate(body) if item is table), None)
+    if at is None:
+        return None
+    before = [i for i in range(at) if not isinstance(body[i][1], Null)]
+    if not before:
+        return None
+    previous = body[before[-1]][1]
+    if not isinstance(previous, (Table, AoT)):  # comments of this container itself
+        indices = _trailing_notes(body[:at], whole=False)
+        return (container, indices) if indices else None
+    while isinstance(previous, (Table, AoT)):  # down to the last body rendered
+        last = previous.body[-1] if isinstance(previous, AoT) else previous
+        inner = last.value.body
+        if inner and isinstance(inner[-1][1], (Table, AoT)):
+            previous = inner[-1][1]
+            continue
+        indices = _trailing_notes(inner, whole=False)
+        return (last.value, indices) if indices else None
+    return None
+
+
+def _prefix_first_header(container: Any, text: str) -> bool:
+    """Put ``text`` (comment lines) just above the first table header rendered in
+    ``container`` (a super-table renders none: its first child's); False: none is."""
+    from tomlkit.items import AoT, Table
+
+    for _, item in container.body:
+        if isinstance(item, Table) and item.is_super_table():
+            if _prefix_first_header(item.value, text):
+                return True
+        elif isinstance(item, (Table, AoT)):
+            first = item.body[0] if isinstance(item, AoT) else item
+            first.trivia.indent = text + first.trivia.indent
+            return True
+    return False
 
 
 def unset_key(data: dict[str, Any], key: str, *, path: Path | None = None) -> bool:
@@ -771,8 +967,12 @@ def effective_values(raw: dict[str, Any], key: str, *,
             except KeyError:
                 value = None
             if value is None:
-                hint = did_you_mean(parts[-1], _keys_beside(KernelConfig, tuple(parts)))
-                raise ConfigError(f"not set, and it has no default{hint}", path=path,
+                beside = _keys_beside(KernelConfig, tuple(parts))
+                if beside and parts[-1] not in beside:  # worded as `config set` words it
+                    raise ConfigError(
+                        f"unknown key{did_you_mean(parts[-1], beside) or ' (check its spelling)'}",
+                        path=path, key=key) from None
+                raise ConfigError("not set, and it has no default", path=path,
                                   key=key) from None
             found = [Effective(key, value, "default")]
     try:
@@ -826,7 +1026,7 @@ def _channel_values(raw: dict[str, Any], config: KernelConfig, parts: list[str],
                               key=".".join(parts))
         return [value]
     if len(parts) == 3 and field in ChannelConfig.model_fields and field not in table:
-        value = section.model_dump(mode="json").get(field)
+        value = section.model_dump(mode="json", exclude_none=True).get(field)
         return None if value is None else [Effective(".".join(parts), value, "default")]
     return None
 
@@ -849,12 +1049,76 @@ def _noted(item: Effective, heartbeat_off: bool) -> Effective:
     return Effective(item.key, item.value, item.source, "; ".join(notes)) if notes else item
 
 
-def parse_value(text: str) -> Any:
-    """A command-line value: a TOML value when it parses as one, else the string."""
+def parse_value(text: str, *, text_field: bool = False) -> Any:
+    """A command-line value: a TOML value when it parses as one, else the string. For a
+    field that holds text (``text_field``, see :func:`takes_text`) a number stays the
+    text as written: ids and phone numbers are digits, and ``007`` keeps its zeros."""
     try:
-        return tomllib.loads(f"value = {text}")["value"]
+        value = tomllib.loads(f"value = {text}")["value"]
     except tomllib.TOMLDecodeError:
         return text
+    if text_field and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return text
+    return value
+
+
+def key_field(key: str, account_models: dict[str, type[BaseModel]] | None = None) -> Any:
+    """The pydantic field a dotted key names (a kernel section's, a channel's, an
+    account's with ``account_models`` by channel name), or None."""
+    parts = key.split(".")
+    if parts[0] == "channels" and len(parts) >= 3:
+        if len(parts) >= 5 and parts[2] == "accounts":
+            model = (account_models or {}).get(parts[1])
+            return None if model is None else _field_in(model, parts[4:])
+        return _field_in(ChannelConfig, parts[2:])
+    return _field_in(KernelConfig, parts)
+
+
+def _field_in(model: type[BaseModel] | None, parts: list[str]) -> Any:
+    i = 0
+    while model is not None and i < len(parts):
+        field = model.model_fields.get(parts[i])
+        if field is None:
+            return None
+        if i == len(parts) - 1:
+            return field
+        model, keyed = _model_in(field.annotation)
+        i += 2 if keyed else 1
+    return None
+
+
+def takes_text(field: Any) -> bool:
+    """Whether a field holds text only (``str``, ``str | None``, a path)."""
+    if field is None:
+        return False
+    kinds = {arg for arg in (get_args(field.annotation) or (field.annotation,))
+             if arg is not type(None)}
+    return bool(kinds) and kinds <= {str, Path}
+
+
+def is_secret_field(key: str, field: Any = None) -> bool:
+    """Whether a key holds a secret: its name says so (``bot_token``), or its model
+    field is kept out of reprs (``Field(repr=False)``: how a channel marks one)."""
+    return is_secret_key(key.rsplit(".", 1)[-1]) or (field is not None and
+                                                      field.repr is False)
+
+
+def env_name_for(key: str) -> str:
+    """A variable name to hold a key's secret: ``TELEGRAM_BOT_TOKEN`` for
+    ``channels.telegram.accounts.main.bot_token`` (the account's name is kept unless it
+    is ``main`` or ``default``), ``CHATKERNEL_CONTROL_TOKEN`` for ``gateway.control_token``."""
+    parts = key.split(".")
+    if parts[0] == "channels" and len(parts) == 5 and parts[2] == "accounts":
+        parts = [parts[1]] + ([] if parts[3] in ("main", "default") else [parts[3]]) \
+            + [parts[4]]
+    else:
+        parts = ["chatkernel", parts[-1]]
+    return re.sub(r"[^A-Za-z0-9_]", "_", "_".join(parts)).upper()
+
+
+def holds_env_reference(value: Any) -> bool:
+    """Whether a (raw) value is or contains a ``${NAME}`` reference."""
+    return isinstance(value, str) and any(m[1] for m in _ENV_REF.finditer(value))
 
 
 def format_value(value: Any) -> str:

@@ -23,6 +23,7 @@ from anyio.abc import TaskGroup
 from chatkernel.core import config as cfg
 from chatkernel.core.turns.agents import Agent, collect_agents, redact_turns
 from chatkernel.sdk.channel import Channel
+from chatkernel.core.accounts import build_accounts
 from chatkernel.core.plugins import collect_channels
 from chatkernel.core.gateway.cluster import Cluster
 from chatkernel.core.inbound.commands import CommandGateway, collect_commands
@@ -287,6 +288,15 @@ class Kernel:
             raise cfg.ConfigError(
                 f"no agent kind {kind!r} (installed: {', '.join(sorted(agent_types))})",
                 path=self.config_path, key="agent.kind")
+        try:
+            agent_types[kind].check_config(self.config.agent)
+        except cfg.ConfigError as exc:
+            raise cfg.ConfigError(exc.message, path=self.config_path, key=exc.key) from None
+        for i, rule in enumerate(self.config.send_policy.rules):
+            if rule.channel != "*" and rule.channel not in self.channel_types:
+                raise cfg.unknown_channel(rule.channel, self.channel_types,
+                                          path=self.config_path,
+                                          key=f"send_policy.rules[{i}].channel")
         return agent_types
 
     def _build_accounts(self) -> None:
@@ -301,18 +311,9 @@ class Kernel:
                 raise cfg.unknown_channel(channel_name, self.channel_types,
                                           path=self.config_path,
                                           left_out=self.pm.channel_left_out(channel_name))
-            cfg.check_channel_keys(channel_name, section, channel_type.settings_keys,
-                                   channel_type.account_model, path=self.config_path)
-            for account_name, raw in section.accounts.items():
-                settings = cfg.validate_account(channel_type.account_model, raw,
-                                                channel=channel_name, account=account_name,
-                                                path=self.config_path)
-                if not getattr(settings, "enabled", True):
-                    continue
-                account = Account(channel_name, account_name, settings,
-                                  access_level=getattr(settings, "access_level", "standard"),
-                                  workspace=self.workspace)
-                account.channel = channel_type(account, section)
+            for account in build_accounts(channel_name, section, channel_type,
+                                          config_path=self.config_path,
+                                          workspace=self.workspace):
                 self.accounts[account.key] = account
 
     async def _seed_activity(self) -> None:
@@ -534,8 +535,8 @@ class Kernel:
             q = self.config.queue
             settings = QueueSettings(q.mode, q.debounce_ms, q.cap, q.drop)
             section = self.config.channels.get(channel_name)
-            if section is not None and section.queue:
-                settings = settings.merged(section.queue)
+            if section is not None:
+                settings = settings.merged(section.queue.overrides())
             self._channel_queue_settings[channel_name] = settings
         record = self.sessions.cached(session_key)
         if record is not None:

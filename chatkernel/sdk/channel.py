@@ -180,6 +180,11 @@ class Channel:
     #: ``retry``, ``rate_limits``, ``heartbeat``, ``health_monitor``): any other key
     #: there is a config error, not a setting silently ignored.
     settings_keys: ClassVar[frozenset[str]] = frozenset()
+    #: The account settings that together name one account on the platform (a bot
+    #: token and the API it belongs to): two enabled accounts with the same values
+    #: are one platform account configured twice, which would receive every message
+    #: twice or fight over it, so the config is refused (:func:`chatkernel.core.accounts.build_accounts`).
+    account_identity: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, account: Account, settings: Any = None) -> None:
         #: The account this instance serves (its validated config is ``account.config``).

@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 
 from chatkernel.sdk.channel import Channel, ChannelLimits, Deliver
-from chatkernel.core.config import KernelConfig
+from chatkernel.core.config import KernelConfig, parse
 from chatkernel.sdk.models import (
     InboundMessage,
     OutboundPayload,
@@ -150,7 +150,8 @@ class KernelHarness:
                 data[section] = {**data[section], **values}
             else:
                 data[section] = values
-        self.config = KernelConfig.model_validate(data)
+        # As `run` reads a file: a bad value is a ConfigError naming its key.
+        self.config = parse(data, strict_env=False)
         self.plugins = [("chatkernel.testing.memory", MemoryPlugin), *(plugins or [])]
         #: The heartbeat scheduler's clock (e.g. a chatkernel.testing.clock.ManualClock).
         self.heartbeat_clock = heartbeat_clock

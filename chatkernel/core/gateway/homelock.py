@@ -57,7 +57,14 @@ class HomeLock:
         """Take the lock now, or raise :class:`HomeInUse` (never waits)."""
         if self._fd is not None:
             return self
-        self.home.mkdir(parents=True, exist_ok=True)
+        try:
+            self.home.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file in the way, a parent this user cannot write
+            from chatkernel.core.config import ConfigError, os_reason
+
+            raise ConfigError(f"the home {self.home} cannot be created: "
+                              f"{os_reason(exc, self.home)} (CHATKERNEL_HOME names it)"
+                              ) from None
         # The lock is on the home directory itself, which needs no write access: a home
         # the gateway cannot write still gets to the error that names what cannot be
         # written (the state database, gateway.json), not to one about the lock.

@@ -79,6 +79,11 @@ class Agent:
         self.config = config
         self.store = store
 
+    @classmethod
+    def check_config(cls, config: "AgentConfig") -> None:
+        """Refuse an ``[agent]`` table this kind cannot run with (a ConfigError naming
+        the key), before anything starts: ``config validate``, a start, a reload."""
+
     def turn(self, request: TurnRequest) -> AsyncIterator[AgentEvent]:
         """Run one turn, yielding events. Cancelling the iteration aborts the turn."""
         raise NotImplementedError
@@ -244,6 +249,15 @@ class CommandAgent(Agent):
     """
 
     name = "command"
+
+    @classmethod
+    def check_config(cls, config: "AgentConfig") -> None:
+        if not config.command:
+            from chatkernel.sdk.errors import ConfigError
+
+            raise ConfigError('kind = "command" runs agent.command, which is not set: set it '
+                              'to the program and its arguments, such as command = '
+                              '["python", "bot.py"]', key="agent.command")
 
     async def turn(self, request: TurnRequest) -> AsyncIterator[AgentEvent]:
         argv = [str(arg) for arg in self.config.command]

@@ -145,6 +145,10 @@ class SlackAccount(AccountConfig):
 
 
 def _shaped(token: str, prefix: str) -> bool:
+    # An unresolved ${VAR} (config set checks before the gateway's environment is
+    # read) is left to the start, which checks the value it resolves to.
+    if token.startswith("${"):
+        return True
     return token.startswith(prefix) and len(token) > len(prefix) \
         and not any(ch.isspace() for ch in token)
 
@@ -170,6 +174,7 @@ app_token = "${SLACK_APP_TOKEN}"      # an app-level token, xapp-…: Socket Mod
 allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the workspace
 """
     account_model = SlackAccount
+    account_identity = ("api_base", "bot_token")
     limits = ChannelLimits(
         text_limit=4000, text_unit="chars", caption_limit=4000,
         media_kinds={}, default_media_kind="file", media_max_bytes={"file": 1024 * MB},

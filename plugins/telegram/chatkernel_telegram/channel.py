@@ -115,6 +115,7 @@ bot_token = "${TELEGRAM_BOT_TOKEN}"   # the token @BotFather gave
 allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a group; "*" anyone
 """
     account_model = TelegramAccount
+    account_identity = ("api_base", "bot_token")
     limits = ChannelLimits(
         text_limit=4096, text_unit="utf16", caption_limit=1024,
         media_kinds={".jpg": "photo", ".jpeg": "photo", ".png": "photo", ".webp": "photo",

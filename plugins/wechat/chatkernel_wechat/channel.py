@@ -146,6 +146,7 @@ bot_token = "${WECHAT_BOT_TOKEN}"     # what the QR login gave
 allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds the bot
 """
     account_model = WeChatAccount
+    account_identity = ("api_base", "bot_token")
     limits = ChannelLimits(
         text_limit=3500, text_unit="chars", caption_limit=3500,
         media_kinds={".jpg": "image", ".jpeg": "image", ".png": "image", ".gif": "image",

@@ -182,6 +182,7 @@ verify_token = "${WHATSAPP_VERIFY_TOKEN}"     # what you typed in the webhook's 
 allow_from = ["15551234567"]                  # phone numbers, digits only; "*" anyone
 """
     account_model = WhatsAppAccount
+    account_identity = ("api_base", "phone_number_id")
     limits = ChannelLimits(
         text_limit=4096, text_unit="chars", caption_limit=1024,
         # Meta's media types: jpeg/png images (webp only as stickers: sent as a
