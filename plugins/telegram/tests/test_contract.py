@@ -21,6 +21,7 @@ class TelegramAdapter(PlatformAdapter):
     channel_plugin = chatkernel_telegram
     channel_name = "telegram"
     supports_revoke = True
+    supports_chat_refusal = True
     #: An edit, the user blocking the bot, a service message (a pinned message).
     non_message_events = ("edited_message", "my_chat_member", "pinned_message")
 
@@ -67,6 +68,9 @@ class TelegramAdapter(PlatformAdapter):
 
     async def inject_own_message(self, chat_id: str, text: str) -> None:
         self.api.inject_message(int(chat_id), text, from_bot=True)
+
+    async def refuse_chat(self, chat_id: str) -> None:
+        self.api.block_chat(int(chat_id))  # 403: bot was blocked by the user
 
     async def inject_non_message_event(self, kind: str, chat_id: str, *, sender_id: str,
                                        text: str) -> None:
