@@ -48,6 +48,8 @@ log = logging.getLogger("chatkernel.channel")
 #: A refused identity is tried again after this long at first (or the channel's
 #: ``Trouble.wait``, when longer), doubling up to the cap: a platform that took a
 #: token back may give it back, but asking every second would only hammer it.
+#: Failures that say the platform could not be reached, rather than refused the call.
+UNREACHABLE_KINDS = frozenset({"not_sent", "no_answer", "unavailable"})
 REFUSED_RETRY_SECONDS = 60.0
 REFUSED_RETRY_MAX_SECONDS = 900.0
 
@@ -245,6 +247,11 @@ async def receive_failed(channel: "Channel", exc: Exception, backoff: Backoff,
         if channel.account.runtime.problem != reason:
             log.error("%s: %s; retrying in %.0fs", channel.account.key, reason, delay)
         channel.report_problem(reason, restartable=trouble.restartable)
+        # The platform could not be reached: any call of the account that works later
+        # ends the problem for health, before this loop's next call clears it.
+        channel.account.runtime.problem_unreachable = (
+            trouble.problem is None and isinstance(exc, PlatformError)
+            and exc.kind in UNREACHABLE_KINDS)
     else:
         log.warning("%s: %s; retrying in %.0fs", channel.account.key, reason, delay)
     channel.account.runtime.error(reason, time.time())

@@ -1,5 +1,8 @@
 """chatkernel-telegram's tests: each gets a CHATKERNEL_HOME of its own (the kit's fixture)."""
 
+import sys
+from pathlib import Path
+
 import pytest
 
 
@@ -13,3 +16,7 @@ def _isolated_home(chatkernel_home):
 def anyio_backend():
     """chatkernel runs on asyncio (aiohttp needs it)."""
     return "asyncio"
+
+
+# The contract's adapter (telegram_adapters.py) is shared by several test modules.
+sys.path.insert(0, str(Path(__file__).parent))
