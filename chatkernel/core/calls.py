@@ -1,8 +1,10 @@
 """Whether an account's calls to its platform are answered: what health reads at once.
 
 Every send (``Outbound.send_payload``) and every probe is a :class:`Calls` entry while
-it is out; a poll that was answered, or any other sign of life
-(``Channel.report_alive``), is a success with nothing out. From that:
+it is out; an answered poll of the kit's loops (``receiving``) is a success with nothing
+out (a long poll waits by design: it is not counted as out). Events the platform pushes
+(a webhook, a websocket frame) are not answers to the account's calls and count for
+nothing here. From that:
 
 - a call still out after its ``patience`` (:data:`HUNG_AFTER_SECONDS`, a few seconds;
   longer for a file) with **no success of the account since it left** means the

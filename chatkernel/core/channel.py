@@ -430,7 +430,6 @@ class Channel:
         runtime = self.account.runtime
         now = time.time()
         runtime.last_event_at = now
-        runtime.calls.succeeded()  # an answered call: health reads it (core/calls.py)
         if runtime.state == "starting":
             runtime.set_state("running", now)
         elif _failed_on_refusal(runtime):  # the platform took the identity again

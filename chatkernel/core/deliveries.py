@@ -82,8 +82,8 @@ def is_account_failure(exc: BaseException | None,
     if exc.retryable and exc.status not in CHAT_ERROR_STATUSES:
         return True  # not sent, or the platform down: an outage
     codes = getattr(channel, "recipient_error_codes", ())
-    if exc.code is not None and (exc.code in codes or str(exc.code) in codes):
-        return False
+    if exc.code is not None and str(exc.code) in {str(code) for code in codes}:
+        return False  # (a code may come as a number or as its digits)
     return exc.status not in CHAT_ERROR_STATUSES
 
 

@@ -303,6 +303,7 @@ async def until_done(channel: "Channel", call: Callable[[], Awaitable[Any]], wha
             failures += 1
             await receive_failed(channel, exc, backoff, failures, what)
             continue
+        channel.account.runtime.calls.succeeded()
         if failures:
             channel.clear_problem()  # e.g. a refused token that works again
         return
@@ -336,6 +337,7 @@ async def poll_forever(channel: "Channel", deliver: "Deliver") -> None:
             failures += 1
             await receive_failed(channel, exc, backoff, failures, "poll")
             continue
+        channel.account.runtime.calls.succeeded()  # an answered call (core/calls.py)
         if failures:
             failures = 0
             backoff.reset()
