@@ -189,3 +189,26 @@ async def test_a_payload_held_through_an_outage_gets_its_attempts_afresh() -> No
     result = await with_retries(request, policy, hold=hold, sleep=no_sleep,
                                 holds=lambda error: not held and len(errors) == 2)
     assert result == "sent" and len(held) == 1
+
+
+async def test_a_5xx_outage_past_the_age_limit_fails_the_payload_saying_so(tmp_path, caplog):
+    from chatkernel.testing.memory import KernelHarness
+
+    caplog.set_level(logging.INFO, logger="chatkernel.retry")
+    config = {"channels": {"memory": {
+        "retry": {"base_delay_ms": 10, "max_delay_ms": 20, "jitter": 0,
+                  "unreachable_max_age": "300ms"},
+        "accounts": {"main": {"allow_from": ["*"]}}}}}
+    async with KernelHarness(tmp_path, config=config) as h:
+        h.channel.fail_next = [SendError("Service Unavailable", retryable=True,
+                                         status=503)] * 1000
+        await h.channel.receive("hello")
+        await h.settle(timeout=10)
+        notes = [e.text for e in await h.kernel.store.read_log(
+            "memory:main:chat-1", roles=("notification",))]
+        failed = 1000 - len(h.channel.fail_next)
+    # Waited out (probed with its backoff), not failed after three attempts.
+    assert failed > 3 and h.channel.texts() == []
+    assert "memory:main: the platform is unavailable (Service Unavailable)" in caplog.text
+    assert len(notes) == 1 and "the platform was unavailable for 300ms after it was " \
+                               "queued (Service Unavailable)" in notes[0]
