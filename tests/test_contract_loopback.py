@@ -129,8 +129,8 @@ def test_absent_capabilities_are_skipped_by_name_and_the_rest_still_runs(pyteste
             adapter_class = PartialAdapter
     """)
     result = pytester.runpytest_inprocess("-rs", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=11, skipped=5)
+    result.assert_outcomes(passed=11, skipped=6)
     for capability in ("threads", "media_out", "revoke", "own_messages",
-                       "non_message_events"):
+                       "non_message_events", "chat_refusal"):
         result.stdout.fnmatch_lines(
             [f"SKIPPED*PartialAdapter declares supports_{capability} = False"])

@@ -193,21 +193,23 @@ async def test_healthz_and_status_follow_a_bot_api_outage_as_it_happens(tmp_path
             with anyio.fail_after(10):
                 while (await healthz())[0] != 200:
                     await anyio.sleep(0.05)
-            # The Bot API goes down for sends: the very next reply fails, and health
-            # says so now, not at the next probe.
-            api.fail_next("sendMessage", 502, "Bad Gateway", times=2)
+            # The Bot API goes down for sends: two 502s in a row (the retry policy's
+            # attempts) are an outage, the reply waits for it, and health says so now,
+            # not at the next probe.
+            api.fail_next("sendMessage", 502, "Bad Gateway", times=4)
             api.inject_message(42, "during")
             with anyio.fail_after(10):
                 while (await healthz())[0] != 503:
                     await anyio.sleep(0.05)
             status, body = await healthz()
-            assert body["reasons"] == ["telegram:main: sends failing: Bad Gateway"]
+            assert body["reasons"] == [
+                "telegram:main: sends failing: the platform is unavailable: Bad Gateway"]
             async with http.get(f"{base}/status") as response:
                 page = await response.text()
-            assert "sends failing: Bad Gateway" in page
-            # Back up: the next reply goes out and health is green again at once.
+            assert "sends failing: the platform is unavailable: Bad Gateway" in page
+            # Back up: the waiting reply and the next go out, and health is green again.
             api.inject_message(42, "after")
-            await api.wait_for_sent(2)
+            await api.wait_for_sent(3)
             with anyio.fail_after(10):
                 while (await healthz())[0] != 200:
                     await anyio.sleep(0.05)

@@ -113,14 +113,16 @@ async def test_attempts_run_out_and_the_failure_is_reported_not_silent(tmp_path)
     long_reply = "first part " * 10 + "\n\n" + "second part " * 10
     async with harness(tmp_path, replying(AgentEvent.reply(long_reply))) as h:
         h.channel.limits = type(h.channel.limits)(text_limit=120)
-        h.channel.fail_next = [SendError("Service Unavailable", retryable=True, status=503)] * 3
+        # Throttled past its attempts (a run of 5xx would be an outage, waited out).
+        h.channel.fail_next = [SendError("Too Many Requests", retryable=True, status=429,
+                                         retry_after=0.001)] * 3
         await h.channel.receive("go")
         await h.settle()
         assert h.channel.texts() == []  # the second chunk is not sent after a hole
         notes = await notifications(h)
         # It names which message failed: the part, and the start of its text.
         assert notes == ['delivery failed: chunk 1/2 "first part first part first part first…": '
-                         'Service Unavailable (1 later part(s) not sent)']
+                         'Too Many Requests (1 later part(s) not sent)']
         metrics = h.kernel.metrics
         assert metrics.child(metrics.send_failures, "memory", "main")._value.get() == 1
         # recording the failure sent nothing, and the next reply goes out whole

@@ -14,6 +14,7 @@ from chatkernel.core.outbound.retry import (
     Outage,
     RetryPolicy,
     never_sent,
+    platform_down,
     with_retries,
 )
 
@@ -133,3 +134,81 @@ async def test_a_waiter_gives_up_at_its_deadline_with_the_outage_still_on() -> N
     assert await outage.turn("a", time.monotonic() + 5) is True
     outage.abandon()
     assert await outage.turn("b", time.monotonic() + 5) is True
+
+
+DOWN = SendError("sendMessage: HTTP 502", retryable=True, status=502)
+
+
+def test_platform_down_is_a_5xx_or_a_repeatable_answer_that_says_not_how_long() -> None:
+    assert platform_down(DOWN)
+    assert platform_down(SendError("Service Unavailable", retryable=True, status=503,
+                                   retry_after=30.0))  # 5xx, whatever it asks
+    assert platform_down(SendError("Too Many Requests", retryable=True, status=429))
+    assert platform_down(SendError("service_unavailable", retryable=True, status=200))
+    # A chat throttled for a while, a refusal, no answer at all: not the platform down.
+    assert not platform_down(SendError("Too Many Requests", retryable=True, status=429,
+                                       retry_after=3.0))
+    assert not platform_down(SendError("Bad Request: chat not found", status=400))
+    assert not platform_down(REFUSED)  # never sent: an outage of its own kind
+    assert not platform_down(SendError("timeout", retryable=True, delivery_unknown=True))
+
+
+def test_one_5xx_among_answers_that_work_is_no_outage_a_run_of_them_is(caplog) -> None:
+    caplog.set_level(logging.INFO, logger="chatkernel.retry")
+    changes: list[SendError | None] = []
+    outage = Outage("x:main", RetryPolicy(attempts=3), on_change=changes.append)
+    for _ in range(5):  # 5xx, then an answer that works, again and again
+        outage.unavailable(DOWN, 1, probe=False)
+        outage.unavailable(DOWN, 2, probe=False)
+        outage.reached()
+    assert not outage.active and changes == []
+    for key in (1, 2, 3):  # three in a row, across payloads: the platform is down
+        outage.unavailable(DOWN, key, probe=False)
+    assert outage.active and changes == [DOWN] and outage.last_error is DOWN
+    assert "x:main: the platform is unavailable (sendMessage: HTTP 502)" in caplog.text
+    outage.reached()
+    assert not outage.active and changes == [DOWN, None]
+
+
+async def test_a_payload_held_through_an_outage_gets_its_attempts_afresh() -> None:
+    errors = [DOWN, DOWN, DOWN, DOWN, DOWN]  # the last two after the hold: attempts 1, 2
+    held: list[SendError] = []
+
+    async def request() -> str:
+        if errors:
+            raise errors.pop(0)
+        return "sent"
+
+    async def hold(error: SendError) -> None:
+        held.append(error)
+
+    async def no_sleep(_: float) -> None:
+        pass
+
+    policy = RetryPolicy(attempts=3, jitter=0)
+    result = await with_retries(request, policy, hold=hold, sleep=no_sleep,
+                                holds=lambda error: not held and len(errors) == 2)
+    assert result == "sent" and len(held) == 1
+
+
+async def test_a_5xx_outage_past_the_age_limit_fails_the_payload_saying_so(tmp_path, caplog):
+    from chatkernel.testing.memory import KernelHarness
+
+    caplog.set_level(logging.INFO, logger="chatkernel.retry")
+    config = {"channels": {"memory": {
+        "retry": {"base_delay_ms": 10, "max_delay_ms": 20, "jitter": 0,
+                  "unreachable_max_age": "300ms"},
+        "accounts": {"main": {"allow_from": ["*"]}}}}}
+    async with KernelHarness(tmp_path, config=config) as h:
+        h.channel.fail_next = [SendError("Service Unavailable", retryable=True,
+                                         status=503)] * 1000
+        await h.channel.receive("hello")
+        await h.settle(timeout=10)
+        notes = [e.text for e in await h.kernel.store.read_log(
+            "memory:main:chat-1", roles=("notification",))]
+        failed = 1000 - len(h.channel.fail_next)
+    # Waited out (probed with its backoff), not failed after three attempts.
+    assert failed > 3 and h.channel.texts() == []
+    assert "memory:main: the platform is unavailable (Service Unavailable)" in caplog.text
+    assert len(notes) == 1 and "the platform was unavailable for 300ms after it was " \
+                               "queued (Service Unavailable)" in notes[0]

@@ -165,6 +165,13 @@ class Channel:
     #: outbox then keeps the platform's id of every send (``SendResult.message_id``),
     #: for :meth:`report_delivery_status`.
     delivery_statuses: ClassVar[bool] = False
+    #: The platform's error codes (``SendError.code``: Slack's ``error``, Graph's
+    #: ``code``, iLink's ``ret``) that are about one recipient, not the account: the
+    #: chat does not exist, the bot is not in it, the user's quota is spent. A send
+    #: refused with one, or a later ``failed`` delivery status carrying one, is that
+    #: send's failure and never turns the account's health red (HTTP 400 and 403
+    #: answers are a recipient's already). See chatkernel.core.outbound.deliveries.
+    recipient_error_codes: ClassVar[frozenset[str | int]] = frozenset()
     #: Webhook requests: the largest body taken (413 beyond) and the content types.
     webhook_max_bytes: ClassVar[int] = 1024 * 1024
     webhook_content_types: ClassVar[tuple[str, ...]] = ("application/json",)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal
 
+from chatkernel.sdk.calls import Calls
+
 if TYPE_CHECKING:
     from chatkernel.sdk.channel import Channel
 
@@ -256,6 +258,10 @@ class AccountRuntime:
     problem_since: float | None = None
     #: False when restarting the loop cannot fix it (a person must act).
     problem_restartable: bool = True
+    #: When the problem was last reported, and whether it is that the platform could
+    #: not be reached (then a later successful call of the account ends it).
+    problem_at: float | None = None
+    problem_unreachable: bool = False
     #: Since when sends fail for the whole account (no answer from the platform, a
     #: 5xx, rejected credentials); None once the platform answers a send again.
     send_failing_since: float | None = None
@@ -264,6 +270,9 @@ class AccountRuntime:
     #: The latest payloads that did not arrive (chatkernel.core.outbound.deliveries.Failure),
     #: oldest first.
     recent_failures: deque[Any] = field(default_factory=lambda: deque(maxlen=RECENT_FAILURES))
+    #: The account's calls to its platform: those out, the last success
+    #: (chatkernel.sdk.calls).
+    calls: Calls = field(default_factory=Calls)
 
     def set_state(self, state: AccountState, now: float, detail: str = "") -> None:
         if state != self.state:
@@ -304,20 +313,37 @@ class AccountRuntime:
 
     @property
     def probe_superseded(self) -> bool:
-        """The last probe failed, and the platform has answered the receive loop since:
-        what the probe found is over (the next probe will say so too)."""
+        """The last probe failed, and the platform has answered the receive loop since,
+        or (a failure a restart can fix) any call of the account has worked since: what
+        the probe found is over (the next probe will say so too)."""
         probe, at = self.last_probe, self.last_probe_at
-        return (probe is not None and not probe.ok and at is not None
-                and self.last_event_at is not None and self.last_event_at > at)
+        if probe is None or probe.ok or at is None:
+            return False
+        if self.last_event_at is not None and self.last_event_at > at:
+            return True
+        return probe.restartable and self.calls.supersedes(at)
 
-    def set_problem(self, reason: str, now: float, restartable: bool = True) -> None:
-        """The receive loop is stuck on ``reason`` (kept since it first began)."""
+    @property
+    def problem_superseded(self) -> bool:
+        """The receive loop's problem is that the platform could not be reached, and a
+        call of the account has worked since it was last reported: it is over (the
+        loop's next call will clear it)."""
+        return (self.problem is not None and self.problem_unreachable
+                and self.problem_restartable and self.calls.supersedes(self.problem_at))
+
+    def set_problem(self, reason: str, now: float, restartable: bool = True, *,
+                    unreachable: bool = False) -> None:
+        """The receive loop is stuck on ``reason`` (kept since it first began).
+        ``unreachable``: the platform could not be reached (a later successful call
+        of the account ends it, see :attr:`problem_superseded`)."""
         if self.problem is None:
             self.problem_since = now
         self.problem, self.problem_restartable = reason, restartable
+        self.problem_at, self.problem_unreachable = now, unreachable
 
     def clear_problem(self) -> None:
         self.problem, self.problem_since, self.problem_restartable = None, None, True
+        self.problem_at, self.problem_unreachable = None, False
 
     def send_failed(self, reason: str, now: float) -> None:
         """A send failed for the whole account (see chatkernel.core.outbound.deliveries)."""

@@ -47,6 +47,8 @@ log = logging.getLogger("chatkernel.channel")
 #: A refused identity is tried again after this long at first (or the channel's
 #: ``Trouble.wait``, when longer), doubling up to the cap: a platform that took a
 #: token back may give it back, but asking every second would only hammer it.
+#: Failures that say the platform could not be reached, rather than refused the call.
+UNREACHABLE_KINDS = frozenset({"not_sent", "no_answer", "unavailable"})
 REFUSED_RETRY_SECONDS = 60.0
 REFUSED_RETRY_MAX_SECONDS = 900.0
 
@@ -245,6 +247,11 @@ async def receive_failed(channel: "Channel", exc: Exception, backoff: Backoff,
         if channel.account.runtime.problem != reason:
             log.error("%s: %s; retrying in %.0fs", channel.account.key, reason, delay)
         channel.report_problem(reason, restartable=trouble.restartable)
+        # The platform could not be reached: any call of the account that works later
+        # ends the problem for health, before this loop's next call clears it.
+        channel.account.runtime.problem_unreachable = (
+            trouble.problem is None and isinstance(exc, PlatformError)
+            and exc.kind in UNREACHABLE_KINDS)
     else:
         log.warning("%s: %s; retrying in %.0fs", channel.account.key, reason, delay)
     channel.account.runtime.error(reason, time.time())
@@ -296,6 +303,7 @@ async def until_done(channel: "Channel", call: Callable[[], Awaitable[Any]], wha
             failures += 1
             await receive_failed(channel, exc, backoff, failures, what)
             continue
+        channel.account.runtime.calls.succeeded()
         if failures:
             channel.clear_problem()  # e.g. a refused token that works again
         return
@@ -329,6 +337,7 @@ async def poll_forever(channel: "Channel", deliver: "Deliver") -> None:
             failures += 1
             await receive_failed(channel, exc, backoff, failures, "poll")
             continue
+        channel.account.runtime.calls.succeeded()  # an answered call (sdk/calls.py)
         if failures:
             failures = 0
             backoff.reset()

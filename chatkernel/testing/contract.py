@@ -34,6 +34,7 @@ import contextlib
 import math
 import socket
 import struct
+import time
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
@@ -94,6 +95,9 @@ class PlatformAdapter:
     supports_redelivery: ClassVar[bool] = True
     #: Credentials can be revoked on the fake: :meth:`revoke_credentials` (off by default).
     supports_revoke: ClassVar[bool] = False
+    #: The platform refuses one chat's messages for that chat's own reason:
+    #: :meth:`refuse_chat` (off by default).
+    supports_chat_refusal: ClassVar[bool] = False
     #: The platform can deliver the bot's own messages: :meth:`inject_own_message`.
     supports_own_messages: ClassVar[bool] = True
     #: The platform sends events that are not messages for the agent (edits, membership
@@ -218,6 +222,14 @@ class PlatformAdapter:
         raise NotImplementedError("implement PlatformAdapter.revoke_credentials, or leave "
                                   "supports_revoke = False")
 
+    async def refuse_chat(self, chat_id: str) -> None:
+        """From now on the platform refuses the bot's messages to ``chat_id`` for a
+        reason of that chat alone (it is gone, the bot is not in it, the user's quota
+        is spent), the way the platform says so: in the answer to the send, or in a
+        later ``failed`` delivery status."""
+        raise NotImplementedError("implement PlatformAdapter.refuse_chat, or leave "
+                                  "supports_chat_refusal = False")
+
     async def inject_own_message(self, chat_id: str, text: str) -> None:
         """The platform delivers a message the bot itself sent to ``chat_id`` (an echo
         of its own send, as Slack's events and WeChat's polls carry), as it would."""
@@ -323,6 +335,8 @@ class ContractRun:
         self._dead = anyio.Event()  # set when the run stops: crashed deliveries fail then
         self._loop_scope: anyio.CancelScope | None = None
         self._loop_done: anyio.Event | None = None
+        #: The base URL of the gateway's HTTP server (``/healthz``, webhooks).
+        self.url = ""
 
     @property
     def timeout(self) -> float:
@@ -351,6 +365,8 @@ class ContractRun:
         try:
             with anyio.CancelScope() as scope:
                 self._loop_scope = scope
+                # The account's state as the supervisor keeps it, for health.
+                self.account.runtime.loop_started(time.time())
                 task_status.started()
                 try:
                     await self.channel.run(self.receiver)
@@ -362,6 +378,7 @@ class ContractRun:
                             f"{type(self.channel).__name__}.run returned; a receive loop "
                             "must run until it is cancelled")
         finally:
+            self.account.runtime.set_state("stopped", time.time())
             done.set()
 
     async def start_loop(self) -> None:
@@ -506,6 +523,7 @@ async def _serve_gateway(run: ContractRun, stack: contextlib.AsyncExitStack,
     await runner.setup()
     stack.push_async_callback(runner.cleanup)
     await web.SockSite(runner, listener).start()
+    run.url = f"http://127.0.0.1:{listener.getsockname()[1]}"
 
 
 # -- files for the media test -----------------------------------------------------------------
@@ -560,7 +578,7 @@ class ChannelContract:
     (``supports_threads``), media out (``supports_media_out``), typing
     (``supports_typing``), revoked credentials (``supports_revoke``), the bot's
     own messages (``supports_own_messages``), non-message events
-    (``supports_non_message_events``).
+    (``supports_non_message_events``), one chat's refusal (``supports_chat_refusal``).
     """
 
     pytestmark = pytest.mark.anyio
@@ -896,3 +914,30 @@ class ChannelContract:
         assert len(run.agent.requests) == 1 and "nm00z" in run.agent_texts()[0], \
             f"turns for {kinds}: {run.agent_texts()}"
         assert len(run.texts(chat)) == 1, run.texts(chat)
+
+    # 16
+    @needs("chat_refusal")
+    async def test_a_chat_refusing_the_bot_fails_that_send_and_the_account_stays_healthy(
+            self, contract_kernel):
+        import aiohttp
+
+        run = contract_kernel
+        adapter = run.adapter
+        refused = adapter.direct_chat(1)
+        await adapter.refuse_chat(refused)
+        await adapter.inject(refused, "hello cr01z", sender_id=adapter.user_id(1))
+        runtime = run.account.runtime
+        await run.wait(lambda: any(refused in failure.session_key
+                                   for failure in runtime.recent_failures),
+                       what=f"the refused send to {refused} recorded as failed",
+                       state=lambda: list(runtime.recent_failures))
+        # No other send has gone out since to turn it green: the refusal alone decides.
+        failure = next(f for f in runtime.recent_failures if refused in f.session_key)
+        assert failure.status == "failed" and failure.why == "platform", failure
+        snapshot = await run.kernel.health.snapshot()
+        assert runtime.send_failing_since is None, runtime.last_send_error
+        assert snapshot.ok, snapshot.problems
+        async with aiohttp.ClientSession() as http, \
+                http.get(f"{run.url}/healthz") as answer:
+            body = await answer.json()
+            assert answer.status == 200, body

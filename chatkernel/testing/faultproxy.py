@@ -2,7 +2,7 @@
 
 :class:`FaultProxy` forwards every request to its target and answers with the
 target's answer, one request per connection (``Connection: close``, so a
-client never holds an idle connection that a stop would cut). Two faults:
+client never holds an idle connection that a stop would cut). The faults:
 
 - **an outage**: :meth:`FaultProxy.stop` closes the listening socket, so new
   connections are refused (the client fails before its request is written),
@@ -10,6 +10,13 @@ client never holds an idle connection that a stop would cut). Two faults:
   listens again on the same port. Connections the kernel had completed but
   not handed over yet are accepted before the socket closes: a stop never
   cuts a request that was already written.
+- **a platform that answers it is down**: :meth:`FaultProxy.fail` answers every
+  request with the status the test chose (502, 503, a 429 without
+  ``Retry-After``...) without forwarding it, until :meth:`FaultProxy.recover`;
+- **a platform that hangs**: :meth:`FaultProxy.hold` reads every request and
+  answers none of them (the connection stays open, as to a hung server) until
+  :meth:`FaultProxy.recover`, which forwards what was held (a client that gave
+  up meanwhile never reads the answer, as with a slow platform);
 - **jitter**: ``there`` and ``back`` (functions returning seconds) delay each
   request on its way to the target and its answer on the way back, as a real
   network's varying trips do. A platform counts a request when it arrives, so
@@ -52,6 +59,11 @@ class FaultProxy:
         self.port = 0
         #: Requests forwarded and answered.
         self.forwarded = 0
+        #: Requests answered with the :meth:`fail` status, and held right now.
+        self.failed = 0
+        self.held = 0
+        self._fault: tuple[int, str, list[tuple[str, str]], bytes] | None = None
+        self._hold: anyio.Event | None = None
         self._sock: socket.socket | None = None
         self._http: aiohttp.ClientSession | None = None
         self._tg: Any = None
@@ -109,6 +121,32 @@ class FaultProxy:
         self._accept(sock)  # what the kernel completed already is served, not reset
         sock.close()
 
+    def fail(self, status: int = 502, *, reason: str | None = None, body: bytes | None = None,
+             headers: dict[str, str] | None = None) -> None:
+        """Answer every request ``status`` (with ``headers``, e.g. a ``Retry-After``),
+        not forwarded, until :meth:`recover`. The default body is an HTML page, as a
+        load balancer in front of a platform sends."""
+        from http import HTTPStatus
+
+        reason = reason or HTTPStatus(status).phrase
+        if body is None:
+            body = f"<html><body><h1>{status} {reason}</h1></body></html>".encode()
+        kept = [("Content-Type", "text/html"), *(headers or {}).items()]
+        self._fault = (status, reason, kept, body)
+
+    def hold(self) -> None:
+        """Take every request and answer none until :meth:`recover` (a hung platform)."""
+        if self._hold is None:
+            self._hold = anyio.Event()
+
+    def recover(self) -> None:
+        """End :meth:`fail` and :meth:`hold`: requests are forwarded again, the held
+        ones first."""
+        self._fault = None
+        held, self._hold = self._hold, None
+        if held is not None:
+            held.set()
+
     def _accept(self, sock: socket.socket | None = None) -> None:
         sock = sock or self._sock
         while sock is not None:
@@ -153,6 +191,16 @@ class FaultProxy:
         body = await reader.readexactly(int(names.get("content-length", "0")))
         if self.there is not None:
             await anyio.sleep(self.there())
+        held = self._hold
+        if held is not None:
+            self.held += 1
+            try:
+                await held.wait()
+            finally:
+                self.held -= 1
+        if self._fault is not None:
+            self.failed += 1
+            return self._fault
         try:
             return await self._ask(method, path, headers, body)
         except aiohttp.ClientError as exc:  # the target itself is gone

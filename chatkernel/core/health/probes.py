@@ -74,15 +74,23 @@ async def probe_account(pm: "PluginManager", account: Account, timeout: float) -
     def elapsed() -> float:
         return round((time.perf_counter() - started) * 1000, 1)
 
+    calls = account.runtime.calls
+    call = calls.begin("a probe")  # a hung probe shows before its timeout (sdk/calls.py)
+    ok: bool | None = None
     try:
         with anyio.fail_after(timeout):
             result = await await_maybe(pm.hook.health_probe(account=account))
+        ok = isinstance(result, ProbeResult) and result.ok
     except TimeoutError:
+        ok = False
         return ProbeResult(ok=False, detail=f"no answer within {timeout:g} s",
                            latency_ms=elapsed(), extra={"timed_out": True})
     except Exception as exc:
+        ok = False
         reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         return ProbeResult(ok=False, detail=f"the probe failed: {reason}", latency_ms=elapsed())
+    finally:
+        calls.end(call, ok)
     if result is None:
         return ProbeResult(ok=False, detail="no probe answered (the account is not running)",
                            latency_ms=elapsed())
@@ -241,6 +249,10 @@ class AccountSnapshot(_Model):
     last_send_error_at: float | None = None
     #: The latest payloads that did not arrive, newest first.
     recent_failures: list[FailureInfo] = []
+    #: When a call to the platform (a send, a probe, a poll) last worked, and since when
+    #: one has been out unanswered with nothing working since (None: none hangs).
+    last_call_ok_at: float | None = None
+    hanging_since: float | None = None
     credentials_at: float | None = None
     credential_age_s: float | None = None
     probe: ProbeInfo | None = None
@@ -299,14 +311,17 @@ class HealthSnapshot(_Model):
         return [a for c in self.channels.values() for a in c.accounts.values()]
 
 
-def account_problems(state: str, runtime: AccountRuntime, probe: ProbeResult | None
-                     ) -> list[str]:
+def account_problems(state: str, runtime: AccountRuntime, probe: ProbeResult | None,
+                     now: float | None = None) -> list[str]:
     """Why an enabled account is not healthy (empty: healthy).
 
-    Read from the runtime as it is now: a failed send or poll counts from the moment
-    it happens, and stops counting when the next one works. A failed probe stops
-    counting as soon as the platform answers the receive loop again
-    (``AccountRuntime.probe_superseded``), not at the next probe a minute later.
+    Read from the runtime as it is now (``now``: the runtime's clock by default): a
+    failed send or poll counts from the moment it happens, and stops counting when the
+    next one works; a call out for more than a few seconds with nothing of the
+    account answered since counts while it hangs (chatkernel.sdk.calls). A failed
+    probe, and a poll that could not reach the platform, stop counting as soon as
+    the platform answers again (``AccountRuntime.probe_superseded``,
+    ``problem_superseded``), not at the next probe or poll.
     """
     problems = []
     if state == "failed":
@@ -316,11 +331,15 @@ def account_problems(state: str, runtime: AccountRuntime, probe: ProbeResult | N
     elif state == "stopped":
         problems.append("receive loop not running")
     said = state == "failed" and runtime.detail == runtime.problem  # (a refused token)
-    if runtime.problem is not None and not said and (
+    if runtime.problem is not None and not said and not runtime.problem_superseded and (
             probe is None or probe.detail != runtime.problem):
         problems.append(f"receiving: {runtime.problem}")
     if runtime.send_failing_since is not None:
         problems.append(f"sends failing: {runtime.last_send_error or '?'}")
+    moment = time.time() if now is None else now
+    hang = runtime.calls.hanging(moment)
+    if hang is not None:
+        problems.append(f"platform hangs: {hang.describe(moment)}")
     if probe is not None and not probe.ok and not runtime.probe_superseded:
         problems.append(f"probe failed: {probe.detail or 'no detail'}")
     return problems
@@ -508,7 +527,7 @@ class Health:
         runtime = account.runtime
         state = runtime.effective_state(now)
         probe = runtime.last_probe
-        problems = account_problems(state, runtime, probe)
+        problems = account_problems(state, runtime, probe, now)
         superseded = runtime.probe_superseded
         if superseded:
             self._probe_again(account)
@@ -531,6 +550,8 @@ class Health:
             last_send_error_at=runtime.last_send_error_at,
             recent_failures=[FailureInfo(**failure.as_dict())
                              for failure in reversed(runtime.recent_failures)],
+            last_call_ok_at=runtime.calls.last_ok_at,
+            hanging_since=hang.since if (hang := runtime.calls.hanging(now)) else None,
             credentials_at=credentials_at,
             credential_age_s=None if credentials_at is None else round(now - credentials_at, 1),
             probe=ProbeInfo.of(probe, runtime.last_probe_at, superseded=superseded),

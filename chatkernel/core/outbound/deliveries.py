@@ -8,8 +8,9 @@ timeout after the request went out, or in flight when the gateway stopped). From
 there, and only there, the outcome reaches:
 
 - the account's health (``AccountRuntime.send_failed`` / ``send_ok``): a send that
-  failed because the account cannot reach its platform turns it red at once, the next
-  send the platform answers turns it green again;
+  failed because of the account itself (:func:`is_account_failure`: no answer, the
+  platform down, credentials refused) turns it red at once, the next send the platform
+  answers turns it green again; a refusal of one chat's message never does;
 - the account's recent failures, which ``chatkernel status`` and ``/status`` list;
 - the ``chatkernel_undelivered`` metric, by outcome;
 - a ``chatkernel send`` waiting for its reply (:meth:`Deliveries.wait`).
@@ -28,6 +29,7 @@ import anyio
 from chatkernel.sdk.models import OutboundPayload, SendError
 
 if TYPE_CHECKING:
+    from chatkernel.sdk.channel import Channel
     from chatkernel.core.kernel import Kernel
     from chatkernel.sdk.models import Account
     from chatkernel.core.store.base import OutboxEntry
@@ -41,6 +43,9 @@ FINAL_STATUSES = ("sent", "failed", "unknown")
 #: Platform answers about one chat, not the account: the chat does not exist, the
 #: user blocked the bot. The platform answered, so the account itself is fine.
 CHAT_ERROR_STATUSES = (400, 403)
+#: Errors that are always the account's, whatever the channel's codes: the
+#: credentials refused, the account's own throttling.
+ACCOUNT_ERROR_STATUSES = (401, 429)
 
 PREVIEW_CHARS = 40
 
@@ -56,13 +61,30 @@ def describe_payload(payload: OutboundPayload) -> str:
     return f'"{text}"'
 
 
-def is_account_failure(exc: BaseException | None) -> bool:
-    """Whether a failed send says the account cannot send at all (no answer, a 5xx,
-    rejected credentials, throttled), rather than that one chat refused it."""
-    if isinstance(exc, SendError) and not exc.delivery_unknown and \
-            exc.status in CHAT_ERROR_STATUSES:
-        return False
-    return True
+def is_account_failure(exc: BaseException | None,
+                       channel: "Channel | type[Channel] | None" = None) -> bool:
+    """Whether a failed send is the account's failure (it turns the account's health
+    red) rather than one recipient's (reported on that send only).
+
+    The one place this is decided. A recipient's: the platform answered, about that
+    chat or that message alone: HTTP 400 or 403 ("chat not found", "bot was blocked
+    by the user"), or an error code the channel lists in
+    :attr:`Channel.recipient_error_codes` (Slack's ``channel_not_found``, WhatsApp's
+    late ``131026``, WeChat's ``-2`` quota), whatever the HTTP status. The
+    account's: everything else — no answer, the platform down or unreachable,
+    credentials refused (401), the account throttled (429), an error that is not a
+    :class:`SendError` or that the channel does not know as a recipient's.
+    """
+    if not isinstance(exc, SendError) or exc.delivery_unknown:
+        return True
+    if exc.status in ACCOUNT_ERROR_STATUSES:
+        return True
+    if exc.retryable and exc.status not in CHAT_ERROR_STATUSES:
+        return True  # not sent, or the platform down: an outage
+    codes = getattr(channel, "recipient_error_codes", ())
+    if exc.code is not None and str(exc.code) in {str(code) for code in codes}:
+        return False  # (a code may come as a number or as its digits)
+    return exc.status not in CHAT_ERROR_STATUSES
 
 
 #: Seconds between reads of a reply's outcome another instance may be sending.
@@ -126,7 +148,7 @@ class Deliveries:
         if account is not None:
             runtime = account.runtime
             if why == "platform" or why == "not running":
-                if is_account_failure(exc):
+                if is_account_failure(exc, account.channel):
                     runtime.send_failed(error or "?", now)
                 else:
                     runtime.send_ok()  # the platform answered: only this chat refused

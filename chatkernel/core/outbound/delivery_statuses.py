@@ -11,7 +11,9 @@ and :class:`DeliveryStatuses` finds the payload it belongs to:
 - a ``failed`` one is a delivery failure like one the send itself reported: the
   outbox entry becomes ``failed`` with the platform's reason, the session's log gets a
   ``delivery failed`` notification (recording it sends nothing), the failure is
-  counted in ``chatkernel_send_failures`` and logged. So the agent's history and the
+  counted in ``chatkernel_send_failures`` and logged. It counts against the
+  account's health only when its code is not one of the channel's
+  ``recipient_error_codes`` (core/outbound/deliveries.py decides). So the agent's history and the
   operator see that the message never arrived, not only a debug line.
 
 A ``chatkernel send --wait-delivery`` waits here for its reply's parts
@@ -28,6 +30,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import anyio
+
+from chatkernel.sdk.models import SendError
 
 if TYPE_CHECKING:
     from chatkernel.core.kernel import Kernel
@@ -183,8 +187,10 @@ class DeliveryStatuses:
         log.warning("%s: %s in %s (message %s)", account.key, detail, entry.session_key,
                     platform_id)
         await store.outbox_mark(entry.id, "failed", why)
-        # Where people look for failures too: the account's recent failures, metrics.
-        kernel.deliveries.settled(entry, "failed", why, why="platform", account=account)
+        # Where people look for failures too: the account's recent failures, metrics;
+        # the account's health only when the code is not one recipient's (deliveries).
+        kernel.deliveries.settled(entry, "failed", why, why="platform", account=account,
+                                  exc=SendError(why, code=code))
         await store.append_log(entry.session_key, entry.session_id, "notification", detail,
                                {"kind": "delivery", "outbox_id": entry.id,
                                 "platform_id": platform_id, "status": status,

@@ -23,9 +23,10 @@ Otherwise the payload is stored ``pending`` and waits its turn.
 Each request runs under the channel's retry policy and holds a slot of the
 account's rate limiter until its answer is in; the send policy is checked on
 every payload, whatever its origin. A request refused before it was sent
-(the platform cannot be reached) does not fail its payload: the account's
-senders wait for the platform together (:class:`~chatkernel.core.outbound.retry.Outage`),
-each chat's payloads in order, up to the policy's ``unreachable_max_age``.
+(the platform cannot be reached), or a run of answers saying the platform is
+down (5xx), does not fail its payload: the account's senders wait for the
+platform together (:class:`~chatkernel.core.outbound.retry.Outage`), each chat's payloads
+in order, up to the policy's ``unreachable_max_age``.
 A ``sending`` mark the store cannot commit (a full disk) is tried again in
 place, holding the session's line, until it can: nothing goes out unrecorded
 and nothing is reported failed that is sent later.
@@ -53,6 +54,8 @@ from chatkernel.core.outbound.retry import (
     RetryPolicy,
     format_delay,
     never_sent,
+    outage_reason,
+    platform_down,
     with_retries,
 )
 from chatkernel.core.store.base import OutboxEntry
@@ -357,7 +360,8 @@ class Outbox:
                 delivery.slot = (route.chat_id, route.is_group)
         try:
             result = await with_retries(delivery.attempt, policy, on_retry=delivery.on_retry,
-                                        hold=delivery.hold if holds else None)
+                                        hold=delivery.hold if holds else None,
+                                        holds=delivery.holds)
         except _RowLost as lost:
             log.warning("%s: not sent in %s: %s", account.key, entry.session_key, lost)
             kernel.deliveries.settled(entry, "failed", str(lost), why="store", account=account)
@@ -467,7 +471,7 @@ class Outbox:
             if error is None:
                 runtime.send_ok()
             else:
-                runtime.send_failed(f"the platform cannot be reached: {error}", time.time())
+                runtime.send_failed(f"{outage_reason(error)}: {error}", time.time())
 
         self._outages[account.key] = Outage(account.key, policy, on_change=outage_changed)
 
@@ -554,10 +558,12 @@ class _Delivery:
         except SendError as exc:
             reached = not never_sent(exc)
             if outage is not None:
-                if reached:
-                    outage.reached()  # an answer: the platform is there
-                else:
+                if not reached:
                     outage.refused(exc, self.entry.id, probe=self.probe)
+                elif platform_down(exc):
+                    outage.unavailable(exc, self.entry.id, probe=self.probe)
+                else:
+                    outage.reached()  # an answer: the platform is there
                 self.probe = False
             raise
         finally:
@@ -640,9 +646,18 @@ class _Delivery:
         if not self.probe and outage.active:
             raise self._too_old(outage.last_error)
 
+    def holds(self, error: SendError) -> bool:
+        """Whether a failed request waits for the platform rather than counting an
+        attempt: it was refused before it was sent, or the platform answered that it
+        is down while the account's outage lasts (see Outage)."""
+        if never_sent(error):
+            return True
+        return self.outage is not None and self.outage.active and platform_down(error)
+
     async def hold(self, error: SendError) -> None:
-        """A request refused before it was sent (the retry policy's ``hold``): the
-        payload waits for the platform, ``pending``, unless it is too old by now."""
+        """A request refused before it was sent, or answered "down" during an outage
+        (the retry policy's ``hold``): the payload waits for the platform, ``pending``,
+        unless it is too old by now."""
         metrics = self.outbox._kernel.metrics
         metrics.child(metrics.retries, self.account.channel_name, self.account.name).inc()
         await self._unmark()
@@ -653,8 +668,10 @@ class _Delivery:
     def _too_old(self, error: SendError | None) -> SendError:
         age = format_delay(self.policy.unreachable_max_age)
         detail = f" ({error})" if error is not None else ""
-        return SendError(f"not sent: the platform could not be reached for {age} after it "
-                         f"was queued{detail}")
+        what = ("was unavailable" if error is not None and not never_sent(error)
+                else "could not be reached")
+        return SendError(f"not sent: the platform {what} for {age} after it was "
+                         f"queued{detail}")
 
     def on_retry(self, retry: int, error: SendError, delay: float) -> Any:
         kernel = self.outbox._kernel

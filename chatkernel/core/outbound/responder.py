@@ -20,6 +20,7 @@ from chatkernel.core.outbound.chunking import chunk_text
 from chatkernel.core.heartbeat.ack import strip_stray_token
 from chatkernel.core.outbound.markers import split_media
 from chatkernel.sdk.models import Account, OutboundPayload, Route, SendError, SendResult
+from chatkernel.sdk.calls import HUNG_AFTER_SECONDS, HUNG_AFTER_SECONDS_FILE
 from chatkernel.core.plugins import await_maybe
 from chatkernel.core.outbound.policy import resolve_media_path
 from chatkernel.core.store.base import LogRow
@@ -52,8 +53,10 @@ class Outbound:
         """
         if route.reply_to is not None and payload.chunk_index != 1:
             route = dataclasses.replace(route, reply_to=None)
-        result = await await_maybe(self._kernel.pm.call(
-            "outbound_send", account=account, route=route, payload=payload))
+        patience = HUNG_AFTER_SECONDS_FILE if payload.is_media else HUNG_AFTER_SECONDS
+        with account.runtime.calls.track("a send", patience):  # health (sdk/calls.py)
+            result = await await_maybe(self._kernel.pm.call(
+                "outbound_send", account=account, route=route, payload=payload))
         if result is None:
             raise SendError(f"no plugin sent the payload for {account.key}")
         metrics = self._kernel.metrics

@@ -11,7 +11,12 @@ platform is never retried blindly (``SendError.delivery_unknown``).
 A request refused before it was written (:func:`never_sent`: a refused
 connection) is known not to have reached the platform, so its payload is not
 failed after the policy's attempts: it waits for the platform (an
-:class:`Outage`), up to the policy's ``unreachable_max_age``.
+:class:`Outage`), up to the policy's ``unreachable_max_age``. So does a payload
+whose platform answers that it is down (:func:`platform_down`: 502/503/504, a
+429 without a usable ``Retry-After``) once ``attempts`` such answers came in a
+row across the account's requests, with no other answer between: one of them
+among answers that work is the payload's own error, retried within its
+attempts; a run of them is an outage of the whole account.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ T = TypeVar("T")
 
 #: HTTP statuses a request is repeated after: the platform did not act on it.
 RETRY_STATUSES = frozenset({429, 502, 503, 504})
+#: The statuses of a platform (or the proxy in front of it) that is not working.
+DOWN_STATUSES = frozenset({502, 503, 504})
 #: How long a payload the platform could not be reached for waits by default: a day.
 UNREACHABLE_MAX_AGE = 24 * 3600.0
 #: The shortest wait between two tries of an unreachable platform, whatever the policy
@@ -138,26 +145,51 @@ def never_sent(exc: BaseException) -> bool:
             and exc.retry_after is None)
 
 
+def platform_down(exc: BaseException) -> bool:
+    """Whether a failed request's answer says the platform is not working right now,
+    rather than refusing this request: 502, 503 or 504 (a platform's own way of
+    saying "unavailable" too), or any other repeatable answer without a usable
+    ``retry_after`` (a 429 that does not say how long: not a throttled chat).
+
+    One such answer may be a passing fault; a run of them is an outage
+    (:meth:`Outage.unavailable`)."""
+    if not isinstance(exc, SendError) or not is_retryable(exc) or never_sent(exc):
+        return False
+    if exc.status in DOWN_STATUSES:
+        return True
+    return not (exc.retry_after is not None and exc.retry_after > 0)
+
+
+def outage_reason(error: SendError | None) -> str:
+    """What an outage is, in words, from its last error."""
+    if error is not None and not never_sent(error):
+        return "the platform is unavailable"
+    return "the platform cannot be reached"
+
+
 async def with_retries(request: Callable[[], Awaitable[T]], policy: RetryPolicy, *,
                        on_retry: Callable[[int, SendError, float], Any] | None = None,
                        hold: Callable[[SendError], Awaitable[Any]] | None = None,
+                       holds: Callable[[SendError], bool] = never_sent,
                        sleep: Callable[[float], Awaitable[Any]] = anyio.sleep) -> T:
     """Run ``request`` under the policy; the last error is raised as it was.
 
     ``on_retry(retry_number, error, delay)`` is called before each wait (for
     metrics, to penalize a rate limiter on a 429, to note that nothing is in
     flight); it may return an awaitable, which is awaited. ``hold(error)``, if
-    given, takes over every error that :func:`never_sent` recognizes: it is
-    awaited instead of counting an attempt (it waits, or raises to give up),
-    and the request is made again.
+    given, takes over every error ``holds`` recognizes (by default those of
+    :func:`never_sent`): it is awaited instead of counting an attempt (it waits,
+    or raises to give up), and the request is made again with its attempts
+    afresh (what failed before the wait says nothing about after it).
     """
     attempt = 1
     while True:
         try:
             return await request()
         except SendError as exc:
-            if hold is not None and never_sent(exc):
+            if hold is not None and holds(exc):
                 await hold(exc)
+                attempt = 1
                 continue
             if not is_retryable(exc) or attempt >= policy.attempts:
                 raise
@@ -173,17 +205,22 @@ async def with_retries(request: Callable[[], Awaitable[T]], policy: RetryPolicy,
 
 
 class Outage:
-    """One account's platform while it cannot be reached, and who tries it next.
+    """One account's platform while it is down, and who tries it next.
 
     A request refused before it was written did not reach the platform, and
-    neither will the account's other requests for now. So while the outage
-    lasts the account's senders wait here (:meth:`turn`) instead of each
-    retrying on its own: one of them at a time sends its payload as the probe,
-    after a backoff that doubles from the policy's ``base_delay`` up to its
-    ``max_delay``; the first request that gets any answer ends the outage, and
-    everyone goes on (the rate limiter paces them). The outage is logged once
-    when it begins and once when it ends, with counts, never per payload or
-    per attempt.
+    neither will the account's other requests for now: that begins an outage at
+    once (:meth:`refused`). So does a run of answers saying the platform is down
+    (:func:`platform_down`): the policy's ``attempts`` of them in a row across
+    the account's requests, with no other answer between (:meth:`unavailable`),
+    so that no payload uses up its attempts while nothing of the account gets
+    through. While the outage lasts the account's senders wait here
+    (:meth:`turn`) instead of each retrying on its own: one of them at a time
+    sends its payload as the probe, after a backoff that doubles from the
+    policy's ``base_delay`` up to its ``max_delay`` (or the platform's
+    ``retry_after``, if longer); the first request that gets an answer other
+    than "down" ends the outage, and everyone goes on (the rate limiter paces
+    them). The outage is logged once when it begins and once when it ends, with
+    counts, never per payload or per attempt.
     """
 
     def __init__(self, name: str, policy: RetryPolicy, *,
@@ -203,6 +240,7 @@ class Outage:
         self._changed: anyio.Event | None = None
         self._held: set[Any] = set()  # payloads that waited in this outage
         self._refused = 0
+        self._down_in_a_row = 0  # platform_down answers since the last other answer
         #: The last refusal (what a payload that gives up waiting reports).
         self.last_error: SendError | None = None
 
@@ -217,28 +255,50 @@ class Outage:
         Begins the outage (logged) or, for the probe, schedules the next one
         after a longer backoff; a refusal of a request that left before the
         outage began changes nothing else."""
+        self._fault(error, key, probe=probe, begins=True)
+
+    def unavailable(self, error: SendError, key: Any, *, probe: bool) -> None:
+        """A request for payload ``key`` was answered that the platform is down
+        (:func:`platform_down`).
+
+        The policy's ``attempts``-th such answer in a row begins the outage
+        (logged); during one it is what :meth:`refused` is."""
+        self._down_in_a_row += 1
+        self._fault(error, key, probe=probe, begins=self._down_in_a_row >= self.threshold)
+
+    @property
+    def threshold(self) -> int:
+        """How many "down" answers in a row begin an outage."""
+        return max(1, self.policy.attempts)
+
+    def _fault(self, error: SendError, key: Any, *, probe: bool, begins: bool) -> None:
+        if self.since is None and not begins:
+            return  # one "down" answer among others: the payload's own retries
         self._refused += 1
         self._held.add(key)
         self.last_error = error
         now = self._clock()
+        wait = error.retry_after if error.retry_after is not None else 0.0
         if self.since is None:
             self.since = now
             self._tries = 1
-            self._next_try = now + max(self.policy.delay(1), MIN_PROBE_DELAY)
-            log.warning("%s: the platform cannot be reached (%s); its sends wait, in order, "
-                        "and are tried again with a backoff of up to %s", self.name, error,
+            self._next_try = now + max(self.policy.delay(1), wait, MIN_PROBE_DELAY)
+            log.warning("%s: %s (%s); its sends wait, in order, and are tried again with a "
+                        "backoff of up to %s", self.name, outage_reason(error), error,
                         format_delay(self.policy.max_delay))
             if self._on_change is not None:
                 self._on_change(error)
         elif probe:
             self._tries += 1
-            self._next_try = now + max(self.policy.delay(self._tries), MIN_PROBE_DELAY)
+            self._next_try = now + max(self.policy.delay(self._tries), wait, MIN_PROBE_DELAY)
         if probe:
             self._probing = False
             self._changed_now()
 
     def reached(self) -> None:
-        """A request got an answer: the platform is reachable (ends the outage, logged)."""
+        """A request got an answer other than "down": the platform works (ends the
+        outage, logged)."""
+        self._down_in_a_row = 0
         if self.since is None:
             return
         took = self._clock() - self.since

@@ -24,6 +24,7 @@ class {{ P }}Adapter(PlatformAdapter):
     channel_plugin = {{ cookiecutter.__package_name }}
     channel_name = "{{ cookiecutter.channel_name }}"
     supports_revoke = True
+    supports_chat_refusal = True
     non_message_events = ("edit", "join")
 
     def __init__(self) -> None:
@@ -79,6 +80,9 @@ class {{ P }}Adapter(PlatformAdapter):
 
     async def revoke_credentials(self) -> None:
         self.platform.revoke()
+
+    async def refuse_chat(self, chat_id: str) -> None:
+        self.platform.refuse_chat(chat_id)
 
     async def inject_own_message(self, chat_id: str, text: str) -> None:
         self.platform.inject(chat_id, text, sender_id=self.platform.bot_id)

@@ -94,6 +94,10 @@ class {{ P }}Channel(Channel):
         retry_base_delay=0.5,
     )
     receive_backoff = (0.1, 30.0)
+    # The platform's error codes about one chat, not the account (the kernel reports a
+    # send refused with one on that send and keeps the account healthy). 400 and 403
+    # answers are a chat's already; list the codes that come with other statuses.
+    recipient_error_codes = frozenset({"chat_not_found"})
     # What `chatkernel config init` writes for this channel (commented out): the keys a
     # first account needs, secrets as ${ENV_VAR} references. Keep it valid as you change
     # the account model.

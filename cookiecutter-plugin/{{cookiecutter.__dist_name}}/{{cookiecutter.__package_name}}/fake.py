@@ -114,6 +114,8 @@ class {{ P }}Platform(FakePlatform):
         self.events: list[dict[str, Any]] = []
         #: The chat of every typing indication, in order.
         self.typing: list[str] = []
+        #: Chats the bot can no longer post in (see refuse_chat).
+        self.refused_chats: set[str] = set()
         self._message_ids = itertools.count(1)
         self._event_ids = itertools.count(1)
 {%- if T == "socket" %}
@@ -155,6 +157,11 @@ class {{ P }}Platform(FakePlatform):
     def revoke(self) -> None:
         """The bot's token is revoked: every call answers 401 from now on."""
         self.token = "revoked:" + self.token
+
+    def refuse_chat(self, chat_id: str) -> None:
+        """The bot was removed from ``chat_id``: sends there answer 404 ``chat_not_found``
+        from now on (the chat's error, not the account's)."""
+        self.refused_chats.add(chat_id)
 
     def fail_next(self, *failures: int | str, retry_after: int = 1) -> None:
         """The next sends answer these, in order: an HTTP status (a 429 carries
@@ -237,6 +244,8 @@ class {{ P }}Platform(FakePlatform):
         return await self._serve(request, "send_media", dict(form), answer)
 
     def _record(self, message: SentMessage) -> web.Response:
+        if message.chat_id in self.refused_chats:
+            raise error_body(404, "chat_not_found", "Not Found: the bot is not in this chat")
         self.check_rates([(("chat", message.chat_id), 50, 1.0)])
         message.message_id = next(self._message_ids)
         self.record_sent(message)

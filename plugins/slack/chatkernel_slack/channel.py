@@ -45,6 +45,13 @@ log = logging.getLogger("chatkernel.slack")
 MB = 1024 * 1024
 #: Slack errors that mean it could not take the markup: the kernel resends as plain text.
 MARKUP_ERRORS = frozenset({"invalid_blocks", "invalid_blocks_format"})
+#: Slack errors about one conversation or one message, not the app: the channel is
+#: gone, archived or closed to the bot, a thread it cannot reply in, a message too long.
+RECIPIENT_ERRORS = frozenset({
+    "channel_not_found", "not_in_channel", "is_archived", "messages_tab_disabled",
+    "cannot_reply_to_message", "restricted_action", "restricted_action_read_only_channel",
+    "restricted_action_thread_only_channel", "restricted_action_non_threadable_channel",
+    "user_not_found", "msg_too_long", "no_text"})
 #: How long the receive loop waits before trying a refused token again.
 REFUSED_WAIT_SECONDS = 60.0
 #: Remembered per chat or thread (bounded): the last message's ts, threads the bot is in.
@@ -185,6 +192,7 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
     )
     markup = SlackMrkdwn
     secret_patterns = TOKEN_PATTERNS
+    recipient_error_codes = RECIPIENT_ERRORS
     command_prefixes = "/!"
     #: The status lasts two minutes unless the app replies: refreshing it rarely is enough.
     indicator_interval = 30.0

@@ -318,6 +318,8 @@ class FakeSlack(FakePlatform):
         self.events_retry_delays: tuple[float, ...] = (0.05, 0.1, 0.2)
         self.events_timeout = 3.0
         self._limits: dict[str, float] | None = None
+        #: Channels whose posts are refused, with Slack's error (see refuse_posts).
+        self.refused_posts: dict[str, str] = {}
         self._socket_numbers = itertools.count(1)
         self._pushed: list[tuple[int, int, dict[str, Any]]] = []
         self.app = self.add_app(mode=mode)
@@ -753,6 +755,12 @@ class FakeSlack(FakePlatform):
     def disable_limits(self) -> None:
         self._limits = None
 
+    def refuse_posts(self, channel_id: str, error: str = "channel_not_found") -> None:
+        """From now on chat.postMessage to ``channel_id`` answers ``ok: false`` with
+        ``error`` (``channel_not_found``, ``not_in_channel``, ``is_archived``), HTTP 200
+        as Slack does; its events still arrive."""
+        self.refused_posts[channel_id] = error
+
     def fail_next(self, method: str, error: str, *, times: int = 1, status: int = 200,
                   **extra: Any) -> None:
         """The next ``times`` calls of ``method`` answer ``{"ok": false, "error": error}``
@@ -908,6 +916,8 @@ class FakeSlack(FakePlatform):
         return message
 
     async def _api_chat_postMessage(self, app: App, p: dict[str, Any]) -> dict[str, Any]:
+        if p.get("channel") in self.refused_posts:
+            raise SlackError(self.refused_posts[p["channel"]])
         room = self._room(p.get("channel"))
         text = p.get("text")
         blocks = p.get("blocks")

@@ -16,6 +16,7 @@ class SlackSocketAdapter(PlatformAdapter):
     channel_plugin = chatkernel_slack
     channel_name = "slack"
     supports_revoke = True
+    supports_chat_refusal = True
     #: An edit, a deletion, a join (as a message subtype and as its own event), a reaction.
     non_message_events = ("message_changed", "message_deleted", "channel_join",
                           "member_joined_channel", "reaction_added")
@@ -67,6 +68,9 @@ class SlackSocketAdapter(PlatformAdapter):
         self.slack.inject_message(chat_id, text, user=sender_id, user_name=sender_name,
                                   thread_ts=thread_id, mention=mention)
         self._emitted(before)
+
+    async def refuse_chat(self, chat_id: str) -> None:
+        self.slack.refuse_posts(chat_id, "channel_not_found")
 
     async def inject_own_message(self, chat_id: str, text: str) -> None:
         self.slack.inject_message(chat_id, text, user=self.slack.bot_user,

@@ -160,6 +160,8 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
     )
     markup = "plain"
     secret_patterns = (TOKEN_PATTERN,)
+    #: ``ret=-2`` is one user's (quota, window, a stale context_token): theirs alone.
+    recipient_error_codes = frozenset({SEND_REFUSED})
     indicator_interval = 5.0
     receive_backoff = (2.0, 30.0)
     #: Every bot message spends the user's quota of ten: the answers get it all.
@@ -404,7 +406,7 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
         if now < peer.held_until:
             raise SendError(f"not sent: held back after WeChat refused a message "
                             f"(ret=-2: {peer.held_reason}) until the user writes again; "
-                            f"{peer.age(now)}")
+                            f"{peer.age(now)}", code=SEND_REFUSED)
         items: list[dict[str, Any]] = []
         if payload.is_media:
             if payload.caption:

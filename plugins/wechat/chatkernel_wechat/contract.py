@@ -6,7 +6,7 @@ from typing import Any
 
 import chatkernel_wechat
 from chatkernel.testing import ChannelContract, PlatformAdapter
-from chatkernel_wechat.fake import FakeILink
+from chatkernel_wechat.fake import WINDOW_MESSAGES, FakeILink
 
 TOKEN = "0a1b2c3d@im.bot:contract-token-for-tests"
 
@@ -20,12 +20,15 @@ class WeChatAdapter(PlatformAdapter):
     supports_groups = False
     supports_threads = False
     supports_revoke = True
+    #: The user's quota spent: the reply is an 11th message, refused ``ret=-2``.
+    supports_chat_refusal = True
     #: A message with no items, and one of an item type nobody reads.
     non_message_events = ("no_items", "unknown_item")
 
     def __init__(self) -> None:
         self.ilink = FakeILink(token=TOKEN, poll_timeout_ms=500)
         self._last: dict[str, Any] | None = None
+        self._spent: set[str] = set()  # users whose quota refuse_chat spent
 
     async def start(self) -> None:
         await self.ilink.__aenter__()
@@ -51,6 +54,13 @@ class WeChatAdapter(PlatformAdapter):
                      sender_name: str = "", group: bool = False, mention: bool = False,
                      thread_id: str | None = None) -> None:
         self._last = self.ilink.inject_message(sender_id, text)
+        if sender_id in self._spent:
+            # Ten bot messages went out since this message (a burst of proactive sends,
+            # not through this kernel): the reply is the eleventh.
+            self.ilink.peers[sender_id].sent_since = WINDOW_MESSAGES
+
+    async def refuse_chat(self, chat_id: str) -> None:
+        self._spent.add(chat_id)
 
     async def inject_own_message(self, chat_id: str, text: str) -> None:
         self.ilink.inject_message(chat_id, text, from_bot=True)

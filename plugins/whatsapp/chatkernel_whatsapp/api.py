@@ -28,6 +28,14 @@ RATE_LIMIT_CODES: dict[int, float] = {130429: 1.0, 131056: 6.0, 80007: 60.0, 4: 
 TOKEN_EXPIRED = 190
 OUTSIDE_WINDOW = 131047
 UNSUPPORTED_MEDIA = 131053
+#: Meta's codes about one recipient or one message, not the account (sent or in a
+#: later ``failed`` status): 131026 undeliverable (not on WhatsApp, an old app, the
+#: business blocked), 131047 the closed 24-hour window, 131049 the per-user marketing
+#: limit, 131050 the user stopped marketing messages, 131051 an unsupported message
+#: type, 131021 recipient is the sender, 131056 the pair rate, 131053 a file Meta
+#: could not take.
+RECIPIENT_CODES = frozenset({131026, 131047, 131049, 131050, 131051, 131021, 131056,
+                             131053})
 #: Meta's transient errors (an unknown error, a service hiccup): worth another try.
 TRANSIENT_CODES = frozenset({1, 2, 131000, 131016})
 

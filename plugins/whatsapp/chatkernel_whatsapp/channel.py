@@ -43,6 +43,7 @@ from chatkernel_whatsapp.api import (
     DEFAULT_API_BASE,
     DEFAULT_API_VERSION,
     OUTSIDE_WINDOW,
+    RECIPIENT_CODES,
     TOKEN_EXPIRED,
     TOKEN_PATTERN,
     UNSUPPORTED_MEDIA,
@@ -202,6 +203,7 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
     markup = WhatsAppText
     secret_patterns = (TOKEN_PATTERN,)
     delivery_statuses = True
+    recipient_error_codes = RECIPIENT_CODES
     #: The typing indicator lasts 25 s (or until the reply): refreshed before that.
     indicator_interval = 20.0
 

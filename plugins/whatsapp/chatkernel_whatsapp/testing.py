@@ -26,6 +26,8 @@ class WhatsAppAdapter(PlatformAdapter):
     supports_groups = False   # the channel serves one-to-one chats
     supports_threads = False
     supports_revoke = True
+    #: A late ``failed`` status (131026, undeliverable) for the chat's messages.
+    supports_chat_refusal = True
     #: A reaction, a status of a message sent earlier, a system message (a user
     #: changed number), a message type the Cloud API does not support.
     non_message_events = ("reaction", "status", "system", "unsupported")
@@ -116,3 +118,6 @@ class WhatsAppAdapter(PlatformAdapter):
 
     async def revoke_credentials(self) -> None:
         self.graph.revoke_token()
+
+    async def refuse_chat(self, chat_id: str) -> None:
+        self.graph.fail_delivery(chat_id)  # accepted, then a late "failed" 131026

@@ -1,0 +1,8 @@
+"""chatkernel-telegram's tests. The kit's pytest plugin gives each test a CHATKERNEL_HOME
+of its own and the asyncio backend; the contract's adapter (telegram_adapters.py) is
+shared by several test modules."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))

@@ -1,0 +1,90 @@
+"""A Bot API that answers 5xx for a while, in the middle of a burst of replies: an outage
+of the account, waited out like a refused connection, never a reason to fail a reply.
+
+These tests run in real time (a proxy answers 5xx for a window of seconds). The window
+is longer than the whole retry budget of a payload (Telegram's pacing: 400 ms, then
+800 ms), which is what lost replies before; the behaviour does not depend on how much
+longer, so the window is a few seconds rather than the 20 s of the original report, and
+the outage's probes are capped at 1 s so the test ends soon after the window."""
+
+from __future__ import annotations
+
+import anyio
+import pytest
+
+import chatkernel_telegram
+from chatkernel import Route
+from chatkernel.testing.faultproxy import FaultProxy
+from chatkernel.testing.memory import KernelHarness
+from chatkernel_telegram.fake import FakeBotAPI
+
+pytestmark = pytest.mark.anyio
+
+TOKEN = "123456:AAExampleTokenForTestsOnly_abcdefghij"
+CHATS = [100 + n for n in range(10)]
+PER_CHAT = 30
+#: Telegram's retry pacing (attempts 3, 400 ms doubling: a budget of 1.2 s), probes of
+#: an outage capped at 1 s.
+RETRY = {"attempts": 3, "base_delay_ms": 400, "max_delay_ms": 1000}
+#: Fast enough for a short test, slow enough that the burst spans the window.
+RATES = {"account": "100/s", "chat": "10/s"}
+
+
+async def send_through_an_outage(tmp_path, fault, window: float):
+    """300 replies to 10 chats; once 100 are in, the proxy applies ``fault`` for
+    ``window`` seconds. Returns the fake, the proxy, what had arrived when the fault
+    began, and every outbox status."""
+    async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api, \
+            FaultProxy(api.base_url) as proxy:
+        config = {"channels": {"telegram": {
+            "retry": RETRY, "rate_limits": RATES,
+            "accounts": {"main": {"bot_token": api.token, "api_base": proxy.url,
+                                  "allow_from": ["*"], "poll_timeout": 1}}}}}
+        async with KernelHarness(tmp_path, config=config,
+                                 plugins=[("telegram", chatkernel_telegram)]) as h:
+            account = h.kernel.accounts["telegram:main"]
+            for index in range(PER_CHAT):
+                for chat in CHATS:
+                    await h.kernel.outbound.deliver_text(
+                        account, Route("telegram", "main", str(chat)), f"{chat} #{index}",
+                        fmt="plain")
+            with anyio.fail_after(30):
+                while len(api.sent()) < 100:
+                    await anyio.sleep(0.01)
+            before = len(api.sent())
+            fault(proxy)
+            await anyio.sleep(window)
+            proxy.recover()
+            with anyio.fail_after(60):
+                await h.kernel.outbox.wait_idle()
+            await h.kernel.store.flush()
+            statuses = [status for (status,) in h.kernel.store._run(
+                "SELECT status FROM outbox").fetchall()]
+            failing = account.runtime.send_failing_since
+        return api, proxy, before, statuses, failing
+
+
+def assert_every_reply_arrived_once_in_order(api, statuses):
+    assert statuses == ["sent"] * len(CHATS) * PER_CHAT
+    for chat in CHATS:
+        assert api.texts(chat_id=chat) == [f"{chat} #{index}" for index in range(PER_CHAT)]
+
+
+@pytest.mark.parametrize("status", [502, 503])
+async def test_a_5xx_outage_longer_than_the_retries_loses_no_reply_in_real_time(
+        tmp_path, status):
+    api, proxy, before, statuses, failing = await send_through_an_outage(
+        tmp_path, lambda proxy: proxy.fail(status), window=3.0)
+    assert before < len(CHATS) * PER_CHAT  # the outage came in the middle of the burst
+    assert proxy.failed > 0
+    assert_every_reply_arrived_once_in_order(api, statuses)
+    assert failing is None  # its sends count as working again
+
+
+async def test_429s_without_retry_after_are_an_outage_too_in_real_time(tmp_path):
+    api, proxy, before, statuses, _ = await send_through_an_outage(
+        tmp_path, lambda proxy: proxy.fail(429, body=b'{"ok": false, "error_code": 429, '
+                                                      b'"description": "Too Many Requests"}'),
+        window=2.0)
+    assert before < len(CHATS) * PER_CHAT and proxy.failed > 0
+    assert_every_reply_arrived_once_in_order(api, statuses)
