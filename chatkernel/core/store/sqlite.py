@@ -895,8 +895,8 @@ class SQLiteStore(Store):
                               "lost", self.path, len(kept), error)
             elif kept and self._rewrite(kept, error):
                 if self._commit_failures == 1:
-                    log.warning("%s: %s; its %d write(s) are kept and the commit is tried "
-                                "again until it goes through", self.path, error, len(kept))
+                    log.warning("%s; its %d write(s) are kept and the commit is tried again "
+                                "until it goes through", error, len(kept))
                 self._retry_commit(loop)
         elif self._failing_since is not None:
             log.info("%s: committed after %d failed attempt(s) over %.1f s; nothing was "
