@@ -184,4 +184,5 @@ async def test_a_gateway_whose_disk_fills_while_it_runs_loses_no_reply_and_keeps
         notes = store._run("SELECT text FROM session_log WHERE role = 'notification'"
                            ).fetchall()
         assert notes == []  # nothing was reported failed: nothing failed
+        assert not h.kernel.accounts["memory:main"].runtime.recent_failures
     assert refusals > 0  # the disk did refuse messages meanwhile
