@@ -765,7 +765,9 @@ def health(as_json: bool, timeout_ms: int, verbose: bool, config_file: str | Non
     info, answer, error = _ask_gateway(
         "/control/health", {"live": verbose, "timeout_ms": timeout_ms,
                             "client": _client("health")},
-        timeout_ms / 1000 + 1)
+        # The probes take up to the timeout; the snapshot's store reads up to a second
+        # more (health.store_timeout_ms) when the store hangs.
+        timeout_ms / 1000 + 2)
     redact = _redactor(raw, info)
     if answer is None:
         if as_json:

@@ -86,6 +86,38 @@ def fail_next_commit() -> Callable[[object], None]:
     return arm
 
 
+class FullDisk:
+    """Every COMMIT of an SQLite store fails while ``full`` is set, as a full disk makes
+    it (SQLite then rolls the transaction back, which the store does here)."""
+
+    def __init__(self, store) -> None:
+        import sqlite3
+
+        self.full = True
+        self.failed = 0
+        original = store._conn
+        disk = self
+
+        class Connection:
+            def __getattr__(self, name):
+                return getattr(original, name)
+
+            def execute(self, sql, *args):
+                if sql == "COMMIT" and disk.full:
+                    disk.failed += 1
+                    raise sqlite3.OperationalError("database or disk is full")
+                return original.execute(sql, *args)
+
+        store._conn = Connection()
+
+
+@pytest.fixture
+def full_disk() -> Callable[[object], FullDisk]:
+    """``disk = full_disk(store)``: the store's commits fail until ``disk.full = False``
+    (a real full disk: tests/test_disk_full.py)."""
+    return FullDisk
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     """The kernel runs on asyncio (aiohttp needs it), so async tests do too."""

@@ -296,6 +296,9 @@ class HealthConfig(Section):
 
     probe_timeout_ms: int = Field(10_000, gt=0)
     refresh_seconds: float = Field(60, gt=0)  # background probes for the cached snapshot
+    #: Each read of the store a snapshot makes (a hung store makes the snapshot red,
+    #: it does not hold it up).
+    store_timeout_ms: int = Field(1_000, gt=0)
 
 
 class PresenceConfig(Section):

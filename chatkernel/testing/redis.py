@@ -5,7 +5,8 @@ The fixture (session-scoped, from the test kit's pytest plugin) starts one
 yields its URL (``redis://127.0.0.1:PORT/0``); ``redis_prefix`` gives each test
 a key prefix of its own, so tests sharing the server never see each other's
 keys. A test that stops and restarts the server (a lost connection) makes its
-own ``RedisServer``.
+own ``RedisServer``; one that makes it hang (a stopped process: connections
+open, nothing answered) uses ``RedisServer.paused()``.
 
 The server persists to an append-only file with ``appendfsync everysec``: a
 restart (``RedisServer.restart``) keeps every write, since Redis writes each
@@ -21,6 +22,7 @@ rather than skipping the tests.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -133,6 +135,19 @@ class RedisServer:
     def restart(self) -> str:
         self.stop()
         return self.start()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop the server with SIGSTOP for the block: it hangs (connections stay open,
+        nothing is answered) until SIGCONT, which comes after the block whatever happens."""
+        process = self.process
+        if process is None:
+            raise RuntimeError("the server is not running")
+        process.send_signal(signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            process.send_signal(signal.SIGCONT)
 
     def close(self) -> None:
         """Stop it and remove its directory (if it made it)."""

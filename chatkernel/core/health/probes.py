@@ -26,12 +26,13 @@ alone, for ``chatkernel status`` when no gateway runs.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 from pydantic import BaseModel, ConfigDict
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("chatkernel.health")
 
 RECENT_SESSIONS = 5
+
+T = TypeVar("T")
 
 
 # -- probes ---------------------------------------------------------------------------------
@@ -455,6 +458,10 @@ class Health:
     def probe_timeout(self) -> float:
         return self.kernel.config.health.probe_timeout_ms / 1000
 
+    @property
+    def store_timeout(self) -> float:
+        return self.kernel.config.health.store_timeout_ms / 1000
+
     async def probe(self, accounts: Iterable[Account] | None = None, *,
                     timeout: float | None = None) -> dict[str, ProbeResult]:
         """Probe accounts (all by default) side by side, each within ``timeout`` seconds;
@@ -571,7 +578,8 @@ class Health:
             self.refreshed_at = self.clock()
         now = self.clock()
         store = self.store.info()
-        cluster = await self._cluster_info(store, now) if kernel.cluster is not None else None
+        reads = _StoreReads(store, self.store_timeout, now, shared=kernel.cluster is not None)
+        cluster = await self._cluster_info(reads) if kernel.cluster is not None else None
         holders = {lease.name: lease.holder for lease in cluster.leases} if cluster else {}
         channels: dict[str, ChannelSnapshot] = {}
         for name, account_name, enabled, raw in configured_accounts(kernel.config):
@@ -588,7 +596,8 @@ class Health:
                 if not holder:
                     entry.ok, entry.problems = False, ["no instance owns this account"]
             elif account is not None:
-                credentials_at = await _credentials_at(kernel.store, name, account_name)
+                credentials_at = await reads(functools.partial(
+                    _credentials_at, kernel.store, name, account_name))
                 entry = self.account_snapshot(account, now, credentials_at)
             else:
                 entry = AccountSnapshot(
@@ -598,16 +607,14 @@ class Health:
                                                            _raw_monitor_override(raw))))
             channels.setdefault(name, ChannelSnapshot(ok=None, accounts={})) \
                 .accounts[account_name] = entry
-        ok, problems = _finish(channels, judged=True, store=store)
         queue = kernel.queue
         running = sum(1 for lane in queue.lanes.values() if lane.active)
         summary = SessionSummary(running_turns=running, queued_messages=queue.depth())
         if sessions:
-            try:
-                summary = await session_summary(kernel.store, now, queued=queue.depth(),
-                                                running_turns=running)
-            except StoreError:  # the store is down: said under "store", the rest shown
-                pass
+            summary = await reads(functools.partial(
+                session_summary, kernel.store, now, queued=queue.depth(),
+                running_turns=running)) or summary
+        ok, problems = _finish(channels, judged=True, store=store)  # after the store's reads
         started_at = kernel.started_at
         gateway = GatewayInfo(reachable=True, pid=os.getpid(), url=kernel.url,
                               instance_id=kernel.presence.own.instance_id,
@@ -620,21 +627,59 @@ class Health:
             cluster=cluster, presence=[entry.as_dict() for entry in kernel.presence.entries()],
             problems=problems)
 
-    async def _cluster_info(self, store: StoreInfo, now: float) -> ClusterInfo | None:
-        """The shared store's instances and leases; marks ``store`` unreachable (red)
-        when it does not answer."""
+    async def _cluster_info(self, reads: "_StoreReads") -> ClusterInfo | None:
+        """The shared store's instances and leases; marks the snapshot's store
+        unreachable (red) when it does not answer, or not in time."""
         cluster = self.kernel.cluster
         assert cluster is not None
-        try:
+        store = reads.info
+
+        async def ping_and_read() -> dict[str, Any]:
             store.round_trip_ms = round(await cluster.shared.ping() * 1000, 2)
-            overview = await cluster.overview()
-        except Exception as exc:
-            store.reachable = store.ok = False
-            store.last_error, store.last_error_at = str(exc) or type(exc).__name__, now
+            return await cluster.overview()
+
+        overview = await reads(ping_and_read, errors=Exception)
+        if overview is None:
             return ClusterInfo(holder=cluster.holder, lease_seconds=cluster.ttl)
         store.reachable = True
-        return cluster_info(overview["instances"], overview["leases"], now,
+        return cluster_info(overview["instances"], overview["leases"], reads.now,
                             holder=cluster.holder, lease_seconds=cluster.ttl)
+
+
+class _StoreReads:
+    """A snapshot's reads of the store, each within ``timeout`` seconds. One that fails
+    or does not answer in time makes the snapshot's store red (``unreachable`` for a
+    shared store) and the rest are skipped: a hung store costs a snapshot one timeout,
+    not one per read, and the snapshot still answers."""
+
+    def __init__(self, info: StoreInfo, timeout: float, now: float, *, shared: bool) -> None:
+        self.info = info
+        self.timeout = timeout
+        self.now = now
+        self.shared = shared
+        self.down = False
+
+    async def __call__(self, read: Callable[[], Awaitable[T]], *,
+                       errors: type[Exception] | tuple[type[Exception], ...] = StoreError
+                       ) -> T | None:
+        if self.down:
+            return None
+        try:
+            with anyio.fail_after(self.timeout):
+                return await read()
+        except TimeoutError:
+            self._failed(f"no answer within {self.timeout:g} s")
+        except errors as exc:
+            self._failed(str(exc) or type(exc).__name__)
+        return None
+
+    def _failed(self, reason: str) -> None:
+        info = self.info
+        self.down = True
+        info.ok = False
+        if self.shared:
+            info.reachable = False
+        info.last_error, info.last_error_at = reason, self.now
 
 
 async def _credentials_at(store: "Store", channel: str, account: str) -> float | None:

@@ -30,6 +30,18 @@ those tables, and any other status for the same row, writes or drops them
 first. A mark for a row that does not exist is not an error then: it changes
 nothing.
 
+A failed commit (a full disk) loses nothing the gateway has acted on. The
+store keeps the statements of the open transaction; when its COMMIT fails
+(SQLite then rolls the whole transaction back), it writes them again into a
+new transaction and tries the commit again, :data:`RETRY_FIRST` later, then
+doubling up to :data:`RETRY_MAX`, until it goes through: the writes keep their
+order and their ids, and whoever waits for them (a durable ``sending`` mark, a
+``flush``) waits on. Only the journal entries of the failed transaction are
+dropped and raised to their callers: a message not journaled is not
+acknowledged, so its platform sends it again (see ``journal_inbound``).
+``on_commit`` is told of every failed attempt and of the commit that went
+through, so health is red exactly while commits fail.
+
 Durability. The database runs in WAL mode with ``synchronous = NORMAL``: once
 ``journal_inbound`` returns, the message survives a crash of the process (an exception, ``kill
 -9``, the OOM killer), because the commit is in the operating system's
@@ -119,6 +131,9 @@ COMMIT_INTERVAL: float = 0.002
 CHECKPOINT_INTERVAL: float = 1.0
 #: The most ids one coalesced mark statement takes (see "Coalesced marks").
 MARKS_PER_STATEMENT = 64
+#: How soon, then how seldom at most, a failed commit is tried again (doubling).
+RETRY_FIRST: float = 0.1
+RETRY_MAX: float = 2.0
 
 
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
@@ -472,7 +487,10 @@ class SQLiteStore(Store):
         # Group commit: whether one is scheduled, and the futures of those waiting
         # for it (each caller's own, so a cancelled caller cancels only its wait).
         self._commit_scheduled = False
+        self._commit_handle: asyncio.Handle | None = None
         self._commit_waiters: list[asyncio.Future[None]] = []
+        # journal_inbound's waiters: a failed commit drops their entries and tells them.
+        self._journal_waiters: list[asyncio.Future[None]] = []
         self._commit_callbacks: list[Callable[[Exception | None], None]] = []
         self._writer: sqlite3.Cursor | None = None  # see _write
         self._last_commit = -math.inf
@@ -480,20 +498,12 @@ class SQLiteStore(Store):
         self._sending_marks: set[int] = set()
         self._sent_marks: set[int] = set()
         self._done_marks: set[int] = set()
-        # `sent` marks written in the open transaction: a failed commit puts them back
-        # (see _commit).
-        self._sent_uncommitted: set[int] = set()
-        # Outbox rows inserted in the open transaction, and those a failed commit lost:
-        # a durable mark of a lost row raises rather than let its payload go out
-        # unrecorded.
-        self._outbox_inserted: list[int] = []
-        self._outbox_lost: set[int] = set()
-        # A rolled-back insert also rolls back its id's AUTOINCREMENT high-water mark,
-        # and the next insert would get that id again: after a failed commit the mark
-        # is put back to the highest id ever handed out (see _reserve_outbox_ids).
-        self._outbox_highest = 0
-        self._outbox_resequence = False  # the mark must be put back
-        self._outbox_resequenced = False  # ...and is, in the open transaction
+        # The statements of the open transaction, in order: written again after a
+        # failed commit (see "A failed commit" in the module's docstring).
+        self._redo: list[tuple[str, Sequence[Any]]] = []
+        # Failed commits in a row, and since when (the loop's clock).
+        self._commit_failures = 0
+        self._failing_since: float | None = None
         # Background WAL checkpoints (see CHECKPOINT_INTERVAL): their own connection,
         # used only by the one checkpoint running at a time.
         self._checkpointer: sqlite3.Connection | None = None
@@ -673,7 +683,7 @@ class SQLiteStore(Store):
 
     async def _close(self) -> None:
         if self._conn is not None and not self.read_only:
-            self._commit()
+            self._commit(final=True)
         if self._checkpointing is not None:
             await asyncio.shield(self._checkpointing)
         checkpointer, self._checkpointer = self._checkpointer, None
@@ -779,9 +789,18 @@ class SQLiteStore(Store):
         if not db.in_transaction:  # type: ignore[union-attr]
             db.execute("BEGIN")  # type: ignore[union-attr]
         try:
-            cursor.execute(sql, params)
-        except UnicodeEncodeError:  # a lone surrogate: store U+FFFD rather than fail
-            cursor.execute(sql, _clean(params))
+            try:
+                cursor.execute(sql, params)
+            except UnicodeEncodeError:  # a lone surrogate: store U+FFFD rather than fail
+                params = _clean(params)
+                cursor.execute(sql, params)
+        except sqlite3.Error as exc:
+            # This statement failed (its caller is told). SQLite may have rolled back
+            # the whole transaction with it (a full disk): write the others again.
+            if not db.in_transaction and self._redo:  # type: ignore[union-attr]
+                self._rewrite(self._redo, StoreError(f"{self.path}: {exc}"))
+            raise
+        self._redo.append((sql, params))
         if not self._commit_scheduled:
             self._schedule_commit()
         return cursor
@@ -795,9 +814,9 @@ class SQLiteStore(Store):
         # than several inserts).
         delay = self._last_commit + COMMIT_INTERVAL - loop.time()
         if delay > 0:
-            loop.call_later(delay, self._commit)
+            self._commit_handle = loop.call_later(delay, self._commit)
         else:
-            loop.call_soon(self._commit)
+            self._commit_handle = loop.call_soon(self._commit)
 
     def _mark(self, marks: set[int], row_id: int) -> None:
         """Coalesce a ``sending`` / ``sent`` / ``done`` mark into the next commit."""
@@ -813,19 +832,32 @@ class SQLiteStore(Store):
         if not sending and not sent and not done:
             return
         self._sending_marks, self._sent_marks, self._done_marks = set(), set(), set()
-        self._sent_uncommitted |= sent
         db = self._db
         if not db.in_transaction:
             db.execute("BEGIN")
         now = time.time()
-        for status, marked in (("sending", sending), ("sent", sent)):
-            for ids in _chunks(marked):
-                db.execute(f"UPDATE outbox SET status = '{status}', error = NULL,"
-                           f" updated_at = ? WHERE id IN ({_placeholders(len(ids))})",
-                           (now, *ids))
-        for seqs in _chunks(done):
-            db.execute("UPDATE inbound_journal SET status = 'done'"
-                       f" WHERE seq IN ({_placeholders(len(seqs))})", seqs)
+        redo = self._redo
+        try:
+            for status, marked in (("sending", sending), ("sent", sent)):
+                for ids in _chunks(marked):
+                    sql = (f"UPDATE outbox SET status = '{status}', error = NULL,"
+                           f" updated_at = ? WHERE id IN ({_placeholders(len(ids))})")
+                    db.execute(sql, (now, *ids))
+                    redo.append((sql, (now, *ids)))
+            for seqs in _chunks(done):
+                sql = ("UPDATE inbound_journal SET status = 'done'"
+                       f" WHERE seq IN ({_placeholders(len(seqs))})")
+                db.execute(sql, seqs)
+                redo.append((sql, seqs))
+        except sqlite3.Error as exc:
+            # Kept for the next commit (writing a mark twice changes nothing); the
+            # transaction's other writes are made again if SQLite rolled them back.
+            self._sending_marks |= sending
+            self._sent_marks |= sent
+            self._done_marks |= done
+            if not db.in_transaction and self._redo:
+                self._rewrite(self._redo, StoreError(f"{self.path}: {exc}"))
+            raise StoreError(f"{self.path}: writing status marks failed: {exc}") from exc
 
     async def _committed(self) -> None:
         """Wait for the commit of this loop turn's writes (scheduled once per turn)."""
@@ -837,6 +869,13 @@ class SQLiteStore(Store):
         await it inline rather than through _committed: a coroutine less a wait.)"""
         waiter = asyncio.get_running_loop().create_future()
         self._commit_waiters.append(waiter)
+        return waiter
+
+    def _journal_waiter(self) -> asyncio.Future[None]:
+        """A waiter for the commit of journal entries: a failed commit drops them, and
+        raises to this waiter rather than trying them again (see journal_inbound)."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._journal_waiters.append(waiter)
         return waiter
 
     def after_commit(self, callback: Callable[[Exception | None], None]) -> None:
@@ -880,11 +919,18 @@ class SQLiteStore(Store):
             # Not fatal: the WAL keeps everything; the next checkpoint tries again.
             log.warning("%s: WAL checkpoint failed: %s", self.path, future.exception())
 
-    def _commit(self) -> StoreError | None:
-        """Commit the open transaction and wake its waiters; returns the error, if any."""
+    def _commit(self, *, final: bool = False) -> StoreError | None:
+        """Commit the open transaction and wake its waiters; returns the error, if any.
+
+        A failed commit is tried again later with the same writes, save its journal
+        entries (see the module's docstring); ``final`` (closing): it is not, and
+        what it carried is lost, which is logged.
+        """
         scheduled, self._commit_scheduled = self._commit_scheduled, False
-        waiters, self._commit_waiters = self._commit_waiters, []
-        callbacks, self._commit_callbacks = self._commit_callbacks, []
+        handle, self._commit_handle = self._commit_handle, None
+        if handle is not None:
+            handle.cancel()  # a commit now makes the one scheduled needless
+        journal_waiters, self._journal_waiters = self._journal_waiters, []
         loop = asyncio.get_running_loop()  # always called on the loop: a callback or a method
         if scheduled:
             self._last_commit = loop.time()
@@ -895,29 +941,48 @@ class SQLiteStore(Store):
                 self._write_marks()
             if conn is not None and conn.in_transaction:
                 conn.execute("COMMIT")
-        except sqlite3.Error as exc:
+        except (sqlite3.Error, StoreError) as exc:
             with contextlib.suppress(sqlite3.Error):
-                conn.execute("ROLLBACK")  # type: ignore[union-attr]
-            error = StoreError(f"{self.path}: commit failed: {exc}")
-            # A `sent` mark is for a row committed `sending` before its request left:
-            # it goes with the next commit (lost, the row would read "delivery
-            # unknown" after a restart). Every other write of the transaction is gone.
-            self._sent_marks |= self._sent_uncommitted
-            if self._outbox_inserted:
-                self._outbox_lost.update(self._outbox_inserted)
-                self._outbox_highest = max(self._outbox_highest, *self._outbox_inserted)
-                self._outbox_resequence = True
-        else:
-            if self._outbox_resequenced:
-                self._outbox_resequence = False
-        self._outbox_resequenced = False
-        self._sent_uncommitted = set()
-        self._outbox_inserted = []
+                if conn.in_transaction:  # type: ignore[union-attr]
+                    conn.execute("ROLLBACK")  # type: ignore[union-attr]
+            reason = exc.__cause__ if isinstance(exc, StoreError) else exc
+            error = StoreError(f"{self.path}: commit failed: {reason}")
+        redo, self._redo = self._redo, []
+        if error is not None:
+            self._commit_failures += 1
+            if self._failing_since is None:
+                self._failing_since = loop.time()
+            # The journal entries are refused (their callers are told, their platforms
+            # send them again); everything else is written again and kept waiting.
+            kept = [statement for statement in redo if statement[0] is not self._JOURNAL_INSERT]
+            if final:
+                if kept:
+                    log.error("%s: closed with %d write(s) not committed (%s): they are "
+                              "lost", self.path, len(kept), error)
+            elif kept and self._rewrite(kept, error):
+                if self._commit_failures == 1:
+                    log.warning("%s; its %d write(s) are kept and the commit is tried again "
+                                "until it goes through", error, len(kept))
+                self._retry_commit(loop)
+        elif self._failing_since is not None:
+            log.info("%s: committed after %d failed attempt(s) over %.1f s; nothing was "
+                     "lost", self.path, self._commit_failures, loop.time() - self._failing_since)
+            self._commit_failures, self._failing_since = 0, None
+        for waiter in journal_waiters:
+            if not waiter.done():
+                if error is None:
+                    waiter.set_result(None)
+                else:
+                    waiter.set_exception(error)
         if self.on_commit is not None and (scheduled or error is not None):
             try:
                 self.on_commit(error)
             except Exception:
                 log.exception("%s: the commit observer failed", self.path)
+        if error is not None and self._commit_scheduled:
+            return error  # its other waiters wait for the commit tried again
+        waiters, self._commit_waiters = self._commit_waiters, []
+        callbacks, self._commit_callbacks = self._commit_callbacks, []
         for callback in callbacks:
             try:
                 callback(error)
@@ -934,8 +999,36 @@ class SQLiteStore(Store):
             self._start_checkpoint(loop)
         return error
 
+    def _rewrite(self, statements: list[tuple[str, Sequence[Any]]], error: StoreError) -> bool:
+        """Write ``statements`` again in a new transaction, after SQLite rolled theirs
+        back; they keep their effects and ids (the database is as before them). False
+        if they could not be: they are lost then, which is logged."""
+        db = self._db
+        try:
+            if not db.in_transaction:
+                db.execute("BEGIN")
+            for sql, params in statements:
+                db.execute(sql, params)
+        except sqlite3.Error as exc:
+            with contextlib.suppress(sqlite3.Error):
+                if db.in_transaction:
+                    db.execute("ROLLBACK")
+            self._redo = []
+            log.error("%s: %d write(s) could not be made again after %s (%s): they are "
+                      "lost", self.path, len(statements), error, exc)
+            return False
+        self._redo = list(statements)
+        return True
+
+    def _retry_commit(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Schedule the next attempt of a failed commit, with backoff."""
+        delay = min(RETRY_FIRST * 2 ** (self._commit_failures - 1), RETRY_MAX)
+        self._commit_scheduled = True
+        self._commit_handle = loop.call_later(delay, self._commit)
+
     # -- inbound journal -------------------------------------------------------------------
 
+    #: Told apart by identity after a failed commit, whose journal entries are dropped.
     _JOURNAL_INSERT = (
         "INSERT INTO inbound_journal (channel, account, message_id, message, status, received_at)"
         " VALUES (?, ?, ?, ?, 'received', ?)"
@@ -946,8 +1039,8 @@ class SQLiteStore(Store):
             message.channel, message.account, message.message_id, encode_message(message),
             time.time()))
         seq = cursor.lastrowid if cursor.rowcount == 1 else None
-        if self._commit_scheduled:
-            await self._commit_waiter()
+        if self._commit_scheduled:  # also for a duplicate: its first may be in this commit
+            await self._journal_waiter()
         return seq
 
     async def journal_inbound_many(self, messages: list[InboundMessage]) -> list[int | None]:
@@ -996,8 +1089,6 @@ class SQLiteStore(Store):
                          finish_journal: list[int] | tuple[int, ...] = ()) -> list[int]:
         now = time.time()
         ids = []
-        if self._outbox_resequence and not self._outbox_resequenced:
-            self._reserve_outbox_ids()
         for entry in entries:
             cursor = self._write(
                 "INSERT INTO outbox (reply_id, session_key, session_id, channel, account, route,"
@@ -1009,7 +1100,6 @@ class SQLiteStore(Store):
             entry.id = cursor.lastrowid  # type: ignore[assignment]
             entry.created_at = now
             ids.append(entry.id)
-        self._outbox_inserted += ids
         for seq in finish_journal:  # no await since the inserts: one transaction
             self._mark(self._done_marks, seq)
         return ids
@@ -1022,16 +1112,11 @@ class SQLiteStore(Store):
         # The latest status of a row wins over a coalesced one not written yet.
         self._sending_marks.discard(entry_id)
         self._sent_marks.discard(entry_id)
-        self._sent_uncommitted.discard(entry_id)
-        if durable and entry_id in self._outbox_lost:
-            raise self._lost(entry_id)
         if status in ("sending", "sent") and error is None:
             self._mark(self._sending_marks if status == "sending" else self._sent_marks,
                        entry_id)
             if durable:
                 await self._committed()
-                if entry_id in self._outbox_lost:  # its insert was in that commit
-                    raise self._lost(entry_id)
             return
         cursor = self._write("UPDATE outbox SET status = ?, error = ?, updated_at = ?"
                              " WHERE id = ?", (status, error, time.time(), entry_id))
@@ -1039,19 +1124,6 @@ class SQLiteStore(Store):
             raise KeyError(f"no outbox entry with id {entry_id}")
         if durable:
             await self._committed()
-
-    def _reserve_outbox_ids(self) -> None:
-        """Never hand out an outbox id twice: after a failed commit, the in-memory
-        entries of the lost rows still carry their ids."""
-        highest = self._outbox_highest
-        cursor = self._write("UPDATE sqlite_sequence SET seq = max(seq, ?) WHERE name = 'outbox'",
-                             (highest,))
-        if cursor.rowcount == 0:  # no row committed yet: no mark either
-            self._write("INSERT INTO sqlite_sequence (name, seq) VALUES ('outbox', ?)", (highest,))
-        self._outbox_resequenced = True
-
-    def _lost(self, entry_id: int) -> StoreError:
-        return StoreError(f"{self.path}: outbox entry {entry_id} was lost with a failed commit")
 
     async def outbox_sent_as(self, entry_id: int, platform_id: str) -> None:
         self._write("UPDATE outbox SET platform_id = ? WHERE id = ?", (platform_id, entry_id))
