@@ -207,7 +207,8 @@ async def test_a_problem_is_reported_at_once_a_passing_failure_only_when_it_repe
     # A passing failure (the platform's 502) once: a warning, no problem.
     await channel.send_script.send(PlatformError("Bad Gateway", status=502))
     await channel.send_script.send(Polled([]))
-    await until(lambda: len(channel.polls_seen) == 4, "two more polls")
+    # At least: with both answers queued, the loop may already wait in its fifth poll.
+    await until(lambda: len(channel.polls_seen) >= 4, "two more polls")
     assert channel.problems == ["token rejected", None]
     assert "poll failed: Bad Gateway" in caplog.text
     # Twice in a row: reported, and cleared by the next answer.
