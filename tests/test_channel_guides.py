@@ -103,20 +103,27 @@ class Pasted:
 
 def paste(guide: str, tmp_path: Path) -> Pasted:
     """Run the guide's block as one bash script; fail if it overruns or leaves a process."""
-    block = localized(shell_block(GUIDES / guide))
+    return paste_block(shell_block(GUIDES / guide), tmp_path)
+
+
+def paste_block(block: str, tmp_path: Path, *, path: tuple[Path, ...] = (),
+                cwd: Path = ROOT) -> Pasted:
+    """Run ``block`` as one bash script in ``cwd``, with ``path`` first on PATH."""
+    block = localized(block)
     env = {key: value for key, value in os.environ.items() if not key.startswith("CHATKERNEL_")}
     # A shell outside the venv: a bare `python` or `chatkernel` is not the venv's.
-    env["PATH"] = ":".join(part for part in env.get("PATH", "/usr/bin:/bin").split(":")
-                           if part and Path(part) != Path(BIN))
+    env["PATH"] = ":".join([*map(str, path), *(
+        part for part in env.get("PATH", "/usr/bin:/bin").split(":")
+        if part and Path(part) != Path(BIN))])
     env.pop("VIRTUAL_ENV", None)
     temp = tmp_path / "tmp"
-    temp.mkdir()
+    temp.mkdir(parents=True)
     env["TMPDIR"] = str(temp)
     # Output to files, not pipes: a process the block leaves running would hold a pipe
     # open, and the block's end would not be seen.
     out, err = tmp_path / "stdout", tmp_path / "stderr"
     with open(out, "w") as stdout, open(err, "w") as stderr:
-        shell = subprocess.Popen(["bash", "-c", block], cwd=ROOT, env=env, stdout=stdout,
+        shell = subprocess.Popen(["bash", "-c", block], cwd=cwd, env=env, stdout=stdout,
                                  stderr=stderr, start_new_session=True)  # a group, to clean up
     try:
         shell.wait(timeout=TIMEOUT)
