@@ -753,23 +753,42 @@ def _diagnosis(path, raw, config, config_error, snapshot, counts) -> dict[str, A
               help="How long each probe, and the gateway, may take.")
 @click.option("--verbose", "-v", is_flag=True,
               help="Probe every account now (live), and show every detail.")
+@click.option("--wait", "wait", type=click.FloatRange(min=0), is_flag=False, flag_value=30.0,
+              default=None, metavar="[SECONDS]",
+              help="Wait until the gateway answers and is ready (every account healthy and "
+                   "through to its platform), at most SECONDS (default 30).")
 @config_option
-def health(as_json: bool, timeout_ms: int, verbose: bool, config_file: str | None) -> None:
+def health(as_json: bool, timeout_ms: int, verbose: bool, wait: float | None,
+           config_file: str | None) -> None:
     """The running gateway's health snapshot.
 
     Cached probe results by default (refreshed every minute), live probes with
-    --verbose. Exit status: 0 healthy; 1 an account is unhealthy (a probe failed or
-    timed out, a loop failed or is paused); 3 no gateway answered.
+    --verbose. With --wait, first waits for a gateway that is starting (for scripts:
+    `chatkernel run &` then `chatkernel health --wait`). Exit status: 0 healthy; 1 an
+    account is unhealthy (a probe failed or timed out, a loop failed or is paused); 3
+    no gateway answered (within --wait).
     """
+    import time
+
     _, raw, _, _ = _read_config_quietly(config_file)
-    info, answer, error = _ask_gateway(
-        "/control/health", {"live": verbose, "timeout_ms": timeout_ms,
-                            "client": _client("health")},
-        # The probes take up to the timeout; the snapshot's store reads up to a second
-        # more (health.store_timeout_ms) when the store hangs.
-        timeout_ms / 1000 + 2)
+    body = {"live": verbose, "timeout_ms": timeout_ms, "client": _client("health")}
+    # The probes take up to the timeout; the snapshot's store reads up to a second more
+    # (health.store_timeout_ms) when the store hangs.
+    # While waiting, the cached probes (live ones would call the platforms 5 times a
+    # second); the last answer is probed live when --verbose asks for it.
+    waiting = {**body, "live": False}
+    deadline = time.monotonic() + (wait or 0)
+    while wait is not None:
+        info, answer, error = _ask_gateway("/control/health", waiting, timeout_ms / 1000 + 2)
+        if (answer is not None and _ready(answer)) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+    if wait is None or (verbose and answer is not None):
+        info, answer, error = _ask_gateway("/control/health", body, timeout_ms / 1000 + 2)
     redact = _redactor(raw, info)
     if answer is None:
+        if wait is not None:
+            error = f"no gateway answered within {wait:g} s (last: {error})"
         if as_json:
             _print({"ok": False, "gateway": {"reachable": False, "error": error}}, None,
                    redact, True)
@@ -780,7 +799,23 @@ def health(as_json: bool, timeout_ms: int, verbose: bool, config_file: str | Non
 
     _print(answer, None if as_json else render_health(answer, verbose=verbose), redact,
            as_json)
+    if wait is not None and answer.get("ok") and not _ready(answer):
+        click.echo(f"not ready after {wait:g} s: an account has not reached its platform "
+                   "yet", err=True)
+        sys.exit(EXIT_UNHEALTHY)
     sys.exit(0 if answer.get("ok") else EXIT_UNHEALTHY)
+
+
+def _ready(snapshot: dict[str, Any]) -> bool:
+    """Healthy, and every enabled account through to its platform: its loop heard from
+    it, or its probe passed (an account still ``starting`` may not have reached it)."""
+    from chatkernel.core.health.report import accounts_of
+
+    if not snapshot.get("ok"):
+        return False
+    return all(account.get("state") != "starting" or (account.get("probe") or {}).get("ok")
+               for account in accounts_of(snapshot)
+               if account.get("enabled", True) and account.get("ok") is not None)
 
 
 @cli.group()

@@ -1,23 +1,14 @@
-"""Each channel guide's "Developing offline" commands, run as written:
-a throwaway CHATKERNEL_HOME, the venv's binaries, the config the guide shows validated,
-the dev server and the gateway as processes, and the platform's "unknown recipient"
-error rehearsed. A guide that stops working as written fails here.
+"""Each channel guide's "Developing offline" block, run as a person pastes it: the whole
+block as one bash script, in a shell outside the venv, with nothing between its lines
+to wait or to stop what it starts. So the block itself must wait for the dev server and
+the gateway, and stop every process it started: one it leaves running fails the test
+(and is then stopped).
 
-The guide's shell block runs the way a person pastes it into a shell. It is read line by line (a ``<<'EOF'`` heredoc is one command with its body):
-
-- ``export NAME=VALUE`` sets NAME for the lines after it (VALUE expanded by bash);
-- a command ending in ``&`` starts in the background, as a shell job; the runner waits
-  until the port it names (``--port N``, ``--listen HOST:N``) takes connections, and
-  ends it (SIGTERM) at the end;
-- ``wait`` (``wait %N``) waits for the last background job to end by itself;
-- ``kill %...`` is left to the end, when every job is stopped anyway;
-- anything else runs in bash, must exit 0 unless the test expects otherwise, and its
-  output is kept.
-
-Every command runs from the repository root, with ``.venv/bin/`` meaning the running
-interpreter's directory (the repository's venv under ./scripts/test), and with the
-guide's ports (``--port N``, ``127.0.0.1:N``) each replaced by a free one, so that a
-test never needs a fixed port. Every wait is bounded.
+Only two things differ from a person's shell: ``.venv/bin/`` is the running
+interpreter's directory (the repository's venv under ./scripts/test), and the guide's
+ports (``--port N``, ``127.0.0.1:N``) are each replaced by a free one, so that a test
+never needs a fixed port. ``mktemp -d`` makes the throwaway home under the test's own
+temporary directory. The run is bounded (:data:`TIMEOUT`).
 """
 
 from __future__ import annotations
@@ -25,23 +16,28 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = str(Path(sys.executable).parent)
+GUIDES = ROOT / "docs" / "channels"
+HEADING = "## Developing offline"
 _PORT = re.compile(r"(?:--port |127\.0\.0\.1:)(\d{4,5})\b")
+#: Seconds a whole block may take (it takes a few).
+TIMEOUT = 120
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX shell")
 
 
-def shell_block(guide: Path, heading: str) -> str:
+def shell_block(guide: Path, heading: str = HEADING) -> str:
     """The first ```sh block after ``heading`` in the guide."""
     text = guide.read_text()
     start = text.index(heading)
@@ -56,271 +52,177 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def commands(block: str) -> list[str]:
-    """The block's commands: one per line, a heredoc with its body; comments dropped."""
-    found: list[str] = []
-    lines = block.splitlines()
-    while lines:
-        line = lines.pop(0)
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        heredoc = re.search(r"<<-?'?(\w+)'?", line)
-        if heredoc:
-            body = [line]
-            while lines:
-                body.append(lines.pop(0))
-                if body[-1].strip() == heredoc[1]:
-                    break
-            found.append("\n".join(body))
-        else:
-            found.append(_strip_comment(line))
-    return found
-
-
-def _strip_comment(line: str) -> str:
-    """The line without a trailing ``# comment`` (outside quotes)."""
-    quote = None
-    for index, char in enumerate(line):
-        if quote:
-            if char == quote:
-                quote = None
-        elif char in "'\"":
-            quote = char
-        elif char == "#" and (index == 0 or line[index - 1].isspace()):
-            return line[:index].rstrip()
-    return line.rstrip()
+def localized(block: str) -> str:
+    """The block as it runs here: the venv's binaries, a free port for each of its ports."""
+    block = block.replace(".venv/bin/", f"{BIN}/")
+    for port in dict.fromkeys(_PORT.findall(block)):
+        block = re.sub(rf"(--port |127\.0\.0\.1:){port}\b", rf"\g<1>{free_port()}", block)
+    return block
 
 
 @dataclass
-class Ran:
-    command: str
-    returncode: int
-    output: str  # stdout and stderr
-    stdout: str
-
-
-@dataclass
-class GuideRun:
-    """One run of a guide's block: the environment it built, the jobs it started."""
+class Pasted:
+    """What one pasted block did."""
 
     block: str
-    env: dict[str, str] = field(default_factory=dict)
-    ports: dict[str, int] = field(default_factory=dict)
-    jobs: list[tuple[str, subprocess.Popen, Path]] = field(default_factory=list)
-    ran: list[Ran] = field(default_factory=list)
+    returncode: int
+    stdout: str
+    stderr: str
+    home: Path
 
-    def __post_init__(self) -> None:
-        self.env = {key: value for key, value in os.environ.items()
-                    if not key.startswith("CHATKERNEL_")}
-        # A shell outside the venv: a bare `python` or `chatkernel` is not the venv's.
-        self.env["PATH"] = ":".join(part for part in self.env.get("PATH", "/usr/bin:/bin")
-                                    .split(":") if part and Path(part) != Path(BIN))
-        self.env.pop("VIRTUAL_ENV", None)
-        for port in _PORT.findall(self.block):
-            self.ports.setdefault(port, free_port())
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
 
-    def local(self, command: str) -> str:
-        """The command as it runs here: free ports, the venv's binaries."""
-        command = command.replace(".venv/bin/", f"{BIN}/")
-        for port, free in self.ports.items():
-            command = re.sub(rf"(--port |127\.0\.0\.1:){port}\b", rf"\g<1>{free}", command)
-        return command
-
-    def run(self, command: str, *, expect_rc: int = 0, until: str | None = None,
-            timeout: float = 30.0) -> Ran:
-        """Run one command of the block; ``until``: again until its output holds it."""
-        deadline = time.monotonic() + timeout
-        while True:
-            done = subprocess.run(["bash", "-c", self.local(command)], cwd=ROOT, env=self.env,
-                                  capture_output=True, text=True, timeout=timeout)
-            ran = Ran(command, done.returncode, done.stdout + done.stderr, done.stdout)
-            if until is None or until in ran.output or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        self.ran.append(ran)
-        assert ran.returncode == expect_rc, self.failure(f"{command!r} exited {ran.returncode}")
-        if until is not None:
-            assert until in ran.output, self.failure(f"{command!r} never printed {until!r}")
-        return ran
-
-    def export(self, command: str) -> None:
-        name, _, value = command.removeprefix("export ").partition("=")
-        expanded = subprocess.run(["bash", "-c", f"printf %s {value}"], env=self.env, cwd=ROOT,
-                                  capture_output=True, text=True, timeout=10, check=True)
-        self.env[name.strip()] = expanded.stdout
-
-    def start(self, command: str, timeout: float = 30.0) -> None:
-        command = command.rstrip("& ").rstrip()
-        log = Path(self.env.get("CHATKERNEL_HOME") or "/tmp") / f"job-{len(self.jobs)}.log"
-        with open(log, "w") as out:
-            process = subprocess.Popen(["bash", "-c", "exec " + self.local(command)], cwd=ROOT,
-                                       env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-        self.jobs.append((command, process, log))
-        match = re.search(r"(?:--port |--listen [\d.]+:)(\d+)", self.local(command))
-        if match is None:
-            return
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert process.poll() is None, self.failure(f"{command!r} ended at once")
-            try:
-                socket.create_connection(("127.0.0.1", int(match[1])), timeout=1).close()
-                return
-            except OSError:
-                time.sleep(0.1)
-        raise AssertionError(self.failure(f"{command!r} did not listen in {timeout:g}s"))
-
-    def wait(self, timeout: float = 30.0) -> None:
-        command, process, _ = self.jobs[-1]
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise AssertionError(self.failure(f"{command!r} did not end")) from None
-        assert process.returncode == 0, self.failure(f"{command!r} exited {process.returncode}")
-
-    def follow(self, expectations: dict[str, dict] | None = None) -> None:
-        """Run every command of the block in order; ``expectations`` maps a command's
-        start to the keywords of :meth:`run` for it."""
-        expectations = expectations or {}
-        for command in commands(self.block):
-            if command.startswith("export "):
-                self.export(command)
-            elif command.endswith("&"):
-                self.start(command)
-            elif command == "wait" or command.startswith("wait %"):
-                self.wait()
-            elif command.startswith("kill %"):
-                continue
-            else:
-                options = next((v for k, v in expectations.items() if command.startswith(k)), {})
-                self.run(command, **options)
-
-    def job_output(self, index: int) -> str:
-        return self.jobs[index][2].read_text()
-
-    def failure(self, what: str) -> str:
-        lines = [what, "", "commands run:"]
-        lines += [f"$ {r.command}\n{r.output}" for r in self.ran]
-        for command, _, log in self.jobs:
-            lines += [f"--- job {command!r}:", log.read_text() if log.exists() else ""]
-        return "\n".join(lines)
-
-    def close(self) -> None:
-        for _, process, _ in reversed(self.jobs):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
+    def json_lines(self) -> list[dict]:
+        """Every line of stdout that is a JSON object (what curl and the commands printed,
+        one answer per line or several run together)."""
+        found = []
+        decoder = json.JSONDecoder()
+        for line in self.stdout.splitlines():
+            index = line.find("{")
+            while index != -1:
                 try:
-                    process.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+                    value, end = decoder.raw_decode(line, index)
+                except ValueError:
+                    index = line.find("{", index + 1)
+                    continue
+                if isinstance(value, dict):
+                    found.append(value)
+                index = line.find("{", end)
+        return found
 
-    def __enter__(self) -> "GuideRun":
-        return self
+    def sent(self) -> list[dict]:
+        """The messages of the first ``/_fake/sent`` answer."""
+        return next(v["messages"] for v in self.json_lines() if "messages" in v)
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-
-
-
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX shell")
-GUIDES = ROOT / "docs" / "channels"
-HEADING = "## Developing offline"
-
-
-@pytest.fixture
-def guide_run(request):
-    """Run a guide's block; its throwaway home is removed afterwards."""
-    runs: list[GuideRun] = []
-
-    def start(name: str) -> GuideRun:
-        run = GuideRun(shell_block(GUIDES / name, HEADING))
-        runs.append(run)
-        return run
-
-    yield start
-    for run in runs:
-        run.close()
-        home = run.env.get("CHATKERNEL_HOME")
-        if home and Path(home).parent == Path("/tmp") and Path(home).name.startswith("tmp."):
-            shutil.rmtree(home, ignore_errors=True)
+    def report(self) -> str:
+        return (f"--- the block:\n{self.block}\n--- exit status {self.returncode}\n"
+                f"--- stdout:\n{self.stdout}\n--- stderr:\n{self.stderr}")
 
 
-def assert_throwaway_home(run: GuideRun) -> None:
+def paste(guide: str, tmp_path: Path) -> Pasted:
+    """Run the guide's block as one bash script; fail if it overruns or leaves a process."""
+    return paste_block(shell_block(GUIDES / guide), tmp_path)
+
+
+def paste_block(block: str, tmp_path: Path, *, path: tuple[Path, ...] = (),
+                cwd: Path = ROOT) -> Pasted:
+    """Run ``block`` as one bash script in ``cwd``, with ``path`` first on PATH."""
+    block = localized(block)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("CHATKERNEL_")}
+    # A shell outside the venv: a bare `python` or `chatkernel` is not the venv's.
+    env["PATH"] = ":".join([*map(str, path), *(
+        part for part in env.get("PATH", "/usr/bin:/bin").split(":")
+        if part and Path(part) != Path(BIN))])
+    env.pop("VIRTUAL_ENV", None)
+    temp = tmp_path / "tmp"
+    temp.mkdir(parents=True)
+    env["TMPDIR"] = str(temp)
+    # Output to files, not pipes: a process the block leaves running would hold a pipe
+    # open, and the block's end would not be seen.
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    with open(out, "w") as stdout, open(err, "w") as stderr:
+        shell = subprocess.Popen(["bash", "-c", block], cwd=cwd, env=env, stdout=stdout,
+                                 stderr=stderr, start_new_session=True)  # a group, to clean up
+    try:
+        shell.wait(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _stop_group(shell.pid)
+        shell.wait()
+        raise AssertionError(Pasted(block, -1, out.read_text(), err.read_text(), temp)
+                             .report() + f"\n--- did not end within {TIMEOUT} s") from None
+    stdout, stderr = out.read_text(), err.read_text()
+    (home,) = temp.iterdir()
+    pasted = Pasted(block, shell.returncode, stdout, stderr, home)
+    leftovers = _stop_group(shell.pid)
+    assert not leftovers, pasted.report() + f"\n--- left running: {leftovers}"
+    assert pasted.returncode == 0, pasted.report()
+    for bad in ("Traceback", "home in use", "Connection refused", "No such job",
+                "no such job", "Couldn't connect"):
+        assert bad not in pasted.output, pasted.report() + f"\n--- says {bad!r}"
+    return pasted
+
+
+def _stop_group(pgid: int) -> list[str]:
+    """Stop whatever is left in the block's process group; what it was (empty: nothing)."""
+    listing = subprocess.run(["ps", "-eww", "-o", "pgid=,stat=,pid=,args="],
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    # A zombie (stat Z) has ended: only its parent, gone with the shell, would reap it.
+    left = [line.split(None, 2)[2] for line in listing if len(line.split()) > 2
+            and line.split()[0] == str(pgid) and not line.split()[1].startswith("Z")]
+    if not left:
+        return []
+    for signum in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pgid, signum)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                return left
+            time.sleep(0.1)
+    return left
+
+
+def assert_throwaway_home(pasted: Pasted) -> None:
     """The block's first command makes a throwaway home, and the state went there."""
-    first = commands(run.block)[0]
-    assert first.startswith('export CHATKERNEL_HOME="$(mktemp -d)"'), first
-    home = Path(run.env["CHATKERNEL_HOME"])
-    assert home != Path.home() / ".chatkernel" and (home / "state.db").exists()
+    assert pasted.block.startswith('export CHATKERNEL_HOME="$(mktemp -d)"'), pasted.block
+    assert (pasted.home / "state.db").exists(), pasted.report()
 
 
-def test_the_heredoc_and_comments_are_read_as_a_shell_would():
-    block = ("export A=1   # a comment\ncat > f <<'EOF'\nx = \"#not a comment\"\nEOF\n"
-             "# a line of comment\ncurl -d '{\"a\": \"#1\"}' http://x  # trailing\n")
-    assert commands(block) == ["export A=1", "cat > f <<'EOF'\nx = \"#not a comment\"\nEOF",
-                               "curl -d '{\"a\": \"#1\"}' http://x"]
-
-
-def test_the_telegram_guide(guide_run):
-    run = guide_run("telegram.md")
-    run.follow({
-        ".venv/bin/chatkernel config validate": {"until": "2 channel account(s)"},
-        "curl 'http://127.0.0.1:8081/_fake/sent": {"until": '"text": "hello"'},
-        ".venv/bin/chatkernel send": {"expect_rc": 1, "until": "chat not found"},
-    })
-    assert_throwaway_home(run)
-    sent = json.loads(run.ran[-2].stdout)["messages"]
-    assert sent[0]["parse_mode"] in ("HTML", None) and sent[0]["text"] == "hello"
-    log = run.job_output(0)
-    assert "bot -> chat 42: sendMessage (parse_mode" in log
-    assert "bot -> sendMessage refused: Bad Request: chat not found" in log
+def test_the_telegram_guide(tmp_path):
+    pasted = paste("telegram.md", tmp_path)
+    assert_throwaway_home(pasted)
+    assert "2 channel account(s): telegram:main, webchat:default" in pasted.stdout
+    (hello,) = pasted.sent()
+    assert hello["text"] == "hello" and hello["parse_mode"] in ("HTML", None)
+    assert "not sent to telegram:main → 777" in pasted.stderr
+    assert "chat not found" in pasted.stderr
+    assert "bot -> chat 42: sendMessage (parse_mode" in pasted.stderr
+    assert "bot -> sendMessage refused: Bad Request: chat not found" in pasted.stderr
     # The config the guide shows references the token; the dev server prints the same.
-    config = (Path(run.env["CHATKERNEL_HOME"]) / "config.toml").read_text()
+    config = (pasted.home / "config.toml").read_text()
     assert 'bot_token = "${TELEGRAM_BOT_TOKEN}"' in config
-    assert 'bot_token = "${TELEGRAM_BOT_TOKEN}"' in log
+    assert 'bot_token = "${TELEGRAM_BOT_TOKEN}"' in pasted.stderr
 
 
-def test_the_slack_guide(guide_run):
-    run = guide_run("slack.md")
-    run.follow({
-        ".venv/bin/chatkernel config validate": {"until": "2 channel account(s)"},
-        "curl 'http://127.0.0.1:8082/_fake/sent": {"until": '"text": "hello"'},
-        ".venv/bin/chatkernel send": {"expect_rc": 1, "until": "channel_not_found"},
-    })
-    assert_throwaway_home(run)
-    config = (Path(run.env["CHATKERNEL_HOME"]) / "config.toml").read_text()
+def test_the_slack_guide(tmp_path):
+    pasted = paste("slack.md", tmp_path)
+    assert_throwaway_home(pasted)
+    assert "2 channel account(s): slack:main, webchat:default" in pasted.stdout
+    assert [m["text"] for m in pasted.sent()] == ["hello"]
+    assert "not sent to slack:main → C0NOWHERE1" in pasted.stderr
+    assert "channel_not_found" in pasted.stderr
+    config = (pasted.home / "config.toml").read_text()
     assert 'bot_token = "${SLACK_BOT_TOKEN}"' in config
     # The snippet the dev server prints is the guide's.
-    log = run.job_output(0)
-    assert 'bot_token = "${SLACK_BOT_TOKEN}"' in log and run.env["SLACK_BOT_TOKEN"] in log
+    assert 'bot_token = "${SLACK_BOT_TOKEN}"' in pasted.stderr
+    assert "xoxb-0000000001-0000000002-DEVSERVERofflineBotToken" in pasted.stderr
 
 
-def test_the_whatsapp_guide(guide_run):
-    run = guide_run("whatsapp.md")
-    run.follow({
-        ".venv/bin/chatkernel config validate": {"until": "2 channel account(s)"},
-        "curl -d '{\"url\"": {"until": '"passed": true'},
-        "curl 'http://127.0.0.1:8082/_fake/sent": {"until": '"text": "hello"'},
-        ".venv/bin/chatkernel send": {"expect_rc": 1, "until": "131047"},
-    })
-    assert_throwaway_home(run)
-    log = run.job_output(0)
-    assert 'access_token = "${WHATSAPP_TOKEN}"' in log and run.env["WHATSAPP_TOKEN"] in log
+def test_the_whatsapp_guide(tmp_path):
+    pasted = paste("whatsapp.md", tmp_path)
+    assert_throwaway_home(pasted)
+    assert "2 channel account(s): webchat:default, whatsapp:main" in pasted.stdout
+    assert {"passed": True} in pasted.json_lines()
+    assert [m["text"] for m in pasted.sent()] == ["hello"]
+    assert "not sent to whatsapp:main → 15550009999" in pasted.stderr
+    assert "131047" in pasted.stderr
+    assert 'access_token = "${WHATSAPP_TOKEN}"' in pasted.stderr
 
 
-def test_the_wechat_guide(guide_run):
-    run = guide_run("wechat.md")
-    run.follow({
-        # The login fetches its QR code a moment after it starts.
-        "curl -d '{\"status\": \"scaned\"}'": {"until": '"qrcode"'},
-        "curl -d '{\"status\": \"confirmed\"}'": {"until": '"qrcode"'},
-        ".venv/bin/chatkernel config validate": {"until": "2 channel account(s)"},
-        "curl 'http://127.0.0.1:8082/_fake/sent": {"until": '"text": "hello"'},
-        ".venv/bin/chatkernel send": {"expect_rc": 1, "until": "no context_token"},
-    })
-    assert_throwaway_home(run)
-    config = (Path(run.env["CHATKERNEL_HOME"]) / "config.toml").read_text()
+def test_the_wechat_guide(tmp_path):
+    pasted = paste("wechat.md", tmp_path)
+    assert_throwaway_home(pasted)
+    assert sum("qrcode" in v for v in pasted.json_lines()) == 2  # scaned, confirmed
+    assert "2 channel account(s): webchat:default, wechat:main" in pasted.stdout
+    assert [m["text"] for m in pasted.sent()] == ["hello"]
+    assert "no context_token for nobody@im.wechat" in pasted.stderr
+    config = (pasted.home / "config.toml").read_text()
     assert "bot_token" in config and 'cdn_base = "http://127.0.0.1:' in config
-    assert "bot_token stored under channels.wechat.accounts.main in " \
-        f"{run.env['CHATKERNEL_HOME']}/config.toml" in run.job_output(1)
+    assert f"bot_token stored under channels.wechat.accounts.main in {pasted.home}/" \
+        "config.toml" in pasted.output

@@ -35,7 +35,9 @@ EXPECTED_FILES = {
     "chatkernel_{name}/__init__.py",
     "chatkernel_{name}/channel.py",
     "chatkernel_{name}/fake.py",
+    "chatkernel_{name}/devserver.py",
     "tests/test_contract.py",
+    "tests/test_devserver.py",
     "tests/test_{name}.py",
 }
 
@@ -50,6 +52,19 @@ def _public_api_check():
 
 
 private_imports = _public_api_check().private_imports
+
+
+def _guides():
+    """tests/test_channel_guides.py, whose runner pastes a README's block into bash."""
+    path = Path(__file__).with_name("test_channel_guides.py")
+    spec = importlib.util.spec_from_file_location("_guides", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+guides = _guides()
 
 
 def bake(output: Path, **context: str) -> Path:
@@ -130,6 +145,11 @@ def test_a_baked_plugin_installs_is_listed_and_passes_its_own_tests(
     valid = run([bin_dir / "chatkernel", "config", "validate"], cwd=tmp_path, env=env)
     assert valid.returncode == 0, valid.stderr
     assert f"2 channel account(s): {name}:main, webchat:default" in valid.stdout
+
+    # The README's "Try it offline" block works pasted as one block.
+    pasted = guides.paste_block(guides.shell_block(project / "README.md", "## Try it offline"),
+                                tmp_path / "paste", path=(bin_dir,), cwd=project)
+    assert [m["text"] for m in pasted.sent()] == ["hello"], pasted.report()
 
     tests = run([bin_dir / "python", "-m", "pytest", project / "tests", "-q",
                  "-p", "no:cacheprovider"], cwd=project, timeout=120)

@@ -139,17 +139,23 @@ async def running_gateway_process(home: Path, *args: str, **options: Any
 def devserver(module: str, *args: str) -> Iterator[dict]:
     """Run a plugin's dev server (``python -m <module> --port 0 ARGS``) while the block
     runs; yields the JSON object it prints first (its URL, token...)."""
-    process = subprocess.Popen([sys.executable, "-m", module, "--port", "0", *args],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = process.stdout.readline()  # type: ignore[union-attr]
-        if not line:
-            raise RuntimeError(f"the dev server {module} did not start: "
-                               + process.stderr.read())  # type: ignore[union-attr]
-        yield json.loads(line)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
+    import tempfile
+
+    # Its log to a file: a pipe nobody reads would stop a dev server that logs a lot.
+    with tempfile.TemporaryFile("w+") as log:
+        process = subprocess.Popen([sys.executable, "-m", module, "--port", "0", *args],
+                                   stdout=subprocess.PIPE, stderr=log, text=True)
+        try:
+            line = process.stdout.readline()  # type: ignore[union-attr]
+            if not line:
+                process.wait(timeout=10)
+                log.seek(0)
+                raise RuntimeError(f"the dev server {module} did not start: " + log.read())
+            yield json.loads(line)
+        finally:
+            process.terminate()
+            process.wait(timeout=10)
+            process.stdout.close()  # type: ignore[union-attr]
 
 
 def post_json(url: str, body: object, timeout: float = 10.0) -> tuple[int, object]:

@@ -262,6 +262,10 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                                                      listen=listen or config.gateway.listen)
                     loops.start_soon(kernel.health.run_refresher, name="health refresher")
                     loops.start_soon(kernel.monitor.run, name="health monitor")
+                    # What scripts wait for (docs/gateway.md): the control API, the
+                    # webhooks and every account's loop are up.
+                    log.info("chatkernel ready on %s (%d account(s) started)", listening.url,
+                             len(kernel.accounts))
                     await _wait_for_stop(stop, handle_signals, kernel.reloader.reload_and_log)
                     log.info("stopping: no new messages; draining in-flight turns")
                     if kernel.cluster is not None:

@@ -1,0 +1,192 @@
+"""Serve a fake platform from the command line: a plugin's dev server in a few lines.
+
+A dev server lets a person try a channel offline: the fake platform on 127.0.0.1,
+``chatkernel run`` pointed at it, and developer routes (``/_fake/*``, which the real
+platform does not have) to write as a user and read what the bot sent::
+
+    from chatkernel.testing.devserver import DevServer, fields, json_body, wait_until
+
+    def developer_routes(fake):
+        async def messages(request):
+            body = fields(await json_body(request), {"chat_id": str, "text": str},
+                          required=("chat_id", "text"))
+            return web.json_response(fake.inject(body["chat_id"], body["text"]))
+
+        async def sent(request):
+            await wait_until(request, fake, lambda: bool(fake.sent_messages))
+            return web.json_response({"messages": [vars(m) for m in fake.sent_messages]})
+
+        return [web.post("/_fake/messages", messages), web.get("/_fake/sent", sent)]
+
+    server = DevServer(
+        prog="python -m chatkernel_mychat.devserver", port=8083,
+        platform=lambda args: MyChatPlatform(token=args.token),
+        announce=lambda fake, args: {"base_url": fake.base_url, "token": fake.token},
+        snippet=lambda fake, args: f'[channels.mychat.accounts.main]\\n'
+                                   f'api_base = "{fake.base_url}"',
+        routes=developer_routes,
+        options=lambda parser: parser.add_argument("--token", default="dev-token"))
+    main = server.main
+
+What every dev server then does alike:
+
+- ``--port N`` (the plugin's default; ``0`` picks a free port); the plugin's own options.
+- Its **first line on stdout is JSON** (``announce``), printed only once the server
+  listens: a script or a test reads it to know the URL and the tokens. Nothing else
+  goes to stdout. The config snippet (``snippet``) and any log go to stderr.
+- ``GET /_fake/ready`` answers the same JSON, so a shell can wait for the server
+  (``curl --retry-connrefused``).
+- ``?wait=SECONDS`` on a developer route that uses :func:`wait_until` holds the answer
+  until there is something to show (at most that long, at most :data:`MAX_WAIT`).
+- A port already taken is one line on stderr and exit status 1, never a traceback.
+- SIGINT and SIGTERM stop it cleanly (the fake's long polls are answered, its
+  background work cancelled), with exit status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import errno
+import json
+import signal
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import anyio
+from aiohttp import web
+
+from chatkernel.testing.fake_platform import FakePlatform
+
+#: The longest ``?wait=`` a developer route honours, in seconds.
+MAX_WAIT = 60.0
+
+Routes = Callable[[Any], list[web.RouteDef]]
+
+
+def bad_request(reason: str) -> web.HTTPBadRequest:
+    """A 400 whose JSON body is ``{"error": reason}``, to raise from a developer route."""
+    return web.HTTPBadRequest(text=json.dumps({"error": reason}),
+                              content_type="application/json")
+
+
+async def json_body(request: web.Request) -> dict[str, Any]:
+    """The request's JSON object, or :func:`bad_request` naming what is wrong with it."""
+    try:
+        body = await request.json()
+    except ValueError:
+        raise bad_request("the body must be JSON") from None
+    if not isinstance(body, dict):
+        raise bad_request("the body must be a JSON object")
+    return body
+
+
+def fields(body: dict[str, Any], kinds: dict[str, type], *,
+           required: Iterable[str] = ()) -> dict[str, Any]:
+    """``body`` checked against ``kinds`` (field name → type): every required field
+    present, no unknown field, each value of its type (``true`` is not a number).
+    Returns ``body``; raises :func:`bad_request` naming the first wrong field."""
+    for name in required:
+        if name not in body:
+            raise bad_request(f"{name} is required (fields: {', '.join(kinds)})")
+    for name, value in body.items():
+        kind = kinds.get(name)
+        if kind is None:
+            raise bad_request(f"unknown field {name!r} (fields: {', '.join(kinds)})")
+        if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
+            raise bad_request(f"{name} must be a {kind.__name__}, not {value!r}")
+    return body
+
+
+async def wait_until(request: web.Request, platform: FakePlatform,
+                     ready: Callable[[], bool]) -> bool:
+    """Honour the request's ``?wait=SECONDS``: hold the answer until ``ready()``, the
+    time is up or the server stops (no ``wait``: answer at once). Returns ``ready()``."""
+    raw = request.query.get("wait")
+    if raw is None:
+        return ready()
+    try:
+        seconds = float(raw)
+    except ValueError:
+        raise bad_request(f"wait must be a number of seconds, not {raw!r}") from None
+    if not 0 <= seconds <= MAX_WAIT:
+        raise bad_request(f"wait must be between 0 and {MAX_WAIT:g} seconds, not {raw}")
+    return await platform.hold(ready, seconds)
+
+
+@dataclass
+class DevServer:
+    """One plugin's dev server: what differs between plugins, the rest done alike.
+
+    ``platform`` makes the fake (not started) from the parsed arguments; ``announce``
+    is the first line's JSON and ``snippet`` the config snippet, both from the started
+    fake; ``routes`` the developer routes; ``options`` adds the plugin's own options to
+    the argument parser (``--port`` is there already).
+    """
+
+    prog: str
+    port: int
+    platform: Callable[[argparse.Namespace], FakePlatform]
+    announce: Callable[[Any, argparse.Namespace], dict[str, Any]]
+    snippet: Callable[[Any, argparse.Namespace], str] | None = None
+    routes: Routes | None = None
+    options: Callable[[argparse.ArgumentParser], Any] | None = None
+    description: str | None = None
+
+    def parser(self) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(prog=self.prog, description=self.description)
+        parser.add_argument("--port", type=int, default=self.port,
+                            help=f"the port on 127.0.0.1 (default {self.port}; 0 picks a "
+                                 "free one)")
+        if self.options is not None:
+            self.options(parser)
+        return parser
+
+    def main(self, argv: list[str] | None = None) -> None:
+        """Parse ``argv`` and serve until SIGINT or SIGTERM."""
+        args = self.parser().parse_args(argv)
+        try:
+            anyio.run(self.serve, args)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            print(f"{self.prog}: cannot listen on 127.0.0.1:{args.port}: the port is taken "
+                  "(another dev server? --port 0 picks a free one)", file=sys.stderr)
+            sys.exit(1)
+
+    async def serve(self, args: argparse.Namespace, *, stop: anyio.Event | None = None,
+                    stdout: TextIO | None = None, stderr: TextIO | None = None) -> None:
+        """Serve until SIGINT or SIGTERM; with ``stop``, until it is set instead (signals
+        are then left alone: for a test running the server in its own event loop)."""
+        stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
+        fake = self.platform(args)
+        fake.port = args.port
+        announced: dict[str, Any] = {}
+        fake.extra_routes = self._routes(announced)
+        # Caught before the server starts: a signal right after the first line still
+        # stops it cleanly.
+        signals = (contextlib.nullcontext() if stop is not None
+                   else anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
+        with signals as received:
+            async with fake:  # listening once entered: only then the first line
+                announced.update(self.announce(fake, args))
+                print(json.dumps(announced), file=stdout, flush=True)
+                if self.snippet is not None:
+                    print(self.snippet(fake, args), file=stderr, flush=True)
+                if stop is not None:
+                    await stop.wait()
+                    return
+                async for _ in received:
+                    return
+
+    def _routes(self, announced: dict[str, Any]) -> Routes:
+        async def ready(request: web.Request) -> web.Response:
+            return web.json_response(announced)
+
+        def make(fake: Any) -> list[web.RouteDef]:
+            own = self.routes(fake) if self.routes is not None else []
+            return [web.get("/_fake/ready", ready), *own]
+
+        return make

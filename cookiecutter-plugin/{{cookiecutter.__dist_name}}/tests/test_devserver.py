@@ -1,0 +1,44 @@
+{%- set T = cookiecutter.transport -%}
+"""The dev server and ``chatkernel run`` as two real processes: the channel, offline."""
+
+from __future__ import annotations
+
+from chatkernel.testing.process import devserver, gateway_process, post_json, wait_for_messages
+
+MODULE = "{{ cookiecutter.__package_name }}.devserver"
+
+
+def test_the_gateway_answers_a_user_of_the_dev_server(tmp_path):
+    with devserver(MODULE) as fake:
+        base = fake["base_url"]
+        home = tmp_path / "home"
+        home.mkdir()
+        (home / "config.toml").write_text(
+            '[queue]\nmode = "followup"\ndebounce_ms = 0\n\n'  # one answer per message
+            "[channels.{{ cookiecutter.channel_name }}.accounts.main]\n"
+            f'token = "{fake["token"]}"\nbase_url = "{base}"\nallow_from = ["*"]\n'
+{%- if T == "polling" %}
+            "poll_timeout = 1\n")
+{%- elif T == "webhook" %}
+            f'webhook_secret = "{fake["secret"]}"\n')
+{%- else %}
+            "")
+{%- endif %}
+        with gateway_process(home) as gateway:
+{%- if T == "webhook" %}
+            webhook = f"{gateway.url}/{{ cookiecutter.channel_name }}/main/webhook"
+            assert post_json(f"{base}/_fake/webhook", {"url": webhook}) == (200, {"ok": True})
+{%- endif %}
+            status, answer = post_json(f"{base}/_fake/messages",
+                                       {"chat_id": "dm-1", "text": "hello"})
+            assert status == 200 and answer["event_id"] >= 1
+            messages = wait_for_messages(f"{base}/_fake/sent?chat_id=dm-1&wait=10", 1, 20)
+        assert [m["text"] for m in messages] == ["hello"]
+
+
+def test_the_dev_server_names_what_is_wrong_with_a_message():
+    with devserver(MODULE) as fake:
+        status, answer = post_json(f"{fake['base_url']}/_fake/messages", {"chat_id": "dm-1"})
+        assert (status, answer) == (400, {"error": "text is required (fields: chat_id, text, "
+                                                   "sender_id, sender_name, is_group, "
+                                                   "mentions_bot, thread_id)"})

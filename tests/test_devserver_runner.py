@@ -1,0 +1,170 @@
+"""The dev-server runner (``chatkernel.testing.devserver``): a tiny fake served as a real
+process (its first line, ``/_fake/ready``, its snippet, signals, a taken port), and its
+route helpers (body checks, ``?wait=``) in this event loop."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+
+import aiohttp
+import anyio
+import pytest
+from aiohttp import web
+
+from chatkernel.testing.devserver import DevServer, fields, json_body, wait_until
+from chatkernel.testing.fake_platform import FakePlatform
+
+#: A dev server in a few lines, as a plugin writes one.
+TINY = textwrap.dedent("""
+    from aiohttp import web
+    from chatkernel.testing.devserver import DevServer
+    from chatkernel.testing.fake_platform import FakePlatform
+
+    server = DevServer(
+        prog="tiny", port=0, platform=lambda args: FakePlatform(),
+        announce=lambda fake, args: {"base_url": fake.base_url, "token": args.token},
+        snippet=lambda fake, args: f'api_base = "{fake.base_url}"',
+        options=lambda parser: parser.add_argument("--token", default="t0ken"))
+    server.main()
+""")
+
+
+def start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", TINY, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def get(url: str) -> tuple[int, dict]:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.status, json.load(response)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_the_first_line_comes_once_it_listens_and_a_signal_stops_it(signum):
+    process = start("--token", "abc")
+    try:
+        first = json.loads(process.stdout.readline())
+        # Printed once bound: the server answers at once, with the same JSON.
+        assert first["token"] == "abc" and first["base_url"].startswith("http://127.0.0.1:")
+        assert get(f"{first['base_url']}/_fake/ready") == (200, first)
+        process.send_signal(signum)
+        out, err = process.communicate(timeout=15)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+    assert out == ""  # nothing but the first line on stdout
+    assert f'api_base = "{first["base_url"]}"' in err and "Traceback" not in err
+
+
+def test_a_signal_right_after_the_first_line_still_stops_it_cleanly():
+    process = start()
+    try:
+        process.stdout.readline()
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=15)
+    finally:
+        process.kill()
+    assert process.returncode == 0, err
+
+
+def test_a_taken_port_is_one_line_and_exit_status_1():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = start("--port", str(port))
+        out, err = process.communicate(timeout=30)
+    assert process.returncode == 1
+    assert out == ""
+    assert err.strip() == (f"tiny: cannot listen on 127.0.0.1:{port}: the port is taken "
+                           "(another dev server? --port 0 picks a free one)")
+
+
+# -- the route helpers, in this event loop ------------------------------------------------
+
+
+def inbox_routes(fake: FakePlatform) -> list[web.RouteDef]:
+    async def write(request: web.Request) -> web.Response:
+        body = fields(await json_body(request), {"chat": int, "text": str, "loud": bool},
+                      required=("chat",))
+        fake.record_sent(body)
+        return web.json_response({"ok": True})
+
+    async def sent(request: web.Request) -> web.Response:
+        await wait_until(request, fake, lambda: bool(fake.sent_messages))
+        return web.json_response({"messages": fake.sent_messages})
+
+    return [web.post("/_fake/write", write), web.get("/_fake/sent", sent)]
+
+
+@pytest.fixture
+async def served():
+    stop = anyio.Event()
+    out, err = io.StringIO(), io.StringIO()
+    server = DevServer(prog="tiny", port=0, platform=lambda args: FakePlatform(),
+                       announce=lambda fake, args: {"base_url": fake.base_url},
+                       routes=inbox_routes)
+    async with anyio.create_task_group() as tasks, aiohttp.ClientSession() as http:
+        tasks.start_soon(lambda: server.serve(argparse.Namespace(port=0), stop=stop,
+                                              stdout=out, stderr=err))
+        with anyio.fail_after(10):
+            while not out.getvalue():
+                await anyio.sleep(0.01)
+        yield http, json.loads(out.getvalue())["base_url"]
+        stop.set()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("body", "error"), [
+    ("not json", "the body must be JSON"),
+    ("[1]", "the body must be a JSON object"),
+    ('{"text": "hi"}', "chat is required (fields: chat, text, loud)"),
+    ('{"chat": 1, "colour": "red"}', "unknown field 'colour' (fields: chat, text, loud)"),
+    ('{"chat": "1"}', "chat must be a int, not '1'"),
+    ('{"chat": true}', "chat must be a int, not True"),
+    ('{"chat": 1, "loud": 1}', "loud must be a bool, not 1"),
+])
+async def test_a_bad_body_is_a_400_naming_what_is_wrong(served, body, error):
+    http, base = served
+    async with http.post(f"{base}/_fake/write", data=body) as answer:
+        assert (answer.status, await answer.json()) == (400, {"error": error})
+
+
+@pytest.mark.anyio
+async def test_wait_holds_the_answer_until_there_is_something(served):
+    http, base = served
+    async with http.get(f"{base}/_fake/sent") as answer:  # no wait: at once, empty
+        assert (await answer.json()) == {"messages": []}
+    async with anyio.create_task_group() as tasks:
+        got: list[dict] = []
+
+        async def waiting() -> None:
+            async with http.get(f"{base}/_fake/sent", params={"wait": "30"}) as answer:
+                got.append(await answer.json())
+
+        tasks.start_soon(waiting)
+        await anyio.sleep(0.2)  # the GET is held (an early answer would be empty)
+        async with http.post(f"{base}/_fake/write", json={"chat": 1, "text": "hi"}):
+            pass
+    assert got == [{"messages": [{"chat": 1, "text": "hi"}]}]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("wait", "error"), [
+    ("soon", "wait must be a number of seconds, not 'soon'"),
+    ("61", "wait must be between 0 and 60 seconds, not 61"),
+    ("-1", "wait must be between 0 and 60 seconds, not -1"),
+])
+async def test_a_bad_wait_is_a_400(served, wait, error):
+    http, base = served
+    async with http.get(f"{base}/_fake/sent", params={"wait": wait}) as answer:
+        assert (answer.status, await answer.json()) == (400, {"error": error})
