@@ -227,6 +227,11 @@ class RateWindows:
             self._hits[key].append(now)
         return 0.0
 
+    def count(self, key: Hashable, window: float) -> int:
+        """How many requests under ``key`` the last ``window`` seconds admitted."""
+        now = self.clock()
+        return sum(1 for at in self._hits.get(key, ()) if at > now - window)
+
     def reset(self) -> None:
         """Empty every window (the throttled count stays)."""
         self._hits.clear()

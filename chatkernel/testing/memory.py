@@ -188,6 +188,33 @@ class KernelHarness:
     def channel(self) -> MemoryChannel:
         return self.account_channel("main")
 
+    # -- what a test reads (the stable surface: the kernel's internals change) ------------
+
+    async def outbox_statuses(self) -> list[str]:
+        """Every outbox entry's status (``pending``, ``sending``, ``sent``, ``failed``,
+        ``unknown``), in the order they were queued, once the store has committed."""
+        store = self.kernel.store
+        await store.flush()
+        path = getattr(store, "path", None)
+        if path is None or getattr(store, "memory", False):
+            raise RuntimeError("outbox_statuses reads a SQLite store's file")
+        import sqlite3
+
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as conn:
+            return [status for (status,) in
+                    conn.execute("SELECT status FROM outbox ORDER BY id").fetchall()]
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        """A Prometheus sample of the kernel's registry, as ``/metrics`` shows it
+        (``metric("chatkernel_send_retries_total", channel="telegram", account="main")``);
+        None when nothing was counted under those labels."""
+        return self.kernel.metrics.registry.get_sample_value(name, labels)
+
+    def send_wait(self, account_key: str, chat_id: str, *, is_group: bool = False) -> float:
+        """Seconds a send to ``chat_id`` would wait for the account's rate limits now."""
+        account = self.kernel.accounts[account_key]
+        return self.kernel.outbox._limiter(account).delay(chat_id, is_group=is_group)
+
     async def settle(self, timeout: float = 5.0) -> None:
         """Wait until every lane is idle, every queued payload was sent and what
         that wrote is committed (bounded)."""

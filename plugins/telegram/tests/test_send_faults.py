@@ -50,9 +50,7 @@ async def test_a_broadcast_through_a_jittered_network_draws_no_429(tmp_path):
                             f"{chat} #{index}", fmt="plain")
                 with anyio.fail_after(120):
                     await h.kernel.outbox.wait_idle()
-                await h.kernel.store.flush()
-                statuses = {status for (status,) in h.kernel.store._run(
-                    "SELECT status FROM outbox").fetchall()}
+                statuses = set(await h.outbox_statuses())
         assert api.throttled == 0
         assert statuses == {"sent"}
         for chat in chats:

@@ -57,9 +57,7 @@ async def send_through_an_outage(tmp_path, fault, window: float):
             proxy.recover()
             with anyio.fail_after(60):
                 await h.kernel.outbox.wait_idle()
-            await h.kernel.store.flush()
-            statuses = [status for (status,) in h.kernel.store._run(
-                "SELECT status FROM outbox").fetchall()]
+            statuses = await h.outbox_statuses()
             failing = account.runtime.send_failing_since
         return api, proxy, before, statuses, failing
 

@@ -365,9 +365,7 @@ class FakeGraph(FakePlatform):
                                   "messages": [{"id": wamid}]})
 
     def _full(self, key: Any, rule: tuple[int, float]) -> bool:
-        hits = self.rates._hits.get(key) or []
-        now = self.rates.clock()
-        return sum(1 for at in hits if at > now - rule[1]) >= rule[0]
+        return self.rates.count(key, rule[1]) >= rule[0]
 
     async def _upload(self, request: web.Request) -> web.StreamResponse:
         call = Call(method="media", params={}, http_method="POST",

@@ -1,0 +1,79 @@
+"""Plugins build on what the kernel documents: no plugin source or plugin test touches a
+leading-underscore attribute it does not define itself (a private name of the kernel, the
+kit or the test kit), since those change without notice."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def plugin_packages() -> list[Path]:
+    """Each plugin's folder: the four channels and the template's project."""
+    found = sorted(p for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").exists())
+    found += sorted((ROOT / "cookiecutter-plugin").glob("{{*"))
+    return found
+
+
+def python_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.py") if ".venv" not in p.parts)
+
+
+def parse(path: Path) -> ast.AST | None:
+    try:
+        return ast.parse(path.read_text(encoding="utf-8"))
+    except SyntaxError:  # the template's Jinja: tests/test_cookiecutter_plugin.py bakes it
+        return None
+
+
+def own_private_names(trees: list[ast.AST]) -> set[str]:
+    """Every leading-underscore name a plugin defines: functions, classes, attributes it
+    assigns (``self._x = ...``, ``_x: int``), parameters."""
+    names: set[str] = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+            elif isinstance(node, ast.alias):
+                names.add(node.asname or node.name.split(".")[0])
+    return {name for name in names if name.startswith("_")}
+
+
+def foreign_private_uses(trees: dict[str, ast.AST]) -> list[str]:
+    """``file:line expression`` for each ``x._name`` whose ``_name`` the plugin does not
+    define (dunders aside)."""
+    own = own_private_names(list(trees.values()))
+    found = []
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_")
+                    and not node.attr.startswith("__") and node.attr not in own):
+                found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
+    return sorted(found)
+
+
+def test_the_check_finds_a_private_attribute_of_the_kernel():
+    trees = {"t.py": ast.parse("class A:\n    def __init__(self):\n        self._mine = 1\n"
+                               "def f(h, a):\n    a._mine\n    h.kernel.store._run('x')\n"
+                               "    h.__class__\n")}
+    assert foreign_private_uses(trees) == ["t.py:6 h.kernel.store._run"]
+
+
+def test_no_plugin_touches_a_private_attribute_it_does_not_define():
+    packages = plugin_packages()
+    assert len(packages) >= 5
+    offences = {}
+    for package in packages:
+        trees = {str(path.relative_to(ROOT)): tree for path in python_files(package)
+                 if (tree := parse(path)) is not None}
+        if found := foreign_private_uses(trees):
+            offences[package.name] = found
+    assert offences == {}
