@@ -210,3 +210,27 @@ async def test_a_send_in_flight_at_kill_9_is_delivery_unknown_when_not_idempoten
     assert [(status, text) for status, text, _ in entries] == [("unknown", "hello")]
     assert len(platform.calls_to("send")) == 1 and platform.texts() == ["hello"]  # not resent
     assert sum("delivery unknown" in note for note in notes) == 1
+
+
+async def test_a_lost_answer_waiting_for_its_retry_stays_sending(tmp_path):
+    """It may be out: `pending` would say nothing of it is (docs/outbound.md). A crash
+    now sends it again after the restart either way, under its key."""
+    async with LoopbackPlatform() as platform:
+        config = loopback_config(platform, idempotent=True)
+        config["channels"]["loopback"]["retry"]["base_delay_ms"] = 60_000
+        async with KernelHarness(tmp_path, config=config,
+                                 plugins=[("loopback", LoopbackPlugin)]) as h:
+            account = h.kernel.accounts["loopback:main"]
+            metrics = h.kernel.metrics
+            retries = metrics.child(metrics.retries, "loopback", "main")
+            platform.faults.drop(SENDS, after_processing=True)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(account.channel.run, h.kernel.receiver)
+                platform.inject("c1", "hello")
+                with anyio.fail_after(10):
+                    while retries._value.get() < 1:  # in its backoff now
+                        await anyio.sleep(0.01)
+                [status] = [entry.status for entry in
+                            await h.kernel.store.outbox_unfinished()]
+                assert status == "sending" and platform.texts() == ["hello"]
+                tg.cancel_scope.cancel()
