@@ -250,6 +250,8 @@ class Channel:
         ``route.reply_to`` is set only on the first payload of a reply that
         should quote its message, and ``payload.media_kind`` is already the kind
         that fits the platform's size caps: both are the kernel's decisions.
+        ``payload.key`` is the same on every attempt to send this payload: pass it
+        to a platform that dedupes by it, and declare :attr:`idempotent_sends`.
         """
         raise NotImplementedError(f"channel {self.name!r} cannot send")
 
