@@ -215,6 +215,21 @@ async def test_dropped_connections_before_and_after_the_effect(platform, http) -
     assert (await send(http, platform, text="fine", chat=1))[0] == 200
 
 
+async def test_a_stalled_call_takes_effect_and_is_answered_once_released(platform, http) -> None:
+    platform.faults.stall("send")
+    answers: list[tuple] = []
+    async with anyio.create_task_group() as tg:
+        async def stalled() -> None:
+            answers.append(await send(http, platform, text="landed", chat=1))
+
+        tg.start_soon(stalled)
+        await platform.wait_until(lambda: platform.stalled)
+        assert platform.sent_messages == ["landed"] and answers == []  # in effect, unanswered
+        assert (await send(http, platform, text="next", chat=2))[0] == 200  # only that one
+        platform.release()
+    assert answers[0][0] == 200 and platform.stalled == []
+
+
 # -- rate windows -----------------------------------------------------------------------------
 
 

@@ -228,6 +228,22 @@ async def test_a_multipart_file_part_can_name_its_content_type(client, tmp_path)
     assert answer.json()["name"] == "voice.opus"
 
 
+async def test_a_raw_body_upload_sends_the_bytes_as_they_are(client, tmp_path):
+    """A platform that takes a file as the request's whole body (Matrix's media upload):
+    ``data=`` bytes, or an open file (streamed), with the part's type as a header."""
+    path = tmp_path / "picture.png"
+    path.write_bytes(b"not really a png")
+    answer = await client.request("POST", "ok", data=path.read_bytes(),
+                                  headers={"Content-Type": "image/png"},
+                                  params={"filename": path.name})
+    assert answer.json()["body"] == "not really a png" and answer.json()["type"] == "image/png"
+    assert answer.json()["query"] == {"filename": "picture.png"}
+    with path.open("rb") as handle:
+        answer = await client.request("POST", "ok", data=handle,
+                                      headers={"Content-Type": "image/png"})
+    assert answer.json()["body"] == "not really a png" and answer.json()["type"] == "image/png"
+
+
 @pytest.mark.parametrize("with_length", [True, False])
 async def test_downloads_stream_and_stop_at_the_cap(client, with_length):
     query = "?length=1" if with_length else ""

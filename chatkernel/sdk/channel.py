@@ -165,6 +165,15 @@ class Channel:
     #: outbox then keeps the platform's id of every send (``SendResult.message_id``),
     #: for :meth:`report_delivery_status`.
     delivery_statuses: ClassVar[bool] = False
+    #: The platform dedupes sends by the key :meth:`send` passes on from
+    #: ``payload.key`` (Matrix's ``txnId``, Discord's ``nonce``): a repeated request
+    #: with the same key creates no second message. The kernel then repeats a send
+    #: whose answer was lost (under the retry policy) and resends one left ``sending``
+    #: by a crash, instead of reporting them "delivery unknown". Only if repeating the
+    #: whole of :meth:`send` can never make a second message (an upload repeated first
+    #: leaves an unused copy; a second message is a bug). A channel whose platform dedupes
+    #: only on some accounts (a server version) may set it per instance in ``__init__``.
+    idempotent_sends: ClassVar[bool] = False
     #: The platform's error codes (``SendError.code``: Slack's ``error``, Graph's
     #: ``code``, iLink's ``ret``) that are about one recipient, not the account: the
     #: chat does not exist, the bot is not in it, the user's quota is spent. A send
@@ -241,6 +250,8 @@ class Channel:
         ``route.reply_to`` is set only on the first payload of a reply that
         should quote its message, and ``payload.media_kind`` is already the kind
         that fits the platform's size caps: both are the kernel's decisions.
+        ``payload.key`` is the same on every attempt to send this payload: pass it
+        to a platform that dedupes by it, and declare :attr:`idempotent_sends`.
         """
         raise NotImplementedError(f"channel {self.name!r} cannot send")
 

@@ -108,6 +108,13 @@ class OutboundPayload:
     chunk_count: int = 1
     # "markdown" when text may carry the agent's Markdown, "plain" when it must not.
     format: Literal["markdown", "plain"] = "markdown"
+    #: The payload's idempotency key, set by the outbox: the same on every attempt to
+    #: send this payload, across the kernel's retries and restarts, and never the same
+    #: for two payloads (24 lowercase hex characters: a URL path segment, a Discord
+    #: nonce). A platform that dedupes requests by such a key (Matrix's ``txnId``)
+    #: gets it with each send; see ``Channel.idempotent_sends``. None outside the
+    #: outbox.
+    key: str | None = None
 
     @property
     def is_media(self) -> bool:

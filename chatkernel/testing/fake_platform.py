@@ -8,8 +8,8 @@ each part usable on its own and all of them together through :class:`FakePlatfor
 - :class:`Signal`: wakes every waiter; the base of long polls and ``wait_until``.
 - :class:`Call`: the record of one request (method, params, time, HTTP status).
 - :class:`ErrorAnswer`: an error answer (status, JSON body, headers).
-- :class:`FaultQueue`: the next N calls of a method answer an error, or lose their
-  connection before or after taking effect.
+- :class:`FaultQueue`: the next N calls of a method answer an error, lose their
+  connection before or after taking effect, or take effect and hold their answer.
 - :class:`RateWindows`: rolling-window limits, with a count of throttled requests.
 - :class:`WebhookPusher`: POSTs events to a webhook with retries, signed by a signer:
   :class:`SecretTokenSigner` (a shared secret in a header), :class:`HmacSigner` (an
@@ -143,6 +143,9 @@ class Fault:
     after_processing: bool = False
     #: A further condition on the call (one bot's token...); None: any call of the methods.
     match: Callable[[Call], bool] | None = None
+    #: The call takes effect, then its answer waits until :meth:`FakePlatform.release`
+    #: (or the platform closes): a request that landed while its client waits.
+    stall: bool = False
 
     def matches(self, call: Call) -> bool:
         return ((self.methods is None or call.method.casefold() in self.methods)
@@ -176,6 +179,13 @@ class FaultQueue:
         before taking effect, or with ``after_processing`` after it."""
         self.pending.append(Fault(self._methods(method), times,
                                   after_processing=after_processing, match=match))
+
+    def stall(self, method: str | Iterable[str], *, times: int = 1,
+              match: Callable[[Call], bool] | None = None) -> None:
+        """The next ``times`` calls of ``method`` take effect, then hold their answer
+        until :meth:`FakePlatform.release` (or the platform closes): a test can act
+        (kill the client's process) exactly while a request has landed unanswered."""
+        self.pending.append(Fault(self._methods(method), times, stall=True, match=match))
 
     def clear(self) -> None:
         """Forget every pending fault."""
@@ -428,6 +438,8 @@ class FakePlatform:
         self.random = random.Random(seed)
         self.calls: list[Call] = []
         self.faults = FaultQueue()
+        #: Calls that took effect and whose answer a ``stall`` fault holds back.
+        self.stalled: list[Call] = []
         self.rates = RateWindows()
         self.webhooks = WebhookPusher()
         #: What the bot sent, in order; a subclass decides what an entry is.
@@ -542,7 +554,8 @@ class FakePlatform:
 
         ``answer()`` makes the platform's answer and may raise :class:`ErrorAnswer`,
         which becomes the answer. A fault answers its error instead (``answer`` is not
-        run), or drops the connection before ``answer`` runs, or after.
+        run), or drops the connection before ``answer`` runs, or after, or holds the
+        answer back until :meth:`release`.
         """
         self.calls.append(call)
         self.changed()
@@ -550,7 +563,8 @@ class FakePlatform:
         if delay:
             await anyio.sleep(delay)
         fault = self.faults.take(call)
-        if fault is not None and fault.error is None and not fault.after_processing:
+        if (fault is not None and fault.error is None and not fault.after_processing
+                and not fault.stall):
             return self.drop(request)
         try:
             if fault is not None and fault.error is not None:
@@ -563,8 +577,17 @@ class FakePlatform:
             self.changed()
         if fault is not None and fault.after_processing:
             return self.drop(request)
+        if fault is not None and fault.stall:
+            self.stalled.append(call)
+            self.changed()
+            await self.hold(lambda: call not in self.stalled, math.inf)
         call.status = response.status
         return response
+
+    def release(self) -> None:
+        """Answer every call a ``stall`` fault holds back (a client still there gets it)."""
+        self.stalled.clear()
+        self.changed()
 
     @staticmethod
     def drop(request: web.Request) -> web.StreamResponse:

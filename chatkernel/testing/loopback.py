@@ -5,12 +5,14 @@ base, :mod:`chatkernel.testing.fake_platform`) that behaves the way
 long-polling platforms do (Telegram's ``getUpdates`` is the model): updates
 are kept until a later poll confirms them with ``offset``, so a client that
 crashes before confirming gets them again; sends are recorded in order, with
-injectable failures (429 with ``retry_after``, 5xx, dropped connections).
-:class:`LoopbackChannel` is a complete channel plugin for it.
+injectable failures (429 with ``retry_after``, 5xx, dropped connections, an
+answer held back) and deduped by their idempotency key, as Matrix dedupes by
+``txnId``. :class:`LoopbackChannel` is a complete channel plugin for it; an
+account with ``idempotent_sends = true`` declares its sends idempotent.
 
-``python -m chatkernel.testing.loopback --platform URL`` runs the real
-gateway with the loopback channel (``CHATKERNEL_HOME`` as usual): the crash
-tests kill that process.
+``python -m chatkernel.testing.loopback --platform URL [--idempotent-sends]``
+runs the real gateway with the loopback channel (``CHATKERNEL_HOME`` as usual):
+the crash tests kill that process.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class PlatformMessage:
     thread_id: str | None = None
     media_kind: str | None = None  # "image", "voice", "document"...; None: a text message
     filename: str | None = None
+    key: str | None = None  # the send's idempotency key, if it had one
 
 
 #: The methods a send fault applies to.
@@ -70,7 +73,9 @@ class LoopbackPlatform(FakePlatform):
     ``thread_id``, ``file``), ``POST /typing`` (JSON ``chat_id``), ``GET /me`` (the
     probe). Answers are ``{"ok": true, "result": ...}`` or ``{"ok": false, "error_code",
     "description", "parameters"}``. Sends are the calls :attr:`calls` records, and the
-    ones ``latency`` and faults apply to.
+    ones ``latency`` and faults apply to. A send may carry ``idempotency_key``: a later
+    send with the same key records nothing and is answered the first one's
+    ``message_id`` (:attr:`deduped` counts them).
     """
 
     #: The bot's own user id: /me answers it, and its own messages carry it as sender.
@@ -86,9 +91,12 @@ class LoopbackPlatform(FakePlatform):
         self.retry_after: float = 1
         #: The bot's credentials were revoked: /me answers 401.
         self.revoked = False
+        #: Sends answered with an earlier send's message, by their idempotency key.
+        self.deduped = 0
         self._ids = itertools.count(1)
         self._update_ids = itertools.count(1)
         self._injected: list[dict[str, Any]] = []
+        self._by_key: dict[str, PlatformMessage] = {}
 
     @property
     def url(self) -> str:
@@ -159,6 +167,12 @@ class LoopbackPlatform(FakePlatform):
                             parameters={"retry_after": self.retry_after})
             self.faults.fail(SENDS, ErrorAnswer(status, body))
 
+    def hold_next_answer(self) -> None:
+        """The next send takes effect (it is in :attr:`sent`) and its answer is held
+        back until :meth:`release` or the platform closes: a crash test kills the
+        gateway exactly while a send it made is unanswered."""
+        self.faults.stall(SENDS)
+
     def texts(self, chat_id: str | None = None, *, thread_id: str | None = None) -> list[str]:
         """Texts of the text messages sent (to a chat; with thread_id, in that thread)."""
         return [m.text for m in self.sent if m.media_kind is None
@@ -183,7 +197,8 @@ class LoopbackPlatform(FakePlatform):
     async def _send(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
         message = PlatformMessage(0, str(body["chat_id"]), str(body["text"]),
-                                  thread_id=body.get("thread_id"))
+                                  thread_id=body.get("thread_id"),
+                                  key=body.get("idempotency_key"))
         return await self.serve_call(request, Call(method="send", params=body),
                                      lambda: self._record(message))
 
@@ -194,7 +209,8 @@ class LoopbackPlatform(FakePlatform):
         message = PlatformMessage(
             0, str(form["chat_id"]), str(form.get("caption", "")),
             thread_id=form.get("thread_id") or None, media_kind=str(form["kind"]),
-            filename=getattr(upload, "filename", None))
+            filename=getattr(upload, "filename", None),
+            key=str(form["idempotency_key"]) if form.get("idempotency_key") else None)
 
         async def answer() -> web.Response:
             if not isinstance(upload, web.FileField) or not upload.file.read():
@@ -206,7 +222,15 @@ class LoopbackPlatform(FakePlatform):
                                      answer)
 
     async def _record(self, message: PlatformMessage) -> web.Response:
+        earlier = self._by_key.get(message.key) if message.key else None
+        if earlier is not None:
+            # The same key: the message this key made already, not a second one.
+            self.deduped += 1
+            self.changed()
+            return web.json_response({"ok": True, "result": {"message_id": earlier.message_id}})
         message.message_id = next(self._ids)
+        if message.key:
+            self._by_key[message.key] = message
         self.record_sent(message)
         return web.json_response({"ok": True, "result": {"message_id": message.message_id}})
 
@@ -227,6 +251,10 @@ class LoopbackAccount(AccountConfig):
     base_url: str
     allow_from: list[str] = Field(default_factory=lambda: ["*"])
     poll_timeout: float = 1.0
+    #: Declare the sends idempotent (``Channel.idempotent_sends``): the platform
+    #: dedupes them by ``idempotency_key`` either way; this tells the kernel it may
+    #: repeat a send whose answer was lost.
+    idempotent_sends: bool = False
 
 
 class LoopbackChannel(Channel):
@@ -244,6 +272,8 @@ class LoopbackChannel(Channel):
         super().__init__(account, settings)
         self.http = HttpClient(self.config.base_url, timeout=self.config.poll_timeout + 10,
                                platform="the loopback platform")
+        # Per account, so one test kit channel serves both kinds of platform.
+        self.idempotent_sends = self.config.idempotent_sends  # type: ignore[misc]
 
     async def run(self, deliver: Deliver) -> None:
         await self.poll_forever(deliver)
@@ -269,7 +299,8 @@ class LoopbackChannel(Channel):
             mentions_bot=update.get("mentions_bot", False), thread_id=update.get("thread_id"))
 
     async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
-        fields = {"chat_id": route.chat_id, "thread_id": route.thread_id}
+        fields = {"chat_id": route.chat_id, "thread_id": route.thread_id,
+                  "idempotency_key": payload.key}
         try:
             if payload.is_media:
                 result = await self._call("POST", "/send_media", files={
@@ -328,12 +359,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--platform", required=True, help="the LoopbackPlatform's URL")
     parser.add_argument("--listen", default="127.0.0.1:0")
+    parser.add_argument("--idempotent-sends", action="store_true",
+                        help="declare the loopback account's sends idempotent")
     args = parser.parse_args()
     config = cfg.parse({
         "gateway": {"listen": args.listen},
         "queue": {"debounce_ms": 0, "mode": "followup"},
-        "channels": {"loopback": {"accounts": {"main": {"base_url": args.platform,
-                                                        "poll_timeout": 0.5}}}},
+        "channels": {"loopback": {"accounts": {"main": {
+            "base_url": args.platform, "poll_timeout": 0.5,
+            "idempotent_sends": args.idempotent_sends}}}},
     })
     logs.configure("text", "info")
     pm = PluginManager()

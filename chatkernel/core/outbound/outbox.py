@@ -10,7 +10,9 @@ unreachable) it is ``pending`` again: nothing of it is out. So after a crash:
 - ``pending`` entries were not out: they are sent on restart;
 - ``sending`` entries may or may not have reached the platform: they are
   reported in the session log as "delivery unknown", never resent (a
-  duplicate is a bug like a loss).
+  duplicate is a bug like a loss), unless their channel's sends are
+  idempotent (``Channel.idempotent_sends``: the platform dedupes them by
+  ``OutboundPayload.key``, :func:`send_key`), which are sent again.
 
 The usual reply goes out at once: its session's sender is idle and its
 rate-limit slot is free. Then its first payload is stored ``sending`` from the
@@ -26,7 +28,9 @@ every payload, whatever its origin. A request refused before it was sent
 (the platform cannot be reached), or a run of answers saying the platform is
 down (5xx), does not fail its payload: the account's senders wait for the
 platform together (:class:`~chatkernel.core.outbound.retry.Outage`), each chat's payloads
-in order, up to the policy's ``unreachable_max_age``.
+in order, up to the policy's ``unreachable_max_age``. A request whose answer was lost
+is "delivery unknown", except on a channel with idempotent sends, which repeats it
+under the retry policy with the same key.
 A ``sending`` mark the store cannot commit (a full disk) is tried again in
 place, holding the session's line, until it can: nothing goes out unrecorded
 and nothing is reported failed that is sent later.
@@ -36,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import itertools
 import logging
 import time
@@ -53,9 +58,11 @@ from chatkernel.core.outbound.retry import (
     Outage,
     RetryPolicy,
     format_delay,
+    is_retryable,
     never_sent,
     outage_reason,
     platform_down,
+    repeatable_with_key,
     with_retries,
 )
 from chatkernel.core.store.base import OutboxEntry
@@ -79,6 +86,25 @@ STORE_RETRY_MAX = 5.0
 RESTORE_SLACK = 3600.0
 #: Outbox ids remembered per account as queued here (several instances, see adopt).
 KNOWN_REMEMBERED = 100_000
+
+
+def send_key(entry: OutboxEntry) -> str:
+    """The idempotency key of an entry's sends (``OutboundPayload.key``).
+
+    Derived from what the store keeps of the entry, so it is the same on every
+    attempt and after a restart: its channel, account and id (unique in a store:
+    SQLite's AUTOINCREMENT never reuses one, Redis counts with INCR), and the exact
+    time it was queued (both stores read it back bit for bit), so that a new
+    database, whose ids start again at 1, makes no key the platform saw before.
+    24 hex characters: safe in a URL path, within Discord's 25-character nonce.
+    """
+    seed = f"{entry.channel}\0{entry.account}\0{entry.id}\0{entry.created_at!r}"
+    return hashlib.sha256(seed.encode()).hexdigest()[:24]
+
+
+def idempotent(account: Account | None) -> bool:
+    """Whether the platform dedupes the account's sends by key (Channel.idempotent_sends)."""
+    return account is not None and bool(getattr(account.channel, "idempotent_sends", False))
 
 
 class _NotOurs(Exception):
@@ -243,16 +269,26 @@ class Outbox:
 
     async def recover(self, account: Account | None = None) -> None:
         """After a start: restore the rate-limit windows, send what was never attempted,
-        report what was in flight. ``account``: of that account only (this instance
-        took it over from another, core/gateway/cluster.py)."""
+        report what was in flight (or send it again, where the platform dedupes sends
+        by key). ``account``: of that account only (this instance took it over from
+        another, core/gateway/cluster.py)."""
         store = self._kernel.store
         await self.restore_windows(account)
         deliveries = self._kernel.deliveries
-        resent = unknown = skipped = 0
+        resent = unknown = skipped = again = 0
         only = None if account is None else (account.channel_name, account.name)
         for entry in await (store.outbox_unfinished() if only is None
                             else store.outbox_unfinished(account=only)):
-            if entry.status == "sending":
+            if (entry.status == "sending" and entry.reply_id not in self._failed_replies
+                    and idempotent(self._kernel.accounts.get(
+                        f"{entry.channel}:{entry.account}"))):
+                # The platform dedupes by the entry's key: sending it again cannot make
+                # a second message, and finds out what became of the first request.
+                await store.outbox_mark(entry.id, "pending")
+                entry.status = "pending"
+                self._enqueue([entry])
+                again += 1
+            elif entry.status == "sending":
                 await store.outbox_mark(entry.id, "unknown", "in flight when the gateway stopped")
                 self._failed_replies.add(entry.reply_id)
                 await self._notify(entry, f"delivery unknown: {self._part(entry)} was being "
@@ -272,6 +308,9 @@ class Outbox:
                      "flight when the gateway stopped (delivery unknown, not resent); %d "
                      "not sent after an earlier part of their reply", resent, unknown,
                      skipped)
+        if again:
+            log.info("outbox: %d payload(s) in flight when the gateway stopped are sent "
+                     "again under their keys (their platforms dedupe sends)", again)
 
     async def restore_windows(self, account: Account | None = None) -> int:
         """Count the sends recorded before a restart in the rate limiters, so the sends
@@ -337,6 +376,7 @@ class Outbox:
             kernel.deliveries.settled(entry, "failed", verdict.reason, why="policy",
                                       account=account)
             return
+        entry.payload.key = send_key(entry)
         limiter = self._limiter(account)
         policy = self._policy(account)
         outage = self._outages[account.key]
@@ -361,7 +401,9 @@ class Outbox:
         try:
             result = await with_retries(delivery.attempt, policy, on_retry=delivery.on_retry,
                                         hold=delivery.hold if holds else None,
-                                        holds=delivery.holds)
+                                        holds=delivery.holds,
+                                        retryable=repeatable_with_key if idempotent(account)
+                                        else is_retryable)
         except _RowLost as lost:
             log.warning("%s: not sent in %s: %s", account.key, entry.session_key, lost)
             kernel.deliveries.settled(entry, "failed", str(lost), why="store", account=account)
@@ -683,7 +725,10 @@ class _Delivery:
             metrics.child(metrics.throttled, account.channel_name, account.name).inc()
             self.limiter.penalize(delay, self.route.chat_id)
         self.outbox._resting.add(self.entry.session_key)  # until its next request
-        if self.marked:  # the platform refused it: nothing is out while it waits
+        if self.marked and not error.delivery_unknown:
+            # The platform refused it: nothing is out while it waits. (A lost answer,
+            # repeated under its key, may be out: it stays `sending`, sent again after
+            # a restart.)
             return self._unmark()
         return None
 

@@ -6,7 +6,9 @@ upload that returned its id) is never repeated. A request is retried only
 when repeating it cannot duplicate a message: the platform said 429 (wait
 ``retry_after``), answered 502/503/504, or the connection failed before the
 request was written. A timeout after the request may have reached the
-platform is never retried blindly (``SendError.delivery_unknown``).
+platform is never retried blindly (``SendError.delivery_unknown``), unless the
+platform dedupes the request by its key (``Channel.idempotent_sends``,
+:func:`repeatable_with_key`).
 
 A request refused before it was written (:func:`never_sent`: a refused
 connection) is known not to have reached the platform, so its payload is not
@@ -127,6 +129,16 @@ def is_retryable(exc: BaseException) -> bool:
     return False
 
 
+def repeatable_with_key(exc: BaseException) -> bool:
+    """:func:`is_retryable` for a channel whose platform dedupes sends by key
+    (``Channel.idempotent_sends``): a request whose answer was lost
+    (``delivery_unknown``) may be repeated as well, since the same key cannot make a
+    second message."""
+    if isinstance(exc, SendError):
+        return exc.retryable or exc.delivery_unknown
+    return False
+
+
 def never_sent(exc: BaseException) -> bool:
     """Whether a failed request is known not to have reached the platform: the
     connection failed before the request was written (refused, no route).
@@ -171,6 +183,7 @@ async def with_retries(request: Callable[[], Awaitable[T]], policy: RetryPolicy,
                        on_retry: Callable[[int, SendError, float], Any] | None = None,
                        hold: Callable[[SendError], Awaitable[Any]] | None = None,
                        holds: Callable[[SendError], bool] = never_sent,
+                       retryable: Callable[[BaseException], bool] = is_retryable,
                        sleep: Callable[[float], Awaitable[Any]] = anyio.sleep) -> T:
     """Run ``request`` under the policy; the last error is raised as it was.
 
@@ -181,6 +194,8 @@ async def with_retries(request: Callable[[], Awaitable[T]], policy: RetryPolicy,
     :func:`never_sent`): it is awaited instead of counting an attempt (it waits,
     or raises to give up), and the request is made again with its attempts
     afresh (what failed before the wait says nothing about after it).
+    ``retryable(error)`` says whether an error may be repeated within the attempts
+    (:func:`is_retryable`; :func:`repeatable_with_key` for idempotent sends).
     """
     attempt = 1
     while True:
@@ -191,7 +206,7 @@ async def with_retries(request: Callable[[], Awaitable[T]], policy: RetryPolicy,
                 await hold(exc)
                 attempt = 1
                 continue
-            if not is_retryable(exc) or attempt >= policy.attempts:
+            if not retryable(exc) or attempt >= policy.attempts:
                 raise
             delay = policy.delay(attempt, exc.retry_after)
             if on_retry is not None:
