@@ -34,7 +34,7 @@ from chatkernel.builtin.heartbeat import DEFAULT_VISIBILITY
 from chatkernel.core.turns.agents import Agent, AgentEvent, TurnRequest
 from chatkernel.core.plugins import collect_channels
 from chatkernel.core.config import AccountConfig
-from chatkernel.core.heartbeat.scheduler import plugin_visibility_defaults, resolve_visibility
+from chatkernel.core.heartbeat.settings import plugin_visibility_defaults, resolve_visibility
 from chatkernel.core.outbound.policy import resolve_media_path
 from chatkernel.core.plugins import PluginManager
 
