@@ -19,6 +19,7 @@ from chatkernel.core.config.validation import did_you_mean, keys_beside, model_i
 from chatkernel.sdk.accounts import AccountConfig
 from chatkernel.sdk.errors import ConfigError
 
+
 def split_key(key: str, *, path: Path | None = None) -> list[str]:
     parts = key.split(".")
     if not key or any(not part for part in parts):
@@ -38,7 +39,8 @@ def get_key(data: dict[str, Any], key: str, *, path: Path | None = None) -> Any:
 
 def set_key(data: dict[str, Any], key: str, value: Any, *, path: Path | None = None) -> None:
     """Set a dotted key, creating the tables on the way. In a tomlkit document the
-    comments above a table header stay above it (:func:`keep_notes_in_place`)."""
+    comments above a table header stay above it
+    (:func:`~chatkernel.core.config.files.keep_notes_in_place`)."""
     parts = split_key(key, path=path)
     node = data
     parent: Any = None
@@ -54,8 +56,6 @@ def set_key(data: dict[str, Any], key: str, value: Any, *, path: Path | None = N
         keep_notes_in_place(parent, node, parts[-1], value)
     else:
         node[parts[-1]] = value
-
-
 
 
 def unset_key(data: dict[str, Any], key: str, *, path: Path | None = None) -> bool:
@@ -244,8 +244,6 @@ def takes_text(field: Any) -> bool:
     kinds = {arg for arg in (get_args(field.annotation) or (field.annotation,))
              if arg is not type(None)}
     return bool(kinds) and kinds <= {str, Path}
-
-
 
 
 def format_value(value: Any) -> str:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from chatkernel.core.config.files import home_dir
 from chatkernel.sdk.accounts import HealthMonitorConfig, HeartbeatVisibility
 
+
 class Section(BaseModel):
     """Base of the kernel's sections: unknown keys are typos, and typos are errors."""
 

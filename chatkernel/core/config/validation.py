@@ -21,6 +21,7 @@ from chatkernel.core.config.files import config_path, read_raw
 from chatkernel.core.config.schema import ChannelConfig, KernelConfig
 from chatkernel.sdk.errors import ConfigError
 
+
 def _dotted(loc: tuple[Any, ...]) -> str:
     key = ""
     for part in loc:

@@ -505,5 +505,4 @@ class HeartbeatScheduler:
                     "session": self.last_event.session_key, "at": self.last_event.at}}
 
 
-
 __all__ = ["SKIP_REASONS", "HeartbeatEvent", "HeartbeatRecord", "HeartbeatScheduler"]
