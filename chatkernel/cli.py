@@ -933,7 +933,8 @@ def _local_heartbeats(config_file: str | None) -> dict[str, Any]:
     none is scheduled)."""
     import time
 
-    from chatkernel.core.heartbeat.scheduler import MAIN, describe_state, heartbeat_settings
+    from chatkernel.core.heartbeat.jobs import MAIN, describe_state
+    from chatkernel.core.heartbeat.settings import heartbeat_settings
     from chatkernel.core.store.base import HeartbeatState
 
     config, _ = _load_config(config_file)

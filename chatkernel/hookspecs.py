@@ -6,7 +6,7 @@ an awaitable are awaited by the kernel, so an implementation may be a plain
 function or return a coroutine.
 
 Sections follow the pipeline: registration, inbound, outbound, policy,
-heartbeat, health.
+heartbeat, health, the gateway's pages.
 """
 
 from __future__ import annotations
@@ -204,4 +204,25 @@ def health_probe(account):
     :return: a :class:`chatkernel.ProbeResult` (ok, detail, latency, and
         ``restartable=False`` when restarting the receive loop cannot fix the
         failure), or an awaitable of one. Stops at the first non-None result.
+    """
+
+
+# -- the gateway's pages ----------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def gateway_root_page(config, channel_types, loopback):
+    """The page the gateway serves at ``GET /`` when no running account's channel
+    serves one there (the web chat's default account serves its chat at ``/``).
+
+    Called once, when the gateway builds its HTTP routes. The built-in
+    implementation (``chatkernel.builtin.landing``, called last) says that the
+    gateway runs, why its web chat is off and how to turn it on.
+
+    :param config: the gateway's config (``chatkernel.core.config.KernelConfig``).
+    :param channel_types: the channel types plugins provide, by name.
+    :param loopback: whether the gateway listens on this machine only.
+    :return: the page's HTML as a ``str`` (not an awaitable: it is asked while the
+        routes are built), or ``None`` for no page (``GET /`` is then a 404). Stops at
+        the first non-None result.
     """

@@ -14,13 +14,13 @@ import anyio
 import pytest
 
 from chatkernel.core import config as cfg
+from chatkernel.builtin.agents.command import CommandAgent
+from chatkernel.builtin.agents.echo import EchoAgent
+from chatkernel.builtin.agents.openai import OpenAIAgent
 from chatkernel.core.turns.agents import (
     SAFE_ENV,
     Agent,
     AgentEvent,
-    CommandAgent,
-    EchoAgent,
-    OpenAIAgent,
     TurnRequest,
     agent_environment,
     collect_agents,

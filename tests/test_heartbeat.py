@@ -13,12 +13,10 @@ import pytest
 from chatkernel import hookimpl
 from chatkernel.core.turns.agents import AgentEvent
 from chatkernel.core.config import KernelConfig
-from chatkernel.core.heartbeat.scheduler import (
-    DEFAULT_PROMPT,
-    MAIN,
-    NO_TARGET_SESSION,
-    merged_settings,
-)
+from chatkernel.core.heartbeat.jobs import MAIN
+from chatkernel.core.heartbeat.prompt import DEFAULT_PROMPT
+from chatkernel.core.heartbeat.settings import merged_settings
+from chatkernel.core.heartbeat.targets import NO_TARGET_SESSION
 from chatkernel.core.heartbeat.ack import HEARTBEAT_TOKEN
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.clock import ManualClock
@@ -330,7 +328,7 @@ def accounts_config(main=None, other=None):
 
 
 async def test_visibility_precedence_account_channel_defaults_plugin_builtin(tmp_path):
-    from chatkernel.core.heartbeat.scheduler import visibility_for
+    from chatkernel.core.heartbeat.settings import visibility_for
 
     agent = scripted_agent(script=replies())
     channels = {"memory": {"accounts": accounts_config(main={"show_ok": False}),
@@ -708,7 +706,7 @@ from datetime import datetime, timezone  # noqa: E402
 from zoneinfo import ZoneInfo  # noqa: E402
 
 from chatkernel.core.config import ActiveHours  # noqa: E402
-from chatkernel.core.heartbeat.scheduler import in_active_hours, next_window_start, zone_for  # noqa: E402
+from chatkernel.core.heartbeat.hours import in_active_hours, next_window_start, zone_for  # noqa: E402
 
 UTC = ZoneInfo("UTC")
 
@@ -925,7 +923,7 @@ async def test_an_unknown_heartbeat_account_is_a_config_error(tmp_path):
 
 
 async def test_wake_errors(tmp_path):
-    from chatkernel.core.heartbeat.scheduler import HeartbeatError
+    from chatkernel.core.heartbeat.jobs import HeartbeatError
 
     agent = scripted_agent(script=replies())
     async with harness(tmp_path, agent) as h:

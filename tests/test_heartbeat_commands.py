@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from chatkernel.core.turns.agents import AgentEvent
-from chatkernel.core.heartbeat.scheduler import SESSION_GUARD
+from chatkernel.core.heartbeat.prompt import SESSION_GUARD
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.clock import ManualClock
 from chatkernel.testing.memory import KernelHarness

@@ -34,7 +34,7 @@ from chatkernel.builtin.heartbeat import DEFAULT_VISIBILITY
 from chatkernel.core.turns.agents import Agent, AgentEvent, TurnRequest
 from chatkernel.core.plugins import collect_channels
 from chatkernel.core.config import AccountConfig
-from chatkernel.core.heartbeat.scheduler import plugin_visibility_defaults, resolve_visibility
+from chatkernel.core.heartbeat.settings import plugin_visibility_defaults, resolve_visibility
 from chatkernel.core.outbound.policy import resolve_media_path
 from chatkernel.core.plugins import PluginManager
 
@@ -672,3 +672,31 @@ def test_health_probe_plugin_can_replace_the_channel_probe(pm, temp_plugin):
     account = make_account(running=True)
     assert probe(pm, account) == ProbeResult(ok=False, detail="recorder:main: maintenance window")
     assert account.channel.probes == 0
+
+
+# -- the gateway's pages -------------------------------------------------------------------
+
+
+def test_hook_gateway_root_page(pm):
+    from chatkernel.core.config import parse
+
+    config = parse({"channels": {"webchat": {"enabled": False}}})
+    page = pm.hook.gateway_root_page(config=config, channel_types={"webchat": object},
+                                     loopback=True)
+    assert "The web chat is off" in page
+    assert "[channels.webchat] has enabled = false" in page
+
+
+def test_gateway_root_page_plugin_replaces_the_built_in_page(pm, temp_plugin):
+    from chatkernel.core.config import KernelConfig
+
+    class FrontPage:
+        @hookimpl
+        def gateway_root_page(self, loopback):
+            return "<h1>support desk</h1>" if loopback else None
+
+    temp_plugin(pm, FrontPage(), "test-front-page")
+    ask = pm.hook.gateway_root_page
+    assert ask(config=KernelConfig(), channel_types={}, loopback=True) == "<h1>support desk</h1>"
+    # None is no opinion: the built-in page is next.
+    assert "The web chat is off" in ask(config=KernelConfig(), channel_types={}, loopback=False)

@@ -125,7 +125,7 @@ HEARTBEAT_USAGE = ("Usage: /heartbeat every <interval> <what to check> (at least
 async def _heartbeat(ctx) -> str:
     """``/heartbeat`` (``/hb``): this session's own heartbeat."""
     from chatkernel.core.durations import parse_interval
-    from chatkernel.core.heartbeat.scheduler import HeartbeatError
+    from chatkernel.core.heartbeat.jobs import HeartbeatError
 
     scheduler = ctx.gateway.heartbeats
     key = ctx.session.key

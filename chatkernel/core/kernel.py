@@ -30,7 +30,7 @@ from chatkernel.core.inbound.commands import CommandGateway, collect_commands
 from chatkernel.core.outbound.deliveries import Deliveries
 from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
 from chatkernel.core.health.probes import Health
-from chatkernel.core.heartbeat.scheduler import Clock as HeartbeatClock
+from chatkernel.core.heartbeat.clock import Clock as HeartbeatClock
 from chatkernel.core.heartbeat.scheduler import HeartbeatScheduler
 from chatkernel.core.inbound.pipeline import Inbound, InvalidMessage, Receiver
 from chatkernel.core.turns.indicators import Indicators

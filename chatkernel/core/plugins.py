@@ -52,6 +52,7 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "chatkernel.builtin.agents",
     "chatkernel.builtin.commands",
     "chatkernel.builtin.webchat",
+    "chatkernel.builtin.landing",
 )
 
 #: The channels built-in plugins provide, and the plugin that provides each.

@@ -216,7 +216,7 @@ async def reload_config(kernel: "Kernel", config: str | None = None) -> dict[str
 
 async def wake_heartbeat(kernel: "Kernel", body: dict[str, Any]) -> dict[str, Any]:
     """``chatkernel heartbeat wake``: run a heartbeat now, or leave a note for its next run."""
-    from chatkernel.core.heartbeat.scheduler import HeartbeatError
+    from chatkernel.core.heartbeat.jobs import HeartbeatError
 
     fields = strings(body, "text", "mode", "session")
     text, mode, session = fields["text"], fields["mode"] or "now", fields["session"]

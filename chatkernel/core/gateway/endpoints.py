@@ -9,9 +9,10 @@
   refreshing itself every few seconds.
 * ``GET /favicon.ico`` — 204, cached for a day: browsers opening the web chat or
   the status page ask for it, and a 404 logged for each would be noise.
-* ``GET /`` — when the web chat does not serve its page there, a small page
-  saying the gateway runs, why the web chat is off and how to turn it on
-  (:mod:`chatkernel.webchat.landing`), instead of a bare 404.
+* ``GET /`` — when the web chat does not serve its page there, the page of the
+  ``gateway_root_page`` hook: the built-in one says the gateway runs, why the web
+  chat is off and how to turn it on (:mod:`chatkernel.builtin.landing`), instead of a
+  bare 404.
 
 On a loopback address all three are open. When the gateway listens beyond
 loopback (which needs ``gateway.control_token``), ``/metrics`` and ``/status``
@@ -45,7 +46,7 @@ def bearer_ok(request: "web.Request", token: str) -> bool:
 
 def routes(kernel: "Kernel", token: str, *, loopback: bool) -> list[tuple[str, str, Any]]:
     """The ``/healthz``, ``/metrics``, ``/status`` and ``/favicon.ico`` routes of the
-    gateway's app."""
+    gateway's app, and ``/`` when no channel serves it and a plugin gives its page."""
     from aiohttp import web
 
     def allowed(request: web.Request) -> bool:
@@ -85,10 +86,9 @@ def routes(kernel: "Kernel", token: str, *, loopback: bool) -> list[tuple[str, s
 
     found = [("GET", "/healthz", healthz), ("GET", "/metrics", metrics),
              ("GET", "/status", status), ("GET", "/favicon.ico", favicon)]
-    if not _serves_root(kernel):
-        from chatkernel.webchat.landing import render_landing_page
-
-        page = render_landing_page(kernel.config, kernel.channel_types, loopback=loopback)
+    page = None if _serves_root(kernel) else kernel.pm.hook.gateway_root_page(
+        config=kernel.config, channel_types=kernel.channel_types, loopback=loopback)
+    if page is not None:
 
         async def landing(request: web.Request) -> web.Response:
             return web.Response(text=page, content_type="text/html",

@@ -1,1 +1,2 @@
-"""Heartbeats: the scheduler and runner, the HEARTBEAT_OK contract, HEARTBEAT.md."""
+"""Heartbeats: the scheduler, one turn's runner, their settings, targets and stored
+state, the HEARTBEAT_OK contract, HEARTBEAT.md."""

@@ -156,7 +156,7 @@ class Responder:
 
     Outside heartbeats, a stray ``HEARTBEAT_OK`` at the start or end of a text is
     stripped and a text that is only the token is dropped (docs/heartbeats.md). A heartbeat
-    turn's reply has been judged already (:mod:`chatkernel.core.heartbeat.scheduler`):
+    turn's reply has been judged already (:mod:`chatkernel.core.heartbeat.runner`):
     ``heartbeat=True`` sends it as it is.
     """
 

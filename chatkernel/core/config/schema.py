@@ -1,0 +1,411 @@
+"""The config file's sections as pydantic models, and the channels a gateway runs.
+
+Every section forbids unknown keys: a typo is an error, never a silently ignored
+setting. A channel's account tables are validated by that channel's own model
+(``Channel.account_model``, :func:`~chatkernel.core.config.validate_account`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from chatkernel.core.config.files import home_dir
+from chatkernel.sdk.accounts import HealthMonitorConfig, HeartbeatVisibility
+
+
+class Section(BaseModel):
+    """Base of the kernel's sections: unknown keys are typos, and typos are errors."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class GatewayConfig(Section):
+    listen: str = "127.0.0.1:8787"
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    workspace: Path | None = None  # default: $CHATKERNEL_HOME/workspace
+    control_token: str | None = None  # required when listening beyond loopback
+    # This gateway's presence id; default: gateway-<hostname>-<hash of CHATKERNEL_HOME>.
+    instance_id: str | None = None
+    #: Host names the gateway answers for besides its listen address, IP addresses and
+    #: localhost (a name that reaches it through DNS or a reverse proxy). Browsers'
+    #: requests for any other name are refused: that is how DNS rebinding is stopped.
+    public_hosts: list[str] = Field(default_factory=list)
+    #: Seconds a client has to send a request's head, from connecting or from the
+    #: head's first byte (chatkernel.core.gateway.http_server).
+    header_timeout: float = Field(15.0, gt=0, le=3600)
+    #: Seconds a kept-alive connection may wait for its next request.
+    idle_timeout: float = Field(60.0, gt=0, le=86400)
+    #: Client connections open at once; default (and at most): what the descriptor
+    #: limit leaves after a reserve for the store, the platforms and the agent.
+    max_connections: int | None = Field(None, ge=1)
+
+    @field_validator("public_hosts")
+    @classmethod
+    def _host_names(cls, value: list[str]) -> list[str]:
+        names = []
+        for item in value:
+            name = item.strip().lower().rstrip(".")
+            if not re.fullmatch(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*"
+                                r"[a-z0-9_])?)*", name):
+                raise ValueError(f"expected host names such as chat.example.com (no scheme, "
+                                 f"port or path), got {item!r}")
+            names.append(name)
+        return names
+
+    @field_validator("listen")
+    @classmethod
+    def _host_port(cls, value: str) -> str:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ValueError("expected HOST:PORT, such as 127.0.0.1:8787 (port 0 picks one)")
+        return value
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class AgentConfig(Section):
+    kind: str = "echo"
+    command: list[str] = Field(default_factory=list)
+    #: The command agent's environment besides the safe few it always gets
+    #: (``chatkernel.core.turns.agents.SAFE_ENV``): values, ``${ENV}`` references allowed...
+    env: dict[str, str] = Field(default_factory=dict)
+    #: ...and names passed through from the gateway's environment as they are.
+    pass_env: list[str] = Field(default_factory=list)
+    timeout: float = Field(120.0, gt=0)
+    base_url: str = "http://127.0.0.1:11434/v1"
+    model: str = ""
+    api_key_env: str = "OPENAI_API_KEY"
+    system_prompt: str = ""
+    history_limit: int = Field(40, ge=0)
+    #: The agent's heartbeat settings, merged over ``[heartbeat]``.
+    heartbeat: "HeartbeatConfig | None" = None
+
+    @field_validator("env")
+    @classmethod
+    def _env_table(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, item in value.items():
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+            if "\x00" in item:
+                raise ValueError(f"the value of {name} holds a NUL character")
+        return value
+
+    @field_validator("pass_env")
+    @classmethod
+    def _env_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return value
+
+
+QueueMode = Literal["collect", "followup", "interrupt", "steer"]
+DropPolicy = Literal["old", "new", "summarize"]
+
+
+class QueueConfig(Section):
+    mode: QueueMode = "collect"
+    debounce_ms: int = Field(1000, ge=0)
+    cap: int = Field(20, ge=1)
+    drop: DropPolicy = "old"
+    max_concurrent: int = Field(4, ge=1)
+
+
+class ChannelQueueConfig(Section):
+    """``[channels.<name>.queue]``: the keys of ``[queue]`` it overrides for the channel's
+    sessions (``max_concurrent`` is gateway-wide, so not here)."""
+
+    mode: QueueMode | None = None
+    debounce_ms: int | None = Field(None, ge=0)
+    cap: int | None = Field(None, ge=1)
+    drop: DropPolicy | None = None
+
+    def overrides(self) -> dict[str, Any]:
+        """The keys it sets, as ``QueueSettings.merged`` takes them."""
+        return self.model_dump(exclude_none=True)
+
+
+class SessionsConfig(Section):
+    """``[sessions]``: what the kernel keeps of them in memory (the store has them all)."""
+
+    #: Sessions, with their reply routes, kept in memory; the least recently used
+    #: beyond it are read from the store when next needed.
+    cache_size: int = Field(10_000, ge=100)
+
+
+class StoreConfig(Section):
+    #: An installed store backend (the ``chatkernel.stores`` entry points).
+    backend: str = "sqlite"
+    path: Path | None = None  # sqlite: default $CHATKERNEL_HOME/state.db
+    url: str | None = None  # redis: default redis://127.0.0.1:6379/0
+    #: redis: every key starts with it, so several gateways (or tests) can share a server.
+    prefix: str = Field("chatkernel:", min_length=1)
+    # How long finished journal entries (the dedupe keys) are kept: a platform
+    # redelivering a message older than this would have it answered again.
+    journal_retention_days: float = Field(7, gt=0)
+    # A shared store (redis): how long an instance's lease on an account lasts
+    # unrenewed; another instance takes the account over within about this long
+    # after its owner dies (docs/scale-out.md).
+    lease_seconds: float = Field(10, ge=1, le=600)
+
+    @field_validator("backend")
+    @classmethod
+    def _installed(cls, value: str) -> str:
+        from importlib.metadata import entry_points
+
+        from chatkernel.core.config.validation import did_you_mean  # it imports the models
+
+        # Names only: no backend is imported to check one is there.
+        installed = sorted({ep.name for ep in entry_points(group="chatkernel.stores")})
+        if value not in installed:
+            raise ValueError(f"not an installed store backend (installed: "
+                             f"{', '.join(installed) or 'none'}){did_you_mean(value, installed)}")
+        return value
+
+
+class ActiveHours(Section):
+    """When heartbeats may run: ``start`` ≤ time of day < ``end`` in ``timezone``.
+
+    ``end`` may be ``24:00``; ``start`` after ``end`` spans midnight
+    (``22:00``–``06:00``); ``start == end`` is an empty window (never).
+    ``timezone``: an IANA name (``Europe/Berlin``), ``local`` (the gateway's
+    zone) or ``user`` (the session's ``/heartbeat tz`` setting, else local).
+    """
+
+    start: str = "00:00"
+    end: str = "24:00"
+    timezone: str = "local"
+
+    @field_validator("start", "end")
+    @classmethod
+    def _clock(cls, value: str, info: Any) -> str:
+        match = re.fullmatch(r"(\d{1,2}):(\d{2})", value)
+        if not match or int(match[2]) > 59 or int(match[1]) > 24 or (
+            int(match[1]) == 24 and int(match[2]) != 0
+        ):
+            raise ValueError("expected a time of day HH:MM (24:00 allowed as an end)")
+        if info.field_name == "start" and int(match[1]) == 24:
+            raise ValueError("24:00 is allowed as an end only; a window starts at 00:00")
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _zone(cls, value: str) -> str:
+        if value in ("local", "user"):
+            return value
+        check_timezone(value)
+        return value
+
+
+def check_timezone(name: str) -> str:
+    """An IANA time zone name the system knows; ValueError says what is expected."""
+    import zoneinfo
+
+    try:
+        zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {name!r}: expected an IANA name such as "
+                         "Europe/Berlin or America/New_York, 'local' or 'user'") from None
+    return name
+
+
+class HeartbeatConfig(Section):
+    """``[heartbeat]`` (and the overrides merged over it: ``[agent.heartbeat]``, a
+    session's own). See docs/heartbeats.md."""
+
+    # 0 disables the timer. The config heartbeat runs only when the config has a
+    # [heartbeat] or [agent.heartbeat] table (config_heartbeat_wanted): with a paid
+    # model every run is a paid turn, which nobody should get without asking.
+    every: str = "30m"
+    prompt: str | None = None  # None: the built-in prompt (heartbeat.DEFAULT_PROMPT)
+    target: str = "none"  # none | last | a channel name
+    to: str | None = None  # with a channel target: the chat id (default: its last chat)
+    account: str | None = None  # the account to send from, where a channel has several
+    direct_policy: Literal["allow", "block"] = "allow"
+    active_hours: ActiveHours | None = None
+    ack_max_chars: int = Field(300, ge=0)
+
+    @field_validator("every", mode="before")
+    @classmethod
+    def _interval(cls, value: Any) -> str:
+        from chatkernel.core.durations import parse_interval
+
+        parse_interval(value)  # ValueError names what is wrong
+        return str(value).strip()
+
+    @field_validator("target")
+    @classmethod
+    def _target(cls, value: str) -> str:
+        value = value.strip()
+        if not value:
+            raise ValueError("expected none, last or a channel name")
+        return value
+
+    def interval(self) -> float:
+        """``every`` in seconds (0: disabled)."""
+        from chatkernel.core.durations import parse_interval
+
+        return parse_interval(self.every)
+
+
+AgentConfig.model_rebuild()  # its heartbeat table is defined above
+
+
+class HealthConfig(Section):
+    """``[health]``: probes and the cached snapshot."""
+
+    probe_timeout_ms: int = Field(10_000, gt=0)
+    refresh_seconds: float = Field(60, gt=0)  # background probes for the cached snapshot
+    #: Each read of the store a snapshot makes (a hung store makes the snapshot red,
+    #: it does not hold it up).
+    store_timeout_ms: int = Field(1_000, gt=0)
+
+
+class PresenceConfig(Section):
+    """``[presence]``: the gateway's list of running instances and clients."""
+
+    ttl_minutes: float = Field(5, gt=0)
+    max_entries: int = Field(200, ge=1)
+
+
+class ChannelConfig(BaseModel):
+    """``[channels.<name>]``: channel-wide settings plus its accounts.
+
+    Accounts stay raw here; each is validated by its channel's account model.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    enabled: bool = True
+    accounts: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    queue: ChannelQueueConfig = Field(default_factory=ChannelQueueConfig)
+    # attempts, base_delay_ms, max_delay_ms, jitter, unreachable_max_age (see RetryPolicy)
+    retry: dict[str, Any] | None = None
+    rate_limits: dict[str, Any] | None = None  # {"chat": "1/s", "account": "30/s", ...}
+    heartbeat: HeartbeatVisibility | None = None
+    health_monitor: HealthMonitorConfig | None = None
+
+    # The outbox builds its retry policy and rate limiter from these tables when an
+    # account starts; checking them here with the same code refuses a bad one wherever
+    # the config is read (config set, validate, reload), not at the first send.
+    @field_validator("retry")
+    @classmethod
+    def _retry(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        from chatkernel.core.outbound.retry import RetryPolicy
+
+        RetryPolicy.from_config(value)  # ValueError names the key
+        return value
+
+    @field_validator("rate_limits")
+    @classmethod
+    def _rate_limits(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        from chatkernel.core.outbound.ratelimit import RateLimiter
+
+        RateLimiter.from_limits({}, value)  # ValueError names the scope
+        return value
+
+
+class SendRule(Section):
+    action: Literal["allow", "deny"]
+    channel: str = "*"
+    chat_type: Literal["direct", "group", "any"] = "any"
+
+
+class SendPolicyConfig(Section):
+    default: Literal["allow", "deny"] = "allow"
+    rules: list[SendRule] = Field(default_factory=list)
+
+
+class KernelConfig(Section):
+    """The whole config file."""
+
+    gateway: GatewayConfig = Field(default_factory=GatewayConfig)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    queue: QueueConfig = Field(default_factory=QueueConfig)
+    sessions: SessionsConfig = Field(default_factory=SessionsConfig)
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    heartbeat: HeartbeatConfig = Field(default_factory=HeartbeatConfig)
+    health_monitor: HealthMonitorConfig = Field(default_factory=HealthMonitorConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
+    presence: PresenceConfig = Field(default_factory=PresenceConfig)
+    send_policy: SendPolicyConfig = Field(default_factory=SendPolicyConfig)
+    channels: dict[str, ChannelConfig] = Field(default_factory=dict)
+
+    @field_validator("channels")
+    @classmethod
+    def _defaults_table(cls, value: dict[str, ChannelConfig]) -> dict[str, ChannelConfig]:
+        # [channels.defaults] is no channel: only its heartbeat table is read (the
+        # visibility every channel inherits), anything else there would be ignored.
+        defaults = value.get("defaults")
+        if defaults is not None:
+            other = sorted((defaults.model_fields_set | set(defaults.model_extra or {}))
+                           - {"heartbeat"})
+            if other:
+                raise ValueError(f"[channels.defaults] takes heartbeat only, not "
+                                 f"{', '.join(other)}: a channel's settings go in "
+                                 "[channels.<name>]")
+        return value
+
+    def workspace(self) -> Path:
+        return (self.gateway.workspace or home_dir() / "workspace").expanduser()
+
+    def config_heartbeat_wanted(self) -> bool:
+        """Whether the config asks for the config heartbeat: a ``[heartbeat]`` or an
+        ``[agent.heartbeat]`` table, even an empty one. Without either it is off (a
+        manual wake still runs it): its defaults (every 30m) apply once it is asked for."""
+        return ("heartbeat" in self.model_fields_set or bool(self.heartbeat.model_fields_set)
+                or self.agent.heartbeat is not None)
+
+    def store_path(self) -> Path:
+        return (self.store.path or home_dir() / "state.db").expanduser()
+
+
+# -- the channels a gateway runs -------------------------------------------------------
+
+#: The built-in web chat: the channel a gateway serves unless told otherwise.
+WEBCHAT = "webchat"
+#: The web chat's account that the page at ``/`` talks to.
+WEBCHAT_ACCOUNT = "default"
+
+
+def listens_locally(config: KernelConfig) -> bool:
+    """Whether ``gateway.listen`` is reachable from this machine only."""
+    from chatkernel.core.health.presence import is_loopback
+
+    host = config.gateway.listen.rpartition(":")[0].strip("[]")
+    return is_loopback(host)
+
+
+def effective_channels(config: KernelConfig) -> dict[str, ChannelConfig]:
+    """``[channels.*]`` as the gateway runs them (``defaults`` left out).
+
+    The web chat keeps its ``default`` account unless the config gives it accounts of
+    its own: configuring Telegram, or a web chat setting such as ``text_limit``, does
+    not switch it off; ``[channels.webchat] enabled = false`` does. It admits everyone
+    who reaches it, so a gateway listening beyond this machine serves it only when the
+    config has a ``[channels.webchat]`` table.
+    """
+    channels = {name: section for name, section in config.channels.items()
+                if name != "defaults"}
+    webchat = channels.get(WEBCHAT)
+    if webchat is None:
+        if listens_locally(config):
+            channels[WEBCHAT] = ChannelConfig(accounts={WEBCHAT_ACCOUNT: {}})
+    elif not webchat.accounts:
+        channels[WEBCHAT] = webchat.model_copy(update={"accounts": {WEBCHAT_ACCOUNT: {}}})
+    return channels
+
+
+def effective_accounts(config: KernelConfig) -> list[tuple[str, str, bool, dict[str, Any]]]:
+    """``(channel, account, enabled, raw table)`` for every account of
+    :func:`effective_channels` (the web chat's implied one included)."""
+    return [(name, account, bool(section.enabled and raw.get("enabled", True) is not False),
+             raw)
+            for name, section in effective_channels(config).items()
+            for account, raw in section.accounts.items()]

@@ -1,0 +1,165 @@
+"""From raw TOML to validated models, and how a config error is worded.
+
+``${ENV}`` references are resolved first; pydantic's errors become one ConfigError
+naming the file, each dotted key and what was expected, with a did-you-mean for an
+unknown key or value. A secret's value is never shown, even when malformed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, get_args, get_origin
+
+from pydantic import BaseModel, ValidationError
+
+from chatkernel.core.config.env import is_secret_key, resolve_env
+from chatkernel.core.config.files import config_path, read_raw
+from chatkernel.core.config.schema import ChannelConfig, KernelConfig
+from chatkernel.sdk.errors import ConfigError
+
+
+def _dotted(loc: tuple[Any, ...]) -> str:
+    key = ""
+    for part in loc:
+        if isinstance(part, int):
+            key += f"[{part}]"
+        else:
+            key += f".{part}" if key else str(part)
+    return key
+
+
+#: The channels this project publishes, by name: their distributions are
+#: ``chatkernel-<name>``. Only these are ever suggested for installing: naming a
+#: package from whatever was typed would send a typo to whoever registered it.
+FIRST_PARTY_CHANNELS = frozenset({"slack", "telegram", "whatsapp", "wechat"})
+
+
+def did_you_mean(name: str, known: Any) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``known``, or an empty string."""
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def check_channel_keys(name: str, section: ChannelConfig, channel_keys: Iterable[str],
+                       account_model: type[BaseModel], *, path: Path | None = None) -> None:
+    """Refuse a key of ``[channels.<name>]`` that neither the kernel nor the channel
+    reads (``channel_keys``: its ``Channel.settings_keys``). An account's setting put
+    there (``allow_from``, a token) says where it belongs: each account has its own."""
+    known = set(ChannelConfig.model_fields) | set(channel_keys)
+    for key in sorted(section.model_extra or {}):
+        if key in known:
+            continue
+        where = f"channels.{name}.{key}"
+        if key in account_model.model_fields:
+            raise ConfigError(
+                f"{key} is a setting of each account, not of the channel: put it in "
+                f"[channels.{name}.accounts.<name>] (every account that needs it)",
+                path=path, key=where)
+        raise ConfigError(f"the {name} channel has no setting {key!r}"
+                          f"{did_you_mean(key, known - {'accounts'})}", path=path, key=where)
+
+
+def unknown_channel(name: str, installed: Any, *, path: Path | None = None,
+                    left_out: str | None = None, key: str | None = None) -> ConfigError:
+    """The error for ``[channels.<name>]`` (or another ``key`` naming a channel) that no
+    installed plugin provides. ``left_out``: why the plugin that does was not loaded
+    (``PluginManager.channel_left_out``)."""
+    if left_out is not None:
+        return ConfigError(left_out, path=path, key=key or f"channels.{name}")
+    known = ", ".join(sorted(installed)) or "none"
+    message = f"no installed plugin provides a channel named {name!r} (installed: {known})"
+    if name in FIRST_PARTY_CHANNELS:
+        message += f": pip install chatkernel-{name} provides it"
+    else:
+        message += did_you_mean(name, set(installed) | FIRST_PARTY_CHANNELS)
+    return ConfigError(message, path=path, key=key or f"channels.{name}")
+
+
+def model_in(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """The model an annotation holds (``M``, ``M | None``, ``list[M]``, ``dict[str, M]``),
+    and whether a table key comes before it in an error's location."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    for arg in get_args(annotation):
+        found, keyed = model_in(arg)
+        if found is not None:
+            return found, keyed or get_origin(annotation) is dict
+    return None, False
+
+
+def keys_beside(model: type[BaseModel] | None, loc: tuple[Any, ...]) -> list[str]:
+    """The keys ``model`` accepts in the table holding ``loc``'s last part."""
+    parts = [part for part in loc[:-1] if not isinstance(part, int)]
+    node, i = model, 0
+    while node is not None and i < len(parts):
+        field = node.model_fields.get(parts[i])
+        if field is None:
+            return []
+        node, keyed = model_in(field.annotation)
+        i += 2 if keyed else 1
+    return list(node.model_fields) if node is not None else []
+
+
+def _expected(error: dict[str, Any], model: type[BaseModel] | None = None) -> str:
+    if error["type"] == "extra_forbidden":
+        loc = tuple(error["loc"])
+        hint = did_you_mean(str(loc[-1]), keys_beside(model, loc)) if loc else ""
+        return f"unknown key{hint or ' (check its spelling)'}"
+    message = error["msg"]
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    given = error.get("input")
+    key = next((str(part) for part in reversed(error.get("loc", ())) if isinstance(part, str)),
+               "")
+    if error["type"] != "missing" and not isinstance(given, dict):
+        # A malformed secret is still a secret: the error names the key, not the value.
+        message += " (the value is not shown: it is a secret)" if is_secret_key(key) \
+            else f" (got {given!r})"
+    if error["type"] == "literal_error" and isinstance(given, str) and not is_secret_key(key):
+        message += did_you_mean(given, re.findall(r"'([^']*)'", error["ctx"]["expected"]))
+    return message
+
+
+def validation_error(exc: ValidationError, *, path: Path | None,
+                     prefix: tuple[Any, ...] = (),
+                     model: type[BaseModel] | None = None) -> ConfigError:
+    """One ConfigError naming every key pydantic rejected, with what was expected
+    (``model``: the one validated, whose keys an unknown key is matched against)."""
+    problems = [(_dotted(prefix + tuple(err["loc"])), _expected(err, model))
+                for err in exc.errors()]
+    if len(problems) == 1:
+        key, message = problems[0]
+        return ConfigError(message, path=path, key=key)
+    lines = "\n".join(f"  {key}: {message}" for key, message in problems)
+    return ConfigError(f"{len(problems)} problems:\n{lines}", path=path)
+
+
+def parse(data: dict[str, Any], *, path: Path | None = None,
+          environ: dict[str, str] | None = None, strict_env: bool = True) -> KernelConfig:
+    """Resolve ``${ENV}`` references and validate the kernel's sections."""
+    resolved = resolve_env(data, path=path, environ=environ, strict=strict_env)
+    try:
+        return KernelConfig.model_validate(resolved)
+    except ValidationError as exc:
+        raise validation_error(exc, path=path, model=KernelConfig) from None
+
+
+def load(path: str | os.PathLike[str] | None = None, *,
+         environ: dict[str, str] | None = None) -> KernelConfig:
+    """Read and validate the config file (a missing file gives the defaults)."""
+    file = config_path(path)
+    return parse(read_raw(file), path=file, environ=environ)
+
+
+def validate_account(model: type[BaseModel], data: dict[str, Any], *, channel: str,
+                     account: str, path: Path | None = None) -> BaseModel:
+    """Validate one ``[channels.<channel>.accounts.<account>]`` table with its model."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(exc, path=path, prefix=("channels", channel, "accounts", account),
+                               model=model) from None

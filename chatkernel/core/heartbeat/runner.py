@@ -1,0 +1,143 @@
+"""One heartbeat turn: the agent's turn in the destination session, then what
+becomes of its answer.
+
+The turn goes through the agent like any turn, outside the session queue, at most
+:data:`MAX_RUNNING` at once. Its reply is judged by the reply contract
+(``HEARTBEAT_OK``, :mod:`chatkernel.core.heartbeat.ack`) and the visibility settings,
+and sent through the same :class:`~chatkernel.core.outbound.responder.Responder` and
+outbox as any reply, or noted in the session log with why it was not sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+import anyio
+
+from chatkernel.core.config import HeartbeatConfig
+from chatkernel.core.heartbeat.ack import HEARTBEAT_TOKEN, judge_heartbeat_reply
+from chatkernel.core.heartbeat.checklist import TaskPrompt
+from chatkernel.core.heartbeat.hours import when, zone_for
+from chatkernel.core.heartbeat.targets import Destination
+from chatkernel.core.turns.agents import AgentEvent, TurnRequest
+
+if TYPE_CHECKING:
+    from chatkernel.core.kernel import Kernel
+
+log = logging.getLogger("chatkernel.heartbeat")
+
+#: How many heartbeat turns may run at once (background work: a small share).
+MAX_RUNNING = 2
+
+
+class HeartbeatRunner:
+    """Runs heartbeat turns for one kernel and handles their answers."""
+
+    def __init__(self, kernel: "Kernel") -> None:
+        self.kernel = kernel
+        self._slots = anyio.CapacityLimiter(MAX_RUNNING)
+
+    async def turn(self, heartbeat: str, scope: anyio.CancelScope, destination: Destination,
+                   settings: HeartbeatConfig, prompt: TaskPrompt, fired_at: float, *,
+                   typing: bool) -> tuple[list[str], list[str]]:
+        """Run the agent's turn within ``scope`` (cancelled when a user message arrives
+        or the heartbeat is cleared): its final texts and its errors. ``typing``: show
+        the typing indicator in the destination's chat meanwhile."""
+        kernel = self.kernel
+        key = destination.session_key
+        texts: list[str] = []
+        errors: list[str] = []
+        try:
+            if typing:
+                kernel.indicators.begin(destination.account, key)
+            with scope:
+                async with self._slots:
+                    seq = await kernel.store.append_log(key, destination.session_id,
+                                                        "heartbeat", prompt.text,
+                                                        {"heartbeat": heartbeat})
+                    request = TurnRequest(
+                        session_key=key, session_id=destination.session_id, text=prompt.text,
+                        envelope=self.envelope(fired_at, settings, destination),
+                        heartbeat=True, log_seq=seq,
+                        meta={"heartbeat": heartbeat, "tasks": list(prompt.tasks)})
+                    try:
+                        assert kernel.agent is not None
+                        async with contextlib.aclosing(kernel.agent.turn(request)) as events:
+                            async for event in events:
+                                if event.kind == "text" and event.final and event.text.strip():
+                                    texts.append(event.text)
+                                elif event.kind == "error":
+                                    errors.append(event.text)
+                    except Exception as exc:
+                        log.exception("heartbeat %s: the agent failed", heartbeat)
+                        errors.append(f"the agent failed: {exc}")
+        finally:
+            if typing and not kernel.queue.is_busy(key):  # a user turn's indicator stays
+                kernel.indicators.end(key)
+        return texts, errors
+
+    async def answer(self, heartbeat: str, destination: Destination,
+                     settings: HeartbeatConfig, visibility: dict[str, bool],
+                     texts: list[str], errors: list[str]) -> tuple[str, bool]:
+        """What a completed turn's answer becomes: ``(outcome, sent)``, the outcome
+        ``error``, ``alert`` or ``ok``. An error is noted in the session log; an answer
+        is sent, or logged with why it was not (a skip reason is counted)."""
+        kernel = self.kernel
+        store = kernel.store
+        key = destination.session_key
+        if errors:
+            detail = "; ".join(errors)
+            log.warning("heartbeat %s failed in %s: %s", heartbeat, key, detail)
+            await store.append_log(key, destination.session_id, "notification",
+                                   f"heartbeat failed: {detail}",
+                                   {"kind": "heartbeat", "heartbeat": heartbeat})
+            return "error", False
+        judged = judge_heartbeat_reply("\n\n".join(texts), settings.ack_max_chars)
+        if judged.kind == "alert":
+            outcome, show, text = "alert", visibility["show_alerts"], judged.text
+        else:
+            outcome, show = "ok", visibility["show_ok"]
+            text = judged.text or HEARTBEAT_TOKEN
+        reason = self.not_sent_reason(outcome, show, settings, destination)
+        if reason is None:
+            await self.deliver(destination, text)
+            return outcome, True
+        if reason:
+            log.info("heartbeat %s: %s not sent (%s%s)", heartbeat, outcome, reason,
+                     f": {destination.problem}" if reason == "no-target" else "")
+            kernel.metrics.heartbeat_skips.labels(reason).inc()
+        await store.append_log(key, destination.session_id, "heartbeat", text,
+                               {"heartbeat": heartbeat, "outcome": outcome,
+                                "not_sent": reason or "acknowledged"})
+        return outcome, False
+
+    @staticmethod
+    def not_sent_reason(outcome: str, show: bool, settings: HeartbeatConfig,
+                        destination: Destination) -> str | None:
+        """None: send it. ``""``: an acknowledgement nobody asked to see (the normal
+        case, not a skip). Otherwise the skip reason."""
+        if not show:
+            return "alerts-hidden" if outcome == "alert" else ""
+        if destination.account is None or destination.route is None:
+            return "no-target"
+        if settings.direct_policy == "block" and not destination.route.is_group:
+            return "dm-blocked"
+        return None
+
+    async def deliver(self, destination: Destination, text: str) -> None:
+        """Through the Responder and the outbox, like any reply."""
+        from chatkernel.core.outbound.responder import Responder
+
+        assert destination.account is not None and destination.route is not None
+        responder = Responder(self.kernel, destination.account, destination.session_key,
+                              destination.session_id, destination.route, [], heartbeat=True)
+        await responder.handle(AgentEvent.reply(text))
+        await responder.flush()
+
+    @staticmethod
+    def envelope(ts: float, settings: HeartbeatConfig, destination: Destination) -> str:
+        zone = zone_for(settings.active_hours.timezone if settings.active_hours else "local",
+                        destination.user_zone)
+        return f"[heartbeat | {when(ts, zone)}]"
