@@ -43,11 +43,19 @@ def logged(db, role: str) -> list[str]:
             "SELECT text FROM session_log WHERE role = ?", (role,))]
 
 
-async def start(platform, home):
+async def start(platform, home, log=None):
     env = {**os.environ, "CHATKERNEL_HOME": str(home)}
     return await anyio.open_process(
         [sys.executable, "-m", "chatkernel.testing.loopback", "--platform", platform.url],
-        env=env, stdout=None, stderr=None)
+        env=env, stdout=None, stderr=log)
+
+
+async def until_ready(log_path) -> None:
+    """Until the gateway logged its ready line: its signals stop it in order from then
+    on (a SIGTERM before it would end it with -15 and prove nothing)."""
+    with anyio.fail_after(30):
+        while "chatkernel ready on" not in log_path.read_text(errors="replace"):
+            await anyio.sleep(0.02)
 
 
 async def test_kill_9_during_a_burst_loses_nothing_and_sends_nothing_twice(tmp_path):
@@ -72,7 +80,9 @@ async def test_kill_9_during_a_burst_loses_nothing_and_sends_nothing_twice(tmp_p
             await process.wait()
             kills += 1
 
-        process = await start(platform, home)
+        log_path = tmp_path / "last-gateway.log"
+        with log_path.open("wb") as log:
+            process = await start(platform, home, log)
         try:
             with anyio.fail_after(60):
                 while True:
@@ -82,6 +92,7 @@ async def test_kill_9_during_a_burst_loses_nothing_and_sends_nothing_twice(tmp_p
                         break
                     await anyio.sleep(0.1)
         finally:
+            await until_ready(log_path)
             process.send_signal(signal.SIGTERM)
             with anyio.fail_after(20):
                 assert await process.wait() == 0

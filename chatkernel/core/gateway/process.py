@@ -262,11 +262,15 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                                                      listen=listen or config.gateway.listen)
                     loops.start_soon(kernel.health.run_refresher, name="health refresher")
                     loops.start_soon(kernel.monitor.run, name="health monitor")
-                    # What scripts wait for (docs/gateway.md): the control API, the
-                    # webhooks and every account's loop are up.
-                    log.info("chatkernel ready on %s (%d account(s) started)", listening.url,
-                             len(kernel.accounts))
-                    await _wait_for_stop(stop, handle_signals, kernel.reloader.reload_and_log)
+                    def ready() -> None:
+                        # What scripts wait for (docs/gateway.md): the control API, the
+                        # webhooks and every account's loop are up, and a signal stops
+                        # the gateway in order from now on.
+                        log.info("chatkernel ready on %s (%d account(s) started)",
+                                 listening.url, len(kernel.accounts))
+
+                    await _wait_for_stop(stop, handle_signals, kernel.reloader.reload_and_log,
+                                         ready)
                     log.info("stopping: no new messages; draining in-flight turns")
                     if kernel.cluster is not None:
                         # The leases are renewed while the turns and sends drain, then
@@ -301,7 +305,11 @@ async def _drain(kernel: Kernel) -> None:
 
 
 async def _wait_for_stop(stop: anyio.Event | None, handle_signals: bool,
-                         on_hangup: Callable[[], Awaitable[None]]) -> None:
+                         on_hangup: Callable[[], Awaitable[None]],
+                         ready: Callable[[], None] = lambda: None) -> None:
+    """Until ``stop`` is set or SIGINT/SIGTERM arrives (SIGHUP reloads). ``ready`` is
+    called once the signals are handled, so nothing that waits for it can stop the
+    process before its shutdown runs."""
     async with anyio.create_task_group() as tg:
         async def cancel_on(waiter: Callable[[], Awaitable[object]]) -> None:
             await waiter()
@@ -313,6 +321,7 @@ async def _wait_for_stop(stop: anyio.Event | None, handle_signals: bool,
             async def signals() -> None:
                 with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM,
                                                 signal.SIGHUP) as received:
+                    ready()
                     async for signum in received:
                         log.info("received %s", signal.Signals(signum).name)
                         if signum != signal.SIGHUP:
@@ -322,3 +331,5 @@ async def _wait_for_stop(stop: anyio.Event | None, handle_signals: bool,
             tg.start_soon(cancel_on, signals)
         if stop is None and not handle_signals:
             raise ValueError("nothing could ever stop this gateway")
+        if not handle_signals:
+            ready()
