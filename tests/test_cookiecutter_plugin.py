@@ -245,6 +245,6 @@ def test_a_taken_name_is_refused_at_once_in_one_line(tmp_path):
 def test_after_baking_the_next_steps_are_printed(tmp_path, capfd):
     bake(tmp_path, channel_name="nextsteps")
     out = capfd.readouterr().out
-    for step in ("cd chatkernel-nextsteps", "pip install -e .", "chatkernel plugins",
+    for step in ("cd chatkernel-nextsteps", "pip install -e '.[test]'", "chatkernel plugins",
                  "python -m pytest tests", "README.md"):
         assert step in out

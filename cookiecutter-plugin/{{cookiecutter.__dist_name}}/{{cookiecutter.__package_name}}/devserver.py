@@ -50,7 +50,8 @@ server = DevServer(
                                      "secret": platform.secret{% endif %}},
     snippet=_snippet,
     options={"--token": {"default": "dev-token"}{% if T == "webhook" %},
-             "--secret": {"default": "dev-secret", "help": "what the fake sends in X-{{ P }}-Secret"}{% endif %}})
+             "--secret": {"default": "dev-secret",
+                          "help": "what the fake sends in X-{{ P }}-Secret"}{% endif %}})
 main = server.main
 
 if __name__ == "__main__":
