@@ -1,8 +1,5 @@
-"""The fake Slack as a server, to try a Slack bot offline: ``python -m chatkernel_slack.devserver``.
-
-Its routes are :meth:`FakeSlack.developer_routes`; they, its options and its config
-snippet are in docs/channels/slack.md, "Developing offline".
-"""
+"""The fake Slack as a server, to try a Slack bot offline: ``python -m chatkernel_slack.devserver``
+(docs/channels/slack.md, "Developing offline"; its routes: FakeSlack.developer_routes)."""
 
 from __future__ import annotations
 
@@ -39,10 +36,10 @@ def _platform(args) -> FakeSlack:
 server = DevServer(
     prog="python -m chatkernel_slack.devserver", port=8082, platform=_platform,
     description="Run the fake Slack as a server, to try a Slack bot offline.",
-    announce=lambda s, args: {
-        "base_url": s.base_url, "api_base": f"{s.base_url}/api/", "bot_token": s.bot_token,
-        "app_token": s.app_token, "signing_secret": s.signing_secret,
-        "bot_user": s.bot_user, "team_id": s.app.team_id, "mode": args.mode},
+    announce=lambda s, args: {"base_url": s.base_url, "api_base": f"{s.base_url}/api/",
+                              "bot_token": s.bot_token, "app_token": s.app_token,
+                              "signing_secret": s.signing_secret, "bot_user": s.bot_user,
+                              "team_id": s.app.team_id, "mode": args.mode},
     snippet=lambda s, args: SNIPPET.format(s=s, mode=args.mode, **{
         part: text.format(s=s) for part, text in MODES[args.mode].items()}),
     options={"--mode": {"choices": ("socket", "events"), "default": "socket",

@@ -1,9 +1,6 @@
-"""The fake Graph API as a server, to try a WhatsApp bot offline:
-``python -m chatkernel_whatsapp.devserver``.
-
-Its routes are :meth:`FakeGraph.developer_routes`; they, its options and its config
-snippet are in docs/channels/whatsapp.md, "Developing offline".
-"""
+"""The fake Graph API as a server, to try a WhatsApp bot offline: ``python -m
+chatkernel_whatsapp.devserver`` (docs/channels/whatsapp.md, "Developing offline"; its
+routes: FakeGraph.developer_routes)."""
 
 from __future__ import annotations
 
@@ -28,23 +25,17 @@ allow_from = ["*"]
 
 
 
-def _platform(args) -> FakeGraph:
-    graph = FakeGraph(token=args.token, app_secret=args.app_secret,
-                      verify_token=args.verify_token, webhook_workers=args.workers)
-    graph.statuses = not args.no_statuses
-    return graph
-
-
 server = DevServer(
     prog="python -m chatkernel_whatsapp.devserver", port=8082,
     description="Run the fake Graph API as a server, to develop and try a WhatsApp bot offline.",
-    platform=_platform,
+    platform=lambda args: FakeGraph(
+        token=args.token, app_secret=args.app_secret, verify_token=args.verify_token,
+        webhook_workers=args.workers, statuses=not args.no_statuses),
     announce=lambda g, args: {"base_url": g.base_url, "token": g.token,
                               "phone_number_id": g.phone_number_id,
                               "app_secret": g.app_secret, "verify_token": g.verify_token},
     snippet=lambda g, args: SNIPPET.format(g=g),
-    options={"--token": {"default": DEFAULT_TOKEN},
-             "--app-secret": {"default": "fake-app-secret"},
+    options={"--token": {"default": DEFAULT_TOKEN}, "--app-secret": {"default": "fake-app-secret"},
              "--verify-token": {"default": "fake-verify-token"},
              "--workers": {"type": int, "default": 1,
                            "help": "notifications posted at a time (in order per user)"},

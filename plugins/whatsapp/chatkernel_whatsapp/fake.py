@@ -199,7 +199,7 @@ class FakeGraph(FakePlatform):
                  verified_name: str = "Chatkernel Test", quality_rating: str = "GREEN",
                  app_secret: str = "fake-app-secret", verify_token: str = "fake-verify-token",
                  waba_id: str = "419561257915477", version: str = "v23.0",
-                 webhook_workers: int = 1, **kwargs: Any) -> None:
+                 webhook_workers: int = 1, statuses: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tokens = {token}
         self.token = token
@@ -216,7 +216,7 @@ class FakeGraph(FakePlatform):
         self.throughput: tuple[int, float] | None = None   # 130429, per number
         self.pair_rate: tuple[int, float] | None = None    # 131056, per recipient
         #: Statuses posted after every accepted send (``sent``, ``delivered``).
-        self.statuses = True
+        self.statuses = statuses
         self.auto_read = False
         #: Approved template names (None: any name is approved).
         self.templates: set[str] | None = None
