@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import aiohttp
 import anyio
@@ -205,3 +206,23 @@ async def test_the_fakes_developer_routes_and_options_given_as_a_mapping():
             assert await answer.json() == first  # the runner's own route, beside the fake's
         stop.set()
     assert err.getvalue() == "poked\n"  # what the fake narrates, on stderr
+
+
+# -- the plugins' dev servers are declarations ---------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+DEVSERVERS = sorted(ROOT.glob("plugins/*/chatkernel_*/devserver.py")) + [
+    ROOT / "cookiecutter-plugin" / "{{cookiecutter.__dist_name}}"
+    / "{{cookiecutter.__package_name}}" / "devserver.py"]
+
+
+@pytest.mark.parametrize("path", DEVSERVERS, ids=lambda p: p.parts[-3])
+def test_a_devserver_is_a_declaration_and_its_fake_owns_the_routes(path):
+    """A plugin's ``devserver.py`` is the ``DevServer(...)`` declaration, its snippet and
+    ``main``: the ``/_fake/*`` routes are its fake's ``developer_routes()`` (the template's
+    too), so none is written twice."""
+    source = path.read_text()
+    assert "async def" not in source and "aiohttp" not in source
+    assert "DevServer(" in source
+    fake = path.with_name("fake.py").read_text()
+    assert "def developer_routes(self)" in fake and '"/_fake/messages"' in fake
