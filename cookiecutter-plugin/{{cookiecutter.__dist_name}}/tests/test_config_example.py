@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 
+from chatkernel.testing import turn_on_example
 from chatkernel.testing.process import CHATKERNEL
 from {{ cookiecutter.__package_name }}.channel import {{ P }}Channel
 
@@ -22,22 +23,10 @@ def chatkernel(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
                           env={**os.environ, "CHATKERNEL_LOAD_PLUGINS": NAME, **(env or {})})
 
 
-def uncommented(text: str) -> str:
-    """The starter file with this channel's block turned on: the "# " taken off each line
-    from its first table to the blank line after it."""
-    lines, inside = [], False
-    for line in text.splitlines():
-        inside = inside and bool(line.strip())
-        if line.startswith(f"# [channels.{NAME}."):
-            inside = True
-        lines.append(line.removeprefix("# ") if inside else line)
-    return "\n".join(lines) + "\n"
-
-
 def test_the_config_example_turned_on_validates(chatkernel_home):
     assert chatkernel("config", "init").returncode == 0
     config = chatkernel_home / "config.toml"
-    text = uncommented(config.read_text())
+    text = turn_on_example(config.read_text(), NAME)
     for line in {{ P }}Channel.config_example.strip().splitlines():
         assert line in text  # the example, as the starter file writes it
     config.write_text(text)

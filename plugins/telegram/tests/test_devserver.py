@@ -63,35 +63,25 @@ def test_the_dev_server_takes_any_chat_when_asked():
         assert status == 200 and answer["ok"]
 
 
+
 def test_the_dev_server_tells_on_stderr_what_the_bot_sent_and_what_was_refused():
-    import io
     import json
+    import subprocess
+    import sys
 
-    import aiohttp
-    import anyio
-
-    from chatkernel_telegram.devserver import server
-
-    async def main() -> str:
-        args = server.parser().parse_args(["--port", "0", "--latency", "0.001"])
-        stop, out, err = anyio.Event(), io.StringIO(), io.StringIO()
-        async with anyio.create_task_group() as tasks, aiohttp.ClientSession() as http:
-            tasks.start_soon(lambda: server.serve(args, stop=stop, stdout=out, stderr=err))
-            with anyio.fail_after(10):
-                while not out.getvalue():
-                    await anyio.sleep(0.01)
-            first = json.loads(out.getvalue())
-            api = f"{first['base_url']}/bot{first['token']}"
-            async with http.post(f"{api}/sendMessage", json={"chat_id": 9, "text": "x"}):
-                pass  # nobody wrote from chat 9: refused
-            async with http.post(f"{first['base_url']}/_fake/messages",
-                                 json={"chat_id": 42, "text": "hello"}):
-                pass
-            async with http.post(f"{api}/sendMessage", json={"chat_id": 42, "text": "hi"}):
-                pass
-            stop.set()
-        return err.getvalue()
-
-    lines = anyio.run(main).splitlines()
+    process = subprocess.Popen([sys.executable, "-m", "chatkernel_telegram.devserver",
+                                "--port", "0"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        fake = json.loads(process.stdout.readline())
+        api = f"{fake['base_url']}/bot{fake['token']}"
+        assert post(f"{api}/sendMessage", {"chat_id": 9, "text": "x"})[0] == 400  # nobody's
+        post(f"{fake['base_url']}/_fake/messages", {"chat_id": 42, "text": "hello"})
+        assert post(f"{api}/sendMessage", {"chat_id": 42, "text": "hi"})[0] == 200
+        process.terminate()
+        _, err = process.communicate(timeout=15)
+    finally:
+        process.kill()
+    lines = err.splitlines()
     assert "bot -> sendMessage refused: Bad Request: chat not found" in lines
     assert "bot -> chat 42: sendMessage (parse_mode none, text): 'hi'" in lines
