@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from chatkernel import Channel, hookimpl
 from chatkernel.cli import cli
 from chatkernel.core import config as cfg
+from chatkernel.testing import turn_on_example
 
 
 @pytest.fixture
@@ -84,18 +85,6 @@ EXAMPLE_ENV = {"TELEGRAM_BOT_TOKEN": "123456:test-token", "SLACK_BOT_TOKEN": "xo
                "SLACK_APP_TOKEN": "xapp-test"}
 
 
-def uncommented(text: str, channel: str) -> str:
-    """The starter with one channel's example turned on: the "# " taken off each line of
-    its block (from its first table to the blank line after it)."""
-    lines, inside = [], False
-    for line in text.splitlines():
-        inside = inside and bool(line.strip())
-        if line.startswith(f"# [channels.{channel}."):
-            inside = True
-        lines.append(line.removeprefix("# ") if inside else line)
-    return "\n".join(lines) + "\n"
-
-
 def test_config_init_writes_a_commented_starter_that_validates(runner, config_file):
     from chatkernel.core.plugins import collect_channels
     from chatkernel.core.plugins import get_plugin_manager
@@ -119,7 +108,7 @@ def test_config_init_writes_a_commented_starter_that_validates(runner, config_fi
 def test_an_uncommented_channel_example_validates(runner, config_file, monkeypatch, channel):
     pytest.importorskip(f"chatkernel_{channel}")
     ok(runner, "init")
-    text = uncommented(config_file.read_text(), channel)
+    text = turn_on_example(config_file.read_text(), channel)
     config_file.write_text(text)
     names = sorted(set(re.findall(r"\$\{([A-Z_]+)\}", text)) - {"CHATKERNEL_CONTROL_TOKEN"})
     assert names  # its secrets are ${ENV} references...

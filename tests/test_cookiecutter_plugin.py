@@ -29,6 +29,7 @@ TRANSPORTS = ("polling", "webhook", "socket")
 
 #: What every transport bakes (the files differ inside, by Jinja conditionals).
 EXPECTED_FILES = {
+    ".gitignore",
     "README.md",
     "pyproject.toml",
     "docs/{name}.md",
@@ -36,6 +37,7 @@ EXPECTED_FILES = {
     "chatkernel_{name}/channel.py",
     "chatkernel_{name}/fake.py",
     "chatkernel_{name}/devserver.py",
+    "tests/test_config_example.py",
     "tests/test_contract.py",
     "tests/test_devserver.py",
     "tests/test_{name}.py",
@@ -158,6 +160,40 @@ def test_a_baked_plugin_installs_is_listed_and_passes_its_own_tests(
     assert " passed" in summary and "failed" not in summary and "skipped" not in summary, \
         summary
 
+    # Its .gitignore keeps out what building, installing and testing it left behind
+    # (pip's build/ and *.egg-info, __pycache__) and a virtual environment.
+    (project / ".venv" / "bin").mkdir(parents=True)
+    (project / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert run(["git", "init", "-q"], cwd=project).returncode == 0
+    added = run(["git", "add", "--all", "--dry-run"], cwd=project)
+    assert added.returncode == 0, added.stderr
+    assert {line.removeprefix("add ").strip("'") for line in added.stdout.splitlines()} == \
+        {f.format(name=name) for f in EXPECTED_FILES}
+
+
+def test_the_readme_installs_the_test_extra_which_has_what_the_tests_import(tmp_path):
+    """``pip install -e '.[test]'`` in a fresh environment gives the baked tests all they
+    import: pytest is not a dependency of the kernel, so without the extra
+    ``python -m pytest`` fails with "No module named pytest"."""
+    import re
+    import tomllib
+    from importlib.metadata import requires
+
+    project = bake(tmp_path, channel_name="tplextra")
+    assert "pip install -e '.[test]'" in (project / "README.md").read_text()
+    meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+
+    def names(requirements) -> set[str]:
+        return {re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0].lower() for r in requirements}
+
+    extra = names(meta["optional-dependencies"]["test"])
+    assert "pytest" in extra
+    installed = extra | names(meta["dependencies"]) | names(requires("chatkernel") or [])
+    imported = {m for path in (project / "tests").glob("*.py")
+                for m in re.findall(r"^(?:from|import) (\w+)", path.read_text(), re.M)}
+    own = {"chatkernel", "chatkernel_tplextra", "__future__"}
+    assert imported - set(sys.stdlib_module_names) - own <= installed
+
 
 @pytest.mark.parametrize(("name", "reason"), [
     ("2fast", "not a valid Python identifier"),
@@ -209,6 +245,6 @@ def test_a_taken_name_is_refused_at_once_in_one_line(tmp_path):
 def test_after_baking_the_next_steps_are_printed(tmp_path, capfd):
     bake(tmp_path, channel_name="nextsteps")
     out = capfd.readouterr().out
-    for step in ("cd chatkernel-nextsteps", "pip install -e .", "chatkernel plugins",
+    for step in ("cd chatkernel-nextsteps", "pip install -e '.[test]'", "chatkernel plugins",
                  "python -m pytest tests", "README.md"):
         assert step in out

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import aiohttp
 import anyio
@@ -168,3 +169,60 @@ async def test_a_bad_wait_is_a_400(served, wait, error):
     http, base = served
     async with http.get(f"{base}/_fake/sent", params={"wait": wait}) as answer:
         assert (answer.status, await answer.json()) == (400, {"error": error})
+
+
+# -- the fake's developer routes, served by the runner ------------------------------------
+
+
+class Chatty(FakePlatform):
+    """A fake with a control surface of its own and a line to narrate."""
+
+    def developer_routes(self) -> list[web.RouteDef]:
+        async def poke(request: web.Request) -> web.Response:
+            self.narrate("poked")
+            return web.json_response({"latency": self.latency})
+
+        return [web.post("/_fake/poke", poke)]
+
+
+@pytest.mark.anyio
+async def test_the_fakes_developer_routes_and_options_given_as_a_mapping():
+    server = DevServer(prog="chatty", port=0, platform=lambda args: Chatty(),
+                       announce=lambda fake, args: {"base_url": fake.base_url,
+                                                    "colour": args.colour},
+                       options={"--colour": {"default": "red"}})
+    args = server.parser().parse_args(["--colour", "blue", "--latency", "0.01"])
+    stop, out, err = anyio.Event(), io.StringIO(), io.StringIO()
+    async with anyio.create_task_group() as tasks, aiohttp.ClientSession() as http:
+        tasks.start_soon(lambda: server.serve(args, stop=stop, stdout=out, stderr=err))
+        with anyio.fail_after(10):
+            while not out.getvalue():
+                await anyio.sleep(0.01)
+        first = json.loads(out.getvalue())
+        assert first["colour"] == "blue"
+        async with http.post(f"{first['base_url']}/_fake/poke") as answer:
+            assert answer.status == 200 and await answer.json() == {"latency": 0.01}
+        async with http.get(f"{first['base_url']}/_fake/ready") as answer:
+            assert await answer.json() == first  # the runner's own route, beside the fake's
+        stop.set()
+    assert err.getvalue() == "poked\n"  # what the fake narrates, on stderr
+
+
+# -- the plugins' dev servers are declarations ---------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+DEVSERVERS = sorted(ROOT.glob("plugins/*/chatkernel_*/devserver.py")) + [
+    ROOT / "cookiecutter-plugin" / "{{cookiecutter.__dist_name}}"
+    / "{{cookiecutter.__package_name}}" / "devserver.py"]
+
+
+@pytest.mark.parametrize("path", DEVSERVERS, ids=lambda p: p.parts[-3])
+def test_a_devserver_is_a_declaration_and_its_fake_owns_the_routes(path):
+    """A plugin's ``devserver.py`` is the ``DevServer(...)`` declaration, its snippet and
+    ``main``: the ``/_fake/*`` routes are its fake's ``developer_routes()`` (the template's
+    too), so none is written twice."""
+    source = path.read_text()
+    assert "async def" not in source and "aiohttp" not in source
+    assert "DevServer(" in source
+    fake = path.with_name("fake.py").read_text()
+    assert "def developer_routes(self)" in fake and '"/_fake/messages"' in fake

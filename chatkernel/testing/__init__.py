@@ -62,6 +62,8 @@ _LAZY = {
     "gateway_process": "chatkernel.testing.process",
     "running_gateway_process": "chatkernel.testing.process",
     "wait_for_messages": "chatkernel.testing.process",
+    # The starter config file, a channel's example turned on.
+    "turn_on_example": "chatkernel.testing.starter",
     # A real redis-server (the fixtures redis_server and redis_prefix come with the plugin).
     "RedisServer": "chatkernel.testing.redis",
 }

@@ -1,22 +1,27 @@
 """Serve a fake platform from the command line: a plugin's dev server in a few lines.
 
 A dev server lets a person try a channel offline: the fake platform on 127.0.0.1,
-``chatkernel run`` pointed at it, and developer routes (``/_fake/*``, which the real
-platform does not have) to write as a user and read what the bot sent::
+``chatkernel run`` pointed at it, and the fake's developer routes
+(:meth:`~chatkernel.testing.fake_platform.FakePlatform.developer_routes`, ``/_fake/*``,
+which the real platform does not have) to write as a user and read what the bot sent.
+The fake owns those routes, built with this module's helpers::
 
-    from chatkernel.testing.devserver import DevServer, fields, json_body, wait_until
+    from chatkernel.testing.devserver import fields, json_body, wait_until
 
-    def developer_routes(fake):
-        async def messages(request):
-            body = fields(await json_body(request), {"chat_id": str, "text": str},
-                          required=("chat_id", "text"))
-            return web.json_response(fake.inject(body["chat_id"], body["text"]))
+    class MyChatPlatform(FakePlatform):
+        def developer_routes(self):
+            async def messages(request):
+                body = fields(await json_body(request), {"chat_id": str, "text": str},
+                              required=("chat_id", "text"))
+                return web.json_response(self.inject(body["chat_id"], body["text"]))
 
-        async def sent(request):
-            await wait_until(request, fake, lambda: bool(fake.sent_messages))
-            return web.json_response({"messages": [vars(m) for m in fake.sent_messages]})
+            async def sent(request):
+                await wait_until(request, self, lambda: bool(self.sent_messages))
+                return web.json_response({"messages": [vars(m) for m in self.sent_messages]})
 
-        return [web.post("/_fake/messages", messages), web.get("/_fake/sent", sent)]
+            return [web.post("/_fake/messages", messages), web.get("/_fake/sent", sent)]
+
+and the plugin's ``devserver.py`` is a declaration::
 
     server = DevServer(
         prog="python -m chatkernel_mychat.devserver", port=8083,
@@ -24,13 +29,13 @@ platform does not have) to write as a user and read what the bot sent::
         announce=lambda fake, args: {"base_url": fake.base_url, "token": fake.token},
         snippet=lambda fake, args: f'[channels.mychat.accounts.main]\\n'
                                    f'api_base = "{fake.base_url}"',
-        routes=developer_routes,
-        options=lambda parser: parser.add_argument("--token", default="dev-token"))
+        options={"--token": {"default": "dev-token"}})
     main = server.main
 
 What every dev server then does alike:
 
-- ``--port N`` (the plugin's default; ``0`` picks a free port); the plugin's own options.
+- ``--port N`` (the plugin's default; ``0`` picks a free port), ``--latency SECONDS``
+  (added to every API call the fake serves, as real round trips); the plugin's options.
 - Its **first line on stdout is JSON** (``announce``), printed only once the server
   listens: a script or a test reads it to know the URL and the tokens. Nothing else
   goes to stdout. The config snippet (``snippet``) and any log go to stderr.
@@ -38,6 +43,8 @@ What every dev server then does alike:
   (``curl --retry-connrefused``).
 - ``?wait=SECONDS`` on a developer route that uses :func:`wait_until` holds the answer
   until there is something to show (at most that long, at most :data:`MAX_WAIT`).
+- What the fake tells through its ``narrate`` (what the bot sent, what was refused)
+  goes to stderr, a line each.
 - A port already taken is one line on stderr and exit status 1, never a traceback.
 - SIGINT and SIGTERM stop it cleanly (the fake's long polls are answered, its
   background work cancelled), with exit status 0.
@@ -51,7 +58,7 @@ import errno
 import json
 import signal
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TextIO
 
@@ -64,6 +71,9 @@ from chatkernel.testing.fake_platform import FakePlatform
 MAX_WAIT = 60.0
 
 Routes = Callable[[Any], list[web.RouteDef]]
+#: A plugin's own options: a function adding them to the parser, or option name →
+#: :meth:`argparse.ArgumentParser.add_argument` keywords.
+Options = Callable[[argparse.ArgumentParser], Any] | Mapping[str, Mapping[str, Any]]
 
 
 def bad_request(reason: str) -> web.HTTPBadRequest:
@@ -122,8 +132,9 @@ class DevServer:
 
     ``platform`` makes the fake (not started) from the parsed arguments; ``announce``
     is the first line's JSON and ``snippet`` the config snippet, both from the started
-    fake; ``routes`` the developer routes; ``options`` adds the plugin's own options to
-    the argument parser (``--port`` is there already).
+    fake; ``options`` the plugin's own options (``--port`` and ``--latency`` are there
+    already). The fake's :meth:`~chatkernel.testing.fake_platform.FakePlatform.developer_routes`
+    are served, and ``routes``, more routes of the dev server's own, beside them.
     """
 
     prog: str
@@ -132,7 +143,7 @@ class DevServer:
     announce: Callable[[Any, argparse.Namespace], dict[str, Any]]
     snippet: Callable[[Any, argparse.Namespace], str] | None = None
     routes: Routes | None = None
-    options: Callable[[argparse.ArgumentParser], Any] | None = None
+    options: Options | None = None
     description: str | None = None
 
     def parser(self) -> argparse.ArgumentParser:
@@ -140,7 +151,13 @@ class DevServer:
         parser.add_argument("--port", type=int, default=self.port,
                             help=f"the port on 127.0.0.1 (default {self.port}; 0 picks a "
                                  "free one)")
-        if self.options is not None:
+        parser.add_argument("--latency", type=float, default=0.0,
+                            help="seconds added to every API call the fake serves (as real "
+                                 "round trips)")
+        if isinstance(self.options, Mapping):
+            for name, keywords in self.options.items():
+                parser.add_argument(name, **keywords)
+        elif self.options is not None:
             self.options(parser)
         return parser
 
@@ -163,6 +180,8 @@ class DevServer:
         stdout, stderr = stdout or sys.stdout, stderr or sys.stderr
         fake = self.platform(args)
         fake.port = args.port
+        fake.latency = getattr(args, "latency", fake.latency)  # a test's own Namespace: none
+        fake.narrator = lambda line: print(line, file=stderr, flush=True)
         announced: dict[str, Any] = {}
         fake.extra_routes = self._routes(announced)
         # Caught before the server starts: a signal right after the first line still
@@ -185,8 +204,8 @@ class DevServer:
         async def ready(request: web.Request) -> web.Response:
             return web.json_response(announced)
 
-        def make(fake: Any) -> list[web.RouteDef]:
+        def make(fake: FakePlatform) -> list[web.RouteDef]:
             own = self.routes(fake) if self.routes is not None else []
-            return [web.get("/_fake/ready", ready), *own]
+            return [web.get("/_fake/ready", ready), *fake.developer_routes(), *own]
 
         return make

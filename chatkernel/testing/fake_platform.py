@@ -446,6 +446,8 @@ class FakePlatform:
         self.sent_messages: list[Any] = []
         #: Fired on every change the fake sees.
         self.activity = Signal()
+        #: Where :meth:`narrate` tells a person what happened (a dev server's stderr).
+        self.narrator: Callable[[str], Any] | None = None
         #: True from the moment the platform starts shutting down.
         self.closing = False
         self._signals = [self.activity]
@@ -457,6 +459,19 @@ class FakePlatform:
     def routes(self) -> list[web.RouteDef]:
         """The platform's routes (a subclass's); anything else goes to :meth:`unknown_route`."""
         return []
+
+    def developer_routes(self) -> list[web.RouteDef]:
+        """The fake's control surface, ``/_fake/*`` by convention, which the real platform
+        has not: a user writes, what the bot sent... A dev server
+        (:mod:`chatkernel.testing.devserver`) serves them beside :meth:`routes`; tests
+        drive the fake's methods directly. None here; a subclass returns its own."""
+        return []
+
+    def narrate(self, line: str) -> None:
+        """Tell :attr:`narrator` (a person watching a dev server) ``line``; without one,
+        nothing (tests read :attr:`calls` and :attr:`sent_messages` instead)."""
+        if self.narrator is not None:
+            self.narrator(line)
 
     async def unknown_route(self, request: web.Request) -> web.StreamResponse:
         """The answer to a path no route serves (aiohttp's 404 unless overridden)."""

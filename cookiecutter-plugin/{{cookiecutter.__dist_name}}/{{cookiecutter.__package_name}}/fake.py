@@ -54,7 +54,7 @@ import itertools
 import json
 {%- endif %}
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 {% if T == "socket" -%}
@@ -64,9 +64,13 @@ import anyio
 from aiohttp import web
 
 from chatkernel.testing import Call, ErrorAnswer, FakePlatform{% if T == "webhook" %}, SecretTokenSigner{% endif %}
+from chatkernel.testing.devserver import fields, json_body, wait_until
 
 #: The calls that send something: the ones :meth:`{{ P }}Platform.fail_next` applies to.
 SENDS = ("send", "send_media")
+#: What ``POST /_fake/messages`` takes (:meth:`{{ P }}Platform.developer_routes`).
+DEVELOPER_MESSAGE_FIELDS = {"chat_id": str, "text": str, "sender_id": str, "sender_name": str,
+                            "is_group": bool, "mentions_bot": bool, "thread_id": str}
 
 
 @dataclass
@@ -127,6 +131,46 @@ class {{ P }}Platform(FakePlatform):
         return [web.get("/me", self._me), web.post("/send", self._send),
                 web.post("/send_media", self._send_media),
                 web.post("/typing", self._typing){% if T == "polling" %}, web.get("/updates", self._updates){% elif T == "socket" %}, web.get("/socket", self._socket){% endif %}]
+
+    def developer_routes(self) -> list[web.RouteDef]:
+        """The dev server's routes (``python -m {{ cookiecutter.__package_name }}.devserver``), which the
+        real platform does not have; grow them with your fake:
+
+        ``POST /_fake/messages``  ``{"chat_id": "dm-1", "text": "hi"}`` (optional ``sender_id``,
+                                  ``sender_name``, ``is_group``, ``mentions_bot``, ``thread_id``):
+                                  a user writes; answers ``{"event_id": n}``.
+        ``GET /_fake/sent``       ``?chat_id=dm-1`` (optional; ``&wait=10`` waits for one): what
+                                  the bot sent, ``{"messages": [{"chat_id", "text", ...}]}``.
+{%- if T == "webhook" %}
+        ``POST /_fake/webhook``   ``{"url": "http://127.0.0.1:8787/{{ cookiecutter.channel_name }}/main/webhook"}``:
+                                  where events are posted from now on.
+{%- endif %}
+        """
+
+        async def messages(request: web.Request) -> web.Response:
+            body = fields(await json_body(request), DEVELOPER_MESSAGE_FIELDS,
+                          required=("chat_id", "text"))
+            event = self.inject(body.pop("chat_id"), body.pop("text"), **body)
+            return web.json_response({"event_id": event["event_id"]})
+
+        async def sent(request: web.Request) -> web.Response:
+            chat_id = request.query.get("chat_id")
+
+            def chosen() -> list[SentMessage]:
+                return [m for m in self.sent_messages if chat_id in (None, m.chat_id)]
+
+            await wait_until(request, self, lambda: bool(chosen()))
+            return web.json_response({"messages": [asdict(m) for m in chosen()]})
+{%- if T == "webhook" %}
+
+        async def webhook(request: web.Request) -> web.Response:
+            self.point_webhook(fields(await json_body(request), {"url": str},
+                                      required=("url",))["url"])
+            return web.json_response({"ok": True})
+{%- endif %}
+
+        return [web.post("/_fake/messages", messages), web.get("/_fake/sent", sent){% if T == "webhook" %},
+                web.post("/_fake/webhook", webhook){% endif %}]
 
     # -- the test's side: users write, failures happen --------------------------------------
 

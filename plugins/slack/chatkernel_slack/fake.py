@@ -59,6 +59,7 @@ import aiohttp
 import anyio
 from aiohttp import web
 
+from chatkernel.testing.devserver import bad_request, fields, json_body, wait_until
 from chatkernel.testing.fake_platform import Call, ErrorAnswer, FakePlatform, HmacSigner, Signal
 
 __all__ = ["App", "Envelope", "FakeSlack", "SentMessage", "SlackError", "StatusRecord",
@@ -93,6 +94,9 @@ BOT_SCOPES = frozenset({"app_mentions:read", "channels:history", "groups:history
                         "im:history", "mpim:history", "chat:write", "files:read",
                         "files:write"})
 _ID_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+#: What ``POST /_fake/messages`` takes (:meth:`FakeSlack.developer_routes`).
+DEVELOPER_MESSAGE_FIELDS = {"channel": str, "text": str, "user": str, "user_name": str,
+                            "thread_ts": str, "mention": bool, "files": list}
 
 
 class SlackSigner(HmacSigner):
@@ -787,6 +791,41 @@ class FakeSlack(FakePlatform):
                 web.post("/upload/v1/{ticket}", self._upload),
                 web.get("/files-pri/{team}-{file}/download/{name}", self._file),
                 web.get("/files-pri/{team}-{file}/{name}", self._file)]
+
+    def developer_routes(self) -> list[web.RouteDef]:
+        """A dev server's routes: ``POST /_fake/messages`` (a user writes: ``channel``,
+        optional ``text``, ``user``, ``user_name``, ``thread_ts``, ``mention``, ``files``
+        of ``{"name", "text"}``; answers the ``ts``), ``GET /_fake/sent`` (``?channel=``,
+        ``?wait=``: what the bot posted) and ``POST /_fake/request_url`` (``{"url"}``:
+        verify an Events API request URL, as Slack's app settings do)."""
+
+        async def inject(request: web.Request) -> web.Response:
+            body = fields(await json_body(request), DEVELOPER_MESSAGE_FIELDS,
+                          required=("channel",))
+            files = []
+            for item in body.pop("files", []):
+                if not isinstance(item, dict) or not isinstance(item.get("name"), str) \
+                        or not isinstance(item.get("text"), str):
+                    raise bad_request('each file is {"name": "notes.txt", "text": "..."}')
+                files.append((item["name"], item["text"].encode(), "text/plain"))
+            channel, text = body.pop("channel"), body.pop("text", "")
+            return web.json_response({"ts": self.inject_message(channel, text, files=files,
+                                                                **body)})
+
+        async def sent(request: web.Request) -> web.Response:
+            channel = request.query.get("channel")
+            await wait_until(request, self, lambda: bool(self.sent(channel)))
+            return web.json_response({"messages": [
+                {"channel": m.channel, "ts": m.ts, "thread_ts": m.thread_ts,
+                 "text": m.plain_text, "files": [f.name for f in m.files]}
+                for m in self.sent(channel)]})
+
+        async def request_url(request: web.Request) -> web.Response:
+            url = fields(await json_body(request), {"url": str}, required=("url",))["url"]
+            return web.json_response({"verified": await self.verify_url(url)})
+
+        return [web.post("/_fake/messages", inject), web.get("/_fake/sent", sent),
+                web.post("/_fake/request_url", request_url)]
 
     async def unknown_route(self, request: web.Request) -> web.StreamResponse:
         return web.Response(status=404, text="Not Found")

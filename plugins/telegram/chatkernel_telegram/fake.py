@@ -50,6 +50,7 @@ import aiohttp
 from aiohttp import web
 
 from chatkernel.testing import fake_platform
+from chatkernel.testing.devserver import bad_request, fields, json_body, wait_until
 from chatkernel.testing.fake_platform import FakePlatform, ErrorAnswer, SecretTokenSigner
 from chatkernel_telegram.entities import (
     EntityParseError,
@@ -85,6 +86,9 @@ __all__ = [
 DEFAULT_TOKEN = "123456:ABC-DEF1234ghIkl-zyx57W2v1u123ew11"
 
 MB = 1024 * 1024
+#: What ``POST /_fake/messages`` takes (:meth:`FakeBotAPI.developer_routes`).
+DEVELOPER_MESSAGE_FIELDS = {"chat_id": int, "text": str, "from_id": int, "chat_type": str,
+                            "chat_title": str, "message_thread_id": int}
 TEXT_LIMIT = 4096
 CAPTION_LIMIT = 1024
 
@@ -544,6 +548,43 @@ class FakeBotAPI(FakePlatform):
     def routes(self) -> list[web.RouteDef]:
         return [web.route("*", "/file/bot{token}/{file_path:.+}", self._download),
                 web.route("*", "/bot{token}/{method}", self._handle)]
+
+    def developer_routes(self) -> list[web.RouteDef]:
+        """A dev server's routes: ``POST /_fake/messages`` (a user writes: ``chat_id``,
+        optional ``text``, ``from_id``, ``chat_type``, ``chat_title``,
+        ``message_thread_id``; answers the ``update_id``) and ``GET /_fake/sent``
+        (``?chat_id=``, ``?wait=``: what the bot sent)."""
+
+        async def inject(request: web.Request) -> web.Response:
+            body = fields(await json_body(request), DEVELOPER_MESSAGE_FIELDS,
+                          required=("chat_id",))
+            chat_id, text = body.pop("chat_id"), body.pop("text", None)
+            if "message_thread_id" in body:
+                body["is_topic_message"] = True
+            return web.json_response({"update_id": self.inject_message(chat_id, text, **body)})
+
+        async def sent(request: web.Request) -> web.Response:
+            chat = request.query.get("chat_id")
+            if chat is not None and not chat.lstrip("-").isdigit():
+                raise bad_request(f"chat_id must be a number, not {chat!r}")
+            chat_id = int(chat) if chat is not None else None
+            await wait_until(request, self, lambda: bool(self.sent(chat_id=chat_id)))
+            return web.json_response({"messages": [
+                {"chat_id": s.chat_id, "method": s.method, "text": s.plain_text,
+                 "parse_mode": s.parse_mode, "kind": s.kind} for s in self.sent(chat_id=chat_id)]})
+
+        return [web.post("/_fake/messages", inject), web.get("/_fake/sent", sent)]
+
+    def record_sent(self, message: SentMessage) -> None:
+        super().record_sent(message)
+        self.narrate(f"bot -> chat {message.chat_id}: {message.method} (parse_mode "
+                     f"{message.parse_mode or 'none'}, {message.kind}): {message.text!r}")
+
+    async def serve_call(self, request, call, answer):
+        response = await super().serve_call(request, call, answer)
+        if call.error is not None:
+            self.narrate(f"bot -> {call.method} refused: {call.error}")
+        return response
 
     # -- bots -----------------------------------------------------------------------------
 

@@ -61,3 +61,27 @@ def test_the_dev_server_takes_any_chat_when_asked():
         base, token = fake["base_url"], fake["token"]
         status, answer = post(f"{base}/bot{token}/sendMessage", {"chat_id": 777, "text": "hi"})
         assert status == 200 and answer["ok"]
+
+
+
+def test_the_dev_server_tells_on_stderr_what_the_bot_sent_and_what_was_refused():
+    import json
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "chatkernel_telegram.devserver",
+                                "--port", "0"], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        fake = json.loads(process.stdout.readline())
+        api = f"{fake['base_url']}/bot{fake['token']}"
+        assert post(f"{api}/sendMessage", {"chat_id": 9, "text": "x"})[0] == 400  # nobody's
+        post(f"{fake['base_url']}/_fake/messages", {"chat_id": 42, "text": "hello"})
+        assert post(f"{api}/sendMessage", {"chat_id": 42, "text": "hi"})[0] == 200
+        process.terminate()
+        _, err = process.communicate(timeout=15)
+    finally:
+        process.kill()
+    lines = err.splitlines()
+    assert "bot -> sendMessage refused: Bad Request: chat not found" in lines
+    assert "bot -> chat 42: sendMessage (parse_mode none, text): 'hi'" in lines

@@ -34,6 +34,7 @@ from typing import Any
 from aiohttp import web
 
 from chatkernel.testing import Call, ErrorAnswer, FakePlatform
+from chatkernel.testing.devserver import fields, json_body, wait_until
 from chatkernel_wechat import crypto
 
 WINDOW_MESSAGES = 10
@@ -41,6 +42,9 @@ WINDOW_SECONDS = 24 * 3600
 LARGE_BODY = 16 * 1024
 ITEM_FIELDS = {1: "text_item", 2: "image_item", 3: "voice_item", 4: "file_item", 5: "video_item"}
 MEDIA_TYPES = {1: 2, 2: 5, 3: 4, 4: 3}  # getuploadurl media_type -> the item type it sends
+#: The QR states ``/_fake/qr`` can set: those the real gateway answers.
+QR_STATES = frozenset({"wait", "scaned", "confirmed", "expired", "need_verifycode",
+                       "verify_code_blocked", "scaned_but_redirect", "binded_redirect"})
 
 
 def ilink_error(ret: int, errmsg: str = "", status: int = 200) -> ErrorAnswer:
@@ -131,6 +135,55 @@ class FakeILink(FakePlatform):
                 web.post("/ilink/bot/{endpoint:.+}", self._api),
                 web.post("/c2c/upload", self._cdn_upload),
                 web.get("/c2c/download", self._cdn_download)]
+
+    def developer_routes(self) -> list[web.RouteDef]:
+        """A dev server's routes: ``POST /_fake/messages`` (``{"user", "text"}``: a user
+        writes; answers the ``message_id``), ``GET /_fake/sent`` (``?user=``, ``?wait=``:
+        what the bot sent), ``POST /_fake/qr`` (``{"status"}``, one of
+        :data:`QR_STATES`: the phone scans, confirms...; with ``?wait=``, once a QR code
+        was fetched), ``POST /_fake/redeliver`` (the last update again) and
+        ``POST /_fake/expire`` (every session expires)."""
+
+        def conflict(reason: str) -> web.Response:
+            return web.json_response({"error": reason}, status=409)
+
+        async def inject(request: web.Request) -> web.Response:
+            body = fields(await json_body(request), {"user": str, "text": str},
+                          required=("user", "text"))
+            message = self.inject_message(body["user"], body["text"])
+            return web.json_response({"message_id": str(message["message_id"])})
+
+        async def sent(request: web.Request) -> web.Response:
+            user = request.query.get("user")
+            await wait_until(request, self, lambda: bool(self.sent(user)))
+            return web.json_response({"messages": [
+                {"to": m.to, "kind": m.kind, "text": m.text, "filename": m.filename}
+                for m in self.sent(user)]})
+
+        async def qr(request: web.Request) -> web.Response:
+            status = fields(await json_body(request), {"status": str}, required=("status",))
+            if status["status"] not in QR_STATES:
+                return web.json_response(
+                    {"error": f"status must be one of {sorted(QR_STATES)}"}, status=400)
+            if not await wait_until(request, self, lambda: self.qr_code is not None):
+                return conflict("no QR code was fetched yet")
+            self.set_qr_state(status["status"])
+            return web.json_response({"qrcode": self.qr_code})
+
+        async def redeliver(request: web.Request) -> web.Response:
+            if not self.updates:
+                return conflict("nothing to redeliver")
+            self.redeliver(self.updates[-1])
+            return web.json_response({"ok": True})
+
+        async def expire(request: web.Request) -> web.Response:
+            for token in list(self.tokens):
+                self.expire_session(token)
+            return web.json_response({"ok": True})
+
+        return [web.post("/_fake/messages", inject), web.get("/_fake/sent", sent),
+                web.post("/_fake/qr", qr), web.post("/_fake/redeliver", redeliver),
+                web.post("/_fake/expire", expire)]
 
     def _violation(self, what: str) -> ErrorAnswer:
         self.violations.append(what)

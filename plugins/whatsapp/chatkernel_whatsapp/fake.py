@@ -51,6 +51,7 @@ from typing import Any
 import anyio
 from aiohttp import web
 
+from chatkernel.testing.devserver import bad_request, fields, json_body, wait_until
 from chatkernel.testing.fake_platform import Call, ErrorAnswer, FakePlatform, HmacSigner
 from chatkernel_whatsapp import spec
 
@@ -198,7 +199,7 @@ class FakeGraph(FakePlatform):
                  verified_name: str = "Chatkernel Test", quality_rating: str = "GREEN",
                  app_secret: str = "fake-app-secret", verify_token: str = "fake-verify-token",
                  waba_id: str = "419561257915477", version: str = "v23.0",
-                 webhook_workers: int = 1, **kwargs: Any) -> None:
+                 webhook_workers: int = 1, statuses: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.tokens = {token}
         self.token = token
@@ -215,7 +216,7 @@ class FakeGraph(FakePlatform):
         self.throughput: tuple[int, float] | None = None   # 130429, per number
         self.pair_rate: tuple[int, float] | None = None    # 131056, per recipient
         #: Statuses posted after every accepted send (``sent``, ``delivered``).
-        self.statuses = True
+        self.statuses = statuses
         self.auto_read = False
         #: Approved template names (None: any name is approved).
         self.templates: set[str] | None = None
@@ -246,6 +247,54 @@ class FakeGraph(FakePlatform):
                 web.post("/{version}/{node}/media", self._upload),
                 web.get("/{version}/{node}", self._node),
                 web.get("/_media/{media_id}", self._download)]
+
+    def developer_routes(self) -> list[web.RouteDef]:
+        """A dev server's routes: ``POST /_fake/subscribe`` (``{"url"}``: subscribe a
+        webhook, after Meta's verification handshake), ``POST /_fake/messages``
+        (``{"from", "text"}`` or ``{"messages": [...]}``: users write; answers the
+        ``ids``), ``POST /_fake/fail`` (``{"to", "code", "title"}``: that number's
+        deliveries fail), ``POST /_fake/close-window`` (``{"to"}``: its 24-hour window
+        closes) and ``GET /_fake/sent`` (``?to=``, ``?wait=``: what the business sent)."""
+
+        async def recipient(request: web.Request, **more: type) -> dict:
+            return fields(await json_body(request), {"to": str, **more}, required=("to",))
+
+        async def subscribe(request: web.Request) -> web.Response:
+            url = fields(await json_body(request), {"url": str}, required=("url",))["url"]
+            return web.json_response({"passed": await self.subscribe(url)})
+
+        async def messages(request: web.Request) -> web.Response:
+            body = await json_body(request)
+            items = body.get("messages", [body])
+            if not isinstance(items, list) or not items or not all(
+                    isinstance(m, dict) and isinstance(m.get("from"), str)
+                    and isinstance(m.get("text", ""), str) for m in items):
+                raise bad_request('expected {"from": "<wa_id>", "text": "..."} or '
+                                  '{"messages": [...]}')
+            made = [self.message(m["from"], m.get("text", "")) for m in items]
+            self.inject_messages(made)
+            return web.json_response({"ids": [m["id"] for m in made]})
+
+        async def fail(request: web.Request) -> web.Response:
+            body = await recipient(request, code=int, title=str)
+            self.fail_delivery(body["to"], code=body.get("code", 131026),
+                               title=body.get("title", "Message undeliverable"))
+            return web.json_response({"ok": True})
+
+        async def close_window(request: web.Request) -> web.Response:
+            self.close_window((await recipient(request))["to"])
+            return web.json_response({"ok": True})
+
+        async def sent(request: web.Request) -> web.Response:
+            to = request.query.get("to")
+            await wait_until(request, self, lambda: bool(self.sent(to)))
+            return web.json_response({"messages": [
+                {"to": m.to, "type": m.type, "text": m.text, "when": m.when, "id": m.wamid}
+                for m in self.sent(to)]})
+
+        return [web.post("/_fake/subscribe", subscribe), web.post("/_fake/messages", messages),
+                web.post("/_fake/fail", fail), web.post("/_fake/close-window", close_window),
+                web.get("/_fake/sent", sent)]
 
     async def unknown_route(self, request: web.Request) -> web.StreamResponse:
         return GraphErrorAnswer(400, 100, "Unsupported request - method type: "

@@ -6,14 +6,14 @@ import aiohttp
 import pytest
 
 from chatkernel_whatsapp.api import GraphAPI
-from chatkernel_whatsapp.devserver import developer_routes
 from chatkernel_whatsapp.fake import FakeGraph
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_developer_routes_inject_and_list(tmp_path):
-    async with FakeGraph(extra_routes=developer_routes) as graph, aiohttp.ClientSession() as http:
+    async with FakeGraph(extra_routes=FakeGraph.developer_routes) as graph, \
+            aiohttp.ClientSession() as http:
         base = graph.base_url
         async with http.post(f"{base}/_fake/messages", json={"from": "15551234567",
                                                               "text": "hello"}) as answer:
