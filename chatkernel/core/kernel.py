@@ -105,12 +105,17 @@ class Kernel:
         self.commands: dict[str, Command] = {}
         self.accounts: dict[str, Account] = {}
         self.agent: Agent | None = None
+        # The outbound subsystem, in dependency order; the store and the cluster exist
+        # once the kernel started: they are read when used.
+        #: What became of each payload: health, recent failures, waiting senders.
+        self.deliveries = Deliveries(
+            account=self.accounts.get, metrics=self.metrics, store=lambda: self.store,
+            clustered=lambda: self.cluster is not None)
+        #: Statuses channels report for messages already sent (core/outbound/delivery_statuses.py).
+        self.delivery_statuses = DeliveryStatuses(
+            store=lambda: self.store, metrics=self.metrics, deliveries=self.deliveries)
         self.outbound = Outbound(self)
         self.outbox = Outbox(self)
-        #: What became of each payload: health, recent failures, waiting senders.
-        self.deliveries = Deliveries(self)
-        #: Statuses channels report for messages already sent (core/outbound/delivery_statuses.py).
-        self.delivery_statuses = DeliveryStatuses(self)
         self.send_policy = SendPolicy.from_config(self.config.send_policy)
         self.inbound = Inbound(self)
         #: What slash commands may do (the stable surface of CommandContext.gateway).

@@ -21,6 +21,7 @@ Everything here is in memory and synchronous: it runs inline in the sender.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -30,9 +31,9 @@ from chatkernel.sdk.models import OutboundPayload, SendError
 
 if TYPE_CHECKING:
     from chatkernel.sdk.channel import Channel
-    from chatkernel.core.kernel import Kernel
+    from chatkernel.core.health.metrics import Metrics
+    from chatkernel.core.store.base import OutboxEntry, Store
     from chatkernel.sdk.models import Account
-    from chatkernel.core.store.base import OutboxEntry
 
 #: Why a payload did not arrive (``why`` of :meth:`Deliveries.settled`).
 Why = Literal["", "platform", "policy", "earlier part", "stopped", "not running", "store"]
@@ -122,10 +123,21 @@ class _Waiter:
 
 
 class Deliveries:
-    """The outcomes of one kernel's payloads (see the module docstring)."""
+    """The outcomes of one kernel's payloads (see the module docstring).
 
-    def __init__(self, kernel: "Kernel", *, clock=time.time) -> None:
-        self._kernel = kernel
+    ``account(key)`` finds a running account by ``channel:account`` (None when it is
+    not running); ``metrics`` counts what did not arrive; ``store()`` is the opened
+    store (read by :meth:`wait`); ``clustered()`` says whether other instances share
+    the store (then a reply another one sends is polled for); ``clock`` stamps failures.
+    """
+
+    def __init__(self, *, account: "Callable[[str], Account | None]", metrics: "Metrics",
+                 store: "Callable[[], Store]", clustered: Callable[[], bool],
+                 clock: Callable[[], float] = time.time) -> None:
+        self._account = account
+        self._metrics = metrics
+        self._store = store
+        self._clustered = clustered
         self._clock = clock
         self._waiting: dict[str, list[_Waiter]] = {}
 
@@ -134,9 +146,8 @@ class Deliveries:
                 account: "Account | None" = None) -> None:
         """A payload's final status (called by the outbox, once per payload; ``account``
         when the caller has it at hand)."""
-        kernel = self._kernel
         if account is None:
-            account = kernel.accounts.get(f"{entry.channel}:{entry.account}")
+            account = self._account(f"{entry.channel}:{entry.account}")
         if status == "sent":  # every payload comes here: the short way
             if account is not None:
                 account.runtime.send_ok()
@@ -159,7 +170,7 @@ class Deliveries:
                 error=error or "?"))
         outcome = {"policy": "blocked", "earlier part": "skipped"}.get(
             why, "unknown" if status == "unknown" else "failed")
-        metrics = kernel.metrics
+        metrics = self._metrics
         metrics.child(metrics.undelivered, entry.channel, entry.account, outcome).inc()
         self._tell_waiters(entry, status, error)
 
@@ -177,10 +188,10 @@ class Deliveries:
         waiter = _Waiter()
         waiters = self._waiting.setdefault(reply_id, [])
         waiters.append(waiter)
-        store = self._kernel.store
+        store = self._store()
         # With several instances the owner of the account may send it elsewhere: what
         # became of it is read from the store every POLL_SECONDS (core/gateway/cluster.py).
-        poll = POLL_SECONDS if self._kernel.cluster is not None else None
+        poll = POLL_SECONDS if self._clustered() else None
         try:
             entries = await store.outbox_reply(reply_id)
             with anyio.move_on_after(timeout):

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -34,9 +35,10 @@ import anyio
 from chatkernel.sdk.models import SendError
 
 if TYPE_CHECKING:
-    from chatkernel.core.kernel import Kernel
+    from chatkernel.core.health.metrics import Metrics
+    from chatkernel.core.outbound.deliveries import Deliveries
+    from chatkernel.core.store.base import OutboxEntry, Store
     from chatkernel.sdk.models import Account
-    from chatkernel.core.store.base import OutboxEntry
 
 log = logging.getLogger("chatkernel.delivery")
 
@@ -92,10 +94,18 @@ class DeliveryWait:
 
 
 class DeliveryStatuses:
-    """Correlates the statuses channels report with the payloads the outbox sent."""
+    """Correlates the statuses channels report with the payloads the outbox sent.
 
-    def __init__(self, kernel: "Kernel") -> None:
-        self._kernel = kernel
+    ``store()`` is the opened store (the outbox's entries, the session logs);
+    ``metrics`` counts the statuses and failed deliveries; ``deliveries`` is told of
+    a payload that failed after it was sent, like one the send itself reported.
+    """
+
+    def __init__(self, *, store: "Callable[[], Store]", metrics: "Metrics",
+                 deliveries: "Deliveries") -> None:
+        self._store = store
+        self._metrics = metrics
+        self._deliveries = deliveries
         self._fates: OrderedDict[str, Fate] = OrderedDict()  # by the platform's id
         self._waiting: dict[str, list[anyio.Event]] = {}  # by reply id
 
@@ -152,8 +162,7 @@ class DeliveryStatuses:
         if status not in STATUSES:
             raise ValueError(f"delivery status must be one of {', '.join(STATUSES)}, "
                              f"not {status!r}")
-        kernel = self._kernel
-        metrics = kernel.metrics
+        metrics = self._metrics
         metrics.child(metrics.delivery_statuses, account.channel_name, account.name,
                       status).inc()
         fate = self._fate(platform_id)
@@ -164,7 +173,7 @@ class DeliveryStatuses:
             self._changed(fate.reply_id)
         if status != "failed":
             return True  # counted: nothing else to do for a message that is on its way
-        store = kernel.store
+        store = self._store()
         entry = await store.outbox_by_platform_id(account.channel_name, account.name,
                                                   platform_id)
         for delay in LOOKUP_RETRIES:
@@ -189,7 +198,7 @@ class DeliveryStatuses:
         await store.outbox_mark(entry.id, "failed", why)
         # Where people look for failures too: the account's recent failures, metrics;
         # the account's health only when the code is not one recipient's (deliveries).
-        kernel.deliveries.settled(entry, "failed", why, why="platform", account=account,
+        self._deliveries.settled(entry, "failed", why, why="platform", account=account,
                                   exc=SendError(why, code=code))
         await store.append_log(entry.session_key, entry.session_id, "notification", detail,
                                {"kind": "delivery", "outbox_id": entry.id,
