@@ -296,7 +296,7 @@ async def test_sending_marks_the_store_cannot_commit_wait_in_order_until_it_can(
         route = Route("memory", "main", "chat-1")
         disk = full_disk(store)
         disk.full = False
-        outbox._limiter(account).penalize(0.3, "chat-1")  # queued: they wait their turn
+        outbox.limiter(account).penalize(0.3, "chat-1")  # queued: they wait their turn
         for text in ("one", "two", "three"):
             await outbox.submit(account, "memory:main:chat-1", "s", route,
                                 [OutboundPayload(text=text, format="plain")])
@@ -330,7 +330,7 @@ async def test_a_queued_payload_whose_insert_failed_to_commit_is_sent_in_its_tur
         outbox, store = h.kernel.outbox, h.kernel.store
         account = h.kernel.accounts["memory:main"]
         route = Route("memory", "main", "chat-1")
-        outbox._limiter(account).penalize(0.05, "chat-1")  # not claimed: queued `pending`
+        outbox.limiter(account).penalize(0.05, "chat-1")  # not claimed: queued `pending`
         await outbox.submit(account, "memory:main:chat-1", "s", route,
                             [OutboundPayload(text="kept", format="plain")])
         fail_next_commit(store)  # the commit of its insert fails, and is tried again

@@ -39,7 +39,7 @@ from chatkernel.core.health.metrics import Metrics
 from chatkernel.sdk.models import Account, Command, InboundMessage, Route, Session
 from chatkernel.core.health.monitor import HealthMonitor
 from chatkernel.core.outbound.order import OutputOrder
-from chatkernel.core.outbound.responder import Outbound, Responder
+from chatkernel.core.outbound.responder import Outbound, Responder, send_payload
 from chatkernel.core.outbound.outbox import Outbox
 from chatkernel.core.outbound.policy import SendPolicy
 from chatkernel.core.plugins import PluginManager, get_plugin_manager
@@ -114,8 +114,18 @@ class Kernel:
         #: Statuses channels report for messages already sent (core/outbound/delivery_statuses.py).
         self.delivery_statuses = DeliveryStatuses(
             store=lambda: self.store, metrics=self.metrics, deliveries=self.deliveries)
-        self.outbound = Outbound(self)
-        self.outbox = Outbox(self)
+        self.outbox = Outbox(
+            store=lambda: self.store, sessions=lambda: self.sessions,
+            task_group=lambda: self.task_group, cluster=lambda: self.cluster,
+            account=self.accounts.get, send_policy=lambda: self.send_policy,
+            channel_config=lambda name: self.config.channels.get(name),
+            config_path=config_path,
+            send=functools.partial(send_payload, self.pm, self.metrics),
+            deliveries=self.deliveries, delivery_statuses=self.delivery_statuses,
+            metrics=self.metrics, wait_for_platforms=recover)
+        #: Builds replies' payloads and queues them (a turn's Responder is given it).
+        self.outbound = Outbound(pm=self.pm, metrics=self.metrics, store=lambda: self.store,
+                                 submit=self.outbox.submit)
         self.send_policy = SendPolicy.from_config(self.config.send_policy)
         self.inbound = Inbound(self)
         #: What slash commands may do (the stable surface of CommandContext.gateway).
@@ -216,7 +226,7 @@ class Kernel:
         stack.callback(self._tg.cancel_scope.cancel)  # runs first on exit: stop turns
         self._turns = turns = Turns(
             store=store, sessions=self._sessions, agent=self.agent,
-            account_for=self.account_for, responder=functools.partial(Responder, self),
+            account_for=self.account_for, responder=functools.partial(Responder, self.outbound),
             indicators=self.indicators, metrics=self.metrics, order=self.order)
         self._queue = SessionQueue(self._tg, turns.run, self.queue_settings,
                                    max_concurrent=self.config.queue.max_concurrent,

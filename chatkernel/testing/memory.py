@@ -213,7 +213,7 @@ class KernelHarness:
     def send_wait(self, account_key: str, chat_id: str, *, is_group: bool = False) -> float:
         """Seconds a send to ``chat_id`` would wait for the account's rate limits now."""
         account = self.kernel.accounts[account_key]
-        return self.kernel.outbox._limiter(account).delay(chat_id, is_group=is_group)
+        return self.kernel.outbox.limiter(account).delay(chat_id, is_group=is_group)
 
     async def settle(self, timeout: float = 5.0) -> None:
         """Wait until every lane is idle, every queued payload was sent and what

@@ -131,7 +131,7 @@ class HeartbeatRunner:
         from chatkernel.core.outbound.responder import Responder
 
         assert destination.account is not None and destination.route is not None
-        responder = Responder(self.kernel, destination.account, destination.session_key,
+        responder = Responder(self.kernel.outbound, destination.account, destination.session_key,
                               destination.session_id, destination.route, [], heartbeat=True)
         await responder.handle(AgentEvent.reply(text))
         await responder.flush()

@@ -46,6 +46,8 @@ import logging
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -69,8 +71,19 @@ from chatkernel.core.store.base import OutboxEntry
 from chatkernel.core.store.shared import LeaseLost
 
 if TYPE_CHECKING:
-    from chatkernel.core.kernel import Kernel
+    from anyio.abc import TaskGroup
+
+    from chatkernel.core.gateway.cluster import Cluster
+    from chatkernel.core.health.metrics import Metrics
+    from chatkernel.core.inbound.sessions import Sessions
+    from chatkernel.core.outbound.deliveries import Deliveries
+    from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
+    from chatkernel.core.outbound.policy import SendPolicy
     from chatkernel.core.outbound.ratelimit import RateLimiter
+    from chatkernel.core.store.base import Store
+
+#: send(account, route, payload): one request to the platform (raises SendError).
+SendPayload = Callable[[Account, Route, OutboundPayload], Awaitable[SendResult]]
 
 log = logging.getLogger("chatkernel.outbox")
 
@@ -116,13 +129,51 @@ class _RowLost(Exception):
 
 
 class Outbox:
-    """Queues payloads durably and runs one ordered sender per session."""
+    """Queues payloads durably and runs one ordered sender per session.
 
-    def __init__(self, kernel: "Kernel") -> None:
-        self._kernel = kernel
+    Its collaborators, by name (the ones that exist only once the kernel started, or
+    that a reload replaces, as functions giving them when used):
+
+    - ``store()``: the opened store, where every payload is recorded;
+    - ``sessions()``: the sessions (a payload follows its session's current route);
+    - ``task_group()``: where the senders run;
+    - ``cluster()``: this process's part among several sharing the store, or None;
+    - ``account(key)``: the running account ``channel:account``, or None;
+    - ``send_policy()``: the send policy in effect, checked on every payload;
+    - ``channel_config(name)``: a channel's config section (its ``rate_limits`` and
+      ``retry`` overrides), or None; ``config_path`` names the file in errors;
+    - ``send``: one request to the platform (:data:`SendPayload`);
+    - ``deliveries``: told each payload's final status; ``delivery_statuses``: told
+      the platform's id of a payload whose fate the platform reports later;
+    - ``metrics``: failures, retries and throttling counted;
+    - ``wait_for_platforms``: a payload waits for an unreachable platform (a gateway
+      lives on to send it); False: it fails at once (a CLI command's own kernel).
+    """
+
+    def __init__(self, *, store: "Callable[[], Store]", sessions: "Callable[[], Sessions]",
+                 task_group: "Callable[[], TaskGroup]",
+                 cluster: "Callable[[], Cluster | None]",
+                 account: Callable[[str], Account | None],
+                 send_policy: "Callable[[], SendPolicy]",
+                 channel_config: Callable[[str], Any], config_path: Path | None,
+                 send: SendPayload, deliveries: "Deliveries",
+                 delivery_statuses: "DeliveryStatuses", metrics: "Metrics",
+                 wait_for_platforms: bool) -> None:
+        self._store = store
+        self._sessions = sessions
+        self._cluster = cluster
+        self._account = account
+        self._send_policy = send_policy
+        self._channel_config = channel_config
+        self._config_path = config_path
+        self._send_payload = send
+        self._deliveries = deliveries
+        self._delivery_statuses = delivery_statuses
+        self._metrics = metrics
+        self._wait_for_platforms = wait_for_platforms
         # One ordered sender per session (see chatkernel.core.lines).
         self.lines: Lines[OutboxEntry] = Lines(
-            "sender", self._send, task_group=lambda: kernel.task_group,
+            "sender", self._send, task_group=task_group,
             linger=SENDER_LINGER_SECONDS, after=self._sent)
         self._failed_replies: set[str] = set()
         # Sessions whose reply was claimed and is not in its line yet, and the
@@ -169,18 +220,18 @@ class Outbox:
                         channel=account.channel_name, account=account.name, route=route,
                         payload=payload, status="pending", error=None, created_at=0.0)
             for payload in payloads]
-        cluster = self._kernel.cluster
+        cluster = self._cluster()
         if cluster is not None and not cluster.owns(account.key):
             # Another instance owns the account: it reads these from the account's
             # inbox and sends them (core/gateway/cluster.py).
-            await self._kernel.store.outbox_add(entries, finish_journal=finish_journal)
+            await self._store().outbox_add(entries, finish_journal=finish_journal)
             return reply_id
         claimed = bool(entries) and self._claim(account, session_key, route)
         if claimed:
             entries[0].status = "sending"
             self._claiming.add(session_key)
         try:
-            await self._kernel.store.outbox_add(entries, finish_journal=finish_journal)
+            await self._store().outbox_add(entries, finish_journal=finish_journal)
         finally:
             if claimed:
                 self._claiming.discard(session_key)
@@ -192,7 +243,7 @@ class Outbox:
             self._remember(first)
             self.lines.put(session_key, first, wake=False)
             self._enqueue(entries[1:])
-            self._kernel.store.after_commit(functools.partial(self._claim_committed, first))
+            self._store().after_commit(functools.partial(self._claim_committed, first))
         else:
             self._enqueue(entries)
         return reply_id
@@ -207,13 +258,12 @@ class Outbox:
         once: the session's sender has nothing before it, the send policy allows
         it, its platform is not known to be unreachable and its rate-limit slot is
         free now (the sender takes it, see _send)."""
-        kernel = self._kernel
         if (session_key in self._claiming or self.lines.busy(session_key)
                 or account.channel is None
-                or kernel.accounts.get(account.key) is not account
-                or not kernel.send_policy.check(route, kernel.sessions.cached(session_key))):
+                or self._account(account.key) is not account
+                or not self._send_policy().check(route, self._sessions().cached(session_key))):
             return False
-        limiter = self._limiter(account)
+        limiter = self.limiter(account)
         return (self._outages[account.key].since is None
                 and limiter.is_free(route.chat_id, is_group=route.is_group))
 
@@ -223,7 +273,7 @@ class Outbox:
             self.lines.put(entry.session_key, entry)
 
     def _remember(self, entry: OutboxEntry) -> None:
-        if self._kernel.cluster is None:
+        if self._cluster() is None:
             return
         known = self._known.setdefault(f"{entry.channel}:{entry.account}", {})
         known[entry.id] = None
@@ -272,16 +322,15 @@ class Outbox:
         report what was in flight (or send it again, where the platform dedupes sends
         by key). ``account``: of that account only (this instance took it over from
         another, core/gateway/cluster.py)."""
-        store = self._kernel.store
+        store = self._store()
         await self.restore_windows(account)
-        deliveries = self._kernel.deliveries
+        deliveries = self._deliveries
         resent = unknown = skipped = again = 0
         only = None if account is None else (account.channel_name, account.name)
         for entry in await (store.outbox_unfinished() if only is None
                             else store.outbox_unfinished(account=only)):
             if (entry.status == "sending" and entry.reply_id not in self._failed_replies
-                    and idempotent(self._kernel.accounts.get(
-                        f"{entry.channel}:{entry.account}"))):
+                    and idempotent(self._account(f"{entry.channel}:{entry.account}"))):
                 # The platform dedupes by the entry's key: sending it again cannot make
                 # a second message, and finds out what became of the first request.
                 await store.outbox_mark(entry.id, "pending")
@@ -329,7 +378,7 @@ class Outbox:
         now = time.time()
         wait = max((policy.unreachable_max_age for policy in self._policies.values()),
                    default=0.0)
-        sends = await self._kernel.store.outbox_recent_sends(
+        sends = await self._store().outbox_recent_sends(
             now - longest, queued_since=now - longest - max(wait, RESTORE_SLACK))
         by_account: dict[str, list[tuple[float, str, bool]]] = defaultdict(list)
         for send in sends:
@@ -351,38 +400,39 @@ class Outbox:
         return self.lines.reap_idle(now)
 
     async def _send(self, entry: OutboxEntry) -> None:
-        kernel = self._kernel
-        store = kernel.store
+        store = self._store()
+        sessions = self._sessions()
+        deliveries = self._deliveries
         claimed = entry.id in self._claimed  # see submit
         self._claimed.discard(entry.id)
         settled = entry.id in self._claim_commits
         commit_error = self._claim_commits.pop(entry.id, None)
         if entry.reply_id in self._failed_replies:
             await store.outbox_mark(entry.id, "failed", EARLIER_CHUNK_FAILED)
-            kernel.deliveries.settled(entry, "failed", EARLIER_CHUNK_FAILED, why="earlier part")
+            deliveries.settled(entry, "failed", EARLIER_CHUNK_FAILED, why="earlier part")
             return
-        account = kernel.accounts.get(f"{entry.channel}:{entry.account}")
+        account = self._account(f"{entry.channel}:{entry.account}")
         if account is None or account.channel is None:
             await self._fail(entry, None, SendError(f"account {entry.channel}:{entry.account} "
                                                     "is not running"))
             return
-        route = await kernel.sessions.route(entry.session_key) or entry.route
-        verdict = kernel.send_policy.check(route, kernel.sessions.cached(entry.session_key))
+        route = await sessions.route(entry.session_key) or entry.route
+        verdict = self._send_policy().check(route, sessions.cached(entry.session_key))
         if not verdict:
             log.info("%s: not sent to %s: %s", account.key, route.chat_id, verdict.reason)
             await store.outbox_mark(entry.id, "failed", verdict.reason)
             self._failed_replies.add(entry.reply_id)
             await self._notify(entry, f"not sent: {self._part(entry)}: {verdict.reason}")
-            kernel.deliveries.settled(entry, "failed", verdict.reason, why="policy",
+            deliveries.settled(entry, "failed", verdict.reason, why="policy",
                                       account=account)
             return
         entry.payload.key = send_key(entry)
-        limiter = self._limiter(account)
+        limiter = self.limiter(account)
         policy = self._policy(account)
         outage = self._outages[account.key]
         # Waiting for the platform only where this process will live on to send (a
         # CLI command's own kernel reports a failure instead).
-        holds = kernel.recover and policy.unreachable_max_age > 0
+        holds = self._wait_for_platforms and policy.unreachable_max_age > 0
         delivery = _Delivery(self, entry, account, route, limiter, policy,
                              outage if holds else None)
         if claimed:
@@ -391,7 +441,7 @@ class Outbox:
             if not settled:  # woken before its commit (a busy or new sender)
                 await store.flush()
             elif commit_error is not None:
-                kernel.deliveries.settled(entry, "failed", str(commit_error), why="store",
+                deliveries.settled(entry, "failed", str(commit_error), why="store",
                                           account=account)
                 raise commit_error  # its row was never written: nothing to send
             delivery.marked = True
@@ -406,7 +456,7 @@ class Outbox:
                                         else is_retryable)
         except _RowLost as lost:
             log.warning("%s: not sent in %s: %s", account.key, entry.session_key, lost)
-            kernel.deliveries.settled(entry, "failed", str(lost), why="store", account=account)
+            deliveries.settled(entry, "failed", str(lost), why="store", account=account)
             return
         except _NotOurs:
             log.info("%s: outbox entry %d left to the account's new owner", account.key,
@@ -423,10 +473,10 @@ class Outbox:
                         "its new owner reports it as delivery unknown", account.key, entry.id)
             return
         account.last_sent_at = time.time()
-        kernel.deliveries.settled(entry, "sent", account=account)
+        deliveries.settled(entry, "sent", account=account)
         if account.channel.delivery_statuses and result is not None and result.message_id:
             # The platform reports this message's fate later (core/outbound/delivery_statuses.py).
-            kernel.delivery_statuses.sent_as(entry, result.message_id)
+            self._delivery_statuses.sent_as(entry, result.message_id)
             await store.outbox_sent_as(entry.id, result.message_id)
 
     def _store_failing(self, error: Exception) -> None:
@@ -447,14 +497,14 @@ class Outbox:
 
     async def _fail(self, entry: OutboxEntry, account: Account | None,
                     exc: BaseException) -> None:
-        store = self._kernel.store
+        store = self._store()
         unknown = isinstance(exc, SendError) and exc.delivery_unknown
         reason = str(exc) or type(exc).__name__
         await store.outbox_mark(entry.id, "unknown" if unknown else "failed", reason)
         self._failed_replies.add(entry.reply_id)
-        self._kernel.deliveries.settled(entry, "unknown" if unknown else "failed", reason,
-                                        why="platform" if account else "not running",
-                                        exc=exc, account=account)
+        self._deliveries.settled(entry, "unknown" if unknown else "failed", reason,
+                                 why="platform" if account else "not running",
+                                 exc=exc, account=account)
         detail = f"{self._part(entry)}: {reason}"
         later = entry.payload.chunk_count - entry.payload.chunk_index
         if later:
@@ -464,7 +514,7 @@ class Outbox:
         log.warning("%s: delivery failed in %s: %s", entry.channel + ":" + entry.account,
                     entry.session_key, detail)
         if account is not None:
-            metrics = self._kernel.metrics
+            metrics = self._metrics
             metrics.child(metrics.send_failures, account.channel_name, account.name).inc()
         await self._notify(entry, f"delivery failed: {detail}")
         if account is not None and entry.payload.is_media and not unknown:
@@ -476,9 +526,9 @@ class Outbox:
 
     async def _notify(self, entry: OutboxEntry, text: str) -> None:
         """A notification in the session log: recording it never sends anything."""
-        await self._kernel.store.append_log(entry.session_key, entry.session_id, "notification",
-                                            text, {"kind": "delivery", "outbox_id": entry.id,
-                                                   "reply_id": entry.reply_id})
+        await self._store().append_log(entry.session_key, entry.session_id, "notification",
+                                       text, {"kind": "delivery", "outbox_id": entry.id,
+                                              "reply_id": entry.reply_id})
 
     @staticmethod
     def _part(entry: OutboxEntry) -> str:
@@ -492,20 +542,20 @@ class Outbox:
         from chatkernel.core.config import ConfigError
         from chatkernel.core.outbound.ratelimit import RateLimiter
 
-        section = self._kernel.config.channels.get(account.channel_name)
+        section = self._channel_config(account.channel_name)
         limits = account.channel.limits  # type: ignore[union-attr]
         prefix = f"channels.{account.channel_name}"
         try:
             self._limiters[account.key] = RateLimiter.from_limits(
                 limits.rates, getattr(section, "rate_limits", None))
         except (ValueError, TypeError) as exc:
-            raise ConfigError(str(exc), path=self._kernel.config_path,
+            raise ConfigError(str(exc), path=self._config_path,
                               key=f"{prefix}.rate_limits") from None
         try:
             policy = self._policies[account.key] = RetryPolicy.from_config(
                 getattr(section, "retry", None), base_delay=limits.retry_base_delay)
         except (ValueError, TypeError) as exc:
-            raise ConfigError(str(exc), path=self._kernel.config_path,
+            raise ConfigError(str(exc), path=self._config_path,
                               key=f"{prefix}.retry") from None
         runtime = account.runtime
 
@@ -517,7 +567,8 @@ class Outbox:
 
         self._outages[account.key] = Outage(account.key, policy, on_change=outage_changed)
 
-    def _limiter(self, account: Account) -> "RateLimiter":
+    def limiter(self, account: Account) -> "RateLimiter":
+        """The account's rate limiter (built from its limits on first use)."""
         if account.key not in self._limiters:
             self.prepare(account)
         return self._limiters[account.key]
@@ -595,8 +646,7 @@ class _Delivery:
         outage = self.outage
         reached = True
         try:
-            result = await self.outbox._kernel.outbound.send_payload(
-                self.account, self.route, payload)
+            result = await self.outbox._send_payload(self.account, self.route, payload)
         except SendError as exc:
             reached = not never_sent(exc)
             if outage is not None:
@@ -619,7 +669,7 @@ class _Delivery:
         """Take the slot for the next request and make sure the entry is ``sending``,
         committed, before it leaves: only now, after any wait for the slot, so a crash
         while it waits leaves it ``pending`` (sent after the restart)."""
-        store = self.outbox._kernel.store
+        store = self.outbox._store()
         chat_id, is_group = self.route.chat_id, self.route.is_group
         wait: float | None = None
         while True:
@@ -660,7 +710,7 @@ class _Delivery:
         """After a failed commit: the entry's row must still be there (its insert may
         have been in that commit, rolled back with the journal entries it answers,
         which are then replayed on the next start)."""
-        rows = await self.outbox._kernel.store.outbox_reply(self.entry.reply_id)
+        rows = await self.outbox._store().outbox_reply(self.entry.reply_id)
         if not any(row.id == self.entry.id for row in rows):
             raise _RowLost(f"{Outbox._part(self.entry)}: its outbox entry was lost with a "
                            f"failed commit ({error}); the messages it answers are replayed "
@@ -675,7 +725,7 @@ class _Delivery:
     async def _unmark(self) -> None:
         if self.marked:
             self.marked = False
-            await self.outbox._kernel.store.outbox_mark(self.entry.id, "pending")
+            await self.outbox._store().outbox_mark(self.entry.id, "pending")
 
     async def _wait_for_platform(self, outage: Outage) -> None:
         """The platform cannot be reached: wait with the account's other senders (see
@@ -700,7 +750,7 @@ class _Delivery:
         """A request refused before it was sent, or answered "down" during an outage
         (the retry policy's ``hold``): the payload waits for the platform, ``pending``,
         unless it is too old by now."""
-        metrics = self.outbox._kernel.metrics
+        metrics = self.outbox._metrics
         metrics.child(metrics.retries, self.account.channel_name, self.account.name).inc()
         await self._unmark()
         self.outbox._resting.add(self.entry.session_key)
@@ -716,8 +766,7 @@ class _Delivery:
                          f"queued{detail}")
 
     def on_retry(self, retry: int, error: SendError, delay: float) -> Any:
-        kernel = self.outbox._kernel
-        metrics = kernel.metrics
+        metrics = self.outbox._metrics
         account = self.account
         metrics.child(metrics.retries, account.channel_name, account.name).inc()
         if error.status == 429 or error.retry_after:
@@ -735,8 +784,8 @@ class _Delivery:
     async def _follow(self, chat_id: str) -> None:
         """The chat moved (a group became a supergroup): follow it, and remember it
         for every later send to this session."""
-        kernel = self.outbox._kernel
+        sessions = self.outbox._sessions()
         log.info("%s: chat %s moved to %s", self.account.key, self.route.chat_id, chat_id)
         self.route = dataclasses.replace(self.route, chat_id=chat_id)
-        if kernel.sessions.cached(self.entry.session_key) is not None:
-            await kernel.sessions.set_route(self.entry.session_key, self.route)
+        if sessions.cached(self.entry.session_key) is not None:
+            await sessions.set_route(self.entry.session_key, self.route)

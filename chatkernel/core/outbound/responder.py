@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,9 @@ from chatkernel.core.outbound.policy import resolve_media_path
 from chatkernel.core.store.base import LogRow
 
 if TYPE_CHECKING:
-    from chatkernel.core.kernel import Kernel
+    from chatkernel.core.health.metrics import Metrics
+    from chatkernel.core.plugins import PluginManager
+    from chatkernel.core.store.base import Store
 
 log = logging.getLogger("chatkernel.outbound")
 
@@ -39,29 +42,50 @@ def upload_failed(name: str, reason: str) -> str:
     return f"{ERROR_PREFIX}upload failed: {name} — {reason}"
 
 
-class Outbound:
-    """Builds payloads and sends one through the ``outbound_send`` hook."""
+async def send_payload(pm: "PluginManager", metrics: "Metrics", account: Account,
+                       route: Route, payload: OutboundPayload) -> SendResult:
+    """One request through the ``outbound_send`` hook of ``pm``, counted in ``metrics``;
+    raises SendError on failure (what the outbox sends each payload with).
 
-    def __init__(self, kernel: "Kernel") -> None:
-        self._kernel = kernel
+    A reply quotes its message (``route.reply_to``) in its first part only.
+    """
+    if route.reply_to is not None and payload.chunk_index != 1:
+        route = dataclasses.replace(route, reply_to=None)
+    patience = HUNG_AFTER_SECONDS_FILE if payload.is_media else HUNG_AFTER_SECONDS
+    with account.runtime.calls.track("a send", patience):  # health (sdk/calls.py)
+        result = await await_maybe(pm.call(
+            "outbound_send", account=account, route=route, payload=payload))
+    if result is None:
+        raise SendError(f"no plugin sent the payload for {account.key}")
+    metrics.tally(metrics.messages_out, account.channel_name, account.name).inc()
+    return result
+
+
+#: submit(account, session_key, session_id, route, payloads, finish_journal=...): queue a
+#: reply's payloads, returning its reply id (:meth:`chatkernel.core.outbound.outbox.Outbox.submit`).
+Submit = Callable[..., Awaitable[str]]
+
+
+class Outbound:
+    """Builds payloads, queues them, and sends one through the ``outbound_send`` hook.
+
+    ``pm``: the plugin manager (``outbound_send``, ``media_path_allowed``); ``metrics``:
+    sends counted; ``store()``: the opened store, where sent texts are logged;
+    ``submit``: queues a reply's payloads in the outbox (:data:`Submit`).
+    """
+
+    def __init__(self, *, pm: "PluginManager", metrics: "Metrics",
+                 store: "Callable[[], Store]", submit: Submit) -> None:
+        self._pm = pm
+        self._metrics = metrics
+        self._store = store
+        self._submit = submit
 
     async def send_payload(self, account: Account, route: Route,
                            payload: OutboundPayload) -> SendResult:
-        """One request through the hook; raises SendError on failure.
-
-        A reply quotes its message (``route.reply_to``) in its first part only.
-        """
-        if route.reply_to is not None and payload.chunk_index != 1:
-            route = dataclasses.replace(route, reply_to=None)
-        patience = HUNG_AFTER_SECONDS_FILE if payload.is_media else HUNG_AFTER_SECONDS
-        with account.runtime.calls.track("a send", patience):  # health (sdk/calls.py)
-            result = await await_maybe(self._kernel.pm.call(
-                "outbound_send", account=account, route=route, payload=payload))
-        if result is None:
-            raise SendError(f"no plugin sent the payload for {account.key}")
-        metrics = self._kernel.metrics
-        metrics.tally(metrics.messages_out, account.channel_name, account.name).inc()
-        return result
+        """One request through the hook; raises SendError on failure (see
+        :func:`send_payload`)."""
+        return await send_payload(self._pm, self._metrics, account, route, payload)
 
     async def payloads(self, account: Account, text: str, *, fmt: str = "markdown",
                        media: list[str] = ()) -> list[OutboundPayload]:
@@ -98,7 +122,7 @@ class Outbound:
             reason = f"not a usable path ({exc})"
             log.warning("%s: media %r refused: %s", account.key, raw_path, reason)
             return None, reason
-        verdict = await await_maybe(self._kernel.pm.hook.media_path_allowed(
+        verdict = await await_maybe(self._pm.hook.media_path_allowed(
             path=path, workspace=account.workspace.resolve(),
             access_level=account.access_level, account=account))
         if verdict is not None and not verdict:
@@ -140,9 +164,21 @@ class Outbound:
         key = session_key or route_key(route)
         if log and session_key:
             logged = "\n".join([text.strip(), *(f"MEDIA: {path}" for path in media)]).strip()
-            await self._kernel.store.append_log(key, session_id, "assistant", logged,
-                                                {"kind": "send"})
-        return await self._kernel.outbox.submit(account, key, session_id, route, payloads)
+            await self._store().append_log(key, session_id, "assistant", logged,
+                                           {"kind": "send"})
+        return await self._submit(account, key, session_id, route, payloads)
+
+    async def queue_reply(self, account: Account, session_key: str, session_id: str,
+                          route: Route, text: str, payloads: list[OutboundPayload], *,
+                          log: list[LogRow], finish_journal: list[int]) -> str:
+        """Queue one reply of a turn: the rows of ``log`` and the reply's ``text`` go
+        to the session's log, then its payloads to the outbox with the journal entries
+        it finishes (no wait in between: they share one transaction, so a replayed turn
+        logs nothing twice); returns the reply id."""
+        await self._store().append_logs(session_key, session_id,
+                                        [*log, ("assistant", text, None)])
+        return await self._submit(account, session_key, session_id, route, payloads,
+                                  finish_journal=finish_journal)
 
 
 def route_key(route: Route) -> str:
@@ -158,12 +194,15 @@ class Responder:
     stripped and a text that is only the token is dropped (docs/heartbeats.md). A heartbeat
     turn's reply has been judged already (:mod:`chatkernel.core.heartbeat.runner`):
     ``heartbeat=True`` sends it as it is.
+
+    ``outbound`` builds the reply's payloads and queues them (:meth:`Outbound.payloads`,
+    :meth:`Outbound.queue_reply`).
     """
 
-    def __init__(self, kernel: "Kernel", account: Account, session_key: str, session_id: str,
-                 route: Route, journal_seqs: list[int], *, heartbeat: bool = False,
-                 user_log: list[LogRow] | None = None) -> None:
-        self._kernel = kernel
+    def __init__(self, outbound: Outbound, account: Account, session_key: str,
+                 session_id: str, route: Route, journal_seqs: list[int], *,
+                 heartbeat: bool = False, user_log: list[LogRow] | None = None) -> None:
+        self._outbound = outbound
         self._heartbeat = heartbeat
         self._account = account
         self._key = session_key
@@ -209,16 +248,13 @@ class Responder:
             await self._queue(text)
 
     async def _queue(self, text: str, fmt: str = "markdown") -> None:
-        kernel = self._kernel
-        payloads = await kernel.outbound.payloads(self._account, text, fmt=fmt)
+        outbound = self._outbound
+        payloads = await outbound.payloads(self._account, text, fmt=fmt)
         if not payloads:
             return
-        # The turn's user entries, the reply, its outbox rows and its journal `done`
-        # share one transaction (no wait in between): a replayed turn logs nothing twice.
+        # The turn's user entries are logged with its first reply (see queue_reply).
         rows, self._user_log = self._user_log, []
-        rows.append(("assistant", text, None))
-        await kernel.store.append_logs(self._key, self._session_id, rows)
         finish, self._journal_seqs = self._journal_seqs, []
-        await kernel.outbox.submit(self._account, self._key, self._session_id, self._route,
-                                   payloads, finish_journal=finish)
+        await outbound.queue_reply(self._account, self._key, self._session_id, self._route,
+                                   text, payloads, log=rows, finish_journal=finish)
         self.replies += 1
