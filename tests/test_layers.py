@@ -1,6 +1,9 @@
 """Imports run down the layers, never up: no module of the core (chatkernel/core)
 imports a built-in plugin, the web chat, the CLI or the test kit. The core defines the
-contract; what sits above it plugs in through a hook, a registration or a parameter."""
+contract; what sits above it plugs in through a hook, a registration or a parameter.
+
+And the subsystems the kernel assembles are given their collaborators by name: no module
+of such a subsystem imports the kernel or holds it (a ``kernel`` parameter or attribute)."""
 
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ CORE = ROOT / "chatkernel" / "core"
 #: What sits above the core.
 ABOVE = ("chatkernel.builtin", "chatkernel.webchat", "chatkernel.cli", "chatkernel.testing")
 IMPORTERS = {"import_module", "__import__"}  # importlib.import_module("..."), __import__
+#: The composition root, and the subsystems it builds with named collaborators only.
+KERNEL = "chatkernel.core.kernel"
+ASSEMBLED = ("outbound",)
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -113,3 +119,69 @@ def test_the_check_walks_every_module_of_a_tree(tmp_path):
         "chatkernel.core.endpoints": ["chatkernel.webchat.landing"],
         "chatkernel.core.heartbeat.scheduler": ["chatkernel.builtin.heartbeat"],
     }
+
+
+# -- the kernel gives each component its collaborators by name ------------------------------
+
+
+def kernel_references(source: str, module: str) -> list[str]:
+    """What in ``source`` (the module ``module``) reaches for the whole kernel: an import
+    of :mod:`chatkernel.core.kernel`, a parameter named ``kernel``, an attribute named
+    ``kernel`` or ``_kernel`` (read or written)."""
+    found = [f"imports {name}" for name in imported(source, module)
+             if name == KERNEL or name.startswith(KERNEL + ".")]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            args = node.args
+            for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs,
+                        *filter(None, (args.vararg, args.kwarg))]:
+                if arg.arg.lstrip("_") == "kernel":
+                    found.append(f"line {arg.lineno}: parameter {arg.arg}")
+        elif isinstance(node, ast.Attribute) and node.attr.lstrip("_") == "kernel":
+            found.append(f"line {node.lineno}: attribute {node.attr}")
+    return found
+
+
+def kernel_holders(root: Path, subsystem: str) -> dict[str, list[str]]:
+    """``{module: what reaches for the kernel}`` under ``<root>/chatkernel/core/<subsystem>``."""
+    found = {}
+    for path in sorted((root / "chatkernel" / "core" / subsystem).rglob("*.py")):
+        name = module_name(path, root)
+        wrong = kernel_references(path.read_text(encoding="utf-8"), name)
+        if wrong:
+            found[name] = wrong
+    return found
+
+
+@pytest.mark.parametrize("subsystem", ASSEMBLED)
+def test_no_module_of_an_assembled_subsystem_holds_the_kernel(subsystem):
+    assert len(list((CORE / subsystem).rglob("*.py"))) > 3
+    assert kernel_holders(ROOT, subsystem) == {}
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("from chatkernel.core.kernel import Kernel\n", ["imports chatkernel.core.kernel"]),
+    ("if TYPE_CHECKING:\n    from ..kernel import Kernel\n", ["imports chatkernel.core.kernel"]),
+    ("import chatkernel.core.kernel\n", ["imports chatkernel.core.kernel"]),
+    ("class Outbox:\n    def __init__(self, kernel):\n        pass\n",
+     ["line 2: parameter kernel"]),
+    ("async def send(*, _kernel=None):\n    pass\n", ["line 1: parameter _kernel"]),
+    ("def later(outbox):\n    return outbox._kernel.store\n", ["line 2: attribute _kernel"]),
+    ("def fill(self, k):\n    self.kernel = k\n", ["line 2: attribute kernel"]),
+])
+def test_the_check_finds_a_kernel_held_anyhow(source, expected):
+    assert kernel_references(source, "chatkernel.core.outbound.outbox") == expected
+
+
+def test_the_check_lets_named_collaborators_pass(tmp_path):
+    source = ("from chatkernel.core.store.base import Store\n"
+              "class Deliveries:\n    def __init__(self, *, store, metrics):\n"
+              "        self._store = store\n        self._metrics = metrics\n"
+              "KERNEL_NAME = 'kernel'\n")
+    assert kernel_references(source, "chatkernel.core.outbound.deliveries") == []
+    outbound = tmp_path / "chatkernel" / "core" / "outbound"
+    outbound.mkdir(parents=True)
+    (outbound / "ok.py").write_text(source)
+    (outbound / "bad.py").write_text("def send(kernel):\n    return kernel\n")
+    assert kernel_holders(tmp_path, "outbound") == {
+        "chatkernel.core.outbound.bad": ["line 1: parameter kernel"]}
