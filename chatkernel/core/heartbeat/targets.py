@@ -1,6 +1,7 @@
 """Where a heartbeat runs and answers, resolved at each tick: its own session (a
 session heartbeat), the last active chat (``target = "last"``), a channel's chat
-(``target`` with ``to``), or a session of its own whose replies go nowhere."""
+(``target`` with ``to``), or a session of its own whose replies go nowhere; and
+:func:`check_target`, the start-up check that ``heartbeat.target`` can be reached."""
 
 from __future__ import annotations
 
