@@ -113,3 +113,78 @@ def test_the_check_walks_every_module_of_a_tree(tmp_path):
         "chatkernel.core.endpoints": ["chatkernel.webchat.landing"],
         "chatkernel.core.heartbeat.scheduler": ["chatkernel.builtin.heartbeat"],
     }
+
+
+# -- the heartbeat subsystem is given its collaborators, not the kernel -------------------------
+
+HEARTBEAT = CORE / "heartbeat"
+KERNEL_MODULE = "chatkernel.core.kernel"
+KERNEL_NAMES = {"kernel", "_kernel"}
+
+
+def kernel_reach(source: str, module: str, *, package: bool = False) -> list[str]:
+    """How ``source`` (the module ``module``) reaches for the whole kernel: an import of
+    :mod:`chatkernel.core.kernel` anywhere (``from chatkernel.core import kernel``
+    included), a parameter, an attribute or a field named ``kernel`` or ``_kernel``."""
+    found = [f"imports {name}" for name in imported(source, module, package=package)
+             if name == KERNEL_MODULE or name.startswith(KERNEL_MODULE + ".")]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module == "chatkernel.core" and \
+                any(alias.name == "kernel" for alias in node.names):
+            found.append(f"imports {KERNEL_MODULE}")
+        elif isinstance(node, ast.arg) and node.arg in KERNEL_NAMES:
+            found.append(f"line {node.lineno}: parameter {node.arg}")
+        elif isinstance(node, ast.Attribute) and node.attr in KERNEL_NAMES:
+            found.append(f"line {node.lineno}: attribute .{node.attr}")
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and \
+                node.target.id in KERNEL_NAMES:
+            found.append(f"line {node.lineno}: field {node.target.id}")
+    return found
+
+
+def kernel_reaches(root: Path) -> dict[str, list[str]]:
+    """``{module: how it reaches for the kernel}`` for every module under
+    ``<root>/chatkernel/core/heartbeat``."""
+    found = {}
+    for path in sorted((root / "chatkernel" / "core" / "heartbeat").rglob("*.py")):
+        name = module_name(path, root)
+        wrong = kernel_reach(path.read_text(encoding="utf-8"), name,
+                             package=path.stem == "__init__")
+        if wrong:
+            found[name] = wrong
+    return found
+
+
+def test_no_heartbeat_module_holds_or_imports_the_kernel():
+    assert len(list(HEARTBEAT.rglob("*.py"))) > 8
+    assert kernel_reaches(ROOT) == {}
+
+
+@pytest.mark.parametrize(("source", "expected"), [
+    ("if TYPE_CHECKING:\n    from chatkernel.core.kernel import Kernel\n",
+     ["imports chatkernel.core.kernel"]),
+    ("from chatkernel.core import kernel\n", ["imports chatkernel.core.kernel"]),
+    ("from ..kernel import Kernel\n", ["imports chatkernel.core.kernel"]),
+    ("def f():\n    import chatkernel.core.kernel\n", ["imports chatkernel.core.kernel"]),
+    ("class Runner:\n    def __init__(self, kernel):\n        self.kernel = kernel\n",
+     ["line 2: parameter kernel", "line 3: attribute .kernel"]),
+    ("async def resolve(*, kernel, state):\n    pass\n", ["line 1: parameter kernel"]),
+    ("def busy(scheduler):\n    return scheduler._kernel.queue\n",
+     ["line 2: attribute ._kernel"]),
+    ("@dataclass\nclass Parts:\n    kernel: object\n", ["line 3: field kernel"]),
+])
+def test_the_kernel_check_finds_a_kernel_reached_for(source, expected):
+    assert kernel_reach(source, "chatkernel.core.heartbeat.runner") == expected
+
+
+def test_the_kernel_check_lets_named_collaborators_pass(tmp_path):
+    source = ("from chatkernel.core.store.base import Store\n"
+              "class Jobs:\n    def __init__(self, store: Store) -> None:\n"
+              "        self._store = store  # of one kernel\n")
+    assert kernel_reach(source, "chatkernel.core.heartbeat.jobs") == []
+    heartbeat = tmp_path / "chatkernel" / "core" / "heartbeat"
+    heartbeat.mkdir(parents=True)
+    (heartbeat / "jobs.py").write_text(source)
+    (heartbeat / "targets.py").write_text("def last_chat(kernel):\n    return kernel.inbound\n")
+    assert kernel_reaches(tmp_path) == {
+        "chatkernel.core.heartbeat.targets": ["line 1: parameter kernel"]}
