@@ -82,12 +82,15 @@ async def test_an_outage_mid_burst_fails_nothing_and_sends_everything_in_order(t
                 assert platform.texts(chat) == texts
             assert outbox(h) == {"sent": 120}
             assert notes(h) == []
-    # Logged once as it began and once as it ended, with counts: not per payload, not
-    # per attempt. Nothing failed, so the outbox logged nothing either.
+    # Logged as it began and as it ended, with counts: not per payload, not per attempt.
+    # A request the proxy had accepted before it stopped is still answered, which can end
+    # the outage once before the next refusal begins it again: at most one such flap.
     lines = logged(caplog, "chatkernel.retry")
-    assert len(lines) == 2, lines
-    assert "loopback:main: the platform cannot be reached" in lines[0]
-    assert "reachable again" in lines[1] and "payload(s) waited" in lines[1]
+    began = ["loopback:main: the platform cannot be reached" in line for line in lines]
+    ended = ["reachable again" in line and "payload(s) waited" in line for line in lines]
+    assert len(lines) in (2, 4) and all(b != e for b, e in zip(began, ended)), lines
+    assert began[::2] == [True] * (len(lines) // 2) and ended[1::2] == [True] * (
+        len(lines) // 2), lines
     assert logged(caplog, "chatkernel.outbox") == []
 
 

@@ -31,7 +31,10 @@ from chatkernel.core.outbound.deliveries import Deliveries
 from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
 from chatkernel.core.health.probes import Health
 from chatkernel.core.heartbeat.clock import Clock as HeartbeatClock
+from chatkernel.core.heartbeat.jobs import HeartbeatJobs
+from chatkernel.core.heartbeat.runner import HeartbeatRunner
 from chatkernel.core.heartbeat.scheduler import HeartbeatScheduler
+from chatkernel.core.heartbeat.targets import Targets, check_target
 from chatkernel.core.inbound.pipeline import Inbound, InvalidMessage, Receiver
 from chatkernel.core.turns.indicators import Indicators
 from chatkernel.core.logs import SecretFilter
@@ -135,7 +138,8 @@ class Kernel:
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
         self.receiver = Receiver(self.inbound)
         self.indicators = Indicators(lambda key: self.sessions.route(key))
-        self.heartbeats = HeartbeatScheduler(self, heartbeat_clock)
+        self._heartbeat_clock = heartbeat_clock
+        self._heartbeats: HeartbeatScheduler | None = None
         self.started_at: float | None = None
         #: The gateway's base URL once its HTTP server listens (None in-process).
         self.url: str | None = None
@@ -224,15 +228,32 @@ class Kernel:
         stack.callback(self._close_queue)  # runs after the task group ended: no worker left
         self._tg = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(self._tg.cancel_scope.cancel)  # runs first on exit: stop turns
+        # A turn's or a heartbeat's Responder queues its replies through the Outbound.
+        responder = functools.partial(Responder, self.outbound)
         self._turns = turns = Turns(
             store=store, sessions=self._sessions, agent=self.agent,
-            account_for=self.account_for, responder=functools.partial(Responder, self.outbound),
+            account_for=self.account_for, responder=responder,
             indicators=self.indicators, metrics=self.metrics, order=self.order)
+
+        def session_busy(key: str) -> bool:  # the queue is built next, told of heartbeats
+            return self.queue.is_busy(key)
+
+        self._heartbeats = heartbeats = HeartbeatScheduler(
+            config=lambda: self.config, jobs=HeartbeatJobs(store),
+            runner=HeartbeatRunner(store=store, agent=self.agent, indicators=self.indicators,
+                                   session_busy=session_busy,
+                                   responder=responder,
+                                   metrics=self.metrics),
+            targets=Targets(sessions=self._sessions, accounts=self.accounts, store=store,
+                            remembered_chat=self.inbound.last_chat,
+                            resolve_target=self.resolve_target),
+            session_busy=session_busy, pm=self.pm, metrics=self.metrics,
+            workspace=self.workspace, clock=self._heartbeat_clock)
         self._queue = SessionQueue(self._tg, turns.run, self.queue_settings,
                                    max_concurrent=self.config.queue.max_concurrent,
                                    on_drop=turns.dropped, steer=turns.steer,
-                                   on_busy=self.heartbeats.lane_busy,
-                                   on_idle=self.heartbeats.lane_idle)
+                                   on_busy=heartbeats.lane_busy,
+                                   on_idle=heartbeats.lane_idle)
         queue = self._queue
         self.metrics.queue_depth.set_function(queue.depth)  # computed when scraped
         self._tg.start_soon(self.indicators.run, name="typing indicators")
@@ -251,7 +272,7 @@ class Kernel:
             await self.outbox.recover()
             await self.replay_unfinished()
         if self.run_heartbeats:
-            await self.heartbeats.start(self._tg)
+            await heartbeats.start(self._tg)
 
     def attach_channel(self, account: Account) -> None:
         """Give an account's channel the store and its delivery-status reporter (at
@@ -296,7 +317,7 @@ class Kernel:
         self._build_accounts()
         for account in self.accounts.values():
             self.outbox.prepare(account)  # rate limits and retry policy: errors now, not later
-        self.heartbeats.check_config()
+        check_target(self.config, self.accounts.values(), path=self.config_path)
         agent_types = collect_agents(self.pm)
         kind = self.config.agent.kind
         if kind not in agent_types:
@@ -449,6 +470,13 @@ class Kernel:
         if self._queue is None:
             raise RuntimeError("the kernel is not started")
         return self._queue
+
+    @property
+    def heartbeats(self) -> HeartbeatScheduler:
+        """The heartbeat scheduler, built at start with what it uses."""
+        if self._heartbeats is None:
+            raise RuntimeError("the kernel is not started")
+        return self._heartbeats
 
     @property
     def task_group(self) -> TaskGroup:

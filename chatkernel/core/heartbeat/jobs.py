@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 
@@ -19,10 +19,7 @@ from chatkernel.core.config import HeartbeatConfig
 from chatkernel.core.durations import format_interval
 from chatkernel.core.heartbeat.prompt import DEFAULT_PROMPT
 from chatkernel.core.heartbeat.targets import NO_TARGET_SESSION
-from chatkernel.core.store.base import HeartbeatState
-
-if TYPE_CHECKING:
-    from chatkernel.core.kernel import Kernel
+from chatkernel.core.store.base import HeartbeatState, Store
 
 #: The config heartbeat's id; session heartbeats are ``session:<key>``.
 MAIN = "main"
@@ -60,14 +57,15 @@ class HeartbeatJob:
 class HeartbeatJobs:
     """Every heartbeat of one kernel by id (:attr:`by_id`), each change saved at once."""
 
-    def __init__(self, kernel: "Kernel") -> None:
-        self.kernel = kernel
+    def __init__(self, store: Store) -> None:
+        """``store``: where each heartbeat's state is kept."""
+        self._store = store
         self.by_id: dict[str, HeartbeatJob] = {}
 
     async def load(self, now: float) -> None:
         """Load the stored heartbeats; the config heartbeat is always there (``every =
         0`` stops its timer). A new one's first run is one interval from ``now``."""
-        store = self.kernel.store
+        store = self._store
         for state in await store.list_heartbeats():
             if state.id.startswith(SESSION_PREFIX) and state.session_key:
                 self.by_id[state.id] = HeartbeatJob(state)
@@ -103,7 +101,7 @@ class HeartbeatJobs:
         if reanchor:
             job.state.anchor_at = now
             job.hold_until = None
-        await self.kernel.store.save_heartbeat(job.state)
+        await self._store.save_heartbeat(job.state)
 
     async def ran(self, job: HeartbeatJob, fired_at: float, outcome: str, sent: bool,
                   tasks: Iterable[str], notes: int) -> None:
@@ -118,7 +116,7 @@ class HeartbeatJobs:
             for name in tasks:
                 state.task_runs[name] = fired_at
             del state.wake_texts[:notes]
-        await self.kernel.store.save_heartbeat(state)
+        await self._store.save_heartbeat(state)
 
     async def define(self, session_key: str, every: float, prompt: str,
                      now: float) -> HeartbeatJob:
@@ -140,7 +138,7 @@ class HeartbeatJobs:
             job.state, job.generation = state, job.generation + 1
             job.waiting_for = job.hold_until = None
             job.forced = False
-        await self.kernel.store.save_heartbeat(state)
+        await self._store.save_heartbeat(state)
         return job
 
     async def pause(self, session_key: str) -> HeartbeatJob:
@@ -148,7 +146,7 @@ class HeartbeatJobs:
         job.state.paused = True
         job.waiting_for = job.hold_until = None
         job.forced = False
-        await self.kernel.store.save_heartbeat(job.state)
+        await self._store.save_heartbeat(job.state)
         return job
 
     async def resume(self, session_key: str, now: float) -> HeartbeatJob:
@@ -157,20 +155,20 @@ class HeartbeatJobs:
         job.state.paused = False
         job.state.anchor_at = now
         job.hold_until = None
-        await self.kernel.store.save_heartbeat(job.state)
+        await self._store.save_heartbeat(job.state)
         return job
 
     async def remove(self, session_key: str) -> tuple[HeartbeatJob | None, bool]:
         """Forget a session's heartbeat and delete its state: the job (None: not in
         memory) and whether the store had it."""
         job = self.by_id.pop(SESSION_PREFIX + session_key, None)
-        deleted = await self.kernel.store.delete_heartbeat(SESSION_PREFIX + session_key)
+        deleted = await self._store.delete_heartbeat(SESSION_PREFIX + session_key)
         return job, deleted
 
     async def add_note(self, job: HeartbeatJob, text: str) -> None:
         """A wake note for the heartbeat's next run."""
         job.state.wake_texts.append(text)
-        await self.kernel.store.save_heartbeat(job.state)
+        await self._store.save_heartbeat(job.state)
 
 
 def describe_state(state: HeartbeatState, settings: HeartbeatConfig,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -21,10 +22,13 @@ from chatkernel.core.heartbeat.ack import HEARTBEAT_TOKEN, judge_heartbeat_reply
 from chatkernel.core.heartbeat.checklist import TaskPrompt
 from chatkernel.core.heartbeat.hours import when, zone_for
 from chatkernel.core.heartbeat.targets import Destination
-from chatkernel.core.turns.agents import AgentEvent, TurnRequest
+from chatkernel.core.health.metrics import Metrics
+from chatkernel.core.store.base import Store
+from chatkernel.core.turns.agents import Agent, AgentEvent, TurnRequest
+from chatkernel.core.turns.indicators import Indicators
 
 if TYPE_CHECKING:
-    from chatkernel.core.kernel import Kernel
+    from chatkernel.core.outbound.responder import Responder
 
 log = logging.getLogger("chatkernel.heartbeat")
 
@@ -35,8 +39,21 @@ MAX_RUNNING = 2
 class HeartbeatRunner:
     """Runs heartbeat turns for one kernel and handles their answers."""
 
-    def __init__(self, kernel: "Kernel") -> None:
-        self.kernel = kernel
+    def __init__(self, *, store: Store, agent: Agent, indicators: Indicators,
+                 session_busy: Callable[[str], bool], responder: Callable[..., "Responder"],
+                 metrics: Metrics) -> None:
+        """``store``: the session log a turn writes; ``agent``: who runs the turn;
+        ``indicators``: the typing indicator meanwhile; ``session_busy(key)``: whether a
+        user turn runs or waits in the session (its indicator stays); ``responder(account,
+        session_key, session_id, route, journal_seqs, heartbeat=True)``: the
+        :class:`~chatkernel.core.outbound.responder.Responder` an answer goes out
+        through; ``metrics``: where a skipped send is counted."""
+        self._store = store
+        self._agent = agent
+        self._indicators = indicators
+        self._session_busy = session_busy
+        self._responder = responder
+        self._metrics = metrics
         self._slots = anyio.CapacityLimiter(MAX_RUNNING)
 
     async def turn(self, heartbeat: str, scope: anyio.CancelScope, destination: Destination,
@@ -45,26 +62,24 @@ class HeartbeatRunner:
         """Run the agent's turn within ``scope`` (cancelled when a user message arrives
         or the heartbeat is cleared): its final texts and its errors. ``typing``: show
         the typing indicator in the destination's chat meanwhile."""
-        kernel = self.kernel
         key = destination.session_key
         texts: list[str] = []
         errors: list[str] = []
         try:
             if typing:
-                kernel.indicators.begin(destination.account, key)
+                self._indicators.begin(destination.account, key)
             with scope:
                 async with self._slots:
-                    seq = await kernel.store.append_log(key, destination.session_id,
-                                                        "heartbeat", prompt.text,
-                                                        {"heartbeat": heartbeat})
+                    seq = await self._store.append_log(key, destination.session_id,
+                                                       "heartbeat", prompt.text,
+                                                       {"heartbeat": heartbeat})
                     request = TurnRequest(
                         session_key=key, session_id=destination.session_id, text=prompt.text,
                         envelope=self.envelope(fired_at, settings, destination),
                         heartbeat=True, log_seq=seq,
                         meta={"heartbeat": heartbeat, "tasks": list(prompt.tasks)})
                     try:
-                        assert kernel.agent is not None
-                        async with contextlib.aclosing(kernel.agent.turn(request)) as events:
+                        async with contextlib.aclosing(self._agent.turn(request)) as events:
                             async for event in events:
                                 if event.kind == "text" and event.final and event.text.strip():
                                     texts.append(event.text)
@@ -74,8 +89,8 @@ class HeartbeatRunner:
                         log.exception("heartbeat %s: the agent failed", heartbeat)
                         errors.append(f"the agent failed: {exc}")
         finally:
-            if typing and not kernel.queue.is_busy(key):  # a user turn's indicator stays
-                kernel.indicators.end(key)
+            if typing and not self._session_busy(key):  # a user turn's indicator stays
+                self._indicators.end(key)
         return texts, errors
 
     async def answer(self, heartbeat: str, destination: Destination,
@@ -84,8 +99,7 @@ class HeartbeatRunner:
         """What a completed turn's answer becomes: ``(outcome, sent)``, the outcome
         ``error``, ``alert`` or ``ok``. An error is noted in the session log; an answer
         is sent, or logged with why it was not (a skip reason is counted)."""
-        kernel = self.kernel
-        store = kernel.store
+        store = self._store
         key = destination.session_key
         if errors:
             detail = "; ".join(errors)
@@ -107,7 +121,7 @@ class HeartbeatRunner:
         if reason:
             log.info("heartbeat %s: %s not sent (%s%s)", heartbeat, outcome, reason,
                      f": {destination.problem}" if reason == "no-target" else "")
-            kernel.metrics.heartbeat_skips.labels(reason).inc()
+            self._metrics.heartbeat_skips.labels(reason).inc()
         await store.append_log(key, destination.session_id, "heartbeat", text,
                                {"heartbeat": heartbeat, "outcome": outcome,
                                 "not_sent": reason or "acknowledged"})
@@ -128,11 +142,10 @@ class HeartbeatRunner:
 
     async def deliver(self, destination: Destination, text: str) -> None:
         """Through the Responder and the outbox, like any reply."""
-        from chatkernel.core.outbound.responder import Responder
-
         assert destination.account is not None and destination.route is not None
-        responder = Responder(self.kernel.outbound, destination.account, destination.session_key,
-                              destination.session_id, destination.route, [], heartbeat=True)
+        responder = self._responder(destination.account, destination.session_key,
+                                    destination.session_id, destination.route, [],
+                                    heartbeat=True)
         await responder.handle(AgentEvent.reply(text))
         await responder.flush()
 

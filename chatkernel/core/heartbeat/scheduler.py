@@ -46,11 +46,12 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from chatkernel.core.config import ConfigError, HeartbeatConfig
+from chatkernel.core.config import HeartbeatConfig, KernelConfig
 from chatkernel.core.heartbeat.checklist import TaskPrompt
 from chatkernel.core.heartbeat.clock import MAX_SLEEP, Clock, SystemClock
 from chatkernel.core.heartbeat.hours import in_active_hours, next_window_start, when, zone_for
@@ -63,13 +64,13 @@ from chatkernel.core.heartbeat.jobs import (
 )
 from chatkernel.core.heartbeat.prompt import heartbeat_prompt
 from chatkernel.core.heartbeat.runner import HeartbeatRunner
-from chatkernel.core.heartbeat.settings import heartbeat_settings, merged_settings, visibility_for
-from chatkernel.core.heartbeat.targets import Destination, resolve_destination
+from chatkernel.core.heartbeat.settings import heartbeat_settings, visibility_for
+from chatkernel.core.heartbeat.targets import Destination, Targets
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from chatkernel.core.kernel import Kernel
+    from chatkernel.core.health.metrics import Metrics
 
 log = logging.getLogger("chatkernel.heartbeat")
 
@@ -102,15 +103,30 @@ class HeartbeatScheduler:
     """Every heartbeat of one kernel: state, ticks, runs.
 
     ``start`` loads the state and, when any heartbeat is timed, starts the
-    loop in the kernel's task group. Tests drive it with a manual clock (the
+    loop in the task group it is given. Tests drive it with a manual clock (the
     loop sleeps until the clock is advanced) or call :meth:`tick` directly.
     """
 
-    def __init__(self, kernel: "Kernel", clock: Clock | None = None) -> None:
-        self.kernel = kernel
+    def __init__(self, *, config: Callable[[], KernelConfig], jobs: HeartbeatJobs,
+                 runner: HeartbeatRunner, targets: Targets,
+                 session_busy: Callable[[str], bool], pm: Any, metrics: "Metrics",
+                 workspace: Path, clock: Clock | None = None) -> None:
+        """``config()``: the config in force (a reload replaces it); ``jobs``: the
+        heartbeats and their stored state; ``runner``: runs a turn and sends its answer;
+        ``targets``: where a heartbeat runs and answers; ``session_busy(key)``: whether
+        a user turn runs or waits in a session (a heartbeat waits for it); ``pm``: the
+        plugin manager (its ``heartbeat_visibility`` answers); ``metrics``: where runs
+        and skips are counted; ``workspace``: where HEARTBEAT.md is; ``clock``: the
+        system's, or a test's :class:`~chatkernel.testing.clock.ManualClock`."""
+        self._config = config
+        self._targets = targets
+        self._session_busy = session_busy
+        self._pm = pm
+        self._metrics = metrics
+        self._workspace = workspace
         self.clock: Clock = clock or SystemClock()
-        self.saved = HeartbeatJobs(kernel)
-        self.runner = HeartbeatRunner(kernel)
+        self.saved = jobs
+        self.runner = runner
         #: The heartbeats by id (the same dict as :attr:`HeartbeatJobs.by_id`).
         self.jobs: dict[str, HeartbeatJob] = self.saved.by_id
         self.history: deque[HeartbeatRecord] = deque(maxlen=200)
@@ -125,28 +141,6 @@ class HeartbeatScheduler:
 
     # -- set-up ------------------------------------------------------------------------
 
-    def check_config(self) -> None:
-        """``heartbeat.target`` names none, last, or a channel that runs."""
-        config = self.kernel.config
-        settings = merged_settings(config)
-        target = settings.target
-        channels = {account.channel_name for account in self.kernel.accounts.values()}
-        if target not in ("none", "last") and target not in channels:
-            known = ", ".join(sorted(channels)) or "none"
-            raise ConfigError(f"no running channel {target!r} to send heartbeats to "
-                              f"(expected none, last or one of: {known})",
-                              path=self.kernel.config_path, key="heartbeat.target")
-        wanted = settings.account
-        if wanted:
-            candidates = [a for a in self.kernel.accounts.values()
-                          if wanted in (a.name, a.key)
-                          and target in ("none", "last", a.channel_name)]
-            if not candidates:
-                known = ", ".join(sorted(self.kernel.accounts)) or "none"
-                raise ConfigError(f"no running account {wanted!r} to send heartbeats from "
-                                  f"(accounts: {known})", path=self.kernel.config_path,
-                                  key="heartbeat.account")
-
     async def start(self, task_group: "TaskGroup") -> None:
         """Load the state and start the loop if any heartbeat is timed."""
         self._tg = task_group
@@ -157,7 +151,7 @@ class HeartbeatScheduler:
         log.info("heartbeats: %s", ", ".join(self._summary(job) for job in self.jobs.values()))
 
     def _summary(self, job: HeartbeatJob) -> str:
-        if job.id == MAIN and not self.kernel.config.config_heartbeat_wanted():
+        if job.id == MAIN and not self._config().config_heartbeat_wanted():
             return f"{MAIN} off (no [heartbeat] table; a manual wake runs it)"
         every = self.settings_for(job).every
         return f"{job.id} every {every}" + (" (wake only)" if every == "0" else "")
@@ -269,7 +263,7 @@ class HeartbeatScheduler:
         async with self._lock:
             for job in list(self.jobs.values()):
                 if job.running or (job.waiting_for is not None and
-                                   self.kernel.queue.is_busy(job.waiting_for)):
+                                   self._session_busy(job.waiting_for)):
                     continue
                 job.waiting_for = None
                 now = self.clock.now()
@@ -291,7 +285,7 @@ class HeartbeatScheduler:
     async def _consider(self, job: HeartbeatJob, now: float) -> HeartbeatRecord | None:
         settings = self.settings_for(job)
         destination = await self.destination(job, settings)
-        visibility = visibility_for(self.kernel.pm, self.kernel.config, destination.account)
+        visibility = visibility_for(self._pm, self._config(), destination.account)
         if not any(visibility.values()):
             return await self._skip(job, "alerts-disabled", now, reanchor=True)
         hours = settings.active_hours
@@ -307,7 +301,7 @@ class HeartbeatScheduler:
         prompt = self.prompt_for(job, settings, now)
         if isinstance(prompt, str):
             return await self._skip(job, prompt, now, reanchor=True)
-        if self.kernel.queue.is_busy(destination.session_key):
+        if self._session_busy(destination.session_key):
             job.waiting_for = destination.session_key
             log.debug("heartbeat %s waits: session %s is busy", job.id,
                       destination.session_key)
@@ -327,7 +321,7 @@ class HeartbeatScheduler:
                     detail: str = "") -> HeartbeatRecord:
         """Every skip is logged with its reason and counted."""
         log.info("heartbeat %s skipped: %s%s", job.id, reason, f" ({detail})" if detail else "")
-        self.kernel.metrics.heartbeat_skips.labels(reason).inc()
+        self._metrics.heartbeat_skips.labels(reason).inc()
         await self.saved.skipped(job, reason, now, reanchor=reanchor)
         return self._record(job, f"skipped:{reason}", now)
 
@@ -341,16 +335,16 @@ class HeartbeatScheduler:
 
     def settings_for(self, job: HeartbeatJob) -> HeartbeatConfig:
         """The heartbeat's effective settings (config, agent, then its own)."""
-        return heartbeat_settings(self.kernel.config, job.state)
+        return heartbeat_settings(self._config(), job.state)
 
     async def destination(self, job: HeartbeatJob, settings: HeartbeatConfig) -> Destination:
         """Where the heartbeat runs and answers, resolved at each tick."""
-        return await resolve_destination(self.kernel, job.state, settings)
+        return await self._targets.resolve(job.state, settings)
 
     def prompt_for(self, job: HeartbeatJob, settings: HeartbeatConfig,
                    now: float) -> TaskPrompt | str:
         """The turn's prompt, or the reason to skip (HEARTBEAT.md, config heartbeat only)."""
-        return heartbeat_prompt(job.state, settings, now, self.kernel.workspace,
+        return heartbeat_prompt(job.state, settings, now, self._workspace,
                                 forced=job.forced)
 
     # -- a run ---------------------------------------------------------------------------------
@@ -391,7 +385,7 @@ class HeartbeatScheduler:
 
     def _finish(self, job: HeartbeatJob, outcome: str, fired_at: float, key: str,
                 indicate: bool, sent: bool = False) -> None:
-        self.kernel.metrics.heartbeats.labels(outcome).inc()
+        self._metrics.heartbeats.labels(outcome).inc()
         log.info("heartbeat %s in %s: %s%s", job.id, key, outcome, " (sent)" if sent else "")
         self._record(job, outcome, fired_at, key, sent)
         if indicate:
@@ -482,7 +476,7 @@ class HeartbeatScheduler:
     def describe(self, job: HeartbeatJob) -> dict[str, Any]:
         """A heartbeat's status, for ``/heartbeat``, the control API and the CLI."""
         info = describe_state(job.state, self.settings_for(job), self.clock.now(),
-                              wanted=self.kernel.config.config_heartbeat_wanted())
+                              wanted=self._config().config_heartbeat_wanted())
         info.update(running=job.running, waiting_for=job.waiting_for,
                     forced=job.forced, hold_until=job.hold_until)
         for record in reversed(self.history):  # where its last run went, as it went
