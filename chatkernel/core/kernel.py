@@ -130,14 +130,28 @@ class Kernel:
         self.outbound = Outbound(pm=self.pm, metrics=self.metrics, store=lambda: self.store,
                                  submit=self.outbox.submit)
         self.send_policy = SendPolicy.from_config(self.config.send_policy)
-        self.inbound = Inbound(self)
-        #: What slash commands may do (the stable surface of CommandContext.gateway).
-        self.command_gateway = CommandGateway(self)
         #: Answers sent outside a turn wait for the turns of earlier messages.
         self.order = OutputOrder()
+        self.indicators = Indicators(lambda key: self.sessions.route(key))
+        # The inbound subsystem: the sessions, the queue and the heartbeats exist once
+        # the kernel started, and a reload replaces the config and the commands.
+        #: What slash commands may do (the stable surface of CommandContext.gateway).
+        self.command_gateway = CommandGateway(
+            commands=lambda: self.commands, agent_kind=lambda: self.config.agent.kind,
+            started_at=lambda: self.started_at, accounts=self.accounts.values,
+            sessions=lambda: self.sessions, queue_settings=self.queue_settings,
+            queue=lambda: self.queue, heartbeats=lambda: self.heartbeats,
+            legacy_kernel=lambda: self)  # for the deprecated CommandContext.kernel only
+        self.inbound = Inbound(
+            store=lambda: self.store, sessions=lambda: self.sessions,
+            queue=lambda: self.queue, queue_settings=self.queue_settings,
+            cluster=lambda: self.cluster, task_group=lambda: self.task_group,
+            account_for=self.account_for, account=self.accounts.get,
+            commands=lambda: self.commands, command_gateway=self.command_gateway,
+            outbound=self.outbound, order=self.order, indicate=self.indicators.once,
+            pm=self.pm, metrics=self.metrics)
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
         self.receiver = Receiver(self.inbound)
-        self.indicators = Indicators(lambda key: self.sessions.route(key))
         self._heartbeat_clock = heartbeat_clock
         self._heartbeats: HeartbeatScheduler | None = None
         self.started_at: float | None = None
@@ -257,7 +271,7 @@ class Kernel:
         queue = self._queue
         self.metrics.queue_depth.set_function(queue.depth)  # computed when scraped
         self._tg.start_soon(self.indicators.run, name="typing indicators")
-        self.inbound._observed = bool(self.pm.hook.inbound_delivered.get_hookimpls())
+        self.inbound.start()  # its plugins are in now
         stack.push_async_callback(self.inbound.flush_last_chats)  # after the task group ends
         self._tg.start_soon(self._write_behind, name="write-behind")
         await self._seed_activity()

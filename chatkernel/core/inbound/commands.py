@@ -9,6 +9,7 @@ agent, which may have its own.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -16,58 +17,79 @@ from chatkernel.sdk.models import Command, InboundMessage
 
 if TYPE_CHECKING:
     from chatkernel.core.heartbeat.scheduler import HeartbeatScheduler
-    from chatkernel.core.inbound.queue import QueueSettings
-    from chatkernel.core.kernel import Kernel
+    from chatkernel.core.inbound.queue import QueueSettings, SessionQueue
+    from chatkernel.core.inbound.sessions import Sessions
     from chatkernel.sdk.models import Account
     from chatkernel.core.store.base import SessionRecord
 
 
 class CommandGateway:
     """What a slash command may do: the stable surface command plugins build on
-    (docs/hooks.md, ``register_commands``). One per kernel, over its components."""
+    (docs/hooks.md, ``register_commands``). One per kernel, given what it reads by name.
 
-    __slots__ = ("_kernel",)
+    ``commands``, ``agent_kind``, ``started_at``, ``sessions``, ``queue`` and
+    ``heartbeats`` are functions: what they return exists once the kernel started, or a
+    reload replaces it. ``legacy_kernel`` returns the whole kernel, for the deprecated
+    :attr:`CommandContext.kernel` alone."""
 
-    def __init__(self, kernel: "Kernel") -> None:
-        self._kernel = kernel
+    __slots__ = ("_commands", "_agent_kind", "_started_at", "_accounts", "_sessions",
+                 "_queue_settings", "_queue", "_heartbeats", "_legacy_kernel")
+
+    def __init__(self, *, commands: Callable[[], dict[str, Command]],
+                 agent_kind: Callable[[], str], started_at: Callable[[], float | None],
+                 accounts: Callable[[], Iterable["Account"]],
+                 sessions: Callable[[], "Sessions"],
+                 queue_settings: Callable[[str], "QueueSettings"],
+                 queue: Callable[[], "SessionQueue"],
+                 heartbeats: Callable[[], "HeartbeatScheduler"],
+                 legacy_kernel: Callable[[], Any]) -> None:
+        self._commands = commands
+        self._agent_kind = agent_kind
+        self._started_at = started_at
+        self._accounts = accounts
+        self._sessions = sessions
+        self._queue_settings = queue_settings
+        self._queue = queue
+        self._heartbeats = heartbeats
+        self._legacy_kernel = legacy_kernel
 
     # -- the gateway --------------------------------------------------------------------
 
     def commands(self) -> dict[str, Command]:
         """Every command by name and alias (an alias maps to its command)."""
-        return dict(self._kernel.commands)
+        return dict(self._commands())
 
     @property
     def agent_kind(self) -> str:
         """The configured agent's kind (``echo``, ``command``, ``openai``...)."""
-        return self._kernel.config.agent.kind
+        return self._agent_kind()
 
     @property
     def started_at(self) -> float | None:
         """When the kernel started (``time.time()``), None before."""
-        return self._kernel.started_at
+        return self._started_at()
 
     def accounts(self) -> list["Account"]:
         """Every configured account, with its runtime state (``account.runtime``)."""
-        return list(self._kernel.accounts.values())
+        return list(self._accounts())
 
     # -- sessions and their queue --------------------------------------------------------
 
     async def reset_session(self, session: "SessionRecord") -> None:
         """A fresh session under the same key: the agent forgets the conversation."""
-        await self._kernel.sessions.reset(session)
+        await self._sessions().reset(session)
 
     async def update_session(self, session: "SessionRecord", **settings: object) -> None:
         """Set (None: remove) the session's own settings (``queue``, ``timezone``)."""
-        await self._kernel.sessions.update_settings(session, **settings)
+        await self._sessions().update_settings(session, **settings)
 
     def queue_settings(self, session_key: str) -> "QueueSettings":
         """The queue settings in force for a session (its own over the config's)."""
-        return self._kernel.queue_settings(session_key)
+        return self._queue_settings(session_key)
 
     def queue_state(self, session_key: str) -> tuple[bool, int]:
         """Whether a turn runs for the session, and how many messages wait behind it."""
-        queue = self._kernel.queue
+        queue = self._queue()
         return queue.is_busy(session_key), len(queue.lane(session_key).pending)
 
     # -- heartbeats ------------------------------------------------------------------------
@@ -77,7 +99,7 @@ class CommandGateway:
         """The heartbeat scheduler: a session's own heartbeat (``session_job``,
         ``describe``, ``set_session``, ``pause``, ``resume``, ``clear``,
         ``reconsider``, ``clock.now()``)."""
-        return self._kernel.heartbeats
+        return self._heartbeats()
 
 
 @dataclass(slots=True)
@@ -93,12 +115,12 @@ class CommandContext:
     args: str
 
     @property
-    def kernel(self) -> "Kernel":
+    def kernel(self) -> Any:
         """Deprecated: the whole kernel, which changes without notice."""
         warnings.warn("CommandContext.kernel is deprecated: use ctx.gateway, what a command "
                       "may do (docs/hooks.md, register_commands)", DeprecationWarning,
                       stacklevel=2)
-        return self.gateway._kernel
+        return self.gateway._legacy_kernel()
 
 
 def collect_commands(pm: Any) -> dict[str, Command]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -40,7 +41,18 @@ from chatkernel.core.store.base import StoreError
 from chatkernel.sdk.codec import encode_json_bytes
 
 if TYPE_CHECKING:
-    from chatkernel.core.kernel import Kernel
+    from anyio.abc import TaskGroup
+
+    from chatkernel.core.gateway.cluster import Cluster
+    from chatkernel.core.health.metrics import Metrics
+    from chatkernel.core.inbound.commands import CommandGateway
+    from chatkernel.core.inbound.queue import QueueSettings, SessionQueue
+    from chatkernel.core.inbound.sessions import Sessions
+    from chatkernel.core.outbound.order import OutputOrder
+    from chatkernel.core.outbound.responder import Outbound
+    from chatkernel.core.plugins import PluginManager
+    from chatkernel.core.store.base import Store
+    from chatkernel.sdk.models import Command, Route
 
 log = logging.getLogger("chatkernel.inbound")
 
@@ -190,21 +202,56 @@ class Receiver:
 
 
 class Inbound:
-    """Runs the delivery pipeline for one kernel."""
+    """Runs the delivery pipeline for one kernel, given what it uses by name.
 
-    def __init__(self, kernel: "Kernel") -> None:
-        self.kernel = kernel
-        self._observed = True  # anyone implementing inbound_delivered? (set on start)
+    ``store``, ``sessions``, ``queue``, ``cluster`` (None: the only instance),
+    ``task_group`` and ``commands`` are functions: they exist once the kernel started,
+    or a reload replaces them. ``account_for`` finds a message's running account
+    (:class:`InvalidMessage` if none), ``account`` an account by key (None if none);
+    ``indicate`` shows an account's typing indicator now; ``command_gateway`` is what a
+    command handler gets (:class:`CommandContext`)."""
+
+    def __init__(self, *, store: Callable[[], Store], sessions: Callable[[], Sessions],
+                 queue: Callable[[], SessionQueue],
+                 queue_settings: Callable[[str], QueueSettings],
+                 cluster: Callable[[], Cluster | None],
+                 task_group: Callable[[], TaskGroup],
+                 account_for: Callable[[str, str], Account],
+                 account: Callable[[str], Account | None],
+                 commands: Callable[[], dict[str, Command]],
+                 command_gateway: CommandGateway, outbound: Outbound, order: OutputOrder,
+                 indicate: Callable[[Account, Route], None], pm: PluginManager,
+                 metrics: Metrics) -> None:
+        self._store = store
+        self._sessions = sessions
+        self._queue = queue
+        self._queue_settings = queue_settings
+        self._cluster = cluster
+        self._account_for = account_for
+        self._account = account
+        self._commands = commands
+        self._command_gateway = command_gateway
+        self._outbound = outbound
+        self._order = order
+        self._indicate = indicate
+        self._pm = pm
+        self._metrics = metrics
+        self._observed = True  # anyone implementing inbound_delivered? (asked on start)
         self._last_chat: dict[str, dict] = {}
         self._last_chat_dirty: set[str] = set()
         # accept(): a line per chat of journaled messages (see chatkernel.core.lines).
         self.lines: Lines[tuple[Account, InboundMessage, int]] = Lines(
-            "inbound", self._process_accepted, task_group=lambda: kernel.task_group,
+            "inbound", self._process_accepted, task_group=task_group,
             linger=LINE_LINGER_SECONDS, after=self._taken)
         self._room = anyio.Event()  # set whenever the backlog is below ACCEPT_BACKLOG
         self._room.set()
         # With several instances: the journal seqs lined up per account (see line_up).
         self._lined: dict[str, dict[int, None]] = {}
+
+    def start(self) -> None:
+        """At the kernel's start, once its plugins are in: whether any implements
+        ``inbound_delivered`` (asked once, not per message)."""
+        self._observed = bool(self._pm.hook.inbound_delivered.get_hookimpls())
 
     async def accept(self, message: InboundMessage) -> str:
         """Journal a message durably and return; the pipeline goes on behind.
@@ -235,13 +282,12 @@ class Inbound:
         """
         while len(self.lines) >= ACCEPT_BACKLOG:
             await self._room.wait()
-        kernel = self.kernel
         outcomes: list[str] = []
         valid: list[tuple[int, Account, InboundMessage]] = []
         for index, message in enumerate(messages):
             try:
                 validate(message)
-                account = kernel.account_for(message.channel, message.account)
+                account = self._account_for(message.channel, message.account)
             except InvalidMessage as exc:
                 log.error("inbound message %r not accepted: %s",
                           getattr(message, "message_id", None), exc)
@@ -249,7 +295,7 @@ class Inbound:
                 continue
             valid.append((index, account, message))
             outcomes.append("accepted")
-        seqs = await kernel.store.journal_inbound_many([m for _, _, m in valid])
+        seqs = await self._store().journal_inbound_many([m for _, _, m in valid])
         for (index, account, message), seq in zip(valid, seqs):
             if self._counted(account, message, seq) is None:
                 outcomes[index] = "duplicate"
@@ -262,7 +308,7 @@ class Inbound:
         the store. Then the account's owner reads every message from the account's
         inbox, even those it journaled itself: in journal order, whichever instance
         took them (core/gateway/cluster.py)."""
-        if self.kernel.cluster is None:
+        if self._cluster() is None:
             self.line_up(account, seq, message)
 
     def line_up(self, account: Account, seq: int, message: InboundMessage) -> None:
@@ -270,7 +316,7 @@ class Inbound:
 
         With several instances, a message may come both from the account's unfinished
         journal and its inbox when an instance takes it over: it is lined up once."""
-        if self.kernel.cluster is not None and not self._mark_lined(account, seq):
+        if self._cluster() is not None and not self._mark_lined(account, seq):
             return
         self.lines.put(_chat_key(message), (account, message, seq))
         if len(self.lines) == ACCEPT_BACKLOG:
@@ -322,7 +368,7 @@ class Inbound:
         if accepted is None:
             return "duplicate"
         account, seq = accepted
-        cluster = self.kernel.cluster
+        cluster = self._cluster()
         if cluster is not None:
             if not cluster.owns(account.key):
                 return "accepted"  # its owner runs it, from its inbox (core/gateway/cluster.py)
@@ -332,14 +378,14 @@ class Inbound:
     async def _journal(self, message: InboundMessage) -> tuple[Account, int] | None:
         """Validate, dedupe and journal (durably); None for a duplicate."""
         validate(message)
-        account = self.kernel.account_for(message.channel, message.account)
-        seq = await self.kernel.store.journal_inbound(message)
+        account = self._account_for(message.channel, message.account)
+        seq = await self._store().journal_inbound(message)
         return self._counted(account, message, seq)
 
     def _counted(self, account: Account, message: InboundMessage,
                  seq: int | None) -> tuple[Account, int] | None:
         """Count a journaled message, or a duplicate (``seq`` None: returns None)."""
-        metrics = self.kernel.metrics
+        metrics = self._metrics
         if seq is None:
             metrics.child(metrics.duplicates, message.channel, message.account).inc()
             log.debug("duplicate %s message %s ignored", account.key, message.message_id)
@@ -350,18 +396,17 @@ class Inbound:
 
     async def process(self, account: Account, message: InboundMessage, seq: int | None) -> str:
         """Everything after the journal; also how unfinished entries are replayed."""
-        kernel = self.kernel
-        store = kernel.store
+        store = self._store()
         channel = account.channel
         verdict = channel.screen_inbound(message) if channel is not None else None
         if verdict is None or verdict:  # the channel may only refuse; the policy decides
-            verdict = await await_maybe(kernel.pm.call("inbound_accept", message=message,
-                                                        account=account))
+            verdict = await await_maybe(self._pm.call("inbound_accept", message=message,
+                                                       account=account))
         if verdict is not None and not verdict:
             await self._reject(account, message, verdict, seq)
             return "rejected"
 
-        sessions, queue = kernel.sessions, kernel.queue
+        sessions, queue = self._sessions(), self._queue()
         record = await sessions.resolve(message)
         route = await sessions.refresh_route(record.key, message)
         self._remember_last_chat(account, message)
@@ -369,7 +414,7 @@ class Inbound:
         parsed = parse_command(message.text, account.channel.command_prefixes
                                if account.channel else "/")
         if parsed is not None:
-            command = kernel.commands.get(parsed[0])
+            command = self._commands().get(parsed[0])
             if command is not None:
                 await self._run_command(command, account, message, record, parsed, route,
                                         seq)
@@ -384,47 +429,47 @@ class Inbound:
             # (a burst from one poll, a debounce) is not "waiting for the previous one".
             # It speaks for the running turn, so it goes out now (chatkernel.core.outbound.order).
             if lane.running and not lane.busy_hint_sent and \
-                    kernel.queue_settings(record.key).mode != "interrupt" and \
+                    self._queue_settings(record.key).mode != "interrupt" and \
                     (account.channel is None or account.channel.busy_hint):
                 lane.busy_hint_sent = True
-                await kernel.outbound.deliver_text(account, route, BUSY_HINT, fmt="plain",
-                                                   session_key=record.key,
-                                                   session_id=record.session_id)
+                await self._outbound.deliver_text(account, route, BUSY_HINT, fmt="plain",
+                                                  session_key=record.key,
+                                                  session_id=record.session_id)
         if queue.is_busy(record.key) and not queue.lane(record.key).running:
             # Waiting out a debounce: no turn shows the indicator yet, so show it now.
             # (An idle lane starts its turn at once, and a turn indicates itself.)
-            kernel.start_indicator(account, route)
+            self._indicate(account, route)
         # The journal entry stays "received" until its turn finishes: a mark in
         # between would cost a write and change nothing a restart does.
         if seq is not None:
-            kernel.order.opened(record.key, seq)  # answers sent after this one wait for it
+            self._order.opened(record.key, seq)  # answers sent after this one wait for it
         outcome = await queue.enqueue(record.key, QueuedMessage(message, seq))
         if outcome == "steered" and seq is not None:  # the running turn answers it
-            await kernel.order.closed(record.key, [seq])
+            await self._order.closed(record.key, [seq])
         if self._observed:
-            for result in kernel.pm.hook.inbound_delivered(message=message, session=record):
+            for result in self._pm.hook.inbound_delivered(message=message, session=record):
                 await await_maybe(result)
         return outcome
 
     async def _reject(self, account: Account, message: InboundMessage, verdict: Verdict,
                       seq: int | None) -> None:
-        kernel = self.kernel
-        kernel.metrics.rejected.labels(message.channel, message.account).inc()
+        store = self._store()
+        self._metrics.rejected.labels(message.channel, message.account).inc()
         log.info("%s: message from %s refused: %s", account.key, message.sender_id,
                  verdict.reason)
         if seq is not None:
-            await kernel.store.set_journal_status(seq, "rejected")
+            await store.set_journal_status(seq, "rejected")
         if not verdict.reply:
             return
         # One reply per sender and day, so a stranger cannot make the bot spam.
         key = f"refusal_sent:{message.sender_id}"
-        last = await kernel.store.get_account_state(account.channel_name, account.name, key)
+        last = await store.get_account_state(account.channel_name, account.name, key)
         now = time.time()
         if isinstance(last, (int, float)) and now - last < UNKNOWN_SENDER_REMINDER_SECONDS:
             return
-        await kernel.store.set_account_state(account.channel_name, account.name, key, now)
-        await kernel.outbound.deliver_text(account, route_for(message), verdict.reply,
-                                           fmt="plain")
+        await store.set_account_state(account.channel_name, account.name, key, now)
+        await self._outbound.deliver_text(account, route_for(message), verdict.reply,
+                                          fmt="plain")
 
     def _remember_last_chat(self, account: Account, message: InboundMessage) -> None:
         """The target of ``last``: kept in memory, written when it changed.
@@ -450,11 +495,11 @@ class Inbound:
         now (it is unreachable) is written at the next flush; the error is logged."""
         dirty, self._last_chat_dirty = self._last_chat_dirty, set()
         for key in sorted(dirty):
-            account = self.kernel.accounts.get(key)
+            account = self._account(key)
             if account is None:
                 continue
             try:
-                await self.kernel.store.set_account_state(
+                await self._store().set_account_state(
                     account.channel_name, account.name, "last_chat", self._last_chat[key])
             except StoreError as exc:
                 self._last_chat_dirty.add(key)
@@ -463,14 +508,13 @@ class Inbound:
 
     async def _run_command(self, command, account, message, record, parsed, route,
                            seq: int | None) -> None:
-        kernel = self.kernel
         name, args = parsed
         direct_only = command.direct_only or getattr(account.config, "direct_only_commands",
                                                      False)
         if direct_only and message.is_group:
             reply: str | None = f"/{name} works in direct chats only."
         else:
-            context = CommandContext(kernel.command_gateway, message, account, record,
+            context = CommandContext(self._command_gateway, message, account, record,
                                      name, args)
             try:
                 reply = await await_maybe(command.handler(context))
@@ -481,11 +525,11 @@ class Inbound:
             # It runs now, in arrival order, but its answer waits for the turns of the
             # messages before it (chatkernel.core.outbound.order).
             async def answer() -> None:
-                await kernel.outbound.deliver_text(account, route, reply,
-                                                   session_key=record.key,
-                                                   session_id=record.session_id, fmt="plain")
+                await self._outbound.deliver_text(account, route, reply,
+                                                  session_key=record.key,
+                                                  session_id=record.session_id, fmt="plain")
 
-            await kernel.order.send(record.key, seq, answer)
+            await self._order.send(record.key, seq, answer)
 
 
 def _chat_key(message: InboundMessage) -> str:
