@@ -6,6 +6,7 @@ import logging
 import socket
 import time
 from contextlib import asynccontextmanager
+from typing import Any
 
 import aiohttp
 import anyio
@@ -319,18 +320,24 @@ async def test_the_token_never_appears_in_errors_or_logs(tmp_path, caplog):
     assert TOKEN not in caplog.text
 
 
-async def test_webhook_mode_checks_the_secret_token(tmp_path):
+def webhook_gateway(tmp_path, api) -> tuple[str, Any]:
+    """A gateway config on a free port whose Telegram account takes webhooks from
+    ``api``, with the secret token "s3cret-token"; and the webhook's URL."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/telegram/main/webhook"
+    return url, gateway_config({
+        "gateway": {"listen": f"127.0.0.1:{port}", "workspace": str(tmp_path / "ws")},
+        "store": {"path": str(tmp_path / "state.db")},
+        "channels": {"telegram": {"accounts": {"main": {
+            "bot_token": api.token, "api_base": api.base_url, "allow_from": ["*"],
+            "mode": "webhook", "webhook_url": url, "secret_token": "s3cret-token"}}}}})
+
+
+async def test_webhook_mode_checks_the_secret_token(tmp_path):
     async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api:
-        url = f"http://127.0.0.1:{port}/telegram/main/webhook"
-        config = gateway_config({
-            "gateway": {"listen": f"127.0.0.1:{port}", "workspace": str(tmp_path / "ws")},
-            "store": {"path": str(tmp_path / "state.db")},
-            "channels": {"telegram": {"accounts": {"main": {
-                "bot_token": api.token, "api_base": api.base_url, "allow_from": ["*"],
-                "mode": "webhook", "webhook_url": url, "secret_token": "s3cret-token"}}}}})
+        url, config = webhook_gateway(tmp_path, api)
         stop = anyio.Event()
         ready = anyio.Event()
         async with anyio.create_task_group() as tg:
@@ -358,17 +365,8 @@ async def test_webhook_mode_checks_the_secret_token(tmp_path):
 
 async def test_malformed_updates_posted_to_the_webhook_get_200_and_no_traceback(
         tmp_path, caplog):
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api:
-        url = f"http://127.0.0.1:{port}/telegram/main/webhook"
-        config = gateway_config({
-            "gateway": {"listen": f"127.0.0.1:{port}", "workspace": str(tmp_path / "ws")},
-            "store": {"path": str(tmp_path / "state.db")},
-            "channels": {"telegram": {"accounts": {"main": {
-                "bot_token": api.token, "api_base": api.base_url, "allow_from": ["*"],
-                "mode": "webhook", "webhook_url": url, "secret_token": "s3cret-token"}}}}})
+        url, config = webhook_gateway(tmp_path, api)
         stop, ready = anyio.Event(), anyio.Event()
         broken = [{"update_id": 900, "message": "abc"}, {"update_id": 901, "message": [1]},
                   {"update_id": 902, "message": {"message_id": 1, "chat": "x", "text": "y"}},
