@@ -14,23 +14,25 @@ docs/writing-a-channel.md walks through a channel end to end.
 
 The pieces, by concern:
 
-- the channel: :class:`Channel` (the base class, with the kit's receive loops),
-  :class:`ChannelLimits`, :class:`RateLimit`, :class:`AccountConfig` (the base
-  of an account's config model), :class:`ConfigError`;
+- the channel: :class:`Channel` (the platform contract), :class:`ChannelLimits`,
+  :class:`RateLimit`, :class:`Capabilities`, :class:`AccountConfig` (the base of
+  an account's config model), :class:`ChannelContext` (what the kernel gives an
+  account), :class:`ConfigError`;
 - the values that flow through it: :class:`InboundMessage`, :class:`MediaRef`,
   :class:`Route`, :class:`OutboundPayload`, :class:`SendResult`,
   :class:`SendError`, :class:`ProbeResult`, :class:`Account`, :class:`Verdict` (what
   :meth:`Channel.screen_inbound` may return);
-- receiving: :class:`Deliver` / :class:`BatchDeliver` (what ``Channel.run``
-  gets), :class:`Polled`, :class:`Trouble`, :func:`deliver_many`,
-  :func:`normalize_batch`, :func:`per_chat`; webhooks: :class:`Verifier`,
-  :class:`SecretHeader`, :class:`HmacSignature` (Slack's and Meta's schemes live in
-  their plugins),
-  :class:`WebhookRejected`; sockets: :class:`SocketLink`;
+- receiving: the transports :class:`Polling`, :class:`Webhook`, :class:`Socket`
+  (and their base :class:`Transport`), :class:`Deliver` / :class:`BatchDeliver`
+  (what ``Transport.run`` gets), :class:`Polled`, :class:`Trouble`,
+  :func:`refusal`, :func:`deliver_many`, :func:`normalize_batch`, :func:`per_chat`;
+  webhooks: :class:`Verifier`, :class:`SecretHeader`, :class:`HmacSignature`
+  (Slack's and Meta's schemes live in their plugins), :class:`WebhookRejected`;
+  sockets: :class:`SocketLink`;
 - the platform's HTTP API: :class:`HttpClient`, :class:`Answer`,
   :class:`PlatformError`, :func:`transport_error`, :func:`parse_retry_after`;
 - formatting: :class:`MarkdownRenderer` (subclass it for the platform's
-  markup), :func:`render`, :func:`escape_html`, :func:`escape_attr`, :func:`display_url`,
+  markup), :func:`render`, :func:`render_payload`, :func:`escape_html`, :func:`escape_attr`, :func:`display_url`,
   :func:`wrap_marks`;
 - logins behind ``chatkernel login <channel>`` (the ``register_logins`` hook):
   :class:`Login`, :class:`LoginRequest`, :class:`LoginResult`, :class:`LoginFailed`;
@@ -42,6 +44,7 @@ Importing this module loads aiohttp and pydantic: import it inside hook bodies
 
 from chatkernel.sdk.channel import (
     BatchDeliver,
+    Capabilities,
     Channel,
     ChannelLimits,
     Deliver,
@@ -68,6 +71,7 @@ from chatkernel.sdk.markup import (
     escape_attr,
     escape_html,
     render,
+    render_payload,
     wrap_marks,
 )
 from chatkernel.sdk.models import (
@@ -81,12 +85,16 @@ from chatkernel.sdk.models import (
     SendResult,
     Verdict,
 )
-from chatkernel.sdk.sockets import SocketLink
+from chatkernel.sdk.context import ChannelContext
+from chatkernel.sdk.receiving import refusal
+from chatkernel.sdk.sockets import Socket, SocketLink
+from chatkernel.sdk.transport import Polling, Transport
 from chatkernel.sdk.codec import decode_json, encode_json
 from chatkernel.sdk.webhooks import (
     HmacSignature,
     SecretHeader,
     Verifier,
+    Webhook,
     WebhookRejected,
 )
 from chatkernel.hookspecs import hookimpl
@@ -97,7 +105,9 @@ __all__ = [
     "AccountConfig",
     "Answer",
     "BatchDeliver",
+    "Capabilities",
     "Channel",
+    "ChannelContext",
     "ChannelLimits",
     "ConfigError",
     "Deliver",
@@ -114,16 +124,20 @@ __all__ = [
     "OutboundPayload",
     "PlatformError",
     "Polled",
+    "Polling",
     "ProbeResult",
     "RateLimit",
     "Route",
     "SecretHeader",
     "SendError",
     "SendResult",
+    "Socket",
     "SocketLink",
+    "Transport",
     "Trouble",
     "Verdict",
     "Verifier",
+    "Webhook",
     "WebhookRejected",
     "decode_json",
     "deliver_many",
@@ -135,7 +149,9 @@ __all__ = [
     "normalize_batch",
     "parse_retry_after",
     "per_chat",
+    "refusal",
     "render",
+    "render_payload",
     "transport_error",
     "wrap_marks",
 ]

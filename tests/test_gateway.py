@@ -257,7 +257,7 @@ async def test_crashed_receive_loop_is_restarted_with_backoff(tmp_path):
                 raise ConnectionError("platform went away")
             await anyio.sleep_forever()
 
-        account.channel.run = flaky_run
+        account.transport.run = flaky_run
 
         async def fake_sleep(seconds):
             waits.append(seconds)

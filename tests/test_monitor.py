@@ -201,7 +201,7 @@ def scene(tmp_path, *, monitor=None, accounts=None):
                 async def silent(deliver):  # connected, but the platform never says a word
                     await anyio.sleep_forever()
 
-                account.channel.run = silent
+                account.transport.run = silent
                 account.runtime = AccountRuntime()  # nothing from the harness's real clock
                 supervisor = Supervisor(h.kernel, account, clock=clock)
                 h.kernel.supervisors[account.key] = supervisor
@@ -376,7 +376,7 @@ async def test_a_loop_that_will_not_stop_is_never_doubled_by_the_monitor(tmp_pat
 
         supervisor = s.supervisors[0]
         await supervisor.restart("install the stubborn loop")  # the silent one stops
-        s.account().channel.run = stubborn
+        s.account().transport.run = stubborn
         await supervisor.restart("install it")
         with anyio.fail_after(5):
             while active["started"] == 0:

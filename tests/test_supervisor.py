@@ -49,7 +49,7 @@ async def test_restart_waits_for_the_old_loop_and_never_runs_two(tmp_path):
     async with KernelHarness(tmp_path) as h:
         account = h.kernel.accounts["memory:main"]
         loop = StubbornLoop()
-        account.channel.run = loop.run
+        account.transport.run = loop.run
         supervisor = Supervisor(h.kernel, account, sleep=no_sleep)
         async with anyio.create_task_group() as tg:
             tg.start_soon(supervisor.run)
@@ -88,11 +88,11 @@ async def test_runtime_state_follows_the_loop(tmp_path):
             calls["n"] += 1
             if calls["n"] == 1:
                 raise ConnectionError("platform went away")
-            channel.report_alive()
+            channel.context.report_alive()
             alive.set()
             await anyio.sleep_forever()
 
-        channel.run = run
+        account.transport.run = run
         supervisor = Supervisor(h.kernel, account, sleep=no_sleep)
         async with anyio.create_task_group() as tg:
             tg.start_soon(supervisor.run)
@@ -115,11 +115,11 @@ async def test_a_paused_account_waits_to_be_resumed(tmp_path):
         async def run(deliver):
             runs.append(1)
             if len(runs) == 1:
-                channel.pause("session expired: log in again")
+                channel.context.pause("session expired: log in again")
                 return
             await anyio.sleep_forever()
 
-        channel.run = run
+        account.transport.run = run
         supervisor = h.kernel.supervisors["memory:main"] = Supervisor(h.kernel, account,
                                                                        sleep=no_sleep)
         async with anyio.create_task_group() as tg:
@@ -165,7 +165,7 @@ async def test_pausing_from_the_kernel_stops_the_loop_until_resumed(tmp_path):
             starts.append(1)
             await anyio.sleep_forever()
 
-        account.channel.run = run
+        account.transport.run = run
         supervisor = h.kernel.supervisors["memory:main"] = Supervisor(h.kernel, account,
                                                                        sleep=no_sleep)
         async with anyio.create_task_group() as tg:
@@ -198,7 +198,7 @@ async def test_a_loop_that_ends_on_a_refused_identity_fails_with_what_to_do(tmp_
             started.set()
             await anyio.sleep_forever()
 
-        channel.run = run
+        account.transport.run = run
         supervisor = Supervisor(h.kernel, account, sleep=sleep)
         async with anyio.create_task_group() as tg:
             tg.start_soon(supervisor.run)

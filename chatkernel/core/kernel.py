@@ -22,7 +22,8 @@ from anyio.abc import TaskGroup
 
 from chatkernel.core import config as cfg
 from chatkernel.core.turns.agents import Agent, collect_agents, redact_turns
-from chatkernel.sdk.channel import Channel
+from chatkernel.sdk.channel import Channel, compiled_secret_patterns
+from chatkernel.sdk.context import ChannelContext
 from chatkernel.core.accounts import build_accounts
 from chatkernel.core.plugins import collect_channels
 from chatkernel.core.gateway.cluster import Cluster
@@ -235,8 +236,6 @@ class Kernel:
         self.agent = agent_types[kind](self.config.agent, store)
         redact_turns(self.agent, self.secrets.redact)
         stack.push_async_callback(self.agent.aclose)
-        for account in self.accounts.values():
-            self.attach_channel(account)
         stack.push_async_callback(self._close_channels)
 
         stack.callback(self._close_queue)  # runs after the task group ended: no worker left
@@ -288,13 +287,20 @@ class Kernel:
         if self.run_heartbeats:
             await heartbeats.start(self._tg)
 
-    def attach_channel(self, account: Account) -> None:
-        """Give an account's channel the store and its delivery-status reporter (at
-        start, and for a channel a reload made); it is closed with the kernel."""
-        if account.channel is not None:
-            account.channel.store = self.store
-            account.channel.delivery_reporter = functools.partial(
-                self.delivery_statuses.report, account)
+    def channel_context(self, account: Account, settings: Any) -> ChannelContext:
+        """What an account's channel gets from the kernel, once, at construction: the
+        store and the receive gate exist once the kernel started (and the gate only
+        where several processes share the store), so they are reached when used."""
+        def receive_gate() -> Callable[[], Any] | None:
+            cluster = self.cluster
+            return None if cluster is None else functools.partial(cluster.receive_gate,
+                                                                  account.key)
+
+        return ChannelContext(
+            account, settings, store=lambda: self._store,
+            delivery_reporter=lambda: functools.partial(self.delivery_statuses.report,
+                                                        account),
+            receive_gate=receive_gate)
 
     async def _close_channels(self) -> None:
         async with contextlib.AsyncExitStack() as stack:  # each one, whatever others raise
@@ -325,7 +331,7 @@ class Kernel:
         the installed agent types by kind."""
         self.channel_types = collect_channels(self.pm)
         for channel_type in self.channel_types.values():  # token shapes no config holds
-            self.secrets.add_patterns(*channel_type.compiled_secret_patterns())
+            self.secrets.add_patterns(*compiled_secret_patterns(channel_type))
         self.commands = collect_commands(self.pm)
         self.accounts.clear()
         self._build_accounts()
@@ -363,7 +369,8 @@ class Kernel:
                                           left_out=self.pm.channel_left_out(channel_name))
             for account in build_accounts(channel_name, section, channel_type,
                                           config_path=self.config_path,
-                                          workspace=self.workspace):
+                                          workspace=self.workspace,
+                                          context=self.channel_context):
                 self.accounts[account.key] = account
 
     async def _seed_activity(self) -> None:

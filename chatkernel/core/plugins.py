@@ -389,14 +389,13 @@ def collect_channels(pm: "PluginManager") -> "dict[str, type[Channel]]":
     :attr:`Channel.secret_patterns` join the log redaction, and the renderers of
     ``register_markups`` become nameable."""
     from chatkernel.core.logs import secret_filter
-    from chatkernel.sdk.channel import Channel
-
+    from chatkernel.sdk.channel import Channel, compiled_secret_patterns
     from chatkernel.sdk.markup import MarkdownRenderer, register_markups
 
     register_markups(collect_registered(pm.hook.register_markups, "markup", MarkdownRenderer))
     channels = collect_registered(pm.hook.register_channels, "channel", Channel)
     for channel in channels.values():
-        secret_filter.add_patterns(*channel.compiled_secret_patterns())
+        secret_filter.add_patterns(*compiled_secret_patterns(channel))
     return channels
 
 

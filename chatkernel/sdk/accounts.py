@@ -7,7 +7,7 @@ model, and the kit, need nothing of the kernel's config module.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -51,6 +51,12 @@ class AccountConfig(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid")
+
+    #: The settings that together name one account on the platform (a bot token and
+    #: the API it belongs to): two enabled accounts with the same values are one
+    #: platform account configured twice, which would receive every message twice or
+    #: fight over it, so the config is refused.
+    identity: ClassVar[tuple[str, ...]] = ()
 
     enabled: bool = True
     allow_from: list[str] = Field(default_factory=list)

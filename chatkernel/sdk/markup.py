@@ -575,3 +575,18 @@ def render(markdown: str, markup: "type[MarkdownRenderer] | str") -> str:
     if is_plain(markdown):
         return markdown  # the parse would give it back unchanged (tested)
     return renderer.convert(markdown)
+
+
+def render_payload(payload: Any, markup: "type[MarkdownRenderer] | str | None"
+                   ) -> tuple[str, str | None]:
+    """The text of an outbound payload to put on the wire, and the name of the markup it
+    is in (None: plain).
+
+    Markdown payloads are converted with ``markup`` (a channel's
+    :attr:`~chatkernel.channels.Channel.markup`); plain ones (error notes, command
+    answers, a resend after the platform refused the markup) go as they are.
+    """
+    if payload.format == "markdown" and markup:
+        renderer = renderer_for(markup)
+        return render(payload.text, renderer), renderer.name
+    return payload.text, None

@@ -16,6 +16,7 @@ from chatkernel.sdk.calls import Calls
 
 if TYPE_CHECKING:
     from chatkernel.sdk.channel import Channel
+    from chatkernel.sdk.transport import Transport
 
 AccessLevel = Literal["readonly", "standard", "full"]
 ACCESS_LEVELS: tuple[str, ...] = ("readonly", "standard", "full")
@@ -388,6 +389,8 @@ class Account:
     access_level: AccessLevel = "standard"
     workspace: Path = field(default_factory=Path.cwd)
     channel: "Channel | None" = None  # the running channel instance
+    #: How the account receives (``channel.transport()``, asked once per channel).
+    transport: "Transport | None" = None
     last_inbound_at: float | None = None
     last_sent_at: float | None = None
     #: The receive loop's runtime state (see :class:`AccountRuntime`).
@@ -397,6 +400,12 @@ class Account:
 
     def __post_init__(self) -> None:
         self.key = f"{self.channel_name}:{self.name}"
+
+    def config_key(self, name: str = "") -> str:
+        """The dotted config key of this account (``channels.telegram.accounts.main``),
+        or of one of its settings (``config_key("bot_token")``), for error messages."""
+        key = f"channels.{self.channel_name}.accounts.{self.name}"
+        return f"{key}.{name}" if name else key
 
 
 @dataclass(slots=True)

@@ -14,28 +14,24 @@ socket frame), the same steps follow, written once here:
   the account) is reported as the account's problem, and the account's health
   says so until a call succeeds again. A refused identity (a rejected token, an
   expired session) turns the account ``failed``, with what to do in the channel's
-  words (``Channel.refused_advice``), and is tried again only slowly: every
+  words (``Trouble.advice``), and is tried again only slowly: every
   :data:`REFUSED_RETRY_SECONDS` at first, doubling to :data:`REFUSED_RETRY_MAX_SECONDS`
   (a new token comes with a restart of the gateway, which tries at once).
 
-:func:`poll_forever` is the long-polling loop on top of these; webhooks
-(chatkernel.sdk.webhooks) and sockets (chatkernel.sdk.sockets) use the same
-pieces.
+The transports (chatkernel.sdk.transport: polling; chatkernel.sdk.webhooks;
+chatkernel.sdk.sockets) are the loops built on these pieces.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from chatkernel.sdk.http_client import PlatformError
 from chatkernel.sdk.models import InboundMessage
-from chatkernel.sdk.errors import LeaseLost, StoreError
 
 if TYPE_CHECKING:
     from chatkernel.sdk.channel import Channel, Deliver
@@ -68,9 +64,14 @@ class Trouble:
     wait: float | None = None
     restartable: bool = True
     #: The platform refused the account's identity (its token, its session): the
-    #: account turns ``failed`` with ``problem`` and the channel's
-    #: :meth:`~chatkernel.channels.Channel.refused_advice`, not restartable, retried slowly.
+    #: account turns ``failed`` with ``problem`` and ``advice``, not restartable, and
+    #: is retried slowly.
     refused: bool = False
+    #: For a refused identity: what a person does, in the platform's words (where to
+    #: get new credentials and which config key takes them: "get a new token from
+    #: @BotFather and set it in ..."). It follows ``problem`` in the account's state;
+    #: never put a secret in it. None: the kit's generic advice.
+    advice: str | None = None
 
 
 @dataclass(slots=True)
@@ -191,78 +192,7 @@ async def deliver_many(deliver: "Deliver", messages: list[InboundMessage]) -> No
         await per_chat(messages, lambda message: (message.account, message.chat_id), deliver)
 
 
-async def receive_events(channel: "Channel", deliver: "Deliver", events: list[Any]) -> int:
-    """Normalize ``events`` with the channel and journal the messages; returns how many.
-
-    An event the channel cannot read is journaled as ``rejected`` under its platform
-    id (``Channel.event_id``), so the record shows it came and was refused, and a
-    redelivery of it is known; it never reaches the agent, and never holds the loop.
-    """
-    unreadable: list[tuple[Any, str]] = []
-    messages = await normalize_batch(
-        events, channel.normalize, chat_of=channel.event_chat,
-        downloads=channel.event_has_media, describe=channel.describe_event,
-        account=channel.account.key, self_id=channel.self_id, unreadable=unreadable)
-    await deliver_many(deliver, messages)
-    for event, reason in unreadable:
-        await _journal_rejected(channel, event, reason)
-    return len(messages)
-
-
-async def _journal_rejected(channel: "Channel", event: Any, reason: str) -> None:
-    event_id = _safe(channel.event_id, event)
-    if event_id is None or channel.store is None:
-        return
-    chat = _safe(channel.event_chat, event)
-    record = InboundMessage(
-        channel=channel.name, account=channel.account.name,
-        chat_id=str(chat)[:256] if chat is not None else "?",
-        message_id=f"unreadable:{event_id}"[:520], sender_id="?",
-        text=f"{_safe(channel.describe_event, event)} could not be read: {reason}"[:2000])
-    seq = await channel.store.journal_inbound(record)
-    if seq is not None:  # None: a redelivery, recorded already
-        await channel.store.set_journal_status(seq, "rejected")
-
-
 # -- failures -----------------------------------------------------------------------------
-
-
-async def receive_failed(channel: "Channel", exc: Exception, backoff: Backoff,
-                         failures: int, what: str) -> None:
-    """Report a failed receive call and wait before the next try.
-
-    A failure the channel classifies as a problem is reported at once; a passing
-    one only from its second time in a row (one lost poll is not news).
-    """
-    trouble = channel.receive_trouble(exc)
-    if trouble.refused:
-        await _refused(channel, exc, trouble, failures)
-        return
-    delay = trouble.wait if trouble.wait is not None else backoff.next()
-    if trouble.problem is not None:
-        reason = trouble.problem
-    else:
-        reason = f"{what} failed: {exc}"
-    if trouble.problem is not None or failures >= 2:
-        if channel.account.runtime.problem != reason:
-            log.error("%s: %s; retrying in %.0fs", channel.account.key, reason, delay)
-        channel.report_problem(reason, restartable=trouble.restartable)
-        # The platform could not be reached: any call of the account that works later
-        # ends the problem for health, before this loop's next call clears it.
-        channel.account.runtime.problem_unreachable = (
-            trouble.problem is None and isinstance(exc, PlatformError)
-            and exc.kind in UNREACHABLE_KINDS)
-    else:
-        log.warning("%s: %s; retrying in %.0fs", channel.account.key, reason, delay)
-    channel.account.runtime.error(reason, time.time())
-    await anyio.sleep(delay)
-
-
-def refusal(channel: "Channel", trouble: Trouble, exc: Exception) -> str:
-    """The words for a refused identity: what was refused, then what to do."""
-    what = trouble.problem or "the platform refused the account's credentials"
-    advice = channel.refused_advice(exc)
-    return f"{what}: {advice}" if advice else what
 
 
 def refused_delay(trouble: Trouble, failures: int) -> float:
@@ -271,89 +201,24 @@ def refused_delay(trouble: Trouble, failures: int) -> float:
     return min(first * 2 ** max(0, failures - 1), max(first, REFUSED_RETRY_MAX_SECONDS))
 
 
-def mark_refused(channel: "Channel", reason: str) -> None:
-    """The account is ``failed`` on a refused identity until a call works again."""
-    runtime, now = channel.account.runtime, time.time()
-    channel.report_problem(reason, restartable=False)
-    runtime.set_state("failed", now, reason)
-    runtime.error(reason, now)
+def refusal_words(channel: "Channel", trouble: Trouble, error: Exception) -> str:
+    """The words for a refused identity: what was refused, then what to do (the
+    trouble's ``advice``, else the channel's)."""
+    what = trouble.problem or "the platform refused the account's credentials"
+    advice = trouble.advice
+    if advice is None:
+        legacy = getattr(type(channel), "refused_advice", None)  # before Trouble.advice
+        advice = legacy(channel, error) if legacy is not None else default_advice(channel)
+    return f"{what}: {advice}" if advice else what
 
 
-async def _refused(channel: "Channel", exc: Exception, trouble: Trouble, failures: int) -> None:
-    reason = refusal(channel, trouble, exc)
-    delay = refused_delay(trouble, failures)
-    runtime = channel.account.runtime
-    if runtime.state != "failed" or runtime.detail != reason:
-        log.error("%s: %s; trying again in %.0fs", channel.account.key, reason, delay)
-    else:
-        log.info("%s: still refused; trying again in %.0fs", channel.account.key, delay)
-    mark_refused(channel, reason)
-    await anyio.sleep(delay)
+def refusal(channel: "Channel", error: Exception) -> str | None:
+    """The words for ``error`` when the channel calls it a refused identity (the
+    problem, then what to do), else None: for a probe to say what the loop says."""
+    trouble = channel.receive_trouble(error)
+    return refusal_words(channel, trouble, error) if trouble.refused else None
 
 
-async def until_done(channel: "Channel", call: Callable[[], Awaitable[Any]], what: str) -> None:
-    """``await call()`` until it succeeds, each failure reported and waited out (a
-    rejected token or an outage waits here, rather than in the supervisor's restarts)."""
-    backoff = Backoff(*channel.receive_backoff)
-    failures = 0
-    while True:
-        try:
-            await call()
-        except PlatformError as exc:
-            failures += 1
-            await receive_failed(channel, exc, backoff, failures, what)
-            continue
-        channel.account.runtime.calls.succeeded()
-        if failures:
-            channel.clear_problem()  # e.g. a refused token that works again
-        return
-
-
-async def identify(channel: "Channel") -> None:
-    """``channel.identify()``, retried until it succeeds."""
-    await until_done(channel, channel.identify, "identify")
-
-
-async def poll_forever(channel: "Channel", deliver: "Deliver") -> None:
-    """The long-polling receive loop, until cancelled.
-
-    Identify (with backoff), then poll from the saved cursor forever: every
-    answered poll, even an empty one, is the platform's sign of life; its events
-    are journaled, and only then is the cursor saved (a crash before that gets
-    the batch again, and dedupe drops what was already in). A failed poll is
-    classified by ``channel.receive_trouble`` and retried.
-    """
-    await identify(channel)
-    await until_done(channel, channel.start_polling, "preparing to poll")
-    cursor = await channel.load_cursor()
-    backoff = Backoff(*channel.receive_backoff)
-    failures = 0
-    while True:
-        if channel.receive_gate is not None:
-            await channel.receive_gate()
-        try:
-            polled = await channel.poll(cursor)
-        except PlatformError as exc:
-            failures += 1
-            await receive_failed(channel, exc, backoff, failures, "poll")
-            continue
-        channel.account.runtime.calls.succeeded()  # an answered call (sdk/calls.py)
-        if failures:
-            failures = 0
-            backoff.reset()
-        channel.clear_problem()
-        channel.report_alive()
-        try:
-            if polled.events:
-                await receive_events(channel, deliver, polled.events)
-            if polled.cursor is not None and polled.cursor != cursor:
-                await channel.save_cursor(polled.cursor)
-                cursor = polled.cursor
-        except LeaseLost:
-            raise  # another instance owns the account now: this loop ends
-        except StoreError as exc:
-            # Not journaled, so not acknowledged: the cursor stays, the platform keeps
-            # the batch, and the next poll asks for it again once the store is back.
-            failures += 1
-            await receive_failed(channel, exc, backoff, failures, "journaling")
-            continue
+def default_advice(channel: "Channel") -> str:
+    """What to do about refused credentials, when the channel says nothing more."""
+    return f"set working credentials in {channel.account.config_key()} and restart the gateway"

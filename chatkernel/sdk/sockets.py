@@ -1,8 +1,8 @@
 """The channel kit's socket supervision: receive loops over a long-lived connection.
 
 Some platforms push events over a socket the client keeps open (Slack's Socket
-Mode websocket, which slack_sdk runs). The socket itself is the plugin's; what
-is the same everywhere is here, in :func:`supervise_socket`:
+Mode websocket, which slack_sdk runs). The socket itself is the plugin's (its
+:meth:`Socket.session`); what is the same everywhere is here, in :class:`Socket`:
 
 - the session is started again when it ends or fails: at once after a session
   that was working (a platform asks clients to reconnect now and then), with
@@ -24,12 +24,13 @@ import aiohttp
 import anyio
 
 from chatkernel.sdk.http_client import PlatformError, transport_error
-from chatkernel.sdk.receiving import Backoff, identify, receive_events, receive_failed
+from chatkernel.sdk.receiving import Backoff
+from chatkernel.sdk.transport import Transport
 
 if TYPE_CHECKING:
-    from chatkernel.sdk.channel import Channel, Deliver
+    from chatkernel.sdk.channel import Deliver
 
-__all__ = ["SocketLink", "supervise_socket"]
+__all__ = ["Socket", "SocketLink"]
 
 log = logging.getLogger("chatkernel.channel")
 
@@ -40,8 +41,9 @@ SETTLED_SECONDS = 60.0
 class SocketLink:
     """What one socket session gets from the kit: report traffic, hand over events."""
 
-    def __init__(self, channel: "Channel", deliver: "Deliver") -> None:
-        self.channel = channel
+    def __init__(self, transport: Transport, deliver: "Deliver") -> None:
+        self.transport = transport
+        self.channel = transport.channel
         self._deliver = deliver
         self.started = anyio.current_time()
         self.last_traffic = self.started
@@ -54,14 +56,15 @@ class SocketLink:
         """The platform just said something on the socket (any frame counts)."""
         self.last_traffic = anyio.current_time()
         self.frames += 1
-        self.channel.report_alive()
-        self.channel.clear_problem()
+        context = self.transport.context
+        context.report_alive()
+        context.clear_problem()
 
     async def deliver(self, events: list[Any]) -> int:
         """Normalize and journal events that arrived; returns once they are durable
         (acknowledge them to the platform only after this returns)."""
         self.alive()
-        return await receive_events(self.channel, self._deliver, events)
+        return await self.transport.receive(self._deliver, events)
 
 
 async def _watch(link: SocketLink, silent_after: float, scope: anyio.CancelScope) -> None:
@@ -100,41 +103,51 @@ async def _run_session(session: Callable[[SocketLink], Awaitable[None]], link: S
     raise exc  # a bug in the session: the supervisor restarts the receive loop
 
 
-async def supervise_socket(channel: "Channel", deliver: "Deliver",
-                           session: Callable[[SocketLink], Awaitable[None]], *,
-                           silent_after: float = 120.0) -> None:
-    """Run ``session(link)`` forever (until cancelled), reconnecting as the module says.
+class Socket(Transport):
+    """A long-lived connection the platform pushes events over.
 
-    ``session`` opens the socket, calls ``link.alive()`` on every frame and
-    ``await link.deliver(events)`` for events, and returns when the socket
-    closes. A :class:`PlatformError` (or an aiohttp/OS error) it raises is
-    classified by ``channel.receive_trouble`` like a failed poll.
+    Subclasses implement :meth:`session`: open the socket, call ``link.alive()``
+    on every frame and ``await link.deliver(events)`` for events, and return when
+    the socket closes. A :class:`PlatformError` (or an aiohttp/OS error) it raises
+    is classified by :meth:`Channel.receive_trouble` like a failed poll. :meth:`run`
+    runs sessions forever (until cancelled), reconnecting as the module says.
     """
-    await identify(channel)
-    backoff = Backoff(*channel.receive_backoff)
-    failures = 0
-    while True:
-        link = SocketLink(channel, deliver)
-        error = await _run_session(session, link, silent_after)
-        lasted = anyio.current_time() - link.started
-        if link.frames and lasted >= SETTLED_SECONDS:
-            backoff.reset()
-            failures = 0
-        if error is not None:
-            failures += 1
-            await receive_failed(channel, error, backoff, failures, "the socket")
-            continue
-        if link.silent:
-            reason = (f"the socket was open but silent for {silent_after:g}s; reconnecting")
-            log.warning("%s: %s", channel.account.key, reason)
-            channel.report_problem(reason, restartable=True)
-            failures += 1
-            await anyio.sleep(backoff.next())
-            continue
-        if link.frames:
-            log.info("%s: the socket closed; reconnecting", channel.account.key)
-            await anyio.sleep(0)
-        else:
-            log.warning("%s: the socket closed before the platform said anything; "
-                        "reconnecting", channel.account.key)
-            await anyio.sleep(backoff.next())
+
+    #: Seconds of silence on an open socket before it is closed and opened again.
+    silent_after: float = 120.0
+
+    async def session(self, link: SocketLink) -> None:
+        """One socket session, until the socket closes."""
+        raise NotImplementedError(f"{type(self).__name__} has no socket session")
+
+    async def run(self, deliver: "Deliver") -> None:
+        await self.identify()
+        backoff = Backoff(*self.backoff)
+        failures = 0
+        key = self.channel.account.key
+        while True:
+            link = SocketLink(self, deliver)
+            error = await _run_session(self.session, link, self.silent_after)
+            lasted = anyio.current_time() - link.started
+            if link.frames and lasted >= SETTLED_SECONDS:
+                backoff.reset()
+                failures = 0
+            if error is not None:
+                failures += 1
+                await self.failed(error, backoff, failures, "the socket")
+                continue
+            if link.silent:
+                reason = (f"the socket was open but silent for {self.silent_after:g}s; "
+                          "reconnecting")
+                log.warning("%s: %s", key, reason)
+                self.context.report_problem(reason, restartable=True)
+                failures += 1
+                await anyio.sleep(backoff.next())
+                continue
+            if link.frames:
+                log.info("%s: the socket closed; reconnecting", key)
+                await anyio.sleep(0)
+            else:
+                log.warning("%s: the socket closed before the platform said anything; "
+                            "reconnecting", key)
+                await anyio.sleep(backoff.next())

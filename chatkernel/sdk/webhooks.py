@@ -1,7 +1,7 @@
 """The channel kit's webhooks: platform events POSTed to the gateway's HTTP server.
 
-A webhook channel's route is ``/<channel>/<account>/webhook`` on the gateway's
-server. Every request goes through the same steps before the channel sees it:
+A webhook channel's transport is a :class:`Webhook`; its route is
+``/<channel>/<account>/webhook`` on the gateway's server. Every request goes through the same steps before the channel sees it:
 
 1. the body is read up to the channel's cap (413 beyond it, without reading the
    rest) and its content type checked (415);
@@ -26,19 +26,18 @@ import hmac
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 from aiohttp import web
 
-from chatkernel.sdk.receiving import identify, receive_events, until_done
 from chatkernel.sdk.codec import decode_json
+from chatkernel.sdk.transport import Transport
 
 if TYPE_CHECKING:
     from chatkernel.sdk.channel import Channel, Deliver
 
-__all__ = ["HmacSignature", "SecretHeader", "Verifier", "WebhookRejected", "serve_webhook",
-           "webhook_routes"]
+__all__ = ["HmacSignature", "SecretHeader", "Verifier", "Webhook", "WebhookRejected"]
 
 log = logging.getLogger("chatkernel.channel")
 
@@ -153,19 +152,106 @@ async def _read_capped(request: web.Request, cap: int) -> bytes:
     return b"".join(parts)
 
 
-def webhook_routes(channel: "Channel", verifier: Verifier) -> list[tuple[str, str, Any]]:
-    """The ``(method, path, handler)`` pairs of the channel's webhook."""
+class Webhook(Transport):
+    """The platform POSTs events to ``/<channel>/<account>/webhook`` on the gateway.
 
-    async def post(request: web.Request) -> web.StreamResponse:
-        deliver = channel.webhook_deliver
+    Subclasses give :meth:`verifier` (how a request proves it is the platform's)
+    and may override :meth:`register` (tell the platform where to post),
+    :meth:`answer` (a protocol message answered at once), :meth:`events` (the
+    events in one request) and :meth:`ok` (the answer once they are journaled).
+    :meth:`run` identifies the bot, registers, and takes requests until
+    cancelled; on a process that does not own the account
+    (:meth:`serve_elsewhere`) requests are journaled for the owner to answer.
+    """
+
+    quiet = True  # it waits for the platform to call
+    #: The largest body taken (413 beyond) and the content types taken (415 others).
+    max_bytes: ClassVar[int] = 1024 * 1024
+    content_types: ClassVar[tuple[str, ...]] = ("application/json",)
+
+    def __init__(self, channel: "Channel") -> None:
+        super().__init__(channel)
+        #: The receiver requests are handed to while a loop runs (None: answered 503).
+        self._deliver: "Deliver | None" = None
+
+    # -- what a webhook implements -------------------------------------------------------
+
+    def verifier(self) -> Verifier:
+        """The verifier of this account's requests (a secret header, an HMAC)."""
+        raise NotImplementedError(f"{type(self).__name__} has no verifier")
+
+    async def register(self) -> None:
+        """Tell the platform where to post (Telegram's setWebhook), when it is told by a
+        call rather than in its console."""
+
+    def answer(self, payload: Any) -> web.StreamResponse | None:
+        """An answer the platform expects at once, instead of delivering (Slack's
+        ``url_verification`` challenge); None for ordinary events."""
+        return None
+
+    def events(self, payload: Any) -> list[Any]:
+        """The events in one verified request's JSON (default: the payload itself).
+        Raise :class:`WebhookRejected` for a malformed one."""
+        return [payload]
+
+    def ok(self) -> web.StreamResponse:
+        """The answer once the request's messages are journaled."""
+        return web.json_response({"ok": True})
+
+    # -- the loop ----------------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        """Where the platform posts: ``/<channel>/<account>/webhook``."""
+        account = self.channel.account
+        return f"/{account.channel_name}/{account.name}/webhook"
+
+    async def run(self, deliver: "Deliver") -> None:
+        await self.identify()
+        await self.until_done(self.register, "registering the webhook")
+        self.context.clear_problem()
+        self.context.report_alive()
+        await self._take_requests(deliver)
+
+    async def serve_elsewhere(self, deliver: "Deliver") -> None:
+        # The bot is identified (its own id, to ignore its own messages); registering
+        # the webhook is the owner's.
+        await self.identify()
+        await self._take_requests(deliver)
+
+    async def _take_requests(self, deliver: "Deliver") -> None:
+        self._deliver = deliver
         try:
-            body = await _read_capped(request, channel.webhook_max_bytes)
-            if request.content_type not in channel.webhook_content_types:
-                raise WebhookRejected(415, f"expected {' or '.join(channel.webhook_content_types)}")
+            await anyio.sleep_forever()
+        finally:
+            if self._deliver is deliver:
+                self._deliver = None
+
+    def http_routes(self) -> list[tuple[str, str, Any]]:
+        verifier = self.verifier()
+
+        async def post(request: web.Request) -> web.StreamResponse:
+            return await self._post(request, verifier)
+
+        async def get(request: web.Request) -> web.StreamResponse:
+            try:
+                return web.Response(text=verifier.handshake(request.query))
+            except WebhookRejected as exc:
+                return _refuse(exc.status, exc.reason)
+
+        return [("POST", self.path, post), ("GET", self.path, get)]
+
+    async def _post(self, request: web.Request, verifier: Verifier) -> web.StreamResponse:
+        deliver = self._deliver
+        try:
+            body = await _read_capped(request, self.max_bytes)
+            if request.content_type not in self.content_types:
+                raise WebhookRejected(415, f"expected {' or '.join(self.content_types)}")
             verifier.verify(request.headers, body)
         except WebhookRejected as exc:
             if exc.status in (401, 403):
-                log.warning("%s: webhook request refused: %s", channel.account.key, exc.reason)
+                log.warning("%s: webhook request refused: %s", self.channel.account.key,
+                            exc.reason)
             return _refuse(exc.status, exc.reason)
         if deliver is None:  # the platform retries; nothing was recorded
             return _refuse(503, "the receive loop is not running")
@@ -174,47 +260,11 @@ def webhook_routes(channel: "Channel", verifier: Verifier) -> list[tuple[str, st
         except (ValueError, UnicodeDecodeError, RecursionError):
             return _refuse(400, "the body is not JSON")
         try:
-            answer = channel.webhook_answer(payload)
+            answer = self.answer(payload)
             if answer is not None:
                 return answer
-            events = channel.webhook_events(payload)
+            events = self.events(payload)
         except WebhookRejected as exc:
             return _refuse(exc.status, exc.reason)
-        await receive_events(channel, deliver, events)
-        return channel.webhook_ok()
-
-    async def get(request: web.Request) -> web.StreamResponse:
-        try:
-            return web.Response(text=verifier.handshake(request.query))
-        except WebhookRejected as exc:
-            return _refuse(exc.status, exc.reason)
-
-    return [("POST", channel.webhook_path, post), ("GET", channel.webhook_path, get)]
-
-
-async def accept_webhooks_elsewhere(channel: "Channel", deliver: "Deliver") -> None:
-    """Take a webhook's requests on an instance that does not own the account (see
-    :meth:`Channel.serve_elsewhere`): identify, then journal what comes, until
-    cancelled. Registering the webhook is the owner's."""
-    await identify(channel)
-    channel.webhook_deliver = deliver
-    try:
-        await anyio.sleep_forever()
-    finally:
-        if channel.webhook_deliver is deliver:
-            channel.webhook_deliver = None
-
-
-async def serve_webhook(channel: "Channel", deliver: "Deliver") -> None:
-    """A webhook channel's receive loop: identify, register the webhook with the
-    platform (both retried with backoff until they work), then take requests
-    until cancelled."""
-    await identify(channel)
-    await until_done(channel, channel.register_webhook, "registering the webhook")
-    channel.clear_problem()
-    channel.report_alive()
-    channel.webhook_deliver = deliver
-    try:
-        await anyio.sleep_forever()
-    finally:
-        channel.webhook_deliver = None
+        await self.receive(deliver, events)
+        return self.ok()

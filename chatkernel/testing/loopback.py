@@ -29,14 +29,15 @@ from pydantic import Field
 
 from chatkernel.channels import (
     AccountConfig,
+    Capabilities,
     Channel,
     ChannelLimits,
-    Deliver,
     HttpClient,
     InboundMessage,
     OutboundPayload,
     PlatformError,
     Polled,
+    Polling,
     ProbeResult,
     RateLimit,
     Route,
@@ -251,7 +252,7 @@ class LoopbackAccount(AccountConfig):
     base_url: str
     allow_from: list[str] = Field(default_factory=lambda: ["*"])
     poll_timeout: float = 1.0
-    #: Declare the sends idempotent (``Channel.idempotent_sends``): the platform
+    #: Declare the sends idempotent (``Capabilities.idempotent_sends``): the platform
     #: dedupes them by ``idempotency_key`` either way; this tells the kernel it may
     #: repeat a send whose answer was lost.
     idempotent_sends: bool = False
@@ -259,36 +260,27 @@ class LoopbackAccount(AccountConfig):
 
 class LoopbackChannel(Channel):
     """A channel for :class:`LoopbackPlatform`, on the channel kit: long polling,
-    confirm-by-offset. It is what a small polling plugin looks like."""
+    confirm-by-offset (:class:`LoopbackPolling`). It is what a small polling plugin
+    looks like."""
 
     name = "loopback"
     account_model = LoopbackAccount
     limits = ChannelLimits(text_limit=1000, rates={"chat": RateLimit(100, 1.0)},
                            media_kinds={".png": "image", ".jpg": "image", ".ogg": "voice"},
                            retry_base_delay=0.05)
-    receive_backoff = (0.05, 1.0)
 
-    def __init__(self, account, settings=None) -> None:
-        super().__init__(account, settings)
+    def __init__(self, account, context=None) -> None:
+        super().__init__(account, context)
         self.http = HttpClient(self.config.base_url, timeout=self.config.poll_timeout + 10,
                                platform="the loopback platform")
         # Per account, so one test kit channel serves both kinds of platform.
-        self.idempotent_sends = self.config.idempotent_sends  # type: ignore[misc]
+        self.capabilities = Capabilities(idempotent_sends=self.config.idempotent_sends)
 
-    async def run(self, deliver: Deliver) -> None:
-        await self.poll_forever(deliver)
+    def transport(self) -> "LoopbackPolling":
+        return LoopbackPolling(self)
 
     async def identify(self) -> None:
         self.self_id = str((await self._call("GET", "/me"))["id"])
-
-    async def poll(self, cursor: str | None) -> Polled:
-        updates = await self._call("GET", "/updates", long_poll=True, params={
-            "offset": cursor or "0", "timeout": str(self.config.poll_timeout)})
-        last = max((update["update_id"] for update in updates), default=None)
-        return Polled(updates, None if last is None else str(last + 1))
-
-    def event_chat(self, update: dict[str, Any]) -> str:
-        return update["chat_id"]
 
     async def normalize(self, update: dict[str, Any]) -> InboundMessage:
         return InboundMessage(
@@ -338,6 +330,22 @@ class LoopbackChannel(Channel):
 
     async def aclose(self) -> None:
         await self.http.close()
+
+
+class LoopbackPolling(Polling):
+    """``GET /updates?offset=``: the updates after the cursor, kept until confirmed."""
+
+    channel: LoopbackChannel
+    backoff = (0.05, 1.0)
+
+    async def poll(self, cursor: str | None) -> Polled:
+        updates = await self.channel._call("GET", "/updates", long_poll=True, params={
+            "offset": cursor or "0", "timeout": str(self.channel.config.poll_timeout)})
+        last = max((update["update_id"] for update in updates), default=None)
+        return Polled(updates, None if last is None else str(last + 1))
+
+    def event_chat(self, update: dict[str, Any]) -> str:
+        return update["chat_id"]
 
 
 class LoopbackPlugin:

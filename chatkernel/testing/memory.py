@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 
 from chatkernel.sdk.channel import Channel, ChannelLimits, Deliver
+from chatkernel.sdk.transport import Transport
 from chatkernel.core.config import KernelConfig, parse
 from chatkernel.sdk.models import (
     InboundMessage,
@@ -48,8 +49,8 @@ class MemoryChannel(Channel):
     limits = ChannelLimits(text_limit=4000, text_unit="chars",
                            media_kinds={".jpg": "photo", ".png": "photo", ".ogg": "voice"})
 
-    def __init__(self, account, settings=None) -> None:
-        super().__init__(account, settings)
+    def __init__(self, account, context=None) -> None:
+        super().__init__(account, context)
         self.sent: list[Sent] = []
         self.indications: list[Route] = []
         self.fail_next: list[BaseException] = []  # raised by the next sends, in order
@@ -59,11 +60,8 @@ class MemoryChannel(Channel):
         self._running = anyio.Event()
         self._changed: anyio.Event | None = None  # made by a waiter, set by the next send
 
-    async def run(self, deliver: Deliver) -> None:
-        self._deliver = deliver
-        self._running.set()
-        self.report_alive()
-        await anyio.sleep_forever()
+    def transport(self) -> "MemoryTransport":
+        return MemoryTransport(self)
 
     def attach(self, deliver: Deliver) -> None:
         """Deliver without a running receive loop (in-process kernels); the account
@@ -73,7 +71,7 @@ class MemoryChannel(Channel):
         self._deliver = deliver
         self._running.set()
         self.account.runtime.loop_started(time.time())
-        self.report_alive()
+        self.context.report_alive()
 
     async def receive(self, text: str = "", *, chat_id: str = "chat-1", sender_id: str = "user-1",
                       message_id: str | None = None, **fields: Any) -> str:
@@ -116,6 +114,17 @@ class MemoryChannel(Channel):
 
     def texts(self, chat_id: str | None = None) -> list[str]:
         return [s.text for s in self.sent if chat_id is None or s.route.chat_id == chat_id]
+
+
+class MemoryTransport(Transport):
+    """The memory channel's "receive loop": it takes what :meth:`MemoryChannel.receive`
+    injects, until cancelled."""
+
+    channel: MemoryChannel
+
+    async def run(self, deliver: Deliver) -> None:
+        self.channel.attach(deliver)
+        await anyio.sleep_forever()
 
 
 class MemoryPlugin:

@@ -31,6 +31,7 @@ from aiohttp import web
 from pydantic import Field
 
 from chatkernel.sdk.channel import Channel, ChannelLimits, Deliver
+from chatkernel.sdk.transport import Transport
 from chatkernel.core.config import AccountConfig
 from chatkernel.core.gateway.http_guard import RequestError, read_json_object
 from chatkernel.sdk.models import (
@@ -67,7 +68,6 @@ class WebChatChannel(Channel):
     account_model = WebChatAccount
     limits = ChannelLimits(text_limit=4000, text_unit="chars")
     settings_keys = frozenset({"text_limit"})
-    quiet_by_nature = True
     #: Its platform is the gateway's own page: without the gateway's HTTP server no one
     #: sees what it sends (a proactive send with no gateway running is refused).
     needs_http_server = True
@@ -78,8 +78,9 @@ allow_from = ["*"]                    # the page admits everyone who reaches it
 history_limit = 500                   # messages of its chat a page shows
 """
 
-    def __init__(self, account, settings=None) -> None:
-        super().__init__(account, settings)
+    def __init__(self, account, context=None) -> None:
+        super().__init__(account, context)
+        settings = self.context.settings
         text_limit = getattr(settings, "text_limit", None) if settings is not None else None
         if text_limit is not None:
             if not isinstance(text_limit, int) or text_limit < 1:
@@ -96,10 +97,14 @@ history_limit = 500                   # messages of its chat a page shows
 
     # -- the channel contract ------------------------------------------------------
 
-    async def run(self, deliver: Deliver) -> None:
+    def transport(self) -> "WebChatTransport":
+        return WebChatTransport(self)
+
+    async def serve(self, deliver: Deliver) -> None:
+        """Take the page's posts and feed its streams, until cancelled."""
         self._deliver = deliver
         self._stopped = False
-        self.report_alive()  # serving the page is all there is to connect
+        self.context.report_alive()  # serving the page is all there is to connect
         try:
             await anyio.sleep_forever()
         finally:
@@ -111,11 +116,6 @@ history_limit = 500                   # messages of its chat a page shows
             for event in self._changed.values():
                 event.set()
             self._changed.clear()
-
-    async def serve_elsewhere(self, deliver: Deliver) -> None:
-        """Another gateway instance owns this account: the page, its posts and its
-        streams are served here all the same (the owner answers)."""
-        await self.run(deliver)
 
     async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
         if payload.is_media:
@@ -138,7 +138,8 @@ history_limit = 500                   # messages of its chat a page shows
                                               "it", latency_ms=0.0)
         return ProbeResult(ok=False, detail="not running", latency_ms=0.0)
 
-    def http_routes(self) -> list[tuple[str, str, Any]]:
+    def routes(self) -> list[tuple[str, str, Any]]:
+        """The page and its API, under this account's prefix."""
         routes = [
             ("POST", f"{self.prefix}/messages", self.post_message),
             ("GET", f"{self.prefix}/messages", self.get_messages),
@@ -155,7 +156,7 @@ history_limit = 500                   # messages of its chat a page shows
                       client_id: str | None = None) -> TranscriptEntry | None:
         """Add to the chat's transcript (in the store) and wake its event streams; None
         when ``client_id`` is there already."""
-        entry = await self.store.transcript_add(self.name, self.account.name, chat_id, role,
+        entry = await self.context.store.transcript_add(self.name, self.account.name, chat_id, role,
                                                 text, media, client_id=client_id)
         event = self._changed.pop(chat_id, None)
         if event is not None:
@@ -165,7 +166,7 @@ history_limit = 500                   # messages of its chat a page shows
     async def messages(self, chat_id: str, after: int = 0) -> list[dict[str, Any]]:
         """The chat's last ``history_limit`` messages after ``after``, as the API shows them."""
         limit = getattr(self.config, "history_limit", 500)
-        entries = await self.store.transcript_read(self.name, self.account.name, chat_id,
+        entries = await self.context.store.transcript_read(self.name, self.account.name, chat_id,
                                                    after=after, limit=limit)
         return [entry.as_dict() for entry in entries]
 
@@ -189,7 +190,7 @@ history_limit = 500                   # messages of its chat a page shows
         # the transcript exactly when the kernel has it.
         entry = await self._append(posted.chat_id, "user", posted.text, client_id=client_id)
         if entry is None:  # a client retrying, even after a restart: same answer
-            known = await self.store.transcript_find(self.name, self.account.name,
+            known = await self.context.store.transcript_find(self.name, self.account.name,
                                                      posted.chat_id, client_id)
             return web.json_response({"message_id": str(known.id if known else "")},
                                      status=202)
@@ -223,7 +224,7 @@ history_limit = 500                   # messages of its chat a page shows
         self._streams[chat_id] = self._streams.get(chat_id, 0) + 1
         # With several gateway instances the bot's answers may be written by another
         # one, which cannot wake this stream: it looks at the transcript every second.
-        wait = SHARED_POLL_SECONDS if self.shares_store else SSE_KEEPALIVE_SECONDS
+        wait = SHARED_POLL_SECONDS if self.context.shares_store else SSE_KEEPALIVE_SECONDS
         keepalive_at = anyio.current_time() + SSE_KEEPALIVE_SECONDS
         try:
             await response.prepare(request)
@@ -255,6 +256,24 @@ history_limit = 500                   # messages of its chat a page shows
             encoding="utf-8")
         return web.Response(text=html, content_type="text/html",
                             headers={"Cache-Control": "no-cache"})
+
+
+class WebChatTransport(Transport):
+    """The web chat receives on the gateway's own HTTP server: its page and API."""
+
+    channel: WebChatChannel
+    quiet = True  # it waits for a person, not a platform
+
+    async def run(self, deliver: Deliver) -> None:
+        await self.channel.serve(deliver)
+
+    async def serve_elsewhere(self, deliver: Deliver) -> None:
+        """Another gateway instance owns this account: the page, its posts and its
+        streams are served here all the same (the owner answers)."""
+        await self.channel.serve(deliver)
+
+    def http_routes(self) -> list[tuple[str, str, Any]]:
+        return self.channel.routes()
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,7 +116,7 @@ class Cluster:
         self._released = False
         self._keeping: anyio.CancelScope | None = None
         self._shedding = False  # an account is being handed over (one at a time)
-        # What runs for the accounts another instance owns (Channel.serve_elsewhere).
+        # What runs for the accounts another instance owns (Transport.serve_elsewhere).
         self._elsewhere: dict[str, _Tenure] = {}
         # Accounts given up whose fence still holds the old token: their work left
         # here must write nothing that counts until it has settled (see _tend).
@@ -191,7 +191,7 @@ class Cluster:
 
     def run_receive_loops(self) -> None:
         """From now on run the receive loop of each account this instance owns, and
-        take the requests of the others for their owners (Channel.serve_elsewhere)."""
+        take the requests of the others for their owners (Transport.serve_elsewhere)."""
         self._receive_loops = True
         for key, tenure in list(self._owned.items()):
             account = self.kernel.accounts.get(key)
@@ -285,7 +285,9 @@ class Cluster:
                 return True
             await self._renewed.wait()
 
-    async def _receive_gate(self, account_key: str) -> None:
+    async def receive_gate(self, account_key: str) -> None:
+        """What the account's receive loop awaits before each poll: it waits while this
+        instance cannot be sure it still owns the account (ChannelContext.receive_gate)."""
         if not await self.owning(account_key):
             await anyio.sleep_forever()  # given up: its loop is being cancelled
 
@@ -364,8 +366,6 @@ class Cluster:
 
         kernel = self.kernel
         supervisor = kernel.supervisors[account.key] = Supervisor(kernel, account)
-        assert account.channel is not None
-        account.channel.receive_gate = functools.partial(self._receive_gate, account.key)
         try:
             with tenure.scope:
                 await supervisor.run()
@@ -408,7 +408,7 @@ class Cluster:
             self._start_account(account, fresh)
 
     def _start_elsewhere(self, account: "Account") -> None:
-        """Run the account's :meth:`Channel.serve_elsewhere` (its webhook, the web chat's
+        """Run the account's :meth:`Transport.serve_elsewhere` (its webhook, the web chat's
         page) while another instance owns it."""
         if account.channel is None or not self._receiving or not self._receive_loops \
                 or self._loops is None or account.key in self._elsewhere:
@@ -418,10 +418,10 @@ class Cluster:
                                name=f"elsewhere {account.key}")
 
     async def _serve_elsewhere(self, account: "Account", tenure: _Tenure) -> None:
-        assert account.channel is not None
+        assert account.transport is not None
         try:
             with tenure.scope:
-                await account.channel.serve_elsewhere(self.kernel.receiver)
+                await account.transport.serve_elsewhere(self.kernel.receiver)
         except Exception:
             log.exception("%s: taking its requests for the owner failed", account.key)
         finally:

@@ -323,7 +323,7 @@ async def send_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str,
 
     ``wait`` (seconds, default 0) waits for the outcome of every part; the answer then
     has ``parts`` (``status``, ``error`` each) and ``outcome`` (:func:`send_outcome`).
-    On a channel that reports delivery later (``Channel.delivery_statuses``) a reply the
+    On a channel that reports delivery later (``Capabilities.delivery_statuses``) a reply the
     platform took is ``accepted``, and ``delivery_later`` is true; ``wait_delivery``
     (seconds) then waits for the platform's report on every part (each part gets a
     ``delivery`` status): ``delivered``, ``failed`` or, when it ran out, ``unconfirmed``.
@@ -362,7 +362,7 @@ async def send_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str,
         raise ControlError(f"{account.key} shows messages only on the gateway's page, and no "
                            "gateway is running: nothing was sent (start one with "
                            "`chatkernel run`, then send again)", 409)
-    later = bool(getattr(account.channel, "delivery_statuses", False))
+    later = account.channel is not None and account.channel.capabilities.delivery_statuses
     if later and wait_delivery and kernel.url is None:
         raise ControlError(f"{account.key} reports delivery on the gateway's webhook, and no "
                            "gateway is running: nothing was sent (start one with "

@@ -101,8 +101,8 @@ def routes(kernel: "Kernel", token: str, *, loopback: bool) -> list[tuple[str, s
 def _serves_root(kernel: "Kernel") -> bool:
     """Whether an account's channel (the web chat's default account) serves ``GET /``."""
     return any(method == "GET" and path == "/" for account in kernel.accounts.values()
-               if account.channel is not None
-               for method, path, _ in account.channel.http_routes())
+               if account.transport is not None
+               for method, path, _ in account.transport.http_routes())
 
 
 # -- the status page -------------------------------------------------------------------

@@ -179,7 +179,7 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
                           middlewares=[http_server.track_requests])
     seen: set[tuple[str, str]] = set()
     owned = [(account, route) for account in kernel.accounts.values()
-             if account.channel is not None for route in account.channel.http_routes()]
+             if account.transport is not None for route in account.transport.http_routes()]
     owned += [(None, route) for route in control.routes(kernel, control_token)]
     owned += [(None, route) for route in health_http.routes(kernel, control_token,
                                                                loopback=loopback)]

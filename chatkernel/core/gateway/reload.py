@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import anyio
 
 from chatkernel.core import config as cfg
+from chatkernel.core.accounts import make_channel
 from chatkernel.sdk.models import Account
 
 if TYPE_CHECKING:
@@ -197,7 +198,6 @@ async def apply_config(kernel: "Kernel", new: cfg.KernelConfig, *,
         _build_channel(kernel, account)
         kernel.accounts[account.key] = account
         kernel.outbox.prepare(account)
-        kernel.attach_channel(account)
         if loops is not None:
             loops.start(account)
     jobs = [(account.key, _replace(kernel, loops, account, settings))
@@ -275,7 +275,7 @@ def _where(account: Account) -> str:
 
 def serves_http(account: Account) -> bool:
     """Whether the account's channel mounts routes on the gateway's HTTP server."""
-    return account.channel is not None and bool(account.channel.http_routes())
+    return account.transport is not None and bool(account.transport.http_routes())
 
 
 def _keep(effective: dict[str, Any], old: dict[str, Any], account: Account,
@@ -296,7 +296,8 @@ def _build_channel(kernel: "Kernel", account: Account) -> None:
     """The account's channel made from the config in effect, with the kernel's workspace."""
     account.workspace = kernel.workspace
     section = kernel.config.channels.get(account.channel_name)
-    account.channel = kernel.channel_types[account.channel_name](account, section)
+    make_channel(kernel.channel_types[account.channel_name], account, section,
+                 kernel.channel_context)
 
 
 async def _replace(kernel: "Kernel", loops: ReceiveLoops | None, account: Account,
@@ -310,7 +311,6 @@ async def _replace(kernel: "Kernel", loops: ReceiveLoops | None, account: Accoun
     old_channel = account.channel
     account.config, account.access_level = settings, settings.access_level
     _build_channel(kernel, account)
-    kernel.attach_channel(account)
     if loops is not None:
         loops.start(account)
     log.info("%s: receive loop restarted on its new settings", account.key)

@@ -67,8 +67,8 @@ class Supervisor:
     async def run(self) -> None:
         """Start the loop, restart it when it fails, until cancelled."""
         account, runtime = self.account, self.account.runtime
-        channel = account.channel
-        assert channel is not None
+        channel, transport = account.channel, account.transport
+        assert channel is not None and transport is not None
         metrics = self.kernel.metrics
         backoff = RESTART_BACKOFF_INITIAL
         try:
@@ -88,7 +88,7 @@ class Supervisor:
                     self.loops_running += 1
                     self.loops_started += 1
                     try:
-                        await channel.run(self.kernel.receiver)
+                        await transport.run(self.kernel.receiver)
                     except Exception as exc:
                         error = exc
                     finally:
@@ -180,7 +180,7 @@ def _refused(channel: Channel, error: Exception | None) -> tuple[str, float] | N
         return None
     if not trouble.refused:
         return None
-    return receiving.refusal(channel, trouble, error), receiving.refused_delay(trouble, 1)
+    return receiving.refusal_words(channel, trouble, error), receiving.refused_delay(trouble, 1)
 
 
 def _describe(error: Exception | None) -> str:

@@ -117,7 +117,7 @@ class AccountView:
     def of(cls, account: Account, now: float, *, restarting: bool = False) -> "AccountView":
         runtime = account.runtime
         events = [t for t in (runtime.last_event_at, account.last_inbound_at) if t is not None]
-        quiet = account.channel.is_quiet() if account.channel is not None else False
+        quiet = account.transport.quiet if account.transport is not None else False
         return cls(account.key, runtime.effective_state(now), quiet, runtime.loop_started_at,
                    max(events) if events else None, tuple(t for t, _ in runtime.restarts),
                    runtime.last_probe, restarting)

@@ -544,7 +544,7 @@ class Health:
             key=account.key, channel=account.channel_name, account=account.name,
             ok=not problems, state=state, state_since=runtime.state_since,
             detail=runtime.detail,
-            quiet=account.channel.is_quiet() if account.channel is not None else False,
+            quiet=account.transport.quiet if account.transport is not None else False,
             loop_started_at=runtime.loop_started_at, last_inbound_at=account.last_inbound_at,
             last_event_at=max((t for t in (runtime.last_event_at, account.last_inbound_at)
                                if t is not None), default=None),

@@ -411,7 +411,7 @@ class Inbound:
         route = await sessions.refresh_route(record.key, message)
         self._remember_last_chat(account, message)
 
-        parsed = parse_command(message.text, account.channel.command_prefixes
+        parsed = parse_command(message.text, account.channel.capabilities.command_prefixes
                                if account.channel else "/")
         if parsed is not None:
             command = self._commands().get(parsed[0])
@@ -430,7 +430,7 @@ class Inbound:
             # It speaks for the running turn, so it goes out now (chatkernel.core.outbound.order).
             if lane.running and not lane.busy_hint_sent and \
                     self._queue_settings(record.key).mode != "interrupt" and \
-                    (account.channel is None or account.channel.busy_hint):
+                    (account.channel is None or account.channel.capabilities.busy_hint):
                 lane.busy_hint_sent = True
                 await self._outbound.deliver_text(account, route, BUSY_HINT, fmt="plain",
                                                   session_key=record.key,

@@ -70,7 +70,7 @@ def is_account_failure(exc: BaseException | None,
     The one place this is decided. A recipient's: the platform answered, about that
     chat or that message alone: HTTP 400 or 403 ("chat not found", "bot was blocked
     by the user"), or an error code the channel lists in
-    :attr:`Channel.recipient_error_codes` (Slack's ``channel_not_found``, WhatsApp's
+    :attr:`Capabilities.recipient_error_codes` (Slack's ``channel_not_found``, WhatsApp's
     late ``131026``, WeChat's ``-2`` quota), whatever the HTTP status. The
     account's: everything else — no answer, the platform down or unreachable,
     credentials refused (401), the account throttled (429), an error that is not a
@@ -82,7 +82,7 @@ def is_account_failure(exc: BaseException | None,
         return True
     if exc.retryable and exc.status not in CHAT_ERROR_STATUSES:
         return True  # not sent, or the platform down: an outage
-    codes = getattr(channel, "recipient_error_codes", ())
+    codes = channel.capabilities.recipient_error_codes if channel is not None else ()
     if exc.code is not None and str(exc.code) in {str(code) for code in codes}:
         return False  # (a code may come as a number or as its digits)
     return exc.status not in CHAT_ERROR_STATUSES

@@ -3,7 +3,7 @@
 Some platforms accept a message and tell its fate afterwards: WhatsApp answers a send
 with the message's id and later posts ``sent``, ``delivered``, ``read`` or ``failed``
 for that id on the webhook. The outbox keeps the platform's id of every payload a
-channel with ``Channel.delivery_statuses`` sent (``SendResult.message_id``); a
+channel with ``Capabilities.delivery_statuses`` sent (``SendResult.message_id``); a
 channel reports each status with ``Channel.report_delivery_status(id, status, ...)``,
 and :class:`DeliveryStatuses` finds the payload it belongs to:
 

@@ -11,7 +11,7 @@ unreachable) it is ``pending`` again: nothing of it is out. So after a crash:
 - ``sending`` entries may or may not have reached the platform: they are
   reported in the session log as "delivery unknown", never resent (a
   duplicate is a bug like a loss), unless their channel's sends are
-  idempotent (``Channel.idempotent_sends``: the platform dedupes them by
+  idempotent (``Capabilities.idempotent_sends``: the platform dedupes them by
   ``OutboundPayload.key``, :func:`send_key`), which are sent again.
 
 The usual reply goes out at once: its session's sender is idle and its
@@ -116,8 +116,9 @@ def send_key(entry: OutboxEntry) -> str:
 
 
 def idempotent(account: Account | None) -> bool:
-    """Whether the platform dedupes the account's sends by key (Channel.idempotent_sends)."""
-    return account is not None and bool(getattr(account.channel, "idempotent_sends", False))
+    """Whether the platform dedupes the account's sends by key (Capabilities.idempotent_sends)."""
+    return account is not None and account.channel is not None \
+        and account.channel.capabilities.idempotent_sends
 
 
 class _NotOurs(Exception):
@@ -474,7 +475,7 @@ class Outbox:
             return
         account.last_sent_at = time.time()
         deliveries.settled(entry, "sent", account=account)
-        if account.channel.delivery_statuses and result is not None and result.message_id:
+        if account.channel.capabilities.delivery_statuses and result is not None and result.message_id:
             # The platform reports this message's fate later (core/outbound/delivery_statuses.py).
             self._delivery_statuses.sent_as(entry, result.message_id)
             await store.outbox_sent_as(entry.id, result.message_id)

@@ -7,7 +7,7 @@ when repeating it cannot duplicate a message: the platform said 429 (wait
 ``retry_after``), answered 502/503/504, or the connection failed before the
 request was written. A timeout after the request may have reached the
 platform is never retried blindly (``SendError.delivery_unknown``), unless the
-platform dedupes the request by its key (``Channel.idempotent_sends``,
+platform dedupes the request by its key (``Capabilities.idempotent_sends``,
 :func:`repeatable_with_key`).
 
 A request refused before it was written (:func:`never_sent`: a refused
@@ -131,7 +131,7 @@ def is_retryable(exc: BaseException) -> bool:
 
 def repeatable_with_key(exc: BaseException) -> bool:
     """:func:`is_retryable` for a channel whose platform dedupes sends by key
-    (``Channel.idempotent_sends``): a request whose answer was lost
+    (``Capabilities.idempotent_sends``): a request whose answer was lost
     (``delivery_unknown``) may be repeated as well, since the same key cannot make a
     second message."""
     if isinstance(exc, SendError):

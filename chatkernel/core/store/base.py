@@ -247,7 +247,7 @@ class Store(abc.ABC):
     async def outbox_sent_as(self, entry_id: int, platform_id: str) -> None:
         """Remember the platform's id of a sent entry (``SendResult.message_id``), so a
         status the platform reports later finds it (:meth:`outbox_by_platform_id`).
-        Written for channels with ``Channel.delivery_statuses`` only. A backend that
+        Written for channels with ``Capabilities.delivery_statuses`` only. A backend that
         cannot keep it does nothing (this default): late statuses then find nothing."""
 
     async def outbox_by_platform_id(self, channel: str, account: str,

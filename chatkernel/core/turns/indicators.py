@@ -1,7 +1,7 @@
 """Typing indicators, refreshed for every running turn by one task.
 
 Platforms show "typing…" for a few seconds per request (Telegram 5 s), so a
-running turn's indicator is refreshed every ``Channel.indicator_interval``.
+running turn's indicator is refreshed every ``ChannelLimits.indicator_interval``.
 One long-lived task serves every turn: a task per turn would cost more than
 the indicator is worth on a busy gateway. Indicator failures are logged at
 debug level and never affect the turn.
@@ -76,7 +76,7 @@ class Indicators:
             next_due = math.inf
             for key, entry in list(self._active.items()):
                 if entry.due <= now:
-                    interval = entry.account.channel.indicator_interval  # type: ignore[union-attr]
+                    interval = entry.account.channel.limits.indicator_interval  # type: ignore[union-attr]
                     entry.due = now + interval
                     route = await self._route(key)
                     if route is not None and key in self._active:

@@ -1,0 +1,266 @@
+"""Transports: how an account receives, each an object that owns its loop.
+
+A channel picks its transport in :meth:`Channel.transport` — long polling
+(:class:`Polling`), a webhook (:class:`chatkernel.sdk.webhooks.Webhook`) or a
+socket (:class:`chatkernel.sdk.sockets.Socket`) — and subclasses it with the
+platform's few pieces (``poll``, the webhook's verifier, the socket session).
+The kernel runs ``transport.run(deliver)`` under its supervisor, mounts
+``transport.http_routes()`` on the gateway's server, and asks
+``transport.quiet`` how to judge the account's silence.
+
+What every loop does the same way is here, on :class:`Transport`: events read
+in platform order and journaled in one write (:meth:`Transport.receive`),
+failed calls classified by the channel (:meth:`Channel.receive_trouble`),
+reported and retried with backoff (:meth:`Transport.failed`), refused
+identities turned ``failed`` and retried slowly, and the account's health kept.
+A channel with a loop of its own (the web chat's page) subclasses
+:class:`Transport` directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Hashable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import anyio
+
+from chatkernel.sdk.errors import LeaseLost, StoreError
+from chatkernel.sdk.http_client import PlatformError
+from chatkernel.sdk.models import InboundMessage
+from chatkernel.sdk.receiving import (
+    UNREACHABLE_KINDS,
+    Backoff,
+    Polled,
+    Trouble,
+    _safe,
+    deliver_many,
+    normalize_batch,
+    refusal_words,
+    refused_delay,
+)
+
+if TYPE_CHECKING:
+    from chatkernel.sdk.channel import Channel, Deliver
+
+__all__ = ["Polling", "Transport"]
+
+log = logging.getLogger("chatkernel.channel")
+
+
+class Transport:
+    """How one account receives: the loop, its HTTP routes, and what its events are.
+
+    Subclasses implement :meth:`run`; the event methods tell the kit how to keep
+    each chat's events in order and how to name an event in a log line.
+    """
+
+    #: Judged by its probe, not by silence: an account that may legitimately go a
+    #: long time without hearing from its platform (a webhook waits for the platform
+    #: to call; a web page for a person). Others are restarted when their platform
+    #: stays silent for ``stale_event_threshold_minutes``.
+    quiet: ClassVar[bool] = False
+    #: Backoff after a failed call: first delay and cap, in seconds.
+    backoff: ClassVar[tuple[float, float]] = (1.0, 30.0)
+
+    def __init__(self, channel: "Channel") -> None:
+        #: The channel whose account this transport receives for.
+        self.channel = channel
+        #: The kernel's services for the account (``channel.context``).
+        self.context = channel.context
+
+    # -- what a transport implements ---------------------------------------------------
+
+    async def run(self, deliver: "Deliver") -> None:
+        """The receive loop, until cancelled."""
+        raise NotImplementedError(f"{type(self).__name__} has no receive loop")
+
+    async def serve_elsewhere(self, deliver: "Deliver") -> None:
+        """With several gateway processes sharing the store, what runs on those that
+        do not own this account, until cancelled (the owner runs :meth:`run`): by
+        default nothing (a poll or a socket is the owner's alone)."""
+        await anyio.sleep_forever()
+
+    def http_routes(self) -> list[tuple[str, str, Any]]:
+        """``(method, path, aiohttp handler)`` to mount on the gateway's HTTP server;
+        paths include the account name where there can be several accounts."""
+        return []
+
+    # -- the platform's events ---------------------------------------------------------
+
+    def event_chat(self, event: Any) -> Hashable:
+        """The chat an event belongs to (events of one chat are read in order)."""
+        return None
+
+    def event_has_media(self, event: Any) -> bool:
+        """Whether reading the event downloads a file (such batches are read a chat
+        beside the other, so one big file does not hold up the others)."""
+        return False
+
+    def describe_event(self, event: Any) -> str:
+        """The event in a few words, for a log line about it."""
+        return f"an event of type {type(event).__name__}"
+
+    def event_id(self, event: Any) -> str | None:
+        """The event's own id on its platform (Telegram's ``update_id``), if it has one:
+        an event the channel cannot read is journaled as rejected under it."""
+        return None
+
+    # -- the kit's steps, for every loop -----------------------------------------------
+
+    async def receive(self, deliver: "Deliver", events: list[Any]) -> int:
+        """Normalize ``events`` (in platform order) with the channel and journal the
+        messages; returns how many there were, once they are durable.
+
+        An event the channel cannot read is journaled as ``rejected`` under its
+        platform id (:meth:`event_id`), so the record shows it came and a
+        redelivery of it is known; it never reaches the agent, never holds the loop.
+        """
+        channel = self.channel
+        unreadable: list[tuple[Any, str]] = []
+        messages = await normalize_batch(
+            events, channel.normalize, chat_of=self.event_chat,
+            downloads=self.event_has_media, describe=self.describe_event,
+            account=channel.account.key, self_id=channel.self_id, unreadable=unreadable)
+        await deliver_many(deliver, messages)
+        for event, reason in unreadable:
+            await self._journal_rejected(event, reason)
+        return len(messages)
+
+    async def _journal_rejected(self, event: Any, reason: str) -> None:
+        event_id = _safe(self.event_id, event)
+        if event_id is None:
+            return
+        chat = _safe(self.event_chat, event)
+        account = self.channel.account
+        await self.context.journal_rejected(InboundMessage(
+            channel=account.channel_name, account=account.name,
+            chat_id=str(chat)[:256] if chat is not None else "?",
+            message_id=f"unreadable:{event_id}"[:520], sender_id="?",
+            text=f"{_safe(self.describe_event, event)} could not be read: {reason}"[:2000]))
+
+    async def failed(self, exc: Exception, backoff: Backoff, failures: int, what: str) -> None:
+        """Report a failed receive call (the ``failures``-th in a row) and wait before
+        the next try. A failure the channel classifies as a problem is reported at
+        once; a passing one only from its second time in a row (one lost poll is not
+        news); a refused identity turns the account ``failed``."""
+        channel, runtime = self.channel, self.channel.account.runtime
+        trouble = channel.receive_trouble(exc)
+        if trouble.refused:
+            await self._refused(exc, trouble, failures)
+            return
+        delay = trouble.wait if trouble.wait is not None else backoff.next()
+        reason = trouble.problem if trouble.problem is not None else f"{what} failed: {exc}"
+        if trouble.problem is not None or failures >= 2:
+            if runtime.problem != reason:
+                log.error("%s: %s; retrying in %.0fs", channel.account.key, reason, delay)
+            self.context.report_problem(reason, restartable=trouble.restartable)
+            # The platform could not be reached: any call of the account that works later
+            # ends the problem for health, before this loop's next call clears it.
+            runtime.problem_unreachable = (
+                trouble.problem is None and isinstance(exc, PlatformError)
+                and exc.kind in UNREACHABLE_KINDS)
+        else:
+            log.warning("%s: %s; retrying in %.0fs", channel.account.key, reason, delay)
+        runtime.error(reason, time.time())
+        await anyio.sleep(delay)
+
+    async def _refused(self, exc: Exception, trouble: Trouble, failures: int) -> None:
+        reason = refusal_words(self.channel, trouble, exc)
+        delay = refused_delay(trouble, failures)
+        account = self.channel.account
+        runtime = account.runtime
+        if runtime.state != "failed" or runtime.detail != reason:
+            log.error("%s: %s; trying again in %.0fs", account.key, reason, delay)
+        else:
+            log.info("%s: still refused; trying again in %.0fs", account.key, delay)
+        mark_refused(self.channel, reason)
+        await anyio.sleep(delay)
+
+    async def until_done(self, call: Callable[[], Awaitable[Any]], what: str) -> None:
+        """``await call()`` until it succeeds, each failure reported and waited out (a
+        rejected token or an outage waits here, rather than in the supervisor's
+        restarts)."""
+        backoff = Backoff(*self.backoff)
+        failures = 0
+        while True:
+            try:
+                await call()
+            except PlatformError as exc:
+                failures += 1
+                await self.failed(exc, backoff, failures, what)
+                continue
+            self.channel.account.runtime.calls.succeeded()
+            if failures:
+                self.context.clear_problem()  # e.g. a refused token that works again
+            return
+
+    async def identify(self) -> None:
+        """``channel.identify()``, retried until it succeeds."""
+        await self.until_done(self.channel.identify, "identify")
+
+
+def mark_refused(channel: "Channel", reason: str) -> None:
+    """The account is ``failed`` on a refused identity until a call works again."""
+    runtime, now = channel.account.runtime, time.time()
+    channel.context.report_problem(reason, restartable=False)
+    runtime.set_state("failed", now, reason)
+    runtime.error(reason, now)
+
+
+class Polling(Transport):
+    """Long polling: the platform answers a request with the events since a cursor.
+
+    Subclasses implement :meth:`poll` (and may :meth:`prepare`). :meth:`run`
+    identifies the bot (with backoff), then polls from the saved cursor forever:
+    every answered poll, even an empty one, is the platform's sign of life; its
+    events are journaled, and only then is the cursor saved (a crash before that
+    gets the batch again, and dedupe drops what was already in). A failed poll is
+    classified by :meth:`Channel.receive_trouble` and retried.
+    """
+
+    async def poll(self, cursor: str | None) -> Polled:
+        """One long poll from ``cursor``: the events and the next cursor. Raise
+        :class:`PlatformError` when it fails."""
+        raise NotImplementedError(f"{type(self).__name__} does not poll")
+
+    async def prepare(self) -> None:
+        """Called once before the first poll (Telegram removes a leftover webhook)."""
+
+    async def run(self, deliver: "Deliver") -> None:
+        context = self.context
+        await self.identify()
+        await self.until_done(self.prepare, "preparing to poll")
+        cursor = await context.load_cursor()
+        backoff = Backoff(*self.backoff)
+        failures = 0
+        calls = self.channel.account.runtime.calls
+        while True:
+            await context.receive_gate()
+            try:
+                polled = await self.poll(cursor)
+            except PlatformError as exc:
+                failures += 1
+                await self.failed(exc, backoff, failures, "poll")
+                continue
+            calls.succeeded()  # an answered call (sdk/calls.py)
+            if failures:
+                failures = 0
+                backoff.reset()
+            context.clear_problem()
+            context.report_alive()
+            try:
+                if polled.events:
+                    await self.receive(deliver, polled.events)
+                if polled.cursor is not None and polled.cursor != cursor:
+                    await context.save_cursor(polled.cursor)
+                    cursor = polled.cursor
+            except LeaseLost:
+                raise  # another instance owns the account now: this loop ends
+            except StoreError as exc:
+                # Not journaled, so not acknowledged: the cursor stays, the platform keeps
+                # the batch, and the next poll asks for it again once the store is back.
+                failures += 1
+                await self.failed(exc, backoff, failures, "journaling")
+                continue
