@@ -132,7 +132,7 @@ async def test_real_http_failures_429_5xx_and_a_dropped_connection(tmp_path):
             account = h.kernel.accounts["loopback:main"]
             platform.fail_next(429, 503)
             async with anyio.create_task_group() as tg:
-                tg.start_soon(account.channel.run, h.kernel.receiver)
+                tg.start_soon(account.transport.run, h.kernel.receiver)
                 platform.inject("c1", "first")
                 await platform.wait_for_sent(1)
                 platform.fail_next("drop")

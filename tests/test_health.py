@@ -86,7 +86,7 @@ async def test_snapshot_fields(tmp_path):
         kernel = h.kernel
         await h.channel.receive("hello")
         await h.settle()
-        await h.channel.record_credentials(issued_at=kernel.health.clock() - 3600)
+        await h.channel.context.record_credentials(issued_at=kernel.health.clock() - 3600)
         account = kernel.accounts["memory:main"]
         account.runtime.record_restart(kernel.health.clock() - 7200, "crash")  # too old
         account.runtime.record_restart(kernel.health.clock() - 60, "crash")
@@ -166,7 +166,7 @@ async def test_local_snapshot_reads_the_state_without_writing(tmp_path):
     async with KernelHarness(tmp_path) as h:
         await h.channel.receive("hello")
         await h.settle()
-        await h.channel.record_credentials()
+        await h.channel.context.record_credentials()
         config = h.config
     db = tmp_path / "state.db"
     before = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir() if p.is_file()}

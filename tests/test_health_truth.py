@@ -123,7 +123,7 @@ async def test_a_failed_probe_stops_counting_when_the_platform_answers_again(tmp
         # probe is a minute from its next refresh; the snapshot does not wait for it.
         answers[0] = ProbeResult(ok=True, detail="back")
         await anyio.sleep(0.01)  # a clock tick between the probe and the sign of life
-        channel.report_alive()
+        channel.context.report_alive()
         snapshot = await health.snapshot()
         account = account_of(snapshot)
         assert snapshot.ok and account.problems == []

@@ -117,7 +117,7 @@ async def lost_answer(tmp_path, *, idempotent: bool):
             account = h.kernel.accounts["loopback:main"]
             platform.faults.drop(SENDS, after_processing=True)  # it lands, the answer is lost
             async with anyio.create_task_group() as tg:
-                tg.start_soon(account.channel.run, h.kernel.receiver)
+                tg.start_soon(account.transport.run, h.kernel.receiver)
                 platform.inject("c1", "hello")
                 await platform.wait_for_sent(1)
                 await h.settle()
@@ -225,7 +225,7 @@ async def test_a_lost_answer_waiting_for_its_retry_stays_sending(tmp_path):
             retries = metrics.child(metrics.retries, "loopback", "main")
             platform.faults.drop(SENDS, after_processing=True)
             async with anyio.create_task_group() as tg:
-                tg.start_soon(account.channel.run, h.kernel.receiver)
+                tg.start_soon(account.transport.run, h.kernel.receiver)
                 platform.inject("c1", "hello")
                 with anyio.fail_after(10):
                     while retries._value.get() < 1:  # in its backoff now

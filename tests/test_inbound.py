@@ -5,6 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
+from chatkernel.channels import Capabilities
 from chatkernel import Command, InboundMessage, MediaRef, hookimpl
 from chatkernel.core.inbound.pipeline import BUSY_HINT, InvalidMessage, envelope, validate
 from chatkernel.sdk.models import (
@@ -343,10 +344,11 @@ async def test_busy_hint_once_per_busy_period(tmp_path):
 
 
 async def test_busy_hint_not_sent_on_a_channel_that_turns_it_off(tmp_path, monkeypatch):
-    """A channel whose every message spends a quota (WeChat) declares busy_hint = False."""
+    """A channel whose every message spends a quota (WeChat) declares
+    Capabilities(busy_hint=False)."""
     agent = scripted_agent(gate=True)
     async with harness(tmp_path, agent) as h:
-        monkeypatch.setattr(type(h.channel), "busy_hint", False)
+        monkeypatch.setattr(type(h.channel), "capabilities", Capabilities(busy_hint=False))
         await h.channel.receive("first")
         await h.channel.receive("second")
         await h.kernel.outbox.wait_idle()  # the turn is still held open

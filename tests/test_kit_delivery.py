@@ -1,4 +1,4 @@
-"""Delivery statuses a platform reports after a send (Channel.report_delivery_status):
+"""Delivery statuses a platform reports after a send (ChannelContext.report_delivery_status):
 counted, and a late "failed" correlated with the payload it belongs to and surfaced as
 a delivery failure (outbox, session log, metrics), as a failed send would be."""
 
@@ -9,6 +9,7 @@ import sqlite3
 import anyio
 import pytest
 
+from chatkernel.channels import Capabilities
 from chatkernel.testing import KernelHarness, MemoryChannel
 
 pytestmark = pytest.mark.anyio
@@ -21,16 +22,16 @@ def metric(kernel, name: str, **labels: str) -> float:
 
 
 async def test_a_late_failure_is_a_delivery_failure_of_its_payload(tmp_path, monkeypatch):
-    monkeypatch.setattr(MemoryChannel, "delivery_statuses", True)
+    monkeypatch.setattr(MemoryChannel, "capabilities", Capabilities(delivery_statuses=True))
     async with KernelHarness(tmp_path, config={"agent": {"kind": "echo"}}) as h:
         await h.channel.receive("hello there", chat_id="c1")
         await h.settle()
         (sent,) = h.channel.sent
         platform_id = "1"  # MemoryChannel's SendResult.message_id
         channel = h.channel
-        assert await channel.report_delivery_status(platform_id, "sent")
-        assert await channel.report_delivery_status(platform_id, "delivered")
-        assert await channel.report_delivery_status(
+        assert await channel.context.report_delivery_status(platform_id, "sent")
+        assert await channel.context.report_delivery_status(platform_id, "delivered")
+        assert await channel.context.report_delivery_status(
             platform_id, "failed", reason="Message undeliverable", code=131026)
         await h.kernel.store.flush()
 
@@ -56,26 +57,26 @@ async def test_a_late_failure_is_a_delivery_failure_of_its_payload(tmp_path, mon
 async def test_a_failure_that_overtakes_its_sends_answer_still_finds_it(tmp_path, monkeypatch):
     """The platform may post a status before the send's answer is in (and its id
     recorded): the lookup waits a little for it."""
-    monkeypatch.setattr(MemoryChannel, "delivery_statuses", True)
+    monkeypatch.setattr(MemoryChannel, "capabilities", Capabilities(delivery_statuses=True))
     async with KernelHarness(tmp_path, config={"agent": {"kind": "echo"}}) as h:
         h.channel.send_delay = 0.3
         await h.channel.receive("hello", chat_id="c1")
         await anyio.sleep(0.05)  # the send is under way; its answer is not in yet
         assert not h.channel.sent
-        assert await h.channel.report_delivery_status("1", "failed", reason="late")
+        assert await h.channel.context.report_delivery_status("1", "failed", reason="late")
         assert h.channel.sent
 
 
 async def test_a_status_for_a_message_it_never_sent_is_counted_and_logged(tmp_path, monkeypatch,
                                                                           caplog):
-    monkeypatch.setattr(MemoryChannel, "delivery_statuses", True)
+    monkeypatch.setattr(MemoryChannel, "capabilities", Capabilities(delivery_statuses=True))
     monkeypatch.setattr("chatkernel.core.outbound.delivery_statuses.LOOKUP_RETRIES", (0.01,))
     async with KernelHarness(tmp_path) as h:
-        assert not await h.channel.report_delivery_status("wamid.unknown", "failed",
+        assert not await h.channel.context.report_delivery_status("wamid.unknown", "failed",
                                                           reason="gone")
         assert "wamid.unknown failed after it was sent: gone" in caplog.text
         with pytest.raises(ValueError, match="must be one of"):
-            await h.channel.report_delivery_status("x", "bounced")
+            await h.channel.context.report_delivery_status("x", "bounced")
 
 
 async def test_channels_without_late_statuses_keep_no_platform_ids(tmp_path):

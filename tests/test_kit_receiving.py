@@ -1,4 +1,4 @@
-"""The channel kit's long-polling loop (``Channel.poll_forever``), on its own: a channel
+"""The channel kit's long-polling transport (``Polling``), on its own: a channel
 whose polls the test scripts, in a real kernel. Identify with backoff, liveness,
 problems reported and cleared, batches journaled before the cursor moves, the
 bot's own and unreadable events skipped."""
@@ -17,8 +17,10 @@ from chatkernel.channels import (
     InboundMessage,
     PlatformError,
     Polled,
+    Polling,
     Trouble,
     hookimpl,
+    refusal,
 )
 from chatkernel.testing import KernelHarness
 
@@ -30,29 +32,34 @@ class ScriptedPolls(Channel):
 
     name = "scripted"
     limits = ChannelLimits()
-    receive_backoff = (0.01, 0.02)
 
-    def __init__(self, account, settings=None) -> None:
-        super().__init__(account, settings)
+    def __init__(self, account, context=None) -> None:
+        super().__init__(account, context)
         self.identify_failures: list[Exception] = []
         self.polls_seen: list[str | None] = []
         self.problems: list[str | None] = []  # every report (a reason) and clear (None)
         self.send_script, self.script = anyio.create_memory_object_stream[Any](100)
+        # Every problem the kit reports for the account, and every clear of one (None).
+        report, clear = self.context.report_problem, self.context.clear_problem
 
-    async def run(self, deliver):
-        await self.poll_forever(deliver)
+        def reporting(reason, *, restartable=True):
+            self.problems.append(reason)
+            report(reason, restartable=restartable)
+
+        def clearing():
+            if self.account.runtime.problem is not None:
+                self.problems.append(None)
+            clear()
+
+        self.context.report_problem, self.context.clear_problem = reporting, clearing
+
+    def transport(self) -> "ScriptedPolling":
+        return ScriptedPolling(self)
 
     async def identify(self) -> None:
         if self.identify_failures:
             raise self.identify_failures.pop(0)
         self.self_id = "bot"
-
-    async def poll(self, cursor):
-        self.polls_seen.append(cursor)
-        item = await self.script.receive()
-        if isinstance(item, Exception):
-            raise item
-        return item
 
     def receive_trouble(self, error):
         if isinstance(error, PlatformError) and error.status == 401:
@@ -66,6 +73,21 @@ class ScriptedPolls(Channel):
                               chat_id=event["chat"], message_id=event["id"],
                               sender_id=event.get("from", "u1"), text=event["text"])
 
+
+
+class ScriptedPolling(Polling):
+    """Each poll takes the next item the test sends on the channel's script."""
+
+    channel: ScriptedPolls
+    backoff = (0.01, 0.02)
+
+    async def poll(self, cursor):
+        self.channel.polls_seen.append(cursor)
+        item = await self.channel.script.receive()
+        if isinstance(item, Exception):
+            raise item
+        return item
+
     def event_chat(self, event):
         return event.get("chat")
 
@@ -74,15 +96,6 @@ class ScriptedPolls(Channel):
 
     def event_id(self, event):
         return event.get("id")
-
-    def report_problem(self, reason, *, restartable=True):
-        self.problems.append(reason)
-        super().report_problem(reason, restartable=restartable)
-
-    def clear_problem(self):
-        if self.account.runtime.problem is not None:
-            self.problems.append(None)
-        super().clear_problem()
 
 
 class Plugin:
@@ -136,7 +149,7 @@ async def test_identify_is_retried_reported_and_then_the_loop_polls(polling):
     h, channel, recorder, tg = polling
     runtime = channel.account.runtime
     channel.identify_failures = [PlatformError("getMe: cannot connect", kind="not_sent")] * 3
-    tg.start_soon(channel.run, recorder)
+    tg.start_soon(channel.account.transport.run, recorder)
     await until(lambda: channel.polls_seen, "the first poll")
     # One failure is not news; the second in a row is reported, with what failed.
     assert channel.problems[0] == "identify failed: getMe: cannot connect"
@@ -151,7 +164,7 @@ async def test_an_answered_poll_even_empty_is_a_sign_of_life(polling):
     h, channel, recorder, tg = polling
     runtime = channel.account.runtime
     runtime.loop_started(0.0)
-    tg.start_soon(channel.run, recorder)
+    tg.start_soon(channel.account.transport.run, recorder)
     await channel.send_script.send(Polled([]))
     await until(lambda: runtime.last_event_at is not None, "a sign of life")
     assert runtime.state == "running"
@@ -160,21 +173,21 @@ async def test_an_answered_poll_even_empty_is_a_sign_of_life(polling):
 async def test_the_cursor_is_saved_only_once_the_batch_is_journaled(polling):
     h, channel, recorder, tg = polling
     recorder.gate = anyio.Event()
-    tg.start_soon(channel.run, recorder)
+    tg.start_soon(channel.account.transport.run, recorder)
     await channel.send_script.send(Polled([event(1), event(2)], cursor="c-2"))
     await until(lambda: len(channel.polls_seen) == 1, "the poll")
     await anyio.sleep(0.05)
-    assert await channel.load_cursor() is None  # the journal does not have them yet
+    assert await channel.context.load_cursor() is None  # the journal does not have them yet
     recorder.gate.set()
     await until(lambda: recorder.batches, "the batch journaled")
     await until(lambda: len(channel.polls_seen) == 2, "the next poll")
-    assert channel.polls_seen[1] == "c-2" and await channel.load_cursor() == "c-2"
+    assert channel.polls_seen[1] == "c-2" and await channel.context.load_cursor() == "c-2"
     assert recorder.batches == [["text 1", "text 2"]]  # one durable write for the batch
 
 
 async def test_own_messages_non_messages_and_unreadable_events_are_skipped(polling, caplog):
     h, channel, recorder, tg = polling
-    tg.start_soon(channel.run, recorder)
+    tg.start_soon(channel.account.transport.run, recorder)
     await channel.send_script.send(Polled([
         event(1), event(2, **{"from": "bot"}), {"kind": "join", "chat": "c1"},
         {"id": "m3", "chat": "c1"},  # no text: normalize raises KeyError
@@ -198,7 +211,7 @@ async def test_a_problem_is_reported_at_once_a_passing_failure_only_when_it_repe
     caplog.set_level(logging.WARNING)
     h, channel, recorder, tg = polling
     runtime = channel.account.runtime
-    tg.start_soon(channel.run, recorder)
+    tg.start_soon(channel.account.transport.run, recorder)
     await channel.send_script.send(PlatformError("Unauthorized", status=401))
     await until(lambda: runtime.problem is not None, "the problem")
     assert runtime.problem == "token rejected" and runtime.problem_restartable is False
@@ -236,8 +249,8 @@ class Refusing(ScriptedPolls):
     name = "refusing"
     secret = "123:REFUSED-token-secret"
 
-    def __init__(self, account, settings=None) -> None:
-        super().__init__(account, settings)
+    def __init__(self, account, context=None) -> None:
+        super().__init__(account, context)
         self.identify_calls = 0
 
     async def identify(self) -> None:
@@ -247,11 +260,10 @@ class Refusing(ScriptedPolls):
     def receive_trouble(self, error):
         if isinstance(error, PlatformError) and error.status == 401:
             return Trouble("the API refused the token (401 Unauthorized)", wait=1.0,
-                           restartable=False, refused=True)
+                           restartable=False, refused=True,
+                           advice="get a new token and set it in "
+                                  f"{self.account.config_key('token')}")
         return super().receive_trouble(error)
-
-    def refused_advice(self, error):
-        return f"get a new token and set it in {self.config_key('token')}"
 
 
 class RefusingPlugin:
@@ -281,13 +293,13 @@ async def test_a_refused_identity_fails_the_account_with_what_to_do(refusing, ca
     runtime = channel.account.runtime
     channel.identify_failures = [PlatformError(f"Unauthorized {Refusing.secret}", status=401)]
     runtime.loop_started(0.0)
-    tg.start_soon(channel.run, recorder)
+    tg.start_soon(channel.account.transport.run, recorder)
     await until(lambda: runtime.state == "failed", "the account failed")
     assert runtime.detail == EXPECTED_REFUSAL
     assert runtime.problem == EXPECTED_REFUSAL and runtime.problem_restartable is False
     assert runtime.last_error == EXPECTED_REFUSAL
-    assert channel.refusal(PlatformError("Unauthorized", status=401)) == EXPECTED_REFUSAL
-    assert channel.refusal(PlatformError("Bad Gateway", status=502)) is None
+    assert refusal(channel, PlatformError("Unauthorized", status=401)) == EXPECTED_REFUSAL
+    assert refusal(channel, PlatformError("Bad Gateway", status=502)) is None
     # What status and health show: failed, with the advice, never the token.
     snapshot = await h.kernel.health.snapshot()
     account = snapshot.channels["refusing"].accounts["main"]
@@ -316,7 +328,7 @@ async def test_a_refused_account_runs_again_once_its_identity_is_taken(refusing,
     runtime = channel.account.runtime
     channel.identify_failures = [PlatformError("Unauthorized", status=401)]
     runtime.loop_started(0.0)
-    tg.start_soon(channel.run, recorder)
+    tg.start_soon(channel.account.transport.run, recorder)
     await until(lambda: channel.polls_seen, "the poll after a second identify")
     assert channel.identify_calls == 2
     assert runtime.state == "starting" and runtime.problem is None

@@ -11,7 +11,14 @@ import anyio
 import pytest
 from aiohttp import web
 
-from chatkernel.channels import Channel, ChannelLimits, InboundMessage, PlatformError, hookimpl
+from chatkernel.channels import (
+    Channel,
+    ChannelLimits,
+    InboundMessage,
+    PlatformError,
+    Socket,
+    hookimpl,
+)
 from chatkernel.testing import KernelHarness
 
 pytestmark = pytest.mark.anyio
@@ -63,17 +70,25 @@ class SocketServer:
 class SocketChannel(Channel):
     name = "socketed"
     limits = ChannelLimits()
-    receive_backoff = (0.01, 0.05)
     url = ""
-    silent_after = 0.3
 
-    async def run(self, deliver):
-        await self.supervise_socket(deliver, self.session, silent_after=self.silent_after)
+    def transport(self) -> "TestSocket":
+        return TestSocket(self)
+
+    async def normalize(self, event: dict[str, Any]) -> InboundMessage:
+        return InboundMessage(channel=self.name, account=self.account.name, chat_id="c1",
+                              message_id=event["id"], sender_id="u1", text=event["text"])
+
+
+class TestSocket(Socket):
+    __test__ = False  # not a test class
+    backoff = (0.01, 0.05)
+    silent_after = 0.3
 
     async def session(self, link) -> None:
         async with aiohttp.ClientSession() as http:
             try:
-                ws = await http.ws_connect(self.url)
+                ws = await http.ws_connect(self.channel.url)
             except aiohttp.WSServerHandshakeError as exc:
                 raise PlatformError(f"connect: HTTP {exc.status}", status=exc.status) from None
             async for frame in ws:
@@ -82,10 +97,6 @@ class SocketChannel(Channel):
                     await link.deliver([data])
                 else:
                     link.alive()
-
-    async def normalize(self, event: dict[str, Any]) -> InboundMessage:
-        return InboundMessage(channel=self.name, account=self.account.name, chat_id="c1",
-                              message_id=event["id"], sender_id="u1", text=event["text"])
 
 
 class Plugin:
@@ -135,7 +146,7 @@ def event(n: int) -> dict[str, Any]:
 async def test_a_closed_socket_is_opened_again_and_nothing_is_missed(socketed):
     server, channel, journal, tg = socketed
     server.scripts = [[{"type": "hello"}, event(1), "close"], [{"type": "hello"}, event(2)]]
-    tg.start_soon(channel.run, journal)
+    tg.start_soon(channel.account.transport.run, journal)
     await until(lambda: journal.texts == ["event 1", "event 2"], "both events")
     assert server.connections == 2
     assert channel.account.runtime.problem is None
@@ -145,7 +156,7 @@ async def test_an_open_but_silent_socket_is_seen_reported_and_replaced(socketed)
     server, channel, journal, tg = socketed
     runtime = channel.account.runtime
     server.scripts = [[{"type": "hello"}, "silent"], ["silent"], [{"type": "hello"}, event(3)]]
-    tg.start_soon(channel.run, journal)
+    tg.start_soon(channel.account.transport.run, journal)
     await until(lambda: runtime.problem is not None, "the silence reported")
     assert "open but silent for 0.3s" in runtime.problem and runtime.problem_restartable
     await until(lambda: journal.texts == ["event 3"], "the event after reconnecting")
@@ -157,7 +168,7 @@ async def test_a_refused_connection_is_classified_like_a_failed_poll(socketed):
     server, channel, journal, tg = socketed
     runtime = channel.account.runtime
     server.refuse_with = 403
-    tg.start_soon(channel.run, journal)
+    tg.start_soon(channel.account.transport.run, journal)
     # The default trouble: rejected credentials, which a restart cannot fix.
     await until(lambda: runtime.problem is not None, "the refusal reported")
     assert runtime.problem.startswith("the platform refused the account's credentials "
@@ -169,7 +180,7 @@ async def test_a_server_that_cannot_be_reached_is_retried_with_backoff(socketed)
     server, channel, journal, tg = socketed
     runtime = channel.account.runtime
     channel.url = "http://127.0.0.1:9/socket"  # the discard port: nobody listens
-    tg.start_soon(channel.run, journal)
+    tg.start_soon(channel.account.transport.run, journal)
     await until(lambda: runtime.problem is not None, "repeated failures reported")
     assert runtime.problem.startswith("the socket failed: connect: cannot connect to the platform")
     channel.url = server.url

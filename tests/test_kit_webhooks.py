@@ -22,6 +22,7 @@ from chatkernel.channels import (
     InboundMessage,
     HmacSignature,
     SecretHeader,
+    Webhook,
     WebhookRejected,
     hookimpl,
 )
@@ -146,32 +147,35 @@ class HookChannel(Channel):
 
     name = "hooked"
     limits = ChannelLimits()
-    webhook_max_bytes = 2000
-    registered = 0
 
-    async def run(self, deliver):
-        await self.serve_webhook(deliver)
-
-    def webhook_verifier(self):
-        return SignedWithHandshake(APP_SECRET, VERIFY_TOKEN)
-
-    async def register_webhook(self):
-        type(self).registered += 1
-
-    def webhook_answer(self, payload):
-        if isinstance(payload, dict) and "challenge" in payload:
-            return web.json_response({"challenge": payload["challenge"]})
-        return None
-
-    def webhook_events(self, payload):
-        if not isinstance(payload, dict) or not isinstance(payload.get("messages"), list):
-            raise WebhookRejected(400, "expected a list of messages")
-        return payload["messages"]
+    def transport(self) -> "Hook":
+        return Hook(self)
 
     async def normalize(self, event: dict[str, Any]) -> InboundMessage:
         return InboundMessage(channel=self.name, account=self.account.name,
                               chat_id=event["chat"], message_id=event["id"],
                               sender_id=event["from"], text=event["text"])
+
+
+class Hook(Webhook):
+    max_bytes = 2000
+    registered = 0
+
+    def verifier(self):
+        return SignedWithHandshake(APP_SECRET, VERIFY_TOKEN)
+
+    async def register(self):
+        type(self).registered += 1
+
+    def answer(self, payload):
+        if isinstance(payload, dict) and "challenge" in payload:
+            return web.json_response({"challenge": payload["challenge"]})
+        return None
+
+    def events(self, payload):
+        if not isinstance(payload, dict) or not isinstance(payload.get("messages"), list):
+            raise WebhookRejected(400, "expected a list of messages")
+        return payload["messages"]
 
 
 class Plugin:
@@ -205,14 +209,14 @@ async def hook(tmp_path):
     async with KernelHarness(tmp_path, config=config, plugins=[("hooked", Plugin)]) as h:
         channel = h.kernel.accounts["hooked:main"].channel
         app = web.Application()
-        for method, path, handler in channel.http_routes():
+        for method, path, handler in channel.account.transport.http_routes():
             app.router.add_route(method, path, handler)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
         host, port = runner.addresses[0][:2]
-        url = f"http://{host}:{port}{channel.webhook_path}"
+        url = f"http://{host}:{port}{channel.account.transport.path}"
         journal = Journal(h.kernel.receiver)
         try:
             async with aiohttp.ClientSession() as http, anyio.create_task_group() as tg:
@@ -235,16 +239,16 @@ async def post(http, url, body: bytes, *, signed: bool = True,
 
 
 async def start(tg, channel, journal):
-    tg.start_soon(channel.run, journal)
+    tg.start_soon(channel.account.transport.run, journal)
     with anyio.fail_after(5):
-        while channel.webhook_deliver is None:
+        while not channel.account.transport.accepting:
             await anyio.sleep(0.005)
 
 
 async def test_the_webhook_path_and_a_quiet_account(hook):
     h, channel, journal, tg, http, url = hook
-    assert channel.webhook_path == "/hooked/main/webhook"
-    assert channel.is_quiet()  # judged by its probe, not by silence
+    assert channel.account.transport.path == "/hooked/main/webhook"
+    assert channel.account.transport.quiet  # judged by its probe, not by silence
 
 
 async def test_before_the_loop_runs_requests_get_503_and_nothing_is_kept(hook):
@@ -256,7 +260,7 @@ async def test_before_the_loop_runs_requests_get_503_and_nothing_is_kept(hook):
 async def test_a_verified_request_is_journaled_before_its_200(hook):
     h, channel, journal, tg, http, url = hook
     await start(tg, channel, journal)
-    assert HookChannel.registered >= 1 and channel.account.runtime.last_event_at is not None
+    assert Hook.registered >= 1 and channel.account.runtime.last_event_at is not None
     status, text = await post(http, url, messages("one", "two ünï @x"))
     assert status == 200 and json.loads(text) == {"ok": True}
     assert journal.journaled == ["one", "two ünï @x"]  # every message of the request

@@ -15,6 +15,7 @@ from chatkernel.sdk.markup import (
     MarkdownRenderer,
     PlainText,
     render,
+    render_payload,
     renderer_for,
     renderers,
     to_plain,
@@ -103,9 +104,10 @@ def test_a_plugin_renderer_is_registered_by_its_hook_and_used_by_its_channel() -
         assert collect_channels(pm) == {"shouty": ShoutyChannel}
         assert renderer_for("test_shouty") is Shouty
         assert render("**hi** there", "test_shouty") == "HI THERE"
-        channel = ShoutyChannel.__new__(ShoutyChannel)
-        assert channel.render_text(OutboundPayload(text="_a_ b")) == ("A B", "test_shouty")
-        assert channel.render_text(OutboundPayload(text="_a_", format="plain")) == ("_a_", None)
+        shouty = ShoutyChannel.markup
+        assert render_payload(OutboundPayload(text="_a_ b"), shouty) == ("A B", "test_shouty")
+        assert render_payload(OutboundPayload(text="_a_", format="plain"), shouty) \
+            == ("_a_", None)
     finally:
         markup._registry.pop("test_shouty", None)
 

@@ -53,8 +53,8 @@ async def test_channel_saves_media_and_the_agent_reads_the_note(tmp_path):
                                                             "max_inbound_media_mb": 0.001}}}}}
     async with KernelHarness(tmp_path, config=config,
                              plugins=[("agent", agent_plugin(agent))]) as h:
-        small = await h.channel.save_media(b"tiny", kind="image", filename="a.png")
-        large = await h.channel.save_media(b"x" * 5000, kind="document", filename="b.pdf")
+        small = await h.channel.context.save_media(b"tiny", kind="image", filename="a.png")
+        large = await h.channel.context.save_media(b"x" * 5000, kind="document", filename="b.pdf")
         await h.channel.receive("two files", media=[small, large])
         await h.settle()
         text = agent.requests[0].text

@@ -299,7 +299,7 @@ async def test_zero_check_interval_disables_the_monitor(tmp_path):
 @pytest.mark.anyio
 async def test_a_quiet_account_with_a_good_probe_may_stay_silent_forever(tmp_path):
     async with scene(tmp_path) as s:
-        s.account().channel.is_quiet = lambda: True
+        s.account().transport.quiet = True
         await s.run_for(6 * HOUR)
         assert s.restart_times() == []
         assert s.account().runtime.monitor_note == "quiet account, probe ok"
@@ -309,7 +309,7 @@ async def test_a_quiet_account_with_a_good_probe_may_stay_silent_forever(tmp_pat
 async def test_a_quiet_account_with_a_failing_probe_is_restarted_within_the_caps(tmp_path):
     async with scene(tmp_path) as s:
         channel = s.account().channel
-        channel.is_quiet = lambda: True
+        s.account().transport.quiet = True
 
         async def failing():
             return ProbeResult(ok=False, detail="webhook not registered")

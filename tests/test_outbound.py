@@ -10,7 +10,7 @@ import pytest
 
 from chatkernel import SendError
 from chatkernel.core.turns.agents import AgentEvent
-from chatkernel.sdk.markup import MarkdownRenderer, escape_html
+from chatkernel.sdk.markup import MarkdownRenderer, escape_html, render_payload
 from chatkernel.sdk.models import OutboundPayload, Route
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.memory import KernelHarness
@@ -173,11 +173,12 @@ async def test_markdown_is_rendered_in_the_channels_markup(tmp_path):
         try:
             await h.channel.receive("format")
             await h.settle()
-            text, markup = h.channel.render_text(h.channel.sent[0].payload)
+            text, markup = render_payload(h.channel.sent[0].payload, h.channel.markup)
             assert (text, markup) == ("<strong>bold</strong> and <code>x &lt; y</code>",
                                       "test_tags")
-            plain = h.channel.render_text(type(h.channel.sent[0].payload)(text="**as is**",
-                                                                         format="plain"))
+            plain = render_payload(type(h.channel.sent[0].payload)(text="**as is**",
+                                                                  format="plain"),
+                                   h.channel.markup)
             assert plain == ("**as is**", None)
         finally:
             type(h.channel).markup = None

@@ -201,6 +201,11 @@ class Webhook(Transport):
     # -- the loop ----------------------------------------------------------------------
 
     @property
+    def accepting(self) -> bool:
+        """Whether requests are taken now (a loop runs); otherwise they get 503."""
+        return self._deliver is not None
+
+    @property
     def path(self) -> str:
         """Where the platform posts: ``/<channel>/<account>/webhook``."""
         account = self.channel.account

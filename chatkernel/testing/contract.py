@@ -21,7 +21,7 @@ Each contract test runs a real in-process kernel
 (:class:`chatkernel.testing.memory.KernelHarness`) with the plugin's channel
 configured from :meth:`PlatformAdapter.account_config`, a scripted agent, the
 queue in ``followup`` mode without debounce, and the channel's receive loop
-(``channel.run(deliver)``, ``deliver`` being the kernel's receiver, as a gateway
+(``transport.run(deliver)``, ``deliver`` being the kernel's receiver, as a gateway
 hands it) running against the fake, the gateway's HTTP server serving the
 channel's webhook routes. Optional platform features are capabilities: a test
 about a feature is skipped only when the adapter declares the capability absent
@@ -369,20 +369,20 @@ class ContractRun:
                 self.account.runtime.loop_started(time.time())
                 task_status.started()
                 try:
-                    await self.channel.run(self.receiver)
+                    await self.account.transport.run(self.receiver)
                 except Exception as exc:  # recorded: the waits fail with it at once
                     self.loop_error = exc
                 else:
                     if not scope.cancel_called:
                         self.loop_error = RuntimeError(
-                            f"{type(self.channel).__name__}.run returned; a receive loop "
-                            "must run until it is cancelled")
+                            f"{type(self.account.transport).__name__}.run returned; a "
+                            "receive loop must run until it is cancelled")
         finally:
             self.account.runtime.set_state("stopped", time.time())
             done.set()
 
     async def start_loop(self) -> None:
-        """Start the channel's receive loop (``channel.run(receiver)``)."""
+        """Start the account's receive loop (``account.transport.run(receiver)``)."""
         if self._loop_done is not None and not self._loop_done.is_set():
             raise RuntimeError("the receive loop is already running")
         self.loop_error = None
