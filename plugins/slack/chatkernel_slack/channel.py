@@ -1,25 +1,27 @@
 """The Slack channel: one app in one workspace, over Socket Mode (default) or the Events API.
 
 Only Slack lives here: its account config, reading its events
-(chatkernel_slack.events), its calls (chatkernel_slack.api, on slack_sdk), the
-Socket Mode session (chatkernel_slack.socket_mode), what its error codes mean,
-the probe. The receive loops' supervision, webhooks and their signatures,
-dedupe, retries, pacing and the outbox are the kernel's.
+(chatkernel_slack.events), its calls (chatkernel_slack.api, on slack_sdk), sending,
+what its error codes mean, the probe. How it receives — Socket Mode or the Events
+API — is its transport (chatkernel_slack.receiving). The receive loops'
+supervision, webhooks and their signatures, dedupe, retries, pacing and the outbox
+are the kernel's.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
 from chatkernel.channels import (
     AccountConfig,
+    Capabilities,
     Channel,
+    ChannelContext,
     ChannelLimits,
     Deliver,
     InboundMessage,
@@ -30,15 +32,16 @@ from chatkernel.channels import (
     RateLimit,
     Route,
     SendResult,
-    SocketLink,
+    Transport,
     Trouble,
-    WebhookRejected,
     escape_html,
+    refusal,
+    render_payload,
 )
 from chatkernel_slack import events
 from chatkernel_slack.api import DEFAULT_API_BASE, TOKEN_ERRORS, TOKEN_PATTERNS, SlackAPI
 from chatkernel_slack.markup import SlackMrkdwn
-from chatkernel_slack.signature import SlackSignature
+from chatkernel_slack.receiving import SlackEvents, SlackSocket
 
 log = logging.getLogger("chatkernel.slack")
 
@@ -92,6 +95,8 @@ class SlackAccount(AccountConfig):
     from :class:`~chatkernel.channels.AccountConfig`; rate and retry overrides are
     channel-wide (``[channels.slack]``).
     """
+
+    identity: ClassVar[tuple[str, ...]] = ("api_base", "bot_token")
 
     #: The Bot User OAuth Token (``xoxb-``): every Web API call.
     bot_token: str = Field(repr=False)
@@ -181,7 +186,6 @@ app_token = "${SLACK_APP_TOKEN}"      # an app-level token, xapp-…: Socket Mod
 allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the workspace
 """
     account_model = SlackAccount
-    account_identity = ("api_base", "bot_token")
     limits = ChannelLimits(
         text_limit=4000, text_unit="chars", caption_limit=4000,
         media_kinds={}, default_media_kind="file", media_max_bytes={"file": 1024 * MB},
@@ -189,16 +193,16 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
         # tolerated), several hundred a minute per workspace.
         rates={"chat": RateLimit(1, 1.0), "account": RateLimit(300, 60.0)},
         retry_base_delay=0.5,
+        # The status lasts two minutes unless the app replies: refreshing it rarely is
+        # enough.
+        indicator_interval=30.0,
     )
+    capabilities = Capabilities(command_prefixes="/!", recipient_error_codes=RECIPIENT_ERRORS)
     markup = SlackMrkdwn
     secret_patterns = TOKEN_PATTERNS
-    recipient_error_codes = RECIPIENT_ERRORS
-    command_prefixes = "/!"
-    #: The status lasts two minutes unless the app replies: refreshing it rarely is enough.
-    indicator_interval = 30.0
 
-    def __init__(self, account: Any, settings: Any = None) -> None:
-        super().__init__(account, settings)
+    def __init__(self, account: Any, context: ChannelContext | None = None) -> None:
+        super().__init__(account, context)
         config = self.config
         self.api = SlackAPI(config.bot_token, config.api_base,
                             secrets=tuple(s for s in (config.app_token, config.signing_secret)
@@ -215,27 +219,17 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
 
     # -- receiving ----------------------------------------------------------------------
 
+    def transport(self) -> SlackSocket | SlackEvents:
+        """Socket Mode, or the Events API's webhook, by ``mode``."""
+        return SlackEvents(self) if self.config.mode == "events" else SlackSocket(self)
+
     async def run(self, deliver: Deliver) -> None:
-        if self.config.mode == "events":
-            await self.serve_webhook(deliver)
-        else:
-            await self.supervise_socket(deliver, self._socket_session,
-                                        silent_after=self.config.silent_after)
+        """The account's receive loop, on its transport.
 
-    async def _socket_session(self, link: SocketLink) -> None:
-        from chatkernel_slack.socket_mode import SocketSession
-
-        await SocketSession(self, link).run()
-
-    def socket_hello(self, frame: dict[str, Any]) -> None:
-        """Slack's ``hello``: note how many connections share the app token."""
-        count = frame.get("num_connections")
-        count = count if isinstance(count, int) and count > 0 else 1
-        if count > 1 and count != self.connections:
-            warning = self.shared_token_warning(count)
-            log.warning("%s: %s", self.account.key, warning)
-            self.account.runtime.error(warning, time.time())
-        self.connections = count
+        Only while the kit's contract run (``chatkernel.testing.contract``) starts the
+        loop with ``channel.run``: the gateway runs ``account.transport`` itself."""
+        transport: Transport = self.account.transport or self.transport()
+        await transport.run(deliver)
 
     @staticmethod
     def shared_token_warning(count: int) -> str:
@@ -256,53 +250,19 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
         if isinstance(error, PlatformError):
             if error.code in TOKEN_ERRORS:
                 return Trouble(f"Slack refused {token_key(error)} ({error.code})",
-                               wait=REFUSED_WAIT_SECONDS, restartable=False, refused=True)
+                               wait=REFUSED_WAIT_SECONDS, restartable=False, refused=True,
+                               advice=self._token_advice(error))
             if error.code == "missing_scope":
                 return Trouble(str(error), wait=REFUSED_WAIT_SECONDS, restartable=False)
         return super().receive_trouble(error)
 
-    def refused_advice(self, error: Exception) -> str:
-        code = getattr(error, "code", None)
-        key = token_key(error) if isinstance(error, PlatformError) else "bot_token"
-        advice = _TOKEN_ADVICE.get(str(code), "Slack refused it: check it on the app's config "
-                                              "page")
-        return (f"{advice} ({_TOKEN_PAGES[key]}), set it in {self.config_key(key)} and "
-                "restart the gateway")
-
-    # webhooks (events mode)
-
-    def webhook_verifier(self) -> SlackSignature | None:
-        if self.config.mode != "events":
-            return None
-        return SlackSignature(self.config.signing_secret)
-
-    def webhook_answer(self, payload: Any) -> Any:
-        if isinstance(payload, dict) and payload.get("type") == "url_verification":
-            from aiohttp import web
-
-            return web.json_response({"challenge": payload.get("challenge", "")})
-        return None
-
-    def webhook_events(self, payload: Any) -> list[Any]:
-        if not isinstance(payload, dict):
-            raise WebhookRejected(400, "expected an Events API wrapper (a JSON object)")
-        if payload.get("type") == "app_rate_limited":
-            log.warning("%s: Slack dropped events: the app is over its Events API rate "
-                        "limit (minute %s)", self.account.key, payload.get("minute_rate_limited"))
-        return [payload] if payload.get("type") == "event_callback" else []
-
-    # reading events
-
-    def event_chat(self, wrapper: Any) -> Any:
-        return (events.event_of(wrapper) or {}).get("channel")
-
-    def event_has_media(self, wrapper: Any) -> bool:
-        return bool((events.event_of(wrapper) or {}).get("files"))
-
-    def describe_event(self, wrapper: Any) -> str:
-        event = events.event_of(wrapper) or {}
-        return f"event {wrapper.get('event_id') if isinstance(wrapper, dict) else '?'} " \
-               f"({event.get('type')})"
+    def _token_advice(self, error: PlatformError) -> str:
+        """What to do about a refused token: where to get a new one, which key takes it."""
+        key = token_key(error)
+        advice = _TOKEN_ADVICE.get(str(error.code), "Slack refused it: check it on the app's "
+                                                    "config page")
+        return (f"{advice} ({_TOKEN_PAGES[key]}), set it in {self.account.config_key(key)} "
+                "and restart the gateway")
 
     async def normalize(self, wrapper: Any) -> InboundMessage | None:
         """An Events API wrapper as an InboundMessage (None: not a message to answer)."""
@@ -353,9 +313,10 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
             return MediaRef(kind=kind, filename=name, size=size, platform_id=file_id,
                             note="not saved: Slack gave no private download link")
         try:
-            return await self.save_media(self.api.download(url, max_bytes=self.max_inbound_bytes),
-                                         kind=kind, filename=name, mime=mime,
-                                         platform_id=file_id, declared_size=size)
+            context = self.context
+            return await context.save_media(
+                self.api.download(url, max_bytes=context.max_inbound_bytes), kind=kind,
+                filename=name, mime=mime, platform_id=file_id, declared_size=size)
         except PlatformError as exc:
             return MediaRef(kind=kind, filename=name, size=size, platform_id=file_id,
                             note=f"not saved: {exc}")
@@ -363,7 +324,7 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
     # -- sending --------------------------------------------------------------------------
 
     def _wire_text(self, payload: OutboundPayload) -> tuple[str, str | None]:
-        text, markup = self.render_text(payload)
+        text, markup = render_payload(payload, self.markup)
         if markup and not text.strip() and payload.text.strip():
             # Markdown that renders to nothing Slack shows (a dangerous link alone):
             # Slack would refuse it (no_text), and the plain rendering is empty too.
@@ -467,9 +428,9 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
         try:
             me = await self.api.call("auth.test", lambda client: client.auth_test())
         except PlatformError as exc:
-            refusal = self.refusal(exc)
-            if refusal is not None:  # restarting cannot help: a person must act
-                return ProbeResult(ok=False, detail=refusal, restartable=False)
+            refused = refusal(self, exc)
+            if refused is not None:  # restarting cannot help: a person must act
+                return ProbeResult(ok=False, detail=refused, restartable=False)
             return ProbeResult(ok=False, detail=str(exc))
         self._learn(me)
         detail = f"{me.get('team')} as @{me.get('user')}"

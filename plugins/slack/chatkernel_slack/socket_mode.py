@@ -1,5 +1,5 @@
 """A Socket Mode session on slack_sdk's aiohttp ``SocketModeClient``, under the kit's
-socket supervision (``Channel.supervise_socket``).
+socket supervision (chatkernel_slack.receiving.SlackSocket, a kit ``Socket``).
 
 What slack_sdk does: ``apps.connections.open`` with the app-level token, the
 websocket, pings every ``ping_interval``, and a new connection when Slack sends
@@ -41,7 +41,7 @@ from chatkernel.channels import PlatformError, SocketLink, decode_json, encode_j
 from chatkernel_slack.api import slack_error
 
 if TYPE_CHECKING:
-    from chatkernel_slack.channel import SlackChannel
+    from chatkernel_slack.receiving import SlackSocket
 
 log = logging.getLogger("chatkernel.slack")
 #: slack_sdk's own log lines (connections, reconnections).
@@ -68,8 +68,9 @@ def _watched(on_frame: Any) -> type[aiohttp.ClientWebSocketResponse]:
 class SocketSession:
     """One Socket Mode connection's life: open, receive, acknowledge, until it ends."""
 
-    def __init__(self, channel: SlackChannel, link: SocketLink) -> None:
-        self.channel = channel
+    def __init__(self, transport: SlackSocket, link: SocketLink) -> None:
+        self.transport = transport
+        self.channel = transport.channel
         self.link = link
         self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         #: Envelopes taken, and how many of them were redeliveries.
@@ -94,7 +95,7 @@ class SocketSession:
             return
         kind = frame.get("type")
         if kind == "hello":
-            self.channel.socket_hello(frame)
+            self.transport.hello(frame)
         elif kind == "disconnect":
             log.info("%s: Slack asks to reconnect (%s)", self.channel.account.key,
                      frame.get("reason"))

@@ -44,7 +44,9 @@ async def connected(run):
     account counts as started, as under the gateway's supervisor."""
     run.account.runtime.loop_started(time.time())
     if run.channel.config.mode == "events":
-        await run.wait(lambda: run.channel.webhook_deliver is not None, what="the webhook")
+        # Webhook.run reports the account alive as it starts taking requests.
+        await run.wait(lambda: run.account.runtime.last_event_at is not None,
+                       what="the webhook")
     else:
         await run.wait(lambda: run.adapter.slack.app.open_sockets, what="a socket")
 

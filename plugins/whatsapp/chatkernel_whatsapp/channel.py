@@ -1,13 +1,13 @@
 """The WhatsApp channel: the WhatsApp Business Cloud API, receiving on a webhook.
 
-Only WhatsApp lives here: reading Meta's webhook notifications (every entry, change,
-message and status of each), the Graph API calls, the media-kind and MIME tables, what
-its error codes mean (131047 the closed 24-hour window, 190 an expired token, the rate
-limits), the statuses that tell a sent message's fate, the probe. The webhook route,
-its signature check, journal-before-200, dedupe, pacing, retries and the outbox are
-the kernel's.
+Only WhatsApp lives here: reading the messages and statuses of Meta's webhook
+notifications, the Graph API calls, the media-kind and MIME tables, what its error
+codes mean (131047 the closed 24-hour window, 190 an expired token, the rate limits),
+the statuses that tell a sent message's fate, the probe. Its transport, the webhook
+that splits a notification into its messages and statuses (every entry and change of
+it), is chatkernel_whatsapp.receiving; the webhook route, its signature check,
+journal-before-200, dedupe, pacing, retries and the outbox are the kernel's.
 """
-
 from __future__ import annotations
 
 import logging
@@ -15,15 +15,16 @@ import mimetypes
 import time
 import weakref
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from chatkernel.channels import (
     AccountConfig,
+    Capabilities,
     Channel,
+    ChannelContext,
     ChannelLimits,
     Deliver,
     InboundMessage,
@@ -35,9 +36,10 @@ from chatkernel.channels import (
     Route,
     SendError,
     SendResult,
+    Transport,
     Trouble,
     Verdict,
-    WebhookRejected,
+    render_payload,
 )
 from chatkernel_whatsapp.api import (
     DEFAULT_API_BASE,
@@ -52,19 +54,16 @@ from chatkernel_whatsapp.api import (
     media_mime,
 )
 from chatkernel_whatsapp.markup import WhatsAppText
-from chatkernel_whatsapp.signature import MetaSignature
+from chatkernel_whatsapp.receiving import INBOUND_MEDIA, Notification, WhatsAppWebhook
 
 log = logging.getLogger("chatkernel.whatsapp")
 
 MB = 1024 * 1024
-#: Inbound message types that carry a file, and the media kind each is saved as.
-INBOUND_MEDIA = {"image": "image", "video": "video", "document": "document",
-                 "audio": "audio", "sticker": "image"}
 #: Outbound kinds that take a caption (audio and stickers do not).
 CAPTIONED = frozenset({"image", "video", "document"})
 #: How many chats' latest inbound message ids are kept for read receipts and typing.
 LAST_INBOUND_CHATS = 10_000
-#: What a refused access token is (followed by WhatsAppChannel.refused_advice).
+#: What a refused access token is (followed by what to do: WhatsAppChannel.receive_trouble).
 TOKEN_REFUSED = "the Graph API refused the access token (error 190: expired, revoked or invalid)"
 WINDOW_CLOSED = ("the user last wrote more than 24 hours ago, and outside that "
                  "customer-service window WhatsApp delivers only approved template "
@@ -86,6 +85,8 @@ class TemplateConfig(BaseModel):
 class WhatsAppAccount(AccountConfig):
     """``[channels.whatsapp.accounts.<name>]``: one business phone number."""
 
+    identity: ClassVar[tuple[str, ...]] = ("api_base", "phone_number_id")
+
     access_token: str = Field(min_length=1)
     phone_number_id: str = Field(pattern=r"^[0-9]+$")
     #: The Meta app's secret: every webhook POST is signed with it.
@@ -98,16 +99,6 @@ class WhatsAppAccount(AccountConfig):
     #: after an outage) are recorded but not answered.
     max_message_age_minutes: float = Field(240, gt=0)
     template: TemplateConfig | None = None
-
-
-@dataclass(slots=True)
-class Notification:
-    """One message or status out of a webhook notification."""
-
-    kind: str                      # "message" | "status"
-    data: dict[str, Any]
-    phone_number_id: str | None
-    contacts: list[Any] = field(default_factory=list)
 
 
 # Every running account by its phone number id: one Meta app posts every number's
@@ -183,7 +174,6 @@ verify_token = "${WHATSAPP_VERIFY_TOKEN}"     # what you typed in the webhook's 
 allow_from = ["15551234567"]                  # phone numbers, digits only; "*" anyone
 """
     account_model = WhatsAppAccount
-    account_identity = ("api_base", "phone_number_id")
     limits = ChannelLimits(
         text_limit=4096, text_unit="chars", caption_limit=1024,
         # Meta's media types: jpeg/png images (webp only as stickers: sent as a
@@ -199,16 +189,15 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
         # pair rate, 131056), a reply's few parts together.
         rates={"account": RateLimit(80, 1.0), "chat": RateLimit(10, 60.0)},
         retry_base_delay=0.5,
+        # The typing indicator lasts 25 s (or until the reply): refreshed before that.
+        indicator_interval=20.0,
     )
+    capabilities = Capabilities(delivery_statuses=True, recipient_error_codes=RECIPIENT_CODES)
     markup = WhatsAppText
     secret_patterns = (TOKEN_PATTERN,)
-    delivery_statuses = True
-    recipient_error_codes = RECIPIENT_CODES
-    #: The typing indicator lasts 25 s (or until the reply): refreshed before that.
-    indicator_interval = 20.0
 
-    def __init__(self, account, settings=None) -> None:
-        super().__init__(account, settings)
+    def __init__(self, account: Any, context: ChannelContext | None = None) -> None:
+        super().__init__(account, context)
         config = self.config
         self.api = GraphAPI(config.access_token, config.phone_number_id, config.api_base,
                             config.api_version)
@@ -224,12 +213,21 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
 
     # -- receiving ------------------------------------------------------------------
 
-    async def run(self, deliver: Deliver) -> None:
-        _accounts[self.config.phone_number_id] = self
-        await self.serve_webhook(deliver)
+    def transport(self) -> WhatsAppWebhook:
+        return WhatsAppWebhook(self)
 
-    def webhook_verifier(self) -> MetaSignature:
-        return MetaSignature(self.config.app_secret, self.config.verify_token)
+    async def run(self, deliver: Deliver) -> None:
+        """The account's receive loop, on its transport.
+
+        Only while the kit's contract run (``chatkernel.testing.contract``) starts the
+        loop with ``channel.run``: the gateway runs ``account.transport`` itself."""
+        transport: Transport = self.account.transport or self.transport()
+        await transport.run(deliver)
+
+    def claim_number(self) -> None:
+        """This instance reads the notifications for its phone number id, whichever
+        account's webhook Meta posts them to (the newest instance, after a reload)."""
+        _accounts[self.config.phone_number_id] = self
 
     async def identify(self) -> None:
         if self.phone is None:
@@ -240,7 +238,7 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
             phone = await self.api.phone_number(timeout=timeout)
         except GraphError as exc:
             if exc.code == TOKEN_EXPIRED:
-                self.report_problem(self.token_expired_problem, restartable=False)
+                self.context.report_problem(self.token_expired_problem, restartable=False)
             raise
         self.phone = phone
         digits = "".join(ch for ch in str(phone.get("display_phone_number", "")) if ch.isdigit())
@@ -249,100 +247,21 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
 
     def receive_trouble(self, error: Exception) -> Trouble:
         if isinstance(error, GraphError) and error.code == TOKEN_EXPIRED:
-            return Trouble(TOKEN_REFUSED, wait=300.0, restartable=False, refused=True)
+            return Trouble(TOKEN_REFUSED, wait=300.0, restartable=False, refused=True,
+                           advice=self._token_advice())
         return super().receive_trouble(error)
-
-    def refused_advice(self, error: Exception) -> str:
-        return self._token_advice()
 
     def _token_advice(self) -> str:
         return ("make a new access token for a system user in Meta Business Suite (Business "
                 "settings, System users, Generate new token; permanent, with "
                 "whatsapp_business_messaging), set it in "
-                f"{self.config_key('access_token')} and restart the gateway")
+                f"{self.account.config_key('access_token')} and restart the gateway")
 
     @property
     def token_expired_problem(self) -> str:
         """A refused access token, with what to do: the account's problem, the probe's
         detail and the reason of a send it stopped."""
         return f"{TOKEN_REFUSED}: {self._token_advice()}"
-
-    def webhook_events(self, payload: Any) -> list[Notification]:
-        """Every message and status of every change of every entry, in order.
-
-        The body is signed, so it is Meta's, but a part of it that is not the shape
-        Meta documents (a ``metadata`` that is not an object, ``messages`` that is not
-        a list, a message that is not an object) is skipped with one line naming it:
-        the rest of the notification is still answered, and Meta gets its 200 (a
-        refusal would only make it post the same bytes again, for days)."""
-        if not isinstance(payload, dict) or not isinstance(payload.get("entry"), list):
-            raise WebhookRejected(400, "expected a notification with an entry list")
-        if payload.get("object") != "whatsapp_business_account":
-            raise WebhookRejected(400, f"not a WhatsApp notification: {payload.get('object')!r}")
-        found: list[Notification] = []
-        for e, entry in enumerate(payload["entry"]):
-            if not isinstance(entry, dict):
-                self._malformed(f"entry[{e}]", "an object", entry)
-                continue
-            changes = entry.get("changes")
-            if changes is not None and not isinstance(changes, list):
-                self._malformed(f"entry[{e}].changes", "a list", changes)
-                continue
-            for c, change in enumerate(changes or []):
-                where = f"entry[{e}].changes[{c}]"
-                if not isinstance(change, dict):
-                    self._malformed(where, "an object", change)
-                    continue
-                if change.get("field") != "messages":
-                    continue  # message echoes, templates, account updates: nothing to answer
-                found.extend(self._change_events(change.get("value"), f"{where}.value"))
-        return found
-
-    def _change_events(self, value: Any, where: str) -> list[Notification]:
-        """The messages and statuses of one change's ``value`` (see webhook_events)."""
-        if value is None:
-            return []
-        if not isinstance(value, dict):
-            self._malformed(where, "an object", value)
-            return []
-        metadata = value.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            # Without it the number the messages were sent to is unknown.
-            self._malformed(f"{where}.metadata", "an object", metadata)
-            return []
-        phone = metadata.get("phone_number_id")
-        contacts = value.get("contacts") or []
-        if not isinstance(contacts, list):
-            self._malformed(f"{where}.contacts", "a list", contacts)
-            contacts = []
-        found: list[Notification] = []
-        for kind, key in (("message", "messages"), ("status", "statuses")):
-            items = value.get(key) or []
-            if not isinstance(items, list):
-                self._malformed(f"{where}.{key}", "a list", items)
-                continue
-            for index, item in enumerate(items):
-                if not isinstance(item, dict):
-                    self._malformed(f"{where}.{key}[{index}]", "an object", item)
-                    continue
-                found.append(Notification(kind, item, phone, contacts if kind == "message"
-                                          else []))
-        return found
-
-    def _malformed(self, where: str, expected: str, value: Any) -> None:
-        shown = repr(value)
-        shown = shown if len(shown) <= 60 else shown[:60] + "…"
-        log.warning("%s: a signed notification's %s is not %s (%s): that part is skipped, "
-                    "the rest is answered", self.account.key, where, expected, shown)
-
-    def event_chat(self, event: Notification) -> Any:
-        return event.data.get("from") or event.data.get("recipient_id")
-
-    def event_has_media(self, event: Notification) -> bool:
-        return event.kind == "message" and event.data.get("type") in INBOUND_MEDIA
-
-    def describe_event(self, event: Notification) -> str:
-        return f"{event.kind} {event.data.get('id')}"
 
     def screen_inbound(self, message: InboundMessage) -> Verdict | None:
         """A message older than the account's ``max_message_age_minutes`` is recorded
@@ -390,7 +309,8 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
             reason = " — ".join(str(part) for part in (error.get("title") or
                                                         error.get("message"), details)
                                 if part) or None
-        await self.report_delivery_status(str(status["id"]), state, reason=reason, code=code)
+        await self.context.report_delivery_status(str(status["id"]), state, reason=reason,
+                                                  code=code)
 
     async def _message(self, data: dict[str, Any], contacts: list[Any]) -> InboundMessage | None:
         kind = data.get("type")
@@ -442,9 +362,10 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
             if name is None:
                 extension = mimetypes.guess_extension((mime or "").split(";")[0].strip()) or ""
                 name = f"{wa_type}{extension}"
-            chunks = self.api.download(str(info["url"]), max_bytes=self.max_inbound_bytes)
-            return await self.save_media(chunks, kind=kind, filename=name, mime=mime,
-                                         platform_id=media_id, declared_size=size)
+            context = self.context
+            chunks = self.api.download(str(info["url"]), max_bytes=context.max_inbound_bytes)
+            return await context.save_media(chunks, kind=kind, filename=name, mime=mime,
+                                            platform_id=media_id, declared_size=size)
         except (PlatformError, KeyError, ValueError) as exc:
             return MediaRef(kind=kind, filename=name, mime=mime, platform_id=media_id,
                             note=f"not saved: {exc}")
@@ -456,7 +377,7 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
             if payload.is_media:
                 wamid = await self._send_media(route, payload)
             else:
-                text, _ = self.render_text(payload)
+                text, _ = render_payload(payload, self.markup)
                 try:
                     wamid = await self.api.send_message(route.chat_id, "text", {"body": text},
                                                         reply_to=route.reply_to)
@@ -477,8 +398,8 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
         kind = payload.media_kind or "document"
         content: dict[str, Any] = {"id": await self._upload(path)}
         if payload.caption and kind in CAPTIONED:
-            content["caption"], _ = self.render_text(
-                OutboundPayload(text=payload.caption, format=payload.format))
+            content["caption"], _ = render_payload(
+                OutboundPayload(text=payload.caption, format=payload.format), self.markup)
         if kind == "document":
             content["filename"] = path.name
         return await self.api.send_message(route.chat_id, kind, content,
@@ -517,7 +438,7 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
             return _explained(exc, f"not delivered: {WINDOW_CLOSED}; {hint}, or wait until "
                                    "they write again")
         if exc.code == TOKEN_EXPIRED:
-            self.report_problem(self.token_expired_problem, restartable=False)
+            self.context.report_problem(self.token_expired_problem, restartable=False)
             return _explained(exc, f"not sent: {self.token_expired_problem}")
         if exc.code == UNSUPPORTED_MEDIA:
             return _explained(exc, f"WhatsApp refused the file's type: {exc}")
@@ -543,7 +464,7 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
         except PlatformError as exc:
             return ProbeResult(ok=False, detail=str(exc))
         if self.account.runtime.problem == self.token_expired_problem:
-            self.clear_problem()  # a new token works
+            self.context.clear_problem()  # a new token works
         number, name = phone.get("display_phone_number"), phone.get("verified_name")
         quality = phone.get("quality_rating")
         return ProbeResult(ok=True, detail=f"{number} ({name}), quality {quality}",

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from chatkernel.channels import OutboundPayload, render
+from chatkernel.channels import OutboundPayload, render, render_payload
 from chatkernel.testing import PATHOLOGICAL_MARKDOWN, markdown_texts
 from chatkernel_whatsapp.channel import WhatsAppChannel
 from chatkernel_whatsapp.markup import WhatsAppText, to_whatsapp
@@ -48,9 +48,10 @@ def test_the_renderer_is_registered_and_is_the_channels() -> None:
     assert registered_markups()["whatsapp"] is WhatsAppText
     assert render(md, "whatsapp") == render(md, WhatsAppText) == to_whatsapp(md) == "*hi* <x>"
     assert WhatsAppChannel.markup is WhatsAppText
-    channel = WhatsAppChannel.__new__(WhatsAppChannel)
-    assert channel.render_text(OutboundPayload(text="**a** _b_")) == ("*a* _b_", "whatsapp")
-    assert channel.render_text(OutboundPayload(text="**a**", format="plain")) == ("**a**", None)
+    markup = WhatsAppChannel.markup
+    assert render_payload(OutboundPayload(text="**a** _b_"), markup) == ("*a* _b_", "whatsapp")
+    assert render_payload(OutboundPayload(text="**a**", format="plain"), markup) == \
+        ("**a**", None)
 
 
 @pytest.mark.parametrize("md", PATHOLOGICAL_MARKDOWN)

@@ -160,7 +160,9 @@ async def test_a_malformed_part_of_a_signed_notification_is_skipped_and_the_rest
         else:
             changes.insert(0, bad)
         raw = _encode(body)
-        await run.wait(lambda: run.channel.webhook_deliver is not None, what="the webhook")
+        # Webhook.run reports the account alive as it starts taking requests.
+        await run.wait(lambda: run.account.runtime.last_event_at is not None,
+                       what="the webhook")
         with caplog.at_level(logging.WARNING):
             assert await post(url, raw, signature(raw)) == 200
             await run.wait_for_tokens(USER, ["mf2z"])
@@ -408,7 +410,7 @@ async def test_the_probe_names_the_number_its_name_and_quality(adapter, tmp_path
         assert result.ok and result.latency_ms is not None
         assert result.detail == "+1 555-078-3881 (Chatkernel Test), quality GREEN"
         assert result.extra["quality_rating"] == "GREEN"
-        assert run.channel.is_quiet()  # judged by its probe, not by silence
+        assert run.account.transport.quiet  # judged by its probe, not by silence
 
 
 async def test_a_pair_rate_answer_is_waited_out_and_sends_are_paced_before_it(

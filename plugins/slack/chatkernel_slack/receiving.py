@@ -1,0 +1,92 @@
+"""How a Slack account receives: Socket Mode (default) or the Events API.
+
+Both carry the same Events API wrapper (chatkernel_slack.events), so both
+transports read events the same way (:class:`SlackWrappers`). Socket Mode is a
+:class:`~chatkernel.channels.Socket` whose session is slack_sdk's client
+(chatkernel_slack.socket_mode); the Events API is a
+:class:`~chatkernel.channels.Webhook` on ``/slack/<account>/webhook``, signed with
+the app's signing secret. The kit supervises both: reconnects, backoff, health.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from chatkernel.channels import Socket, SocketLink, Webhook, WebhookRejected
+from chatkernel_slack import events
+from chatkernel_slack.signature import SlackSignature
+
+if TYPE_CHECKING:
+    from chatkernel_slack.channel import SlackChannel
+
+log = logging.getLogger("chatkernel.slack")
+
+
+class SlackWrappers:
+    """What the kit needs to know about an Events API wrapper, for both transports."""
+
+    def event_chat(self, wrapper: Any) -> Any:
+        return (events.event_of(wrapper) or {}).get("channel")
+
+    def event_has_media(self, wrapper: Any) -> bool:
+        return bool((events.event_of(wrapper) or {}).get("files"))
+
+    def describe_event(self, wrapper: Any) -> str:
+        event = events.event_of(wrapper) or {}
+        return f"event {wrapper.get('event_id') if isinstance(wrapper, dict) else '?'} " \
+               f"({event.get('type')})"
+
+
+class SlackSocket(SlackWrappers, Socket):
+    """Socket Mode: a websocket opened with the app-level token."""
+
+    channel: SlackChannel
+
+    def __init__(self, channel: SlackChannel) -> None:
+        super().__init__(channel)
+        #: Reopened when Slack says nothing, not even a pong, for this long.
+        self.silent_after = channel.config.silent_after
+
+    async def session(self, link: SocketLink) -> None:
+        from chatkernel_slack.socket_mode import SocketSession
+
+        await SocketSession(self, link).run()
+
+    def hello(self, frame: dict[str, Any]) -> None:
+        """Slack's ``hello``: note how many connections share the app token (the
+        probe reports more than one)."""
+        channel = self.channel
+        count = frame.get("num_connections")
+        count = count if isinstance(count, int) and count > 0 else 1
+        if count > 1 and count != channel.connections:
+            warning = channel.shared_token_warning(count)
+            log.warning("%s: %s", channel.account.key, warning)
+            channel.account.runtime.error(warning, time.time())
+        channel.connections = count
+
+
+class SlackEvents(SlackWrappers, Webhook):
+    """The Events API: Slack posts each event to the gateway, signed."""
+
+    channel: SlackChannel
+
+    def verifier(self) -> SlackSignature:
+        return SlackSignature(self.channel.config.signing_secret)
+
+    def answer(self, payload: Any) -> web.StreamResponse | None:
+        if isinstance(payload, dict) and payload.get("type") == "url_verification":
+            return web.json_response({"challenge": payload.get("challenge", "")})
+        return None
+
+    def events(self, payload: Any) -> list[Any]:
+        if not isinstance(payload, dict):
+            raise WebhookRejected(400, "expected an Events API wrapper (a JSON object)")
+        if payload.get("type") == "app_rate_limited":
+            log.warning("%s: Slack dropped events: the app is over its Events API rate "
+                        "limit (minute %s)", self.channel.account.key,
+                        payload.get("minute_rate_limited"))
+        return [payload] if payload.get("type") == "event_callback" else []
