@@ -23,7 +23,6 @@ from chatkernel.channels import (
     Channel,
     ChannelContext,
     ChannelLimits,
-    Deliver,
     InboundMessage,
     MediaRef,
     OutboundPayload,
@@ -32,7 +31,6 @@ from chatkernel.channels import (
     RateLimit,
     Route,
     SendResult,
-    Transport,
     Trouble,
     escape_html,
     refusal,
@@ -222,14 +220,6 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
     def transport(self) -> SlackSocket | SlackEvents:
         """Socket Mode, or the Events API's webhook, by ``mode``."""
         return SlackEvents(self) if self.config.mode == "events" else SlackSocket(self)
-
-    async def run(self, deliver: Deliver) -> None:
-        """The account's receive loop, on its transport.
-
-        Only while the kit's contract run (``chatkernel.testing.contract``) starts the
-        loop with ``channel.run``: the gateway runs ``account.transport`` itself."""
-        transport: Transport = self.account.transport or self.transport()
-        await transport.run(deliver)
 
     @staticmethod
     def shared_token_warning(count: int) -> str:

@@ -44,9 +44,7 @@ async def connected(run):
     account counts as started, as under the gateway's supervisor."""
     run.account.runtime.loop_started(time.time())
     if run.channel.config.mode == "events":
-        # Webhook.run reports the account alive as it starts taking requests.
-        await run.wait(lambda: run.account.runtime.last_event_at is not None,
-                       what="the webhook")
+        await run.wait(lambda: run.account.transport.accepting, what="the webhook")
     else:
         await run.wait(lambda: run.adapter.slack.app.open_sockets, what="a socket")
 
@@ -692,7 +690,7 @@ async def test_several_workspaces_at_once_each_answer_with_their_own_app(tmp_pat
                 ("slack", chatkernel_slack), ("agent", agent_plugin(agent))]) as h:
             async with anyio.create_task_group() as tg:
                 for name in ("one", "two"):
-                    tg.start_soon(h.kernel.accounts[f"slack:{name}"].channel.run,
+                    tg.start_soon(h.kernel.accounts[f"slack:{name}"].transport.run,
                                   h.kernel.receiver)
                 slack.inject_message("D0DIRECTAA", "to one", user=USER)
                 slack.inject_message("D0DIRECTBB", "to two", user=USER, app=second)

@@ -26,7 +26,6 @@ from chatkernel.channels import (
     Channel,
     ChannelContext,
     ChannelLimits,
-    Deliver,
     InboundMessage,
     MediaRef,
     OutboundPayload,
@@ -36,7 +35,6 @@ from chatkernel.channels import (
     Route,
     SendError,
     SendResult,
-    Transport,
     Trouble,
     Verdict,
     render_payload,
@@ -215,14 +213,6 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
 
     def transport(self) -> WhatsAppWebhook:
         return WhatsAppWebhook(self)
-
-    async def run(self, deliver: Deliver) -> None:
-        """The account's receive loop, on its transport.
-
-        Only while the kit's contract run (``chatkernel.testing.contract``) starts the
-        loop with ``channel.run``: the gateway runs ``account.transport`` itself."""
-        transport: Transport = self.account.transport or self.transport()
-        await transport.run(deliver)
 
     def claim_number(self) -> None:
         """This instance reads the notifications for its phone number id, whichever

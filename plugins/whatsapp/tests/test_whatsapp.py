@@ -160,9 +160,7 @@ async def test_a_malformed_part_of_a_signed_notification_is_skipped_and_the_rest
         else:
             changes.insert(0, bad)
         raw = _encode(body)
-        # Webhook.run reports the account alive as it starts taking requests.
-        await run.wait(lambda: run.account.runtime.last_event_at is not None,
-                       what="the webhook")
+        await run.wait(lambda: run.account.transport.accepting, what="the webhook")
         with caplog.at_level(logging.WARNING):
             assert await post(url, raw, signature(raw)) == 200
             await run.wait_for_tokens(USER, ["mf2z"])
