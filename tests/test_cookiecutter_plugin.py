@@ -153,8 +153,10 @@ def test_a_baked_plugin_installs_is_listed_and_passes_its_own_tests(
                                 tmp_path / "paste", path=(bin_dir,), cwd=project)
     assert [m["text"] for m in pasted.sent()] == ["hello"], pasted.report()
 
+    # On the current channel contract: no name of the earlier one (chatkernel.sdk.legacy).
     tests = run([bin_dir / "python", "-m", "pytest", project / "tests", "-q",
-                 "-p", "no:cacheprovider"], cwd=project, timeout=120)
+                 "-p", "no:cacheprovider", "-W", "error::DeprecationWarning"],
+                cwd=project, timeout=120)
     assert tests.returncode == 0, tests.stdout[-4000:] + tests.stderr[-2000:]
     summary = tests.stdout.strip().splitlines()[-1]
     assert " passed" in summary and "failed" not in summary and "skipped" not in summary, \

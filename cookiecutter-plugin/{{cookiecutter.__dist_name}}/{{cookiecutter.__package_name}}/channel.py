@@ -23,15 +23,16 @@ from pydantic import Field
 
 from chatkernel.channels import (
     AccountConfig,
+    Capabilities,
     Channel,
     ChannelLimits,
-    Deliver,
     HttpClient,
     InboundMessage,
     OutboundPayload,
     PlatformError,
 {%- if T == "polling" %}
     Polled,
+    Polling,
 {%- endif %}
     ProbeResult,
     RateLimit,
@@ -41,9 +42,11 @@ from chatkernel.channels import (
 {%- endif %}
     SendResult,
 {%- if T == "socket" %}
+    Socket,
     SocketLink,
 {%- endif %}
 {%- if T == "webhook" %}
+    Webhook,
     WebhookRejected,
 {%- endif %}
 )
@@ -93,11 +96,11 @@ class {{ P }}Channel(Channel):
         rates={"account": RateLimit(30, 1.0), "chat": RateLimit(5, 1.0)},
         retry_base_delay=0.5,
     )
-    receive_backoff = (0.1, 30.0)
-    # The platform's error codes about one chat, not the account (the kernel reports a
-    # send refused with one on that send and keeps the account healthy). 400 and 403
-    # answers are a chat's already; list the codes that come with other statuses.
-    recipient_error_codes = frozenset({"chat_not_found"})
+    # What the platform does beyond plain sends. Here: its error codes about one chat,
+    # not the account (the kernel reports a send refused with one on that send and keeps
+    # the account healthy). 400 and 403 answers are a chat's already; list the codes that
+    # come with other statuses.
+    capabilities = Capabilities(recipient_error_codes=frozenset({"chat_not_found"}))
     # What `chatkernel config init` writes for this channel (commented out): the keys a
     # first account needs, secrets as ${ENV_VAR} references. Keep it valid as you change
     # the account model.
@@ -110,8 +113,8 @@ webhook_secret = "${{ '{' }}{{ cookiecutter.channel_name | upper }}_WEBHOOK_SECR
 allow_from = ["*"]            # sender ids allowed in; "*" anyone
 """
 
-    def __init__(self, account, settings=None) -> None:
-        super().__init__(account, settings)
+    def __init__(self, account, context=None) -> None:
+        super().__init__(account, context)
         token = self.config.token
         self.http = HttpClient(self.config.base_url, secrets=[token], timeout=30,
                                headers={"Authorization": f"Bearer {token}"},
@@ -119,65 +122,13 @@ allow_from = ["*"]            # sender ids allowed in; "*" anyone
 
     # -- receiving ------------------------------------------------------------------------
 
-    async def run(self, deliver: Deliver) -> None:
-{%- if T == "polling" %}
-        await self.poll_forever(deliver)
-{%- elif T == "webhook" %}
-        await self.serve_webhook(deliver)
-{%- else %}
-        await self.supervise_socket(deliver, self.session, silent_after=self.config.silent_after)
-{%- endif %}
+    def transport(self) -> "{{ P }}{{ T | capitalize }}":
+        """How the account receives: {{ T }} (:class:`{{ P }}{{ T | capitalize }}`)."""
+        return {{ P }}{{ T | capitalize }}(self)
 
     async def identify(self) -> None:
         """Learn the bot's own id: its own messages are never delivered."""
-        self.self_id = str((await self._call("GET", "/me"))["id"])
-{%- if T == "polling" %}
-
-    async def poll(self, cursor: str | None) -> Polled:
-        """One long poll from ``cursor``; the next cursor confirms what it returned."""
-        events = await self._call("GET", "/updates", long_poll=True, params={
-            "offset": cursor or "0", "timeout": str(self.config.poll_timeout)})
-        last = max((event["event_id"] for event in events), default=None)
-        return Polled(events, None if last is None else str(last + 1))
-{%- elif T == "webhook" %}
-
-    def webhook_verifier(self) -> SecretHeader:
-        """Requests to ``/{{ cookiecutter.channel_name }}/<account>/webhook`` must carry the
-        account's secret."""
-        return SecretHeader(SECRET_HEADER, self.config.webhook_secret)
-
-    def webhook_events(self, payload: Any) -> list[Any]:
-        """The events of one webhook request: ``{"events": [...]}``."""
-        if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
-            raise WebhookRejected(400, 'expected {"events": [...]}')
-        return payload["events"]
-{%- else %}
-
-    async def session(self, link: SocketLink) -> None:
-        """One socket session: every frame is a sign of life; events are acknowledged
-        only once they are journaled, so the platform resends what a crash lost."""
-        try:
-            socket = await self.http.session.ws_connect(self.http.url("/socket"), heartbeat=30)
-        except aiohttp.WSServerHandshakeError as exc:
-            raise PlatformError(f"cannot open the socket: HTTP {exc.status}",
-                                status=exc.status) from None
-        async with socket:
-            async for frame in socket:
-                if frame.type != aiohttp.WSMsgType.TEXT:
-                    break  # closed or failed: the kit opens the socket again
-                data = frame.json()
-                if data.get("type") == "event":
-                    await link.deliver([data["event"]])
-                    await socket.send_json({"type": "ack", "event_id": data["event"]["event_id"]})
-                else:
-                    link.alive()  # hello, ping
-{%- endif %}
-
-    def event_chat(self, event: dict[str, Any]) -> str:
-        return str(event.get("chat_id", ""))
-
-    def describe_event(self, event: dict[str, Any]) -> str:
-        return f"{event.get('type', '?')} event {event.get('event_id', '?')}"
+        self.self_id = str((await self.call("GET", "/me"))["id"])
 
     async def normalize(self, event: dict[str, Any]) -> InboundMessage | None:
         """A platform event as a message for the agent; None for what is not one (edits,
@@ -200,12 +151,12 @@ allow_from = ["*"]            # sender ids allowed in; "*" anyone
             fields["thread_id"] = route.thread_id
         try:
             if payload.is_media:
-                result = await self._call("POST", "/send_media", files={
+                result = await self.call("POST", "/send_media", files={
                     "file": payload.media_path}, data={
                     **fields, "kind": payload.media_kind or "document",
                     "caption": payload.caption})
             else:
-                result = await self._call("POST", "/send", json={**fields,
+                result = await self.call("POST", "/send", json={**fields,
                                                                  "text": payload.text})
         except PlatformError as exc:
             raise exc.send_error() from None
@@ -213,14 +164,14 @@ allow_from = ["*"]            # sender ids allowed in; "*" anyone
 
     async def indicate(self, route: Route) -> None:
         """Show "typing…" while a turn runs."""
-        await self._call("POST", "/typing", json={"chat_id": route.chat_id})
+        await self.call("POST", "/typing", json={"chat_id": route.chat_id})
 
     # -- health ---------------------------------------------------------------------------
 
     async def probe(self) -> ProbeResult:
         """The platform answers and the token works."""
         try:
-            me = await self._call("GET", "/me")
+            me = await self.call("GET", "/me")
         except PlatformError as exc:
             if exc.status == 401:
                 return ProbeResult(ok=False, detail="token rejected (401)", restartable=False)
@@ -229,7 +180,7 @@ allow_from = ["*"]            # sender ids allowed in; "*" anyone
 
     # -- the wire -------------------------------------------------------------------------
 
-    async def _call(self, method: str, path: str, **options: Any) -> Any:
+    async def call(self, method: str, path: str, **options: Any) -> Any:
         """The answer's ``result``, or a PlatformError classified by status (the
         protocol's errors are ``{"ok": false, "error", "description", "retry_after"}``)."""
         answer = await self.http.request(method, path, what=path.strip("/"), **options)
@@ -243,3 +194,84 @@ allow_from = ["*"]            # sender ids allowed in; "*" anyone
 
     async def aclose(self) -> None:
         await self.http.close()
+
+
+
+class {{ P }}Events:
+    """What the platform's events are, for the kit's receive loop: the chat of each (a
+    chat's events are read in order) and a name for a log line."""
+
+    def event_chat(self, event: dict[str, Any]) -> str:
+        return str(event.get("chat_id", ""))
+
+    def describe_event(self, event: dict[str, Any]) -> str:
+        return f"{event.get('type', '?')} event {event.get('event_id', '?')}"
+
+    def event_id(self, event: dict[str, Any]) -> str | None:
+        return str(event["event_id"]) if "event_id" in event else None
+{%- if T == "polling" %}
+
+
+class {{ P }}Polling({{ P }}Events, Polling):
+    """Long polling: ``GET /updates?offset=`` answers the events after the cursor."""
+
+    channel: {{ P }}Channel
+    #: The first wait after a failed poll, and the longest, in seconds.
+    backoff = (0.1, 30.0)
+
+    async def poll(self, cursor: str | None) -> Polled:
+        """One long poll from ``cursor``; the next cursor confirms what it returned."""
+        events = await self.channel.call("GET", "/updates", long_poll=True, params={
+            "offset": cursor or "0", "timeout": str(self.channel.config.poll_timeout)})
+        last = max((event["event_id"] for event in events), default=None)
+        return Polled(events, None if last is None else str(last + 1))
+{%- elif T == "webhook" %}
+
+
+class {{ P }}Webhook({{ P }}Events, Webhook):
+    """The platform POSTs ``{"events": [...]}`` to ``/{{ cookiecutter.channel_name }}/<account>/webhook``."""
+
+    channel: {{ P }}Channel
+
+    def verifier(self) -> SecretHeader:
+        """Requests must carry the account's secret."""
+        return SecretHeader(SECRET_HEADER, self.channel.config.webhook_secret)
+
+    def events(self, payload: Any) -> list[Any]:
+        """The events of one webhook request: ``{"events": [...]}``."""
+        if not isinstance(payload, dict) or not isinstance(payload.get("events"), list):
+            raise WebhookRejected(400, 'expected {"events": [...]}')
+        return payload["events"]
+{%- else %}
+
+
+class {{ P }}Socket({{ P }}Events, Socket):
+    """A websocket at ``/socket`` the platform pushes events over."""
+
+    channel: {{ P }}Channel
+    backoff = (0.1, 30.0)
+
+    @property
+    def silent_after(self) -> float:  # type: ignore[override]
+        return self.channel.config.silent_after
+
+    async def session(self, link: SocketLink) -> None:
+        """One socket session: every frame is a sign of life; events are acknowledged
+        only once they are journaled, so the platform resends what a crash lost."""
+        http = self.channel.http
+        try:
+            socket = await http.session.ws_connect(http.url("/socket"), heartbeat=30)
+        except aiohttp.WSServerHandshakeError as exc:
+            raise PlatformError(f"cannot open the socket: HTTP {exc.status}",
+                                status=exc.status) from None
+        async with socket:
+            async for frame in socket:
+                if frame.type != aiohttp.WSMsgType.TEXT:
+                    break  # closed or failed: the kit opens the socket again
+                data = frame.json()
+                if data.get("type") == "event":
+                    await link.deliver([data["event"]])
+                    await socket.send_json({"type": "ack", "event_id": data["event"]["event_id"]})
+                else:
+                    link.alive()  # hello, ping
+{%- endif %}
