@@ -464,31 +464,3 @@ async def test_failing_polls_turn_health_red_and_recovery_turns_it_green(tmp_pat
         assert runtime.problem is None
         snapshot = await h.kernel.health.snapshot()
         assert not any("receiving" in problem for problem in snapshot.problems)
-
-
-def test_the_channel_picks_its_transport_by_mode_with_no_deprecated_name():
-    """On the current channel contract: the account's mode picks the transport, and
-    neither the module, the channel nor its transports use a name kept only for old
-    channels (each would warn)."""
-    import subprocess
-    import sys
-
-    code = (
-        "from chatkernel.channels import Account\n"
-        "from chatkernel_telegram.channel import TelegramChannel\n"
-        "from chatkernel_telegram.receiving import TelegramPolling, TelegramWebhook\n"
-        "def transport(**extra):\n"
-        "    config = TelegramChannel.account_model.model_validate(\n"
-        f"        {{'bot_token': {TOKEN!r}, **extra}})\n"
-        "    return TelegramChannel(Account('telegram', 'main', config)).transport()\n"
-        "polling = transport()\n"
-        "assert type(polling) is TelegramPolling and not polling.quiet, polling\n"
-        "webhook = transport(mode='webhook', webhook_url='https://bot.example.org/hook')\n"
-        "assert type(webhook) is TelegramWebhook and webhook.quiet, webhook\n"
-        "assert webhook.path == '/telegram/main/webhook', webhook.path\n"
-        "webhook.verifier().verify({'X-Telegram-Bot-Api-Secret-Token':\n"
-        "                           webhook.channel.secret_token}, b'{}')\n"
-        "print('ok')\n")
-    result = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code],
-                            capture_output=True, text=True, timeout=60, check=False)
-    assert result.stdout.strip() == "ok", result.stderr
