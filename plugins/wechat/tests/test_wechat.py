@@ -416,28 +416,3 @@ def test_the_advice_names_an_account_other_than_main():
         {"bot_token": TOKEN}))
     channel = WeChatChannel(account)
     assert "`chatkernel login wechat --account work`" in channel.session_expired
-
-
-def test_the_channel_long_polls_with_no_deprecated_name():
-    """On the current channel contract: the channel's transport is its long poll, with
-    iLink's backoff, and neither the module, the channel nor the transport use a name
-    kept only for old channels (each would warn)."""
-    import subprocess
-    import sys
-
-    code = (
-        "from chatkernel.channels import Account\n"
-        "from chatkernel_wechat.channel import WeChatChannel\n"
-        "from chatkernel_wechat.receiving import WeChatPolling\n"
-        "config = WeChatChannel.account_model.model_validate(\n"
-        f"    {{'bot_token': {TOKEN!r}}})\n"
-        "channel = WeChatChannel(Account('wechat', 'main', config))\n"
-        "polling = channel.transport()\n"
-        "assert type(polling) is WeChatPolling and not polling.quiet, polling\n"
-        "assert polling.backoff == (2.0, 30.0), polling.backoff\n"
-        "assert not channel.capabilities.busy_hint\n"
-        "assert channel.limits.indicator_interval == 5.0\n"
-        "print('ok')\n")
-    result = subprocess.run([sys.executable, "-W", "error::DeprecationWarning", "-c", code],
-                            capture_output=True, text=True, timeout=60, check=False)
-    assert result.stdout.strip() == "ok", result.stderr
