@@ -1,8 +1,10 @@
 """The Telegram channel: Bot API long polling (default) or a webhook.
 
 Only Telegram lives here: turning an Update into an InboundMessage, the Bot
-API calls, the media-kind table, what its error codes mean, the probe. The
-receive loops, retries, pacing, the outbox and dedupe are the kernel's.
+API calls, the media-kind table, what its error codes mean, the probe. Its two
+transports (``getUpdates`` polling and the webhook) are in
+:mod:`chatkernel_telegram.receiving`; the loops they run, retries, pacing, the
+outbox and dedupe are the kit's and the kernel's.
 """
 
 from __future__ import annotations
@@ -19,26 +21,27 @@ from typing import Any, Literal
 from pydantic import Field, field_validator
 
 from chatkernel.channels import (
+    Account,
     AccountConfig,
     Channel,
+    ChannelContext,
     ChannelLimits,
     ConfigError,
-    Deliver,
     InboundMessage,
     MediaRef,
     OutboundPayload,
     PlatformError,
-    Polled,
     ProbeResult,
     RateLimit,
     Route,
-    SecretHeader,
     SendResult,
     Trouble,
-    WebhookRejected,
+    refusal,
+    render_payload,
 )
 from chatkernel_telegram.api import DEFAULT_API_BASE, TOKEN_PATTERN, BotAPI
 from chatkernel_telegram.markup import TelegramHTML
+from chatkernel_telegram.receiving import INBOUND_MEDIA, TelegramPolling, TelegramWebhook
 
 MB = 1024 * 1024
 DOWNLOAD_MAX_BYTES = 20 * MB
@@ -46,17 +49,12 @@ DOWNLOAD_MAX_BYTES = 20 * MB
 #: token was rejected, before trying again (neither is fixed by trying sooner).
 CONFLICT_WAIT_SECONDS = 30.0
 REJECTED_WAIT_SECONDS = 60.0
-SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 _SECRET_TOKEN = re.compile(r"[A-Za-z0-9_-]{1,256}")
 _BOT_TOKEN = re.compile(r"\d+:[A-Za-z0-9_-]+")
 
 # Bot API method and multipart field per media kind.
 SEND_METHODS = {kind: (f"send{kind.capitalize()}", kind)
                 for kind in ("photo", "video", "audio", "voice", "animation", "document")}
-# Inbound message fields that carry a file, and the media kind they become.
-INBOUND_MEDIA = (("photo", "image"), ("document", "document"), ("voice", "voice"),
-                 ("audio", "audio"), ("video", "video"), ("animation", "video"),
-                 ("video_note", "video"), ("sticker", "image"))
 
 
 class TelegramAccount(AccountConfig):
@@ -70,6 +68,8 @@ class TelegramAccount(AccountConfig):
     secret_token: str | None = None
     poll_timeout: int = Field(30, ge=0, le=50)
     allowed_updates: list[str] = Field(default_factory=lambda: ["message"])
+
+    identity = ("api_base", "bot_token")
 
     @field_validator("bot_token")
     @classmethod
@@ -115,7 +115,6 @@ bot_token = "${TELEGRAM_BOT_TOKEN}"   # the token @BotFather gave
 allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a group; "*" anyone
 """
     account_model = TelegramAccount
-    account_identity = ("api_base", "bot_token")
     limits = ChannelLimits(
         text_limit=4096, text_unit="utf16", caption_limit=1024,
         media_kinds={".jpg": "photo", ".jpeg": "photo", ".png": "photo", ".webp": "photo",
@@ -134,8 +133,8 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
     markup = TelegramHTML
     secret_patterns = (TOKEN_PATTERN,)
 
-    def __init__(self, account, settings=None) -> None:
-        super().__init__(account, settings)
+    def __init__(self, account: Account, context: ChannelContext | None = None) -> None:
+        super().__init__(account, context)
         self.api = BotAPI(self.config.bot_token, self.config.api_base,
                           timeout=self.config.poll_timeout + 15)
         self.bot: dict[str, Any] | None = None
@@ -151,35 +150,20 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
         bot token, which they all know; else a random one for this start."""
         if self.config.secret_token:
             return self.config.secret_token
-        if self.shares_store:
+        if self.context.shares_store:
             return hmac.new(self.config.bot_token.encode(), b"chatkernel webhook secret",
                             hashlib.sha256).hexdigest()
         return self._random_secret
 
     # -- receiving ----------------------------------------------------------------
 
-    async def run(self, deliver: Deliver) -> None:
-        if self.config.mode == "webhook":
-            await self.serve_webhook(deliver)
-        else:
-            await self.poll_forever(deliver)
+    def transport(self) -> TelegramPolling | TelegramWebhook:
+        return TelegramWebhook(self) if self.config.mode == "webhook" else TelegramPolling(self)
 
     async def identify(self) -> None:
         if self.bot is None:
             self.bot = await self.api.call("getMe")
             self.self_id = str(self.bot["id"])
-
-    async def start_polling(self) -> None:
-        # A webhook left from an earlier run would make getUpdates fail.
-        await self.api.call("deleteWebhook", {"drop_pending_updates": False})
-
-    async def poll(self, cursor: str | None) -> Polled:
-        updates = await self.api.call("getUpdates", {
-            "offset": int(cursor) if cursor else None, "timeout": self.config.poll_timeout,
-            "allowed_updates": self.config.allowed_updates})
-        # The offset confirms every update before it: it moves once the batch is journaled.
-        last = max((int(update["update_id"]) for update in updates), default=None)
-        return Polled(updates, None if last is None else str(last + 1))
 
     def receive_trouble(self, error: Exception) -> Trouble:
         if isinstance(error, PlatformError):
@@ -187,42 +171,13 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
                 return Trouble("another instance is polling this bot token",
                                wait=CONFLICT_WAIT_SECONDS, restartable=False)
             if error.status in (401, 404):  # 404 is the answer to a malformed token
-                return Trouble(f"the Bot API rejected the token ({error.status} "
-                               f"{error.description})", wait=REJECTED_WAIT_SECONDS,
-                               restartable=False, refused=True)
+                return Trouble(
+                    f"the Bot API rejected the token ({error.status} {error.description})",
+                    wait=REJECTED_WAIT_SECONDS, restartable=False, refused=True,
+                    advice="get a new token from @BotFather (/token, or /revoke for a leaked "
+                           f"one) and set it in {self.account.config_key('bot_token')}, then "
+                           "restart the gateway")
         return super().receive_trouble(error)
-
-    def refused_advice(self, error: Exception) -> str:
-        return ("get a new token from @BotFather (/token, or /revoke for a leaked one) and set "
-                f"it in {self.config_key('bot_token')}, then restart the gateway")
-
-    def webhook_verifier(self) -> SecretHeader | None:
-        return SecretHeader(SECRET_HEADER, self.secret_token) \
-            if self.config.mode == "webhook" else None
-
-    async def register_webhook(self) -> None:
-        await self.api.call("setWebhook", {
-            "url": self.config.webhook_url, "secret_token": self.secret_token,
-            "allowed_updates": self.config.allowed_updates})
-
-    def webhook_events(self, payload: Any) -> list[Any]:
-        if not isinstance(payload, dict):
-            raise WebhookRejected(400, "the body must be an Update")
-        return [payload]
-
-    def event_chat(self, update: dict[str, Any]) -> Any:
-        return ((update.get("message") or {}).get("chat") or {}).get("id")
-
-    def event_has_media(self, update: dict[str, Any]) -> bool:
-        message = update.get("message")
-        return isinstance(message, dict) and any(field in message for field, _ in INBOUND_MEDIA)
-
-    def describe_event(self, update: dict[str, Any]) -> str:
-        return f"update {update.get('update_id')}"
-
-    def event_id(self, update: dict[str, Any]) -> str | None:
-        update_id = update.get("update_id")
-        return str(update_id) if isinstance(update_id, int) else None
 
     async def normalize(self, update: dict[str, Any]) -> InboundMessage | None:
         """An Update as an InboundMessage (None for updates that are not messages)."""
@@ -286,10 +241,10 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
         try:
             path = (await self.api.call("getFile", {"file_id": file_id}))["file_path"]
             chunks = self.api.download(path, max_bytes=min(DOWNLOAD_MAX_BYTES,
-                                                           self.max_inbound_bytes))
-            return await self.save_media(chunks, kind=kind, filename=name or Path(path).name,
-                                         mime=item.get("mime_type"), platform_id=file_id,
-                                         declared_size=size)
+                                                           self.context.max_inbound_bytes))
+            return await self.context.save_media(
+                chunks, kind=kind, filename=name or Path(path).name,
+                mime=item.get("mime_type"), platform_id=file_id, declared_size=size)
         except PlatformError as exc:
             return MediaRef(kind=kind, filename=name, size=size, platform_id=file_id,
                             note=f"not saved: {exc}")
@@ -308,12 +263,12 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
             method, field = SEND_METHODS.get(payload.media_kind or "", SEND_METHODS["document"])
             files = {field: payload.media_path}
             if payload.caption:
-                params["caption"], markup = self.render_text(
-                    OutboundPayload(text=payload.caption, format=payload.format))
+                params["caption"], markup = render_payload(
+                    OutboundPayload(text=payload.caption, format=payload.format), self.markup)
                 params["parse_mode"] = "HTML" if markup else None
         else:
             method = "sendMessage"
-            params["text"], markup = self.render_text(payload)
+            params["text"], markup = render_payload(payload, self.markup)
             params["parse_mode"] = "HTML" if markup else None
             params["link_preview_options"] = {"is_disabled": False}
         try:
@@ -337,9 +292,9 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
             self.bot = me = await self.api.call("getMe", timeout=10)
         except PlatformError as exc:
             # A rejected token stays rejected: restarting the loop cannot help.
-            refusal = self.refusal(exc)
-            return ProbeResult(ok=False, detail=refusal or str(exc),
-                               restartable=refusal is None)
+            refused = refusal(self, exc)
+            return ProbeResult(ok=False, detail=refused or str(exc),
+                               restartable=refused is None)
         self.self_id = str(me.get("id"))
         return ProbeResult(ok=True, detail=f"@{me.get('username')}",
                            extra={"username": me.get("username"), "id": me.get("id")})

@@ -270,7 +270,7 @@ async def test_every_instance_knows_the_webhook_secret_without_one_configured(
             other = second.kernel.accounts["telegram:main"].channel
             assert one.secret_token == other.secret_token
             assert api.token not in one.secret_token
-            other.webhook_verifier().verify(
+            other.transport().verifier().verify(
                 {"X-Telegram-Bot-Api-Secret-Token": one.secret_token}, b"{}")
         async with KernelHarness(tmp_path / "alone", config={
                 "channels": {"telegram": {"accounts": {"main": account}}}},

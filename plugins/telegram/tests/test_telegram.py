@@ -26,6 +26,7 @@ from chatkernel.testing import (
 from chatkernel_telegram import channel as telegram_channel
 from chatkernel_telegram.api import BotAPI
 from chatkernel_telegram.fake import FakeBotAPI
+from chatkernel_telegram.receiving import TelegramPolling
 
 pytestmark = pytest.mark.anyio
 
@@ -58,7 +59,7 @@ async def telegram(tmp_path, *, agent=None, account=None, channel=None, run=True
         account_ = h.kernel.accounts["telegram:main"]
         async with anyio.create_task_group() as tg:
             if run:
-                tg.start_soon(account_.channel.run, h.kernel.receiver)
+                tg.start_soon(account_.transport.run, h.kernel.receiver)
             yield fake, h, account_.channel, agent
             tg.cancel_scope.cancel()
 
@@ -81,7 +82,7 @@ async def test_offset_is_persisted_and_nothing_is_answered_twice_across_a_restar
             await api.wait_for_sent(1)
             await h.settle()
             with anyio.fail_after(5):
-                while await channel.load_cursor() != str(first + 1):
+                while await channel.context.load_cursor() != str(first + 1):
                     await anyio.sleep(0.01)
         polls = len(api.calls_to("getUpdates"))
         async with telegram(tmp_path, api=api) as (api, h, channel, agent):
@@ -271,11 +272,11 @@ async def test_health_answered_polls_are_signs_of_life_and_webhook_mode_is_quiet
         with anyio.fail_after(5):
             while runtime.last_event_at is None:  # an empty poll answered is enough
                 await anyio.sleep(0.01)
-        assert channel.is_quiet() is False
+        assert h.kernel.accounts["telegram:main"].transport.quiet is False
     webhook = {"mode": "webhook", "webhook_url": "http://127.0.0.1:1/telegram/main/webhook",
                "secret_token": "s3cret"}
     async with telegram(tmp_path / "w", run=False, account=webhook) as (api, h, channel, _):
-        assert channel.is_quiet() is True
+        assert h.kernel.accounts["telegram:main"].transport.quiet is True
 
 
 async def test_another_poller_is_reported_not_restarted(tmp_path, monkeypatch, caplog):
@@ -406,15 +407,15 @@ async def test_a_malformed_update_is_skipped_and_reported_not_fatal(tmp_path, ca
         assert f"update {poison} skipped, it is not a message this channel can read" \
             in caplog.text
         # The poison update is confirmed with the rest: it never comes back.
-        assert int(await channel.load_cursor()) > poison
+        assert int(await channel.context.load_cursor()) > poison
         assert [r.text for r in agent.requests] == ["fine"]
         # It is in the journal, refused: a second record of it is a duplicate, and it
         # is not among the entries a restart would replay.
         again = InboundMessage(channel="telegram", account="main", chat_id="42",
                                message_id=f"unreadable:{poison}", sender_id="?")
-        assert await channel.store.journal_inbound(again) is None
+        assert await channel.context.store.journal_inbound(again) is None
         assert not any(entry.message.message_id == f"unreadable:{poison}"
-                       for entry in await channel.store.unfinished_inbound())
+                       for entry in await channel.context.store.unfinished_inbound())
 
 
 async def test_a_batch_keeps_order_within_each_chat(tmp_path):
@@ -423,7 +424,7 @@ async def test_a_batch_keeps_order_within_each_chat(tmp_path):
             for chat in (1, 2, 3):
                 api.inject_message(chat, f"m{i}")
         async with anyio.create_task_group() as tg:
-            tg.start_soon(channel.run, h.kernel.receiver)
+            tg.start_soon(channel.transport().run, h.kernel.receiver)
             await api.wait_until(lambda: sum(
                 text.startswith("re:") for chat in (1, 2, 3) for text in api.texts(chat)) == 30)
             tg.cancel_scope.cancel()
@@ -440,15 +441,15 @@ async def test_webhook_mode_without_a_secret_token_makes_one_per_start(tmp_path)
         async with telegram(tmp_path / run, run=False, account=webhook) as (api, h, channel, _):
             secrets.append(channel.secret_token)
             assert len(channel.secret_token) >= 32
-            channel.webhook_verifier().verify(
+            channel.transport().verifier().verify(
                 {"X-Telegram-Bot-Api-Secret-Token": channel.secret_token}, b"{}")
-            await channel.register_webhook()
+            await channel.transport().register()
             assert api.webhook_info()["url"] == webhook["webhook_url"]
     assert secrets[0] != secrets[1]
 
 
 async def test_failing_polls_turn_health_red_and_recovery_turns_it_green(tmp_path, monkeypatch):
-    monkeypatch.setattr(telegram_channel.TelegramChannel, "receive_backoff", (0.01, 0.05))
+    monkeypatch.setattr(TelegramPolling, "backoff", (0.01, 0.05))
     async with telegram(tmp_path) as (api, h, channel, agent):
         runtime = h.kernel.accounts["telegram:main"].runtime
         api.fail_next("getUpdates", 502, "Bad Gateway", times=3)

@@ -2,8 +2,9 @@
 
 Only WeChat lives here: turning a ``getupdates`` message into an InboundMessage,
 the ``context_token`` every send must echo, the CDN's AES media, what ``ret=-2``
-and ``-14`` mean, the probe. The receive loop, dedupe, retries, pacing and the
-outbox are the kernel's.
+and ``-14`` mean, the probe. Its transport, the ``getupdates`` long poll, is in
+:mod:`chatkernel_wechat.receiving`; the loop it runs, dedupe, retries, pacing and
+the outbox are the kit's and the kernel's.
 
 Direct chats only: a chat is the user who writes (``from_user_id``).
 """
@@ -22,22 +23,25 @@ from urllib.parse import quote, urlsplit
 from pydantic import Field
 
 from chatkernel.channels import (
+    Account,
     AccountConfig,
+    Capabilities,
     Channel,
+    ChannelContext,
     ChannelLimits,
-    Deliver,
     HttpClient,
     InboundMessage,
     MediaRef,
     OutboundPayload,
     PlatformError,
-    Polled,
     ProbeResult,
     RateLimit,
     Route,
     SendError,
     SendResult,
     Trouble,
+    encode_json,
+    render_payload,
 )
 from chatkernel_wechat import crypto
 from chatkernel_wechat.api import (
@@ -47,6 +51,15 @@ from chatkernel_wechat.api import (
     TOKEN_PATTERN,
     ILinkAPI,
     ILinkError,
+)
+from chatkernel_wechat.receiving import (
+    FILE_ITEM,
+    IMAGE_ITEM,
+    INBOUND_MEDIA,
+    TEXT_ITEM,
+    VIDEO_ITEM,
+    VOICE_ITEM,
+    WeChatPolling,
 )
 
 log = logging.getLogger("chatkernel.wechat")
@@ -64,17 +77,13 @@ WINDOW_MESSAGES = 10
 WINDOW_SECONDS = 24 * 3600.0
 #: Payloads over about this many bytes have drawn ``-2``.
 LARGE_PAYLOAD = 16 * 1024
-TEXT_ITEM, IMAGE_ITEM, VOICE_ITEM, FILE_ITEM, VIDEO_ITEM = 1, 2, 3, 4, 5
-#: Inbound item type -> (the item's field, the media kind, a file name when it has none).
-INBOUND_MEDIA = {IMAGE_ITEM: ("image_item", "image", "image.jpg"),
-                 VOICE_ITEM: ("voice_item", "voice", "voice.silk"),
-                 FILE_ITEM: ("file_item", "file", "file"),
-                 VIDEO_ITEM: ("video_item", "video", "video.mp4")}
 #: Outbound media kind -> (getuploadurl media_type, item type, the item's field).
 OUTBOUND_MEDIA = {"image": (1, IMAGE_ITEM, "image_item"), "video": (2, VIDEO_ITEM, "video_item"),
                   "file": (3, FILE_ITEM, "file_item")}
 TOKEN_STATE = "context_token:"
 PAUSE_STATE = "session_expired"
+#: Where ChannelContext.record_credentials (and `chatkernel login`) keep the login's time.
+#: The kit's CREDENTIALS_KEY, which chatkernel.channels does not export yet.
 CREDENTIALS_STATE = "credentials_at"
 
 
@@ -89,6 +98,8 @@ class WeChatAccount(AccountConfig):
     bot_id: str | None = None          # "<hex>@im.bot"
     owner_user_id: str | None = None   # who scanned the QR code: "<...>@im.wechat"
     route_tag: str | None = None       # the optional SKRouteTag header
+
+    identity = ("api_base", "bot_token")
 
 
 @dataclass
@@ -146,7 +157,6 @@ bot_token = "${WECHAT_BOT_TOKEN}"     # what the QR login gave
 allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds the bot
 """
     account_model = WeChatAccount
-    account_identity = ("api_base", "bot_token")
     limits = ChannelLimits(
         text_limit=3500, text_unit="chars", caption_limit=3500,
         media_kinds={".jpg": "image", ".jpeg": "image", ".png": "image", ".gif": "image",
@@ -157,18 +167,18 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
         # One message after the other to a user: bursts draw ret=-2.
         rates={"account": RateLimit(20, 1.0), "chat": RateLimit(1, 1.0)},
         retry_base_delay=1.0,
+        indicator_interval=5.0,
     )
     markup = "plain"
     secret_patterns = (TOKEN_PATTERN,)
-    #: ``ret=-2`` is one user's (quota, window, a stale context_token): theirs alone.
-    recipient_error_codes = frozenset({SEND_REFUSED})
-    indicator_interval = 5.0
-    receive_backoff = (2.0, 30.0)
-    #: Every bot message spends the user's quota of ten: the answers get it all.
-    busy_hint = False
+    capabilities = Capabilities(
+        # Every bot message spends the user's quota of ten: the answers get it all.
+        busy_hint=False,
+        # ``ret=-2`` is one user's (quota, window, a stale context_token): theirs alone.
+        recipient_error_codes=frozenset({SEND_REFUSED}))
 
-    def __init__(self, account, settings=None) -> None:
-        super().__init__(account, settings)
+    def __init__(self, account: Account, context: ChannelContext | None = None) -> None:
+        super().__init__(account, context)
         self.api = ILinkAPI(self.config.bot_token, self.config.api_base,
                             route_tag=self.config.route_tag)
         self.cdn_base = self.config.cdn_base.rstrip("/")
@@ -178,20 +188,17 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
         #: No iLink call before this time (after ``-14``).
         self.paused_until = 0.0
         self._pause_loaded = False
-        #: The long poll's client timeout: the server's ``longpolling_timeout_ms`` once said.
-        self.poll_timeout = 35.0
 
     # -- the session pause (-14) ------------------------------------------------------
 
     async def _load_pause(self) -> None:
-        if self._pause_loaded or self.store is None:
+        if self._pause_loaded or self.context.store is None:
             return
         self._pause_loaded = True
-        state = await self.store.get_account_state(self.name, self.account.name, PAUSE_STATE)
+        state = await self.context.get_state(PAUSE_STATE)
         if not state:
             return
-        login = await self.store.get_account_state(self.name, self.account.name,
-                                                   CREDENTIALS_STATE) or 0.0
+        login = await self.context.get_state(CREDENTIALS_STATE) or 0.0
         if float(login) <= float(state.get("at", 0)):  # no login since the session expired
             self.paused_until = max(self.paused_until, float(state.get("until", 0)))
 
@@ -200,17 +207,16 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
         now = time.time()
         self.paused_until = now + SESSION_PAUSE_SECONDS
         self.typing_tickets.clear()
-        self.report_problem(self.session_expired, restartable=False)
+        self.context.report_problem(self.session_expired, restartable=False)
         log.error("%s: %s", self.account.key, self.session_expired)
-        if self.store is not None:
-            await self.store.set_account_state(self.name, self.account.name, PAUSE_STATE,
-                                               {"at": now, "until": self.paused_until})
+        if self.context.store is not None:
+            await self.context.set_state(PAUSE_STATE, {"at": now, "until": self.paused_until})
 
     async def paused(self) -> bool:
         await self._load_pause()
         return time.time() < self.paused_until
 
-    async def _call(self, endpoint: str, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    async def call(self, endpoint: str, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """An iLink call, unless the account is paused; ``-14`` pauses it."""
         if await self.paused():
             raise ILinkError(self.session_expired, code=-14, kind="rejected")
@@ -221,47 +227,33 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
                 await self._expire()
             raise
 
-    # -- receiving ----------------------------------------------------------------------
-
-    async def run(self, deliver: Deliver) -> None:
-        await self.poll_forever(deliver)
-
-    async def identify(self) -> None:
-        self.self_id = self.config.bot_id
-
-    async def start_polling(self) -> None:
-        await self._notify("msg/notifystart")
-
-    async def _notify(self, endpoint: str) -> None:
+    async def notify(self, endpoint: str) -> None:
+        """``msg/notifystart`` or ``msg/notifystop``: failures are logged, not raised."""
         try:  # Tencent's client ignores their failures too
-            await self._call(endpoint, {}, timeout=5.0)
+            await self.call(endpoint, {}, timeout=5.0)
         except PlatformError as exc:
             log.debug("%s: %s failed: %s", self.account.key, endpoint, exc)
 
-    async def poll(self, cursor: str | None) -> Polled:
-        try:  # while paused (restarted in a pause too), _call refuses it without a call
-            reply = await self._call("getupdates", {"get_updates_buf": cursor or ""},
-                                     timeout=self.poll_timeout, long_poll=True)
-        except PlatformError as exc:
-            if exc.kind == "no_answer" and not isinstance(exc, ILinkError):
-                return Polled([], None)  # the client's timeout: an empty answer
-            raise
-        server_ms = reply.get("longpolling_timeout_ms")
-        if isinstance(server_ms, (int, float)) and server_ms > 0:
-            self.poll_timeout = server_ms / 1000 + 5.0
-        # The server never replays an old cursor: the kit saves this one only once
-        # every message of the batch is journaled.
-        return Polled(list(reply.get("msgs") or []), reply.get("get_updates_buf") or None)
+    # -- receiving ----------------------------------------------------------------------
+
+    def transport(self) -> WeChatPolling:
+        return WeChatPolling(self)
+
+    async def identify(self) -> None:
+        self.self_id = self.config.bot_id
 
     def receive_trouble(self, error: Exception) -> Trouble:
         if isinstance(error, ILinkError):
             if error.session_expired:
                 return Trouble(SESSION_EXPIRED, restartable=False, refused=True,
-                               wait=max(1.0, self.paused_until - time.time()))
-            return Trouble()  # 2 s, doubling to 30 s (receive_backoff)
+                               wait=max(1.0, self.paused_until - time.time()),
+                               advice=self.login_advice)
+            return Trouble()  # 2 s, doubling to 30 s (WeChatPolling.backoff)
         return super().receive_trouble(error)
 
-    def refused_advice(self, error: Exception) -> str:
+    @property
+    def login_advice(self) -> str:
+        """What a person does about an expired session."""
         account = "" if self.account.name == "main" else f" --account {self.account.name}"
         return (f"run `chatkernel login wechat{account}` to log in again, then restart the "
                 "gateway; calls to iLink are paused meanwhile")
@@ -270,16 +262,7 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
     def session_expired(self) -> str:
         """An expired session, with what to do: the account's problem, the probe's
         detail and the reason of a send it stopped."""
-        return f"{SESSION_EXPIRED}: {self.refused_advice(ILinkError(SESSION_EXPIRED, code=-14))}"
-
-    def event_chat(self, message: dict[str, Any]) -> Any:
-        return message.get("from_user_id")
-
-    def event_has_media(self, message: dict[str, Any]) -> bool:
-        return any(item.get("type") in INBOUND_MEDIA for item in message.get("item_list") or ())
-
-    def describe_event(self, message: dict[str, Any]) -> str:
-        return f"message {message.get('message_id')} (seq {message.get('seq')})"
+        return f"{SESSION_EXPIRED}: {self.login_advice}"
 
     async def normalize(self, message: dict[str, Any]) -> InboundMessage | None:
         """A getupdates message as an InboundMessage (None: a bot's message, or nothing
@@ -333,7 +316,7 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
             key = crypto.parse_key(hex_key=body.get("aeskey"), b64_key=media.get("aes_key"))
             url = self._cdn_url(media.get("full_url"), "download",
                                 encrypted_query_param=media.get("encrypt_query_param"))
-            cap = self.max_inbound_bytes
+            cap = self.context.max_inbound_bytes
             ciphertext = b"".join([chunk async for chunk in
                                    self.cdn.download(url, max_bytes=crypto.ciphertext_size(cap))])
             plaintext = crypto.decrypt(ciphertext, key)
@@ -344,9 +327,9 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
         async def chunks():
             yield plaintext
 
-        return await self.save_media(chunks(), kind=media_kind, filename=name,
-                                     platform_id=f"{message_id}:{kind}",
-                                     declared_size=len(plaintext))
+        return await self.context.save_media(chunks(), kind=media_kind, filename=name,
+                                             platform_id=f"{message_id}:{kind}",
+                                             declared_size=len(plaintext))
 
     def _cdn_url(self, full_url: str | None, endpoint: str, **query: str | None) -> str:
         """``full_url`` when it points at the configured CDN (never anywhere else), else
@@ -366,17 +349,15 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
         peer = self.peers.get(user)
         if peer is None:
             stored = None
-            if self.store is not None:
-                stored = await self.store.get_account_state(self.name, self.account.name,
-                                                            TOKEN_STATE + user)
+            if self.context.store is not None:
+                stored = await self.context.get_state(TOKEN_STATE + user)
             peer = Peer(**stored) if isinstance(stored, dict) else Peer()
             self.peers[user] = peer
         return peer
 
     async def _save_peer(self, user: str, peer: Peer) -> None:
-        if self.store is not None:
-            await self.store.set_account_state(self.name, self.account.name,
-                                               TOKEN_STATE + user, asdict(peer))
+        if self.context.store is not None:
+            await self.context.set_state(TOKEN_STATE + user, asdict(peer))
 
     async def remember_token(self, user: str, token: str, message_at: float) -> None:
         """Keep the user's latest token (a redelivered older message does not win): the
@@ -421,7 +402,7 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
         return SendResult(message_id=client_id)
 
     def _text_item(self, payload: OutboundPayload) -> dict[str, Any]:
-        text, _ = self.render_text(payload)
+        text, _ = render_payload(payload, self.markup)
         return {"type": TEXT_ITEM, "text_item": {"text": text}}
 
     async def _send_item(self, user: str, token: str, peer: Peer,
@@ -431,12 +412,10 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
                         "message_type": 2, "message_state": 2, "item_list": [item],
                         "context_token": token}}
         try:
-            await self._call("sendmessage", body)
+            await self.call("sendmessage", body)
         except ILinkError as exc:
             now = time.time()
             if exc.code == SEND_REFUSED:
-                from chatkernel.channels import encode_json
-
                 cause = refused_cause(peer, len(encode_json(body).encode()), now)
                 peer.held_until, peer.held_reason = now + REFUSED_HOLD_SECONDS, cause
                 await self._save_peer(user, peer)
@@ -461,7 +440,7 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
         ciphertext = crypto.encrypt(plaintext, key)
         filekey = secrets.token_hex(16)
         try:
-            answer = await self._call("getuploadurl", {
+            answer = await self.call("getuploadurl", {
                 "filekey": filekey, "media_type": media_type, "to_user_id": user,
                 "rawsize": len(plaintext), "rawfilemd5": crypto.md5_hex(plaintext),
                 "filesize": len(ciphertext), "no_need_thumb": True, "aeskey": key.hex()})
@@ -505,11 +484,11 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
             body: dict[str, Any] = {"ilink_user_id": user}
             if peer.token:
                 body["context_token"] = peer.token
-            ticket = (await self._call("getconfig", body)).get("typing_ticket")
+            ticket = (await self.call("getconfig", body)).get("typing_ticket")
             if not ticket:
                 return
             self.typing_tickets[user] = ticket
-        await self._call("sendtyping", {"ilink_user_id": user, "typing_ticket": ticket,
+        await self.call("sendtyping", {"ilink_user_id": user, "typing_ticket": ticket,
                                         "status": 1})
 
     # -- health -------------------------------------------------------------------------------
@@ -519,7 +498,7 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
             return ProbeResult(ok=False, detail=self.session_expired, restartable=False)
         owner = self.config.owner_user_id
         try:
-            await self._call("getconfig", {"ilink_user_id": owner or ""}, timeout=10.0)
+            await self.call("getconfig", {"ilink_user_id": owner or ""}, timeout=10.0)
         except ILinkError as exc:
             if exc.session_expired:
                 return ProbeResult(ok=False, detail=self.session_expired, restartable=False)
@@ -534,6 +513,6 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
 
     async def aclose(self) -> None:
         if not await self.paused():
-            await self._notify("msg/notifystop")
+            await self.notify("msg/notifystop")
         await self.api.close()
         await self.cdn.close()

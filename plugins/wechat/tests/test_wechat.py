@@ -348,7 +348,7 @@ class TestWeChat(ChannelContract):
         async with self.contract_run(platform_adapter, tmp_path) as run:
             await platform_adapter.inject(USER, "one cu01z", sender_id=USER)
             await run.wait_for_tokens(USER, ["cu01z"])
-            saved = await run.channel.load_cursor()
+            saved = await run.channel.context.load_cursor()
             assert saved == ilink.cursor(1)
         async with self.contract_run(platform_adapter, tmp_path) as run:
             await platform_adapter.inject(USER, "two cu02z", sender_id=USER)
