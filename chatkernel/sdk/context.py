@@ -104,6 +104,12 @@ class ChannelContext:
         login, a refreshed token): ``chatkernel status`` shows their age."""
         await self.set_state(CREDENTIALS_KEY, time.time() if issued_at is None else issued_at)
 
+    async def credentials_issued_at(self) -> float | None:
+        """When the credentials were last issued or renewed (:meth:`record_credentials`,
+        ``chatkernel login``), or None if never recorded."""
+        value = await self.get_state(CREDENTIALS_KEY)
+        return None if value is None else float(value)
+
     async def journal_rejected(self, record: InboundMessage) -> None:
         """Journal an event the channel could not read, as ``rejected``: the record
         shows it came, and a redelivery of it is a duplicate. Nothing without a store."""

@@ -82,11 +82,6 @@ OUTBOUND_MEDIA = {"image": (1, IMAGE_ITEM, "image_item"), "video": (2, VIDEO_ITE
                   "file": (3, FILE_ITEM, "file_item")}
 TOKEN_STATE = "context_token:"
 PAUSE_STATE = "session_expired"
-#: Where ChannelContext.record_credentials (and `chatkernel login`) keep the login's time.
-#: The kit's CREDENTIALS_KEY, which chatkernel.channels does not export yet.
-CREDENTIALS_STATE = "credentials_at"
-
-
 class WeChatAccount(AccountConfig):
     """``[channels.wechat.accounts.<name>]``: ``chatkernel login wechat`` writes the first
     four keys."""
@@ -198,7 +193,7 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
         state = await self.context.get_state(PAUSE_STATE)
         if not state:
             return
-        login = await self.context.get_state(CREDENTIALS_STATE) or 0.0
+        login = await self.context.credentials_issued_at() or 0.0
         if float(login) <= float(state.get("at", 0)):  # no login since the session expired
             self.paused_until = max(self.paused_until, float(state.get("until", 0)))
 
