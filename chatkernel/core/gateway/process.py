@@ -182,8 +182,10 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
     owned = [(account, route) for account in kernel.accounts.values()
              if account.channel is not None for route in account.channel.http_routes()]
     owned += [(None, route) for route in control.routes(kernel.control, control_token)]
-    owned += [(None, route) for route in health_http.routes(kernel, control_token,
-                                                               loopback=loopback)]
+    page = health_http.root_page(kernel.pm, kernel.config, kernel.channel_types,
+                                 kernel.accounts.values(), loopback=loopback)
+    owned += [(None, route) for route in health_http.routes(
+        kernel.health, kernel.metrics, control_token, loopback=loopback, root_page=page)]
     for account, (method, path, handler) in owned:
         if (method, path) in seen:
             where = f"channels.{account.channel_name}" if account else "gateway"
