@@ -29,14 +29,14 @@ ASSEMBLED = {"gateway": 12, "health": 6, "heartbeat": 9, "inbound": 5, "outbound
 #: with a DeprecationWarning); nothing else there uses it. The gateway process is the
 #: composition root of a gateway: it makes the kernel and hands it its GatewayParts,
 #: then serves the app and the receive loops built from the kernel's components. A
-#: reload is the kernel's own operation (``Kernel.reload``): it swaps the config and the
-#: accounts of the kernel as a whole.
+#: reload is the kernel's own operation (``Kernel.reload`` runs ``apply_config``): it
+#: swaps the config and the accounts of the kernel as a whole; the gateway's
+#: ConfigReloader is given ``Kernel.reload``, not the kernel.
 ALLOWED_REACHES = {
     "chatkernel.core.inbound.commands": {"parameter legacy_kernel",
                                          "attribute ._legacy_kernel"},
     "chatkernel.core.gateway.process": {"imports chatkernel.core.kernel", "parameter kernel"},
-    "chatkernel.core.gateway.reload": {"imports chatkernel.core.kernel", "parameter kernel",
-                                       "attribute .kernel"},
+    "chatkernel.core.gateway.reload": {"imports chatkernel.core.kernel", "parameter kernel"},
 }
 
 

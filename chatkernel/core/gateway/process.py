@@ -264,8 +264,9 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                         for account in kernel.accounts.values():
                             receive.start(account)
                     parts.reloader = reloader = ConfigReloader(
-                        kernel, receive, config_path=config_path,
-                        listen=listen or config.gateway.listen)
+                        kernel.reload, receive,
+                        listen_in_effect=lambda: kernel.config.gateway.listen,
+                        config_path=config_path, listen=listen or config.gateway.listen)
                     loops.start_soon(kernel.health.run_refresher, name="health refresher")
                     loops.start_soon(kernel.monitor.run, name="health monitor")
                     def ready() -> None:
