@@ -215,3 +215,14 @@ async def test_a_loop_that_ends_on_a_refused_identity_fails_with_what_to_do(tmp_
                                       "channels.memory.accounts.main and restart the gateway")
             assert waits == [60.0]  # not the 1 s of a crash: a refusal is not retried soon
             tg.cancel_scope.cancel()
+
+
+async def test_the_registry_keeps_a_newer_supervisor_when_an_older_one_is_discarded(tmp_path):
+    async with KernelHarness(tmp_path) as h:
+        account, supervisors = h.kernel.accounts["memory:main"], h.kernel.supervisors
+        older = supervisors.add(account)
+        newer = supervisors.add(account)  # a loop started again before the old one ended
+        supervisors.discard(account.key, older)
+        assert supervisors.get(account.key) is newer
+        supervisors.discard(account.key)
+        assert supervisors.get(account.key) is None

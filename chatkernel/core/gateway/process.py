@@ -218,10 +218,10 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
 
     token = config.gateway.control_token or control.new_token()
     limits = connection_limits(config.gateway)
-    # Before the store opens: a second gateway must not replay the first one's work
-    # (nor poll its accounts, nor take over gateway.json).
     # The gateway's own parts, filled as they come up; the kernel's components read them.
     parts = GatewayParts()
+    # Before the store opens: a second gateway must not replay the first one's work
+    # (nor poll its accounts, nor take over gateway.json).
     with HomeLock(cfg.home_dir(), "gateway"):
         async with Kernel(config, config_path=config_path, pm=pm, gateway=parts) as kernel:
             kernel.secrets.add(token)  # in gateway.json, which an agent could read

@@ -224,9 +224,6 @@ class Supervisors:
         if supervisor is None or self._by_key.get(key) is supervisor:
             self._by_key.pop(key, None)
 
-    def __len__(self) -> int:
-        return len(self._by_key)
-
 
 async def supervise(supervisors: Supervisors, account: Account, *,
                     sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
