@@ -12,7 +12,7 @@ import itertools
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -27,6 +27,9 @@ from chatkernel.sdk.models import (
     SendResult,
 )
 from chatkernel.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from chatkernel.core.health.probes import Health
 
 
 @dataclass(slots=True)
@@ -216,7 +219,7 @@ class KernelHarness:
         return self.kernel.outbox.limiter(account).delay(chat_id, is_group=is_group)
 
     @property
-    def health(self) -> Any:
+    def health(self) -> "Health":
         """The kernel's probes and health snapshots: ``await h.health.probe()`` (every
         account's :class:`~chatkernel.ProbeResult` by key, or of the accounts given),
         ``await h.health.snapshot()`` (what ``chatkernel health --json`` shows),
