@@ -326,8 +326,6 @@ async def _direct(config, config_path, action, body, role: str) -> dict[str, Any
 def _send(config_file: str | None, body: dict[str, Any], wait: float, no_wait: bool,
           as_json: bool, wait_delivery: float | None = None) -> None:
     """Send through the running gateway (or directly), report the outcome, exit with it."""
-    from chatkernel.core.gateway.control import send_from_request
-
     if no_wait and wait_delivery:
         raise click.UsageError("--no-wait and --wait-delivery contradict each other")
     # Without a gateway this command is the sender: it always waits.
@@ -335,7 +333,7 @@ def _send(config_file: str | None, body: dict[str, Any], wait: float, no_wait: b
     body = {**body, "wait": 0 if no_wait and gateway else wait,
             "wait_delivery": wait_delivery or 0}
     answer = _control_or_direct(
-        config_file, "/control/send", body, send_from_request,
+        config_file, "/control/send", body, lambda kernel, body: kernel.control.send(body),
         timeout=wait + (wait_delivery or 0) + 30,
         unanswered="the message may have been queued; it is not sent again")
     _report_send(answer, wait, as_json, wait_delivery)
@@ -558,11 +556,9 @@ def sessions_send(config_file: str | None, key: str, text: str, wait: float, no_
 @config_option
 def sessions_policy(config_file: str | None, key: str, policy: str) -> None:
     """Override the send policy for one session (inherit: back to the rules)."""
-    from chatkernel.core.gateway.control import set_session_policy
-
-    answer = _control_or_direct(config_file, "/control/sessions/policy",
-                                {"session": key, "policy": policy},
-                                lambda kernel, body: set_session_policy(kernel, key, policy))
+    answer = _control_or_direct(
+        config_file, "/control/sessions/policy", {"session": key, "policy": policy},
+        lambda kernel, body: kernel.control.set_session_policy(key, policy))
     click.echo(f"{answer['session']}: send policy {answer['policy']}")
 
 

@@ -263,7 +263,7 @@ async def test_crashed_receive_loop_is_restarted_with_backoff(tmp_path):
             waits.append(seconds)
 
         with anyio.move_on_after(2):
-            await supervise(h.kernel, account, sleep=fake_sleep)
+            await supervise(h.kernel.supervisors, account, sleep=fake_sleep)
         assert calls["n"] == 4
         assert waits == [1.0, 2.0, 4.0]
         assert h.kernel.metrics.restarts.labels("memory", "main")._value.get() == 3

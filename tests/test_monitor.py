@@ -18,7 +18,6 @@ from chatkernel.core.health.monitor import (
     judge,
     resolve_settings,
 )
-from chatkernel.core.gateway.supervisor import Supervisor
 from chatkernel.testing.memory import KernelHarness
 
 MIN = 60.0
@@ -182,6 +181,13 @@ class Scene:
                 if reason.startswith("health monitor")]
 
 
+def monitor_of(kernel, **options):
+    """A health monitor of its own over the kernel's accounts, as the kernel builds one."""
+    return HealthMonitor(config=lambda: kernel.config, accounts=kernel.accounts,
+                         probe=kernel.health.probe, supervisor=kernel.supervisors.get,
+                         metrics=kernel.metrics, **options)
+
+
 def scene(tmp_path, *, monitor=None, accounts=None):
     """``async with scene(...) as s``: accounts memory:main (+ others) under supervisors."""
     from contextlib import asynccontextmanager
@@ -203,16 +209,13 @@ def scene(tmp_path, *, monitor=None, accounts=None):
 
                 account.transport.run = silent
                 account.runtime = AccountRuntime()  # nothing from the harness's real clock
-                supervisor = Supervisor(h.kernel, account, clock=clock)
-                h.kernel.supervisors[account.key] = supervisor
-                supervisors.append(supervisor)
+                supervisors.append(h.kernel.supervisors.add(account, clock=clock))
             async with anyio.create_task_group() as tg:
                 for supervisor in supervisors:
                     tg.start_soon(supervisor.run)
                 await settle(supervisors)
-                monitor_ = HealthMonitor(h.kernel, clock=clock)
-                monitor_.started_at = clock.now
-                h.kernel.monitor = monitor_
+                monitor_ = h.kernel.monitor  # the kernel's own, which snapshots show
+                monitor_.clock, monitor_.started_at = clock, clock.now
                 yield Scene(h, clock, supervisors, monitor_)
                 tg.cancel_scope.cancel()
 
@@ -282,7 +285,7 @@ async def test_opt_out_per_channel(tmp_path):
                                       "accounts": {"main": {"allow_from": ["*"]}}}}}
     clock = Clock()
     async with KernelHarness(tmp_path, config=config) as h:
-        monitor = HealthMonitor(h.kernel, clock=clock)
+        monitor = monitor_of(h.kernel, clock=clock)
         assert monitor.next_wakeup() is None
         clock.now += 10 * HOUR
         assert await monitor.check() == {}
@@ -347,7 +350,7 @@ async def test_monitor_run_sleeps_until_the_next_check(tmp_path):
             if len(sleeps) == 3:
                 raise anyio.get_cancelled_exc_class()()
 
-        monitor = HealthMonitor(h.kernel, clock=clock, sleep=fake_sleep)
+        monitor = monitor_of(h.kernel, clock=clock, sleep=fake_sleep)
         with pytest.raises(anyio.get_cancelled_exc_class()):
             await monitor.run()
         assert sleeps == [5 * MIN, 5 * MIN, 5 * MIN]

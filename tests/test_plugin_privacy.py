@@ -77,3 +77,39 @@ def test_no_plugin_touches_a_private_attribute_it_does_not_define():
         if found := foreign_private_uses(trees):
             offences[package.name] = found
     assert offences == {}
+
+
+# -- health and scale-out through the test kit's surface, not the kernel -------------------
+
+#: The kernel's parts a plugin test reaches through ``h.health``, ``run.health`` and
+#: ``h.owns`` instead (docs/testing.md).
+KERNEL_PARTS = {"health", "monitor", "cluster", "supervisors", "control", "gateway_parts"}
+
+
+def kernel_parts_reached(trees: dict[str, ast.AST]) -> list[str]:
+    """``file:line expression`` for each ``<anything>.kernel.<part>`` of :data:`KERNEL_PARTS`."""
+    found = []
+    for name, tree in trees.items():
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr in KERNEL_PARTS
+                    and isinstance(node.value, ast.Attribute) and node.value.attr == "kernel"):
+                found.append(f"{name}:{node.lineno} {ast.unparse(node)}")
+    return sorted(found)
+
+
+def test_the_check_finds_a_kernel_part_reached_for():
+    trees = {"t.py": ast.parse("async def t(h, run):\n    await h.kernel.health.probe()\n"
+                               "    run.kernel.cluster.owns('x')\n    h.health.snapshot()\n"
+                               "    h.kernel.accounts\n")}
+    assert kernel_parts_reached(trees) == ["t.py:2 h.kernel.health",
+                                           "t.py:3 run.kernel.cluster"]
+
+
+def test_no_plugin_reaches_health_or_the_cluster_through_the_kernel():
+    offences = {}
+    for package in plugin_packages():
+        trees = {str(path.relative_to(ROOT)): tree for path in python_files(package)
+                 if (tree := parse(path)) is not None}
+        if found := kernel_parts_reached(trees):
+            offences[package.name] = found
+    assert offences == {}

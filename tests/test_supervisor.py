@@ -15,6 +15,12 @@ async def no_sleep(seconds):
     await anyio.sleep(0)
 
 
+def supervise_here(h, account, **options):
+    """A supervisor of the harness kernel's account, registered nowhere."""
+    return Supervisor(account, receiver=h.kernel.receiver, metrics=h.kernel.metrics,
+                      **options)
+
+
 class StubbornLoop:
     """A receive loop that, once cancelled, takes its time to stop (until released)."""
 
@@ -50,7 +56,7 @@ async def test_restart_waits_for_the_old_loop_and_never_runs_two(tmp_path):
         account = h.kernel.accounts["memory:main"]
         loop = StubbornLoop()
         account.transport.run = loop.run
-        supervisor = Supervisor(h.kernel, account, sleep=no_sleep)
+        supervisor = supervise_here(h, account, sleep=no_sleep)
         async with anyio.create_task_group() as tg:
             tg.start_soon(supervisor.run)
             await loop.running.wait()
@@ -93,7 +99,7 @@ async def test_runtime_state_follows_the_loop(tmp_path):
             await anyio.sleep_forever()
 
         account.transport.run = run
-        supervisor = Supervisor(h.kernel, account, sleep=no_sleep)
+        supervisor = supervise_here(h, account, sleep=no_sleep)
         async with anyio.create_task_group() as tg:
             tg.start_soon(supervisor.run)
             await alive.wait()
@@ -120,8 +126,7 @@ async def test_a_paused_account_waits_to_be_resumed(tmp_path):
             await anyio.sleep_forever()
 
         account.transport.run = run
-        supervisor = h.kernel.supervisors["memory:main"] = Supervisor(h.kernel, account,
-                                                                       sleep=no_sleep)
+        supervisor = h.kernel.supervisors.add(account, sleep=no_sleep)
         async with anyio.create_task_group() as tg:
             tg.start_soon(supervisor.run)
             await wait_until(lambda: account.runtime.state == "paused")
@@ -151,7 +156,7 @@ async def test_kernel_pause_account_is_red_until_resumed(tmp_path):
 
 async def test_restart_without_a_running_loop_is_refused(tmp_path):
     async with KernelHarness(tmp_path) as h:
-        supervisor = Supervisor(h.kernel, h.kernel.accounts["memory:main"])
+        supervisor = supervise_here(h, h.kernel.accounts["memory:main"])
         assert await supervisor.restart("nothing to restart") is False
         assert list(h.kernel.accounts["memory:main"].runtime.restarts) == []
 
@@ -166,8 +171,7 @@ async def test_pausing_from_the_kernel_stops_the_loop_until_resumed(tmp_path):
             await anyio.sleep_forever()
 
         account.transport.run = run
-        supervisor = h.kernel.supervisors["memory:main"] = Supervisor(h.kernel, account,
-                                                                       sleep=no_sleep)
+        supervisor = h.kernel.supervisors.add(account, sleep=no_sleep)
         async with anyio.create_task_group() as tg:
             tg.start_soon(supervisor.run)
             await wait_until(lambda: supervisor.loops_running == 1)
@@ -199,7 +203,7 @@ async def test_a_loop_that_ends_on_a_refused_identity_fails_with_what_to_do(tmp_
             await anyio.sleep_forever()
 
         account.transport.run = run
-        supervisor = Supervisor(h.kernel, account, sleep=sleep)
+        supervisor = supervise_here(h, account, sleep=sleep)
         async with anyio.create_task_group() as tg:
             tg.start_soon(supervisor.run)
             with anyio.fail_after(5):
@@ -211,3 +215,14 @@ async def test_a_loop_that_ends_on_a_refused_identity_fails_with_what_to_do(tmp_
                                       "channels.memory.accounts.main and restart the gateway")
             assert waits == [60.0]  # not the 1 s of a crash: a refusal is not retried soon
             tg.cancel_scope.cancel()
+
+
+async def test_the_registry_keeps_a_newer_supervisor_when_an_older_one_is_discarded(tmp_path):
+    async with KernelHarness(tmp_path) as h:
+        account, supervisors = h.kernel.accounts["memory:main"], h.kernel.supervisors
+        older = supervisors.add(account)
+        newer = supervisors.add(account)  # a loop started again before the old one ended
+        supervisors.discard(account.key, older)
+        assert supervisors.get(account.key) is newer
+        supervisors.discard(account.key)
+        assert supervisors.get(account.key) is None

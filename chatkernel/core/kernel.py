@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -27,6 +28,9 @@ from chatkernel.sdk.context import ChannelContext
 from chatkernel.core.accounts import build_accounts
 from chatkernel.core.plugins import collect_channels
 from chatkernel.core.gateway.cluster import Cluster
+from chatkernel.core.gateway.control import Control
+from chatkernel.core.gateway.parts import GatewayParts
+from chatkernel.core.gateway.supervisor import Supervisors
 from chatkernel.core.inbound.commands import CommandGateway, collect_commands
 from chatkernel.core.outbound.deliveries import Deliveries
 from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
@@ -88,7 +92,8 @@ class Kernel:
                  config_path: Path | None = None, recover: bool = True,
                  clock: Callable[[], float] = time.monotonic,
                  heartbeats: bool | None = None,
-                 heartbeat_clock: HeartbeatClock | None = None) -> None:
+                 heartbeat_clock: HeartbeatClock | None = None,
+                 gateway: GatewayParts | None = None) -> None:
         self.config = config or cfg.KernelConfig()
         self.config_path = config_path
         #: Replay unfinished messages and sends at start (the gateway does; a CLI
@@ -156,22 +161,41 @@ class Kernel:
         self._heartbeat_clock = heartbeat_clock
         self._heartbeats: HeartbeatScheduler | None = None
         self.started_at: float | None = None
-        #: The gateway's base URL once its HTTP server listens (None in-process).
-        self.url: str | None = None
-        #: Probes and snapshots; the health monitor; who is around.
-        self.health = Health(self)
-        self.monitor = HealthMonitor(self)
+        #: What the gateway process adds (its URL, its reloader), read through functions;
+        #: empty for a kernel run in-process (see chatkernel.core.gateway.parts).
+        self.gateway_parts = gateway or GatewayParts()
+        #: The receive-loop supervisors of this process, by account key (the gateway's
+        #: receive loops or the cluster add them).
+        self.supervisors = Supervisors(receiver=self.receiver, metrics=self.metrics)
+        #: This process's part among several sharing the store (None: the only one;
+        #: see chatkernel.core.gateway.cluster), made at start when the store is shared.
+        self.cluster: Cluster | None = None
+        # Health, the monitor and control: the monitor probes through the health (built
+        # right after it, hence the function), the health shows the monitor's settings.
+        accounts = MappingProxyType(self.accounts)  # read, never written, by them
+        #: Who is around; the health monitor; probes and snapshots.
         self.presence = Presence(own_presence_entry(self.config),
                                  ttl=self.config.presence.ttl_minutes * 60,
                                  max_entries=self.config.presence.max_entries)
-        #: The receive-loop supervisors by account key (the gateway fills it).
-        self.supervisors: dict[str, Any] = {}
-        #: This process's part among several sharing the store (None: the only one;
-        #: see chatkernel.core.gateway.cluster).
-        self.cluster: Cluster | None = None
-        #: What ``chatkernel reload`` and SIGHUP run (the gateway sets it): a
-        #: :class:`chatkernel.core.gateway.reload.ConfigReloader`.
-        self.reloader: Any = None
+        self.monitor = HealthMonitor(
+            config=lambda: self.config, accounts=accounts,
+            probe=lambda due: self.health.probe(due), supervisor=self.supervisors.get,
+            metrics=self.metrics)
+        self.health = Health(
+            config=lambda: self.config, accounts=accounts, pm=self.pm, metrics=self.metrics,
+            monitor=self.monitor, presence=self.presence, store=lambda: self.store,
+            queue=lambda: self.queue, cluster=lambda: self.cluster,
+            task_group=lambda: self.task_group, started_at=lambda: self.started_at,
+            url=lambda: self.gateway_parts.url)
+        #: What the control API and the CLI's own-kernel commands do.
+        self.control = Control(
+            health=self.health, accounts=accounts, presence=self.presence,
+            outbound=self.outbound, deliveries=self.deliveries,
+            delivery_statuses=self.delivery_statuses, config_path=config_path,
+            resolve_target=self.resolve_target, session_target=self.session_target,
+            sessions=lambda: self.sessions, heartbeats=lambda: self.heartbeats,
+            send_policy=lambda: self.send_policy, started_at=lambda: self.started_at,
+            url=lambda: self.gateway_parts.url, reloader=lambda: self.gateway_parts.reloader)
         self._tg: TaskGroup | None = None
         self._queue: SessionQueue | None = None
         self._turns: Turns | None = None
@@ -226,8 +250,16 @@ class Kernel:
         store.claim({"pid": os.getpid(), "home": str(cfg.home_dir()),
                      "role": "gateway" if self.recover else "chatkernel command"})
         if store.shared is not None:
-            self.cluster = Cluster(self, store.shared, ttl=self.config.store.lease_seconds,
-                                   instance_id=self.presence.own.instance_id)
+            self.cluster = Cluster(
+                store.shared, ttl=self.config.store.lease_seconds,
+                instance_id=self.presence.own.instance_id,
+                accounts=MappingProxyType(self.accounts), account_busy=self.account_busy,
+                inbound=self.inbound, outbox=self.outbox, sessions=lambda: self.sessions,
+                replay_unfinished=self.replay_unfinished, receiver=self.receiver,
+                supervisors=self.supervisors,
+                heartbeats=(lambda: self.heartbeats) if self.run_heartbeats else None,
+                store_committed=self.health.store_committed,
+                url=lambda: self.gateway_parts.url)
             self.metrics.store_round_trips.set_function(
                 lambda: getattr(store, "round_trips", 0))
         store.on_commit = self.health.store_committed  # a failed commit turns health red

@@ -322,6 +322,8 @@ class ContractRun:
         self.adapter = adapter
         self.harness = harness
         self.kernel = harness.kernel
+        #: The kernel's probes and health snapshots (see KernelHarness.health).
+        self.health = harness.health
         self.account = self.kernel.accounts[f"{adapter.channel_name}:{ACCOUNT}"]
         self.channel = self.account.channel
         self.agent = agent
@@ -448,9 +450,9 @@ class ContractRun:
         return [request.text for request in self.agent.requests]
 
     async def probe(self) -> ProbeResult:
-        """Probe the account as ``chatkernel health`` does (``kernel.health.probe``:
+        """Probe the account as ``chatkernel health`` does (``health.probe``:
         the ``health_probe`` hook, bounded by the adapter's timeout)."""
-        results = await self.kernel.health.probe([self.account], timeout=self.timeout)
+        results = await self.health.probe([self.account], timeout=self.timeout)
         return results[self.account.key]
 
     def turn_for(self, token: str) -> Any:
@@ -934,7 +936,7 @@ class ChannelContract:
         # No other send has gone out since to turn it green: the refusal alone decides.
         failure = next(f for f in runtime.recent_failures if refused in f.session_key)
         assert failure.status == "failed" and failure.why == "platform", failure
-        snapshot = await run.kernel.health.snapshot()
+        snapshot = await run.health.snapshot()
         assert runtime.send_failing_since is None, runtime.last_send_error
         assert snapshot.ok, snapshot.problems
         async with aiohttp.ClientSession() as http, \

@@ -12,7 +12,7 @@ import itertools
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -28,6 +28,9 @@ from chatkernel.sdk.models import (
     SendResult,
 )
 from chatkernel.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from chatkernel.core.health.probes import Health
 
 
 @dataclass(slots=True)
@@ -223,6 +226,20 @@ class KernelHarness:
         """Seconds a send to ``chat_id`` would wait for the account's rate limits now."""
         account = self.kernel.accounts[account_key]
         return self.kernel.outbox.limiter(account).delay(chat_id, is_group=is_group)
+
+    @property
+    def health(self) -> "Health":
+        """The kernel's probes and health snapshots: ``await h.health.probe()`` (every
+        account's :class:`~chatkernel.ProbeResult` by key, or of the accounts given),
+        ``await h.health.snapshot()`` (what ``chatkernel health --json`` shows),
+        ``h.health.account_snapshot(account, time.time())`` (one account's, no probe)."""
+        return self.kernel.health
+
+    def owns(self, account_key: str) -> bool:
+        """Whether this kernel runs the account now: always when it is alone on its
+        store; with a store it shares (Redis), while it holds the account's lease."""
+        cluster = self.kernel.cluster
+        return cluster is None or cluster.owns(account_key)
 
     async def settle(self, timeout: float = 5.0) -> None:
         """Wait until every lane is idle, every queued payload was sent and what

@@ -35,14 +35,13 @@ heartbeats run on the process holding the ``heartbeats`` lease only.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -53,9 +52,13 @@ from chatkernel.core.store.shared import account_lease
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from chatkernel.core.kernel import Kernel
-    from chatkernel.sdk.models import Account
+    from chatkernel.core.gateway.supervisor import Supervisors
+    from chatkernel.core.heartbeat.scheduler import HeartbeatScheduler
+    from chatkernel.core.inbound.pipeline import Inbound, Receiver
+    from chatkernel.core.inbound.sessions import Sessions
+    from chatkernel.core.outbound.outbox import Outbox
     from chatkernel.core.store.shared import SharedState
+    from chatkernel.sdk.models import Account
 
 log = logging.getLogger("chatkernel.cluster")
 
@@ -91,13 +94,36 @@ class Cluster:
     (:meth:`run_receive_loops`) and, when it stops, :meth:`stop_receiving` and
     :meth:`release`. The kernel asks :meth:`owns` where it would otherwise act as the
     only process (claiming a send, processing a message at once).
+
+    Given by name what it acts on: the kernel's accounts by key (read only), whether an
+    account has work in flight, the inbound pipeline and the outbox (to line up and
+    adopt what the inboxes bring), the sessions, the replay of an account's unfinished
+    messages, the receiver and supervisors of the loops it runs, the heartbeat scheduler
+    (None: this process runs none), where a failing store is reported, and the
+    gateway's URL (a function: None until its server listens).
     """
 
-    def __init__(self, kernel: "Kernel", shared: "SharedState", *,
-                 ttl: float, instance_id: str,
+    def __init__(self, shared: "SharedState", *, ttl: float, instance_id: str,
+                 accounts: Mapping[str, "Account"], account_busy: Callable[[str], bool],
+                 inbound: "Inbound", outbox: "Outbox", sessions: Callable[[], "Sessions"],
+                 replay_unfinished: Callable[["Account"], Awaitable[None]],
+                 receiver: "Receiver", supervisors: "Supervisors",
+                 heartbeats: Callable[[], "HeartbeatScheduler"] | None,
+                 store_committed: Callable[[Exception | None], None],
+                 url: Callable[[], str | None],
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.kernel = kernel
         self.shared = shared
+        self._accounts = accounts  # the kernel's, by key: read, never written
+        self._account_busy = account_busy
+        self._inbound = inbound
+        self._outbox = outbox
+        self._sessions = sessions
+        self._replay_unfinished = replay_unfinished
+        self._receiver = receiver
+        self._supervisors = supervisors
+        self._heartbeat_scheduler = heartbeats  # None: this process runs no heartbeats
+        self._store_committed = store_committed
+        self._url = url
         self.ttl = ttl
         #: Shown in status; several processes may share it (the same config).
         self.instance_id = instance_id
@@ -158,7 +184,7 @@ class Cluster:
         """A reload removes the account or rebuilds its channel: stop what runs for it
         here; the event is set once it ended (None: nothing ran). Its lease is kept
         until the account is gone (then given back) or started again."""
-        self.kernel.supervisors.pop(key, None)
+        self._supervisors.discard(key)
         elsewhere = self._elsewhere.pop(key, None)
         if elsewhere is not None:
             elsewhere.scope.cancel()
@@ -194,10 +220,10 @@ class Cluster:
         take the requests of the others for their owners (Transport.serve_elsewhere)."""
         self._receive_loops = True
         for key, tenure in list(self._owned.items()):
-            account = self.kernel.accounts.get(key)
+            account = self._accounts.get(key)
             if account is not None:
                 self._start_account(account, tenure)
-        for account in self.kernel.accounts.values():
+        for account in self._accounts.values():
             if account.key not in self._owned:
                 self._start_elsewhere(account)
 
@@ -250,14 +276,14 @@ class Cluster:
         await self._register()
         await self._release_removed()
         share = await self._fair_share()
-        for account in list(self.kernel.accounts.values()):
+        for account in list(self._accounts.values()):
             await self._tend(account, share)
         await self._tend_heartbeats()
 
     async def _release_removed(self) -> None:
         """Give back the leases of accounts a reload removed, once their work settled."""
-        for key in [key for key in self._owned if key not in self.kernel.accounts]:
-            if self.kernel.account_busy(key):
+        for key in [key for key in self._owned if key not in self._accounts]:
+            if self._account_busy(key):
                 continue
             tenure = self._owned.pop(key)
             channel, _, name = key.partition(":")
@@ -292,9 +318,8 @@ class Cluster:
             await anyio.sleep_forever()  # given up: its loop is being cancelled
 
     async def _register(self) -> None:
-        kernel = self.kernel
         info = {"instance": self.instance_id, "host": socket.gethostname(),
-                "pid": os.getpid(), "url": kernel.url, "started_at": self.started_at,
+                "pid": os.getpid(), "url": self._url(), "started_at": self.started_at,
                 "owned": self.owned(), "heartbeats": self._heartbeats is not None}
         await self.shared.register_instance(self.holder, info, self.ttl)
 
@@ -302,7 +327,7 @@ class Cluster:
         """How many accounts this instance should own: an equal part of them over the
         live instances, rounded up (a new instance takes its part as others shed)."""
         live = max(1, len(await self.shared.instances()))
-        return max(1, math.ceil(len(self.kernel.accounts) / live))
+        return max(1, math.ceil(len(self._accounts) / live))
 
     async def _tend(self, account: "Account", share: int) -> None:
         name = lease_name(account)
@@ -314,7 +339,7 @@ class Cluster:
                 self._lose(account, "its lease went to another instance")
                 return
             if (len(self._owned) > share and not self._shedding and self._receiving
-                    and not self.kernel.account_busy(account.key)):
+                    and not self._account_busy(account.key)):
                 assert self._loops is not None
                 self._shedding = True
                 self._loops.start_soon(self._shed, account, tenure,
@@ -322,7 +347,7 @@ class Cluster:
             return
         if len(self._owned) >= share:
             return
-        if self.kernel.account_busy(account.key):
+        if self._account_busy(account.key):
             return  # the work of an earlier tenure is still settling: not yet
         if account.key in self._fenced_off:
             # Settled: unfenced again, so a send queued here reaches the owner's inbox.
@@ -335,19 +360,18 @@ class Cluster:
             await self._take(account, token)
 
     async def _take(self, account: "Account", token: int) -> None:
-        kernel = self.kernel
         self.shared.fence(account.channel_name, account.name, token)
         where = (account.channel_name, account.name)
         # The position first: what is journaled from now on is read from the inbox,
         # what was before is replayed below (both: run once, see Inbound.line_up).
         position = await self.shared.inbox_position(*where)
         tenure = _Tenure(token, self.clock())
-        kernel.inbound.forget_lined(account)
-        kernel.outbox.forget_known(account)
-        kernel.sessions.forget(f"{account.key}:")  # another instance may have changed them
+        self._inbound.forget_lined(account)
+        self._outbox.forget_known(account)
+        self._sessions().forget(f"{account.key}:")  # another instance may have changed them
         await self._stop_elsewhere(account)
-        await kernel.outbox.recover(account)
-        await kernel.replay_unfinished(account)
+        await self._outbox.recover(account)
+        await self._replay_unfinished(account)
         # Owned from here on: what this instance journals now is lined up behind the
         # replayed messages (before, it came by the inbox, read from `position`).
         self._owned[account.key] = tenure
@@ -362,16 +386,12 @@ class Cluster:
                                name=f"receive {account.key}")
 
     async def _run_account(self, account: "Account", tenure: _Tenure) -> None:
-        from chatkernel.core.gateway.supervisor import Supervisor
-
-        kernel = self.kernel
-        supervisor = kernel.supervisors[account.key] = Supervisor(kernel, account)
+        supervisor = self._supervisors.add(account)
         try:
             with tenure.scope:
                 await supervisor.run()
         finally:
-            if kernel.supervisors.get(account.key) is supervisor:
-                del kernel.supervisors[account.key]
+            self._supervisors.discard(account.key, supervisor)
             tenure.ended.set()
 
     async def _shed(self, account: "Account", tenure: _Tenure) -> None:
@@ -382,7 +402,7 @@ class Cluster:
             self._positions.pop((account.channel_name, account.name), None)
             with anyio.move_on_after(SHED_SECONDS):
                 await tenure.ended.wait()
-                while self.kernel.account_busy(account.key):
+                while self._account_busy(account.key):
                     await anyio.sleep(0.05)
                 if self._owned.get(account.key) is tenure:
                     del self._owned[account.key]
@@ -402,7 +422,7 @@ class Cluster:
     async def _restart(self, account: "Account", tenure: _Tenure) -> None:
         where = (account.channel_name, account.name)
         self._positions[where] = await self.shared.inbox_position(*where)
-        await self.kernel.replay_unfinished(account)
+        await self._replay_unfinished(account)
         fresh = self._owned[account.key] = _Tenure(tenure.token, tenure.renewed_at)
         if self._receive_loops:
             self._start_account(account, fresh)
@@ -421,7 +441,7 @@ class Cluster:
         assert account.transport is not None
         try:
             with tenure.scope:
-                await account.transport.serve_elsewhere(self.kernel.receiver)
+                await account.transport.serve_elsewhere(self._receiver)
         except Exception:
             log.exception("%s: taking its requests for the owner failed", account.key)
         finally:
@@ -450,7 +470,7 @@ class Cluster:
         now = self.clock()
         for key, tenure in list(self._owned.items()):
             if now - tenure.renewed_at >= self.ttl:
-                account = self.kernel.accounts.get(key)
+                account = self._accounts.get(key)
                 if account is None:  # removed by a reload meanwhile
                     self._owned.pop(key)
                     continue
@@ -460,8 +480,7 @@ class Cluster:
             self._stop_heartbeats()
 
     async def _tend_heartbeats(self) -> None:
-        kernel = self.kernel
-        if not kernel.run_heartbeats:
+        if self._heartbeat_scheduler is None:
             return
         tenure = self._heartbeats
         if tenure is None and not self._receiving:
@@ -481,14 +500,16 @@ class Cluster:
         self._loops.start_soon(self._run_heartbeats, tenure, name="cluster heartbeats")
 
     async def _run_heartbeats(self, tenure: _Tenure) -> None:
+        assert self._heartbeat_scheduler is not None
+        scheduler = self._heartbeat_scheduler()
         log.info("this instance runs the heartbeats now")
         try:
             with tenure.scope:
                 async with anyio.create_task_group() as group:
-                    await self.kernel.heartbeats.start(group)
+                    await scheduler.start(group)
                     await anyio.sleep_forever()
         finally:
-            self.kernel.heartbeats.stopped()
+            scheduler.stopped()
             tenure.ended.set()
 
     def _stop_heartbeats(self) -> None:
@@ -533,18 +554,17 @@ class Cluster:
     def _dispatch(self, items: list[tuple[tuple[str, str], str, Any]]) -> None:
         """Hand what the inboxes brought to the pipeline (messages) or the senders
         (payloads queued on another instance)."""
-        kernel = self.kernel
         for where, entry_id, item in items:
             if where not in self._positions:
                 continue  # lost meanwhile: the next owner reads it
             self._positions[where] = entry_id
-            account = kernel.accounts.get(f"{where[0]}:{where[1]}")
+            account = self._accounts.get(f"{where[0]}:{where[1]}")
             if account is None:
                 continue
             if isinstance(item, JournalEntry):
-                kernel.inbound.line_up(account, item.seq, item.message)
+                self._inbound.line_up(account, item.seq, item.message)
             elif isinstance(item, OutboxEntry):
-                kernel.outbox.adopt(item)
+                self._outbox.adopt(item)
 
     # -- the store's reachability ------------------------------------------------------
 
@@ -554,12 +574,12 @@ class Cluster:
             log.warning("the shared store cannot be reached (%s): leases are not renewed; "
                         "accounts not renewed within %g s are given up, and retried", exc,
                         self.ttl)
-            self.kernel.health.store_committed(exc)
+            self._store_committed(exc)
 
     def _store_works(self) -> None:
         if self._store_down_since is not None:
             log.info("the shared store answers again after %.1f s",
                      time.time() - self._store_down_since)
             self._store_down_since = None
-            self.kernel.health.store_committed(None)
+            self._store_committed(None)
 

@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +21,19 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from chatkernel.core.kernel import Kernel
+    from chatkernel.core.gateway.reload import ConfigReloader
+    from chatkernel.core.health.presence import Presence
+    from chatkernel.core.health.probes import Health
+    from chatkernel.core.heartbeat.scheduler import HeartbeatScheduler
+    from chatkernel.core.inbound.sessions import Sessions
+    from chatkernel.core.outbound.deliveries import Deliveries
+    from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
+    from chatkernel.core.outbound.policy import SendPolicy
+    from chatkernel.core.outbound.responder import Outbound
+    from chatkernel.sdk.models import Account, Route
+
+    #: Where a send goes: the account, the route and the session key.
+    Target = tuple[Account, Route, str]
 
 STATE_FILE = "gateway.json"
 #: The largest control request body (a send's text and file paths, a few settings).
@@ -118,115 +131,6 @@ class ControlError(Exception):
         self.status = status
 
 
-def routes(kernel: "Kernel", token: str) -> list[tuple[str, str, Any]]:
-    """The ``/control`` routes of the gateway's HTTP app."""
-    from aiohttp import web
-
-    from chatkernel.core.gateway.endpoints import bearer_ok
-    from chatkernel.core.gateway.http_guard import RequestError, read_json_object
-
-    def handler(action):
-        async def handle(request: web.Request) -> web.Response:
-            if not bearer_ok(request, token):
-                return web.json_response({"error": "missing or wrong control token"},
-                                         status=401)
-            try:
-                body = (await read_json_object(request, limit=MAX_BODY_BYTES)
-                        if request.can_read_body else {})
-            except RequestError as exc:
-                return web.json_response({"error": str(exc)}, status=exc.status)
-            try:
-                if isinstance(body.get("client"), dict):  # the caller says who it is
-                    report_presence(kernel, body["client"], request.remote)
-                return web.json_response(await action(body))
-            except ControlError as exc:
-                return web.json_response({"error": str(exc)}, status=exc.status)
-        return handle
-
-    async def send(body: dict[str, Any]) -> dict[str, Any]:
-        return await send_from_request(kernel, body)
-
-    async def status(body: dict[str, Any]) -> dict[str, Any]:
-        snapshot = await kernel.health.snapshot(live=bool(body.get("live")),
-                                                timeout=probe_timeout(body))
-        return {**snapshot.model_dump(mode="json"), "pid": os.getpid(),
-                "accounts": sorted(kernel.accounts), "started_at": kernel.started_at}
-
-    async def health(body: dict[str, Any]) -> dict[str, Any]:
-        snapshot = await kernel.health.snapshot(live=bool(body.get("live")),
-                                                timeout=probe_timeout(body))
-        return snapshot.model_dump(mode="json")
-
-    async def probe(body: dict[str, Any]) -> dict[str, Any]:
-        return await probe_from_request(kernel, body)
-
-    async def presence(body: dict[str, Any]) -> dict[str, Any]:
-        return {"presence": [entry.as_dict() for entry in kernel.presence.entries()]}
-
-    async def session_policy(body: dict[str, Any]) -> dict[str, Any]:
-        fields = strings(body, "session", "policy")
-        return await set_session_policy(kernel, fields["session"] or "",
-                                        fields["policy"] or "")
-
-    async def heartbeat_status(body: dict[str, Any]) -> dict[str, Any]:
-        return {**kernel.heartbeats.status(), "now": kernel.heartbeats.clock.now()}
-
-    async def heartbeat_wake(body: dict[str, Any]) -> dict[str, Any]:
-        return await wake_heartbeat(kernel, body)
-
-    async def reload(body: dict[str, Any]) -> dict[str, Any]:
-        return await reload_config(kernel, strings(body, "config")["config"])
-
-    return [("POST", "/control/send", handler(send)),
-            ("POST", "/control/status", handler(status)),
-            ("POST", "/control/health", handler(health)),
-            ("POST", "/control/channels/probe", handler(probe)),
-            ("POST", "/control/presence", handler(presence)),
-            ("POST", "/control/sessions/policy", handler(session_policy)),
-            ("POST", "/control/heartbeat/status", handler(heartbeat_status)),
-            ("POST", "/control/heartbeat/wake", handler(heartbeat_wake)),
-            ("POST", "/control/reload", handler(reload))]
-
-
-async def reload_config(kernel: "Kernel", config: str | None = None) -> dict[str, Any]:
-    """``chatkernel reload``: read the config file again and apply it (see
-    chatkernel.core.gateway.reload). A config the start-up checks refuse is a 422 naming what
-    is wrong, and nothing of it is applied. ``config``: the file the caller means; a
-    gateway that reads another one refuses (409) rather than switch files."""
-    from pathlib import Path
-
-    from chatkernel.sdk.errors import ConfigError
-    from chatkernel.core.gateway.reload import ReloadBusy
-
-    if kernel.reloader is None:
-        raise ControlError("this kernel cannot reload its config (it is not a gateway)", 409)
-    running = kernel.config_path
-    if config and running is not None and Path(config).resolve() != Path(running).resolve():
-        raise ControlError(f"the running gateway reads {running}, not {config}: edit that "
-                           "file, or restart the gateway with --config to switch files", 409)
-    try:
-        report = await kernel.reloader.reload()
-    except ConfigError as exc:
-        raise ControlError(f"{exc} (nothing was applied: the running config stays)",
-                           422) from None
-    except ReloadBusy as exc:
-        raise ControlError(str(exc), 409) from None
-    return {**report.as_dict(), "lines": report.lines(), "pid": os.getpid()}
-
-
-async def wake_heartbeat(kernel: "Kernel", body: dict[str, Any]) -> dict[str, Any]:
-    """``chatkernel heartbeat wake``: run a heartbeat now, or leave a note for its next run."""
-    from chatkernel.core.heartbeat.jobs import HeartbeatError
-
-    fields = strings(body, "text", "mode", "session")
-    text, mode, session = fields["text"], fields["mode"] or "now", fields["session"]
-    try:
-        job = await kernel.heartbeats.wake_up(text, mode=mode, session_key=session or None)
-    except HeartbeatError as exc:
-        raise ControlError(str(exc), 404 if "no heartbeat" in str(exc) else 400) from None
-    return {"heartbeat": kernel.heartbeats.describe(job), "mode": mode}
-
-
 #: The longest probe a control request may ask for, in milliseconds (10 minutes).
 MAX_PROBE_TIMEOUT_MS = 600_000
 
@@ -255,47 +159,6 @@ def strings(body: dict[str, Any], *names: str) -> dict[str, str | None]:
     return {name: body.get(name) for name in names}
 
 
-def report_presence(kernel: "Kernel", client: dict[str, Any], remote: str | None) -> None:
-    """Record the caller in the gateway's presence table (``client.instance_id``...)."""
-    fields = {key: value for key, value in client.items()
-              if key != "instance_id" and isinstance(value, (str, int, float))}
-    try:
-        kernel.presence.report(str(client.get("instance_id") or ""), ip=remote, **fields)
-    except ValueError as exc:
-        raise ControlError(f"client: {exc}") from None
-
-
-async def probe_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str, Any]:
-    """Live probes of ``target`` (``CHANNEL`` or ``CHANNEL:ACCOUNT``; all when empty)."""
-    from chatkernel.core.health.probes import ProbeInfo, select_accounts
-
-    target = body.get("target")
-    if target is not None and not isinstance(target, str):
-        raise ControlError("'target' must be CHANNEL or CHANNEL:ACCOUNT")
-    try:
-        accounts = select_accounts(kernel.accounts.values(), target)
-    except LookupError as exc:
-        raise ControlError(str(exc), 404) from None
-    results = await kernel.health.probe(accounts, timeout=probe_timeout(body))
-    probes = {}
-    for account in accounts:
-        info = ProbeInfo.of(results[account.key], account.runtime.last_probe_at)
-        assert info is not None
-        probes[account.key] = info.model_dump(mode="json")
-    return {"ok": all(p["ok"] for p in probes.values()), "probes": probes}
-
-
-async def set_session_policy(kernel: "Kernel", key: str, policy: str) -> dict[str, Any]:
-    """A session's own send setting: ``allow``, ``deny`` or ``inherit`` (the rules)."""
-    if policy not in ("allow", "deny", "inherit"):
-        raise ControlError(f"policy must be allow, deny or inherit, not {policy!r}")
-    record = await kernel.sessions.get(key)
-    if record is None:
-        raise ControlError(f"no session {key!r} (chatkernel sessions list shows them)", 404)
-    await kernel.sessions.update_settings(record, send=None if policy == "inherit" else policy)
-    return {"session": key, "policy": policy}
-
-
 #: What ``chatkernel send`` reports (see :func:`send_outcome`; ``nothing``: the text
 #: made no payload). On a channel that reports delivery later (WhatsApp), a reply the
 #: platform took is ``accepted``, then ``delivered`` or ``failed`` once the platform
@@ -318,88 +181,276 @@ def send_outcome(parts: list[dict[str, Any]] | None) -> str:
     return "sent" if statuses == {"sent"} else "pending"
 
 
-async def send_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str, Any]:
-    """Do what ``chatkernel send`` / ``sessions send`` asked (validated here).
+def routes(control: "Control", token: str) -> list[tuple[str, str, Any]]:
+    """The ``/control`` routes of the gateway's HTTP app, each answering through
+    ``control``."""
+    from aiohttp import web
 
-    ``wait`` (seconds, default 0) waits for the outcome of every part; the answer then
-    has ``parts`` (``status``, ``error`` each) and ``outcome`` (:func:`send_outcome`).
-    On a channel that reports delivery later (``Capabilities.delivery_statuses``) a reply the
-    platform took is ``accepted``, and ``delivery_later`` is true; ``wait_delivery``
-    (seconds) then waits for the platform's report on every part (each part gets a
-    ``delivery`` status): ``delivered``, ``failed`` or, when it ran out, ``unconfirmed``.
-    Refused before anything is queued: an unknown target, a file the media-path policy
-    refuses, a send the send policy blocks, a web chat message with no web chat served,
-    a wait for delivery with no gateway to receive the reports.
-    """
-    text = body.get("text", "")
-    media = body.get("media") or []
-    wait = body.get("wait") or 0
-    wait_delivery = body.get("wait_delivery") or 0
-    if not isinstance(text, str) or not isinstance(media, list) or not all(
-            isinstance(item, str) for item in media):
-        raise ControlError("'text' must be a string and 'media' a list of paths")
-    for name, value in (("wait", wait), ("wait_delivery", wait_delivery)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ControlError(f"{name!r} must be a number of seconds, 0 or more")
-    if not text.strip() and not media:
-        raise ControlError("nothing to send: give a text or a file")
-    where = strings(body, "session", "channel", "account", "to", "thread")
-    try:
-        if where["session"]:
-            account, route, key = await kernel.session_target(where["session"])
-        else:
-            account, route, key = await kernel.resolve_target(
-                where["channel"] or "", where["account"], where["to"] or "",
-                thread=where["thread"])
-    except LookupError as exc:
-        raise ControlError(str(exc), 404) from None
-    for path in media:  # the sender hears of a refused file now, not the chat later
-        allowed, reason = await kernel.outbound.check_media(account, path)
-        if allowed is None:
-            raise ControlError(f"{path}: {reason}", 403)
-    if getattr(account.channel, "needs_http_server", False) and kernel.url is None:
-        # The web chat's page is the gateway's: with none running, nobody would see it.
-        raise ControlError(f"{account.key} shows messages only on the gateway's page, and no "
-                           "gateway is running: nothing was sent (start one with "
-                           "`chatkernel run`, then send again)", 409)
-    later = account.channel is not None and account.channel.capabilities.delivery_statuses
-    if later and wait_delivery and kernel.url is None:
-        raise ControlError(f"{account.key} reports delivery on the gateway's webhook, and no "
-                           "gateway is running: nothing was sent (start one with "
-                           "`chatkernel run`, or send without --wait-delivery)", 409)
-    session = kernel.sessions.cached(key) or await kernel.sessions.get(key)
-    verdict = kernel.send_policy.check(route, session)
-    if not verdict:
-        raise ControlError(f"not sent to {key}: {verdict.reason}", 403)
-    if session is None:  # a first send to this chat: a session it shows in
-        session = await kernel.sessions.open(key, route)
-    reply_id = await kernel.outbound.deliver_text(
-        account, route, text, session_key=key, session_id=session.session_id, media=media,
-        log=True)
-    answer: dict[str, Any] = {"reply_id": reply_id, "session": key, "account": account.key,
-                              "chat_id": route.chat_id, "delivery_later": later}
-    if reply_id is not None and (wait or wait_delivery):
-        entries = await kernel.deliveries.wait(reply_id, wait or wait_delivery)
-        answer["parts"] = [{"status": entry.status, "error": entry.error} for entry in entries]
-    outcome = send_outcome(answer.get("parts")) if reply_id else "nothing"
-    if later and outcome == "sent":
-        outcome = "accepted"
-        if wait_delivery:
-            outcome = await _wait_for_delivery(kernel, answer, wait_delivery)
-    answer["outcome"] = outcome
-    return answer
+    from chatkernel.core.gateway.endpoints import bearer_ok
+    from chatkernel.core.gateway.http_guard import RequestError, read_json_object
+
+    def handler(action):
+        async def handle(request: web.Request) -> web.Response:
+            if not bearer_ok(request, token):
+                return web.json_response({"error": "missing or wrong control token"},
+                                         status=401)
+            try:
+                body = (await read_json_object(request, limit=MAX_BODY_BYTES)
+                        if request.can_read_body else {})
+            except RequestError as exc:
+                return web.json_response({"error": str(exc)}, status=exc.status)
+            try:
+                if isinstance(body.get("client"), dict):  # the caller says who it is
+                    control.report_presence(body["client"], request.remote)
+                return web.json_response(await action(body))
+            except ControlError as exc:
+                return web.json_response({"error": str(exc)}, status=exc.status)
+        return handle
+
+    async def session_policy(body: dict[str, Any]) -> dict[str, Any]:
+        fields = strings(body, "session", "policy")
+        return await control.set_session_policy(fields["session"] or "",
+                                                fields["policy"] or "")
+
+    async def reload(body: dict[str, Any]) -> dict[str, Any]:
+        return await control.reload(strings(body, "config")["config"])
+
+    return [("POST", "/control/send", handler(control.send)),
+            ("POST", "/control/status", handler(control.status)),
+            ("POST", "/control/health", handler(control.health)),
+            ("POST", "/control/channels/probe", handler(control.probe)),
+            ("POST", "/control/presence", handler(control.presence)),
+            ("POST", "/control/sessions/policy", handler(session_policy)),
+            ("POST", "/control/heartbeat/status", handler(control.heartbeat_status)),
+            ("POST", "/control/heartbeat/wake", handler(control.wake_heartbeat)),
+            ("POST", "/control/reload", handler(reload))]
 
 
-async def _wait_for_delivery(kernel: "Kernel", answer: dict[str, Any],
-                             timeout: float) -> str:
-    """Wait for the platform's report on every part of an accepted reply; its outcome."""
-    parts = answer["parts"]
-    found = await kernel.delivery_statuses.wait(answer["reply_id"], len(parts), timeout)
-    for number, part in enumerate(parts, start=1):
-        part["delivery"] = found.status(number)
-        fate = found.parts.get(number)
-        if fate is not None and fate.status == "failed":
-            part["error"] = fate.reason or "no reason given"
-    if found.failed:
-        return "failed"
-    return "delivered" if found.done else "unconfirmed"
+class Control:
+    """What the control requests do, for the gateway's ``/control`` routes and for a
+    CLI command that runs its own kernel when no gateway runs.
+
+    Given by name what the requests read and act on: ``health``, the kernel's
+    ``accounts`` by key (read only), ``presence``, ``outbound``, ``deliveries`` and
+    ``delivery_statuses``, the config file's path, and the kernel's
+    ``resolve_target`` and ``session_target``; ``sessions``, ``heartbeats``,
+    ``send_policy``, ``started_at`` (what exists once the kernel started, or a reload
+    replaces), ``url`` and ``reloader`` (the gateway's: None in a kernel of its own)
+    are functions."""
+
+    def __init__(self, *, health: "Health", accounts: Mapping[str, Account],
+                 presence: "Presence", outbound: "Outbound", deliveries: "Deliveries",
+                 delivery_statuses: "DeliveryStatuses", config_path: Path | None,
+                 resolve_target: Callable[..., Awaitable[Target]],
+                 session_target: Callable[[str], Awaitable[Target]],
+                 sessions: Callable[[], "Sessions"],
+                 heartbeats: Callable[[], "HeartbeatScheduler"],
+                 send_policy: Callable[[], "SendPolicy"],
+                 started_at: Callable[[], float | None], url: Callable[[], str | None],
+                 reloader: Callable[[], "ConfigReloader | None"]) -> None:
+        self._health = health
+        self._accounts = accounts
+        self._presence = presence
+        self._outbound = outbound
+        self._deliveries = deliveries
+        self._delivery_statuses = delivery_statuses
+        self._config_path = config_path
+        self._resolve_target = resolve_target
+        self._session_target = session_target
+        self._sessions = sessions
+        self._heartbeats = heartbeats
+        self._send_policy = send_policy
+        self._started_at = started_at
+        self._url = url
+        self._reloader = reloader
+
+    async def status(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``chatkernel status``: the health snapshot, the pid and the accounts."""
+        snapshot = await self._health.snapshot(live=bool(body.get("live")),
+                                               timeout=probe_timeout(body))
+        return {**snapshot.model_dump(mode="json"), "pid": os.getpid(),
+                "accounts": sorted(self._accounts), "started_at": self._started_at()}
+
+    async def health(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``chatkernel health``: the health snapshot (``live``: probed now)."""
+        snapshot = await self._health.snapshot(live=bool(body.get("live")),
+                                               timeout=probe_timeout(body))
+        return snapshot.model_dump(mode="json")
+
+    async def presence(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The gateway's presence table: who is around."""
+        return {"presence": [entry.as_dict() for entry in self._presence.entries()]}
+
+    async def heartbeat_status(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``chatkernel heartbeat status``: the heartbeats and the scheduler's time."""
+        heartbeats = self._heartbeats()
+        return {**heartbeats.status(), "now": heartbeats.clock.now()}
+
+    async def reload(self, config: str | None = None) -> dict[str, Any]:
+        """``chatkernel reload``: read the config file again and apply it (see
+        chatkernel.core.gateway.reload). A config the start-up checks refuse is a 422
+        naming what is wrong, and nothing of it is applied. ``config``: the file the
+        caller means; a gateway that reads another one refuses (409) rather than
+        switch files."""
+        from chatkernel.sdk.errors import ConfigError
+        from chatkernel.core.gateway.reload import ReloadBusy
+
+        reloader = self._reloader()
+        if reloader is None:
+            raise ControlError("this kernel cannot reload its config (it is not a gateway)",
+                               409)
+        running = self._config_path
+        if config and running is not None and \
+                Path(config).resolve() != Path(running).resolve():
+            raise ControlError(f"the running gateway reads {running}, not {config}: edit "
+                               "that file, or restart the gateway with --config to switch "
+                               "files", 409)
+        try:
+            report = await reloader.reload()
+        except ConfigError as exc:
+            raise ControlError(f"{exc} (nothing was applied: the running config stays)",
+                               422) from None
+        except ReloadBusy as exc:
+            raise ControlError(str(exc), 409) from None
+        return {**report.as_dict(), "lines": report.lines(), "pid": os.getpid()}
+
+    async def wake_heartbeat(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``chatkernel heartbeat wake``: run a heartbeat now, or leave a note for its
+        next run."""
+        from chatkernel.core.heartbeat.jobs import HeartbeatError
+
+        fields = strings(body, "text", "mode", "session")
+        text, mode, session = fields["text"], fields["mode"] or "now", fields["session"]
+        heartbeats = self._heartbeats()
+        try:
+            job = await heartbeats.wake_up(text, mode=mode, session_key=session or None)
+        except HeartbeatError as exc:
+            raise ControlError(str(exc), 404 if "no heartbeat" in str(exc) else 400) \
+                from None
+        return {"heartbeat": heartbeats.describe(job), "mode": mode}
+
+    def report_presence(self, client: dict[str, Any], remote: str | None) -> None:
+        """Record the caller in the gateway's presence table (``client.instance_id``...)."""
+        fields = {key: value for key, value in client.items()
+                  if key != "instance_id" and isinstance(value, (str, int, float))}
+        try:
+            self._presence.report(str(client.get("instance_id") or ""), ip=remote, **fields)
+        except ValueError as exc:
+            raise ControlError(f"client: {exc}") from None
+
+    async def probe(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Live probes of ``target`` (``CHANNEL`` or ``CHANNEL:ACCOUNT``; all when empty)."""
+        from chatkernel.core.health.probes import ProbeInfo, select_accounts
+
+        target = body.get("target")
+        if target is not None and not isinstance(target, str):
+            raise ControlError("'target' must be CHANNEL or CHANNEL:ACCOUNT")
+        try:
+            accounts = select_accounts(self._accounts.values(), target)
+        except LookupError as exc:
+            raise ControlError(str(exc), 404) from None
+        results = await self._health.probe(accounts, timeout=probe_timeout(body))
+        probes = {}
+        for account in accounts:
+            info = ProbeInfo.of(results[account.key], account.runtime.last_probe_at)
+            assert info is not None
+            probes[account.key] = info.model_dump(mode="json")
+        return {"ok": all(p["ok"] for p in probes.values()), "probes": probes}
+
+    async def set_session_policy(self, key: str, policy: str) -> dict[str, Any]:
+        """A session's own send setting: ``allow``, ``deny`` or ``inherit`` (the rules)."""
+        if policy not in ("allow", "deny", "inherit"):
+            raise ControlError(f"policy must be allow, deny or inherit, not {policy!r}")
+        sessions = self._sessions()
+        record = await sessions.get(key)
+        if record is None:
+            raise ControlError(f"no session {key!r} (chatkernel sessions list shows them)",
+                               404)
+        await sessions.update_settings(record, send=None if policy == "inherit" else policy)
+        return {"session": key, "policy": policy}
+
+    async def send(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Do what ``chatkernel send`` / ``sessions send`` asked (validated here).
+
+        ``wait`` (seconds, default 0) waits for the outcome of every part; the answer then
+        has ``parts`` (``status``, ``error`` each) and ``outcome`` (:func:`send_outcome`).
+        On a channel that reports delivery later (``Capabilities.delivery_statuses``) a reply
+        the platform took is ``accepted``, and ``delivery_later`` is true; ``wait_delivery``
+        (seconds) then waits for the platform's report on every part (each part gets a
+        ``delivery`` status): ``delivered``, ``failed`` or, when it ran out, ``unconfirmed``.
+        Refused before anything is queued: an unknown target, a file the media-path policy
+        refuses, a send the send policy blocks, a web chat message with no web chat served,
+        a wait for delivery with no gateway to receive the reports.
+        """
+        text = body.get("text", "")
+        media = body.get("media") or []
+        wait = body.get("wait") or 0
+        wait_delivery = body.get("wait_delivery") or 0
+        if not isinstance(text, str) or not isinstance(media, list) or not all(
+                isinstance(item, str) for item in media):
+            raise ControlError("'text' must be a string and 'media' a list of paths")
+        for name, value in (("wait", wait), ("wait_delivery", wait_delivery)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ControlError(f"{name!r} must be a number of seconds, 0 or more")
+        if not text.strip() and not media:
+            raise ControlError("nothing to send: give a text or a file")
+        where = strings(body, "session", "channel", "account", "to", "thread")
+        try:
+            if where["session"]:
+                account, route, key = await self._session_target(where["session"])
+            else:
+                account, route, key = await self._resolve_target(
+                    where["channel"] or "", where["account"], where["to"] or "",
+                    thread=where["thread"])
+        except LookupError as exc:
+            raise ControlError(str(exc), 404) from None
+        for path in media:  # the sender hears of a refused file now, not the chat later
+            allowed, reason = await self._outbound.check_media(account, path)
+            if allowed is None:
+                raise ControlError(f"{path}: {reason}", 403)
+        if getattr(account.channel, "needs_http_server", False) and self._url() is None:
+            # The web chat's page is the gateway's: with none running, nobody would see it.
+            raise ControlError(f"{account.key} shows messages only on the gateway's page, and no "
+                               "gateway is running: nothing was sent (start one with "
+                               "`chatkernel run`, then send again)", 409)
+        later = account.channel is not None and account.channel.capabilities.delivery_statuses
+        if later and wait_delivery and self._url() is None:
+            raise ControlError(f"{account.key} reports delivery on the gateway's webhook, and no "
+                               "gateway is running: nothing was sent (start one with "
+                               "`chatkernel run`, or send without --wait-delivery)", 409)
+        sessions = self._sessions()
+        session = sessions.cached(key) or await sessions.get(key)
+        verdict = self._send_policy().check(route, session)
+        if not verdict:
+            raise ControlError(f"not sent to {key}: {verdict.reason}", 403)
+        if session is None:  # a first send to this chat: a session it shows in
+            session = await sessions.open(key, route)
+        reply_id = await self._outbound.deliver_text(
+            account, route, text, session_key=key, session_id=session.session_id, media=media,
+            log=True)
+        answer: dict[str, Any] = {"reply_id": reply_id, "session": key, "account": account.key,
+                                  "chat_id": route.chat_id, "delivery_later": later}
+        if reply_id is not None and (wait or wait_delivery):
+            entries = await self._deliveries.wait(reply_id, wait or wait_delivery)
+            answer["parts"] = [{"status": entry.status, "error": entry.error} for entry in entries]
+        outcome = send_outcome(answer.get("parts")) if reply_id else "nothing"
+        if later and outcome == "sent":
+            outcome = "accepted"
+            if wait_delivery:
+                outcome = await self._wait_for_delivery(answer, wait_delivery)
+        answer["outcome"] = outcome
+        return answer
+
+
+    async def _wait_for_delivery(self, answer: dict[str, Any], timeout: float) -> str:
+        """Wait for the platform's report on every part of an accepted reply; its outcome."""
+        parts = answer["parts"]
+        found = await self._delivery_statuses.wait(answer["reply_id"], len(parts), timeout)
+        for number, part in enumerate(parts, start=1):
+            part["delivery"] = found.status(number)
+            fate = found.parts.get(number)
+            if fate is not None and fate.status == "failed":
+                part["error"] = fate.reason or "no reason given"
+        if found.failed:
+            return "failed"
+        return "delivered" if found.done else "unconfirmed"

@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime
 import html
 import secrets
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from chatkernel.core.health.probes import AccountSnapshot, HealthSnapshot
@@ -33,7 +34,12 @@ from chatkernel.core.health.probes import AccountSnapshot, HealthSnapshot
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from chatkernel.core.kernel import Kernel
+    from chatkernel.core.config import KernelConfig
+    from chatkernel.core.health.metrics import Metrics
+    from chatkernel.core.health.probes import Health
+    from chatkernel.core.plugins import PluginManager
+    from chatkernel.sdk.channel import Channel
+    from chatkernel.sdk.models import Account
 
 STATUS_REFRESH_SECONDS = 10
 
@@ -44,9 +50,10 @@ def bearer_ok(request: "web.Request", token: str) -> bool:
     return secrets.compare_digest(given.encode(), f"Bearer {token}".encode())
 
 
-def routes(kernel: "Kernel", token: str, *, loopback: bool) -> list[tuple[str, str, Any]]:
+def routes(health: "Health", metrics: "Metrics", token: str, *, loopback: bool,
+           root_page: str | None = None) -> list[tuple[str, str, Any]]:
     """The ``/healthz``, ``/metrics``, ``/status`` and ``/favicon.ico`` routes of the
-    gateway's app, and ``/`` when no channel serves it and a plugin gives its page."""
+    gateway's app, and ``/`` when given its page (see :func:`root_page`)."""
     from aiohttp import web
 
     def allowed(request: web.Request) -> bool:
@@ -58,7 +65,7 @@ def routes(kernel: "Kernel", token: str, *, loopback: bool) -> list[tuple[str, s
                                  status=401)
 
     async def healthz(request: web.Request) -> web.Response:
-        snapshot = await kernel.health.snapshot(sessions=False)
+        snapshot = await health.snapshot(sessions=False)
         status = 200 if snapshot.ok else 503
         body: dict[str, Any] = {"ok": bool(snapshot.ok), "ts": snapshot.ts}
         if allowed(request):
@@ -66,43 +73,50 @@ def routes(kernel: "Kernel", token: str, *, loopback: bool) -> list[tuple[str, s
             body["accounts"] = {a.key: a.state for a in snapshot.accounts() if a.enabled}
         return web.json_response(body, status=status, headers={"Cache-Control": "no-store"})
 
-    async def metrics(request: web.Request) -> web.Response:
+    async def metrics_page(request: web.Request) -> web.Response:
         if not allowed(request):
             return refused()
         from prometheus_client import CONTENT_TYPE_LATEST
 
-        return web.Response(body=kernel.metrics.render(),
+        return web.Response(body=metrics.render(),
                             headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def status(request: web.Request) -> web.Response:
         if not allowed(request):
             return refused()
-        snapshot = await kernel.health.snapshot()
+        snapshot = await health.snapshot()
         return web.Response(text=render_status_page(snapshot), content_type="text/html",
                             headers={"Cache-Control": "no-store"})
 
     async def favicon(request: web.Request) -> web.Response:
         return web.Response(status=204, headers={"Cache-Control": "max-age=86400"})
 
-    found = [("GET", "/healthz", healthz), ("GET", "/metrics", metrics),
+    found = [("GET", "/healthz", healthz), ("GET", "/metrics", metrics_page),
              ("GET", "/status", status), ("GET", "/favicon.ico", favicon)]
-    page = None if _serves_root(kernel) else kernel.pm.hook.gateway_root_page(
-        config=kernel.config, channel_types=kernel.channel_types, loopback=loopback)
-    if page is not None:
+    if root_page is not None:
 
         async def landing(request: web.Request) -> web.Response:
-            return web.Response(text=page, content_type="text/html",
+            return web.Response(text=root_page, content_type="text/html",
                                 headers={"Cache-Control": "no-store"})
 
         found.append(("GET", "/", landing))
     return found
 
 
-def _serves_root(kernel: "Kernel") -> bool:
-    """Whether an account's channel (the web chat's default account) serves ``GET /``."""
-    return any(method == "GET" and path == "/" for account in kernel.accounts.values()
-               if account.transport is not None
-               for method, path, _ in account.transport.http_routes())
+def root_page(pm: "PluginManager", config: "KernelConfig",
+              channel_types: Mapping[str, type["Channel"]], accounts: Iterable["Account"], *,
+              loopback: bool) -> str | None:
+    """The page the gateway serves at ``/``: None when an account's channel serves
+    ``GET /`` itself (the web chat's default account), else the ``gateway_root_page``
+    hook's (None when no plugin gives one)."""
+    accounts = list(accounts)
+    serves_root = any(method == "GET" and path == "/" for account in accounts
+                      if account.transport is not None
+                      for method, path, _ in account.transport.http_routes())
+    if serves_root:
+        return None
+    return pm.hook.gateway_root_page(config=config, channel_types=channel_types,
+                                     loopback=loopback)
 
 
 # -- the status page -------------------------------------------------------------------

@@ -31,7 +31,8 @@ from chatkernel.core.kernel import Kernel
 from chatkernel.sdk.models import Account
 from chatkernel.core.health.presence import is_loopback
 from chatkernel.core.gateway.reload import ConfigReloader
-from chatkernel.core.gateway.supervisor import Supervisor, supervise
+from chatkernel.core.gateway.parts import GatewayParts
+from chatkernel.core.gateway.supervisor import Supervisors, supervise
 
 __all__ = ["DRAIN_SECONDS", "Listening", "ReceiveLoops", "build_app", "check_listen",
            "check_startup", "run_gateway", "supervise"]
@@ -136,13 +137,13 @@ class ReceiveLoops:
     where loops start (for every account at start, for one a reload adds) and stop
     (an account a reload removes or restarts on new settings)."""
 
-    def __init__(self, kernel: Kernel, task_group: TaskGroup) -> None:
-        self.kernel = kernel
+    def __init__(self, supervisors: Supervisors, task_group: TaskGroup) -> None:
+        self._supervisors = supervisors
         self._tg = task_group
         self._running: dict[str, tuple[anyio.CancelScope, anyio.Event]] = {}
 
     def start(self, account: Account) -> None:
-        supervisor = self.kernel.supervisors[account.key] = Supervisor(self.kernel, account)
+        supervisor = self._supervisors.add(account)
         scope, ended = self._running[account.key] = anyio.CancelScope(), anyio.Event()
 
         async def run() -> None:
@@ -156,7 +157,7 @@ class ReceiveLoops:
 
     def stop(self, key: str) -> anyio.Event | None:
         """Cancel an account's loop; the event is set once it ended (None: none ran)."""
-        self.kernel.supervisors.pop(key, None)
+        self._supervisors.discard(key)
         found = self._running.pop(key, None)
         if found is None:
             return None
@@ -180,9 +181,11 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
     seen: set[tuple[str, str]] = set()
     owned = [(account, route) for account in kernel.accounts.values()
              if account.transport is not None for route in account.transport.http_routes()]
-    owned += [(None, route) for route in control.routes(kernel, control_token)]
-    owned += [(None, route) for route in health_http.routes(kernel, control_token,
-                                                               loopback=loopback)]
+    owned += [(None, route) for route in control.routes(kernel.control, control_token)]
+    page = health_http.root_page(kernel.pm, kernel.config, kernel.channel_types,
+                                 kernel.accounts.values(), loopback=loopback)
+    owned += [(None, route) for route in health_http.routes(
+        kernel.health, kernel.metrics, control_token, loopback=loopback, root_page=page)]
     for account, (method, path, handler) in owned:
         if (method, path) in seen:
             where = f"channels.{account.channel_name}" if account else "gateway"
@@ -215,10 +218,12 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
 
     token = config.gateway.control_token or control.new_token()
     limits = connection_limits(config.gateway)
+    # The gateway's own parts, filled as they come up; the kernel's components read them.
+    parts = GatewayParts()
     # Before the store opens: a second gateway must not replay the first one's work
     # (nor poll its accounts, nor take over gateway.json).
     with HomeLock(cfg.home_dir(), "gateway"):
-        async with Kernel(config, config_path=config_path, pm=pm) as kernel:
+        async with Kernel(config, config_path=config_path, pm=pm, gateway=parts) as kernel:
             kernel.secrets.add(token)  # in gateway.json, which an agent could read
             app = build_app(kernel, token, loopback=is_loopback_host(host), host=host)
             runner = web.AppRunner(app, handle_signals=False, **HANDLER_ARGS)
@@ -233,7 +238,7 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                     raise cfg.ConfigError(cannot_listen(host, port, exc, listen_origin)) from None
                 bound = runner.addresses[0]
                 listening = Listening(host, bound[1])
-                kernel.url = listening.url
+                parts.url = listening.url
                 try:
                     control.write_state(cfg.home_dir(), listening.url, token)
                 except OSError as exc:
@@ -255,11 +260,13 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                         receive: ReceiveLoops | Cluster = kernel.cluster
                         kernel.cluster.run_receive_loops()
                     else:
-                        receive = ReceiveLoops(kernel, loops)
+                        receive = ReceiveLoops(kernel.supervisors, loops)
                         for account in kernel.accounts.values():
                             receive.start(account)
-                    kernel.reloader = ConfigReloader(kernel, receive, config_path=config_path,
-                                                     listen=listen or config.gateway.listen)
+                    parts.reloader = reloader = ConfigReloader(
+                        kernel.reload, receive,
+                        listen_in_effect=lambda: kernel.config.gateway.listen,
+                        config_path=config_path, listen=listen or config.gateway.listen)
                     loops.start_soon(kernel.health.run_refresher, name="health refresher")
                     loops.start_soon(kernel.monitor.run, name="health monitor")
                     def ready() -> None:
@@ -269,8 +276,7 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                         log.info("chatkernel ready on %s (%d account(s) started)",
                                  listening.url, len(kernel.accounts))
 
-                    await _wait_for_stop(stop, handle_signals, kernel.reloader.reload_and_log,
-                                         ready)
+                    await _wait_for_stop(stop, handle_signals, reloader.reload_and_log, ready)
                     log.info("stopping: no new messages; draining in-flight turns")
                     if kernel.cluster is not None:
                         # The leases are renewed while the turns and sends drain, then

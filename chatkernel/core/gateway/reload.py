@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -367,14 +367,17 @@ async def wait_idle(kernel: "Kernel", key: str, poll: float = 0.05) -> None:
 
 
 class ConfigReloader:
-    """Reloads a running gateway from its config file, one reload at a time.
+    """Reloads a running gateway from its config file, one reload at a time, through
+    ``apply`` (:meth:`Kernel.reload <chatkernel.core.kernel.Kernel.reload>`).
 
     The listen address given on the command line stands as long as the file's
     ``gateway.listen`` is what it was at start; a change there needs a restart."""
 
-    def __init__(self, kernel: "Kernel", loops: ReceiveLoops | None, *,
+    def __init__(self, apply: Callable[..., Awaitable[ReloadReport]],
+                 loops: ReceiveLoops | None, *, listen_in_effect: Callable[[], str],
                  config_path: Path | None, listen: str) -> None:
-        self.kernel = kernel
+        self._apply = apply  # Kernel.reload
+        self._listen_in_effect = listen_in_effect  # the running config's gateway.listen
         self.loops = loops
         self.path = cfg.config_path(config_path)
         self.listen = listen
@@ -389,8 +392,8 @@ class ConfigReloader:
         async with self._lock:
             new = cfg.load(self.path)
             if new.gateway.listen == self._file_listen:  # the command line's stands
-                new.gateway.listen = self.kernel.config.gateway.listen
-            return await self.kernel.reload(new, loops=self.loops, listen=self.listen)
+                new.gateway.listen = self._listen_in_effect()
+            return await self._apply(new, loops=self.loops, listen=self.listen)
 
     async def reload_and_log(self) -> None:
         """What SIGHUP runs: the outcome goes to the log."""

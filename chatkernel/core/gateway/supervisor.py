@@ -11,7 +11,9 @@ refused identity (``Trouble.refused``) leaves the account ``failed`` with what t
 do, and waits at least as long as the kit's loops wait for one.
 
 The supervisor keeps the account's runtime state (``Account.runtime``): state,
-loop start, restarts with their times, last error.
+loop start, restarts with their times, last error. :class:`Supervisors` holds this
+process's supervisors by account key: the gateway's receive loops (or the cluster) add
+them, the health monitor restarts through them, the kernel pauses and resumes through them.
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from chatkernel.sdk import receiving
 from chatkernel.sdk.models import Account
 
 if TYPE_CHECKING:
+    from chatkernel.core.health.metrics import Metrics
+    from chatkernel.core.inbound.pipeline import Receiver
     from chatkernel.sdk.channel import Channel
-    from chatkernel.core.kernel import Kernel
 
 log = logging.getLogger("chatkernel.gateway")
 
@@ -41,13 +44,14 @@ STOP_TIMEOUT_SECONDS = 30.0
 class Supervisor:
     """Runs one account's receive loop forever (until cancelled)."""
 
-    def __init__(self, kernel: "Kernel", account: Account, *,
+    def __init__(self, account: Account, *, receiver: "Receiver", metrics: "Metrics",
                  sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
                  clock: Callable[[], float] = time.time) -> None:
         if account.channel is None:
             raise ValueError(f"{account.key} has no channel to run")
-        self.kernel = kernel
         self.account = account
+        self._receiver = receiver  # what Channel.run is given as `deliver`
+        self._metrics = metrics
         self._sleep = sleep
         self._clock = clock
         self._scope: anyio.CancelScope | None = None
@@ -69,7 +73,7 @@ class Supervisor:
         account, runtime = self.account, self.account.runtime
         channel, transport = account.channel, account.transport
         assert channel is not None and transport is not None
-        metrics = self.kernel.metrics
+        metrics = self._metrics
         backoff = RESTART_BACKOFF_INITIAL
         try:
             while True:
@@ -88,7 +92,7 @@ class Supervisor:
                     self.loops_running += 1
                     self.loops_started += 1
                     try:
-                        await transport.run(self.kernel.receiver)
+                        await transport.run(self._receiver)
                     except Exception as exc:
                         error = exc
                     finally:
@@ -143,7 +147,7 @@ class Supervisor:
         now = self._clock()
         self._restart_reason = reason
         runtime.record_restart(now, reason)
-        self.kernel.metrics.restarts.labels(account.channel_name, account.name).inc()
+        self._metrics.restarts.labels(account.channel_name, account.name).inc()
         scope.cancel()
         with anyio.move_on_after(timeout):
             await ended.wait()
@@ -189,8 +193,39 @@ def _describe(error: Exception | None) -> str:
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
-async def supervise(kernel: "Kernel", account: Account, *,
+class Supervisors:
+    """This process's receive-loop supervisors, by account key: one per account whose
+    loop runs here. The kernel makes it with what every loop is given; the gateway's
+    receive loops (or the cluster's) add and discard supervisors as loops start and
+    end, the health monitor restarts through it, the kernel pauses and resumes."""
+
+    def __init__(self, *, receiver: "Receiver", metrics: "Metrics") -> None:
+        self._receiver = receiver
+        self._metrics = metrics
+        self._by_key: dict[str, Supervisor] = {}
+
+    def add(self, account: Account, *,
+            sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
+            clock: Callable[[], float] = time.time) -> Supervisor:
+        """A new supervisor for the account's loop (not started: run it), registered
+        under the account's key in place of any before it."""
+        supervisor = self._by_key[account.key] = Supervisor(
+            account, receiver=self._receiver, metrics=self._metrics, sleep=sleep,
+            clock=clock)
+        return supervisor
+
+    def get(self, key: str) -> Supervisor | None:
+        """The supervisor of the account ``channel:account`` (None: no loop runs here)."""
+        return self._by_key.get(key)
+
+    def discard(self, key: str, supervisor: Supervisor | None = None) -> None:
+        """Forget the account's supervisor (only if it is still ``supervisor``, when
+        given: a newer loop's stays)."""
+        if supervisor is None or self._by_key.get(key) is supervisor:
+            self._by_key.pop(key, None)
+
+
+async def supervise(supervisors: Supervisors, account: Account, *,
                     sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
     """Run an account's receive loop forever, restarting it with backoff when it fails."""
-    supervisor = kernel.supervisors[account.key] = Supervisor(kernel, account, sleep=sleep)
-    await supervisor.run()
+    await supervisors.add(account, sleep=sleep).run()

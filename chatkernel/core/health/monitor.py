@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,8 @@ from chatkernel.core.config import HealthMonitorConfig, KernelConfig
 from chatkernel.sdk.models import RESTART_WINDOW_SECONDS, Account, ProbeResult
 
 if TYPE_CHECKING:
-    from chatkernel.core.kernel import Kernel
+    from chatkernel.core.gateway.supervisor import Supervisor
+    from chatkernel.core.health.metrics import Metrics
 
 log = logging.getLogger("chatkernel.monitor")
 
@@ -175,11 +176,25 @@ def judge(view: AccountView, settings: MonitorSettings, now: float,
 
 
 class HealthMonitor:
-    """Runs :func:`judge` on every account when its check is due, and restarts."""
+    """Runs :func:`judge` on every account when its check is due, and restarts.
 
-    def __init__(self, kernel: "Kernel", *, clock: Callable[[], float] = time.time,
+    Given by name: ``config`` (a function: a reload replaces it), the kernel's
+    ``accounts`` by key (read only), ``probe`` (:meth:`Health.probe
+    <chatkernel.core.health.probes.Health.probe>`), ``supervisor`` (the running
+    :class:`~chatkernel.core.gateway.supervisor.Supervisor` of an account key, None
+    when no loop runs in this process) and the metrics."""
+
+    def __init__(self, *, config: Callable[[], KernelConfig],
+                 accounts: Mapping[str, Account],
+                 probe: Callable[[list[Account]], Awaitable[object]],
+                 supervisor: Callable[[str], "Supervisor | None"], metrics: "Metrics",
+                 clock: Callable[[], float] = time.time,
                  sleep: Callable[[float], Awaitable[None]] = anyio.sleep) -> None:
-        self.kernel = kernel
+        self._config = config
+        self._accounts = accounts
+        self._probe = probe
+        self._supervisor = supervisor
+        self._metrics = metrics
         self.clock = clock
         self._sleep = sleep
         self.started_at: float | None = None
@@ -189,7 +204,7 @@ class HealthMonitor:
     def settings(self, account: Account) -> MonitorSettings:
         found = self._settings.get(account.key)
         if found is None:
-            found = self._settings[account.key] = settings_for(self.kernel.config, account)
+            found = self._settings[account.key] = settings_for(self._config(), account)
         return found
 
     def next_check_at(self, account: Account) -> float | None:
@@ -200,7 +215,7 @@ class HealthMonitor:
         return self._next.get(account.key, self.started_at + settings.check_seconds)
 
     def _due(self, now: float) -> list[Account]:
-        return [account for account in self.kernel.accounts.values()
+        return [account for account in self._accounts.values()
                 if (at := self.next_check_at(account)) is not None and at <= now]
 
     async def check(self, now: float | None = None) -> dict[str, Decision]:
@@ -214,11 +229,11 @@ class HealthMonitor:
         due = self._due(now)
         if not due:
             return {}
-        await self.kernel.health.probe(due)
+        await self._probe(due)
         decisions: dict[str, Decision] = {}
         restarts: list[tuple[Account, Decision]] = []
         for account in due:
-            supervisor = self.kernel.supervisors.get(account.key)
+            supervisor = self._supervisor(account.key)
             view = AccountView.of(account, now, restarting=bool(
                 supervisor is not None and supervisor.restarting))
             decision = judge(view, self.settings(account), now, self.started_at)
@@ -238,10 +253,10 @@ class HealthMonitor:
 
     async def _restart_one(self, account: Account, reason: str) -> None:
         log.warning("%s: health monitor restarts the receive loop: %s", account.key, reason)
-        metrics = self.kernel.metrics
+        metrics = self._metrics
         metrics.monitor_restarts.labels(account.channel_name, account.name).inc()
         timeout = self.settings(account).stop_timeout_seconds
-        supervisor = self.kernel.supervisors.get(account.key)
+        supervisor = self._supervisor(account.key)
         if supervisor is None:
             log.error("%s: no supervisor to restart it", account.key)
             return
@@ -249,7 +264,7 @@ class HealthMonitor:
             account.runtime.monitor_note = f"restart did not complete: {reason}"
 
     def next_wakeup(self) -> float | None:
-        times = [at for account in self.kernel.accounts.values()
+        times = [at for account in self._accounts.values()
                  if (at := self.next_check_at(account)) is not None]
         return min(times, default=None)
 

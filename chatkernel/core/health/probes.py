@@ -30,7 +30,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -53,7 +53,13 @@ from chatkernel.core.plugins import await_maybe
 from chatkernel.core.store.base import StoreError
 
 if TYPE_CHECKING:
-    from chatkernel.core.kernel import Kernel
+    from anyio.abc import TaskGroup
+
+    from chatkernel.core.gateway.cluster import Cluster
+    from chatkernel.core.health.metrics import Metrics
+    from chatkernel.core.health.monitor import HealthMonitor
+    from chatkernel.core.health.presence import Presence
+    from chatkernel.core.inbound.queue import SessionQueue
     from chatkernel.core.plugins import PluginManager
     from chatkernel.core.store.base import Store
 
@@ -425,10 +431,34 @@ class StoreHealth:
 
 
 class Health:
-    """Probes, the cached probe results and the snapshot of one running kernel."""
+    """Probes, the cached probe results and the snapshot of one running kernel.
 
-    def __init__(self, kernel: "Kernel", *, clock: Callable[[], float] = time.time) -> None:
-        self.kernel = kernel
+    Given what it reads by name: ``config``, ``store``, ``queue``, ``cluster`` (None:
+    the only instance), ``task_group``, ``started_at`` and ``url`` (None: no HTTP server)
+    are functions, for what exists once the kernel started, a reload replaces or the
+    gateway adds later; ``accounts`` is the kernel's accounts by key (read, never
+    written), ``monitor`` the health monitor whose settings a snapshot shows."""
+
+    def __init__(self, *, config: Callable[[], cfg.KernelConfig],
+                 accounts: Mapping[str, Account], pm: "PluginManager", metrics: "Metrics",
+                 monitor: "HealthMonitor", presence: "Presence",
+                 store: Callable[[], "Store"], queue: Callable[[], "SessionQueue"],
+                 cluster: Callable[[], "Cluster | None"],
+                 task_group: Callable[[], "TaskGroup"],
+                 started_at: Callable[[], float | None], url: Callable[[], str | None],
+                 clock: Callable[[], float] = time.time) -> None:
+        self._config = config
+        self._accounts = accounts
+        self._pm = pm
+        self._metrics = metrics
+        self._monitor = monitor
+        self._presence = presence
+        self._store = store
+        self._queue = queue
+        self._cluster = cluster
+        self._task_group = task_group
+        self._started_at = started_at
+        self._url = url
         self.clock = clock
         #: When every account was last probed (by the refresher or a live snapshot).
         self.refreshed_at: float | None = None
@@ -452,27 +482,27 @@ class Health:
             log.error("state database: a commit failed: %s", error)
         store.last_error, store.last_error_at = str(error), now
         store.failures += 1
-        self.kernel.metrics.store_commit_failures.inc()
+        self._metrics.store_commit_failures.inc()
 
     @property
     def probe_timeout(self) -> float:
-        return self.kernel.config.health.probe_timeout_ms / 1000
+        return self._config().health.probe_timeout_ms / 1000
 
     @property
     def store_timeout(self) -> float:
-        return self.kernel.config.health.store_timeout_ms / 1000
+        return self._config().health.store_timeout_ms / 1000
 
     async def probe(self, accounts: Iterable[Account] | None = None, *,
                     timeout: float | None = None) -> dict[str, ProbeResult]:
         """Probe accounts (all by default) side by side, each within ``timeout`` seconds;
         the results are also kept for the cached snapshot."""
-        chosen = list(self.kernel.accounts.values()) if accounts is None else list(accounts)
+        chosen = list(self._accounts.values()) if accounts is None else list(accounts)
         limit = self.probe_timeout if timeout is None else timeout
         results: dict[str, ProbeResult] = {}
-        metrics = self.kernel.metrics
+        metrics = self._metrics
 
         async def one(account: Account) -> None:
-            result = await probe_account(self.kernel.pm, account, limit)
+            result = await probe_account(self._pm, account, limit)
             account.runtime.record_probe(result, self.clock())
             results[account.key] = result
             metrics.child(metrics.probe_ok, account.channel_name, account.name).set(
@@ -508,7 +538,7 @@ class Health:
                 await self.refresh()
             except Exception:
                 log.exception("health: refreshing the probes failed")
-            await sleep(self.kernel.config.health.refresh_seconds)
+            await sleep(self._config().health.refresh_seconds)
 
     def _probe_again(self, account: Account) -> None:
         """Probe one account in the background (once at a time), so a probe result the
@@ -516,7 +546,7 @@ class Health:
         if account.key in self._reprobing:
             return
         try:
-            task_group = self.kernel.task_group
+            task_group = self._task_group()
         except RuntimeError:  # not started, or stopping
             return
         self._reprobing.add(account.key)
@@ -539,7 +569,7 @@ class Health:
         if superseded:
             self._probe_again(account)
         last_error, last_error_at = runtime.latest_error()
-        monitor = self.kernel.monitor
+        monitor = self._monitor
         return AccountSnapshot(
             key=account.key, channel=account.channel_name, account=account.name,
             ok=not problems, state=state, state_since=runtime.state_since,
@@ -571,67 +601,67 @@ class Health:
         """The snapshot; ``live`` probes every account now instead of using the cache.
         ``sessions=False`` skips the session summary (it reads every session row;
         ``/healthz``, polled often, does not need it)."""
-        kernel = self.kernel
+        config, accounts, sharing = self._config(), self._accounts, self._cluster()
         started = time.perf_counter()
         if live:
             await self.probe(timeout=timeout)
             self.refreshed_at = self.clock()
         now = self.clock()
         store = self.store.info()
-        reads = _StoreReads(store, self.store_timeout, now, shared=kernel.cluster is not None)
-        cluster = await self._cluster_info(reads) if kernel.cluster is not None else None
+        reads = _StoreReads(store, self.store_timeout, now, shared=sharing is not None)
+        cluster = (await self._cluster_info(sharing, reads)
+                   if sharing is not None else None)
         holders = {lease.name: lease.holder for lease in cluster.leases} if cluster else {}
         channels: dict[str, ChannelSnapshot] = {}
-        for name, account_name, enabled, raw in configured_accounts(kernel.config):
-            account = kernel.accounts.get(f"{name}:{account_name}")
-            if (account is not None and kernel.cluster is not None
-                    and not kernel.cluster.owns(account.key)):
+        for name, account_name, enabled, raw in configured_accounts(config):
+            account = accounts.get(f"{name}:{account_name}")
+            if (account is not None and sharing is not None
+                    and not sharing.owns(account.key)):
                 holder = holders.get(f"account:{name}:{account_name}")
                 entry = AccountSnapshot(
                     key=account.key, channel=name, account=account_name, ok=None,
                     state="elsewhere",
                     detail=f"owned by {holder}" if holder else "owned by no instance now",
-                    monitor=_monitor_info(resolve_settings(kernel.config, name,
+                    monitor=_monitor_info(resolve_settings(config, name,
                                                            _raw_monitor_override(raw))))
                 if not holder:
                     entry.ok, entry.problems = False, ["no instance owns this account"]
             elif account is not None:
                 credentials_at = await reads(functools.partial(
-                    _credentials_at, kernel.store, name, account_name))
+                    _credentials_at, self._store(), name, account_name))
                 entry = self.account_snapshot(account, now, credentials_at)
             else:
                 entry = AccountSnapshot(
                     key=f"{name}:{account_name}", channel=name, account=account_name,
                     enabled=False, ok=None, state="stopped", detail="disabled in the config",
-                    monitor=_monitor_info(resolve_settings(kernel.config, name,
+                    monitor=_monitor_info(resolve_settings(config, name,
                                                            _raw_monitor_override(raw))))
             channels.setdefault(name, ChannelSnapshot(ok=None, accounts={})) \
                 .accounts[account_name] = entry
-        queue = kernel.queue
+        queue = self._queue()
         running = sum(1 for lane in queue.lanes.values() if lane.active)
         summary = SessionSummary(running_turns=running, queued_messages=queue.depth())
         if sessions:
             summary = await reads(functools.partial(
-                session_summary, kernel.store, now, queued=queue.depth(),
+                session_summary, self._store(), now, queued=queue.depth(),
                 running_turns=running)) or summary
         ok, problems = _finish(channels, judged=True, store=store)  # after the store's reads
-        started_at = kernel.started_at
-        gateway = GatewayInfo(reachable=True, pid=os.getpid(), url=kernel.url,
-                              instance_id=kernel.presence.own.instance_id,
+        started_at = self._started_at()
+        gateway = GatewayInfo(reachable=True, pid=os.getpid(), url=self._url(),
+                              instance_id=self._presence.own.instance_id,
                               started_at=started_at,
                               uptime_s=None if started_at is None else round(now - started_at,
                                                                               1))
         return HealthSnapshot(
             ok=ok, ts=now, duration_ms=round((time.perf_counter() - started) * 1000, 1),
             live=live, gateway=gateway, channels=channels, sessions=summary, store=store,
-            cluster=cluster, presence=[entry.as_dict() for entry in kernel.presence.entries()],
+            cluster=cluster, presence=[entry.as_dict() for entry in self._presence.entries()],
             problems=problems)
 
-    async def _cluster_info(self, reads: "_StoreReads") -> ClusterInfo | None:
+    async def _cluster_info(self, cluster: "Cluster", reads: "_StoreReads"
+                            ) -> ClusterInfo | None:
         """The shared store's instances and leases; marks the snapshot's store
         unreachable (red) when it does not answer, or not in time."""
-        cluster = self.kernel.cluster
-        assert cluster is not None
         store = reads.info
 
         async def ping_and_read() -> dict[str, Any]:

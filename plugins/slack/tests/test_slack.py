@@ -162,7 +162,7 @@ async def test_an_open_but_dead_socket_turns_health_red_then_recovers(tmp_path):
     reports healthy. Liveness comes from Slack's frames, pongs included."""
     async with slack_run(tmp_path, account={"ping_interval": 0.3, "silent_after": 1.0}) as run:
         slack = run.adapter.slack
-        health = run.kernel.health
+        health = run.health
         await connected(run)
         await run.adapter.inject(DM, "alive sd01z", sender_id=USER)
         await run.wait_for_tokens(DM, ["sd01z"])
@@ -188,7 +188,7 @@ async def test_pongs_alone_keep_a_quiet_socket_healthy(tmp_path):
         await run.wait_for_tokens(DM, ["qs01z"])
         opened = len(run.adapter.slack.calls_to("apps.connections.open"))
         await anyio.sleep(2.0)
-        assert run.kernel.health.account_snapshot(run.account, time.time()).ok
+        assert run.health.account_snapshot(run.account, time.time()).ok
         assert len(run.adapter.slack.calls_to("apps.connections.open")) == opened
 
 
@@ -233,7 +233,7 @@ async def test_a_refused_bot_token_fails_the_account_with_what_to_do(tmp_path):
                     "knows: copy it again from the app's config page (OAuth & Permissions), "
                     "set it in channels.slack.accounts.main.bot_token and restart the gateway")
         assert runtime.detail == expected and runtime.last_error == expected
-        snapshot = await run.kernel.health.snapshot()
+        snapshot = await run.health.snapshot()
         assert any(expected in problem for problem in snapshot.problems)
         assert token not in repr(snapshot)
         await anyio.sleep(0.5)  # the next try waits a minute: no auth.test storm

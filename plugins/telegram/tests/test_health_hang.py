@@ -71,7 +71,7 @@ async def test_health_is_red_while_the_platform_hangs_and_green_once_it_answers(
         assert any("platform hangs: no answer from the platform" in r for r in reasons), reasons
         # A probe meanwhile fails (no answer within its second): cached, it would keep
         # the account red until a probe or a long poll says otherwise.
-        probe = (await run.kernel.health.probe([run.account]))[run.account.key]
+        probe = (await run.health.probe([run.account]))[run.account.key]
         assert not probe.ok and probe.extra.get("timed_out")
         adapter.proxy.recover()  # the held reply goes on, and is answered
         await run.wait_for_tokens(chat, ["hh01z"])

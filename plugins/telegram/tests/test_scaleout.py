@@ -235,7 +235,7 @@ async def test_the_next_owner_counts_the_sends_its_predecessor_made_in_the_windo
         plugins = [("telegram", chatkernel_telegram)]
         async with KernelHarness(tmp_path / "first", config=config, plugins=plugins) as h:
             account = h.kernel.accounts["telegram:main"]
-            assert h.kernel.cluster.owns(account.key)
+            assert h.owns(account.key)
             for chat in range(20):  # the whole window, to 20 chats
                 await h.kernel.outbound.deliver_text(
                     account, Route("telegram", "main", str(7000 + chat)), f"first {chat}",
@@ -245,7 +245,7 @@ async def test_the_next_owner_counts_the_sends_its_predecessor_made_in_the_windo
         assert len(api.sent()) == 20
         async with KernelHarness(tmp_path / "next", config=config, plugins=plugins) as h:
             account = h.kernel.accounts["telegram:main"]
-            assert h.kernel.cluster.owns(account.key)  # the lease was given back
+            assert h.owns(account.key)  # the lease was given back
             # A new chat must wait for the first owner's sends to leave the window.
             assert h.send_wait(account.key, "7100") > 1.0
 

@@ -211,7 +211,7 @@ async def test_typing_is_shown_while_a_turn_runs(tmp_path):
 
 async def _probe(h):
     """The account probed the way ``chatkernel health`` probes it: timed by the kernel."""
-    return (await h.kernel.health.probe())["telegram:main"]
+    return (await h.health.probe())["telegram:main"]
 
 
 async def test_probe_reports_the_bot_and_a_rejected_token(tmp_path):
@@ -237,7 +237,7 @@ async def test_a_rejected_token_fails_the_account_with_what_to_do(tmp_path):
                         "from @BotFather (/token, or /revoke for a leaked one) and set it in "
                         "channels.telegram.accounts.main.bot_token, then restart the gateway")
             assert runtime.detail == expected and runtime.last_error == expected
-            snapshot = await h.kernel.health.snapshot()
+            snapshot = await h.health.snapshot()
             assert any(expected in problem for problem in snapshot.problems)
             secret = TOKEN.split(":")[1]
             assert secret not in repr(snapshot)
@@ -260,7 +260,7 @@ async def test_health_another_poller_is_a_problem_a_restart_cannot_fix(tmp_path,
         assert not result.ok and result.restartable is False
         assert result.detail == "another instance is polling this bot token"
         assert runtime.problem_restartable is False and runtime.problem_since is not None
-        snapshot = await h.kernel.health.snapshot()
+        snapshot = await h.health.snapshot()
         assert any("another instance is polling this bot token" in problem
                    for problem in snapshot.problems), snapshot.problems
 
@@ -457,10 +457,10 @@ async def test_failing_polls_turn_health_red_and_recovery_turns_it_green(tmp_pat
             while runtime.problem is None:
                 await anyio.sleep(0.01)
         assert runtime.problem == "poll failed: Bad Gateway" and runtime.problem_restartable
-        snapshot = await h.kernel.health.snapshot()
+        snapshot = await h.health.snapshot()
         assert "telegram:main: receiving: poll failed: Bad Gateway" in snapshot.problems
         api.inject_message(42, "back")
         await api.wait_for_sent(1)
         assert runtime.problem is None
-        snapshot = await h.kernel.health.snapshot()
+        snapshot = await h.health.snapshot()
         assert not any("receiving" in problem for problem in snapshot.problems)

@@ -394,7 +394,7 @@ async def test_an_expired_session_fails_the_account_with_what_to_do(tmp_path):
             runtime = run.account.runtime
             await run.wait(lambda: runtime.state == "failed", what="the account failed")
             assert runtime.detail == expected == run.channel.session_expired
-            snapshot = await run.kernel.health.snapshot()
+            snapshot = await run.health.snapshot()
             assert any(expected in problem for problem in snapshot.problems)
             assert TOKEN not in repr(snapshot)
             await anyio.sleep(0.5)  # paused an hour: no call at all meanwhile

@@ -394,7 +394,7 @@ async def test_a_refused_token_at_start_fails_the_account_with_what_to_do(adapte
                     "with whatsapp_business_messaging), set it in "
                     "channels.whatsapp.accounts.main.access_token and restart the gateway")
         assert runtime.detail == expected == run.channel.token_expired_problem
-        snapshot = await run.kernel.health.snapshot()
+        snapshot = await run.health.snapshot()
         assert any(expected in problem for problem in snapshot.problems)
         token = adapter.graph.token
         assert token not in repr(snapshot)
