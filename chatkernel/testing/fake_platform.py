@@ -467,6 +467,18 @@ class FakePlatform:
         drive the fake's methods directly. None here; a subclass returns its own."""
         return []
 
+    def developer_info(self) -> dict[str, Any]:
+        """What a dev server's first line tells a script once the fake listens: where it
+        is, and the credentials an account needs to talk to it. A subclass adds its own
+        (tokens, ids) to this ``base_url``."""
+        return {"base_url": self.base_url}
+
+    def config_snippet(self) -> str | None:
+        """The config a dev server prints on stderr once the fake listens: an account
+        pointed at it (its secrets as ``${ENV}`` references, with the ``export`` lines
+        that give them) and the ``curl`` calls that write as a user. None: no snippet."""
+        return None
+
     def narrate(self, line: str) -> None:
         """Tell :attr:`narrator` (a person watching a dev server) ``line``; without one,
         nothing (tests read :attr:`calls` and :attr:`sent_messages` instead)."""

@@ -485,6 +485,18 @@ _BOT_COMMAND = re.compile(r"^[a-z0-9_]{1,32}$")
 # ---------------------------------------------------------------------------------------
 
 
+#: A dev server's config snippet (:meth:`FakeBotAPI.config_snippet`).
+DEV_SNIPPET = """# the fake Bot API is up; point an account at it:
+#   export TELEGRAM_BOT_TOKEN={api.token}
+[channels.telegram.accounts.main]
+bot_token = "${{TELEGRAM_BOT_TOKEN}}"
+api_base = "{api.base_url}"
+allow_from = ["*"]
+# then write as a user:
+#   curl -d '{{"chat_id": 42, "text": "hello"}}' {api.base_url}/_fake/messages
+#   curl '{api.base_url}/_fake/sent?chat_id=42&wait=10'"""
+
+
 class FakeBotAPI(FakePlatform):
     """The Telegram Bot API, on ``127.0.0.1``: ``async with FakeBotAPI() as api``.
 
@@ -548,6 +560,13 @@ class FakeBotAPI(FakePlatform):
     def routes(self) -> list[web.RouteDef]:
         return [web.route("*", "/file/bot{token}/{file_path:.+}", self._download),
                 web.route("*", "/bot{token}/{method}", self._handle)]
+
+    def developer_info(self) -> dict[str, Any]:
+        return {**super().developer_info(), "token": self.token}
+
+    def config_snippet(self) -> str:
+        """An account pointed at the fake, and how to write as a user."""
+        return DEV_SNIPPET.format(api=self)
 
     def developer_routes(self) -> list[web.RouteDef]:
         """A dev server's routes: ``POST /_fake/messages`` (a user writes: ``chat_id``,
