@@ -46,7 +46,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -67,6 +67,8 @@ __all__ = [
     "Signer",
     "WebhookAttempt",
     "WebhookPusher",
+    "json_object",
+    "serve_routes",
 ]
 
 
@@ -93,6 +95,33 @@ class Signal:
         event = self._event
         with anyio.move_on_after(timeout):
             await event.wait()
+
+
+def json_object(body: bytes | str) -> dict[str, Any] | None:
+    """A request body decoded as a JSON object; None when it is not JSON or not an object
+    (each platform words that error its own way)."""
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
+@contextlib.asynccontextmanager
+async def serve_routes(*routes: web.RouteDef) -> AsyncIterator[str]:
+    """An HTTP server on 127.0.0.1 with ``routes`` while the block runs; yields its base
+    URL (``http://127.0.0.1:PORT``). For a test's own small endpoint (a webhook receiver,
+    a server that holds its answers) where a whole fake platform is too much."""
+    app = web.Application()
+    app.add_routes(routes)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        host, port = runner.addresses[0][:2]
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
 
 
 class ErrorAnswer(Exception):

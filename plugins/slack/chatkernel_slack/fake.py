@@ -60,7 +60,14 @@ import anyio
 from aiohttp import web
 
 from chatkernel.testing.devserver import bad_request, fields, json_body, wait_until
-from chatkernel.testing.fake_platform import Call, ErrorAnswer, FakePlatform, HmacSigner, Signal
+from chatkernel.testing.fake_platform import (
+    Call,
+    ErrorAnswer,
+    FakePlatform,
+    HmacSigner,
+    Signal,
+    json_object,
+)
 
 __all__ = ["App", "Envelope", "FakeSlack", "SentMessage", "SlackError", "StatusRecord",
            "StoredFile", "mrkdwn_to_text"]
@@ -873,11 +880,8 @@ class FakeSlack(FakePlatform):
         if not body:
             return values
         if request.content_type == "application/json":
-            try:
-                decoded = json.loads(body)
-            except ValueError:
-                raise SlackError("invalid_json") from None
-            if not isinstance(decoded, dict):
+            decoded = json_object(body)
+            if decoded is None:
                 raise SlackError("invalid_json")
             values.update(decoded)
         elif request.content_type == "application/x-www-form-urlencoded":

@@ -51,7 +51,12 @@ from aiohttp import web
 
 from chatkernel.testing import fake_platform
 from chatkernel.testing.devserver import bad_request, fields, json_body, wait_until
-from chatkernel.testing.fake_platform import FakePlatform, ErrorAnswer, SecretTokenSigner
+from chatkernel.testing.fake_platform import (
+    ErrorAnswer,
+    FakePlatform,
+    SecretTokenSigner,
+    json_object,
+)
 from chatkernel_telegram.entities import (
     EntityParseError,
     detect_entities,
@@ -1129,11 +1134,8 @@ class FakeBotAPI(FakePlatform):
         if not body:
             return values
         if content_type == "application/json":
-            try:
-                decoded = json.loads(body)
-            except ValueError:
-                raise _bad("can't parse JSON object") from None
-            if not isinstance(decoded, dict):
+            decoded = json_object(body)
+            if decoded is None:
                 raise _bad("can't parse JSON object")
             values.update(decoded)
         else:   # form-urlencoded, or anything a client labels oddly

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,6 +18,7 @@ from chatkernel.testing import (
     AgentEvent,
     KernelHarness,
     agent_plugin,
+    free_port,
     gateway_config,
     run_gateway,
     scripted_agent,
@@ -299,9 +299,7 @@ async def test_another_poller_is_reported_not_restarted(tmp_path, monkeypatch, c
 
 async def test_the_token_never_appears_in_errors_or_logs(tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed_port = sock.getsockname()[1]
+    closed_port = free_port()
     # A refused connection fails the send at once here (the gateway would wait it out).
     retry = {"attempts": 3, "base_delay_ms": 10, "jitter": 0, "unreachable_max_age": "0"}
     async with telegram(tmp_path, run=False, channel={"retry": retry}) as (api, h, channel,
@@ -323,9 +321,7 @@ async def test_the_token_never_appears_in_errors_or_logs(tmp_path, caplog):
 def webhook_gateway(tmp_path, api) -> tuple[str, Any]:
     """A gateway config on a free port whose Telegram account takes webhooks from
     ``api``, with the secret token "s3cret-token"; and the webhook's URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}/telegram/main/webhook"
     return url, gateway_config({
         "gateway": {"listen": f"127.0.0.1:{port}", "workspace": str(tmp_path / "ws")},
