@@ -519,9 +519,8 @@ class FakePlatform:
         raise web.HTTPNotFound()
 
     async def __aenter__(self) -> Self:
-        stack = contextlib.AsyncExitStack()
-        await stack.__aenter__()
-        try:
+        # Whatever was entered is closed again if a later step fails.
+        async with contextlib.AsyncExitStack() as stack:
             app = web.Application(client_max_size=self.client_max_size)
             app.router.add_routes(self.routes())
             if self.extra_routes is not None:
@@ -537,10 +536,7 @@ class FakePlatform:
             stack.push_async_callback(self.webhooks.aclose)
             self._task_group = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(self._task_group.cancel_scope.cancel)
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._stack = stack
+            self._stack = stack.pop_all()  # open until __aexit__
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:
