@@ -35,6 +35,7 @@ _LAZY = {
     "ContractRun": "chatkernel.testing.contract",
     "PlatformAdapter": "chatkernel.testing.contract",
     "needs": "chatkernel.testing.contract",
+    "fast_pacing": "chatkernel.testing.contract",
     "open_contract_run": "chatkernel.testing.contract",
     "png_bytes": "chatkernel.testing.contract",
     "long_text": "chatkernel.testing.contract",

@@ -1172,7 +1172,11 @@ class FakeBotAPI(FakePlatform):
         return await self.serve_call(request, call, lambda: self._answer(bot, method, values))
 
     async def _answer(self, bot: _Bot, method: str, values: dict[str, Any]) -> web.Response:
-        result = await getattr(self, f"_api_{method}")(bot, _Params(values))
+        params = _Params(values)
+        if method in MEDIA_METHODS:  # sendPhoto, sendDocument...: one way to send a file
+            result = await self._send_media(bot, method, params)
+        else:
+            result = await getattr(self, f"_api_{method}")(bot, params)
         if isinstance(result, _Described):
             return web.json_response({"ok": True, "result": result.result,
                                       "description": result.description})
@@ -1466,24 +1470,6 @@ class FakeBotAPI(FakePlatform):
                      entities=entities, kind=name, files=[sent_file], reply_to=reply_to,
                      thread_id=thread_id)
         return message
-
-    async def _api_sendPhoto(self, bot: _Bot, p: _Params) -> dict[str, Any]:
-        return await self._send_media(bot, "sendPhoto", p)
-
-    async def _api_sendDocument(self, bot: _Bot, p: _Params) -> dict[str, Any]:
-        return await self._send_media(bot, "sendDocument", p)
-
-    async def _api_sendVideo(self, bot: _Bot, p: _Params) -> dict[str, Any]:
-        return await self._send_media(bot, "sendVideo", p)
-
-    async def _api_sendAudio(self, bot: _Bot, p: _Params) -> dict[str, Any]:
-        return await self._send_media(bot, "sendAudio", p)
-
-    async def _api_sendVoice(self, bot: _Bot, p: _Params) -> dict[str, Any]:
-        return await self._send_media(bot, "sendVoice", p)
-
-    async def _api_sendAnimation(self, bot: _Bot, p: _Params) -> dict[str, Any]:
-        return await self._send_media(bot, "sendAnimation", p)
 
     async def _api_sendChatAction(self, bot: _Bot, p: _Params) -> bool:
         chat = self._resolve_chat(p)
