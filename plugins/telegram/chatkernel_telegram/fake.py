@@ -1411,11 +1411,7 @@ class FakeBotAPI(FakePlatform):
             raise _bad("message must be non-empty")
         if utf16_len(plain) > TEXT_LIMIT:
             raise _bad("message is too long")
-        reply_to = self._reply_target(bot, chat, p)
-        thread_id = p.int("message_thread_id")
-        self._check_rate(bot, chat)
-        message = self._new_message(bot, chat, self.bot_user(bot.token), thread_id=thread_id,
-                                    reply_to=reply_to)
+        message, reply_to, thread_id = self._outgoing(bot, chat, p)
         message["text"] = plain
         if entities:
             message["entities"] = entities
@@ -1430,6 +1426,17 @@ class FakeBotAPI(FakePlatform):
                      entities=entities, kind="text", files=[], reply_to=reply_to,
                      thread_id=thread_id)
         return message
+
+    def _outgoing(self, bot: _Bot, chat: dict[str, Any], p: _Params,
+                  ) -> tuple[dict[str, Any], dict[str, Any] | None, int | None]:
+        """A new message of the bot's in ``chat`` once its reply target is checked and
+        the chat's rate allows it: the message, what it replies to, its thread."""
+        reply_to = self._reply_target(bot, chat, p)
+        thread_id = p.int("message_thread_id")
+        self._check_rate(bot, chat)
+        message = self._new_message(bot, chat, self.bot_user(bot.token), thread_id=thread_id,
+                                    reply_to=reply_to)
+        return message, reply_to, thread_id
 
     @staticmethod
     def _echo_markup(p: _Params, message: dict[str, Any]) -> None:
@@ -1449,11 +1456,7 @@ class FakeBotAPI(FakePlatform):
             plain, entities = self._parse_text(p, caption, "caption_entities")
             if utf16_len(plain) > CAPTION_LIMIT:
                 raise _bad("message caption is too long")
-        reply_to = self._reply_target(bot, chat, p)
-        thread_id = p.int("message_thread_id")
-        self._check_rate(bot, chat)
-        message = self._new_message(bot, chat, self.bot_user(bot.token), thread_id=thread_id,
-                                    reply_to=reply_to)
+        message, reply_to, thread_id = self._outgoing(bot, chat, p)
         message[name] = self._media_object(bot, stored, name, p)
         if name == "animation":
             message["document"] = self._media_object(bot, stored, "document", p)
