@@ -1217,12 +1217,15 @@ def config_init(config_file: str | None, force: bool) -> None:
     path = cfg.config_path(config_file)
     if path.exists() and not force:
         raise click.ClickException(f"{path} exists already (use --force to overwrite)")
-    from chatkernel.core.plugins import collect_channels
+    from chatkernel.core.plugins import collect_channels, implied_accounts
 
-    types = collect_channels(_plugin_manager())
+    pm = _plugin_manager()
+    types = collect_channels(pm)
     channels = [(c["name"], c["source"], types[c["name"]].config_example)
                 for c in _channel_types()]
-    cfg.write_raw(path, cfg.starter_config(channels))
+    # On in the file: the channels that would run on the starter's own settings.
+    on = implied_accounts(pm, cfg.parse(cfg.starter_config().unwrap()))
+    cfg.write_raw(path, cfg.starter_config(channels, on=on))
     click.echo(f"wrote {path}, with an example for each installed channel "
                f"({', '.join(sorted(types))})")
 
@@ -1305,7 +1308,7 @@ def config_set(config_file: str | None, pairs: tuple[str, ...]) -> None:
     # Only the channels the keys are under are checked, so only their plugins load.
     named = {key.split(".")[1] for key, _ in edits if key.startswith("channels.")} \
         - {"defaults"}
-    channels = _channel_types_for(named) if named else {}
+    pm, channels = _channel_types_for(named) if named else (None, {})
     models = {name: channel.account_model for name, channel in channels.items()}
     try:
         heartbeat_before = cfg.parse(document.unwrap(), path=path,
@@ -1322,7 +1325,8 @@ def config_set(config_file: str | None, pairs: tuple[str, ...]) -> None:
     # the gateway runs.
     config = cfg.parse(raw, path=path, strict_env=False)
     for name in sorted(named):
-        _check_channel_table(config, raw, name, channels, path, [key for key, _ in edits])
+        _check_channel_table(config, raw, name, channels, path, [key for key, _ in edits],
+                             pm)
     cfg.write_raw(path, document)
     shown = ", ".join(
         f"{key} = {cfg.inline_value(cfg.redact(value, key.rsplit('.', 1)[-1]))}"
@@ -1357,35 +1361,42 @@ def _leaves(key: str, value: Any):
         yield key, value
 
 
-def _channel_types_for(names: set[str]) -> dict[str, Any]:
-    """Channel types by name, for the channels ``names``: the plugin whose entry point
-    is named after the channel (this project's are) loads alone, the built-in one for
-    the web chat; any other channel, or CHATKERNEL_LOAD_PLUGINS set, loads them all."""
+def _channel_types_for(names: set[str]) -> tuple[Any, dict[str, Any]]:
+    """The plugin manager that loads the channels ``names``, and its channel types by
+    name: the plugin whose entry point is named after the channel (this project's are)
+    loads alone, a built-in channel's built-in plugin alone; any other channel, or
+    CHATKERNEL_LOAD_PLUGINS set, loads them all."""
     import os
     from importlib.metadata import entry_points
 
-    from chatkernel.core.plugins import collect_channels
-    from chatkernel.core.config import WEBCHAT
-    from chatkernel.core.plugins import BUILTIN_PLUGINS, GROUP, PluginManager
+    from chatkernel.core.plugins import (
+        BUILTIN_CHANNELS,
+        BUILTIN_PLUGINS,
+        GROUP,
+        PluginManager,
+        collect_channels,
+    )
 
     entry_names = {ep.name for ep in entry_points(group=GROUP)}
-    if os.environ.get("CHATKERNEL_LOAD_PLUGINS") is None and names <= entry_names | {WEBCHAT}:
-        webchat = "chatkernel.builtin.webchat"
+    if os.environ.get("CHATKERNEL_LOAD_PLUGINS") is None and \
+            names <= entry_names | set(BUILTIN_CHANNELS):
+        wanted = {BUILTIN_CHANNELS[name] for name in names if name in BUILTIN_CHANNELS}
         pm = PluginManager().load(
-            only=sorted(names - {WEBCHAT}), builtins=WEBCHAT in names,
-            disabled=[name for name in BUILTIN_PLUGINS if name != webchat]
+            only=sorted(names - set(BUILTIN_CHANNELS)), builtins=bool(wanted),
+            disabled=[name for name in BUILTIN_PLUGINS if name not in wanted]
             + [name for name in os.environ.get("CHATKERNEL_DISABLE_PLUGINS", "").split(",")
                if name.strip()])
         found = collect_channels(pm)
         if names <= set(found):
             for name, reason in sorted(pm.load_errors.items()):
                 click.echo(f"warning: plugin {name!r} failed to load: {reason}", err=True)
-            return found
-    return collect_channels(_plugin_manager())
+            return pm, found
+    pm = _plugin_manager()
+    return pm, collect_channels(pm)
 
 
 def _check_channel_table(config, raw: dict[str, Any], name: str, channels: dict[str, Any],
-                         path, keys: list[str]) -> None:
+                         path, keys: list[str], pm) -> None:
     """``config set``'s check of one channel's tables, the gateway's own (its keys, its
     accounts built as `run` builds them). An account refused for a key it lacks says
     how to give an account's keys in one call."""
@@ -1394,7 +1405,7 @@ def _check_channel_table(config, raw: dict[str, Any], name: str, channels: dict[
 
     if name not in channels:
         raise cfg.unknown_channel(name, channels, path=path)
-    section = cfg.effective_channels(config).get(name)
+    section = cfg.effective_channels(config, pm).get(name)
     if section is None or not section.enabled:
         return
     try:
@@ -1470,7 +1481,7 @@ def config_validate(config_file: str | None) -> None:
     where = str(path) if path.exists() else f"{path} (missing: defaults apply)"
     installed = collect_channels(pm)  # without its plugin, the implied web chat does not run
     accounts = sorted(f"{channel}:{account}" for channel, account, enabled, _ in
-                      cfg.effective_accounts(config) if enabled and channel in installed)
+                      cfg.effective_accounts(config, pm) if enabled and channel in installed)
     click.echo(f"ok: {where}, {len(accounts)} channel account(s)"
                + (f": {', '.join(accounts)}" if accounts else ""))
 

@@ -5,8 +5,8 @@ accept any subset of a specification's arguments, by name. Hooks that return
 an awaitable are awaited by the kernel, so an implementation may be a plain
 function or return a coroutine.
 
-Sections follow the pipeline: registration, inbound, outbound, policy,
-heartbeat, health, the gateway's pages.
+Sections follow the pipeline: registration, the channels a gateway runs, inbound,
+outbound, policy, heartbeat, health, the gateway's pages.
 """
 
 from __future__ import annotations
@@ -82,6 +82,28 @@ def register_logins(register):
         returns a :class:`chatkernel.sdk.login.LoginResult`: the account's config keys
         to store (secrets in a file of mode 0600, never echoed).
     :return: nothing.
+    """
+
+
+# -- the channels a gateway runs ----------------------------------------------------
+
+
+@hookspec
+def implied_accounts(config):
+    """Name the accounts a channel runs though the config lists none of them.
+
+    A channel that needs no setup (the built-in web chat, whose ``default`` account
+    the page at ``/`` talks to) runs with no table in the config. Called whenever the
+    kernel reads which accounts run: ``chatkernel run`` and a reload, ``status``,
+    ``config get``, ``config validate``. The implied accounts count for a channel the
+    config does not name, and for one whose ``[channels.<name>]`` table lists no
+    account; ``enabled = false`` in that table still turns them off. A config that
+    lists accounts of the channel runs exactly those.
+
+    :param config: the :class:`chatkernel.core.config.KernelConfig` being read.
+    :return: ``{channel name: {account name: its table}}`` (a table of ``{}`` takes the
+        account model's defaults), or ``None``. Every implementation is called; for a
+        channel two plugins imply, the one registered last wins.
     """
 
 

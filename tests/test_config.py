@@ -91,6 +91,19 @@ def test_starter_config_is_valid_and_round_trips(tmp_path):
     assert "channels" not in cfg.read_raw(path)  # every other channel commented out
 
 
+def test_starter_config_turns_on_the_channels_that_run_without_a_table(tmp_path):
+    examples = [("alpha", "chatkernel-alpha", "[channels.alpha.accounts.main]\n"),
+                ("kiosk", "kiosk-plugin", "[channels.kiosk.accounts.lobby]\n"
+                                          'allow_from = ["*"]\n')]
+    path = tmp_path / "config.toml"
+    cfg.write_raw(path, cfg.starter_config(examples, on={"kiosk"}))
+    text = path.read_text()
+    assert text.index("# -- kiosk (kiosk-plugin)") < text.index("# -- alpha (chatkernel-alpha)")
+    assert cfg.read_raw(path)["channels"] == {"kiosk": {"accounts": {"lobby": {
+        "allow_from": ["*"]}}}}
+    assert "# [channels.alpha.accounts.main]\n" in text
+
+
 def test_bad_toml_names_the_file(tmp_path):
     path = write(tmp_path / "config.toml", "[agent\nkind = 'echo'\n")
     with pytest.raises(cfg.ConfigError) as info:

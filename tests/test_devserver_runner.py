@@ -208,6 +208,47 @@ async def test_the_fakes_developer_routes_and_options_given_as_a_mapping():
     assert err.getvalue() == "poked\n"  # what the fake narrates, on stderr
 
 
+class Described(FakePlatform):
+    """A fake that says itself what a dev server's first line and snippet are."""
+
+    def developer_info(self) -> dict:
+        return {**super().developer_info(), "token": "t0ken"}
+
+    def config_snippet(self) -> str:
+        return f'[channels.described.accounts.main]\napi_base = "{self.base_url}"'
+
+
+@pytest.mark.anyio
+async def test_the_first_line_and_the_snippet_are_the_fakes_own_by_default():
+    server = DevServer(prog="described", port=0, platform=lambda args: Described())
+    stop, out, err = anyio.Event(), io.StringIO(), io.StringIO()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(lambda: server.serve(server.parser().parse_args([]), stop=stop,
+                                              stdout=out, stderr=err))
+        with anyio.fail_after(10):
+            while not err.getvalue():
+                await anyio.sleep(0.01)
+        stop.set()
+    first = json.loads(out.getvalue())
+    assert first == {"base_url": first["base_url"], "token": "t0ken"}
+    assert err.getvalue() == (f'[channels.described.accounts.main]\n'
+                              f'api_base = "{first["base_url"]}"\n')
+
+
+@pytest.mark.anyio
+async def test_a_fake_without_a_snippet_prints_none():
+    server = DevServer(prog="bare", port=0, platform=lambda args: FakePlatform())
+    stop, out, err = anyio.Event(), io.StringIO(), io.StringIO()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(lambda: server.serve(server.parser().parse_args([]), stop=stop,
+                                              stdout=out, stderr=err))
+        with anyio.fail_after(10):
+            while not out.getvalue():
+                await anyio.sleep(0.01)
+        stop.set()
+    assert list(json.loads(out.getvalue())) == ["base_url"] and err.getvalue() == ""
+
+
 # -- the plugins' dev servers are declarations ---------------------------------------------
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -222,6 +263,7 @@ def test_a_devserver_is_a_declaration_and_its_fake_owns_the_routes(path):
     ``main``: the ``/_fake/*`` routes are its fake's ``developer_routes()`` (the template's
     too), so none is written twice."""
     source = path.read_text()
+    assert len(source.splitlines()) <= 40, f"{path.name}: {len(source.splitlines())} lines"
     assert "async def" not in source and "aiohttp" not in source
     assert "DevServer(" in source
     fake = path.with_name("fake.py").read_text()

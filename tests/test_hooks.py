@@ -258,6 +258,56 @@ def test_registration_hooks_call_every_plugin_once(pm, temp_plugin):
     assert calls == ["c", "b", "a"]  # newest first, each once
 
 
+# -- the channels a gateway runs ----------------------------------------------------------
+
+
+def test_hook_implied_accounts(pm, temp_plugin):
+    from chatkernel.core.config import effective_accounts, effective_channels, parse
+
+    # The built-in web chat: its default account with no config, on a local gateway only.
+    assert effective_accounts(parse({}), pm) == [("webchat", "default", True, {})]
+    beyond = {"gateway": {"listen": "0.0.0.0:8787", "control_token": "t" * 32}}
+    assert effective_channels(parse(beyond), pm) == {}
+
+    class Kiosk:
+        @hookimpl
+        def implied_accounts(self, config):
+            return {"kiosk": {"lobby": {"allow_from": ["*"]}}}
+
+    temp_plugin(pm, Kiosk(), "test-kiosk")
+    assert effective_accounts(parse({}), pm) == [
+        ("webchat", "default", True, {}), ("kiosk", "lobby", True, {"allow_from": ["*"]})]
+    # A table without accounts keeps the implied ones and can turn them off; a table
+    # with accounts runs exactly those.
+    off = effective_accounts(parse({"channels": {"kiosk": {"enabled": False}}}), pm)
+    assert ("kiosk", "lobby", False, {"allow_from": ["*"]}) in off
+    own = parse({"channels": {"kiosk": {"accounts": {"desk": {}}}}})
+    assert effective_channels(own, pm)["kiosk"].accounts == {"desk": {}}
+
+
+def test_implied_accounts_of_a_later_plugin_win_and_a_malformed_answer_is_named(
+        pm, temp_plugin):
+    from chatkernel.core.config import effective_channels, parse
+    from chatkernel.core.plugins import implied_accounts
+
+    class Rename:
+        @hookimpl
+        def implied_accounts(self):
+            return {"webchat": {"front": {}}}
+
+    temp_plugin(pm, Rename(), "test-rename")
+    assert effective_channels(parse({}), pm)["webchat"].accounts == {"front": {}}
+
+    class Broken:
+        @hookimpl
+        def implied_accounts(self):
+            return {"kiosk": ["lobby"]}
+
+    temp_plugin(pm, Broken(), "test-broken")
+    with pytest.raises(TypeError, match=r"implied_accounts hook must return .*\['lobby'\]"):
+        implied_accounts(pm, parse({}))
+
+
 # -- inbound -------------------------------------------------------------------------------
 
 

@@ -4,7 +4,11 @@ contract; what sits above it plugs in through a hook, a registration or a parame
 
 And the subsystems the kernel assembles are given their collaborators by name: no module
 of such a subsystem imports the kernel or holds it (a ``kernel`` parameter or attribute),
-short of the explicit allowances below."""
+short of the explicit allowances below.
+
+And the core knows no channel by name: the web chat's cases (its implied account) come
+from its plugin through a hook, the channels this project publishes from
+``chatkernel.catalog``."""
 
 from __future__ import annotations
 
@@ -137,6 +141,41 @@ def test_the_check_walks_every_module_of_a_tree(tmp_path):
         "chatkernel.core.endpoints": ["chatkernel.webchat.landing"],
         "chatkernel.core.heartbeat.scheduler": ["chatkernel.builtin.heartbeat"],
     }
+
+
+# -- the core names no channel --------------------------------------------------------------
+
+#: Channel names the core must not hold: not in code, a string, a comment or a docstring.
+CHANNEL_NAMES = ("webchat",)
+
+
+def channel_mentions(root: Path) -> dict[str, list[str]]:
+    """``{module: ["<line>: <text>", ...]}`` for every line of ``<root>/chatkernel/core``
+    that holds one of :data:`CHANNEL_NAMES` (in any case: ``WEBCHAT`` too)."""
+    found: dict[str, list[str]] = {}
+    for path in sorted((root / "chatkernel" / "core").rglob("*.py")):
+        lines = [f"{number}: {line.strip()}"
+                 for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if any(name in line.lower() for name in CHANNEL_NAMES)]
+        if lines:
+            found[module_name(path, root)] = lines
+    return found
+
+
+def test_the_core_holds_no_channel_name():
+    assert len(list(CORE.rglob("*.py"))) > 40
+    assert channel_mentions(ROOT) == {}
+
+
+def test_the_channel_name_check_finds_a_name_anywhere_in_a_line(tmp_path):
+    config = tmp_path / "chatkernel" / "core" / "config"
+    config.mkdir(parents=True)
+    (config / "__init__.py").write_text('"""Config."""\nfrom .schema import KernelConfig\n')
+    (config / "schema.py").write_text('WEBCHAT = "web"\nNAME = "webchat"\n'
+                                      "x = 1  # the webchat's account\n"
+                                      '"""the web chat, in words, is no name"""\n')
+    assert channel_mentions(tmp_path) == {"chatkernel.core.config.schema": [
+        '1: WEBCHAT = "web"', '2: NAME = "webchat"', "3: x = 1  # the webchat's account"]}
 
 
 # -- the assembled subsystems are given their collaborators, not the kernel -------------------

@@ -26,7 +26,13 @@ import stevedore._cache
 from stevedore import ExtensionManager
 
 from chatkernel import hookimpl
-from chatkernel.core.plugins import BUILTIN_PLUGINS, PluginLoadError, PluginManager, await_maybe
+from chatkernel.core.plugins import (
+    BUILTIN_PLUGINS,
+    PluginLoadError,
+    PluginManager,
+    await_maybe,
+    collect_channels,
+)
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "plugins"
 CHATKERNEL = Path(sys.executable).with_name("chatkernel")
@@ -348,6 +354,31 @@ def test_builtins_are_present_but_hidden_unless_asked(fake_site):
     assert infos["fakegood"]["builtin"] is False
     names = [info.name for info in pm.plugin_infos(include_builtins=True)]
     assert names == sorted(names)
+
+
+def test_the_catalog_says_which_built_in_plugin_provides_each_built_in_channel():
+    from chatkernel.catalog import BUILTIN_CHANNELS
+
+    provided = {}
+    for name in BUILTIN_PLUGINS:
+        pm = PluginManager().load(only=[], disabled=[other for other in BUILTIN_PLUGINS
+                                                     if other != name])
+        provided.update(dict.fromkeys(collect_channels(pm), name))
+    assert provided == BUILTIN_CHANNELS
+
+
+def test_the_catalog_names_the_distribution_of_each_channel_plugin_here():
+    import tomllib
+
+    from chatkernel.catalog import CHANNEL_DISTRIBUTIONS
+
+    published = {}
+    for pyproject in sorted((Path(__file__).resolve().parents[1] / "plugins").glob(
+            "*/pyproject.toml")):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        for entry_point in project["entry-points"]["chatkernel"]:
+            published[entry_point] = project["name"]
+    assert published == CHANNEL_DISTRIBUTIONS
 
 
 def test_builtins_can_be_left_out(fake_site):

@@ -1,4 +1,5 @@
-"""Built-in channel: the web chat served by the gateway (the embedded default)."""
+"""Built-in channel: the web chat served by the gateway (the embedded default), and its
+``default`` account, which runs though the config names no channel."""
 
 from chatkernel.hookspecs import hookimpl
 
@@ -8,3 +9,10 @@ def register_channels(register):
     from chatkernel.webchat.channel import WebChatChannel  # aiohttp: only when needed
 
     register(WebChatChannel)
+
+
+@hookimpl(trylast=True)
+def implied_accounts(config):
+    from chatkernel.webchat.accounts import implied_accounts
+
+    return implied_accounts(config)

@@ -65,10 +65,6 @@ log = logging.getLogger("chatkernel.kernel")
 WRITE_BEHIND_SECONDS = 1.0
 UPKEEP_SECONDS = 3600.0
 
-#: The channel that answers when the config names none.
-EMBEDDED_CHANNEL = "webchat"
-
-
 @dataclass(frozen=True, slots=True)
 class Drained:
     """What :meth:`Kernel.drain` left: sessions with turns still running or queued
@@ -388,14 +384,12 @@ class Kernel:
         return agent_types
 
     def _build_accounts(self) -> None:
-        # The config's channels, and the web chat's default account unless told otherwise.
-        for channel_name, section in cfg.effective_channels(self.config).items():
+        # The config's channels, and the accounts plugins imply (the built-in web chat's).
+        for channel_name, section in cfg.effective_channels(self.config, self.pm).items():
             if not section.enabled:
                 continue
             channel_type = self.channel_types.get(channel_name)
             if channel_type is None:
-                if channel_name not in self.config.channels:
-                    continue  # the implied web chat, with its built-in plugin disabled
                 raise cfg.unknown_channel(channel_name, self.channel_types,
                                           path=self.config_path,
                                           left_out=self.pm.channel_left_out(channel_name))

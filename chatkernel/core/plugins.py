@@ -36,27 +36,12 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from chatkernel import hookspecs
+from chatkernel.catalog import BUILTIN_CHANNELS, BUILTIN_PLUGINS
 
 if TYPE_CHECKING:
     from chatkernel.sdk.channel import Channel
 
 GROUP = "chatkernel"
-
-#: The kernel's default hook implementations, registered under these names.
-BUILTIN_PLUGINS: tuple[str, ...] = (
-    "chatkernel.builtin.inbound",
-    "chatkernel.builtin.outbound",
-    "chatkernel.builtin.policy",
-    "chatkernel.builtin.heartbeat",
-    "chatkernel.builtin.health",
-    "chatkernel.builtin.agents",
-    "chatkernel.builtin.commands",
-    "chatkernel.builtin.webchat",
-    "chatkernel.builtin.landing",
-)
-
-#: The channels built-in plugins provide, and the plugin that provides each.
-BUILTIN_CHANNELS: dict[str, str] = {"webchat": "chatkernel.builtin.webchat"}
 
 
 class PluginLoadError(Exception):
@@ -397,6 +382,24 @@ def collect_channels(pm: "PluginManager") -> "dict[str, type[Channel]]":
     for channel in channels.values():
         secret_filter.add_patterns(*compiled_secret_patterns(channel))
     return channels
+
+
+def implied_accounts(pm: "PluginManager", config: Any) -> dict[str, dict[str, dict[str, Any]]]:
+    """The accounts plugins say a gateway runs though the config lists none of them
+    (the ``implied_accounts`` hook): ``{channel: {account: its table}}``, in the order
+    the plugins were registered. For a channel two plugins imply, the one registered
+    last wins (an installed plugin's over a built-in's)."""
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for answer in reversed(pm.hook.implied_accounts(config=config)):  # pluggy: newest first
+        if not isinstance(answer, dict) or not all(
+                isinstance(accounts, dict) and all(isinstance(table, dict)
+                                                   for table in accounts.values())
+                for accounts in answer.values()):
+            raise TypeError("an implied_accounts hook must return {channel: {account: "
+                            f"table}} or None, not {answer!r}")
+        for channel, accounts in answer.items():
+            found[channel] = {name: dict(table) for name, table in accounts.items()}
+    return found
 
 
 def _entry_points() -> list[Any]:

@@ -35,6 +35,7 @@ _LAZY = {
     "ContractRun": "chatkernel.testing.contract",
     "PlatformAdapter": "chatkernel.testing.contract",
     "needs": "chatkernel.testing.contract",
+    "fast_pacing": "chatkernel.testing.contract",
     "open_contract_run": "chatkernel.testing.contract",
     "png_bytes": "chatkernel.testing.contract",
     "long_text": "chatkernel.testing.contract",
@@ -55,6 +56,7 @@ _LAZY = {
     "Signal": "chatkernel.testing.fake_platform",
     "WebhookAttempt": "chatkernel.testing.fake_platform",
     "WebhookPusher": "chatkernel.testing.fake_platform",
+    "serve_routes": "chatkernel.testing.fake_platform",
     # The real gateway: in-process, or as its own process.
     "gateway_config": "chatkernel.testing.gateway",
     "run_gateway": "chatkernel.testing.gateway",
@@ -62,6 +64,7 @@ _LAZY = {
     "gateway_process": "chatkernel.testing.process",
     "running_gateway_process": "chatkernel.testing.process",
     "wait_for_messages": "chatkernel.testing.process",
+    "free_port": "chatkernel.testing.process",
     # The starter config file, a channel's example turned on.
     "turn_on_example": "chatkernel.testing.starter",
     # A real redis-server (the fixtures redis_server and redis_prefix come with the plugin).

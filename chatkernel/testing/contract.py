@@ -58,6 +58,14 @@ ACCOUNT = "main"
 # -- the adapter a plugin's tests implement ----------------------------------------------
 
 
+def fast_pacing() -> dict[str, Any]:
+    """Channel-wide settings (``[channels.<name>]``) that pace and retry far faster than
+    any platform needs, so the suite's sends never wait out real-world limits: what a
+    :meth:`PlatformAdapter.channel_config` usually returns (a fresh dict each call)."""
+    return {"rate_limits": {"chat": "100/s", "account": "1000/s"},
+            "retry": {"attempts": 3, "base_delay_ms": 10, "jitter": 0}}
+
+
 class PlatformAdapter:
     """Drives one plugin's fake platform for the contract suite.
 

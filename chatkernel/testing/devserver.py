@@ -4,7 +4,8 @@ A dev server lets a person try a channel offline: the fake platform on 127.0.0.1
 ``chatkernel run`` pointed at it, and the fake's developer routes
 (:meth:`~chatkernel.testing.fake_platform.FakePlatform.developer_routes`, ``/_fake/*``,
 which the real platform does not have) to write as a user and read what the bot sent.
-The fake owns those routes, built with this module's helpers::
+The fake owns those routes (built with this module's helpers), what the first line
+tells and the config snippet::
 
     from chatkernel.testing.devserver import fields, json_body, wait_until
 
@@ -21,14 +22,17 @@ The fake owns those routes, built with this module's helpers::
 
             return [web.post("/_fake/messages", messages), web.get("/_fake/sent", sent)]
 
+        def developer_info(self):  # the first line's JSON
+            return {**super().developer_info(), "token": self.token}
+
+        def config_snippet(self):  # on stderr: an account pointed at the fake
+            return f'[channels.mychat.accounts.main]\\napi_base = "{self.base_url}"'
+
 and the plugin's ``devserver.py`` is a declaration::
 
     server = DevServer(
         prog="python -m chatkernel_mychat.devserver", port=8083,
         platform=lambda args: MyChatPlatform(token=args.token),
-        announce=lambda fake, args: {"base_url": fake.base_url, "token": fake.token},
-        snippet=lambda fake, args: f'[channels.mychat.accounts.main]\\n'
-                                   f'api_base = "{fake.base_url}"',
         options={"--token": {"default": "dev-token"}})
     main = server.main
 
@@ -36,9 +40,10 @@ What every dev server then does alike:
 
 - ``--port N`` (the plugin's default; ``0`` picks a free port), ``--latency SECONDS``
   (added to every API call the fake serves, as real round trips); the plugin's options.
-- Its **first line on stdout is JSON** (``announce``), printed only once the server
-  listens: a script or a test reads it to know the URL and the tokens. Nothing else
-  goes to stdout. The config snippet (``snippet``) and any log go to stderr.
+- Its **first line on stdout is JSON** (the fake's ``developer_info()``), printed only
+  once the server listens: a script or a test reads it to know the URL and the tokens.
+  Nothing else goes to stdout. The config snippet (the fake's ``config_snippet()``) and
+  any log go to stderr.
 - ``GET /_fake/ready`` answers the same JSON, so a shell can wait for the server
   (``curl --retry-connrefused``).
 - ``?wait=SECONDS`` on a developer route that uses :func:`wait_until` holds the answer
@@ -130,18 +135,21 @@ async def wait_until(request: web.Request, platform: FakePlatform,
 class DevServer:
     """One plugin's dev server: what differs between plugins, the rest done alike.
 
-    ``platform`` makes the fake (not started) from the parsed arguments; ``announce``
-    is the first line's JSON and ``snippet`` the config snippet, both from the started
-    fake; ``options`` the plugin's own options (``--port`` and ``--latency`` are there
-    already). The fake's :meth:`~chatkernel.testing.fake_platform.FakePlatform.developer_routes`
+    ``platform`` makes the fake (not started) from the parsed arguments; ``options``
+    are the plugin's own options (``--port`` and ``--latency`` are there already). The
+    first line's JSON is the started fake's
+    :meth:`~chatkernel.testing.fake_platform.FakePlatform.developer_info` and the config
+    snippet its :meth:`~chatkernel.testing.fake_platform.FakePlatform.config_snippet`,
+    unless ``announce`` or ``snippet`` (given the fake and the arguments) say otherwise.
+    The fake's :meth:`~chatkernel.testing.fake_platform.FakePlatform.developer_routes`
     are served, and ``routes``, more routes of the dev server's own, beside them.
     """
 
     prog: str
     port: int
     platform: Callable[[argparse.Namespace], FakePlatform]
-    announce: Callable[[Any, argparse.Namespace], dict[str, Any]]
-    snippet: Callable[[Any, argparse.Namespace], str] | None = None
+    announce: Callable[[Any, argparse.Namespace], dict[str, Any]] | None = None
+    snippet: Callable[[Any, argparse.Namespace], str | None] | None = None
     routes: Routes | None = None
     options: Options | None = None
     description: str | None = None
@@ -190,10 +198,13 @@ class DevServer:
                    else anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM))
         with signals as received:
             async with fake:  # listening once entered: only then the first line
-                announced.update(self.announce(fake, args))
+                announced.update(fake.developer_info() if self.announce is None
+                                 else self.announce(fake, args))
                 print(json.dumps(announced), file=stdout, flush=True)
-                if self.snippet is not None:
-                    print(self.snippet(fake, args), file=stderr, flush=True)
+                snippet = (fake.config_snippet() if self.snippet is None
+                           else self.snippet(fake, args))
+                if snippet is not None:
+                    print(snippet, file=stderr, flush=True)
                 if stop is not None:
                     await stop.wait()
                     return

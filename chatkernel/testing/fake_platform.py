@@ -46,7 +46,7 @@ import math
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Hashable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -67,6 +67,8 @@ __all__ = [
     "Signer",
     "WebhookAttempt",
     "WebhookPusher",
+    "json_object",
+    "serve_routes",
 ]
 
 
@@ -93,6 +95,33 @@ class Signal:
         event = self._event
         with anyio.move_on_after(timeout):
             await event.wait()
+
+
+def json_object(body: bytes | str) -> dict[str, Any] | None:
+    """A request body decoded as a JSON object; None when it is not JSON or not an object
+    (each platform words that error its own way)."""
+    try:
+        decoded = json.loads(body)
+    except ValueError:
+        return None
+    return decoded if isinstance(decoded, dict) else None
+
+
+@contextlib.asynccontextmanager
+async def serve_routes(*routes: web.RouteDef) -> AsyncIterator[str]:
+    """An HTTP server on 127.0.0.1 with ``routes`` while the block runs; yields its base
+    URL (``http://127.0.0.1:PORT``). For a test's own small endpoint (a webhook receiver,
+    a server that holds its answers) where a whole fake platform is too much."""
+    app = web.Application()
+    app.add_routes(routes)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    try:
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        host, port = runner.addresses[0][:2]
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
 
 
 class ErrorAnswer(Exception):
@@ -467,6 +496,18 @@ class FakePlatform:
         drive the fake's methods directly. None here; a subclass returns its own."""
         return []
 
+    def developer_info(self) -> dict[str, Any]:
+        """What a dev server's first line tells a script once the fake listens: where it
+        is, and the credentials an account needs to talk to it. A subclass adds its own
+        (tokens, ids) to this ``base_url``."""
+        return {"base_url": self.base_url}
+
+    def config_snippet(self) -> str | None:
+        """The config a dev server prints on stderr once the fake listens: an account
+        pointed at it (its secrets as ``${ENV}`` references, with the ``export`` lines
+        that give them) and the ``curl`` calls that write as a user. None: no snippet."""
+        return None
+
     def narrate(self, line: str) -> None:
         """Tell :attr:`narrator` (a person watching a dev server) ``line``; without one,
         nothing (tests read :attr:`calls` and :attr:`sent_messages` instead)."""
@@ -478,9 +519,8 @@ class FakePlatform:
         raise web.HTTPNotFound()
 
     async def __aenter__(self) -> Self:
-        stack = contextlib.AsyncExitStack()
-        await stack.__aenter__()
-        try:
+        # Whatever was entered is closed again if a later step fails.
+        async with contextlib.AsyncExitStack() as stack:
             app = web.Application(client_max_size=self.client_max_size)
             app.router.add_routes(self.routes())
             if self.extra_routes is not None:
@@ -496,10 +536,7 @@ class FakePlatform:
             stack.push_async_callback(self.webhooks.aclose)
             self._task_group = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(self._task_group.cancel_scope.cancel)
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._stack = stack
+            self._stack = stack.pop_all()  # open until __aexit__
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:

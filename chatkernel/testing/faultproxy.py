@@ -78,19 +78,15 @@ class FaultProxy:
         return self._sock is not None
 
     async def __aenter__(self) -> "FaultProxy":
-        stack = contextlib.AsyncExitStack()
-        await stack.__aenter__()
-        try:
+        # Whatever was entered is closed again if a later step fails.
+        async with contextlib.AsyncExitStack() as stack:
             self._http = aiohttp.ClientSession()
             stack.push_async_callback(self._http.close)
             self._tg = await stack.enter_async_context(anyio.create_task_group())
             stack.callback(self._tg.cancel_scope.cancel)
             stack.callback(self.stop)
             self.start()
-        except BaseException:
-            await stack.aclose()
-            raise
-        self._stack = stack
+            self._stack = stack.pop_all()  # open until __aexit__
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:

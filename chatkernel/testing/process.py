@@ -48,6 +48,30 @@ class GatewayProcess:
             raise
 
 
+def free_port() -> int:
+    """A port on 127.0.0.1 that nobody listens on right now: one to listen on, or one
+    whose connections are refused (a platform that is down)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stop_process(process: subprocess.Popen, *, timeout: float) -> None:
+    """Stop a child process cleanly: SIGTERM, then SIGKILL when it has not ended within
+    ``timeout`` seconds; its stderr pipe, if any, closed."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    if process.stderr is not None:
+        process.stderr.close()
+
+
 def wait_for_messages(url: str, want: int, timeout: float = 10.0) -> list[dict]:
     """GET ``url`` (JSON with a ``messages`` list) until it holds ``want`` messages, or
     ``timeout`` seconds have passed; returns the last list (the caller asserts)."""
@@ -108,15 +132,7 @@ def gateway_process(home: Path, *args: str, start_timeout: float = 20.0,
             raise RuntimeError("the gateway did not start:\n" + "".join(lines))
         yield gateway
     finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+        stop_process(process, timeout=15)
 
 
 @asynccontextmanager
@@ -133,6 +149,20 @@ async def running_gateway_process(home: Path, *args: str, **options: Any
         yield process
     finally:
         await anyio.to_thread.run_sync(stack.close)
+
+
+#: A queue that answers each message on its own and at once, so a test counts one answer
+#: per message it sent.
+ONE_ANSWER_PER_MESSAGE = '[queue]\nmode = "followup"\ndebounce_ms = 0\n\n'
+
+
+def gateway_home(home: Path, config: str) -> Path:
+    """Make ``home`` a gateway's home (``CHATKERNEL_HOME``) whose config.toml is
+    ``config`` (the channel's account tables) after :data:`ONE_ANSWER_PER_MESSAGE`;
+    returns ``home``, for :func:`gateway_process`."""
+    home.mkdir(parents=True)
+    (home / "config.toml").write_text(ONE_ANSWER_PER_MESSAGE + config)
+    return home
 
 
 @contextmanager

@@ -39,17 +39,12 @@ import pytest
 # The store, for tests that look at what gateway processes keep in Redis (their leases,
 # their outbox) without importing the kernel's internals.
 from chatkernel.core.store.redis import RedisStore
+from chatkernel.testing.process import free_port, stop_process
 
 __all__ = ["RedisServer", "RedisStore", "redis_prefix", "redis_server"]
 
 #: How long a starting server may take to answer PING, in seconds.
 START_TIMEOUT = 15.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _ping(port: int) -> bool:
@@ -93,7 +88,7 @@ class RedisServer:
         if self.process is not None:
             return self.url
         for attempt in range(3):  # another process may take the free port first
-            port = self.port or _free_port()
+            port = self.port or free_port()
             process = subprocess.Popen(
                 [self.executable, "--port", str(port), "--bind", "127.0.0.1",
                  "--dir", str(self.directory), "--save", "", "--appendonly", "yes",
@@ -122,15 +117,7 @@ class RedisServer:
         process, self.process = self.process, None
         if process is None:
             return
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-        if process.stderr is not None:
-            process.stderr.close()
+        stop_process(process, timeout=10)
 
     def restart(self) -> str:
         self.stop()

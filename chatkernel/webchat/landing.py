@@ -8,12 +8,8 @@ from __future__ import annotations
 import html
 from collections.abc import Container
 
-from chatkernel.core.config import (
-    WEBCHAT,
-    WEBCHAT_ACCOUNT,
-    KernelConfig,
-    effective_channels,
-)
+from chatkernel.core.config import KernelConfig, with_implied
+from chatkernel.webchat.accounts import WEBCHAT, WEBCHAT_ACCOUNT, implied_accounts
 
 
 def webchat_off(config: KernelConfig, installed: Container[str]) -> tuple[str, str]:
@@ -24,7 +20,10 @@ def webchat_off(config: KernelConfig, installed: Container[str]) -> tuple[str, s
         return ("the built-in web chat plugin is not loaded (CHATKERNEL_DISABLE_PLUGINS "
                 "names chatkernel.builtin.webchat)",
                 f"take chatkernel.builtin.webchat out of CHATKERNEL_DISABLE_PLUGINS {restart}")
-    section = effective_channels(config).get(WEBCHAT)
+    section = config.channels.get(WEBCHAT)
+    implied = (implied_accounts(config) or {}).get(WEBCHAT)
+    if implied is not None:  # what the gateway runs
+        section = with_implied(section, implied)
     listen = config.gateway.listen
     if section is None:  # not configured, and the gateway listens beyond this machine
         return (f"this gateway listens on {listen}, beyond this machine, and the web chat "

@@ -57,8 +57,6 @@ from chatkernel.core.config.keys import (
     unset_key,
 )
 from chatkernel.core.config.schema import (
-    WEBCHAT,
-    WEBCHAT_ACCOUNT,
     ActiveHours,
     AgentConfig,
     ChannelConfig,
@@ -80,10 +78,10 @@ from chatkernel.core.config.schema import (
     effective_accounts,
     effective_channels,
     listens_locally,
+    with_implied,
 )
 from chatkernel.core.config.starter import STARTER_HEADER, starter_config
 from chatkernel.core.config.validation import (
-    FIRST_PARTY_CHANNELS,
     check_channel_keys,
     did_you_mean,
     load,
@@ -96,7 +94,7 @@ from chatkernel.sdk.accounts import AccountConfig, HealthMonitorConfig, Heartbea
 from chatkernel.sdk.errors import ConfigError
 
 __all__ = [
-    "FIRST_PARTY_CHANNELS", "REDACTED", "STARTER_HEADER", "WEBCHAT", "WEBCHAT_ACCOUNT",
+    "REDACTED", "STARTER_HEADER",
     "AccountConfig", "ActiveHours", "AgentConfig", "ChannelConfig", "ChannelQueueConfig",
     "ConfigError", "DropPolicy", "Effective", "GatewayConfig", "HealthConfig",
     "HealthMonitorConfig", "HeartbeatConfig", "HeartbeatVisibility", "KernelConfig",
@@ -108,5 +106,5 @@ __all__ = [
     "key_field", "listens_locally", "load", "os_reason", "parse", "parse_value",
     "read_document", "read_raw", "redact", "resolve_env", "secret_values", "set_key",
     "split_key", "starter_config", "takes_text", "unknown_channel", "unset_key",
-    "validate_account", "validation_error", "write_raw",
+    "validate_account", "validation_error", "with_implied", "write_raw",
 ]

@@ -92,7 +92,7 @@ def effective_values(raw: dict[str, Any], key: str, *,
                      account_models: dict[str, type[BaseModel]] | None = None,
                      path: Path | None = None) -> list[Effective]:
     """The effective value of a dotted key: the file's, else its default. One value,
-    except for an account setting asked of a channel (``channels.webchat.allow_from``),
+    except for an account setting asked of a channel (``channels.<name>.allow_from``),
     which is set per account: then one per account the gateway runs. ``account_models``:
     the installed channels' account models, by channel name. ConfigError when the key
     has no value and no default."""
@@ -136,7 +136,7 @@ def _channel_values(raw: dict[str, Any], config: KernelConfig, parts: list[str],
                     account_models: dict[str, type[BaseModel]],
                     path: Path | None) -> list[Effective] | None:
     """``channels.<name>....`` with the channel's defaults, its accounts' defaults and
-    the web chat's implied account; None: not a key of a channel the gateway runs."""
+    the accounts plugins imply; None: not a key of a channel the gateway runs."""
     name = parts[1]
     section = effective_channels(config).get(name)
     if section is None:

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from chatkernel.core.config.files import home_dir
 from chatkernel.sdk.accounts import HealthMonitorConfig, HeartbeatVisibility
+
+if TYPE_CHECKING:
+    from chatkernel.core.plugins import PluginManager
 
 
 class Section(BaseModel):
@@ -368,11 +371,6 @@ class KernelConfig(Section):
 
 # -- the channels a gateway runs -------------------------------------------------------
 
-#: The built-in web chat: the channel a gateway serves unless told otherwise.
-WEBCHAT = "webchat"
-#: The web chat's account that the page at ``/`` talks to.
-WEBCHAT_ACCOUNT = "default"
-
 
 def listens_locally(config: KernelConfig) -> bool:
     """Whether ``gateway.listen`` is reachable from this machine only."""
@@ -382,30 +380,38 @@ def listens_locally(config: KernelConfig) -> bool:
     return is_loopback(host)
 
 
-def effective_channels(config: KernelConfig) -> dict[str, ChannelConfig]:
-    """``[channels.*]`` as the gateway runs them (``defaults`` left out).
-
-    The web chat keeps its ``default`` account unless the config gives it accounts of
-    its own: configuring Telegram, or a web chat setting such as ``text_limit``, does
-    not switch it off; ``[channels.webchat] enabled = false`` does. It admits everyone
-    who reaches it, so a gateway listening beyond this machine serves it only when the
-    config has a ``[channels.webchat]`` table.
+def effective_channels(config: KernelConfig,
+                       pm: PluginManager | None = None) -> dict[str, ChannelConfig]:
+    """``[channels.*]`` as the gateway runs them (``defaults`` left out), with the
+    accounts plugins imply (the ``implied_accounts`` hook of ``pm``, by default the
+    process's plugin manager) for a channel the config gives no account of its own:
+    one the config does not name, or whose table lists no account. An ``enabled =
+    false`` in its table still turns such a channel off.
     """
+    from chatkernel.core.plugins import get_plugin_manager, implied_accounts
+
     channels = {name: section for name, section in config.channels.items()
                 if name != "defaults"}
-    webchat = channels.get(WEBCHAT)
-    if webchat is None:
-        if listens_locally(config):
-            channels[WEBCHAT] = ChannelConfig(accounts={WEBCHAT_ACCOUNT: {}})
-    elif not webchat.accounts:
-        channels[WEBCHAT] = webchat.model_copy(update={"accounts": {WEBCHAT_ACCOUNT: {}}})
+    implied = implied_accounts(pm if pm is not None else get_plugin_manager(), config)
+    for name, accounts in implied.items():
+        channels[name] = with_implied(channels.get(name), accounts)
     return channels
 
 
-def effective_accounts(config: KernelConfig) -> list[tuple[str, str, bool, dict[str, Any]]]:
+def with_implied(section: ChannelConfig | None,
+                 accounts: dict[str, dict[str, Any]]) -> ChannelConfig:
+    """A channel's table (None: the config has none) as the gateway runs it, given the
+    accounts a plugin implies for it: they count only when the table lists none."""
+    if section is None:
+        return ChannelConfig(accounts=accounts)
+    return section if section.accounts else section.model_copy(update={"accounts": accounts})
+
+
+def effective_accounts(config: KernelConfig, pm: PluginManager | None = None,
+                       ) -> list[tuple[str, str, bool, dict[str, Any]]]:
     """``(channel, account, enabled, raw table)`` for every account of
-    :func:`effective_channels` (the web chat's implied one included)."""
+    :func:`effective_channels` (implied ones included)."""
     return [(name, account, bool(section.enabled and raw.get("enabled", True) is not False),
              raw)
-            for name, section in effective_channels(config).items()
+            for name, section in effective_channels(config, pm).items()
             for account, raw in section.accounts.items()]

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from chatkernel.core.config.env import ENV_REFERENCE
-from chatkernel.core.config.schema import WEBCHAT
 
 STARTER_HEADER = """\
 # chatkernel's configuration, written by `chatkernel config init`.
@@ -43,15 +43,17 @@ max_concurrent = 4
 """
 
 
-def starter_config(channels: list[tuple[str, str, str]] = ()) -> Any:
+def starter_config(channels: list[tuple[str, str, str]] = (),
+                   on: Collection[str] = ()) -> Any:
     """What ``chatkernel config init`` writes, as a tomlkit document (comments kept):
     the kernel's main settings, then an example for each installed channel
-    (``(name, where it comes from, Channel.config_example)``, the web chat first), the
-    web chat's on and every other commented out."""
+    (``(name, where it comes from, Channel.config_example)``). The channels of ``on``
+    (those that run with no table of their own: a plugin implies their accounts) come
+    first with their example on; every other is commented out."""
     import tomlkit
 
     parts = [STARTER_HEADER]
-    for name, source, example in sorted(channels, key=lambda c: (c[0] != WEBCHAT, c[0])):
+    for name, source, example in sorted(channels, key=lambda c: (c[0] not in on, c[0])):
         example = example.strip("\n")
         title = f"# -- {name} ({source}) "
         parts.append("\n" + title + "-" * max(3, 88 - len(title)) + "\n")
@@ -59,10 +61,9 @@ def starter_config(channels: list[tuple[str, str, str]] = ()) -> Any:
             parts.append(f"# No example: its documentation says what "
                          f"[channels.{name}.accounts.<name>] takes.\n")
             continue
-        if name == WEBCHAT:
-            parts.append("# On: these tables show its defaults. Without them it runs when the "
-                         "gateway listens\n# on 127.0.0.1 only; with them, wherever it "
-                         "listens. It admits everyone who reaches it.\n")
+        if name in on:
+            parts.append("# On: these tables show its defaults; with this file's [gateway] "
+                         "settings it runs\n# even without them.\n")
             parts.append(example + "\n")
             continue
         parts.append('# Off: to turn it on, remove the "# " before each line below.\n')

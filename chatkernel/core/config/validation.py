@@ -16,6 +16,7 @@ from typing import Any, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
+from chatkernel.catalog import CHANNEL_DISTRIBUTIONS
 from chatkernel.core.config.env import is_secret_key, resolve_env
 from chatkernel.core.config.files import config_path, read_raw
 from chatkernel.core.config.schema import ChannelConfig, KernelConfig
@@ -30,12 +31,6 @@ def _dotted(loc: tuple[Any, ...]) -> str:
         else:
             key += f".{part}" if key else str(part)
     return key
-
-
-#: The channels this project publishes, by name: their distributions are
-#: ``chatkernel-<name>``. Only these are ever suggested for installing: naming a
-#: package from whatever was typed would send a typo to whoever registered it.
-FIRST_PARTY_CHANNELS = frozenset({"slack", "telegram", "whatsapp", "wechat"})
 
 
 def did_you_mean(name: str, known: Any) -> str:
@@ -72,10 +67,13 @@ def unknown_channel(name: str, installed: Any, *, path: Path | None = None,
         return ConfigError(left_out, path=path, key=key or f"channels.{name}")
     known = ", ".join(sorted(installed)) or "none"
     message = f"no installed plugin provides a channel named {name!r} (installed: {known})"
-    if name in FIRST_PARTY_CHANNELS:
-        message += f": pip install chatkernel-{name} provides it"
+    distribution = CHANNEL_DISTRIBUTIONS.get(name)
+    if distribution is not None:
+        message += f": pip install {distribution} provides it"
     else:
-        message += did_you_mean(name, set(installed) | FIRST_PARTY_CHANNELS)
+        # Only the project's own are suggested: a package named from whatever was typed
+        # would send a typo to whoever registered it.
+        message += did_you_mean(name, set(installed) | set(CHANNEL_DISTRIBUTIONS))
     return ConfigError(message, path=path, key=key or f"channels.{name}")
 
 

@@ -283,7 +283,7 @@ def _keep(effective: dict[str, Any], old: dict[str, Any], account: Account,
     """Leave an account's table (or one key of it) in the effective config as it runs."""
     channels = effective.setdefault("channels", {})
     old_section = old.get("channels", {}).get(account.channel_name)
-    if old_section is None:  # the embedded web chat: it has no table
+    if old_section is None:  # an implied account (the embedded web chat's): no table
         return
     section = channels.get(account.channel_name)
     if section is None:

@@ -47,7 +47,7 @@ class PresenceEntry:
     ip: str | None = None
     version: str = ""
     platform: str = ""
-    mode: str = ""  # "gateway", "cli", "webchat"...
+    mode: str = ""  # what the client is: "gateway", "cli", a channel's page...
     reason: str = ""  # why it reported ("status", "health", "connect"...)
     text: str = ""
     ts: float = 0.0  # last heard from (Unix time)

@@ -364,7 +364,7 @@ def store_problems(store: StoreInfo | None) -> list[str]:
 
 def configured_accounts(config: cfg.KernelConfig) -> list[tuple[str, str, bool, dict]]:
     """``(channel, account, enabled, raw table)`` for every account the gateway would run
-    (the web chat's implied one included, see :func:`chatkernel.core.config.effective_accounts`)."""
+    (implied ones included, see :func:`chatkernel.core.config.effective_accounts`)."""
     return cfg.effective_accounts(config)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import {{ cookiecutter.__package_name }}
-from chatkernel.testing import ChannelContract, PlatformAdapter
+from chatkernel.testing import ChannelContract, PlatformAdapter, fast_pacing
 from {{ cookiecutter.__package_name }}.fake import {{ P }}Platform
 
 
@@ -54,9 +54,7 @@ class {{ P }}Adapter(PlatformAdapter):
 {%- endif %}
 
     def channel_config(self) -> dict[str, Any]:
-        # Faster pacing and retries than the real platform needs.
-        return {"rate_limits": {"chat": "100/s", "account": "1000/s"},
-                "retry": {"attempts": 3, "base_delay_ms": 10, "jitter": 0}}
+        return fast_pacing()  # faster pacing and retries than the real platform needs
 
     async def inject(self, chat_id: str, text: str, *, sender_id: str = "user-1",
                      sender_name: str = "", group: bool = False, mention: bool = False,

@@ -3,7 +3,13 @@
 
 from __future__ import annotations
 
-from chatkernel.testing.process import devserver, gateway_process, post_json, wait_for_messages
+from chatkernel.testing.process import (
+    devserver,
+    gateway_home,
+    gateway_process,
+    post_json,
+    wait_for_messages,
+)
 
 MODULE = "{{ cookiecutter.__package_name }}.devserver"
 
@@ -11,11 +17,8 @@ MODULE = "{{ cookiecutter.__package_name }}.devserver"
 def test_the_gateway_answers_a_user_of_the_dev_server(tmp_path):
     with devserver(MODULE) as fake:
         base = fake["base_url"]
-        home = tmp_path / "home"
-        home.mkdir()
-        (home / "config.toml").write_text(
-            '[queue]\nmode = "followup"\ndebounce_ms = 0\n\n'  # one answer per message
-            "[channels.{{ cookiecutter.channel_name }}.accounts.main]\n"
+        home = gateway_home(
+            tmp_path / "home", "[channels.{{ cookiecutter.channel_name }}.accounts.main]\n"
             f'token = "{fake["token"]}"\nbase_url = "{base}"\nallow_from = ["*"]\n'
 {%- if T == "polling" %}
             "poll_timeout = 1\n")

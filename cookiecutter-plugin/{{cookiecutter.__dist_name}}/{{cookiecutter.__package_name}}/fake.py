@@ -1,5 +1,6 @@
 {%- set P = cookiecutter.__class_prefix -%}
 {%- set T = cookiecutter.transport -%}
+{%- set NAME = cookiecutter.channel_name | upper -%}
 """A fake {{ cookiecutter.channel_name }} platform: a real HTTP server on 127.0.0.1 for the tests.
 
 REPLACE THIS WITH YOUR PLATFORM. It speaks a small made-up JSON protocol so the
@@ -131,6 +132,37 @@ class {{ P }}Platform(FakePlatform):
         return [web.get("/me", self._me), web.post("/send", self._send),
                 web.post("/send_media", self._send_media),
                 web.post("/typing", self._typing){% if T == "polling" %}, web.get("/updates", self._updates){% elif T == "socket" %}, web.get("/socket", self._socket){% endif %}]
+
+    def developer_info(self) -> dict[str, Any]:
+        """The dev server's first line: where the fake is, and what an account needs."""
+        return {**super().developer_info(), "token": self.token{% if T == "webhook" %},
+                "secret": self.secret{% endif %}}
+
+    def config_snippet(self) -> str:
+        """What the dev server prints on stderr: an account pointed at the fake, and how
+        to write as a user."""
+        base = self.base_url
+        return "\n".join([
+            "# the fake {{ cookiecutter.channel_name }} platform is up; point an account at it:",
+            "#   export {{ NAME }}_TOKEN=" + self.token,
+{%- if T == "webhook" %}
+            "#   export {{ NAME }}_WEBHOOK_SECRET=" + self.secret,
+{%- endif %}
+            "[channels.{{ cookiecutter.channel_name }}.accounts.main]",
+            'token = "${{ '{' }}{{ NAME }}_TOKEN}"',
+{%- if T == "webhook" %}
+            'webhook_secret = "${{ '{' }}{{ NAME }}_WEBHOOK_SECRET}"',
+{%- endif %}
+            'base_url = "' + base + '"',
+            'allow_from = ["*"]',
+{%- if T == "webhook" %}
+            "# once the gateway runs, point the fake's webhook at it:",
+            "#   curl -d '{\"url\": \"http://127.0.0.1:8787/{{ cookiecutter.channel_name }}/main/webhook\"}' "
+            + base + "/_fake/webhook",
+{%- endif %}
+            "# then write as a user:",
+            "#   curl -d '{\"chat_id\": \"dm-1\", \"text\": \"hello\"}' " + base + "/_fake/messages",
+            "#   curl '" + base + "/_fake/sent?chat_id=dm-1&wait=10'"])
 
     def developer_routes(self) -> list[web.RouteDef]:
         """The dev server's routes (``python -m {{ cookiecutter.__package_name }}.devserver``), which the

@@ -60,7 +60,14 @@ import anyio
 from aiohttp import web
 
 from chatkernel.testing.devserver import bad_request, fields, json_body, wait_until
-from chatkernel.testing.fake_platform import Call, ErrorAnswer, FakePlatform, HmacSigner, Signal
+from chatkernel.testing.fake_platform import (
+    Call,
+    ErrorAnswer,
+    FakePlatform,
+    HmacSigner,
+    Signal,
+    json_object,
+)
 
 __all__ = ["App", "Envelope", "FakeSlack", "SentMessage", "SlackError", "StatusRecord",
            "StoredFile", "mrkdwn_to_text"]
@@ -272,6 +279,30 @@ def _new_id(prefix: str, seed: Iterable[int]) -> str:
         n, r = divmod(n, len(_ID_CHARS))
         digits.append(_ID_CHARS[r])
     return prefix + "".join(reversed(digits))
+
+
+#: A dev server's config snippet (:meth:`FakeSlack.config_snippet`).
+DEV_SNIPPET = """# the fake Slack is up ({mode} mode); point an account at it:
+#   export SLACK_BOT_TOKEN={s.bot_token}
+#   {secret}
+[channels.slack.accounts.main]
+bot_token = "${{SLACK_BOT_TOKEN}}"
+{setting}
+api_base = "{s.base_url}/api/"
+allow_from = ["*"]
+# then write as a user (in a DM; a channel message needs "mention": true):
+#   curl -d '{{"channel": "D0DIRECT01", "text": "hello"}}' {s.base_url}/_fake/messages
+#   curl '{s.base_url}/_fake/sent?channel=D0DIRECT01&wait=10'{events}"""
+#: Per mode: the secret to export, the account's settings for it, what else to do.
+DEV_MODES = {"socket": dict(secret="export SLACK_APP_TOKEN={s.app_token}", events="",
+                            setting='app_token = "${{SLACK_APP_TOKEN}}"'),
+             "events": dict(secret="export SLACK_SIGNING_SECRET={s.signing_secret}",
+                            setting='mode = "events"\n'
+                                    'signing_secret = "${{SLACK_SIGNING_SECRET}}"',
+                            events="\n# events mode: once the gateway runs, tell the fake "
+                                   "where to post:\n#   curl -d '{{\"url\": \"http://"
+                                   "127.0.0.1:8787/slack/main/webhook\"}}' "
+                                   "{s.base_url}/_fake/request_url")}
 
 
 class FakeSlack(FakePlatform):
@@ -792,6 +823,17 @@ class FakeSlack(FakePlatform):
                 web.get("/files-pri/{team}-{file}/download/{name}", self._file),
                 web.get("/files-pri/{team}-{file}/{name}", self._file)]
 
+    def developer_info(self) -> dict[str, Any]:
+        return {**super().developer_info(), "api_base": f"{self.base_url}/api/",
+                "bot_token": self.bot_token, "app_token": self.app_token,
+                "signing_secret": self.signing_secret, "bot_user": self.bot_user,
+                "team_id": self.app.team_id, "mode": self.app.mode}
+
+    def config_snippet(self) -> str:
+        """An account of the app's mode pointed at the fake, and how to write as a user."""
+        mode = {part: text.format(s=self) for part, text in DEV_MODES[self.app.mode].items()}
+        return DEV_SNIPPET.format(s=self, mode=self.app.mode, **mode)
+
     def developer_routes(self) -> list[web.RouteDef]:
         """A dev server's routes: ``POST /_fake/messages`` (a user writes: ``channel``,
         optional ``text``, ``user``, ``user_name``, ``thread_ts``, ``mention``, ``files``
@@ -838,11 +880,8 @@ class FakeSlack(FakePlatform):
         if not body:
             return values
         if request.content_type == "application/json":
-            try:
-                decoded = json.loads(body)
-            except ValueError:
-                raise SlackError("invalid_json") from None
-            if not isinstance(decoded, dict):
+            decoded = json_object(body)
+            if decoded is None:
                 raise SlackError("invalid_json")
             values.update(decoded)
         elif request.content_type == "application/x-www-form-urlencoded":

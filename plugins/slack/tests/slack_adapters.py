@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import chatkernel_slack
-from chatkernel.testing import PlatformAdapter
+from chatkernel.testing import PlatformAdapter, fast_pacing
 from chatkernel_slack.fake import FakeSlack
 
 
@@ -41,9 +41,7 @@ class SlackSocketAdapter(PlatformAdapter):
                 "silent_after": 15, **self.account_extra}
 
     def channel_config(self) -> dict[str, Any]:
-        return {"rate_limits": {"chat": "100/s", "account": "1000/s"},
-                "retry": {"attempts": 3, "base_delay_ms": 10, "jitter": 0},
-                **self.channel_extra}
+        return {**fast_pacing(), **self.channel_extra}
 
     # Slack's ids: U… users, D… direct messages, C… channels; a thread is its parent's ts.
     def user_id(self, n: int) -> str:

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from chatkernel.testing.process import devserver as run_devserver
-from chatkernel.testing.process import gateway_process, wait_for_messages
+from chatkernel.testing.process import gateway_home, gateway_process, wait_for_messages
 from chatkernel.testing.process import post_json as post
 
 DM, CHANNEL = "D0DIRECT01", "C0GENERAL1"
@@ -28,13 +28,10 @@ def test_chatkernel_run_answers_dms_mentions_and_threads_with_files(tmp_path, mo
         base = fake["base_url"]
         assert post(f"{base}/_fake/messages", {"channel": 7})[0] == 400
         assert post(f"{base}/_fake/messages", {"channel": DM, "colour": "red"})[0] == 400
-        home = tmp_path / "home"
-        home.mkdir()
         secret = (f'app_token = "{fake["app_token"]}"\n' if mode == "socket" else
                   f'mode = "events"\nsigning_secret = "{fake["signing_secret"]}"\n')
-        (home / "config.toml").write_text(
-            '[queue]\nmode = "followup"\ndebounce_ms = 0\n\n'  # one echo per message
-            "[channels.slack.accounts.main]\n"
+        home = gateway_home(
+            tmp_path / "home", "[channels.slack.accounts.main]\n"
             f'bot_token = "{fake["bot_token"]}"\n{secret}api_base = "{fake["api_base"]}"\n'
             'allow_from = ["*"]\n')
         outgoing = tmp_path / "report.txt"

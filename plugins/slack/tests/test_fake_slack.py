@@ -17,6 +17,7 @@ import aiohttp
 import anyio
 import pytest
 
+from chatkernel.testing import serve_routes
 from chatkernel_slack.signature import SlackSignature
 from chatkernel_slack.fake import FakeSlack, mrkdwn_to_text
 
@@ -288,27 +289,18 @@ async def test_events_are_posted_signed_and_retried_with_the_retry_headers():
         seen.append((dict(request.headers), await request.read()))
         return web.Response(status=500 if len(seen) == 1 else 200)
 
-    app = web.Application()
-    app.router.add_post("/events", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = runner.addresses[0][1]
-    try:
-        async with FakeSlack(mode="events") as slack:
-            slack.set_request_url(f"http://127.0.0.1:{port}/events")
-            slack.inject_message("D0DIRECT01", "pushed")
-            await slack.wait_until(lambda: len(seen) == 2, timeout=5)
-            verifier = SlackSignature(slack.signing_secret)
-            for headers, body in seen:
-                verifier.verify(headers, body)  # raises when the signature is wrong
-            assert "X-Slack-Retry-Num" not in seen[0][0]
-            assert seen[1][0]["X-Slack-Retry-Num"] == "1"
-            assert seen[1][0]["X-Slack-Retry-Reason"] == "http_timeout"
-            assert json.loads(seen[0][1]) == json.loads(seen[1][1])
-    finally:
-        await runner.cleanup()
+    async with serve_routes(web.post("/events", handler)) as base, \
+            FakeSlack(mode="events") as slack:
+        slack.set_request_url(f"{base}/events")
+        slack.inject_message("D0DIRECT01", "pushed")
+        await slack.wait_until(lambda: len(seen) == 2, timeout=5)
+        verifier = SlackSignature(slack.signing_secret)
+        for headers, body in seen:
+            verifier.verify(headers, body)  # raises when the signature is wrong
+        assert "X-Slack-Retry-Num" not in seen[0][0]
+        assert seen[1][0]["X-Slack-Retry-Num"] == "1"
+        assert seen[1][0]["X-Slack-Retry-Reason"] == "http_timeout"
+        assert json.loads(seen[0][1]) == json.loads(seen[1][1])
 
 
 # -- files ----------------------------------------------------------------------------------

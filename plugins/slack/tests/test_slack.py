@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import time
 from contextlib import asynccontextmanager
 
@@ -15,7 +14,7 @@ import pytest
 
 import chatkernel_slack
 from chatkernel.channels import ConfigError, PlatformError, Route
-from chatkernel.testing import KernelHarness, agent_plugin, scripted_agent
+from chatkernel.testing import KernelHarness, agent_plugin, free_port, scripted_agent
 from chatkernel.testing.contract import open_contract_run, png_bytes
 from chatkernel_slack.fake import SlackSigner
 from chatkernel_slack.api import TOKEN_PATTERNS, SlackAPI
@@ -638,9 +637,7 @@ async def test_the_probe_names_the_team_and_bot_and_what_to_do_about_a_refused_t
 
 async def test_tokens_never_appear_in_errors_reprs_or_logs(tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed = sock.getsockname()[1]
+    closed = free_port()
     # A refused connection fails the send at once here (the gateway would wait it out).
     retry = {"attempts": 3, "base_delay_ms": 10, "jitter": 0, "unreachable_max_age": "0"}
     async with slack_run(tmp_path, channel={"retry": retry}) as run:

@@ -1,7 +1,8 @@
 """The fake Bot API as a server, to try a bot offline: ``python -m chatkernel_telegram.devserver``.
 
-Its routes are :meth:`FakeBotAPI.developer_routes`; they, its options and its config
-snippet are in docs/channels/telegram.md, "Developing offline".
+Its routes are :meth:`FakeBotAPI.developer_routes`, its first line and config snippet
+:meth:`FakeBotAPI.developer_info` and :meth:`FakeBotAPI.config_snippet`; they and its
+options are in docs/channels/telegram.md, "Developing offline".
 """
 
 from __future__ import annotations
@@ -9,23 +10,11 @@ from __future__ import annotations
 from chatkernel.testing.devserver import DevServer
 from chatkernel_telegram.fake import FakeBotAPI
 
-SNIPPET = """# the fake Bot API is up; point an account at it:
-#   export TELEGRAM_BOT_TOKEN={api.token}
-[channels.telegram.accounts.main]
-bot_token = "${{TELEGRAM_BOT_TOKEN}}"
-api_base = "{api.base_url}"
-allow_from = ["*"]
-# then write as a user:
-#   curl -d '{{"chat_id": 42, "text": "hello"}}' {api.base_url}/_fake/messages
-#   curl '{api.base_url}/_fake/sent?chat_id=42&wait=10'"""
-
 server = DevServer(
     prog="python -m chatkernel_telegram.devserver", port=8081,
     description="Run the fake Bot API as a server, to develop and try a bot offline.",
     platform=lambda args: FakeBotAPI(token=args.token, username=args.username,
                                      strict_chats=not args.any_chat),
-    announce=lambda api, args: {"base_url": api.base_url, "token": api.token},
-    snippet=lambda api, args: SNIPPET.format(api=api),
     options={"--token": {"default": "123456:DEVSERVER-offline-token"},
              "--username": {"default": "chatkernel_dev_bot"},
              "--any-chat": {"action": "store_true",

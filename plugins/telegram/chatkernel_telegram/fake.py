@@ -51,7 +51,12 @@ from aiohttp import web
 
 from chatkernel.testing import fake_platform
 from chatkernel.testing.devserver import bad_request, fields, json_body, wait_until
-from chatkernel.testing.fake_platform import FakePlatform, ErrorAnswer, SecretTokenSigner
+from chatkernel.testing.fake_platform import (
+    ErrorAnswer,
+    FakePlatform,
+    SecretTokenSigner,
+    json_object,
+)
 from chatkernel_telegram.entities import (
     EntityParseError,
     detect_entities,
@@ -485,6 +490,18 @@ _BOT_COMMAND = re.compile(r"^[a-z0-9_]{1,32}$")
 # ---------------------------------------------------------------------------------------
 
 
+#: A dev server's config snippet (:meth:`FakeBotAPI.config_snippet`).
+DEV_SNIPPET = """# the fake Bot API is up; point an account at it:
+#   export TELEGRAM_BOT_TOKEN={api.token}
+[channels.telegram.accounts.main]
+bot_token = "${{TELEGRAM_BOT_TOKEN}}"
+api_base = "{api.base_url}"
+allow_from = ["*"]
+# then write as a user:
+#   curl -d '{{"chat_id": 42, "text": "hello"}}' {api.base_url}/_fake/messages
+#   curl '{api.base_url}/_fake/sent?chat_id=42&wait=10'"""
+
+
 class FakeBotAPI(FakePlatform):
     """The Telegram Bot API, on ``127.0.0.1``: ``async with FakeBotAPI() as api``.
 
@@ -548,6 +565,13 @@ class FakeBotAPI(FakePlatform):
     def routes(self) -> list[web.RouteDef]:
         return [web.route("*", "/file/bot{token}/{file_path:.+}", self._download),
                 web.route("*", "/bot{token}/{method}", self._handle)]
+
+    def developer_info(self) -> dict[str, Any]:
+        return {**super().developer_info(), "token": self.token}
+
+    def config_snippet(self) -> str:
+        """An account pointed at the fake, and how to write as a user."""
+        return DEV_SNIPPET.format(api=self)
 
     def developer_routes(self) -> list[web.RouteDef]:
         """A dev server's routes: ``POST /_fake/messages`` (a user writes: ``chat_id``,
@@ -1110,11 +1134,8 @@ class FakeBotAPI(FakePlatform):
         if not body:
             return values
         if content_type == "application/json":
-            try:
-                decoded = json.loads(body)
-            except ValueError:
-                raise _bad("can't parse JSON object") from None
-            if not isinstance(decoded, dict):
+            decoded = json_object(body)
+            if decoded is None:
                 raise _bad("can't parse JSON object")
             values.update(decoded)
         else:   # form-urlencoded, or anything a client labels oddly
@@ -1151,7 +1172,11 @@ class FakeBotAPI(FakePlatform):
         return await self.serve_call(request, call, lambda: self._answer(bot, method, values))
 
     async def _answer(self, bot: _Bot, method: str, values: dict[str, Any]) -> web.Response:
-        result = await getattr(self, f"_api_{method}")(bot, _Params(values))
+        params = _Params(values)
+        if method in MEDIA_METHODS:  # sendPhoto, sendDocument...: one way to send a file
+            result = await self._send_media(bot, method, params)
+        else:
+            result = await getattr(self, f"_api_{method}")(bot, params)
         if isinstance(result, _Described):
             return web.json_response({"ok": True, "result": result.result,
                                       "description": result.description})
@@ -1386,11 +1411,7 @@ class FakeBotAPI(FakePlatform):
             raise _bad("message must be non-empty")
         if utf16_len(plain) > TEXT_LIMIT:
             raise _bad("message is too long")
-        reply_to = self._reply_target(bot, chat, p)
-        thread_id = p.int("message_thread_id")
-        self._check_rate(bot, chat)
-        message = self._new_message(bot, chat, self.bot_user(bot.token), thread_id=thread_id,
-                                    reply_to=reply_to)
+        message, reply_to, thread_id = self._outgoing(bot, chat, p)
         message["text"] = plain
         if entities:
             message["entities"] = entities
@@ -1405,6 +1426,17 @@ class FakeBotAPI(FakePlatform):
                      entities=entities, kind="text", files=[], reply_to=reply_to,
                      thread_id=thread_id)
         return message
+
+    def _outgoing(self, bot: _Bot, chat: dict[str, Any], p: _Params,
+                  ) -> tuple[dict[str, Any], dict[str, Any] | None, int | None]:
+        """A new message of the bot's in ``chat`` once its reply target is checked and
+        the chat's rate allows it: the message, what it replies to, its thread."""
+        reply_to = self._reply_target(bot, chat, p)
+        thread_id = p.int("message_thread_id")
+        self._check_rate(bot, chat)
+        message = self._new_message(bot, chat, self.bot_user(bot.token), thread_id=thread_id,
+                                    reply_to=reply_to)
+        return message, reply_to, thread_id
 
     @staticmethod
     def _echo_markup(p: _Params, message: dict[str, Any]) -> None:
@@ -1424,11 +1456,7 @@ class FakeBotAPI(FakePlatform):
             plain, entities = self._parse_text(p, caption, "caption_entities")
             if utf16_len(plain) > CAPTION_LIMIT:
                 raise _bad("message caption is too long")
-        reply_to = self._reply_target(bot, chat, p)
-        thread_id = p.int("message_thread_id")
-        self._check_rate(bot, chat)
-        message = self._new_message(bot, chat, self.bot_user(bot.token), thread_id=thread_id,
-                                    reply_to=reply_to)
+        message, reply_to, thread_id = self._outgoing(bot, chat, p)
         message[name] = self._media_object(bot, stored, name, p)
         if name == "animation":
             message["document"] = self._media_object(bot, stored, "document", p)
@@ -1445,24 +1473,6 @@ class FakeBotAPI(FakePlatform):
                      entities=entities, kind=name, files=[sent_file], reply_to=reply_to,
                      thread_id=thread_id)
         return message
-
-    async def _api_sendPhoto(self, bot: _Bot, p: _Params) -> dict[str, Any]:
-        return await self._send_media(bot, "sendPhoto", p)
-
-    async def _api_sendDocument(self, bot: _Bot, p: _Params) -> dict[str, Any]:
-        return await self._send_media(bot, "sendDocument", p)
-
-    async def _api_sendVideo(self, bot: _Bot, p: _Params) -> dict[str, Any]:
-        return await self._send_media(bot, "sendVideo", p)
-
-    async def _api_sendAudio(self, bot: _Bot, p: _Params) -> dict[str, Any]:
-        return await self._send_media(bot, "sendAudio", p)
-
-    async def _api_sendVoice(self, bot: _Bot, p: _Params) -> dict[str, Any]:
-        return await self._send_media(bot, "sendVoice", p)
-
-    async def _api_sendAnimation(self, bot: _Bot, p: _Params) -> dict[str, Any]:
-        return await self._send_media(bot, "sendAnimation", p)
 
     async def _api_sendChatAction(self, bot: _Bot, p: _Params) -> bool:
         chat = self._resolve_chat(p)

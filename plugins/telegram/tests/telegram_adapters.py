@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import chatkernel_telegram
-from chatkernel.testing import PlatformAdapter
+from chatkernel.testing import PlatformAdapter, fast_pacing
 from chatkernel_telegram.fake import FakeBotAPI
 
 TOKEN = "123456:AAContractTokenForTestsOnly_abcdefgh"
@@ -39,8 +39,9 @@ class TelegramAdapter(PlatformAdapter):
         return {"bot_token": self.api.token, "api_base": self.api.base_url, "poll_timeout": 1}
 
     def channel_config(self) -> dict[str, Any]:
-        return {"rate_limits": {"chat": "100/s", "group": "1000/min", "account": "1000/s"},
-                "retry": {"attempts": 3, "base_delay_ms": 10, "jitter": 0}}
+        pacing = fast_pacing()
+        pacing["rate_limits"]["group"] = "1000/min"  # Telegram paces groups of their own
+        return pacing
 
     # Telegram's ids: a private chat's id is the user's id; groups are negative.
     def user_id(self, n: int) -> str:

@@ -6,6 +6,7 @@ import anyio
 import pytest
 from aiohttp import web
 
+from chatkernel.testing import serve_routes
 from chatkernel_telegram.api import BotAPI
 
 pytestmark = pytest.mark.anyio
@@ -23,26 +24,19 @@ async def test_a_long_poll_gets_through_while_the_send_pool_is_full():
             return web.json_response({"ok": True, "result": {"message_id": held}})
         return web.json_response({"ok": True, "result": []})
 
-    app = web.Application()
-    app.router.add_post("/bot{token}/{method}", handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    base = f"http://127.0.0.1:{runner.addresses[0][1]}"
-    api = BotAPI("1:TOKEN", base)
-    try:
-        async with anyio.create_task_group() as tg:
-            for chat in range(100):  # the whole send pool
-                tg.start_soon(api.call, "sendMessage", {"chat_id": chat, "text": "x"})
-            try:
-                with anyio.fail_after(10):
-                    while held < 100:
-                        await anyio.sleep(0.01)
-                    # With one pool for everything this would wait for a send to finish.
-                    assert await api.call("getUpdates", {"timeout": 0}) == []
-            finally:
-                release.set()
-    finally:
-        await api.close()
-        await runner.cleanup()
+    async with serve_routes(web.post("/bot{token}/{method}", handle)) as base:
+        api = BotAPI("1:TOKEN", base)
+        try:
+            async with anyio.create_task_group() as tg:
+                for chat in range(100):  # the whole send pool
+                    tg.start_soon(api.call, "sendMessage", {"chat_id": chat, "text": "x"})
+                try:
+                    with anyio.fail_after(10):
+                        while held < 100:
+                            await anyio.sleep(0.01)
+                        # With one pool for everything this would wait for a send to finish.
+                        assert await api.call("getUpdates", {"timeout": 0}) == []
+                finally:
+                    release.set()
+        finally:
+            await api.close()

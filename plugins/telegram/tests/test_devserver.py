@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-
 from chatkernel.testing.process import devserver as run_devserver
-from chatkernel.testing.process import gateway_process, wait_for_messages
+from chatkernel.testing.process import gateway_home, gateway_process, wait_for_messages
 from chatkernel.testing.process import post_json as post
 
 
@@ -21,11 +20,8 @@ def test_chatkernel_run_answers_a_user_of_the_dev_server(tmp_path):
         base = fake["base_url"]
         assert post(f"{base}/_fake/messages", {"chat_id": "x"})[0] == 400
         assert post(f"{base}/_fake/messages", {"chat_id": 7, "colour": "red"})[0] == 400
-        home = tmp_path / "home"
-        home.mkdir()
-        (home / "config.toml").write_text(
-            '[queue]\nmode = "followup"\ndebounce_ms = 0\n\n'  # one echo per message
-            "[channels.telegram.accounts.main]\n"
+        home = gateway_home(
+            tmp_path / "home", "[channels.telegram.accounts.main]\n"
             f'bot_token = "{fake["token"]}"\napi_base = "{base}"\nallow_from = ["*"]\n'
             "poll_timeout = 1\n")
         with gateway_process(home):

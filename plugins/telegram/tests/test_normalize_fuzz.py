@@ -4,6 +4,7 @@ skipped (and journaled as refused), never retried forever."""
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -66,6 +67,20 @@ def readable(message: InboundMessage) -> bool:
             and abs(message.timestamp) != float("inf") and message.media == [])
 
 
+@asynccontextmanager
+async def identified_channel(home):
+    """A kernel with a Telegram account whose channel knows its bot already: normalizing
+    makes no call (its Bot API address refuses every connection)."""
+    config = {"channels": {"telegram": {"accounts": {"main": {
+        "bot_token": "123456:FUZZ-token-for-tests-only", "api_base": "http://127.0.0.1:9",
+        "allow_from": ["*"]}}}}}
+    async with KernelHarness(home, config=config, plugins=[
+            ("telegram", chatkernel_telegram)]) as h:
+        channel = h.kernel.accounts["telegram:main"].channel
+        channel.bot, channel.self_id = BOT, "999"
+        yield channel
+
+
 @settings(max_examples=300, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(updates, max_size=4))
@@ -73,13 +88,7 @@ def test_any_update_is_read_or_skipped_never_a_crash(tmp_path_factory, batch):
     home = tmp_path_factory.mktemp("fuzz")
 
     async def main() -> None:
-        config = {"channels": {"telegram": {"accounts": {"main": {
-            "bot_token": "123456:FUZZ-token-for-tests-only", "api_base": "http://127.0.0.1:9",
-            "allow_from": ["*"]}}}}}
-        async with KernelHarness(home, config=config, plugins=[
-                ("telegram", chatkernel_telegram)]) as h:
-            channel = h.kernel.accounts["telegram:main"].channel
-            channel.bot, channel.self_id = BOT, "999"  # identified: no call is made
+        async with identified_channel(home) as channel:
             recorder = Recorder()
             with anyio.fail_after(10):
                 count = await channel.transport().receive(recorder, batch)
@@ -93,13 +102,7 @@ def test_any_update_is_read_or_skipped_never_a_crash(tmp_path_factory, batch):
 @pytest.mark.parametrize("text", [12345, {"a": 1}, ["x"], 1.5, True])
 def test_a_text_that_is_not_a_string_is_refused_by_the_channel(tmp_path, text: Any):
     async def main() -> None:
-        config = {"channels": {"telegram": {"accounts": {"main": {
-            "bot_token": "123456:FUZZ-token-for-tests-only", "api_base": "http://127.0.0.1:9",
-            "allow_from": ["*"]}}}}}
-        async with KernelHarness(tmp_path, config=config, plugins=[
-                ("telegram", chatkernel_telegram)]) as h:
-            channel = h.kernel.accounts["telegram:main"].channel
-            channel.bot, channel.self_id = BOT, "999"
+        async with identified_channel(tmp_path) as channel:
             update = {"update_id": 7, "message": {"message_id": 1, "date": 0, "text": text,
                                                   "chat": {"id": 42, "type": "private"}}}
             with pytest.raises(ValueError, match="not a string"):

@@ -5,6 +5,7 @@ twice (chatkernel.core.gateway.cluster)."""
 from __future__ import annotations
 
 import collections
+from contextlib import asynccontextmanager
 
 import anyio
 import pytest
@@ -38,6 +39,20 @@ def cluster_config(api: FakeBotAPI, redis_url: str, prefix: str, **account: obje
     }
 
 
+@asynccontextmanager
+async def cluster(tmp_path, redis_server: str, prefix: str, size: int):
+    """``size`` gateway instances sharing a bot account of the fake Bot API over Redis,
+    once one of them owns it: the fake, the instances, their store, the owner's id and
+    its fencing token."""
+    async with FakeBotAPI() as api, GatewayInstances(
+            tmp_path, cluster_config(api, redis_server, prefix)) as instances, \
+            RedisStore(url=redis_server, prefix=prefix) as store:
+        for _ in range(size):
+            await instances.start()
+        holder, token = await wait_for_owner(store, LEASE, timeout=30)
+        yield api, instances, store, holder, token
+
+
 async def lease_holder(store: RedisStore) -> tuple[str, int] | None:
     held = (await store.leases()).get(LEASE)
     return None if held is None else (held[0], held[1])
@@ -62,37 +77,29 @@ async def settled(store: RedisStore, api: FakeBotAPI, want: set[str], timeout: f
 async def test_kill_9_of_the_poller_mid_burst_loses_nothing_and_sends_nothing_twice(
         tmp_path, redis_server, redis_prefix):
     chats, per_chat, kills = 12, 8, 3
-    async with FakeBotAPI() as api, GatewayInstances(
-            tmp_path, cluster_config(api, redis_server, redis_prefix)) as instances:
-        store = RedisStore(url=redis_server, prefix=redis_prefix)
-        await store.open()
-        try:
-            for _ in range(3):
-                await instances.start()
-            holder, token = await wait_for_owner(store, LEASE, timeout=30)
-            expected: dict[int, list[str]] = collections.defaultdict(list)
-            tokens = [token]
-            for round_ in range(kills + 1):
-                for i in range(per_chat // (kills + 1) + 1):
-                    for chat in range(chats):
-                        text = f"round {round_} message {i} in chat {chat}"
-                        expected[1000 + chat].append(text)
-                        api.inject_message(1000 + chat, text)
-                if round_ == kills:
-                    break
-                await anyio.sleep(0.5)  # mid-burst: some answered, some not yet
-                victim = instances.owner(holder)
-                assert victim is not None and victim.alive
-                victim.kill()
-                await victim.process.wait()
-                holder, token = await wait_for_owner(store, LEASE, not_held_by={holder},
-                                                     timeout=LEASE_SECONDS * 5)
-                tokens.append(token)
-                await instances.start()  # three again
-            want = {text for texts in expected.values() for text in texts}
-            unknown = await settled(store, api, want, timeout=90)
-        finally:
-            await store.close()
+    async with cluster(tmp_path, redis_server, redis_prefix, 3) as (
+            api, instances, store, holder, token):
+        expected: dict[int, list[str]] = collections.defaultdict(list)
+        tokens = [token]
+        for round_ in range(kills + 1):
+            for i in range(per_chat // (kills + 1) + 1):
+                for chat in range(chats):
+                    text = f"round {round_} message {i} in chat {chat}"
+                    expected[1000 + chat].append(text)
+                    api.inject_message(1000 + chat, text)
+            if round_ == kills:
+                break
+            await anyio.sleep(0.5)  # mid-burst: some answered, some not yet
+            victim = instances.owner(holder)
+            assert victim is not None and victim.alive
+            victim.kill()
+            await victim.process.wait()
+            holder, token = await wait_for_owner(store, LEASE, not_held_by={holder},
+                                                 timeout=LEASE_SECONDS * 5)
+            tokens.append(token)
+            await instances.start()  # three again
+        want = {text for texts in expected.values() for text in texts}
+        unknown = await settled(store, api, want, timeout=90)
     sent = answers(api)
     assert max(collections.Counter(sent).values()) == 1  # nothing twice
     unknown_texts = {entry.payload.text for entry in unknown}
@@ -115,37 +122,29 @@ async def test_kill_9_of_the_poller_mid_burst_loses_nothing_and_sends_nothing_tw
 async def test_a_paused_former_owner_is_fenced_off(tmp_path, redis_server, redis_prefix):
     """SIGSTOP the owner past its lease: another instance takes the account; when the
     paused one wakes it sends nothing and gives the account up."""
-    async with FakeBotAPI() as api, GatewayInstances(
-            tmp_path, cluster_config(api, redis_server, redis_prefix)) as instances:
-        store = RedisStore(url=redis_server, prefix=redis_prefix)
-        await store.open()
+    async with cluster(tmp_path, redis_server, redis_prefix, 2) as (
+            api, instances, store, holder, token):
+        api.inject_message(2000, "before the pause")
+        await api.wait_for_sent(1, timeout=20)
+        paused = instances.owner(holder)
+        assert paused is not None
+        paused.pause()
         try:
-            for _ in range(2):
-                await instances.start()
-            holder, token = await wait_for_owner(store, LEASE, timeout=30)
-            api.inject_message(2000, "before the pause")
-            await api.wait_for_sent(1, timeout=20)
-            paused = instances.owner(holder)
-            assert paused is not None
-            paused.pause()
-            try:
-                new_holder, new_token = await wait_for_owner(
-                    store, LEASE, not_held_by={holder}, timeout=LEASE_SECONDS * 5)
-                assert new_token > token
-                for i in range(5):
-                    api.inject_message(2000, f"while paused {i}")
-                await api.wait_for_sent(6, timeout=30)
-            finally:
-                paused.resume()
-            with anyio.fail_after(20):  # it notices it lost the account
-                while "no longer owned by this instance" not in paused.log():
-                    await anyio.sleep(0.1)
-            api.inject_message(2000, "after the resume")
-            await api.wait_for_sent(7, timeout=20)
-            await anyio.sleep(LEASE_SECONDS)  # time for a stale sender to try
-            assert await lease_holder(store) == (new_holder, new_token)
+            new_holder, new_token = await wait_for_owner(
+                store, LEASE, not_held_by={holder}, timeout=LEASE_SECONDS * 5)
+            assert new_token > token
+            for i in range(5):
+                api.inject_message(2000, f"while paused {i}")
+            await api.wait_for_sent(6, timeout=30)
         finally:
-            await store.close()
+            paused.resume()
+        with anyio.fail_after(20):  # it notices it lost the account
+            while "no longer owned by this instance" not in paused.log():
+                await anyio.sleep(0.1)
+        api.inject_message(2000, "after the resume")
+        await api.wait_for_sent(7, timeout=20)
+        await anyio.sleep(LEASE_SECONDS)  # time for a stale sender to try
+        assert await lease_holder(store) == (new_holder, new_token)
     sent = [m.plain_text for m in api.sent(chat_id=2000)]
     assert sent == ["before the pause", *(f"while paused {i}" for i in range(5)),
                     "after the resume"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import logging
 import random
-import socket
 
 import anyio
 import pytest
@@ -15,6 +14,7 @@ import chatkernel_telegram
 from chatkernel import Route
 from chatkernel.testing.faultproxy import FaultProxy
 from chatkernel.testing.memory import KernelHarness
+from chatkernel.testing.process import free_port
 from chatkernel_telegram.fake import FakeBotAPI
 
 pytestmark = pytest.mark.anyio
@@ -61,9 +61,7 @@ async def test_a_broadcast_through_a_jittered_network_draws_no_429(tmp_path):
 async def test_an_unreachable_bot_api_holds_the_send_and_nothing_names_the_token(tmp_path,
                                                                                 caplog):
     caplog.set_level(logging.DEBUG)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed_port = sock.getsockname()[1]
+    closed_port = free_port()
     config = {"channels": {"telegram": {
         "retry": {"base_delay_ms": 10, "jitter": 0, "unreachable_max_age": "300ms"},
         "accounts": {"main": {"bot_token": TOKEN, "api_base": f"http://127.0.0.1:{closed_port}",

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from contextlib import asynccontextmanager
-from typing import Any
 
 import aiohttp
 import anyio
@@ -19,6 +17,7 @@ from chatkernel.testing import (
     AgentEvent,
     KernelHarness,
     agent_plugin,
+    free_port,
     gateway_config,
     run_gateway,
     scripted_agent,
@@ -300,9 +299,7 @@ async def test_another_poller_is_reported_not_restarted(tmp_path, monkeypatch, c
 
 async def test_the_token_never_appears_in_errors_or_logs(tmp_path, caplog):
     caplog.set_level(logging.DEBUG)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        closed_port = sock.getsockname()[1]
+    closed_port = free_port()
     # A refused connection fails the send at once here (the gateway would wait it out).
     retry = {"attempts": 3, "base_delay_ms": 10, "jitter": 0, "unreachable_max_age": "0"}
     async with telegram(tmp_path, run=False, channel={"retry": retry}) as (api, h, channel,
@@ -321,77 +318,69 @@ async def test_the_token_never_appears_in_errors_or_logs(tmp_path, caplog):
     assert TOKEN not in caplog.text
 
 
-def webhook_gateway(tmp_path, api) -> tuple[str, Any]:
-    """A gateway config on a free port whose Telegram account takes webhooks from
-    ``api``, with the secret token "s3cret-token"; and the webhook's URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+async def start_webhook_gateway(task_group, tmp_path, api) -> tuple[str, anyio.Event]:
+    """Run in ``task_group`` a gateway on a free port whose Telegram account takes
+    webhooks from ``api``, with the secret token "s3cret-token"; once ``api`` has the
+    webhook, its URL and the event that stops the gateway."""
+    port = free_port()
     url = f"http://127.0.0.1:{port}/telegram/main/webhook"
-    return url, gateway_config({
+    config = gateway_config({
         "gateway": {"listen": f"127.0.0.1:{port}", "workspace": str(tmp_path / "ws")},
         "store": {"path": str(tmp_path / "state.db")},
         "channels": {"telegram": {"accounts": {"main": {
             "bot_token": api.token, "api_base": api.base_url, "allow_from": ["*"],
             "mode": "webhook", "webhook_url": url, "secret_token": "s3cret-token"}}}}})
+    stop, ready = anyio.Event(), anyio.Event()
+    task_group.start_soon(lambda: run_gateway(config, on_ready=lambda _: ready.set(),
+                                              stop=stop))
+    with anyio.fail_after(10):
+        await ready.wait()
+        while not api.webhook_info().get("url"):
+            await anyio.sleep(0.02)
+    return url, stop
 
 
 async def test_webhook_mode_checks_the_secret_token(tmp_path):
-    async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api:
-        url, config = webhook_gateway(tmp_path, api)
-        stop = anyio.Event()
-        ready = anyio.Event()
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: run_gateway(config, on_ready=lambda _: ready.set(),
-                                              stop=stop))
-            with anyio.fail_after(10):
-                await ready.wait()
-                while not api.webhook_info().get("url"):
-                    await anyio.sleep(0.02)
-            assert api.webhook_info()["url"] == url
-            api.inject_message(42, "via webhook")
-            await api.wait_for_sent(1)
-            assert api.texts(42) == ["via webhook"]
-            async with aiohttp.ClientSession() as http:
-                update = {"update_id": 999, "message": {
-                    "message_id": 5, "date": 0, "chat": {"id": 42, "type": "private"},
-                    "from": {"id": 42, "is_bot": False, "first_name": "X"}, "text": "forged"}}
-                for headers in ({}, {"X-Telegram-Bot-Api-Secret-Token": "wrong"}):
-                    async with http.post(url, json=update, headers=headers) as response:
-                        assert response.status == 401
-            await anyio.sleep(0.2)
-            assert api.texts(42) == ["via webhook"]  # the forged update did nothing
-            stop.set()
+    async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api, \
+            anyio.create_task_group() as tg:
+        url, stop = await start_webhook_gateway(tg, tmp_path, api)
+        assert api.webhook_info()["url"] == url
+        api.inject_message(42, "via webhook")
+        await api.wait_for_sent(1)
+        assert api.texts(42) == ["via webhook"]
+        async with aiohttp.ClientSession() as http:
+            update = {"update_id": 999, "message": {
+                "message_id": 5, "date": 0, "chat": {"id": 42, "type": "private"},
+                "from": {"id": 42, "is_bot": False, "first_name": "X"}, "text": "forged"}}
+            for headers in ({}, {"X-Telegram-Bot-Api-Secret-Token": "wrong"}):
+                async with http.post(url, json=update, headers=headers) as response:
+                    assert response.status == 401
+        await anyio.sleep(0.2)
+        assert api.texts(42) == ["via webhook"]  # the forged update did nothing
+        stop.set()
 
 
 async def test_malformed_updates_posted_to_the_webhook_get_200_and_no_traceback(
         tmp_path, caplog):
-    async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api:
-        url, config = webhook_gateway(tmp_path, api)
-        stop, ready = anyio.Event(), anyio.Event()
-        broken = [{"update_id": 900, "message": "abc"}, {"update_id": 901, "message": [1]},
-                  {"update_id": 902, "message": {"message_id": 1, "chat": "x", "text": "y"}},
-                  {"update_id": 903, "message": {"message_id": 1, "date": 0, "text": "z",
-                                                 "chat": {"id": [42], "type": "private"}}},
-                  {"update_id": "x", "message": {"message_id": 2, "chat": {"id": 42},
-                                                 "text": ["t"]}}]
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(lambda: run_gateway(config, on_ready=lambda _: ready.set(),
-                                              stop=stop))
-            with anyio.fail_after(10):
-                await ready.wait()
-                while not api.webhook_info().get("url"):
-                    await anyio.sleep(0.02)
-            async with aiohttp.ClientSession() as http:
-                for update in broken:
-                    async with http.post(url, json=update, headers={
-                            "X-Telegram-Bot-Api-Secret-Token": "s3cret-token"}) as response:
-                        assert response.status == 200, update
-            api.inject_message(42, "after the broken ones")
-            await api.wait_for_sent(1)
-            assert api.texts(42) == ["after the broken ones"]
-            stop.set()
-        assert not any(r.exc_info for r in caplog.records)
+    broken = [{"update_id": 900, "message": "abc"}, {"update_id": 901, "message": [1]},
+              {"update_id": 902, "message": {"message_id": 1, "chat": "x", "text": "y"}},
+              {"update_id": 903, "message": {"message_id": 1, "date": 0, "text": "z",
+                                             "chat": {"id": [42], "type": "private"}}},
+              {"update_id": "x", "message": {"message_id": 2, "chat": {"id": 42},
+                                             "text": ["t"]}}]
+    async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api, \
+            anyio.create_task_group() as tg:
+        url, stop = await start_webhook_gateway(tg, tmp_path, api)
+        async with aiohttp.ClientSession() as http:
+            for update in broken:
+                async with http.post(url, json=update, headers={
+                        "X-Telegram-Bot-Api-Secret-Token": "s3cret-token"}) as response:
+                    assert response.status == 200, update
+        api.inject_message(42, "after the broken ones")
+        await api.wait_for_sent(1)
+        assert api.texts(42) == ["after the broken ones"]
+        stop.set()
+    assert not any(r.exc_info for r in caplog.records)
 
 
 @pytest.mark.parametrize("broken", [{"date": "not a number", "text": "broken"},

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import chatkernel_wechat
-from chatkernel.testing import ChannelContract, PlatformAdapter
+from chatkernel.testing import ChannelContract, PlatformAdapter, fast_pacing
 from chatkernel_wechat.fake import WINDOW_MESSAGES, FakeILink
 
 TOKEN = "0a1b2c3d@im.bot:contract-token-for-tests"
@@ -41,8 +41,7 @@ class WeChatAdapter(PlatformAdapter):
                 "cdn_base": self.ilink.cdn_base, "bot_id": self.ilink.bot_id}
 
     def channel_config(self) -> dict[str, Any]:
-        return {"rate_limits": {"chat": "100/s", "account": "1000/s"},
-                "retry": {"attempts": 3, "base_delay_ms": 10, "jitter": 0}}
+        return fast_pacing()
 
     def user_id(self, n: int) -> str:
         return f"user{n}@im.wechat"

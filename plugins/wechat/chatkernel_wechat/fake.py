@@ -87,6 +87,15 @@ class Peer:
     sent_since: int = 0
 
 
+#: A dev server's config snippet (:meth:`FakeILink.config_snippet`).
+DEV_SNIPPET = """# the fake iLink gateway is up; log in against it:
+#   chatkernel login wechat --api-base {i.base_url}
+#   curl -d '{{"status": "confirmed"}}' '{i.base_url}/_fake/qr?wait=10'
+# or use the bot token {i.token!r} with api_base = "{i.base_url}";
+# then set cdn_base = "{i.cdn_base}" and allow_from = ["*"] on the account, and write:
+#   curl -d '{{"user": "u1@im.wechat", "text": "hello"}}' {i.base_url}/_fake/messages"""
+
+
 class FakeILink(FakePlatform):
     """The fake gateway: ``async with FakeILink(token=...) as ilink``."""
 
@@ -135,6 +144,13 @@ class FakeILink(FakePlatform):
                 web.post("/ilink/bot/{endpoint:.+}", self._api),
                 web.post("/c2c/upload", self._cdn_upload),
                 web.get("/c2c/download", self._cdn_download)]
+
+    def developer_info(self) -> dict[str, Any]:
+        return {**super().developer_info(), "cdn_base": self.cdn_base, "token": self.token}
+
+    def config_snippet(self) -> str:
+        """How to log in against the fake (or use its token), and write as a user."""
+        return DEV_SNIPPET.format(i=self)
 
     def developer_routes(self) -> list[web.RouteDef]:
         """A dev server's routes: ``POST /_fake/messages`` (``{"user", "text"}``: a user

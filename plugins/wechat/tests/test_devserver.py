@@ -3,56 +3,29 @@ processes: a WeChat bot, offline."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import subprocess
-import sys
 import time
 import tomllib
-import urllib.error
-import urllib.request
-from contextlib import contextmanager
 
-from chatkernel.testing.process import CHATKERNEL, gateway_process, wait_for_messages
+from chatkernel.testing.process import CHATKERNEL, gateway_home, gateway_process, wait_for_messages
+from chatkernel.testing.process import devserver as run_devserver
+from chatkernel.testing.process import post_json as post
 
 USER = "u1@im.wechat"
 
 
-@contextmanager
 def devserver():
-    process = subprocess.Popen(
-        [sys.executable, "-m", "chatkernel_wechat.devserver", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        line = process.stdout.readline()  # type: ignore[union-attr]
-        if not line:
-            raise RuntimeError("the dev server did not start: " + process.stderr.read())
-        yield json.loads(line)
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def post(url, body):
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.load(exc)
+    return run_devserver("chatkernel_wechat.devserver")
 
 
 def test_chatkernel_run_answers_a_user_of_the_dev_server(tmp_path):
     with devserver() as fake:
         base = fake["base_url"]
         assert post(f"{base}/_fake/messages", {"user": USER})[0] == 400
-        home = tmp_path / "home"
-        home.mkdir()
-        (home / "config.toml").write_text(
-            '[queue]\nmode = "followup"\ndebounce_ms = 0\n\n'  # one echo per message
-            "[channels.wechat.accounts.main]\n"
+        home = gateway_home(
+            tmp_path / "home", "[channels.wechat.accounts.main]\n"
             f'bot_token = "{fake["token"]}"\napi_base = "{base}"\n'
             f'cdn_base = "{fake["cdn_base"]}"\nallow_from = ["*"]\n')
         with gateway_process(home):

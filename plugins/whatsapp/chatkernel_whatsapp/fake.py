@@ -190,6 +190,24 @@ class Notification:
     attempts: int = 0
 
 
+#: A dev server's config snippet (:meth:`FakeGraph.config_snippet`).
+DEV_SNIPPET = """# the fake Graph API is up; point an account at it:
+#   export WHATSAPP_TOKEN={g.token}
+#   export WHATSAPP_APP_SECRET={g.app_secret}
+#   export WHATSAPP_VERIFY_TOKEN={g.verify_token}
+[channels.whatsapp.accounts.main]
+access_token = "${{WHATSAPP_TOKEN}}"
+phone_number_id = "{g.phone_number_id}"
+app_secret = "${{WHATSAPP_APP_SECRET}}"
+verify_token = "${{WHATSAPP_VERIFY_TOKEN}}"
+api_base = "{g.base_url}"
+allow_from = ["*"]
+# start chatkernel run, then subscribe its webhook and write as a user:
+#   curl -d '{{"url": "http://127.0.0.1:8787/whatsapp/main/webhook"}}' {g.base_url}/_fake/subscribe
+#   curl -d '{{"from": "15551234567", "text": "hello"}}' {g.base_url}/_fake/messages
+#   curl '{g.base_url}/_fake/sent?to=15551234567&wait=10'"""
+
+
 class FakeGraph(FakePlatform):
     """The Graph API of one WhatsApp business phone number, and its webhook pusher."""
 
@@ -247,6 +265,15 @@ class FakeGraph(FakePlatform):
                 web.post("/{version}/{node}/media", self._upload),
                 web.get("/{version}/{node}", self._node),
                 web.get("/_media/{media_id}", self._download)]
+
+    def developer_info(self) -> dict[str, Any]:
+        return {**super().developer_info(), "token": self.token,
+                "phone_number_id": self.phone_number_id, "app_secret": self.app_secret,
+                "verify_token": self.verify_token}
+
+    def config_snippet(self) -> str:
+        """An account pointed at the fake, and how to subscribe its webhook and write."""
+        return DEV_SNIPPET.format(g=self)
 
     def developer_routes(self) -> list[web.RouteDef]:
         """A dev server's routes: ``POST /_fake/subscribe`` (``{"url"}``: subscribe a

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 import chatkernel_whatsapp
-from chatkernel.testing import PlatformAdapter
+from chatkernel.testing import PlatformAdapter, fast_pacing
 from chatkernel_whatsapp.fake import FakeGraph
 
 __all__ = ["APP_SECRET", "VERIFY_TOKEN", "WhatsAppAdapter"]
@@ -56,8 +56,7 @@ class WhatsAppAdapter(PlatformAdapter):
                 "api_base": self.graph.base_url, **self.account_extra}
 
     def channel_config(self) -> dict[str, Any]:
-        return {"rate_limits": {"chat": "100/s", "account": "1000/s"},
-                "retry": {"attempts": 3, "base_delay_ms": 10, "jitter": 0}}
+        return fast_pacing()
 
     # A chat is the user: their WhatsApp id (a phone number's digits).
     def user_id(self, n: int) -> str:
