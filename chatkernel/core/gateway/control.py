@@ -372,7 +372,7 @@ async def send_from_request(kernel: "Kernel", body: dict[str, Any]) -> dict[str,
     if not verdict:
         raise ControlError(f"not sent to {key}: {verdict.reason}", 403)
     if session is None:  # a first send to this chat: a session it shows in
-        session = await kernel.sessions.open(key, route)
+        session = await kernel.sessions.open(key, route, kernel.chat_agent(route))
     reply_id = await kernel.outbound.deliver_text(
         account, route, text, session_key=key, session_id=session.session_id, media=media,
         log=True)

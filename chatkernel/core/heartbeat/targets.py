@@ -37,6 +37,7 @@ class Destination:
     route: Route | None = None
     user_zone: str | None = None  # the session's /heartbeat tz
     problem: str = ""  # why there is no destination
+    agent: str = "default"  # whose turn it is
 
 
 class Targets:
@@ -72,8 +73,9 @@ class Targets:
             if account is None or route is None:
                 return Destination(key, record.session_id, user_zone=zone,
                                    problem=f"account {record.channel}:{record.account} "
-                                           "is not running")
-            return Destination(key, record.session_id, account, route, zone)
+                                           "is not running", agent=record.agent)
+            return Destination(key, record.session_id, account, route, zone,
+                               agent=record.agent)
         if settings.target == "none":
             return Destination(NO_TARGET_SESSION, "heartbeat", problem="target is none")
         try:
