@@ -495,16 +495,19 @@ def sessions_list(config_file: str | None, active_minutes: float | None, as_json
         click.echo(json.dumps([{"key": r.key, "session_id": r.session_id, "channel": r.channel,
                                 "account": r.account, "chat_id": r.chat_id,
                                 "thread_id": r.thread_id, "created_at": r.created_at,
-                                "last_active_at": r.last_active_at, "settings": r.settings}
+                                "last_active_at": r.last_active_at, "settings": r.settings,
+                                "agent": r.agent}
                                for r in records], indent=2))
         return
     if not records:
         click.echo("No sessions" + ("" if since is None else " active in that time") + ".")
         return
     width = max(len(r.key) for r in records)
-    click.echo(f"{'KEY'.ljust(width)}  {'LAST ACTIVE':<12}  SESSION")
+    agents = max(len("AGENT"), *(len(r.agent) for r in records))
+    click.echo(f"{'KEY'.ljust(width)}  {'AGENT'.ljust(agents)}  {'LAST ACTIVE':<12}  SESSION")
     for r in records:
-        click.echo(f"{r.key.ljust(width)}  {_ago(r.last_active_at):<12}  {r.session_id}")
+        click.echo(f"{r.key.ljust(width)}  {r.agent.ljust(agents)}  "
+                   f"{_ago(r.last_active_at):<12}  {r.session_id}")
 
 
 @sessions.command("history")
@@ -917,6 +920,72 @@ def _probe_directly(config_file: str | None, target: str | None, timeout: float
         return {"ok": all(p["ok"] for p in probes.values()), "probes": probes, "via": "direct"}
 
     return anyio.run(probe)
+
+
+# -- agents ---------------------------------------------------------------------------
+
+
+@cli.group()
+@config_option
+def agents() -> None:
+    """The gateway's agents, and which one answers a chat (docs/agents.md)."""
+
+
+@agents.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@config_option
+def agents_list(config_file: str | None, as_json: bool) -> None:
+    """Every agent: its kind, workspace, the bindings naming it and its sessions."""
+    import collections
+
+    from chatkernel.core.turns.bindings import Bindings
+
+    config, _ = _load_config(config_file)
+    records = _with_store(config_file, lambda store: store.list_sessions())
+    sessions = collections.Counter(record.agent for record in records)
+    bindings = Bindings.from_config(config)
+    rows = [{"name": name, "kind": agent.kind, "workspace": str(config.agent_workspace(name)),
+             "bindings": [f"bindings[{i}] ({config.bindings[i].describe()})"
+                          for i in bindings.rules_of(name)]
+             + (["the chats no binding matches"] if name == "default" else []),
+             "sessions": sessions.get(name, 0)}
+            for name, agent in config.named_agents().items()]
+    rows.sort(key=lambda row: (row["name"] != "default", row["name"]))
+    if as_json:
+        click.echo(json.dumps({"agents": rows, "default": config.default_agent() is not None},
+                              indent=2))
+        return
+    for row in rows:
+        click.echo(f"{row['name']}  kind {row['kind']}  workspace {row['workspace']}  "
+                   f"sessions {row['sessions']}")
+        for binding in row["bindings"] or ["(no binding names it: it answers no chat)"]:
+            click.echo(f"  {binding}")
+    if config.default_agent() is None:
+        click.echo("no default agent: the chats no binding matches go unanswered")
+
+
+@agents.command("which")
+@click.option("--channel", required=True, help="The chat's channel.")
+@click.option("--account", required=True, help="The channel's account.")
+@click.option("--chat", required=True, help="The chat (or peer) id.")
+@click.option("--group", "is_group", is_flag=True, help="The chat is a group.")
+@click.option("--thread", default=None, help="The thread id, if any.")
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@config_option
+def agents_which(config_file: str | None, channel: str, account: str, chat: str,
+                 is_group: bool, thread: str | None, as_json: bool) -> None:
+    """Which agent answers a chat, and by which binding."""
+    from chatkernel.core.turns.bindings import Bindings, Chat
+
+    config, _ = _load_config(config_file)
+    match = Bindings.from_config(config).match(Chat(channel, account, chat, is_group, thread))
+    why = match.why(config.bindings)
+    if as_json:
+        click.echo(json.dumps({"agent": match.agent, "rule": match.rule, "why": why}))
+    else:
+        click.echo(f"{match.agent or 'no agent'}: {why}")
+    if match.agent is None:
+        sys.exit(1)
 
 
 # -- heartbeats -----------------------------------------------------------------------
@@ -1470,7 +1539,10 @@ def config_validate(config_file: str | None) -> None:
     config = cfg.parse(raw, path=path)
     _validate_channels(raw, path, strict_env=True)
     pm = _plugin_manager()
-    check_startup(config, config_path=path, pm=pm)
+    checked = check_startup(config, config_path=path, pm=pm)
+    if checked.unanswered:
+        click.echo(f"note: no default agent: the chats no binding matches go unanswered in "
+                   f"{', '.join(checked.unanswered)}", err=True)
     where = str(path) if path.exists() else f"{path} (missing: defaults apply)"
     installed = collect_channels(pm)  # without its plugin, the implied web chat does not run
     accounts = sorted(f"{channel}:{account}" for channel, account, enabled, _ in
