@@ -269,7 +269,8 @@ class Kernel:
                             remembered_chat=self.inbound.last_chat,
                             resolve_target=self.resolve_target),
             session_busy=session_busy, pm=self.pm, metrics=self.metrics,
-            workspace=self.workspace, clock=self._heartbeat_clock)
+            workspace=lambda agent: self.config.agent_workspace(agent),
+            clock=self._heartbeat_clock)
         self._queue = SessionQueue(self._tg, turns.run, self.queue_settings,
                                    max_concurrent=self.config.queue.max_concurrent,
                                    on_drop=turns.dropped, steer=turns.steer,

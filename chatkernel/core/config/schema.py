@@ -448,11 +448,21 @@ class KernelConfig(Section):
         return self.workspace() if name == DEFAULT_AGENT else self.workspace() / "agents" / name
 
     def config_heartbeat_wanted(self) -> bool:
-        """Whether the config asks for the config heartbeat: a ``[heartbeat]`` or an
-        ``[agent.heartbeat]`` table, even an empty one. Without either it is off (a
-        manual wake still runs it): its defaults (every 30m) apply once it is asked for."""
+        """Whether the config asks for the config heartbeat (the default agent's): a
+        ``[heartbeat]`` or an ``[agent.heartbeat]`` table, even an empty one. Without
+        either it is off (a manual wake still runs it): its defaults (every 30m) apply
+        once it is asked for. Off with no default agent."""
+        default = self.default_agent()
+        if default is None:  # nobody would run it
+            return False
         return ("heartbeat" in self.model_fields_set or bool(self.heartbeat.model_fields_set)
-                or self.agent.heartbeat is not None)
+                or (default is not None and default.heartbeat is not None))
+
+    def agent_heartbeats(self) -> list[str]:
+        """The agents besides ``default`` with a heartbeat of their own: those whose
+        table has a ``heartbeat`` table (``[agents.<name>.heartbeat]``)."""
+        return sorted(name for name, agent in self.named_agents().items()
+                      if name != DEFAULT_AGENT and agent.heartbeat is not None)
 
     def store_path(self) -> Path:
         return (self.store.path or home_dir() / "state.db").expanduser()
