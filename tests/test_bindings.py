@@ -390,3 +390,26 @@ def test_every_agents_secrets_are_known_to_the_redactor():
                                             "env": {"API_TOKEN": "tok-123"}}}})
     found = cfg.kernel_secrets(config, environ={"WORK_KEY": "sk-work-1"})
     assert "sk-work-1" in found and "tok-123" in found
+
+
+async def test_status_in_a_chat_names_its_agent_and_the_access_level_it_has(tmp_path):
+    config = {"agent": label("default"),
+              "agents": {"work": {**label("work"), "access_level": "full"}},
+              "bindings": [{"agent": "work", "channel": "memory", "chat": "w"}],
+              "channels": {"memory": {"accounts": {"main": {"allow_from": ["*"]}}},
+                           "webchat": {"enabled": False}}}
+    async with KernelHarness(tmp_path, config=config,
+                             plugins=[("agents", agent_plugin(LabelAgent))]) as h:
+        await h.channel.receive("/status", chat_id="w")
+        await h.channel.receive("/status", chat_id="d")
+        await h.settle()
+        bound, default = h.channel.texts("w")[0], h.channel.texts("d")[0]
+    assert "; agent: work (label)" in bound and "access level: full" in bound
+    assert "; agent: label\n" in default and "access level: standard" in default
+
+
+def test_a_kinds_check_names_the_named_agents_own_key():
+    with pytest.raises(cfg.ConfigError) as error:
+        check({"agents": {"work": {"kind": "command"}}})
+    assert error.value.key == "agents.work.command"
+    assert "runs agents.work.command, which is not set" in error.value.message

@@ -143,6 +143,7 @@ class Kernel:
         #: What slash commands may do (the stable surface of CommandContext.gateway).
         self.command_gateway = CommandGateway(
             commands=lambda: self.commands, agent_kind=lambda: self.config.agent.kind,
+            agent_table=lambda name: self.config.named_agents().get(name),
             started_at=lambda: self.started_at, accounts=self.accounts.values,
             sessions=lambda: self.sessions, queue_settings=self.queue_settings,
             queue=lambda: self.queue, heartbeats=lambda: self.heartbeats,
@@ -380,10 +381,12 @@ class Kernel:
             try:
                 agent_types[agent.kind].check_config(agent)
             except cfg.ConfigError as exc:
-                where = exc.key
+                # A kind words its errors for [agent]: named, they are this agent's keys.
+                where, message = exc.key, exc.message
                 if where and where.startswith("agent.") and not key.startswith("agent."):
                     where = config.agent_key(name, where[len("agent."):])
-                raise cfg.ConfigError(exc.message, path=self.config_path, key=where) from None
+                    message = message.replace(exc.key, where)
+                raise cfg.ConfigError(message, path=self.config_path, key=where) from None
         check_binding_targets(config, self.accounts.values(), path=self.config_path)
         self.unanswered = unanswered(config, self.accounts.values())
         if self.unanswered:
