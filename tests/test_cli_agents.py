@@ -133,3 +133,17 @@ def test_a_bad_binding_is_an_error_naming_the_rule(chatkernel_home):
     result = invoke("agents", "list")
     assert result.exit_code != 0
     assert "bindings[3].agent: no agent named 'wrk'" in result.output
+
+
+def test_config_validate_names_the_accounts_no_agent_would_answer(chatkernel_home):
+    (chatkernel_home / "config.toml").write_text(
+        '[agents.work]\nkind = "echo"\n\n[[bindings]]\nagent = "work"\nchannel = "slack"\n')
+    result = invoke("config", "validate")
+    assert result.exit_code == 1  # the binding's channel is not one the gateway runs
+    assert "bindings[0].channel: no channel 'slack' runs on this gateway" in result.output
+    (chatkernel_home / "config.toml").write_text(
+        '[agents.work]\nkind = "echo"\n\n[[bindings]]\nagent = "work"\nchat = "c1"\n')
+    result = invoke("config", "validate")
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip() == ("note: no default agent: the chats no binding matches "
+                                     "go unanswered in webchat:default")

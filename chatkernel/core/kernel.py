@@ -220,6 +220,10 @@ class Kernel:
                 "its parent directory writable for this user, or set gateway.workspace to a "
                 "writable directory", path=self.config_path, key="gateway.workspace") from None
         agent_types = self.check()
+        if self.unanswered:  # said at each start (config validate says it too)
+            log.warning("no default agent: the chats no binding matches go unanswered in %s "
+                        "(add [agents.default], or bindings for them)",
+                        ", ".join(self.unanswered))
         self.make_agent_workspaces(self.config)
         if self._store is None:
             from chatkernel.core.store import open_store
@@ -389,10 +393,6 @@ class Kernel:
                 raise cfg.ConfigError(message, path=self.config_path, key=where) from None
         check_binding_targets(config, self.accounts.values(), path=self.config_path)
         self.unanswered = unanswered(config, self.accounts.values())
-        if self.unanswered:
-            log.warning("no default agent: the chats no binding matches go unanswered in %s "
-                        "(add [agents.default], or bindings for them)",
-                        ", ".join(self.unanswered))
         for i, rule in enumerate(self.config.send_policy.rules):
             if rule.channel != "*" and rule.channel not in self.channel_types:
                 raise cfg.unknown_channel(rule.channel, self.channel_types,
