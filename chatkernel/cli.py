@@ -1109,9 +1109,12 @@ def _last_run(item: dict[str, Any]) -> list[str]:
                    "the next scheduled run.")
 @click.option("--session", "session_key", metavar="KEY",
               help="Wake a session heartbeat (default: the config heartbeat).")
+@click.option("--agent", metavar="NAME",
+              help="Wake that agent's heartbeat (default: the default agent's).")
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 @config_option
-def heartbeat_wake(text: str | None, mode: str, session_key: str | None, as_json: bool) -> None:
+def heartbeat_wake(text: str | None, mode: str, session_key: str | None, agent: str | None,
+                   as_json: bool) -> None:
     """Wake a heartbeat of the running gateway by hand."""
     from chatkernel.core.gateway.control import call
 
@@ -1120,7 +1123,8 @@ def heartbeat_wake(text: str | None, mode: str, session_key: str | None, as_json
         raise click.ClickException("no gateway is running: a wake needs the running gateway "
                                    "(start it with: chatkernel run)")
     status, answer = call(info, "/control/heartbeat/wake",
-                          {"text": text, "mode": mode, "session": session_key})
+                          {"text": text, "mode": mode, "session": session_key,
+                           "agent": agent})
     if status >= 400:
         raise click.ClickException(answer.get("error", f"the gateway answered {status}"))
     if as_json:

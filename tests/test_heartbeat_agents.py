@@ -115,3 +115,22 @@ def test_an_agents_heartbeat_target_is_checked_naming_its_key(tmp_path):
 def test_without_a_default_agent_the_config_heartbeat_is_off():
     config = cfg.parse({"heartbeat": {"every": "1h"}, "agents": {"work": label("work")}})
     assert not config.config_heartbeat_wanted() and config.agent_heartbeats() == []
+
+
+async def test_an_agents_heartbeat_is_woken_by_hand_by_its_name(tmp_path):
+    from chatkernel.core.heartbeat.jobs import HeartbeatError
+
+    clock = ManualClock()
+    async with harness(tmp_path, clock, agent=label("default"),
+                       agents={"work": label("work", every="0", target="memory",
+                                             to="chat-b")}) as h:
+        with pytest.raises(HeartbeatError, match=r"agent 'home' has no heartbeat \(agents "
+                                                 r"with one: default, work; give it an "
+                                                 r"\[agents\.home\.heartbeat\] table\)"):
+            await h.kernel.heartbeats.wake_up("hi", agent="home")
+        job = await h.kernel.heartbeats.wake_up("the deploy finished", agent="work")
+        assert job.id == "agent:work"
+        await h.heartbeats_settled()
+        [text] = h.channel.texts("chat-b")
+    assert text.startswith("work (0 before): What is new?")
+    assert text.endswith("Woken with a note: the deploy finished")

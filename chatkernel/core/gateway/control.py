@@ -218,10 +218,11 @@ async def wake_heartbeat(kernel: "Kernel", body: dict[str, Any]) -> dict[str, An
     """``chatkernel heartbeat wake``: run a heartbeat now, or leave a note for its next run."""
     from chatkernel.core.heartbeat.jobs import HeartbeatError
 
-    fields = strings(body, "text", "mode", "session")
+    fields = strings(body, "text", "mode", "session", "agent")
     text, mode, session = fields["text"], fields["mode"] or "now", fields["session"]
     try:
-        job = await kernel.heartbeats.wake_up(text, mode=mode, session_key=session or None)
+        job = await kernel.heartbeats.wake_up(text, mode=mode, session_key=session or None,
+                                              agent=fields["agent"] or None)
     except HeartbeatError as exc:
         raise ControlError(str(exc), 404 if "no heartbeat" in str(exc) else 400) from None
     return {"heartbeat": kernel.heartbeats.describe(job), "mode": mode}

@@ -68,6 +68,7 @@ from chatkernel.core.heartbeat.jobs import (
 from chatkernel.core.heartbeat.prompt import heartbeat_prompt
 from chatkernel.core.heartbeat.runner import HeartbeatRunner
 from chatkernel.core.heartbeat.settings import (
+    AGENT_PREFIX,
     heartbeat_settings,
     heartbeat_wanted,
     job_agent,
@@ -460,16 +461,25 @@ class HeartbeatScheduler:
         return job is not None or deleted
 
     async def wake_up(self, text: str | None = None, mode: str = "now",
-                      session_key: str | None = None) -> HeartbeatJob:
+                      session_key: str | None = None, agent: str | None = None
+                      ) -> HeartbeatJob:
         """A manual wake: ``now`` runs the heartbeat at once (past quiet hours and
         HEARTBEAT.md's skips; still idle-only); ``next`` leaves the text for its next
-        scheduled run. The text reaches the agent either way."""
+        scheduled run. The text reaches the agent either way. ``agent``: that agent's
+        config heartbeat (default: the default agent's)."""
         if mode not in ("now", "next"):
             raise HeartbeatError(f"mode must be now or next, not {mode!r}")
         if session_key:
             job = self.session_job(session_key)
             if job is None:
                 raise HeartbeatError(f"session {session_key} has no heartbeat")
+        elif agent and agent != "default":
+            job = self.jobs.get(AGENT_PREFIX + agent)
+            if job is None:
+                has = ["default", *self._config().agent_heartbeats()]
+                raise HeartbeatError(f"agent {agent!r} has no heartbeat (agents with one: "
+                                     f"{', '.join(has)}; give it an "
+                                     f"[agents.{agent}.heartbeat] table)")
         else:
             job = self.jobs.get(MAIN)
             if job is None:
