@@ -1,8 +1,8 @@
 """The inbound delivery pipeline, the same skeleton for every channel.
 
 deliver: validate → dedupe + journal → the channel's ``screen_inbound``, then
-``inbound_accept`` → slash command? →
-session → route refresh → last active chat → busy hint → queue lane →
+``inbound_accept`` → the chat's agent (its bindings) → slash command? →
+the agent's session → route refresh → last active chat → busy hint → queue lane →
 ``inbound_delivered``.
 
 Two entry points run it. :meth:`Inbound.deliver` goes through every step and
@@ -364,7 +364,8 @@ class Inbound:
     async def deliver(self, message: InboundMessage) -> str:
         """Deliver one normalized message; returns the outcome (for logs and tests):
 
-        ``duplicate``, ``rejected``, ``command``, or the queue's answer
+        ``duplicate``, ``rejected``, ``unanswered`` (no agent answers the chat),
+        ``command``, or the queue's answer
         (``started``, ``queued``, ``steered``, ``interrupted``, ``refused``).
         """
         accepted = await self._journal(message)
