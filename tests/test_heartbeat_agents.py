@@ -3,6 +3,9 @@ and HEARTBEAT.md, run by the one scheduler (a manual clock drives it)."""
 
 from __future__ import annotations
 
+import contextlib
+
+import anyio
 import pytest
 
 from chatkernel.core import config as cfg
@@ -134,3 +137,34 @@ async def test_an_agents_heartbeat_is_woken_by_hand_by_its_name(tmp_path):
         [text] = h.channel.texts("chat-b")
     assert text.startswith("work (0 before): What is new?")
     assert text.endswith("Woken with a note: the deploy finished")
+
+
+async def test_on_redis_the_instance_with_the_heartbeat_lease_runs_every_agents(
+        tmp_path, redis_server, redis_prefix):
+    clock = ManualClock()
+    config = {"store": {"backend": "redis", "url": redis_server, "prefix": redis_prefix,
+                        "lease_seconds": 2},
+              "agent": label("default", every="1h", target="memory", to="chat-a"),
+              "agents": {"work": label("work", every="1h", target="memory", to="chat-b")}}
+    async with contextlib.AsyncExitStack() as stack:
+        kernels = [(await stack.enter_async_context(harness(tmp_path / name, clock, **config)))
+                   .kernel for name in ("one", "two")]
+        with anyio.fail_after(20):
+            while not any(kernel.heartbeats.started for kernel in kernels):
+                await anyio.sleep(0.05)
+        [holder] = [kernel for kernel in kernels if kernel.heartbeats.started]
+        [other] = [kernel for kernel in kernels if kernel is not holder]
+        assert sorted(holder.heartbeats.jobs) == ["agent:work", "main"]
+        assert other.heartbeats.jobs == {}
+        clock.advance(HOUR)
+
+        def alerts() -> set[tuple[str, str]]:
+            return {(record.heartbeat, record.session_key)
+                    for record in holder.heartbeats.history if record.outcome == "alert"}
+
+        with anyio.fail_after(20):
+            while len(alerts()) < 2:
+                await anyio.sleep(0.05)
+        assert alerts() == {("main", "memory:main:chat-a"),
+                            ("agent:work", "memory:main:chat-b#work")}
+        assert list(other.heartbeats.history) == []
