@@ -412,3 +412,32 @@ def test_a_kinds_check_names_the_named_agents_own_key():
         check({"agents": {"work": {"kind": "command"}}})
     assert error.value.key == "agents.work.command"
     assert "runs agents.work.command, which is not set" in error.value.message
+
+
+async def test_a_reply_queued_before_a_restart_is_judged_by_its_agents_send_policy(tmp_path):
+    """The outbox sends what a restart left pending: its session, read from the store,
+    says which agent's policy applies (here, one that denies)."""
+    from chatkernel.core.store.base import OutboxEntry, SessionRecord
+    from chatkernel.core.store.sqlite import SQLiteStore
+    from chatkernel.sdk.models import OutboundPayload, Route
+
+    key = "memory:main:c1#work"
+    async with SQLiteStore.at(tmp_path / "state.db") as store:
+        await store.save_session(SessionRecord(
+            key=key, session_id="s1", channel="memory", account="main", chat_id="c1",
+            thread_id=None, created_at=1.0, last_active_at=1.0, agent="work"))
+        await store.outbox_add([OutboxEntry(
+            id=0, reply_id="r1", session_key=key, session_id="s1", channel="memory",
+            account="main", route=Route("memory", "main", "c1"),
+            payload=OutboundPayload(text="queued before"), status="pending", error=None,
+            created_at=0.0)])
+    config = {"agent": label("default"),
+              "agents": {"work": {**label("work"), "send_policy": {"default": "deny"}}},
+              "bindings": [{"agent": "work", "channel": "memory", "chat": "c1"}]}
+    async with KernelHarness(tmp_path, config=config,
+                             plugins=[("agents", agent_plugin(LabelAgent))]) as h:
+        await h.settle()
+        assert h.channel.texts() == []
+        assert await h.outbox_statuses() == ["failed"]
+        [note] = [e.text for e in await h.kernel.store.read_log(key)]
+    assert note.endswith("blocked by the send policy (agents.work.send_policy.default)")
