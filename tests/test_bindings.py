@@ -236,6 +236,10 @@ async def test_three_agents_answer_the_chats_their_bindings_name(tmp_path):
                             "loopback:main:fam#family": "family",
                             "loopback:main:g1#home": "home", "loopback:alt:c1#home": "home",
                             "memory:main:chat-1": "default"}
+        # A proactive send to a chat goes in the session of the agent the chat is bound to.
+        assert (await h.kernel.resolve_target("loopback", "main", "fam"))[2] == \
+            "loopback:main:fam#family"
+        assert (await h.kernel.resolve_target("memory", "main", "x"))[2] == "memory:main:x"
 
 
 async def test_without_a_default_agent_an_unbound_chat_is_refused_and_said(tmp_path, caplog):
@@ -441,3 +445,29 @@ async def test_a_reply_queued_before_a_restart_is_judged_by_its_agents_send_poli
         assert await h.outbox_statuses() == ["failed"]
         [note] = [e.text for e in await h.kernel.store.read_log(key)]
     assert note.endswith("blocked by the send policy (agents.work.send_policy.default)")
+
+
+async def test_a_reload_whose_agent_cannot_be_made_changes_nothing(tmp_path):
+    from chatkernel.core.turns.agents import Agent
+
+    class Broken(Agent):
+        name = "broken"
+
+        def __init__(self, config, store):
+            raise RuntimeError("no model file")
+
+    data = {"agent": label("default"), "agents": {"work": label("work")},
+            "bindings": [{"agent": "work", "channel": "memory", "chat": "w"}]}
+    async with KernelHarness(tmp_path, config=data, plugins=[
+            ("agents", agent_plugin(LabelAgent, Broken))]) as h:
+        edited = h.kernel.config.model_dump(exclude_unset=True)
+        edited["agents"]["work"] = {"kind": "broken"}
+        edited["bindings"] = []
+        with pytest.raises(cfg.ConfigError, match=r"agents\.work\.kind: the broken agent "
+                                                  r"'work' cannot be made: RuntimeError: "
+                                                  r"no model file"):
+            await h.kernel.reload(cfg.parse(edited, strict_env=False))
+        await h.channel.receive("still work?", chat_id="w")
+        await h.settle()
+        assert h.channel.texts("w") == ["work (0 before): still work?"]
+        assert h.kernel.config.bindings  # the running config stays

@@ -246,7 +246,10 @@ class Kernel:
         self.roster = roster = Roster(types=agent_types, store=store,
                                       redact=self.secrets.redact)
         stack.push_async_callback(roster.aclose)
-        roster.start(self.config)
+        try:
+            roster.start(self.config)
+        except cfg.ConfigError as exc:
+            raise cfg.ConfigError(exc.message, path=self.config_path, key=exc.key) from None
         for account in self.accounts.values():
             self.attach_channel(account)
         stack.push_async_callback(self._close_channels)
@@ -357,7 +360,10 @@ class Kernel:
         runs on, for :meth:`Roster.retire`."""
         if self.roster is None:
             raise RuntimeError("the kernel is not started")
-        _, idle = self.roster.replace(config)
+        try:
+            _, idle = self.roster.replace(config)
+        except cfg.ConfigError as exc:  # an agent that cannot be made: nothing changed
+            raise cfg.ConfigError(exc.message, path=self.config_path, key=exc.key) from None
         return idle
 
     def check(self) -> dict[str, Any]:

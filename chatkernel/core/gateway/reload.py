@@ -192,8 +192,8 @@ async def apply_config(kernel: "Kernel", new: cfg.KernelConfig, *,
     # Everything up to the accounts' loops happens at once (no await): a message is
     # judged by the old settings or the new ones, never by a mix.
     logs.secret_filter.add(*cfg.kernel_secrets(effective))  # new tokens stay out of the log
-    kernel.use_config(effective)
-    replaced = kernel.replace_agents(effective)
+    replaced = kernel.replace_agents(effective)  # first: an agent that cannot be built
+    kernel.use_config(effective)                # refuses the reload, changing nothing
     for account, settings in plan.in_place:
         account.config, account.access_level = settings, settings.access_level
     kernel.heartbeats.reschedule()

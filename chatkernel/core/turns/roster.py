@@ -17,6 +17,7 @@ import anyio
 
 from chatkernel.core.turns.agents import Agent, redact_turns
 from chatkernel.core.turns.bindings import Bindings, Chat, Match
+from chatkernel.sdk.errors import ConfigError
 
 if TYPE_CHECKING:
     from chatkernel.core.config import AgentConfig, KernelConfig
@@ -46,16 +47,24 @@ class Roster:
         """Build every agent of ``config`` (at the kernel's start)."""
         self.bindings = Bindings.from_config(config)
         for name, agent_config in config.named_agents().items():
-            self._build(config, name, agent_config)
+            self._agents[name], self._configs[name], self._workspaces[name] = \
+                self._build(config, name, agent_config)
 
-    def _build(self, config: "KernelConfig", name: str, agent_config: "AgentConfig") -> None:
+    def _build(self, config: "KernelConfig", name: str, agent_config: "AgentConfig"
+               ) -> tuple[Agent, dict[str, Any], Path]:
+        """A new instance of agent ``name``, the table it was built from, its workspace."""
         workspace = config.agent_workspace(name)
-        agent = self._types[agent_config.kind](
-            agent_config.model_copy(update={"workspace": workspace}), self._store)
+        try:
+            agent = self._types[agent_config.kind](
+                agent_config.model_copy(update={"workspace": workspace}), self._store)
+        except ConfigError:
+            raise
+        except Exception as exc:  # a plugin's kind: said as the config's problem
+            raise ConfigError(f"the {agent_config.kind} agent {name!r} cannot be made: "
+                              f"{type(exc).__name__}: {exc}",
+                              key=config.agent_key(name, "kind")) from None
         redact_turns(agent, self._redact)
-        self._agents[name] = agent
-        self._configs[name] = agent_config.model_dump()
-        self._workspaces[name] = workspace
+        return agent, agent_config.model_dump(), workspace
 
     @property
     def names(self) -> list[str]:
@@ -97,20 +106,24 @@ class Roster:
         """Run on ``config``'s agents and bindings from now on (a reload), at once (no
         await): agents added, changed (a new instance) and removed. Returns their names,
         and the instances replaced that no turn runs on, for :meth:`retire`; one a turn
-        runs on is closed when its last turn ends."""
-        self.bindings = Bindings.from_config(config)
+        runs on is closed when its last turn ends. An agent that cannot be built raises,
+        changing nothing."""
         wanted = config.named_agents()
         changed = sorted(name for name in self._agents.keys() | wanted.keys()
                          if name not in wanted or name not in self._agents
                          or self._configs[name] != wanted[name].model_dump()
                          or self._workspaces[name] != config.agent_workspace(name))
+        # Every new instance first: one that cannot be built changes nothing.
+        built = {name: self._build(config, name, wanted[name])
+                 for name in changed if name in wanted}
+        self.bindings = Bindings.from_config(config)
         idle = []
         for name in changed:
             old = self._agents.pop(name, None)
             self._configs.pop(name, None)
             self._workspaces.pop(name, None)
-            if name in wanted:
-                self._build(config, name, wanted[name])
+            if name in built:
+                self._agents[name], self._configs[name], self._workspaces[name] = built[name]
             if old is not None:
                 if self.in_use(old):
                     self._retired[id(old)] = old
