@@ -17,6 +17,7 @@ from chatkernel.core import config as cfg
 from chatkernel.core.config.schema import Binding
 from chatkernel.core.turns.agents import AgentEvent
 from chatkernel.core.turns.bindings import Bindings, Chat
+from chatkernel.testing import BUSY_HINT
 from chatkernel.testing.agents import LabelAgent, agent_plugin, scripted_agent
 from chatkernel.testing.loopback import LoopbackPlatform, LoopbackPlugin
 from chatkernel.testing.memory import KernelHarness
@@ -471,3 +472,31 @@ async def test_a_reload_whose_agent_cannot_be_made_changes_nothing(tmp_path):
         await h.settle()
         assert h.channel.texts("w") == ["work (0 before): still work?"]
         assert h.kernel.config.bindings  # the running config stays
+
+
+async def test_messages_queued_for_an_agent_a_reload_removed_are_said_not_answered(
+        tmp_path, caplog):
+    caplog.set_level(logging.WARNING, "chatkernel.kernel")
+    held = scripted_agent(gate=True, name="held")
+    data = {"agent": label("default"), "agents": {"work": {"kind": "held"}},
+            "bindings": [{"agent": "work", "channel": "loopback", "account": "main"}]}
+    async with gateway(tmp_path, data, agents=(LabelAgent, held)) as h:
+        h.platforms["main"].inject("c1", "first")
+        with anyio.fail_after(10):
+            while not held.running:
+                await anyio.sleep(0.01)
+        h.platforms["main"].inject("c1", "second")  # waits behind the running turn
+        with anyio.fail_after(10):
+            while not h.kernel.queue.lane("loopback:main:c1#work").pending:
+                await anyio.sleep(0.01)
+        edited = h.kernel.config.model_dump(exclude_unset=True)
+        del edited["agents"]
+        edited["bindings"] = []
+        await h.kernel.reload(cfg.parse(edited, strict_env=False))
+        held.gate.set()
+        h.platforms["main"].inject("c1", "third")  # the default agent's now
+        assert await answered(h, 3) == [f"c1: {BUSY_HINT}", "c1: re: first",
+                                        "c1: default (0 before): third"]
+        assert h.metric("chatkernel_queue_dropped_total", reason="agent removed") == 1
+    assert "session loopback:main:c1#work: 1 message(s) not answered: the config has no " \
+           "agent 'work' any more" in caplog.text

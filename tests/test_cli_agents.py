@@ -147,3 +147,18 @@ def test_config_validate_names_the_accounts_no_agent_would_answer(chatkernel_hom
     assert result.exit_code == 0, result.output
     assert result.stderr.strip() == ("note: no default agent: the chats no binding matches "
                                      "go unanswered in webchat:default")
+
+
+def test_status_shows_each_recent_sessions_agent(home):
+    import time
+
+    now = time.time()
+    save_sessions(home, session("slack:main:C1#work", "work", last=now),
+                  session("telegram:main:7", "default", last=now - 60))
+    result = invoke("status")
+    assert result.exit_code == 0, result.output
+    lines = [line.strip() for line in result.output.splitlines()]
+    assert any(line.startswith("slack:main:C1#work") and line.endswith("agent work")
+               for line in lines), result.output
+    assert any(line.startswith("telegram:main:7") and line.endswith("agent default")
+               for line in lines), result.output

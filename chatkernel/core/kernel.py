@@ -355,9 +355,9 @@ class Kernel:
         self.secrets.add(*cfg.kernel_secrets(config))
 
     def replace_agents(self, config: cfg.KernelConfig) -> list[Agent]:
-        """Run on ``config``'s agents and bindings from now on (a reload, at once): their
-        workspaces made, changed agents rebuilt; returns the replaced instances no turn
-        runs on, for :meth:`Roster.retire`."""
+        """Run on ``config``'s agents and bindings from now on (a reload, at once):
+        changed agents rebuilt (ConfigError, changing nothing, if one cannot be made);
+        returns the replaced instances no turn runs on, for :meth:`Roster.retire`."""
         if self.roster is None:
             raise RuntimeError("the kernel is not started")
         try:

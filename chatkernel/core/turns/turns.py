@@ -101,6 +101,7 @@ class Turns:
         seqs = [item.seq for item in batch.items if item.seq is not None]
         agent = self._agents.get(record.agent)
         if agent is None:  # a reload removed the agent while these waited
+            self._metrics.dropped.labels("agent removed").inc(len(user_log))
             log.warning("session %s: %d message(s) not answered: the config has no agent "
                         "%r any more", key, len(user_log), record.agent)
             await self._finish(key, record.session_id, user_log, seqs)
