@@ -136,6 +136,15 @@ def test_a_binding_to_an_unknown_channel_or_account_is_refused(rule, message):
         check({"agents": {"work": label("w")}, "bindings": [{"agent": "work", **rule}]})
 
 
+def test_a_binding_may_name_an_account_the_config_switched_off():
+    kernel = check({"agents": {"work": label("w")},
+                    "channels": {"memory": {"accounts": {"main": {},
+                                                         "off": {"enabled": False}}},
+                                 "webchat": {"enabled": False}},
+                    "bindings": [{"agent": "work", "channel": "memory", "account": "off"}]})
+    assert sorted(kernel.accounts) == ["memory:main"]
+
+
 def test_each_agents_kind_is_checked_naming_its_key():
     with pytest.raises(cfg.ConfigError, match=r"agents\.work\.kind: no agent kind 'lable'"):
         check({"agents": {"work": {"kind": "lable"}}})

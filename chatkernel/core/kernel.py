@@ -397,7 +397,12 @@ class Kernel:
                     where = config.agent_key(name, where[len("agent."):])
                     message = message.replace(exc.key, where)
                 raise cfg.ConfigError(message, path=self.config_path, key=where) from None
-        check_binding_targets(config, self.accounts.values(), path=self.config_path)
+        configured = {(name, account) for name, section in config.channels.items()
+                      if name != "defaults" and name in self.channel_types
+                      for account in section.accounts}  # switched off ones too
+        check_binding_targets(config, configured | {(a.channel_name, a.name)
+                                                    for a in self.accounts.values()},
+                              path=self.config_path)
         self.unanswered = unanswered(config, self.accounts.values())
         for i, rule in enumerate(self.config.send_policy.rules):
             if rule.channel != "*" and rule.channel not in self.channel_types:

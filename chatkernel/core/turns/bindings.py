@@ -132,15 +132,17 @@ def check_bindings(config: "KernelConfig", *, path: Path | None = None) -> None:
         seen[keys] = i
 
 
-def check_binding_targets(config: "KernelConfig", accounts: Iterable["Account"], *,
+def check_binding_targets(config: "KernelConfig", accounts: Iterable[tuple[str, str]], *,
                           path: Path | None = None) -> None:
-    """Each rule's channel is one the gateway runs and its account one of that channel
-    (of any channel, when the rule names none); ConfigError names the rule."""
+    """Each rule's channel is one of ``accounts``' (``(channel, account)`` pairs: those the
+    gateway runs, and those the config has switched off, which a rule may wait for) and
+    its account one of that channel (of any channel, when the rule names none);
+    ConfigError names the rule."""
     from chatkernel.core.config.validation import did_you_mean
 
     by_channel: dict[str, set[str]] = {}
-    for account in accounts:
-        by_channel.setdefault(account.channel_name, set()).add(account.name)
+    for channel, account in accounts:
+        by_channel.setdefault(channel, set()).add(account)
     for i, rule in enumerate(config.bindings):
         if rule.channel is not None and rule.channel not in by_channel:
             raise ConfigError(f"no channel {rule.channel!r} runs on this gateway, so the rule "
