@@ -509,3 +509,24 @@ async def test_messages_queued_for_an_agent_a_reload_removed_are_said_not_answer
         assert h.metric("chatkernel_queue_dropped_total", reason="agent removed") == 1
     assert "session loopback:main:c1#work: 1 message(s) not answered: the config has no " \
            "agent 'work' any more" in caplog.text
+
+
+def test_the_worked_example_of_the_docs_routes_as_its_table_says():
+    import re
+    import tomllib
+    from pathlib import Path
+
+    page = (Path(__file__).parents[1] / "docs" / "agents.md").read_text()
+    example = re.search(r"```toml\n(.*?)```", page, re.S)[1]
+    config = cfg.parse(tomllib.loads(example), strict_env=False)
+    bindings = Bindings.from_config(config)
+    cases = {Chat("slack", "main", "C01"): ("work", 0),
+             Chat("slack", "main", "D01"): ("work", 0),
+             Chat("telegram", "family", "42"): ("family", 1),
+             Chat("telegram", "main", "-100555", is_group=True): ("family", 2),
+             Chat("telegram", "main", "123456789"): ("work", 3),
+             Chat("telegram", "main", "555"): ("default", None),
+             Chat("webchat", "default", "4f2a"): ("default", None)}
+    for chat, (agent, rule) in cases.items():
+        match = bindings.match(chat)
+        assert (match.agent, match.rule) == (agent, rule), chat
