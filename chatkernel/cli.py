@@ -1003,16 +1003,28 @@ def _local_heartbeats(config_file: str | None) -> dict[str, Any]:
     import time
 
     from chatkernel.core.heartbeat.jobs import MAIN, describe_state
-    from chatkernel.core.heartbeat.settings import heartbeat_settings
+    from chatkernel.core.heartbeat.settings import (
+        AGENT_PREFIX,
+        heartbeat_settings,
+        heartbeat_wanted,
+        job_agent,
+    )
     from chatkernel.core.store.base import HeartbeatState
 
     config, _ = _load_config(config_file)
     states = _with_store(config_file, lambda store: store.list_heartbeats())
-    if not any(state.id == MAIN for state in states):
-        states.insert(0, HeartbeatState(id=MAIN))  # no gateway has started it yet
+    agents = {AGENT_PREFIX + name for name in config.agent_heartbeats()}
+    # Not the stored state of an agent whose table no longer asks for a heartbeat...
+    states = [state for state in states if state.session_key or state.id == MAIN
+              or state.id in agents]
+    known = {state.id for state in states}
+    # ...and those no gateway has started yet.
+    states[:0] = [HeartbeatState(id=heartbeat_id)
+                  for heartbeat_id in [MAIN, *sorted(agents)] if heartbeat_id not in known]
     now = time.time()
-    wanted = config.config_heartbeat_wanted()
-    heartbeats = [describe_state(state, heartbeat_settings(config, state), now, wanted=wanted)
+    heartbeats = [describe_state(state, heartbeat_settings(config, state), now,
+                                 wanted=heartbeat_wanted(config, job_agent(state.id) or
+                                                         "default"))
                   for state in states]
     return {"heartbeats": heartbeats, "now": now, "scheduled": False}
 

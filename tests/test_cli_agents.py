@@ -162,3 +162,14 @@ def test_status_shows_each_recent_sessions_agent(home):
                for line in lines), result.output
     assert any(line.startswith("telegram:main:7") and line.endswith("agent default")
                for line in lines), result.output
+
+
+def test_heartbeat_status_without_a_gateway_lists_each_agents_heartbeat(chatkernel_home):
+    (chatkernel_home / "config.toml").write_text(
+        '[agent]\nkind = "echo"\n\n[agents.work]\nkind = "echo"\n\n'
+        '[agents.work.heartbeat]\nevery = "2h"\n\n[agents.home]\nkind = "echo"\n')
+    result = invoke("heartbeat", "status", "--json")
+    assert result.exit_code == 0, result.output
+    found = {h["id"]: (h["agent"], h["every"], h["off"])
+             for h in json.loads(result.output)["heartbeats"]}
+    assert found == {"main": ("default", "0", True), "agent:work": ("work", "2h", False)}
