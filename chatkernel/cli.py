@@ -493,16 +493,19 @@ def sessions_list(config_file: str | None, active_minutes: float | None, as_json
         click.echo(json.dumps([{"key": r.key, "session_id": r.session_id, "channel": r.channel,
                                 "account": r.account, "chat_id": r.chat_id,
                                 "thread_id": r.thread_id, "created_at": r.created_at,
-                                "last_active_at": r.last_active_at, "settings": r.settings}
+                                "last_active_at": r.last_active_at, "settings": r.settings,
+                                "agent": r.agent}
                                for r in records], indent=2))
         return
     if not records:
         click.echo("No sessions" + ("" if since is None else " active in that time") + ".")
         return
     width = max(len(r.key) for r in records)
-    click.echo(f"{'KEY'.ljust(width)}  {'LAST ACTIVE':<12}  SESSION")
+    agents = max(len("AGENT"), *(len(r.agent) for r in records))
+    click.echo(f"{'KEY'.ljust(width)}  {'AGENT'.ljust(agents)}  {'LAST ACTIVE':<12}  SESSION")
     for r in records:
-        click.echo(f"{r.key.ljust(width)}  {_ago(r.last_active_at):<12}  {r.session_id}")
+        click.echo(f"{r.key.ljust(width)}  {r.agent.ljust(agents)}  "
+                   f"{_ago(r.last_active_at):<12}  {r.session_id}")
 
 
 @sessions.command("history")
@@ -915,6 +918,72 @@ def _probe_directly(config_file: str | None, target: str | None, timeout: float
     return anyio.run(probe)
 
 
+# -- agents ---------------------------------------------------------------------------
+
+
+@cli.group()
+@config_option
+def agents() -> None:
+    """The gateway's agents, and which one answers a chat (docs/agents.md)."""
+
+
+@agents.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@config_option
+def agents_list(config_file: str | None, as_json: bool) -> None:
+    """Every agent: its kind, workspace, the bindings naming it and its sessions."""
+    import collections
+
+    from chatkernel.core.turns.bindings import Bindings
+
+    config, _ = _load_config(config_file)
+    records = _with_store(config_file, lambda store: store.list_sessions())
+    sessions = collections.Counter(record.agent for record in records)
+    bindings = Bindings.from_config(config)
+    rows = [{"name": name, "kind": agent.kind, "workspace": str(config.agent_workspace(name)),
+             "bindings": [f"bindings[{i}] ({config.bindings[i].describe()})"
+                          for i in bindings.rules_of(name)]
+             + (["the chats no binding matches"] if name == "default" else []),
+             "sessions": sessions.get(name, 0)}
+            for name, agent in config.named_agents().items()]
+    rows.sort(key=lambda row: (row["name"] != "default", row["name"]))
+    if as_json:
+        click.echo(json.dumps({"agents": rows, "default": config.default_agent() is not None},
+                              indent=2))
+        return
+    for row in rows:
+        click.echo(f"{row['name']}  kind {row['kind']}  workspace {row['workspace']}  "
+                   f"sessions {row['sessions']}")
+        for binding in row["bindings"] or ["(no binding names it: it answers no chat)"]:
+            click.echo(f"  {binding}")
+    if config.default_agent() is None:
+        click.echo("no default agent: the chats no binding matches go unanswered")
+
+
+@agents.command("which")
+@click.option("--channel", required=True, help="The chat's channel.")
+@click.option("--account", required=True, help="The channel's account.")
+@click.option("--chat", required=True, help="The chat (or peer) id.")
+@click.option("--group", "is_group", is_flag=True, help="The chat is a group.")
+@click.option("--thread", default=None, help="The thread id, if any.")
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@config_option
+def agents_which(config_file: str | None, channel: str, account: str, chat: str,
+                 is_group: bool, thread: str | None, as_json: bool) -> None:
+    """Which agent answers a chat, and by which binding."""
+    from chatkernel.core.turns.bindings import Bindings, Chat
+
+    config, _ = _load_config(config_file)
+    match = Bindings.from_config(config).match(Chat(channel, account, chat, is_group, thread))
+    why = match.why(config.bindings)
+    if as_json:
+        click.echo(json.dumps({"agent": match.agent, "rule": match.rule, "why": why}))
+    else:
+        click.echo(f"{match.agent or 'no agent'}: {why}")
+    if match.agent is None:
+        sys.exit(1)
+
+
 # -- heartbeats -----------------------------------------------------------------------
 
 
@@ -930,16 +999,28 @@ def _local_heartbeats(config_file: str | None) -> dict[str, Any]:
     import time
 
     from chatkernel.core.heartbeat.jobs import MAIN, describe_state
-    from chatkernel.core.heartbeat.settings import heartbeat_settings
+    from chatkernel.core.heartbeat.settings import (
+        AGENT_PREFIX,
+        heartbeat_settings,
+        heartbeat_wanted,
+        job_agent,
+    )
     from chatkernel.core.store.base import HeartbeatState
 
     config, _ = _load_config(config_file)
     states = _with_store(config_file, lambda store: store.list_heartbeats())
-    if not any(state.id == MAIN for state in states):
-        states.insert(0, HeartbeatState(id=MAIN))  # no gateway has started it yet
+    agents = {AGENT_PREFIX + name for name in config.agent_heartbeats()}
+    # Not the stored state of an agent whose table no longer asks for a heartbeat...
+    states = [state for state in states if state.session_key or state.id == MAIN
+              or state.id in agents]
+    known = {state.id for state in states}
+    # ...and those no gateway has started yet.
+    states[:0] = [HeartbeatState(id=heartbeat_id)
+                  for heartbeat_id in [MAIN, *sorted(agents)] if heartbeat_id not in known]
     now = time.time()
-    wanted = config.config_heartbeat_wanted()
-    heartbeats = [describe_state(state, heartbeat_settings(config, state), now, wanted=wanted)
+    heartbeats = [describe_state(state, heartbeat_settings(config, state), now,
+                                 wanted=heartbeat_wanted(config, job_agent(state.id) or
+                                                         "default"))
                   for state in states]
     return {"heartbeats": heartbeats, "now": now, "scheduled": False}
 
@@ -1036,9 +1117,12 @@ def _last_run(item: dict[str, Any]) -> list[str]:
                    "the next scheduled run.")
 @click.option("--session", "session_key", metavar="KEY",
               help="Wake a session heartbeat (default: the config heartbeat).")
+@click.option("--agent", metavar="NAME",
+              help="Wake that agent's heartbeat (default: the default agent's).")
 @click.option("--json", "as_json", is_flag=True, help="Output JSON.")
 @config_option
-def heartbeat_wake(text: str | None, mode: str, session_key: str | None, as_json: bool) -> None:
+def heartbeat_wake(text: str | None, mode: str, session_key: str | None, agent: str | None,
+                   as_json: bool) -> None:
     """Wake a heartbeat of the running gateway by hand."""
     from chatkernel.core.gateway.control import call
 
@@ -1047,7 +1131,8 @@ def heartbeat_wake(text: str | None, mode: str, session_key: str | None, as_json
         raise click.ClickException("no gateway is running: a wake needs the running gateway "
                                    "(start it with: chatkernel run)")
     status, answer = call(info, "/control/heartbeat/wake",
-                          {"text": text, "mode": mode, "session": session_key})
+                          {"text": text, "mode": mode, "session": session_key,
+                           "agent": agent})
     if status >= 400:
         raise click.ClickException(answer.get("error", f"the gateway answered {status}"))
     if as_json:
@@ -1477,7 +1562,10 @@ def config_validate(config_file: str | None) -> None:
     config = cfg.parse(raw, path=path)
     _validate_channels(raw, path, strict_env=True)
     pm = _plugin_manager()
-    check_startup(config, config_path=path, pm=pm)
+    checked = check_startup(config, config_path=path, pm=pm)
+    if checked.unanswered:
+        click.echo(f"note: no default agent: the chats no binding matches go unanswered in "
+                   f"{', '.join(checked.unanswered)}", err=True)
     where = str(path) if path.exists() else f"{path} (missing: defaults apply)"
     installed = collect_channels(pm)  # without its plugin, the implied web chat does not run
     accounts = sorted(f"{channel}:{account}" for channel, account, enabled, _ in

@@ -89,6 +89,7 @@ ARGS = {
     "chatkernel config get": ["queue.cap"],
     "chatkernel config set": ["queue.cap", "5"],
     "chatkernel config unset": ["queue.cap"],
+    "chatkernel agents which": ["--channel", "webchat", "--account", "default", "--chat", "x"],
 }
 #: Commands a missing file is no error for: init writes it, path names where it goes.
 MAY_BE_MISSING = {"chatkernel config init", "chatkernel config path"}

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 
 import anyio
 import pytest
@@ -385,3 +386,36 @@ async def test_reload_with_another_config_file_is_refused_not_switched(home, bot
         assert f"reads {home / 'config.toml'}, not {other}" in result.stderr
         same = await cli(home, "reload", "--config", str(home / "config.toml"))
         assert same.returncode == 0, same.stderr
+
+
+def label_agent(name: str) -> str:
+    """A command agent answering ``<name>: <the message>``: a real program per turn."""
+    script = f"import sys; print('{name}: ' + sys.stdin.read().splitlines()[-1])"
+    return f"kind = \"command\"\ncommand = {json.dumps([sys.executable, '-c', script])}\n"
+
+
+async def test_a_rebinding_moves_a_chat_to_its_new_agent_after_chatkernel_reload(home,
+                                                                                   bot_api):
+    agents = (f"[agent]\n{label_agent('default')}\n[agents.work]\n{label_agent('work')}\n")
+    write_config(home, bot_api, account("main", bot_api.token, bot_api, [FRIEND, STRANGER]),
+                 agents)
+    async with running_gateway_process(home):
+        bot_api.inject_message(FRIEND, "one")
+        bot_api.inject_message(STRANGER, "two")
+        assert await answered(bot_api, FRIEND, 1) == ["default: one"]
+        assert await answered(bot_api, STRANGER, 1) == ["default: two"]
+        write_config(home, bot_api, account("main", bot_api.token, bot_api,
+                                            [FRIEND, STRANGER]),
+                     agents + f'\n[[bindings]]\nagent = "work"\nchat = "{FRIEND}"\n')
+        result = await cli(home, "reload")
+        assert result.returncode == 0, result.stderr
+        assert "applied: bindings" in result.stdout
+        bot_api.inject_message(FRIEND, "three")
+        bot_api.inject_message(STRANGER, "four")
+        assert (await answered(bot_api, FRIEND, 2))[1] == "work: three"
+        assert (await answered(bot_api, STRANGER, 2))[1] == "default: four"
+        listed = await cli(home, "sessions", "list", "--json")
+    sessions = {s["key"]: (s["agent"], s["session_id"]) for s in json.loads(listed.stdout)}
+    assert set(sessions) == {f"telegram:main:{FRIEND}", f"telegram:main:{FRIEND}#work",
+                             f"telegram:main:{STRANGER}"}
+    assert sessions[f"telegram:main:{FRIEND}#work"][0] == "work"

@@ -265,6 +265,18 @@ async def test_sessions_round_trip_and_upsert(store):
 
 
 @pytest.mark.anyio
+async def test_a_sessions_agent_round_trips_and_defaults_to_default(store):
+    assert session("telegram:main:1", 1.0).agent == "default"
+    work = session("telegram:main:1#work", 2.0)
+    work.agent = "work"
+    await store.save_session(work)
+    await store.save_session(session("telegram:main:1", 1.0))
+    assert (await store.get_session(work.key)).agent == "work"
+    assert [(s.key, s.agent) for s in await store.list_sessions()] == [
+        ("telegram:main:1#work", "work"), ("telegram:main:1", "default")]
+
+
+@pytest.mark.anyio
 async def test_list_sessions_most_recent_first_and_filtered(store):
     for key, active in [("a", 100.0), ("b", 300.0), ("c", 200.0), ("d", 300.0)]:
         await store.save_session(session(key, active))

@@ -6,6 +6,8 @@ What every backend does is tested in test_store.py."""
 
 from __future__ import annotations
 
+import json
+
 import sys
 
 import anyio
@@ -402,6 +404,16 @@ async def test_read_only_open_creates_and_changes_nothing(make_store, raw, redis
         with pytest.raises(StoreError, match="read-only"):
             await reader.set_cursor("telegram", "main", "1")
     assert await keys(raw, redis_prefix) == before
+
+
+async def test_a_session_saved_before_there_were_agents_is_the_default_agents(store, raw,
+                                                                               redis_prefix):
+    await raw.hset(redis_prefix + "sessions", "telegram:main:1", json.dumps({
+        "key": "telegram:main:1", "session_id": "old", "channel": "telegram",
+        "account": "main", "chat_id": "1", "thread_id": None, "created_at": 1.0,
+        "last_active_at": 1.0, "settings": {}}))
+    record = await store.get_session("telegram:main:1")
+    assert (record.session_id, record.agent) == ("old", "default")
 
 
 async def test_keys_written_by_a_newer_layout_are_refused(make_store, raw, redis_prefix):

@@ -55,13 +55,16 @@ def _status(ctx) -> str:
     busy = "running a turn" if running else "idle"
     now = time.time()
     uptime = _age(now - gateway.started_at) if gateway.started_at else "?"
+    name, kind = gateway.session_agent(session)
+    kind = kind or "no longer configured"
+    agent = kind if name == "default" else f"{name} ({kind})"
     lines = [
-        f"chatkernel is up ({uptime}); agent: {gateway.agent_kind}",
+        f"chatkernel is up ({uptime}); agent: {agent}",
         _account_health(ctx.account, now),
         f"session: {session.key} ({busy}, {waiting} waiting)",
         f"queue: {settings.mode}, debounce {settings.debounce_ms} ms, cap {settings.cap}, "
         f"drop {settings.drop}",
-        f"access level: {ctx.account.access_level}",
+        f"access level: {gateway.access_level(session, ctx.account)}",
         _heartbeat_line(gateway.heartbeats, session.key),
     ]
     from chatkernel.core.health.probes import account_problems

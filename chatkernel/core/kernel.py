@@ -22,7 +22,9 @@ import anyio
 from anyio.abc import TaskGroup
 
 from chatkernel.core import config as cfg
-from chatkernel.core.turns.agents import Agent, collect_agents, redact_turns
+from chatkernel.core.turns.agents import Agent, collect_agents
+from chatkernel.core.turns.bindings import Chat, check_binding_targets, unanswered
+from chatkernel.core.turns.roster import Roster
 from chatkernel.sdk.channel import Channel, compiled_secret_patterns
 from chatkernel.sdk.context import ChannelContext
 from chatkernel.core.accounts import build_accounts
@@ -47,9 +49,9 @@ from chatkernel.core.health.metrics import Metrics
 from chatkernel.sdk.models import Account, Command, InboundMessage, Route, Session
 from chatkernel.core.health.monitor import HealthMonitor
 from chatkernel.core.outbound.order import OutputOrder
-from chatkernel.core.outbound.responder import Outbound, Responder, send_payload
+from chatkernel.core.outbound.responder import MediaScope, Outbound, Responder, send_payload
 from chatkernel.core.outbound.outbox import Outbox
-from chatkernel.core.outbound.policy import SendPolicy
+from chatkernel.core.outbound.policy import SendPolicies
 from chatkernel.core.plugins import PluginManager, get_plugin_manager
 from chatkernel.core.health.presence import Presence, PresenceEntry
 from chatkernel.core.inbound.queue import QueueSettings, SessionQueue
@@ -109,7 +111,10 @@ class Kernel:
         self.channel_types: dict[str, type[Channel]] = {}
         self.commands: dict[str, Command] = {}
         self.accounts: dict[str, Account] = {}
-        self.agent: Agent | None = None
+        #: The running agents by name, and the bindings choosing among them (at start).
+        self.roster: Roster | None = None
+        #: With no default agent: the accounts some of whose chats no agent answers.
+        self.unanswered: list[str] = []
         # The outbound subsystem, in dependency order; the store and the cluster exist
         # once the kernel started: they are read when used.
         #: What became of each payload: health, recent failures, waiting senders.
@@ -131,7 +136,7 @@ class Kernel:
         #: Builds replies' payloads and queues them (a turn's Responder is given it).
         self.outbound = Outbound(pm=self.pm, metrics=self.metrics, store=lambda: self.store,
                                  submit=self.outbox.submit)
-        self.send_policy = SendPolicy.from_config(self.config.send_policy)
+        self.send_policy = SendPolicies.from_config(self.config)
         #: Answers sent outside a turn wait for the turns of earlier messages.
         self.order = OutputOrder()
         self.indicators = Indicators(lambda key: self.sessions.route(key))
@@ -140,6 +145,7 @@ class Kernel:
         #: What slash commands may do (the stable surface of CommandContext.gateway).
         self.command_gateway = CommandGateway(
             commands=lambda: self.commands, agent_kind=lambda: self.config.agent.kind,
+            agent_table=lambda name: self.config.named_agents().get(name),
             started_at=lambda: self.started_at, accounts=self.accounts.values,
             sessions=lambda: self.sessions, queue_settings=self.queue_settings,
             queue=lambda: self.queue, heartbeats=lambda: self.heartbeats,
@@ -149,7 +155,8 @@ class Kernel:
             queue=lambda: self.queue, queue_settings=self.queue_settings,
             cluster=lambda: self.cluster, task_group=lambda: self.task_group,
             account_for=self.account_for, account=self.accounts.get,
-            commands=lambda: self.commands, command_gateway=self.command_gateway,
+            agent_for=self.agent_for, commands=lambda: self.commands,
+            command_gateway=self.command_gateway,
             outbound=self.outbound, order=self.order, indicate=self.indicators.once,
             pm=self.pm, metrics=self.metrics)
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
@@ -190,7 +197,8 @@ class Kernel:
             delivery_statuses=self.delivery_statuses, config_path=config_path,
             resolve_target=self.resolve_target, session_target=self.session_target,
             sessions=lambda: self.sessions, heartbeats=lambda: self.heartbeats,
-            send_policy=lambda: self.send_policy, started_at=lambda: self.started_at,
+            send_policy=lambda: self.send_policy, chat_agent=self.chat_agent,
+            started_at=lambda: self.started_at,
             url=lambda: self.gateway_parts.url, reloader=lambda: self.gateway_parts.reloader)
         self._tg: TaskGroup | None = None
         self._queue: SessionQueue | None = None
@@ -234,7 +242,11 @@ class Kernel:
                 "its parent directory writable for this user, or set gateway.workspace to a "
                 "writable directory", path=self.config_path, key="gateway.workspace") from None
         agent_types = self.check()
-        kind = self.config.agent.kind
+        if self.unanswered:  # said at each start (config validate says it too)
+            log.warning("no default agent: the chats no binding matches go unanswered in %s "
+                        "(add [agents.default], or bindings for them)",
+                        ", ".join(self.unanswered))
+        self.make_agent_workspaces(self.config)
         if self._store is None:
             from chatkernel.core.store import open_store
 
@@ -261,18 +273,22 @@ class Kernel:
         store.on_commit = self.health.store_committed  # a failed commit turns health red
         self._sessions = Sessions(store, cache_size=self.config.sessions.cache_size,
                                   in_use=self._session_in_use)
-        self.agent = agent_types[kind](self.config.agent, store)
-        redact_turns(self.agent, self.secrets.redact)
-        stack.push_async_callback(self.agent.aclose)
+        self.roster = roster = Roster(types=agent_types, store=store,
+                                      redact=self.secrets.redact)
+        stack.push_async_callback(roster.aclose)
+        try:
+            roster.start(self.config)
+        except cfg.ConfigError as exc:
+            raise cfg.ConfigError(exc.message, path=self.config_path, key=exc.key) from None
         stack.push_async_callback(self._close_channels)
 
         stack.callback(self._close_queue)  # runs after the task group ended: no worker left
         self._tg = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(self._tg.cancel_scope.cancel)  # runs first on exit: stop turns
         # A turn's or a heartbeat's Responder queues its replies through the Outbound.
-        responder = functools.partial(Responder, self.outbound)
+        responder = self._responder
         self._turns = turns = Turns(
-            store=store, sessions=self._sessions, agent=self.agent,
+            store=store, sessions=self._sessions, agents=roster,
             account_for=self.account_for, responder=responder,
             indicators=self.indicators, metrics=self.metrics, order=self.order)
 
@@ -281,7 +297,7 @@ class Kernel:
 
         self._heartbeats = heartbeats = HeartbeatScheduler(
             config=lambda: self.config, jobs=HeartbeatJobs(store),
-            runner=HeartbeatRunner(store=store, agent=self.agent, indicators=self.indicators,
+            runner=HeartbeatRunner(store=store, agents=roster, indicators=self.indicators,
                                    session_busy=session_busy,
                                    responder=responder,
                                    metrics=self.metrics),
@@ -289,7 +305,8 @@ class Kernel:
                             remembered_chat=self.inbound.last_chat,
                             resolve_target=self.resolve_target),
             session_busy=session_busy, pm=self.pm, metrics=self.metrics,
-            workspace=self.workspace, clock=self._heartbeat_clock)
+            workspace=lambda agent: self.config.agent_workspace(agent),
+            clock=self._heartbeat_clock)
         self._queue = SessionQueue(self._tg, turns.run, self.queue_settings,
                                    max_concurrent=self.config.queue.max_concurrent,
                                    on_drop=turns.dropped, steer=turns.steer,
@@ -330,6 +347,26 @@ class Kernel:
                                                         account),
             receive_gate=receive_gate)
 
+    def make_agent_workspaces(self, config: cfg.KernelConfig) -> None:
+        """Create each agent's workspace besides the gateway's (at start, on a reload);
+        ConfigError names the agent's ``workspace`` key when one cannot be made."""
+        for name in config.named_agents():
+            workspace = config.agent_workspace(name)
+            if workspace == self.workspace:  # made first thing at start
+                continue
+            try:
+                workspace.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise cfg.ConfigError(
+                    f"cannot create agent {name}'s workspace {workspace}: "
+                    f"{exc.strerror or exc}", path=self.config_path,
+                    key=config.agent_key(name, "workspace")) from None
+
+    @property
+    def agent(self) -> Agent | None:
+        """The default agent (None before the start, or when the config has none)."""
+        return None if self.roster is None else self.roster.get("default")
+
     async def _close_channels(self) -> None:
         async with contextlib.AsyncExitStack() as stack:  # each one, whatever others raise
             for account in self.accounts.values():
@@ -348,9 +385,21 @@ class Kernel:
         """Run on ``config`` from now on (a reload's config in effect): what the kernel
         made from the config it started with is made again."""
         self.config = config
-        self.send_policy = SendPolicy.from_config(config.send_policy)
+        self.send_policy = SendPolicies.from_config(config)
         self._channel_queue_settings.clear()
         self.secrets.add(*cfg.kernel_secrets(config))
+
+    def replace_agents(self, config: cfg.KernelConfig) -> list[Agent]:
+        """Run on ``config``'s agents and bindings from now on (a reload, at once):
+        changed agents rebuilt (ConfigError, changing nothing, if one cannot be made);
+        returns the replaced instances no turn runs on, for :meth:`Roster.retire`."""
+        if self.roster is None:
+            raise RuntimeError("the kernel is not started")
+        try:
+            _, idle = self.roster.replace(config)
+        except cfg.ConfigError as exc:  # an agent that cannot be made: nothing changed
+            raise cfg.ConfigError(exc.message, path=self.config_path, key=exc.key) from None
+        return idle
 
     def check(self) -> dict[str, Any]:
         """Build the channels' accounts and check every setting the kernel acts on,
@@ -367,15 +416,29 @@ class Kernel:
             self.outbox.prepare(account)  # rate limits and retry policy: errors now, not later
         check_target(self.config, self.accounts.values(), path=self.config_path)
         agent_types = collect_agents(self.pm)
-        kind = self.config.agent.kind
-        if kind not in agent_types:
-            raise cfg.ConfigError(
-                f"no agent kind {kind!r} (installed: {', '.join(sorted(agent_types))})",
-                path=self.config_path, key="agent.kind")
-        try:
-            agent_types[kind].check_config(self.config.agent)
-        except cfg.ConfigError as exc:
-            raise cfg.ConfigError(exc.message, path=self.config_path, key=exc.key) from None
+        config = self.config
+        for name, agent in config.named_agents().items():
+            key = config.agent_key(name, "kind")
+            if agent.kind not in agent_types:
+                raise cfg.ConfigError(
+                    f"no agent kind {agent.kind!r} (installed: "
+                    f"{', '.join(sorted(agent_types))})", path=self.config_path, key=key)
+            try:
+                agent_types[agent.kind].check_config(agent)
+            except cfg.ConfigError as exc:
+                # A kind words its errors for [agent]: named, they are this agent's keys.
+                where, message = exc.key, exc.message
+                if where and where.startswith("agent.") and not key.startswith("agent."):
+                    where = config.agent_key(name, where[len("agent."):])
+                    message = message.replace(exc.key, where)
+                raise cfg.ConfigError(message, path=self.config_path, key=where) from None
+        configured = {(name, account) for name, section in config.channels.items()
+                      if name != "defaults" and name in self.channel_types
+                      for account in section.accounts}  # switched off ones too
+        check_binding_targets(config, configured | {(a.channel_name, a.name)
+                                                    for a in self.accounts.values()},
+                              path=self.config_path)
+        self.unanswered = unanswered(config, self.accounts.values())
         for i, rule in enumerate(self.config.send_policy.rules):
             if rule.channel != "*" and rule.channel not in self.channel_types:
                 raise cfg.unknown_channel(rule.channel, self.channel_types,
@@ -544,6 +607,38 @@ class Kernel:
             raise InvalidMessage(f"no running account {channel}:{account}")
         return found
 
+    def agent_for(self, message: InboundMessage) -> str | None:
+        """The name of the agent answering ``message``'s chat (None: no agent does)."""
+        if self.roster is None:
+            raise RuntimeError("the kernel is not started")
+        return self.roster.match(Chat.of(message)).agent
+
+    def chat_agent(self, route: Route) -> str:
+        """The agent whose session a proactive send to ``route`` belongs to: the one its
+        chat is bound to (``default`` when none is)."""
+        if self.roster is None:
+            raise RuntimeError("the kernel is not started")
+        return self.roster.match(Chat(route.channel, route.account, route.chat_id,
+                                      route.is_group, route.thread_id)).agent or "default"
+
+    def _responder(self, account: Account, session_key: str, session_id: str, route: Route,
+                   journal_seqs: list[int], *, agent: str = "default",
+                   **options: Any) -> Responder:
+        """The Responder of one turn of ``agent`` (its media judged by the agent's
+        workspace, and its access level where its table sets one)."""
+        return Responder(self.outbound, account, session_key, session_id, route,
+                         journal_seqs, scope=self.media_scope(account, agent), **options)
+
+    def media_scope(self, account: Account, agent: str) -> MediaScope:
+        """What ``agent``'s files sent from ``account`` are judged by: the agent's
+        workspace, and its ``access_level`` where its table sets one (else the
+        account's); the account's own when the config has no such agent."""
+        table = self.config.named_agents().get(agent)
+        if table is None or self.roster is None:
+            return MediaScope.of(account)
+        workspace = self.roster.workspace(agent) or account.workspace
+        return MediaScope(workspace, table.access_level or account.access_level)
+
     def pause_account(self, key: str, reason: str) -> None:
         """Pause an account (``channel:account``) until :meth:`resume_account`: its
         receive loop is stopped and not restarted, its health is red with ``reason``,
@@ -599,7 +694,10 @@ class Kernel:
                 bool(last.get("is_group"))
         else:
             chat_id, is_group = to, False
-        key = Session.make_key(found.channel_name, found.name, chat_id, thread)
+        # The chat's session with the agent it is bound to: the send is part of it.
+        agent = self.chat_agent(Route(found.channel_name, found.name, chat_id,
+                                      thread_id=thread, is_group=is_group))
+        key = Session.make_key(found.channel_name, found.name, chat_id, thread, agent)
         known = await self.sessions.route(key)
         route = known or Route(found.channel_name, found.name, chat_id, thread_id=thread,
                                is_group=is_group)

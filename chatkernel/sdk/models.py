@@ -421,9 +421,14 @@ class Session:
     created_at: float = field(default_factory=time.time)
 
     @staticmethod
-    def make_key(channel: str, account: str, chat_id: str, thread_id: str | None) -> str:
+    def make_key(channel: str, account: str, chat_id: str, thread_id: str | None,
+                 agent: str | None = None) -> str:
+        """``channel:account:chat[:thread]``, then ``#agent`` for any agent but
+        ``default``: a session is one agent's conversation with one chat, and a key
+        written before there were several agents stays the default agent's."""
         base = f"{channel}:{account}:{chat_id}"
-        return f"{base}:{thread_id}" if thread_id else base
+        key = f"{base}:{thread_id}" if thread_id else base
+        return f"{key}#{agent}" if agent and agent != "default" else key
 
 
 CommandHandler = Callable[..., "Awaitable[str | None] | str | None"]

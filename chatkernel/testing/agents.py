@@ -71,3 +71,17 @@ def agent_plugin(*agent_classes: type[Agent]) -> object:
                 register(cls)
 
     return AgentPlugin
+
+
+class LabelAgent(Agent):
+    """Answers ``<label> (<n> before): <text>``, its label its ``system_prompt`` and ``n``
+    the user messages in its session's history: with several agents of this kind, a
+    reply says which agent answered and what history it had."""
+
+    name = "label"
+
+    async def turn(self, request: TurnRequest) -> AsyncIterator[AgentEvent]:
+        history = await self.store.read_log(request.session_key, session_id=request.session_id,
+                                            roles=("user",), before_seq=request.log_seq)
+        yield AgentEvent.reply(f"{self.config.system_prompt} ({len(history)} before): "
+                               f"{request.text}")

@@ -103,11 +103,12 @@ def secret_values(value: Any, key: str = "") -> list[str]:
 def kernel_secrets(config: KernelConfig, environ: dict[str, str] | None = None) -> list[str]:
     """The secrets a running kernel knows, to keep them out of what agents send and log:
     every secret-named value of the (resolved) config, as the log redactor learns them,
-    the agent's API key, and every secret-named variable of the gateway's environment
+    every agent's API key, and every secret-named variable of the gateway's environment
     (``TELEGRAM_BOT_TOKEN``: a token a ``${ENV}`` reference or an agent may carry)."""
     env = os.environ if environ is None else environ
     found = secret_values(config.model_dump(mode="json"))
-    names = [config.agent.api_key_env] if config.agent.api_key_env else []
+    names = sorted({agent.api_key_env for agent in (config.agent, *config.agents.values())
+                    if agent.api_key_env})
     names += [name for name in env if is_secret_key(name)]
     found += [env[name] for name in names if env.get(name)]
     return found

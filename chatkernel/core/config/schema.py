@@ -73,6 +73,9 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class AgentConfig(Section):
+    """``[agent]`` (the agent named ``default``) or ``[agents.<name>]``: one agent of the
+    gateway (docs/agents.md)."""
+
     kind: str = "echo"
     command: list[str] = Field(default_factory=list)
     #: The command agent's environment besides the safe few it always gets
@@ -88,6 +91,14 @@ class AgentConfig(Section):
     history_limit: int = Field(40, ge=0)
     #: The agent's heartbeat settings, merged over ``[heartbeat]``.
     heartbeat: "HeartbeatConfig | None" = None
+    #: Where relative ``MEDIA:`` paths and HEARTBEAT.md are; default: the gateway's
+    #: workspace for ``default``, ``<gateway workspace>/agents/<name>`` for another.
+    workspace: Path | None = None
+    #: Overrides the accounts' ``access_level`` in this agent's sessions (what files
+    #: its replies may send); unset: each account's own.
+    access_level: Literal["readonly", "standard", "full"] | None = None
+    #: Replaces ``[send_policy]`` for this agent's sessions; unset: ``[send_policy]``.
+    send_policy: "SendPolicyConfig | None" = None
 
     @field_validator("env")
     @classmethod
@@ -257,7 +268,6 @@ class HeartbeatConfig(Section):
         return parse_interval(self.every)
 
 
-AgentConfig.model_rebuild()  # its heartbeat table is defined above
 
 
 class HealthConfig(Section):
@@ -325,11 +335,55 @@ class SendPolicyConfig(Section):
     rules: list[SendRule] = Field(default_factory=list)
 
 
+#: An agent's name: ``[agents.<name>]``, a binding's ``agent``, part of a session key.
+AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+#: The agent that answers the chats no binding matches.
+DEFAULT_AGENT = "default"
+#: A binding's match keys, in the order they are shown.
+MATCH_KEYS = ("channel", "account", "chat", "chat_type", "thread")
+
+
+class Binding(Section):
+    """``[[bindings]]``: the chats one agent answers. Every match key given must match;
+    the rule matching the most keys wins, ties by list order (docs/agents.md)."""
+
+    agent: str
+    channel: str | None = None
+    account: str | None = None
+    chat: str | None = None  # the chat (or peer) id, as the channel gives it
+    chat_type: Literal["direct", "group"] | None = None
+    thread: str | None = None
+
+    @field_validator("channel", "account", "chat", "thread")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("expected a non-empty name (leave the key out to match any)")
+        return value
+
+    def match_keys(self) -> dict[str, str]:
+        """The match keys this rule sets, by name."""
+        return {key: getattr(self, key) for key in MATCH_KEYS
+                if getattr(self, key) is not None}
+
+    def describe(self) -> str:
+        """``channel=slack account=main``: the rule's match keys in words."""
+        keys = self.match_keys()
+        return " ".join(f"{key}={value}" for key, value in keys.items()) or "every chat"
+
+
+AgentConfig.model_rebuild()  # its heartbeat and send policy tables are defined above
+
+
 class KernelConfig(Section):
     """The whole config file."""
 
     gateway: GatewayConfig = Field(default_factory=GatewayConfig)
     agent: AgentConfig = Field(default_factory=AgentConfig)
+    #: Named agents besides (or instead of) ``[agent]``, the agent ``default``.
+    agents: dict[str, AgentConfig] = Field(default_factory=dict)
+    #: Which agent answers which chats, in order (docs/agents.md).
+    bindings: list[Binding] = Field(default_factory=list)
     queue: QueueConfig = Field(default_factory=QueueConfig)
     sessions: SessionsConfig = Field(default_factory=SessionsConfig)
     store: StoreConfig = Field(default_factory=StoreConfig)
@@ -355,15 +409,63 @@ class KernelConfig(Section):
                                  "[channels.<name>]")
         return value
 
+    @field_validator("agents")
+    @classmethod
+    def _agent_names(cls, value: dict[str, AgentConfig]) -> dict[str, AgentConfig]:
+        for name in value:
+            if not AGENT_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not an agent name: expected lower-case "
+                                 "letters, digits, - and _ (such as work or family-bot)")
+        return value
+
     def workspace(self) -> Path:
         return (self.gateway.workspace or home_dir() / "workspace").expanduser()
 
+    def named_agents(self) -> dict[str, AgentConfig]:
+        """Every agent of the gateway by name: ``[agents.*]``, and ``[agent]`` as
+        ``default`` when the config has no ``[agents.*]`` or writes an ``[agent]`` table.
+        A config with ``[agents.*]`` but neither ``[agent]`` nor ``[agents.default]``
+        has no ``default``: the chats no binding matches go unanswered."""
+        agents = dict(self.agents)
+        if DEFAULT_AGENT not in agents and (not agents or "agent" in self.model_fields_set):
+            agents = {DEFAULT_AGENT: self.agent, **agents}
+        return agents
+
+    def default_agent(self) -> AgentConfig | None:
+        """The agent answering the chats no binding matches (None: they go unanswered)."""
+        return self.named_agents().get(DEFAULT_AGENT)
+
+    def agent_key(self, name: str, key: str) -> str:
+        """The dotted key of agent ``name``'s ``key`` in this config: ``agent.<key>``
+        for the default agent written as ``[agent]``, else ``agents.<name>.<key>``."""
+        if name == DEFAULT_AGENT and DEFAULT_AGENT not in self.agents:
+            return f"agent.{key}"
+        return f"agents.{name}.{key}"
+
+    def agent_workspace(self, name: str) -> Path:
+        """Agent ``name``'s workspace: its ``workspace``, else the gateway's for
+        ``default`` and ``<gateway workspace>/agents/<name>`` for another."""
+        agent = self.named_agents().get(name)
+        if agent is not None and agent.workspace is not None:
+            return agent.workspace.expanduser()
+        return self.workspace() if name == DEFAULT_AGENT else self.workspace() / "agents" / name
+
     def config_heartbeat_wanted(self) -> bool:
-        """Whether the config asks for the config heartbeat: a ``[heartbeat]`` or an
-        ``[agent.heartbeat]`` table, even an empty one. Without either it is off (a
-        manual wake still runs it): its defaults (every 30m) apply once it is asked for."""
+        """Whether the config asks for the config heartbeat (the default agent's): a
+        ``[heartbeat]`` or an ``[agent.heartbeat]`` table, even an empty one. Without
+        either it is off (a manual wake still runs it): its defaults (every 30m) apply
+        once it is asked for. Off with no default agent."""
+        default = self.default_agent()
+        if default is None:  # nobody would run it
+            return False
         return ("heartbeat" in self.model_fields_set or bool(self.heartbeat.model_fields_set)
-                or self.agent.heartbeat is not None)
+                or (default is not None and default.heartbeat is not None))
+
+    def agent_heartbeats(self) -> list[str]:
+        """The agents besides ``default`` with a heartbeat of their own: those whose
+        table has a ``heartbeat`` table (``[agents.<name>.heartbeat]``)."""
+        return sorted(name for name, agent in self.named_agents().items()
+                      if name != DEFAULT_AGENT and agent.heartbeat is not None)
 
     def store_path(self) -> Path:
         return (self.store.path or home_dir() / "state.db").expanduser()

@@ -138,12 +138,17 @@ def validation_error(exc: ValidationError, *, path: Path | None,
 
 def parse(data: dict[str, Any], *, path: Path | None = None,
           environ: dict[str, str] | None = None, strict_env: bool = True) -> KernelConfig:
-    """Resolve ``${ENV}`` references and validate the kernel's sections."""
+    """Resolve ``${ENV}`` references and validate the kernel's sections (and the
+    bindings against the agents: :func:`chatkernel.core.turns.bindings.check_bindings`)."""
+    from chatkernel.core.turns.bindings import check_bindings
+
     resolved = resolve_env(data, path=path, environ=environ, strict=strict_env)
     try:
-        return KernelConfig.model_validate(resolved)
+        config = KernelConfig.model_validate(resolved)
     except ValidationError as exc:
         raise validation_error(exc, path=path, model=KernelConfig) from None
+    check_bindings(config, path=path)  # agents and rules that cannot work as written
+    return config
 
 
 def load(path: str | os.PathLike[str] | None = None, *,

@@ -246,6 +246,7 @@ class Control:
                  sessions: Callable[[], "Sessions"],
                  heartbeats: Callable[[], "HeartbeatScheduler"],
                  send_policy: Callable[[], "SendPolicy"],
+                 chat_agent: Callable[[Route], str],
                  started_at: Callable[[], float | None], url: Callable[[], str | None],
                  reloader: Callable[[], "ConfigReloader | None"]) -> None:
         self._health = health
@@ -260,6 +261,7 @@ class Control:
         self._sessions = sessions
         self._heartbeats = heartbeats
         self._send_policy = send_policy
+        self._chat_agent = chat_agent
         self._started_at = started_at
         self._url = url
         self._reloader = reloader
@@ -319,11 +321,12 @@ class Control:
         next run."""
         from chatkernel.core.heartbeat.jobs import HeartbeatError
 
-        fields = strings(body, "text", "mode", "session")
+        fields = strings(body, "text", "mode", "session", "agent")
         text, mode, session = fields["text"], fields["mode"] or "now", fields["session"]
         heartbeats = self._heartbeats()
         try:
-            job = await heartbeats.wake_up(text, mode=mode, session_key=session or None)
+            job = await heartbeats.wake_up(text, mode=mode, session_key=session or None,
+                                           agent=fields["agent"] or None)
         except HeartbeatError as exc:
             raise ControlError(str(exc), 404 if "no heartbeat" in str(exc) else 400) \
                 from None
@@ -424,7 +427,7 @@ class Control:
         if not verdict:
             raise ControlError(f"not sent to {key}: {verdict.reason}", 403)
         if session is None:  # a first send to this chat: a session it shows in
-            session = await sessions.open(key, route)
+            session = await sessions.open(key, route, self._chat_agent(route))
         reply_id = await self._outbound.deliver_text(
             account, route, text, session_key=key, session_id=session.session_id, media=media,
             log=True)

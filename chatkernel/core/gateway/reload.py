@@ -16,7 +16,11 @@ not apply (those need a restart). Live:
 - ``[queue]`` (but ``max_concurrent``) and a channel's ``queue`` table;
 - ``[heartbeat]``, ``[agent.heartbeat]``, a channel's ``heartbeat`` table
   (rescheduled);
-- ``[send_policy]``.
+- ``[send_policy]``;
+- ``[agent]``, ``[agents.*]`` and ``[[bindings]]``: a changed agent gets a new instance
+  for the next turns (a turn running on the old one finishes on it, which is then
+  closed), and the next message of a chat goes to the agent its bindings name now (a
+  session of its own: see docs/agents.md).
 
 An account whose channel serves HTTP routes (webhooks, the web chat) is added,
 removed or rebuilt only by a restart: the routes of a running aiohttp
@@ -133,9 +137,7 @@ def is_live(path: tuple[str, ...]) -> bool | None:
         return rest[1] in ("queue", "heartbeat")
     if head == "queue":
         return not rest or rest[0] != "max_concurrent"
-    if head == "agent":
-        return bool(rest) and rest[0] == "heartbeat"
-    return head in ("heartbeat", "send_policy")
+    return head in ("heartbeat", "send_policy", "agent", "agents", "bindings")
 
 
 def dotted(path: tuple[str, ...]) -> str:
@@ -187,10 +189,12 @@ async def apply_config(kernel: "Kernel", new: cfg.KernelConfig, *,
     checked = check_startup(new, config_path=kernel.config_path, listen=listen, pm=kernel.pm)
     plan = _plan(kernel, new, checked.accounts)
     effective = cfg.KernelConfig.model_validate(plan.effective)
+    kernel.make_agent_workspaces(effective)  # refused here, nothing has changed yet
     # Everything up to the accounts' loops happens at once (no await): a message is
     # judged by the old settings or the new ones, never by a mix.
     logs.secret_filter.add(*cfg.kernel_secrets(effective))  # new tokens stay out of the log
-    kernel.use_config(effective)
+    replaced = kernel.replace_agents(effective)  # first: an agent that cannot be built
+    kernel.use_config(effective)                # refuses the reload, changing nothing
     for account, settings in plan.in_place:
         account.config, account.access_level = settings, settings.access_level
     kernel.heartbeats.reschedule()
@@ -200,6 +204,7 @@ async def apply_config(kernel: "Kernel", new: cfg.KernelConfig, *,
         kernel.outbox.prepare(account)
         if loops is not None:
             loops.start(account)
+    await kernel.roster.retire(replaced)  # the agents replaced that no turn runs on
     jobs = [(account.key, _replace(kernel, loops, account, settings))
             for account, settings in plan.rebuilt]
     jobs += [(account.key, _remove(kernel, loops, account)) for account in plan.removed]

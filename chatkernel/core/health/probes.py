@@ -277,6 +277,7 @@ class ChannelSnapshot(_Model):
 class RecentSession(_Model):
     key: str
     last_active_at: float
+    agent: str = "default"  # the agent the conversation is with
 
 
 class SessionSummary(_Model):
@@ -396,7 +397,7 @@ async def session_summary(store: "Store", now: float, *, running_turns: int | No
         active_last_hour=sum(1 for r in records if r.last_active_at >= now - 3600),
         active_last_day=sum(1 for r in records if r.last_active_at >= now - 86400),
         running_turns=running_turns, queued_messages=queued,
-        recent=[RecentSession(key=r.key, last_active_at=r.last_active_at)
+        recent=[RecentSession(key=r.key, last_active_at=r.last_active_at, agent=r.agent)
                 for r in records[:RECENT_SESSIONS]])
 
 

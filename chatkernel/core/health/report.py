@@ -175,7 +175,8 @@ def sessions_lines(sessions: dict[str, Any]) -> list[str]:
                  f"{sessions.get('queued_messages', 0)} message(s) queued")
     lines = [line]
     for recent in sessions.get("recent") or []:
-        lines.append(f"  {recent['key']}  {ago(recent['last_active_at'])}")
+        lines.append(f"  {recent['key']}  {ago(recent['last_active_at'])}  agent "
+                     f"{recent.get('agent', 'default')}")
     return lines
 
 

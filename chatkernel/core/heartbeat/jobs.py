@@ -18,10 +18,12 @@ import anyio
 from chatkernel.core.config import HeartbeatConfig
 from chatkernel.core.durations import format_interval
 from chatkernel.core.heartbeat.prompt import DEFAULT_PROMPT
-from chatkernel.core.heartbeat.targets import NO_TARGET_SESSION
+from chatkernel.core.heartbeat.settings import AGENT_PREFIX, job_agent
+from chatkernel.core.heartbeat.targets import no_target_session
 from chatkernel.core.store.base import HeartbeatState, Store
 
-#: The config heartbeat's id; session heartbeats are ``session:<key>``.
+#: The config heartbeat's id (the default agent's); another agent's is ``agent:<name>``,
+#: session heartbeats are ``session:<key>``.
 MAIN = "main"
 SESSION_PREFIX = "session:"
 #: The shortest interval ``/heartbeat every`` accepts, in seconds.
@@ -62,21 +64,39 @@ class HeartbeatJobs:
         self._store = store
         self.by_id: dict[str, HeartbeatJob] = {}
 
-    async def load(self, now: float) -> None:
+    async def load(self, now: float, agents: Iterable[str] = ()) -> None:
         """Load the stored heartbeats; the config heartbeat is always there (``every =
-        0`` stops its timer). A new one's first run is one interval from ``now``."""
+        0`` stops its timer), and so is the heartbeat of each of ``agents`` (the agents
+        with a heartbeat table). A new one's first run is one interval from ``now``."""
         store = self._store
+        wanted = {MAIN, *(AGENT_PREFIX + name for name in agents)}
         for state in await store.list_heartbeats():
             if state.id.startswith(SESSION_PREFIX) and state.session_key:
                 self.by_id[state.id] = HeartbeatJob(state)
-            elif state.id == MAIN:
-                self.by_id[MAIN] = HeartbeatJob(state)
-        if MAIN not in self.by_id:
-            self.by_id[MAIN] = HeartbeatJob(HeartbeatState(id=MAIN))
+            elif state.id in wanted:
+                self.by_id[state.id] = HeartbeatJob(state)
+        for heartbeat_id in sorted(wanted - self.by_id.keys()):
+            self.by_id[heartbeat_id] = HeartbeatJob(HeartbeatState(id=heartbeat_id))
         for job in self.by_id.values():
             if job.state.anchor_at is None:
                 job.state.anchor_at = now
                 await store.save_heartbeat(job.state)
+
+    def follow_agents(self, agents: Iterable[str], now: float) -> list[HeartbeatJob]:
+        """A reload: the heartbeats of the agents with a heartbeat table now are there
+        (a new one's first run one interval from ``now``), those of agents without one
+        leave memory (their state stays stored). Returns the new ones, to be saved."""
+        wanted = {AGENT_PREFIX + name for name in agents}
+        for heartbeat_id in [i for i in self.by_id
+                             if i.startswith(AGENT_PREFIX) and i not in wanted]:
+            del self.by_id[heartbeat_id]
+        added = [HeartbeatJob(HeartbeatState(id=heartbeat_id, anchor_at=now))
+                 for heartbeat_id in sorted(wanted - self.by_id.keys())]
+        self.by_id.update((job.id, job) for job in added)
+        return added
+
+    async def save(self, job: HeartbeatJob) -> None:
+        await self._store.save_heartbeat(job.state)
 
     def forget(self) -> None:
         """Drop them from memory (another instance runs them now); :meth:`load` again."""
@@ -183,6 +203,7 @@ def describe_state(state: HeartbeatState, settings: HeartbeatConfig,
     return {
         "id": state.id,
         "kind": "session" if state.session_key else "config",
+        "agent": job_agent(state.id),  # None: the session's
         "session": state.session_key,
         "every": format_interval(every) if every else "0",
         "every_seconds": every,
@@ -194,7 +215,8 @@ def describe_state(state: HeartbeatState, settings: HeartbeatConfig,
         "last_outcome": state.last_outcome,
         # The session whose log has its runs (`sessions history`), where that is fixed.
         "log_session": state.session_key or (
-            NO_TARGET_SESSION if not wanted or settings.target == "none" else None),
+            no_target_session(state.id) if not wanted or settings.target == "none"
+            else None),
         "next_due_at": due,
         "next_in_seconds": None if due is None else max(0.0, due - now),
         "wake_texts": list(state.wake_texts),

@@ -24,11 +24,12 @@ from chatkernel.core.heartbeat.hours import when, zone_for
 from chatkernel.core.heartbeat.targets import Destination
 from chatkernel.core.health.metrics import Metrics
 from chatkernel.core.store.base import Store
-from chatkernel.core.turns.agents import Agent, AgentEvent, TurnRequest
+from chatkernel.core.turns.agents import AgentEvent, TurnRequest
 from chatkernel.core.turns.indicators import Indicators
 
 if TYPE_CHECKING:
     from chatkernel.core.outbound.responder import Responder
+    from chatkernel.core.turns.roster import Roster
 
 log = logging.getLogger("chatkernel.heartbeat")
 
@@ -39,17 +40,18 @@ MAX_RUNNING = 2
 class HeartbeatRunner:
     """Runs heartbeat turns for one kernel and handles their answers."""
 
-    def __init__(self, *, store: Store, agent: Agent, indicators: Indicators,
+    def __init__(self, *, store: Store, agents: "Roster", indicators: Indicators,
                  session_busy: Callable[[str], bool], responder: Callable[..., "Responder"],
                  metrics: Metrics) -> None:
-        """``store``: the session log a turn writes; ``agent``: who runs the turn;
+        """``store``: the session log a turn writes; ``agents``: the running agents (a
+        turn runs on its destination's, :attr:`Destination.agent`);
         ``indicators``: the typing indicator meanwhile; ``session_busy(key)``: whether a
         user turn runs or waits in the session (its indicator stays); ``responder(account,
         session_key, session_id, route, journal_seqs, heartbeat=True)``: the
         :class:`~chatkernel.core.outbound.responder.Responder` an answer goes out
         through; ``metrics``: where a skipped send is counted."""
         self._store = store
-        self._agent = agent
+        self._agents = agents
         self._indicators = indicators
         self._session_busy = session_busy
         self._responder = responder
@@ -78,8 +80,12 @@ class HeartbeatRunner:
                         envelope=self.envelope(fired_at, settings, destination),
                         heartbeat=True, log_seq=seq,
                         meta={"heartbeat": heartbeat, "tasks": list(prompt.tasks)})
+                    agent = self._agents.get(destination.agent)
                     try:
-                        async with contextlib.aclosing(self._agent.turn(request)) as events:
+                        if agent is None:
+                            raise LookupError(f"the config has no agent {destination.agent!r}")
+                        async with self._agents.using(agent), \
+                                contextlib.aclosing(agent.turn(request)) as events:
                             async for event in events:
                                 if event.kind == "text" and event.final and event.text.strip():
                                     texts.append(event.text)
@@ -145,7 +151,7 @@ class HeartbeatRunner:
         assert destination.account is not None and destination.route is not None
         responder = self._responder(destination.account, destination.session_key,
                                     destination.session_id, destination.route, [],
-                                    heartbeat=True)
+                                    heartbeat=True, agent=destination.agent)
         await responder.handle(AgentEvent.reply(text))
         await responder.flush()
 

@@ -4,10 +4,13 @@ needs attention. See docs/heartbeats.md for the user's view.
 Two kinds, one scheduler:
 
 - the **config heartbeat** (id ``main``): ``[heartbeat]`` with ``[agent.heartbeat]``
-  merged over it; it runs in the session of its target (``last``: the last
-  active chat; a channel with ``to``) or, with no destination, in a session of
-  its own (``heartbeat:main``) whose replies go nowhere. HEARTBEAT.md in the
-  workspace applies to it.
+  merged over it, run by the default agent; it runs in the session of its target
+  (``last``: the last active chat; a channel with ``to``) or, with no destination,
+  in a session of its own (``heartbeat:main``) whose replies go nowhere.
+  HEARTBEAT.md in the workspace applies to it. Each other agent with a heartbeat
+  table (``[agents.<name>.heartbeat]``) has one of its own (id ``agent:<name>``):
+  its settings merged over ``[heartbeat]``, its schedule, its target (its session
+  with the target chat, or ``heartbeat:agent:<name>``), its workspace's HEARTBEAT.md.
 - **session heartbeats** (id ``session:<key>``): set in a chat with
   ``/heartbeat every <interval> <prompt>``; their settings are merged over the
   config's and they run in, and answer to, their own session.
@@ -64,7 +67,13 @@ from chatkernel.core.heartbeat.jobs import (
 )
 from chatkernel.core.heartbeat.prompt import heartbeat_prompt
 from chatkernel.core.heartbeat.runner import HeartbeatRunner
-from chatkernel.core.heartbeat.settings import heartbeat_settings, visibility_for
+from chatkernel.core.heartbeat.settings import (
+    AGENT_PREFIX,
+    heartbeat_settings,
+    heartbeat_wanted,
+    job_agent,
+    visibility_for,
+)
 from chatkernel.core.heartbeat.targets import Destination, Targets
 
 if TYPE_CHECKING:
@@ -110,13 +119,14 @@ class HeartbeatScheduler:
     def __init__(self, *, config: Callable[[], KernelConfig], jobs: HeartbeatJobs,
                  runner: HeartbeatRunner, targets: Targets,
                  session_busy: Callable[[str], bool], pm: Any, metrics: "Metrics",
-                 workspace: Path, clock: Clock | None = None) -> None:
+                 workspace: Callable[[str], Path], clock: Clock | None = None) -> None:
         """``config()``: the config in force (a reload replaces it); ``jobs``: the
         heartbeats and their stored state; ``runner``: runs a turn and sends its answer;
         ``targets``: where a heartbeat runs and answers; ``session_busy(key)``: whether
         a user turn runs or waits in a session (a heartbeat waits for it); ``pm``: the
         plugin manager (its ``heartbeat_visibility`` answers); ``metrics``: where runs
-        and skips are counted; ``workspace``: where HEARTBEAT.md is; ``clock``: the
+        and skips are counted; ``workspace(agent)``: where an agent's HEARTBEAT.md is;
+        ``clock``: the
         system's, or a test's :class:`~chatkernel.testing.clock.ManualClock`."""
         self._config = config
         self._targets = targets
@@ -145,7 +155,7 @@ class HeartbeatScheduler:
         """Load the state and start the loop if any heartbeat is timed."""
         self._tg = task_group
         self.started = True
-        await self.saved.load(self.clock.now())
+        await self.saved.load(self.clock.now(), self._config().agent_heartbeats())
         if self._timed():
             self._ensure_loop()
         log.info("heartbeats: %s", ", ".join(self._summary(job) for job in self.jobs.values()))
@@ -339,12 +349,13 @@ class HeartbeatScheduler:
 
     async def destination(self, job: HeartbeatJob, settings: HeartbeatConfig) -> Destination:
         """Where the heartbeat runs and answers, resolved at each tick."""
-        return await self._targets.resolve(job.state, settings)
+        return await self._targets.resolve(job.state, settings, job_agent(job.id) or "default")
 
     def prompt_for(self, job: HeartbeatJob, settings: HeartbeatConfig,
                    now: float) -> TaskPrompt | str:
         """The turn's prompt, or the reason to skip (HEARTBEAT.md, config heartbeat only)."""
-        return heartbeat_prompt(job.state, settings, now, self._workspace,
+        return heartbeat_prompt(job.state, settings, now,
+                                self._workspace(job_agent(job.id) or "default"),
                                 forced=job.forced)
 
     # -- a run ---------------------------------------------------------------------------------
@@ -423,6 +434,10 @@ class HeartbeatScheduler:
         starts if a heartbeat is timed now."""
         if not self.started:
             return
+        for job in self.saved.follow_agents(self._config().agent_heartbeats(),
+                                            self.clock.now()):
+            if self._tg is not None:
+                self._tg.start_soon(self.saved.save, job, name=f"heartbeat {job.id} saved")
         if self._timed():
             self._ensure_loop()
         self.reconsider()
@@ -446,16 +461,25 @@ class HeartbeatScheduler:
         return job is not None or deleted
 
     async def wake_up(self, text: str | None = None, mode: str = "now",
-                      session_key: str | None = None) -> HeartbeatJob:
+                      session_key: str | None = None, agent: str | None = None
+                      ) -> HeartbeatJob:
         """A manual wake: ``now`` runs the heartbeat at once (past quiet hours and
         HEARTBEAT.md's skips; still idle-only); ``next`` leaves the text for its next
-        scheduled run. The text reaches the agent either way."""
+        scheduled run. The text reaches the agent either way. ``agent``: that agent's
+        config heartbeat (default: the default agent's)."""
         if mode not in ("now", "next"):
             raise HeartbeatError(f"mode must be now or next, not {mode!r}")
         if session_key:
             job = self.session_job(session_key)
             if job is None:
                 raise HeartbeatError(f"session {session_key} has no heartbeat")
+        elif agent and agent != "default":
+            job = self.jobs.get(AGENT_PREFIX + agent)
+            if job is None:
+                has = ["default", *self._config().agent_heartbeats()]
+                raise HeartbeatError(f"agent {agent!r} has no heartbeat (agents with one: "
+                                     f"{', '.join(has)}; give it an "
+                                     f"[agents.{agent}.heartbeat] table)")
         else:
             job = self.jobs.get(MAIN)
             if job is None:
@@ -476,7 +500,8 @@ class HeartbeatScheduler:
     def describe(self, job: HeartbeatJob) -> dict[str, Any]:
         """A heartbeat's status, for ``/heartbeat``, the control API and the CLI."""
         info = describe_state(job.state, self.settings_for(job), self.clock.now(),
-                              wanted=self._config().config_heartbeat_wanted())
+                              wanted=heartbeat_wanted(self._config(),
+                                                      job_agent(job.id) or "default"))
         info.update(running=job.running, waiting_for=job.waiting_for,
                     forced=job.forced, hold_until=job.hold_until)
         for record in reversed(self.history):  # where its last run went, as it went

@@ -1,7 +1,8 @@
 """A heartbeat's effective settings and what it may show.
 
-Settings: ``[heartbeat]``, then ``[agent.heartbeat]``, then a session heartbeat's own,
-each merged over the one before. Visibility (``show_ok``, ``show_alerts``,
+Settings: ``[heartbeat]``, then the agent's heartbeat table (``[agent.heartbeat]``,
+``[agents.<name>.heartbeat]``), then a session heartbeat's own, each merged over the one
+before. Visibility (``show_ok``, ``show_alerts``,
 ``use_indicator``): per account → per channel → ``channels.defaults`` → the plugins'
 ``heartbeat_visibility`` answers → :data:`DEFAULT_VISIBILITY`.
 """
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from chatkernel.core.config import KernelConfig
 
 VISIBILITY_KEYS = ("show_ok", "show_alerts", "use_indicator")
+#: An agent's config heartbeat is ``agent:<name>`` (the default agent's is ``main``).
+AGENT_PREFIX = "agent:"
 
 #: What a heartbeat shows when neither a plugin nor the config says otherwise: alerts
 #: and the indicator, not the acknowledgements. The built-in ``heartbeat_visibility``
@@ -29,14 +32,16 @@ DEFAULT_VISIBILITY = {"show_ok": False, "show_alerts": True, "use_indicator": Tr
 # -- settings --------------------------------------------------------------------------------
 
 
-def merged_settings(config: "KernelConfig",
-                    override: Mapping[str, Any] | None = None) -> HeartbeatConfig:
-    """``[heartbeat]``, then ``[agent.heartbeat]``, then a session's own settings, each
+def merged_settings(config: "KernelConfig", override: Mapping[str, Any] | None = None,
+                    agent: str = "default") -> HeartbeatConfig:
+    """``[heartbeat]``, then ``agent``'s heartbeat table (``[agent.heartbeat]`` for the
+    default agent, ``[agents.<name>.heartbeat]``), then a session's own settings, each
     merged over the one before (``active_hours`` key by key)."""
     values: dict[str, Any] = {}
     layers: list[Mapping[str, Any]] = [config.heartbeat.model_dump(exclude_unset=True)]
-    if config.agent.heartbeat is not None:
-        layers.append(config.agent.heartbeat.model_dump(exclude_unset=True))
+    table = config.named_agents().get(agent)
+    if table is not None and table.heartbeat is not None:
+        layers.append(table.heartbeat.model_dump(exclude_unset=True))
     if override:
         layers.append(override)
     for layer in layers:
@@ -49,14 +54,33 @@ def merged_settings(config: "KernelConfig",
     return HeartbeatConfig.model_validate(values)
 
 
+def job_agent(heartbeat_id: str) -> str | None:
+    """The agent a config heartbeat runs on: ``main`` is the default agent's,
+    ``agent:<name>`` agent ``name``'s; None for a session heartbeat (its session's)."""
+    if heartbeat_id == "main":
+        return "default"
+    if heartbeat_id.startswith(AGENT_PREFIX):
+        return heartbeat_id[len(AGENT_PREFIX):]
+    return None
+
+
 def heartbeat_settings(config: "KernelConfig", state: HeartbeatState) -> HeartbeatConfig:
-    """A heartbeat's effective settings: :func:`merged_settings` with its own, and for the
+    """A heartbeat's effective settings: :func:`merged_settings` with its own, and for a
     config heartbeat, ``every = "0"`` while the config does not ask for it
-    (:meth:`KernelConfig.config_heartbeat_wanted`)."""
-    settings = merged_settings(config, state.settings)
-    if state.session_key is None and not config.config_heartbeat_wanted():
+    (:meth:`KernelConfig.config_heartbeat_wanted`, an agent's ``heartbeat`` table)."""
+    agent = job_agent(state.id)
+    settings = merged_settings(config, state.settings, agent or "default")
+    if state.session_key is None and not heartbeat_wanted(config, agent or "default"):
         settings = settings.model_copy(update={"every": "0"})
     return settings
+
+
+def heartbeat_wanted(config: "KernelConfig", agent: str) -> bool:
+    """Whether the config asks for ``agent``'s config heartbeat (see
+    :meth:`KernelConfig.config_heartbeat_wanted`, :meth:`KernelConfig.agent_heartbeats`)."""
+    if agent == "default":
+        return config.config_heartbeat_wanted()
+    return agent in config.agent_heartbeats()
 
 
 # -- visibility ------------------------------------------------------------------------------

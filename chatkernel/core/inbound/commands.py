@@ -28,15 +28,17 @@ class CommandGateway:
     (docs/hooks.md, ``register_commands``). One per kernel, given what it reads by name.
 
     ``commands``, ``agent_kind``, ``started_at``, ``sessions``, ``queue`` and
-    ``heartbeats`` are functions: what they return exists once the kernel started, or a
+    ``heartbeats`` are functions (``agent_table(name)``: an agent's config table, None
+    when the config has no such agent): what they return exists once the kernel started, or a
     reload replaces it. ``legacy_kernel`` returns the whole kernel, for the deprecated
     :attr:`CommandContext.kernel` alone."""
 
-    __slots__ = ("_commands", "_agent_kind", "_started_at", "_accounts", "_sessions",
+    __slots__ = ("_commands", "_agent_kind", "_agent_table", "_started_at", "_accounts", "_sessions",
                  "_queue_settings", "_queue", "_heartbeats", "_legacy_kernel")
 
     def __init__(self, *, commands: Callable[[], dict[str, Command]],
                  agent_kind: Callable[[], str], started_at: Callable[[], float | None],
+                 agent_table: Callable[[str], Any] = lambda name: None,
                  accounts: Callable[[], Iterable["Account"]],
                  sessions: Callable[[], "Sessions"],
                  queue_settings: Callable[[str], "QueueSettings"],
@@ -45,6 +47,7 @@ class CommandGateway:
                  legacy_kernel: Callable[[], Any]) -> None:
         self._commands = commands
         self._agent_kind = agent_kind
+        self._agent_table = agent_table
         self._started_at = started_at
         self._accounts = accounts
         self._sessions = sessions
@@ -63,6 +66,18 @@ class CommandGateway:
     def agent_kind(self) -> str:
         """The configured agent's kind (``echo``, ``command``, ``openai``...)."""
         return self._agent_kind()
+
+    def session_agent(self, session: "SessionRecord") -> tuple[str, str | None]:
+        """The name and kind of the agent ``session`` is with (kind None: the config has
+        that agent no more)."""
+        table = self._agent_table(session.agent)
+        return session.agent, None if table is None else table.kind
+
+    def access_level(self, session: "SessionRecord", account: "Account") -> str:
+        """The access level ``session``'s replies are judged by: its agent's
+        ``access_level`` where the agent's table sets one, else the account's."""
+        table = self._agent_table(session.agent)
+        return getattr(table, "access_level", None) or account.access_level
 
     @property
     def started_at(self) -> float | None:

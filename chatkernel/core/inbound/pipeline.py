@@ -1,8 +1,8 @@
 """The inbound delivery pipeline, the same skeleton for every channel.
 
 deliver: validate → dedupe + journal → the channel's ``screen_inbound``, then
-``inbound_accept`` → slash command? →
-session → route refresh → last active chat → busy hint → queue lane →
+``inbound_accept`` → the chat's agent (its bindings) → slash command? →
+the agent's session → route refresh → last active chat → busy hint → queue lane →
 ``inbound_delivered``.
 
 Two entry points run it. :meth:`Inbound.deliver` goes through every step and
@@ -208,6 +208,7 @@ class Inbound:
     ``task_group`` and ``commands`` are functions: they exist once the kernel started,
     or a reload replaces them. ``account_for`` finds a message's running account
     (:class:`InvalidMessage` if none), ``account`` an account by key (None if none);
+    ``agent_for`` names the agent answering a message's chat (None: no agent does);
     ``indicate`` shows an account's typing indicator now; ``command_gateway`` is what a
     command handler gets (:class:`CommandContext`)."""
 
@@ -218,6 +219,7 @@ class Inbound:
                  task_group: Callable[[], TaskGroup],
                  account_for: Callable[[str, str], Account],
                  account: Callable[[str], Account | None],
+                 agent_for: Callable[[InboundMessage], str | None],
                  commands: Callable[[], dict[str, Command]],
                  command_gateway: CommandGateway, outbound: Outbound, order: OutputOrder,
                  indicate: Callable[[Account, Route], None], pm: PluginManager,
@@ -229,6 +231,7 @@ class Inbound:
         self._cluster = cluster
         self._account_for = account_for
         self._account = account
+        self._agent_for = agent_for
         self._commands = commands
         self._command_gateway = command_gateway
         self._outbound = outbound
@@ -361,7 +364,8 @@ class Inbound:
     async def deliver(self, message: InboundMessage) -> str:
         """Deliver one normalized message; returns the outcome (for logs and tests):
 
-        ``duplicate``, ``rejected``, ``command``, or the queue's answer
+        ``duplicate``, ``rejected``, ``unanswered`` (no agent answers the chat),
+        ``command``, or the queue's answer
         (``started``, ``queued``, ``steered``, ``interrupted``, ``refused``).
         """
         accepted = await self._journal(message)
@@ -406,8 +410,12 @@ class Inbound:
             await self._reject(account, message, verdict, seq)
             return "rejected"
 
+        agent = self._agent_for(message)
+        if agent is None:
+            await self._unanswered(account, message, seq)
+            return "unanswered"
         sessions, queue = self._sessions(), self._queue()
-        record = await sessions.resolve(message)
+        record = await sessions.resolve(message, agent)
         route = await sessions.refresh_route(record.key, message)
         self._remember_last_chat(account, message)
 
@@ -470,6 +478,17 @@ class Inbound:
         await store.set_account_state(account.channel_name, account.name, key, now)
         await self._outbound.deliver_text(account, route_for(message), verdict.reply,
                                           fmt="plain")
+
+    async def _unanswered(self, account: Account, message: InboundMessage,
+                          seq: int | None) -> None:
+        """A chat no binding gives an agent, on a config with no default agent: said in
+        the log (which rule would answer it is ``chatkernel agents which``)."""
+        self._metrics.dropped.labels("no agent").inc()
+        log.warning("%s: message %s in chat %s not answered: no binding matches it and the "
+                    "config has no default agent", account.key, message.message_id,
+                    message.chat_id)
+        if seq is not None:
+            await self._store().set_journal_status(seq, "rejected")
 
     def _remember_last_chat(self, account: Account, message: InboundMessage) -> None:
         """The target of ``last``: kept in memory, written when it changed.

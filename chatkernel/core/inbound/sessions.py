@@ -78,33 +78,34 @@ class Sessions:
         """Routes in memory."""
         return len(self._routes)
 
-    async def resolve(self, message: InboundMessage) -> SessionRecord:
-        """The session of a message, created on first contact."""
+    async def resolve(self, message: InboundMessage, agent: str = "default") -> SessionRecord:
+        """The session of a message with ``agent``, created on first contact (a chat
+        bound to another agent is another session: history stays with its agent)."""
         key = Session.make_key(message.channel, message.account, message.chat_id,
-                               message.thread_id)
+                               message.thread_id, agent)
         record = await self.get(key)
         if record is None:
             now = self._clock()
             record = SessionRecord(key=key, session_id=new_session_id(), channel=message.channel,
                                    account=message.account, chat_id=message.chat_id,
                                    thread_id=message.thread_id, created_at=now,
-                                   last_active_at=now)
+                                   last_active_at=now, agent=agent)
             cached = await self._remember(record)  # cached before its first await
             if cached is not record:  # another task made the session meanwhile: theirs
                 return cached
             await self._store.save_session(record)
         return record
 
-    async def open(self, key: str, route: Route) -> SessionRecord:
-        """The session of ``key``, created for a proactive send to ``route`` when there is
-        none yet (so it is listed, and its log holds what became of the send)."""
+    async def open(self, key: str, route: Route, agent: str = "default") -> SessionRecord:
+        """The session of ``key`` (``agent``'s), created for a proactive send to ``route``
+        when there is none yet (so it is listed, and its log holds what became of it)."""
         record = await self.get(key)
         if record is None:
             now = self._clock()
             record = SessionRecord(key=key, session_id=new_session_id(), channel=route.channel,
                                    account=route.account, chat_id=route.chat_id,
                                    thread_id=route.thread_id, created_at=now,
-                                   last_active_at=now)
+                                   last_active_at=now, agent=agent)
             self._records[key] = record
             await self._store.save_session(record)
         if await self.route(key) is None:

@@ -418,7 +418,10 @@ class Outbox:
                                                     "is not running"))
             return
         route = await sessions.route(entry.session_key) or entry.route
-        verdict = self._send_policy().check(route, sessions.cached(entry.session_key))
+        # The session decides (its own setting, its agent's policy): read it if a restart
+        # left it out of memory.
+        session = sessions.cached(entry.session_key) or await sessions.get(entry.session_key)
+        verdict = self._send_policy().check(route, session)
         if not verdict:
             log.info("%s: not sent to %s: %s", account.key, route.chat_id, verdict.reason)
             await store.outbox_mark(entry.id, "failed", verdict.reason)

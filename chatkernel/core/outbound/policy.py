@@ -57,13 +57,15 @@ class SendPolicy:
     ``[send_policy]`` (by channel and chat type); then its ``default``.
     """
 
-    def __init__(self, default: str = "allow", rules: list[dict] | None = None) -> None:
+    def __init__(self, default: str = "allow", rules: list[dict] | None = None, *,
+                 where: str = "send_policy") -> None:
         self.default = default
         self.rules = list(rules or [])
+        self.where = where  # the table's key, which a verdict names
 
     @classmethod
-    def from_config(cls, config) -> "SendPolicy":
-        return cls(config.default, [rule.model_dump() for rule in config.rules])
+    def from_config(cls, config, *, where: str = "send_policy") -> "SendPolicy":
+        return cls(config.default, [rule.model_dump() for rule in config.rules], where=where)
 
     def check(self, route, session=None) -> Verdict:
         override = (session.settings.get("send") if session is not None else None)
@@ -75,8 +77,8 @@ class SendPolicy:
                 continue
             if rule.get("chat_type", "any") not in ("any", chat_type):
                 continue
-            return self._verdict(rule["action"], f"send_policy.rules[{index}]")
-        return self._verdict(self.default, "send_policy.default")
+            return self._verdict(rule["action"], f"{self.where}.rules[{index}]")
+        return self._verdict(self.default, f"{self.where}.default")
 
     @staticmethod
     @functools.lru_cache(maxsize=256)  # a handful of (action, source) pairs; checked per payload
@@ -84,3 +86,31 @@ class SendPolicy:
         if action == "allow":
             return Verdict.allow(source)
         return Verdict.deny(f"blocked by the send policy ({source})")
+
+
+class SendPolicies:
+    """The send policy of each session: its agent's ``send_policy`` table where the
+    agent has one (``[agents.<name>.send_policy]``), else ``[send_policy]``."""
+
+    def __init__(self, default: SendPolicy, by_agent: dict[str, SendPolicy] | None = None
+                 ) -> None:
+        self.default = default
+        self.by_agent = dict(by_agent or {})
+
+    @classmethod
+    def from_config(cls, config) -> "SendPolicies":
+        """From a whole :class:`~chatkernel.core.config.KernelConfig`."""
+        by_agent = {name: SendPolicy.from_config(agent.send_policy,
+                                                 where=config.agent_key(name, "send_policy"))
+                    for name, agent in config.named_agents().items()
+                    if agent.send_policy is not None}
+        return cls(SendPolicy.from_config(config.send_policy), by_agent)
+
+    def for_agent(self, agent: str | None) -> SendPolicy:
+        return self.by_agent.get(agent or "default", self.default)
+
+    def check(self, route, session=None) -> Verdict:
+        """:meth:`SendPolicy.check` with the policy of ``session``'s agent."""
+        agent = getattr(session, "agent", None)
+        return self.for_agent(agent).check(route, session)
+

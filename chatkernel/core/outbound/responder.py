@@ -37,6 +37,20 @@ ERROR_PREFIX = "⚠️ "
 SYSTEM_PREFIX = "ℹ️ "
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class MediaScope:
+    """What a reply's files are judged by: the workspace relative paths start from and
+    the access level the media-path policy is asked with. An agent's own (its
+    ``workspace``, its ``access_level``) where its table sets them; else the account's."""
+
+    workspace: Path
+    access_level: str
+
+    @classmethod
+    def of(cls, account: Account) -> "MediaScope":
+        return cls(account.workspace, account.access_level)
+
+
 def upload_failed(name: str, reason: str) -> str:
     """What the chat reads when a file could not be sent."""
     return f"{ERROR_PREFIX}upload failed: {name} — {reason}"
@@ -88,13 +102,15 @@ class Outbound:
         return await send_payload(self._pm, self._metrics, account, route, payload)
 
     async def payloads(self, account: Account, text: str, *, fmt: str = "markdown",
-                       media: list[str] = ()) -> list[OutboundPayload]:
+                       media: list[str] = (), scope: MediaScope | None = None
+                       ) -> list[OutboundPayload]:
         """The payloads of one reply, in order: text chunks and media files.
 
         With ``fmt="markdown"`` the text's ``MEDIA:`` lines become media payloads
         in their place; ``media`` adds files after the text (``chatkernel send
         --media``). A file the media-path policy refuses becomes an
-        ``⚠️ upload failed`` line instead, and is logged.
+        ``⚠️ upload failed`` line instead, and is logged. ``scope``: the files'
+        workspace and access level (default: the account's).
         """
         limits = account.channel.limits  # type: ignore[union-attr]
         result: list[OutboundPayload] = []
@@ -108,31 +124,34 @@ class Outbound:
                               for chunk in chunk_text(value, limits.text_limit,
                                                       limits.text_unit))
             else:
-                result.append(await self._media_payload(account, value))
+                result.append(await self._media_payload(account, value, scope))
         return result
 
-    async def check_media(self, account: Account, raw_path: str) -> tuple[Path | None, str]:
+    async def check_media(self, account: Account, raw_path: str,
+                          scope: MediaScope | None = None) -> tuple[Path | None, str]:
         """Resolve a media path and ask ``media_path_allowed``: (path, "") when it
         may be sent, else (None, the reason). Refusals are logged."""
+        scope = scope or MediaScope.of(account)
         try:
             if "\x00" in raw_path:
                 raise ValueError("the path contains a NUL byte")
-            path = resolve_media_path(raw_path, account.workspace)
+            path = resolve_media_path(raw_path, scope.workspace)
         except (OSError, ValueError, RuntimeError) as exc:
             reason = f"not a usable path ({exc})"
             log.warning("%s: media %r refused: %s", account.key, raw_path, reason)
             return None, reason
         verdict = await await_maybe(self._pm.hook.media_path_allowed(
-            path=path, workspace=account.workspace.resolve(),
-            access_level=account.access_level, account=account))
+            path=path, workspace=scope.workspace.resolve(),
+            access_level=scope.access_level, account=account))
         if verdict is not None and not verdict:
             log.warning("%s: media %s refused by the media-path policy: %s", account.key, path,
                         verdict.reason)
             return None, verdict.reason
         return path, ""
 
-    async def _media_payload(self, account: Account, raw_path: str) -> OutboundPayload:
-        path, reason = await self.check_media(account, raw_path)
+    async def _media_payload(self, account: Account, raw_path: str,
+                             scope: MediaScope | None) -> OutboundPayload:
+        path, reason = await self.check_media(account, raw_path, scope)
         if path is None:
             name = raw_path.replace("\x00", "").rsplit("/", 1)[-1] or raw_path
             return OutboundPayload(text=upload_failed(name, reason), format="plain")
@@ -196,13 +215,16 @@ class Responder:
     ``heartbeat=True`` sends it as it is.
 
     ``outbound`` builds the reply's payloads and queues them (:meth:`Outbound.payloads`,
-    :meth:`Outbound.queue_reply`).
+    :meth:`Outbound.queue_reply`); ``scope``: what the reply's files are judged by
+    (default: the account's workspace and access level).
     """
 
     def __init__(self, outbound: Outbound, account: Account, session_key: str,
                  session_id: str, route: Route, journal_seqs: list[int], *,
-                 heartbeat: bool = False, user_log: list[LogRow] | None = None) -> None:
+                 heartbeat: bool = False, user_log: list[LogRow] | None = None,
+                 scope: MediaScope | None = None) -> None:
         self._outbound = outbound
+        self._scope = scope
         self._heartbeat = heartbeat
         self._account = account
         self._key = session_key
@@ -249,7 +271,7 @@ class Responder:
 
     async def _queue(self, text: str, fmt: str = "markdown") -> None:
         outbound = self._outbound
-        payloads = await outbound.payloads(self._account, text, fmt=fmt)
+        payloads = await outbound.payloads(self._account, text, fmt=fmt, scope=self._scope)
         if not payloads:
             return
         # The turn's user entries are logged with its first reply (see queue_reply).

@@ -58,6 +58,8 @@ class SessionRecord:
     created_at: float
     last_active_at: float
     settings: dict[str, Any] = field(default_factory=dict)  # /queue overrides, ...
+    #: The agent the conversation is with (part of the key unless it is ``default``).
+    agent: str = "default"
 
 
 @dataclass(slots=True)

@@ -534,7 +534,8 @@ class RedisStore(Store, SharedState):
                              chat_id=data["chat_id"], thread_id=data.get("thread_id"),
                              created_at=data["created_at"],
                              last_active_at=data["last_active_at"],
-                             settings=data.get("settings") or {})
+                             settings=data.get("settings") or {},
+                             agent=data.get("agent") or "default")
 
     async def get_session(self, key: str) -> SessionRecord | None:
         self._check_open()
@@ -548,7 +549,8 @@ class RedisStore(Store, SharedState):
             "key": record.key, "session_id": record.session_id, "channel": record.channel,
             "account": record.account, "chat_id": record.chat_id,
             "thread_id": record.thread_id, "created_at": float(record.created_at),
-            "last_active_at": float(record.last_active_at), "settings": None,
+            "last_active_at": float(record.last_active_at), "agent": record.agent,
+            "settings": None,
         }, what="SessionRecord")
         # The settings' text spliced in rather than encoded twice.
         text = text[:-len('null}')] + settings + "}"

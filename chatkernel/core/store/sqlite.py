@@ -362,6 +362,11 @@ MIGRATIONS: list[str] = [
     CREATE INDEX outbox_platform_id ON outbox (channel, account, platform_id)
         WHERE platform_id IS NOT NULL;
     """,
+    # 8: the agent a session's conversation is with (docs/agents.md). Sessions from
+    # before there were several agents are the default agent's.
+    """
+    ALTER TABLE sessions ADD COLUMN agent TEXT NOT NULL DEFAULT 'default';
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -1244,16 +1249,16 @@ class SQLiteStore(Store):
     # -- sessions and routes ------------------------------------------------------------------
 
     _SESSION_COLUMNS = ("key, session_id, channel, account, chat_id, thread_id, created_at,"
-                        " last_active_at, settings")
+                        " last_active_at, settings, agent")
 
     @staticmethod
     def _session(row: tuple[Any, ...]) -> SessionRecord:
         (key, session_id, channel, account, chat_id, thread_id, created_at, last_active_at,
-         settings) = row
+         settings, agent) = row
         return SessionRecord(key=key, session_id=session_id, channel=channel, account=account,
                              chat_id=chat_id, thread_id=thread_id, created_at=created_at,
                              last_active_at=last_active_at,
-                             settings=decode_json(settings) or {})
+                             settings=decode_json(settings) or {}, agent=agent)
 
     async def get_session(self, key: str) -> SessionRecord | None:
         row = self._run(f"SELECT {self._SESSION_COLUMNS} FROM sessions WHERE key = ?",
@@ -1263,14 +1268,16 @@ class SQLiteStore(Store):
     async def save_session(self, record: SessionRecord) -> None:
         settings = encode_json(record.settings or {}, what="SessionRecord.settings")
         self._write(
-            f"INSERT INTO sessions ({self._SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            f"INSERT INTO sessions ({self._SESSION_COLUMNS})"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (key) DO UPDATE SET session_id = excluded.session_id,"
             " channel = excluded.channel, account = excluded.account,"
             " chat_id = excluded.chat_id, thread_id = excluded.thread_id,"
             " created_at = excluded.created_at, last_active_at = excluded.last_active_at,"
-            " settings = excluded.settings",
+            " settings = excluded.settings, agent = excluded.agent",
             (record.key, record.session_id, record.channel, record.account, record.chat_id,
-             record.thread_id, record.created_at, record.last_active_at, settings))
+             record.thread_id, record.created_at, record.last_active_at, settings,
+             record.agent))
 
     async def list_sessions(self, active_since: float | None = None) -> list[SessionRecord]:
         if active_since is None:

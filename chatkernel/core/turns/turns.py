@@ -4,7 +4,9 @@
 :meth:`Turns.run` runs a lane's batch as one turn, :meth:`Turns.dropped` is
 told of the messages a lane dropped or refused, and :meth:`Turns.steer` hands
 a message to the session's running turn. The kernel builds it once the store,
-the sessions and the agent exist, and gives it only what a turn uses.
+the sessions and the agents exist, and gives it only what a turn uses. A turn runs on
+its session's agent (:attr:`SessionRecord.agent`), and keeps that agent to its end
+even when a reload replaces it (:class:`~chatkernel.core.turns.roster.Roster`).
 
 A turn's messages are logged with its first reply, in the transaction that
 finishes their journal entries (the :class:`~chatkernel.core.outbound.responder.Responder`
@@ -22,45 +24,48 @@ from collections.abc import Callable
 import anyio
 
 from chatkernel.core.turns.agents import Agent, AgentEvent, TurnRequest
+from chatkernel.core.turns.roster import Roster
 from chatkernel.core.inbound.pipeline import envelope, text_with_media_notes
 from chatkernel.core.turns.indicators import Indicators
 from chatkernel.core.health.metrics import Metrics
-from chatkernel.sdk.models import Account, InboundMessage
+from chatkernel.sdk.models import Account, InboundMessage, Route
 from chatkernel.core.outbound.order import OutputOrder
 from chatkernel.core.outbound.responder import Responder
 from chatkernel.core.inbound.queue import Batch, QueuedMessage
 from chatkernel.core.inbound.sessions import Sessions
-from chatkernel.core.store.base import LogRow, Store
+from chatkernel.core.store.base import LogRow, SessionRecord, Store
 from chatkernel.core.store.shared import LeaseLost
 
 #: The kernel's logger: turn failures and drops are logged under the name they always had.
 log = logging.getLogger("chatkernel.kernel")
 
-#: responder(account, session_key, session_id, route, journal_seqs, user_log=...):
-#: the Responder that queues one turn's replies.
+#: responder(account, session_key, session_id, route, journal_seqs, user_log=..., agent=...):
+#: the Responder that queues one turn's replies (``agent``: the session's agent's name).
 ResponderFactory = Callable[..., Responder]
 
 
 class Turns:
     """Runs the turns of every session of one kernel.
 
-    ``account_for(channel, account)`` finds a session's account (raising when it
-    is not running); ``responder`` makes the :class:`Responder` of one turn.
+    ``agents``: the running agents by name; ``account_for(channel, account)`` finds a
+    session's account (raising when it is not running); ``responder`` makes the
+    :class:`Responder` of one turn.
     """
 
-    def __init__(self, *, store: Store, sessions: Sessions, agent: Agent,
+    def __init__(self, *, store: Store, sessions: Sessions, agents: Roster,
                  account_for: Callable[[str, str], Account], responder: ResponderFactory,
                  indicators: Indicators, metrics: Metrics, order: OutputOrder) -> None:
         self._store = store
         self._sessions = sessions
-        self._agent = agent
+        self._agents = agents
         self._account_for = account_for
         self._responder = responder
         self._indicators = indicators
         self._metrics = metrics
         self._order = order
-        #: The responder of each session's running turn (steered messages join it).
-        self._running: dict[str, Responder] = {}
+        #: The responder and agent of each session's running turn (steered messages
+        #: join it).
+        self._running: dict[str, tuple[Responder, Agent]] = {}
 
     def running(self, key: str) -> bool:
         """Whether a turn of the session runs now."""
@@ -94,16 +99,31 @@ class Turns:
         if route is None:
             raise RuntimeError(f"session {key} has no reply route")
         seqs = [item.seq for item in batch.items if item.seq is not None]
+        agent = self._agents.get(record.agent)
+        if agent is None:  # a reload removed the agent while these waited
+            self._metrics.dropped.labels("agent removed").inc(len(user_log))
+            log.warning("session %s: %d message(s) not answered: the config has no agent "
+                        "%r any more", key, len(user_log), record.agent)
+            await self._finish(key, record.session_id, user_log, seqs)
+            return
+        async with self._agents.using(agent):  # this turn keeps it across a reload
+            await self._run_agent(key, agent, record, account, request, route, seqs,
+                                  user_log)
+
+    async def _run_agent(self, key: str, agent: Agent, record: SessionRecord,
+                         account: Account, request: TurnRequest, route: Route,
+                         seqs: list[int], user_log: list[LogRow]) -> None:
+        """The turn on ``agent``: its events through a Responder, its books closed."""
         responder = self._responder(account, key, record.session_id, route, seqs,
-                                    user_log=user_log)
-        self._running[key] = responder
+                                    user_log=user_log, agent=record.agent)
+        self._running[key] = (responder, agent)
         indicators = self._indicators
         indicators.begin(account, key)
         started = time.monotonic()
         outcome = "ok"
         lost = False
         try:
-            events = self._agent.turn(request)
+            events = agent.turn(request)
             try:
                 async for event in events:
                     await responder.handle(event)
@@ -160,13 +180,14 @@ class Turns:
     async def steer(self, key: str, item: QueuedMessage) -> bool:
         """Hand a message to the session's running turn; False when the agent cannot
         take it (the queue then runs it as a follow-up)."""
-        agent = self._agent
-        if not agent.supports_steer or key not in self._running:
+        running = self._running.get(key)
+        if running is None or not running[1].supports_steer:
             return False
-        if not await agent.steer(key, text_with_media_notes(item.message)):
+        if not await running[1].steer(key, text_with_media_notes(item.message)):
             return False
-        responder = self._running.get(key)
-        if responder is not None:
+        running = self._running.get(key)
+        if running is not None:
+            responder = running[0]
             # Part of the turn now: logged and finished with its next reply, or its end.
             responder.join(user_log_row(item.message), item.seq)
         else:  # the turn ended while the agent took it: it is over for this message too
