@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from chatkernel.channels import Channel
+from chatkernel.channels import Capabilities, Channel
 from chatkernel.core.outbound.deliveries import is_account_failure
 from chatkernel.sdk.models import SendError
 
 
 class Graphish(Channel):
     name = "graphish"
-    recipient_error_codes = frozenset({131026, "channel_not_found"})
+    capabilities = Capabilities(recipient_error_codes=frozenset({131026, "channel_not_found"}))
 
 
 def test_a_recipients_refusal_is_not_the_accounts():
