@@ -193,8 +193,8 @@ async def _kernel(tmp_path, platforms, data, agents):
             with scope:
                 async with anyio.create_task_group() as tg:
                     for name in ("main", "alt"):
-                        channel = h.kernel.accounts[f"loopback:{name}"].channel
-                        tg.start_soon(channel.run, h.kernel.receiver)
+                        transport = h.kernel.accounts[f"loopback:{name}"].transport
+                        tg.start_soon(transport.run, h.kernel.receiver)
 
         h.kernel.task_group.start_soon(loops)
         try:
