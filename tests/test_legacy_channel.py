@@ -2,8 +2,10 @@
 each replacement (chatkernel.sdk.legacy; the upgrade table in docs/writing-a-channel.md).
 
 The loopback channel as it was — receive methods on the channel, ``self.poll_forever``,
-a capability set per instance — kept word for word below, runs the whole contract suite
-against the loopback platform, as a plugin nobody has upgraded would."""
+a capability set per instance — kept as it was written but for the wire (the loopback
+platform speaks the sample protocol now: a bearer token, ``event_id``, errors with
+``error`` and ``retry_after``), runs the whole contract suite against the loopback
+platform, as a plugin nobody has upgraded would."""
 
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ def define_old_channel() -> type[Channel]:
 
     class OldLoopbackAccount(AccountConfig):
         base_url: str
+        token: str = "test-token"
         allow_from: list[str] = Field(default_factory=lambda: ["*"])
         poll_timeout: float = 1.0
         #: Declare the sends idempotent (``Channel.idempotent_sends``): the platform
@@ -62,6 +65,7 @@ def define_old_channel() -> type[Channel]:
         def __init__(self, account, settings=None) -> None:
             super().__init__(account, settings)
             self.http = HttpClient(self.config.base_url, timeout=self.config.poll_timeout + 10,
+                                   headers={"Authorization": f"Bearer {self.config.token}"},
                                    platform="the loopback platform")
             # Per account, so one test kit channel serves both kinds of platform.
             self.idempotent_sends = self.config.idempotent_sends  # type: ignore[misc]
@@ -75,7 +79,7 @@ def define_old_channel() -> type[Channel]:
         async def poll(self, cursor: str | None) -> Polled:
             updates = await self._call("GET", "/updates", long_poll=True, params={
                 "offset": cursor or "0", "timeout": str(self.config.poll_timeout)})
-            last = max((update["update_id"] for update in updates), default=None)
+            last = max((update["event_id"] for update in updates), default=None)
             return Polled(updates, None if last is None else str(last + 1))
 
         def event_chat(self, update: dict[str, Any]) -> str:
@@ -123,8 +127,8 @@ def define_old_channel() -> type[Channel]:
             if not isinstance(body, dict) or not body.get("ok"):
                 body = body if isinstance(body, dict) else {}
                 raise PlatformError.from_answer(
-                    answer, str(body.get("description", "error")), code=body.get("error_code"),
-                    retry_after=(body.get("parameters") or {}).get("retry_after"))
+                    answer, str(body.get("description", "error")), code=body.get("error"),
+                    retry_after=body.get("retry_after"))
             return body["result"]
 
         async def aclose(self) -> None:

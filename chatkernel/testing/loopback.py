@@ -1,14 +1,15 @@
-"""A small chat platform and its channel, for end-to-end and crash tests.
+"""The kit's loopback channel and platform, for end-to-end and crash tests.
 
-:class:`LoopbackPlatform` is a real HTTP server on 127.0.0.1 (on the fake-platform
-base, :mod:`chatkernel.testing.fake_platform`) that behaves the way
-long-polling platforms do (Telegram's ``getUpdates`` is the model): updates
-are kept until a later poll confirms them with ``offset``, so a client that
-crashes before confirming gets them again; sends are recorded in order, with
-injectable failures (429 with ``retry_after``, 5xx, dropped connections, an
-answer held back) and deduped by their idempotency key, as Matrix dedupes by
-``txnId``. :class:`LoopbackChannel` is a complete channel plugin for it; an
-account with ``idempotent_sends = true`` declares its sends idempotent.
+They are the sample channel (:mod:`chatkernel.testing.sample`: the plugin template's
+polling channel and its fake platform, the same files) plus only what the kernel's
+tests need. :class:`LoopbackPlatform` is a real HTTP server on 127.0.0.1 speaking the
+sample protocol (documented in :mod:`chatkernel.testing.sample.fake`): updates are
+kept until a later poll confirms them with ``offset``, so a client that crashes before
+confirming gets them again; sends are recorded in order, with injectable failures (429
+with ``retry_after``, 5xx, dropped connections, an answer held back) and deduped by
+their idempotency key, as Matrix dedupes by ``txnId``. :class:`LoopbackChannel` is the
+sample channel named ``loopback``, with tighter limits and backoff; an account with
+``idempotent_sends = true`` declares its sends idempotent.
 
 ``python -m chatkernel.testing.loopback --platform URL [--idempotent-sends]``
 runs the real gateway with the loopback channel (``CHATKERNEL_HOME`` as usual):
@@ -18,86 +19,38 @@ the crash tests kill that process.
 from __future__ import annotations
 
 import argparse
-import itertools
-import time
-from dataclasses import dataclass, field
-from typing import Any
+import dataclasses
 
 import anyio
-from aiohttp import web
 from pydantic import Field
 
-from chatkernel.channels import (
-    AccountConfig,
-    Capabilities,
-    Channel,
-    ChannelLimits,
-    HttpClient,
-    InboundMessage,
-    OutboundPayload,
-    PlatformError,
-    Polled,
-    Polling,
-    ProbeResult,
-    RateLimit,
-    Route,
-    SendResult,
-    hookimpl,
-)
-from chatkernel.testing.fake_platform import Call, ErrorAnswer, FakePlatform
+from chatkernel.channels import ChannelLimits, RateLimit, hookimpl
+from chatkernel.testing.sample.channel import SampleAccount, SampleChannel, SamplePolling
+from chatkernel.testing.sample.fake import SENDS, SamplePlatform, SentMessage
+
+__all__ = ["SENDS", "LoopbackAccount", "LoopbackChannel", "LoopbackPlatform",
+           "LoopbackPlugin", "LoopbackPolling", "SentMessage"]
+
+#: The token both sides use unless a test says otherwise.
+TOKEN = "test-token"
 
 
-@dataclass
-class PlatformMessage:
-    """What the platform recorded for one send."""
+class LoopbackPlatform(SamplePlatform):
+    """The sample platform for the kernel's tests:
+    ``async with LoopbackPlatform() as platform: platform.url``.
 
-    message_id: int
-    chat_id: str
-    text: str  # a media message's caption
-    ts: float = field(default_factory=time.time)
-    thread_id: str | None = None
-    media_kind: str | None = None  # "image", "voice", "document"...; None: a text message
-    filename: str | None = None
-    key: str | None = None  # the send's idempotency key, if it had one
-
-
-#: The methods a send fault applies to.
-SENDS = ("send", "send_media")
-
-
-class LoopbackPlatform(FakePlatform):
-    """The platform side: ``async with LoopbackPlatform() as platform: platform.url``.
-
-    Its wire protocol: ``GET /updates?offset=&timeout=`` (a long poll; updates below
-    ``offset`` are confirmed and forgotten), ``POST /send`` (JSON ``chat_id``, ``text``,
-    ``thread_id``), ``POST /send_media`` (multipart ``chat_id``, ``kind``, ``caption``,
-    ``thread_id``, ``file``), ``POST /typing`` (JSON ``chat_id``), ``GET /me`` (the
-    probe). Answers are ``{"ok": true, "result": ...}`` or ``{"ok": false, "error_code",
-    "description", "parameters"}``. Sends are the calls :attr:`calls` records, and the
-    ones ``latency`` and faults apply to. A send may carry ``idempotency_key``: a later
-    send with the same key records nothing and is answered the first one's
-    ``message_id`` (:attr:`deduped` counts them).
+    Its chats take any pace the kernel sends at, its 429s ask for :attr:`retry_after`
+    (fractions of a second, for fast tests), and :meth:`hold_next_answer` lets a crash
+    test kill the gateway while a send is unanswered.
     """
 
-    #: The bot's own user id: /me answers it, and its own messages carry it as sender.
     bot_id = "loopback-bot"
+    sends_per_chat_second = 10_000  # the kernel's own pacing is what the tests watch
 
-    def __init__(self, *, seed: int = 0) -> None:
-        super().__init__(seed=seed)
-        #: Updates not confirmed yet, oldest first.
-        self.updates: list[dict[str, Any]] = []
-        #: The chat of every typing indication, in order.
-        self.typing: list[str] = []
+    def __init__(self, *, token: str = TOKEN, seed: int = 0) -> None:
+        super().__init__(token=token, seed=seed)
         #: The ``retry_after`` a 429 from :meth:`fail_next` carries.
         self.retry_after: float = 1
-        #: The bot's credentials were revoked: /me answers 401.
-        self.revoked = False
-        #: Sends answered with an earlier send's message, by their idempotency key.
-        self.deduped = 0
-        self._ids = itertools.count(1)
-        self._update_ids = itertools.count(1)
-        self._injected: list[dict[str, Any]] = []
-        self._by_key: dict[str, PlatformMessage] = {}
 
     @property
     def url(self) -> str:
@@ -105,68 +58,24 @@ class LoopbackPlatform(FakePlatform):
         return self.base_url
 
     @property
-    def sent(self) -> list[PlatformMessage]:
+    def sent(self) -> list[SentMessage]:
         """Every message the bot sent, in order."""
         return self.sent_messages
 
     @property
     def send_latency(self) -> float:
-        """Seconds each send takes (a network round trip), so a crash can hit one mid-way."""
+        """Seconds each call takes (a network round trip), so a crash can hit a send
+        mid-way."""
         return self.latency
 
     @send_latency.setter
     def send_latency(self, seconds: float) -> None:
         self.latency = seconds
 
-    def routes(self) -> list[web.RouteDef]:
-        return [web.get("/updates", self._get_updates), web.post("/send", self._send),
-                web.post("/send_media", self._send_media), web.post("/typing", self._typing),
-                web.get("/me", self._me)]
-
-    # -- test side -------------------------------------------------------------------
-
-    def inject(self, chat_id: str, text: str, sender_id: str = "user-1", *,
-               sender_name: str = "", is_group: bool = False, mentions_bot: bool = False,
-               thread_id: str | None = None) -> int:
-        """A user (or, with ``sender_id=bot_id``, the bot itself) writes; returns the
-        update id."""
-        update_id = next(self._update_ids)
-        self.updates.append({"update_id": update_id, "chat_id": chat_id,
-                             "sender_id": sender_id, "sender_name": sender_name,
-                             "text": text, "message_id": f"m{update_id}",
-                             "is_group": is_group, "mentions_bot": mentions_bot,
-                             "thread_id": thread_id})
-        self._injected.append(self.updates[-1])
-        self.changed()
-        return update_id
-
-    def redeliver(self, message_id: str) -> int:
-        """Serve an injected message again under a new update id (the same message
-        id), as a platform resends an event it thinks was missed."""
-        original = next(u for u in reversed(self.injected) if u["message_id"] == message_id)
-        update_id = next(self._update_ids)
-        self.updates.append({**original, "update_id": update_id})
-        self.changed()
-        return update_id
-
-    @property
-    def injected(self) -> list[dict[str, Any]]:
-        """Every update injected so far, confirmed or not."""
-        return self._injected
-
-    def fail_next(self, *failures: int | str) -> None:
-        """The next sends answer these, in order: an HTTP status (a 429 carries
-        :attr:`retry_after`), or ``"drop"``: the connection dies before an answer."""
-        for failure in failures:
-            if failure == "drop":
-                self.faults.drop(SENDS)
-                continue
-            status = int(failure)
-            body: dict[str, Any] = {"ok": False, "error_code": status, "description": "failure"}
-            if status == 429:
-                body.update(description="Too Many Requests",
-                            parameters={"retry_after": self.retry_after})
-            self.faults.fail(SENDS, ErrorAnswer(status, body))
+    def fail_next(self, *failures: int | str, retry_after: float | None = None) -> None:
+        """As the sample's, a 429 asking for :attr:`retry_after` unless told otherwise."""
+        super().fail_next(*failures, retry_after=self.retry_after if retry_after is None
+                          else retry_after)
 
     def hold_next_answer(self) -> None:
         """The next send takes effect (it is in :attr:`sent`) and its answer is held
@@ -174,178 +83,43 @@ class LoopbackPlatform(FakePlatform):
         gateway exactly while a send it made is unanswered."""
         self.faults.stall(SENDS)
 
-    def texts(self, chat_id: str | None = None, *, thread_id: str | None = None) -> list[str]:
-        """Texts of the text messages sent (to a chat; with thread_id, in that thread)."""
-        return [m.text for m in self.sent if m.media_kind is None
-                and (chat_id is None or m.chat_id == chat_id)
-                and (thread_id is None or m.thread_id == thread_id)]
 
-    def media(self, chat_id: str | None = None) -> list[tuple[str, str | None]]:
-        """``(kind, filename)`` of the files sent, in order."""
-        return [(m.media_kind, m.filename) for m in self.sent if m.media_kind is not None
-                and (chat_id is None or m.chat_id == chat_id)]
-
-    # -- wire side -----------------------------------------------------------------------
-
-    async def _get_updates(self, request: web.Request) -> web.Response:
-        offset = int(request.query.get("offset", "0"))
-        timeout = min(float(request.query.get("timeout", "0")), 10.0)
-        # Confirmed updates are forgotten, as Telegram does.
-        self.updates = [u for u in self.updates if u["update_id"] >= offset]
-        await self.hold(lambda: bool(self.updates), timeout)
-        return web.json_response({"ok": True, "result": list(self.updates[:100])})
-
-    async def _send(self, request: web.Request) -> web.StreamResponse:
-        body = await request.json()
-        message = PlatformMessage(0, str(body["chat_id"]), str(body["text"]),
-                                  thread_id=body.get("thread_id"),
-                                  key=body.get("idempotency_key"))
-        return await self.serve_call(request, Call(method="send", params=body),
-                                     lambda: self._record(message))
-
-    async def _send_media(self, request: web.Request) -> web.StreamResponse:
-        """Multipart: chat_id, kind, optional thread_id and caption, and the file."""
-        form = await request.post()
-        upload = form.get("file")
-        message = PlatformMessage(
-            0, str(form["chat_id"]), str(form.get("caption", "")),
-            thread_id=form.get("thread_id") or None, media_kind=str(form["kind"]),
-            filename=getattr(upload, "filename", None),
-            key=str(form["idempotency_key"]) if form.get("idempotency_key") else None)
-
-        async def answer() -> web.Response:
-            if not isinstance(upload, web.FileField) or not upload.file.read():
-                raise ErrorAnswer(400, {"ok": False, "error_code": 400,
-                                          "description": "Bad Request: file is empty"})
-            return await self._record(message)
-
-        return await self.serve_call(request, Call(method="send_media", params=dict(form)),
-                                     answer)
-
-    async def _record(self, message: PlatformMessage) -> web.Response:
-        earlier = self._by_key.get(message.key) if message.key else None
-        if earlier is not None:
-            # The same key: the message this key made already, not a second one.
-            self.deduped += 1
-            self.changed()
-            return web.json_response({"ok": True, "result": {"message_id": earlier.message_id}})
-        message.message_id = next(self._ids)
-        if message.key:
-            self._by_key[message.key] = message
-        self.record_sent(message)
-        return web.json_response({"ok": True, "result": {"message_id": message.message_id}})
-
-    async def _typing(self, request: web.Request) -> web.Response:
-        self.typing.append(str((await request.json())["chat_id"]))
-        self.changed()
-        return web.json_response({"ok": True, "result": True})
-
-    async def _me(self, request: web.Request) -> web.Response:
-        if self.revoked:
-            return web.json_response({"ok": False, "error_code": 401,
-                                      "description": "Unauthorized"}, status=401)
-        return web.json_response({"ok": True, "result": {"id": self.bot_id,
-                                                         "name": "loopback-bot"}})
-
-
-class LoopbackAccount(AccountConfig):
-    base_url: str
+class LoopbackAccount(SampleAccount):
+    token: str = Field(default=TOKEN, min_length=1)
     allow_from: list[str] = Field(default_factory=lambda: ["*"])
-    poll_timeout: float = 1.0
+    poll_timeout: float = Field(default=1.0, gt=0)
     #: Declare the sends idempotent (``Capabilities.idempotent_sends``): the platform
     #: dedupes them by ``idempotency_key`` either way; this tells the kernel it may
     #: repeat a send whose answer was lost.
     idempotent_sends: bool = False
 
 
-class LoopbackChannel(Channel):
-    """A channel for :class:`LoopbackPlatform`, on the channel kit: long polling,
-    confirm-by-offset (:class:`LoopbackPolling`). It is what a small polling plugin
-    looks like."""
+class LoopbackChannel(SampleChannel):
+    """The sample channel as ``loopback``, for :class:`LoopbackPlatform`: limits and a
+    backoff short enough for tests, and idempotent sends an account's choice."""
 
     name = "loopback"
     account_model = LoopbackAccount
     limits = ChannelLimits(text_limit=1000, rates={"chat": RateLimit(100, 1.0)},
                            media_kinds={".png": "image", ".jpg": "image", ".ogg": "voice"},
                            retry_base_delay=0.05)
+    config_example = ""  # a test kit channel: not in the starter file
 
     def __init__(self, account, context=None) -> None:
         super().__init__(account, context)
-        self.http = HttpClient(self.config.base_url, timeout=self.config.poll_timeout + 10,
-                               platform="the loopback platform")
         # Per account, so one test kit channel serves both kinds of platform.
-        self.capabilities = Capabilities(idempotent_sends=self.config.idempotent_sends)
+        self.capabilities = dataclasses.replace(
+            SampleChannel.capabilities, idempotent_sends=self.config.idempotent_sends)
 
     def transport(self) -> "LoopbackPolling":
         return LoopbackPolling(self)
 
-    async def identify(self) -> None:
-        self.self_id = str((await self._call("GET", "/me"))["id"])
 
-    async def normalize(self, update: dict[str, Any]) -> InboundMessage:
-        return InboundMessage(
-            channel=self.name, account=self.account.name,
-            chat_id=update["chat_id"], message_id=update["message_id"],
-            sender_id=update["sender_id"], text=update["text"],
-            sender_name=update.get("sender_name", ""), is_group=update.get("is_group", False),
-            mentions_bot=update.get("mentions_bot", False), thread_id=update.get("thread_id"))
-
-    async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
-        fields = {"chat_id": route.chat_id, "thread_id": route.thread_id,
-                  "idempotency_key": payload.key}
-        try:
-            if payload.is_media:
-                result = await self._call("POST", "/send_media", files={
-                    "file": payload.media_path}, data={
-                    **fields, "kind": payload.media_kind or "document",
-                    "caption": payload.caption})
-            else:
-                result = await self._call("POST", "/send", json={
-                    **{k: v for k, v in fields.items() if v}, "text": payload.text})
-        except PlatformError as exc:
-            raise exc.send_error() from None
-        return SendResult(message_id=str(result["message_id"]))
-
-    async def indicate(self, route: Route) -> None:
-        await self._call("POST", "/typing", json={"chat_id": route.chat_id})
-
-    async def probe(self) -> ProbeResult:
-        try:
-            await self._call("GET", "/me")
-        except PlatformError as exc:
-            return ProbeResult(ok=False, detail=f"credentials rejected ({exc.status})"
-                               if exc.status == 401 else str(exc))
-        return ProbeResult(ok=True, detail="loopback platform")
-
-    async def _call(self, method: str, path: str, **options: Any) -> Any:
-        """The platform's answer ``{"ok": true, "result": ...}``, or a PlatformError."""
-        answer = await self.http.request(method, path, **options)
-        body = answer.json()
-        if not isinstance(body, dict) or not body.get("ok"):
-            body = body if isinstance(body, dict) else {}
-            raise PlatformError.from_answer(
-                answer, str(body.get("description", "error")), code=body.get("error_code"),
-                retry_after=(body.get("parameters") or {}).get("retry_after"))
-        return body["result"]
-
-    async def aclose(self) -> None:
-        await self.http.close()
-
-
-class LoopbackPolling(Polling):
-    """``GET /updates?offset=``: the updates after the cursor, kept until confirmed."""
+class LoopbackPolling(SamplePolling):
+    """The sample's long poll, retried soon after a failure."""
 
     channel: LoopbackChannel
     backoff = (0.05, 1.0)
-
-    async def poll(self, cursor: str | None) -> Polled:
-        updates = await self.channel._call("GET", "/updates", long_poll=True, params={
-            "offset": cursor or "0", "timeout": str(self.channel.config.poll_timeout)})
-        last = max((update["update_id"] for update in updates), default=None)
-        return Polled(updates, None if last is None else str(last + 1))
-
-    def event_chat(self, update: dict[str, Any]) -> str:
-        return update["chat_id"]
 
 
 class LoopbackPlugin:

@@ -36,10 +36,9 @@ class LoopbackAdapter(PlatformAdapter):
     async def inject(self, chat_id: str, text: str, *, sender_id: str = "user-1",
                      sender_name: str = "", group: bool = False, mention: bool = False,
                      thread_id: str | None = None) -> None:
-        update_id = self.platform.inject(chat_id, text, sender_id=sender_id,
-                                         sender_name=sender_name, is_group=group,
-                                         mentions_bot=mention, thread_id=thread_id)
-        self._last = next(u for u in self.platform.injected if u["update_id"] == update_id)
+        self._last = self.platform.inject(chat_id, text, sender_id=sender_id,
+                                          sender_name=sender_name, is_group=group,
+                                          mentions_bot=mention, thread_id=thread_id)
 
     def sent_texts(self, chat_id: str, *, thread_id: str | None = None) -> list[str]:
         return self.platform.texts(chat_id, thread_id=thread_id)  # plain text: nothing to render
@@ -51,14 +50,14 @@ class LoopbackAdapter(PlatformAdapter):
         return self.platform.typing.count(chat_id)
 
     supports_revoke = True
-    supports_non_message_events = False  # its wire carries messages only
+    supports_non_message_events = False  # the template's own contract run has them
 
     async def revoke_credentials(self) -> None:
-        self.platform.revoked = True
+        self.platform.revoke()
 
     async def inject_own_message(self, chat_id: str, text: str) -> None:
         self.platform.inject(chat_id, text, sender_id=self.platform.bot_id)
 
     async def redeliver_last(self) -> None:
         assert self._last is not None, "nothing was injected yet"
-        self.platform.redeliver(self._last["message_id"])
+        self.platform.redeliver(self._last)

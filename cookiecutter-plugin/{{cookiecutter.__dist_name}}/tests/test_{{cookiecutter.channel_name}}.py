@@ -48,6 +48,19 @@ async def test_a_text_reaches_the_chat_with_the_platforms_message_id():
     assert result.message_id == "1"
 
 
+async def test_a_send_repeated_with_its_key_makes_one_message():
+    """The kernel's retries and a resend after a crash carry the payload's key."""
+    async with {{ P }}Platform() as platform:
+        channel = make_channel(platform)
+        try:
+            first = await channel.send(route(), OutboundPayload(text="hello", key="k-1"))
+            again = await channel.send(route(), OutboundPayload(text="hello", key="k-1"))
+        finally:
+            await channel.aclose()
+    assert platform.texts("dm-1") == ["hello"] and platform.deduped == 1
+    assert again.message_id == first.message_id
+
+
 async def test_a_429_is_retryable_after_the_platforms_delay():
     async with {{ P }}Platform() as platform:
         platform.fail_next(429, retry_after=7)

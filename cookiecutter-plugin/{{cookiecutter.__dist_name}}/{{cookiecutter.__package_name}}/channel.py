@@ -100,6 +100,8 @@ class {{ P }}Channel(Channel):
     # not the account (the kernel reports a send refused with one on that send and keeps
     # the account healthy). 400 and 403 answers are a chat's already; list the codes that
     # come with other statuses.
+    # The fake dedupes sends by their idempotency key, as Matrix does by txnId; declare
+    # idempotent_sends=True only once your platform does too (docs/writing-a-channel.md).
     capabilities = Capabilities(recipient_error_codes=frozenset({"chat_not_found"}))
     # What `chatkernel config init` writes for this channel (commented out): the keys a
     # first account needs, secrets as ${ENV_VAR} references. Keep it valid as you change
@@ -116,9 +118,15 @@ allow_from = ["*"]            # sender ids allowed in; "*" anyone
     def __init__(self, account, context=None) -> None:
         super().__init__(account, context)
         token = self.config.token
-        self.http = HttpClient(self.config.base_url, secrets=[token], timeout=30,
+{%- if T == "polling" %}
+        # A long poll waits poll_timeout for its answer: a call may take that and more.
+        timeout = self.config.poll_timeout + 10
+{%- else %}
+        timeout = 30.0
+{%- endif %}
+        self.http = HttpClient(self.config.base_url, secrets=[token], timeout=timeout,
                                headers={"Authorization": f"Bearer {token}"},
-                               platform="{{ cookiecutter.channel_name }}")
+                               platform=self.name)
 
     # -- receiving ------------------------------------------------------------------------
 
@@ -145,10 +153,14 @@ allow_from = ["*"]            # sender ids allowed in; "*" anyone
     # -- sending --------------------------------------------------------------------------
 
     async def send(self, route: Route, payload: OutboundPayload) -> SendResult:
-        """One request: a text chunk, or one file with its caption."""
+        """One request: a text chunk, or one file with its caption. The payload's key is
+        the same across the kernel's retries and restarts: the platform makes one message
+        of the requests that carry it."""
         fields = {"chat_id": route.chat_id}
         if route.thread_id:
             fields["thread_id"] = route.thread_id
+        if payload.key:
+            fields["idempotency_key"] = payload.key
         try:
             if payload.is_media:
                 result = await self.call("POST", "/send_media", files={

@@ -19,9 +19,13 @@ Answers are ``{"ok": true, "result": ...}`` or
 (``retry_after`` on 429 only, with a ``Retry-After`` header).
 
 - ``GET /me`` → ``{"id", "name"}``: who the bot is (the probe, and ``identify``).
-- ``POST /send`` JSON ``{"chat_id", "text", "thread_id"?}`` → ``{"message_id"}``.
+- ``POST /send`` JSON ``{"chat_id", "text", "thread_id"?, "idempotency_key"?}`` →
+  ``{"message_id"}``.
 - ``POST /send_media`` multipart ``chat_id``, ``kind``, ``caption``, ``thread_id``?,
-  ``file`` → ``{"message_id"}``.
+  ``idempotency_key``?, ``file`` → ``{"message_id"}``.
+- A send with an ``idempotency_key`` an earlier send had makes no second message: it is
+  answered the first one's ``message_id``.
+- A chat takes :attr:`{{ P }}Platform.sends_per_chat_second` sends a second; more answer 429.
 - ``POST /typing`` JSON ``{"chat_id"}`` → ``true``.
 {%- if T == "polling" %}
 - ``GET /updates?offset=<n>&timeout=<seconds>`` → a list of events: a long poll.
@@ -54,6 +58,7 @@ import itertools
 {%- if T == "socket" %}
 import json
 {%- endif %}
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -84,6 +89,7 @@ class SentMessage:
     thread_id: str | None = None
     kind: str | None = None  # "image", "voice", "document"...; None: a text message
     filename: str | None = None
+    key: str | None = None  # the send's idempotency key, if it had one
     ts: float = field(default_factory=time.time)
 
 
@@ -97,6 +103,8 @@ class {{ P }}Platform(FakePlatform):
     """The fake platform: ``async with {{ P }}Platform() as platform: platform.base_url``."""
 
     bot_id = "bot-1"
+    #: How many sends a chat takes in any one second.
+    sends_per_chat_second = 50
 {%- if T == "socket" %}
     #: Seconds between the platform's pings on an idle socket.
     ping_interval = 5.0
@@ -121,6 +129,9 @@ class {{ P }}Platform(FakePlatform):
         self.typing: list[str] = []
         #: Chats the bot can no longer post in (see refuse_chat).
         self.refused_chats: set[str] = set()
+        #: Sends answered with an earlier send's message, by their idempotency key.
+        self.deduped = 0
+        self._by_key: dict[str, SentMessage] = {}
         self._message_ids = itertools.count(1)
         self._event_ids = itertools.count(1)
 {%- if T == "socket" %}
@@ -246,14 +257,18 @@ class {{ P }}Platform(FakePlatform):
             if failure == "drop":
                 self.faults.drop(SENDS)
             elif int(failure) == 429:
-                self.faults.fail(SENDS, self.rate_limited(retry_after))
+                self.faults.fail(SENDS, self.too_many_requests(retry_after))
             else:
                 self.faults.fail(SENDS, error_body(int(failure), "failure", "failure"))
 
     def rate_limited(self, wait: float) -> ErrorAnswer:
-        seconds = max(1, round(wait))
-        error = error_body(429, "rate_limited", "Too Many Requests", retry_after=seconds)
-        error.headers["Retry-After"] = str(seconds)
+        """The 429 of a send ``wait`` seconds too early: the wait in whole seconds."""
+        return self.too_many_requests(max(1, round(wait)))
+
+    def too_many_requests(self, retry_after: float) -> ErrorAnswer:
+        """A 429 that says to wait ``retry_after`` seconds (the header in whole ones)."""
+        error = error_body(429, "rate_limited", "Too Many Requests", retry_after=retry_after)
+        error.headers["Retry-After"] = str(math.ceil(retry_after))
         return error
 
     # -- what the bot did ----------------------------------------------------------------------
@@ -301,7 +316,8 @@ class {{ P }}Platform(FakePlatform):
             if not body.get("chat_id") or not isinstance(body.get("text"), str):
                 raise error_body(400, "bad_request", "chat_id and text are required")
             return self._record(SentMessage(0, str(body["chat_id"]), body["text"],
-                                            thread_id=body.get("thread_id")))
+                                            thread_id=body.get("thread_id"),
+                                            key=body.get("idempotency_key")))
 
         return await self._serve(request, "send", body, answer)
 
@@ -315,15 +331,23 @@ class {{ P }}Platform(FakePlatform):
             return self._record(SentMessage(
                 0, str(form["chat_id"]), str(form.get("caption", "")),
                 thread_id=form.get("thread_id") or None, kind=str(form["kind"]),
-                filename=upload.filename))
+                filename=upload.filename, key=str(form.get("idempotency_key") or "") or None))
 
         return await self._serve(request, "send_media", dict(form), answer)
 
     def _record(self, message: SentMessage) -> web.Response:
+        earlier = self._by_key.get(message.key) if message.key else None
+        if earlier is not None:
+            # The same key: the message this key made already, not a second one.
+            self.deduped += 1
+            self.changed()
+            return self._ok({"message_id": earlier.message_id})
         if message.chat_id in self.refused_chats:
             raise error_body(404, "chat_not_found", "Not Found: the bot is not in this chat")
-        self.check_rates([(("chat", message.chat_id), 50, 1.0)])
+        self.check_rates([(("chat", message.chat_id), self.sends_per_chat_second, 1.0)])
         message.message_id = next(self._message_ids)
+        if message.key:
+            self._by_key[message.key] = message
         self.record_sent(message)
         return self._ok({"message_id": message.message_id})
 
