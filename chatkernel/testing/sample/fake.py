@@ -104,6 +104,25 @@ class SamplePlatform(FakePlatform):
                 web.post("/send_media", self._send_media),
                 web.post("/typing", self._typing), web.get("/updates", self._updates)]
 
+    def developer_info(self) -> dict[str, Any]:
+        """The dev server's first line: where the fake is, and what an account needs."""
+        return {**super().developer_info(), "token": self.token}
+
+    def config_snippet(self) -> str:
+        """What the dev server prints on stderr: an account pointed at the fake, and how
+        to write as a user."""
+        base = self.base_url
+        return "\n".join([
+            "# the fake sample platform is up; point an account at it:",
+            "#   export SAMPLE_TOKEN=" + self.token,
+            "[channels.sample.accounts.main]",
+            'token = "${SAMPLE_TOKEN}"',
+            'base_url = "' + base + '"',
+            'allow_from = ["*"]',
+            "# then write as a user:",
+            "#   curl -d '{\"chat_id\": \"dm-1\", \"text\": \"hello\"}' " + base + "/_fake/messages",
+            "#   curl '" + base + "/_fake/sent?chat_id=dm-1&wait=10'"])
+
     def developer_routes(self) -> list[web.RouteDef]:
         """The dev server's routes (``python -m chatkernel_sample.devserver``), which the
         real platform does not have; grow them with your fake:
