@@ -15,6 +15,8 @@ docs/writing-a-channel.md walks through a channel end to end.
 The pieces, by concern:
 
 - the channel: :class:`Channel` (the base class, with the kit's receive loops),
+  :class:`LiveReplies` (the capability of showing a reply while it is written, with
+  :class:`Preview` and :data:`LiveMode`),
   :class:`ChannelLimits`, :class:`RateLimit`, :class:`AccountConfig` (the base
   of an account's config model), :class:`ConfigError`;
 - the values that flow through it: :class:`InboundMessage`, :class:`MediaRef`,
@@ -53,6 +55,7 @@ from chatkernel.sdk.channel import (
     per_chat,
 )
 from chatkernel.sdk.accounts import AccountConfig
+from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
 from chatkernel.sdk.errors import ConfigError
 from chatkernel.sdk.http_client import (
     Answer,
@@ -105,6 +108,8 @@ __all__ = [
     "HttpClient",
     "InboundMessage",
     "Line",
+    "LiveMode",
+    "LiveReplies",
     "Login",
     "LoginFailed",
     "LoginRequest",
@@ -114,6 +119,7 @@ __all__ = [
     "OutboundPayload",
     "PlatformError",
     "Polled",
+    "Preview",
     "ProbeResult",
     "RateLimit",
     "Route",

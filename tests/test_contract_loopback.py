@@ -55,6 +55,9 @@ class LoopbackAdapter(PlatformAdapter):
     def typing_count(self, chat_id: str) -> int:
         return self.platform.typing.count(chat_id)
 
+    def live_timeline(self, chat_id: str) -> list[tuple[str, str]]:
+        return [(kind, text) for chat, kind, text in self.platform.timeline if chat == chat_id]
+
     supports_revoke = True
     supports_non_message_events = False  # its wire carries messages only
 
@@ -129,7 +132,7 @@ def test_absent_capabilities_are_skipped_by_name_and_the_rest_still_runs(pyteste
             adapter_class = PartialAdapter
     """)
     result = pytester.runpytest_inprocess("-rs", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=11, skipped=6)
+    result.assert_outcomes(passed=12, skipped=6)
     for capability in ("threads", "media_out", "revoke", "own_messages",
                        "non_message_events", "chat_refusal"):
         result.stdout.fnmatch_lines(

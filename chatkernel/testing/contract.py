@@ -108,6 +108,10 @@ class PlatformAdapter:
     #: platform's words (``edited_message``, ``my_chat_member``...).
     non_message_events: ClassVar[tuple[str, ...]] = ()
 
+    #: A live reply can be watched (:meth:`live_timeline`); the test about it runs only
+    #: for a channel that declares ``chatkernel.channels.LiveReplies``.
+    supports_live_replies: ClassVar[bool] = True
+
     #: The channel's text limit, to build a reply that must be split; None: the
     #: channel class's ``limits.text_limit``.
     text_limit: ClassVar[int | None] = None
@@ -235,6 +239,15 @@ class PlatformAdapter:
         of its own send, as Slack's events and WeChat's polls carry), as it would."""
         raise NotImplementedError("implement PlatformAdapter.inject_own_message, or set "
                                   "supports_own_messages = False")
+
+    def live_timeline(self, chat_id: str) -> list[tuple[str, str]]:
+        """What the user saw of the bot's replies in ``chat_id``, in order:
+        ``("preview", text)`` for each state a live reply's preview showed (a draft, the
+        preview message as sent or edited, a stream's text so far) and ``("final",
+        text)`` for each message of a finished answer as it was delivered (sent, or
+        the preview edited to it). Texts as :meth:`sent_texts` renders them."""
+        raise NotImplementedError("implement PlatformAdapter.live_timeline, or set "
+                                  "supports_live_replies = False")
 
     async def inject_non_message_event(self, kind: str, chat_id: str, *, sender_id: str,
                                        text: str) -> None:
@@ -464,6 +477,7 @@ class ContractRun:
 async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
                             allow_from: Iterable[str] = ("*",), loop: bool = True,
                             extra_config: dict[str, Any] | None = None,
+                            channel_settings: dict[str, Any] | None = None,
                             ) -> AsyncIterator[ContractRun]:
     """Start a kernel (state under ``home``) with the adapter's channel and a scripted agent.
 
@@ -473,7 +487,7 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
     it serves once the kernel has started. ``loop``: start the receive loop
     too. On exit the receive loop stops, then the gateway's HTTP server, then
     the kernel. A second run on the same ``home`` reuses the same store (a
-    restart).
+    restart). ``channel_settings``: more keys of ``[channels.<name>]``.
     """
     if adapter.channel_plugin is None or not adapter.channel_name:
         raise TypeError(f"{type(adapter).__name__} must set channel_plugin and channel_name")
@@ -484,7 +498,7 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
     async with contextlib.AsyncExitStack() as stack:
         listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
         await adapter.attach_gateway(f"http://127.0.0.1:{listener.getsockname()[1]}")
-        section = {**adapter.channel_config(),
+        section = {**adapter.channel_config(), **(channel_settings or {}),
                    "accounts": {ACCOUNT: {**adapter.account_config(),
                                           "allow_from": list(allow_from)}}}
         config: dict[str, Any] = {
@@ -578,7 +592,9 @@ class ChannelContract:
     (``supports_threads``), media out (``supports_media_out``), typing
     (``supports_typing``), revoked credentials (``supports_revoke``), the bot's
     own messages (``supports_own_messages``), non-message events
-    (``supports_non_message_events``), one chat's refusal (``supports_chat_refusal``).
+    (``supports_non_message_events``), one chat's refusal (``supports_chat_refusal``),
+    live replies (a channel that does not declare ``LiveReplies``, or
+    ``supports_live_replies``).
     """
 
     pytestmark = pytest.mark.anyio
@@ -941,3 +957,56 @@ class ChannelContract:
                 http.get(f"{run.url}/healthz") as answer:
             body = await answer.json()
             assert answer.status == 200, body
+
+    # live replies
+    async def test_a_live_reply_shows_its_progress_then_the_whole_answer_once(
+            self, platform_adapter, tmp_path):
+        from chatkernel.sdk.live import LiveReplies
+
+        adapter = platform_adapter
+        self.require(adapter, "live_replies")
+        settings = {"streaming": "on", "streaming_interval_ms": 100}
+        async with self.contract_run(adapter, tmp_path / "kernel",
+                                     channel_settings=settings) as run:
+            if not isinstance(run.channel, LiveReplies):
+                pytest.skip(f"{type(run.channel).__name__} does not declare LiveReplies")
+            chat = adapter.direct_chat(1)
+            reply = long_text(run.text_limit, 1.5)
+            words = reply.split()
+            cut = [len(reply) * n // 6 for n in range(7)]
+            pieces = [reply[a:b] for a, b in zip(cut, cut[1:])]
+
+            def previews() -> list[str]:
+                return [text for kind, text in adapter.live_timeline(chat) if kind == "preview"]
+
+            async def script(request: Any) -> AsyncIterator[AgentEvent]:
+                for piece in pieces:
+                    yield AgentEvent("text", piece, final=False)
+                    # The next piece once this one is visible: the updates are seen.
+                    last = piece.split()[-1] if piece.split() else ""
+                    await run.wait(lambda: any(last in text for text in previews()),
+                                   what=f"a preview showing {last!r}", state=previews)
+                yield AgentEvent.reply(reply)
+
+            run.agent.script = script
+            await adapter.inject(chat, "stream it lv01z", sender_id=adapter.user_id(1))
+
+            def finals() -> list[str]:
+                return [text for kind, text in adapter.live_timeline(chat) if kind == "final"]
+
+            await run.wait(lambda: len(" ".join(finals()).split()) >= len(words),
+                           what="the whole answer delivered", state=finals)
+            await run.settle()
+            timeline = adapter.live_timeline(chat)
+            kinds = [kind for kind, _ in timeline]
+            first_final = kinds.index("final")
+            last_final = len(kinds) - 1 - kinds[::-1].index("final")
+            assert kinds[:first_final].count("preview") >= 3, timeline
+            assert "preview" not in kinds[last_final:], "an update came after the answer"
+            sent = " ".join(finals()).split()
+            assert sent == words, (
+                f"the answer arrived changed or twice: {len(sent)} words of {len(words)}, "
+                f"first difference at word "
+                f"{next((i for i, (a, b) in enumerate(zip(sent, words)) if a != b), None)}")
+            assert all(len(text) <= run.text_limit for text in finals()), \
+                [len(text) for text in finals()]

@@ -8,11 +8,14 @@ crashes before confirming gets them again; sends are recorded in order, with
 injectable failures (429 with ``retry_after``, 5xx, dropped connections, an
 answer held back) and deduped by their idempotency key, as Matrix dedupes by
 ``txnId``. :class:`LoopbackChannel` is a complete channel plugin for it; an
-account with ``idempotent_sends = true`` declares its sends idempotent.
+account with ``idempotent_sends = true`` declares its sends idempotent. It shows
+live replies (chatkernel.sdk.live) by editing a preview message, when the account
+or the channel sets ``streaming = "on"`` (off by default, so the kit's other tests
+see whole replies).
 
-``python -m chatkernel.testing.loopback --platform URL [--idempotent-sends]``
-runs the real gateway with the loopback channel (``CHATKERNEL_HOME`` as usual):
-the crash tests kill that process.
+``python -m chatkernel.testing.loopback --platform URL [--idempotent-sends]
+[--streaming] [--echo-typing-ms N]`` runs the real gateway with the loopback channel
+(``CHATKERNEL_HOME`` as usual): the crash tests kill that process.
 """
 
 from __future__ import annotations
@@ -34,9 +37,12 @@ from chatkernel.channels import (
     Deliver,
     HttpClient,
     InboundMessage,
+    LiveMode,
+    LiveReplies,
     OutboundPayload,
     PlatformError,
     Polled,
+    Preview,
     ProbeResult,
     RateLimit,
     Route,
@@ -58,10 +64,17 @@ class PlatformMessage:
     media_kind: str | None = None  # "image", "voice", "document"...; None: a text message
     filename: str | None = None
     key: str | None = None  # the send's idempotency key, if it had one
+    #: A live reply's preview: every text it showed, in order (the first is its start).
+    shown: list[str] = field(default_factory=list)
+    #: The final text was put in it (the last of ``shown``): nothing may change it since.
+    final: bool = False
+    deleted: bool = False
 
 
-#: The methods a send fault applies to.
-SENDS = ("send", "send_media")
+#: The methods a send fault applies to (``edit``: a live reply's final text).
+SENDS = ("send", "send_media", "edit")
+#: The calls of live replies' previews.
+PREVIEWS = ("preview", "preview_edit", "delete")
 
 
 class LoopbackPlatform(FakePlatform):
@@ -71,7 +84,11 @@ class LoopbackPlatform(FakePlatform):
     ``offset`` are confirmed and forgotten), ``POST /send`` (JSON ``chat_id``, ``text``,
     ``thread_id``), ``POST /send_media`` (multipart ``chat_id``, ``kind``, ``caption``,
     ``thread_id``, ``file``), ``POST /typing`` (JSON ``chat_id``), ``GET /me`` (the
-    probe). Answers are ``{"ok": true, "result": ...}`` or ``{"ok": false, "error_code",
+    probe); live replies: ``POST /preview`` (JSON ``chat_id``, ``thread_id``, ``text``:
+    a new message), ``POST /preview_edit`` and ``POST /edit`` (``chat_id``,
+    ``message_id``, ``text``; ``/edit`` puts the final text, after which the message
+    changes no more: a later edit answers 400), ``POST /delete`` (``chat_id``,
+    ``message_id``). Answers are ``{"ok": true, "result": ...}`` or ``{"ok": false, "error_code",
     "description", "parameters"}``. Sends are the calls :attr:`calls` records, and the
     ones ``latency`` and faults apply to. A send may carry ``idempotency_key``: a later
     send with the same key records nothing and is answered the first one's
@@ -93,6 +110,10 @@ class LoopbackPlatform(FakePlatform):
         self.revoked = False
         #: Sends answered with an earlier send's message, by their idempotency key.
         self.deduped = 0
+        #: What a user saw, in order: ``(chat_id, kind, text)``, kind ``"preview"`` (a
+        #: live reply's preview sent or edited) or ``"final"`` (a message sent, or a
+        #: preview edited to its final text).
+        self.timeline: list[tuple[str, str, str]] = []
         self._ids = itertools.count(1)
         self._update_ids = itertools.count(1)
         self._injected: list[dict[str, Any]] = []
@@ -120,7 +141,9 @@ class LoopbackPlatform(FakePlatform):
     def routes(self) -> list[web.RouteDef]:
         return [web.get("/updates", self._get_updates), web.post("/send", self._send),
                 web.post("/send_media", self._send_media), web.post("/typing", self._typing),
-                web.get("/me", self._me)]
+                web.get("/me", self._me), web.post("/preview", self._preview),
+                web.post("/preview_edit", self._edit), web.post("/edit", self._edit),
+                web.post("/delete", self._delete)]
 
     # -- test side -------------------------------------------------------------------
 
@@ -175,7 +198,7 @@ class LoopbackPlatform(FakePlatform):
 
     def texts(self, chat_id: str | None = None, *, thread_id: str | None = None) -> list[str]:
         """Texts of the text messages sent (to a chat; with thread_id, in that thread)."""
-        return [m.text for m in self.sent if m.media_kind is None
+        return [m.text for m in self.sent if m.media_kind is None and not m.deleted
                 and (chat_id is None or m.chat_id == chat_id)
                 and (thread_id is None or m.thread_id == thread_id)]
 
@@ -231,8 +254,57 @@ class LoopbackPlatform(FakePlatform):
         message.message_id = next(self._ids)
         if message.key:
             self._by_key[message.key] = message
+        if message.media_kind is None:
+            self.timeline.append((message.chat_id, "preview" if message.shown else "final",
+                                  message.text))
         self.record_sent(message)
         return web.json_response({"ok": True, "result": {"message_id": message.message_id}})
+
+    async def _preview(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        message = PlatformMessage(0, str(body["chat_id"]), str(body["text"]),
+                                  thread_id=body.get("thread_id"), shown=[str(body["text"])])
+        return await self.serve_call(request, Call(method="preview", params=body),
+                                     lambda: self._record(message))
+
+    def _message(self, body: dict[str, Any]) -> PlatformMessage:
+        found = next((m for m in self.sent if str(m.message_id) == str(body["message_id"])
+                      and m.chat_id == str(body["chat_id"]) and not m.deleted), None)
+        if found is None:
+            raise ErrorAnswer(400, {"ok": False, "error_code": 400,
+                                    "description": "Bad Request: message to edit not found"})
+        return found
+
+    async def _edit(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        final = request.path == "/edit"
+
+        async def answer() -> web.Response:
+            message = self._message(body)
+            if message.final:
+                raise ErrorAnswer(400, {"ok": False, "error_code": 400, "description":
+                                        "Bad Request: the message is final already"})
+            message.text = str(body["text"])
+            message.shown.append(message.text)
+            message.final = final
+            self.timeline.append((message.chat_id, "final" if final else "preview",
+                                  message.text))
+            self.changed()
+            return web.json_response({"ok": True, "result": {
+                "message_id": message.message_id}})
+
+        return await self.serve_call(
+            request, Call(method="edit" if final else "preview_edit", params=body), answer)
+
+    async def _delete(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+
+        async def answer() -> web.Response:
+            self._message(body).deleted = True
+            self.changed()
+            return web.json_response({"ok": True, "result": True})
+
+        return await self.serve_call(request, Call(method="delete", params=body), answer)
 
     async def _typing(self, request: web.Request) -> web.Response:
         self.typing.append(str((await request.json())["chat_id"]))
@@ -257,7 +329,7 @@ class LoopbackAccount(AccountConfig):
     idempotent_sends: bool = False
 
 
-class LoopbackChannel(Channel):
+class LoopbackChannel(Channel, LiveReplies):
     """A channel for :class:`LoopbackPlatform`, on the channel kit: long polling,
     confirm-by-offset. It is what a small polling plugin looks like."""
 
@@ -267,6 +339,7 @@ class LoopbackChannel(Channel):
                            media_kinds={".png": "image", ".jpg": "image", ".ogg": "voice"},
                            retry_base_delay=0.05)
     receive_backoff = (0.05, 1.0)
+    streaming_default = False  # the kit's tests turn it on where they test it
 
     def __init__(self, account, settings=None) -> None:
         super().__init__(account, settings)
@@ -313,6 +386,36 @@ class LoopbackChannel(Channel):
         except PlatformError as exc:
             raise exc.send_error() from None
         return SendResult(message_id=str(result["message_id"]))
+
+    # -- live replies (chatkernel.sdk.live) ------------------------------------------------
+
+    def live_mode(self, route: Route) -> LiveMode | None:
+        return "edit"
+
+    async def start_preview(self, route: Route, mode: LiveMode,
+                            payload: OutboundPayload) -> str:
+        fields = {"chat_id": route.chat_id, "thread_id": route.thread_id}
+        result = await self._call("POST", "/preview", json={
+            **{k: v for k, v in fields.items() if v}, "text": payload.text})
+        return str(result["message_id"])
+
+    async def update_preview(self, route: Route, preview: Preview,
+                             payload: OutboundPayload) -> None:
+        await self._call("POST", "/preview_edit", json={
+            "chat_id": route.chat_id, "message_id": preview.id, "text": payload.text})
+
+    async def replace_preview(self, route: Route, payload: OutboundPayload) -> SendResult:
+        try:
+            result = await self._call("POST", "/edit", json={
+                "chat_id": route.chat_id, "message_id": payload.replaces,
+                "text": payload.text})
+        except PlatformError as exc:
+            raise exc.send_error() from None
+        return SendResult(message_id=str(result["message_id"]))
+
+    async def delete_preview(self, route: Route, preview: Preview) -> None:
+        await self._call("POST", "/delete", json={"chat_id": route.chat_id,
+                                                  "message_id": preview.id})
 
     async def indicate(self, route: Route) -> None:
         await self._call("POST", "/typing", json={"chat_id": route.chat_id})
@@ -361,13 +464,20 @@ def main() -> None:
     parser.add_argument("--listen", default="127.0.0.1:0")
     parser.add_argument("--idempotent-sends", action="store_true",
                         help="declare the loopback account's sends idempotent")
+    parser.add_argument("--streaming", action="store_true",
+                        help="live replies on (streaming = \"on\")")
+    parser.add_argument("--echo-typing-ms", type=int, default=0,
+                        help="the echo agent types its answer a word every N ms")
     args = parser.parse_args()
     config = cfg.parse({
         "gateway": {"listen": args.listen},
+        "agent": {"echo_typing_ms": args.echo_typing_ms},
         "queue": {"debounce_ms": 0, "mode": "followup"},
-        "channels": {"loopback": {"accounts": {"main": {
-            "base_url": args.platform, "poll_timeout": 0.5,
-            "idempotent_sends": args.idempotent_sends}}}},
+        "channels": {"loopback": {"streaming": "on" if args.streaming else "off",
+                                  "streaming_interval_ms": 100,
+                                  "accounts": {"main": {
+                                      "base_url": args.platform, "poll_timeout": 0.5,
+                                      "idempotent_sends": args.idempotent_sends}}}},
     })
     logs.configure("text", "info")
     pm = PluginManager()

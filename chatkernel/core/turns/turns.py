@@ -15,9 +15,11 @@ is exactly the history before it, which is what the agent reads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -33,24 +35,33 @@ from chatkernel.core.inbound.sessions import Sessions
 from chatkernel.core.store.base import LogRow, Store
 from chatkernel.core.store.shared import LeaseLost
 
+if TYPE_CHECKING:
+    from chatkernel.core.outbound.live import TurnPreview
+    from chatkernel.sdk.models import Route
+
 #: The kernel's logger: turn failures and drops are logged under the name they always had.
 log = logging.getLogger("chatkernel.kernel")
 
 #: responder(account, session_key, session_id, route, journal_seqs, user_log=...):
 #: the Responder that queues one turn's replies.
 ResponderFactory = Callable[..., Responder]
+#: live(account, session_key, route, journal_seqs): a turn's live preview, or None where
+#: its route shows none (:meth:`chatkernel.core.outbound.live.Live.preview`).
+LivePreviews = Callable[[Account, str, "Route", list[int]], "TurnPreview | None"]
 
 
 class Turns:
     """Runs the turns of every session of one kernel.
 
     ``account_for(channel, account)`` finds a session's account (raising when it
-    is not running); ``responder`` makes the :class:`Responder` of one turn.
+    is not running); ``responder`` makes the :class:`Responder` of one turn; ``live``
+    the turn's live preview, where its route shows one.
     """
 
     def __init__(self, *, store: Store, sessions: Sessions, agent: Agent,
                  account_for: Callable[[str, str], Account], responder: ResponderFactory,
-                 indicators: Indicators, metrics: Metrics, order: OutputOrder) -> None:
+                 indicators: Indicators, metrics: Metrics, order: OutputOrder,
+                 live: LivePreviews | None = None) -> None:
         self._store = store
         self._sessions = sessions
         self._agent = agent
@@ -59,6 +70,7 @@ class Turns:
         self._indicators = indicators
         self._metrics = metrics
         self._order = order
+        self._live = live
         #: The responder of each session's running turn (steered messages join it).
         self._running: dict[str, Responder] = {}
 
@@ -94,8 +106,9 @@ class Turns:
         if route is None:
             raise RuntimeError(f"session {key} has no reply route")
         seqs = [item.seq for item in batch.items if item.seq is not None]
+        preview = self._live(account, key, route, seqs) if self._live is not None else None
         responder = self._responder(account, key, record.session_id, route, seqs,
-                                    user_log=user_log)
+                                    user_log=user_log, live=preview)
         self._running[key] = responder
         indicators = self._indicators
         indicators.begin(account, key)
@@ -103,13 +116,15 @@ class Turns:
         outcome = "ok"
         lost = False
         try:
-            events = self._agent.turn(request)
-            try:
-                async for event in events:
-                    await responder.handle(event)
-            finally:  # what contextlib.aclosing does, without its two coroutines a turn
-                await events.aclose()
-            await responder.flush()
+            # The preview's updates run beside the agent, and end with the turn.
+            async with preview if preview is not None else contextlib.nullcontext():
+                events = self._agent.turn(request)
+                try:
+                    async for event in events:
+                        await responder.handle(event)
+                finally:  # what contextlib.aclosing does, without its two coroutines
+                    await events.aclose()
+                await responder.flush()
         except anyio.get_cancelled_exc_class():
             outcome = "interrupted"
             raise
