@@ -976,16 +976,16 @@ class ChannelContract:
             cut = [len(reply) * n // 6 for n in range(7)]
             pieces = [reply[a:b] for a, b in zip(cut, cut[1:])]
 
-            def previews() -> list[str]:
-                return [text for kind, text in adapter.live_timeline(chat) if kind == "preview"]
+            def shown() -> list[str]:  # while it is written, a state may still be the last
+                return [text for _, text in adapter.live_timeline(chat)]
 
             async def script(request: Any) -> AsyncIterator[AgentEvent]:
                 for piece in pieces:
                     yield AgentEvent("text", piece, final=False)
                     # The next piece once this one is visible: the updates are seen.
                     last = piece.split()[-1] if piece.split() else ""
-                    await run.wait(lambda: any(last in text for text in previews()),
-                                   what=f"a preview showing {last!r}", state=previews)
+                    await run.wait(lambda: any(last in text for text in shown()),
+                                   what=f"a preview showing {last!r}", state=shown)
                 yield AgentEvent.reply(reply)
 
             run.agent.script = script

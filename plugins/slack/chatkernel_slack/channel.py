@@ -23,9 +23,12 @@ from chatkernel.channels import (
     ChannelLimits,
     Deliver,
     InboundMessage,
+    LiveMode,
+    LiveReplies,
     MediaRef,
     OutboundPayload,
     PlatformError,
+    Preview,
     ProbeResult,
     RateLimit,
     Route,
@@ -170,7 +173,21 @@ class _Bounded(OrderedDict):
             self.popitem(last=False)
 
 
-class SlackChannel(Channel):
+#: Seconds between two updates of a live reply: chat.update is Tier 3 (about 50 a minute
+#: per workspace), chat.appendStream Tier 4 (about 100).
+EDIT_LIVE_INTERVAL = 1.5
+STREAM_LIVE_INTERVAL = 1.0
+#: A stream Slack ended already (it expires when appends stop for a while).
+NOT_STREAMING = "message_not_in_streaming_state"
+
+
+def _channel_ts(message_id: str) -> tuple[str, str]:
+    """``"C123:1700000000.000100"`` (what ``send`` returns) as (channel, ts)."""
+    channel, _, ts = message_id.rpartition(":")
+    return channel, ts
+
+
+class SlackChannel(Channel, LiveReplies):
     """One Slack app in one workspace."""
 
     name = "slack"
@@ -437,6 +454,72 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
         self._uploaded.pop(key, None)
         await self._posted(route)
         return SendResult(message_id=file_id)
+
+    # -- live replies: Slack's stream in a DM's thread, chat.update elsewhere ---------------
+
+    def live_mode(self, route: Route) -> LiveMode | None:
+        # A stream is a reply in a thread, and outside a DM it must name its recipient,
+        # which a route does not carry: elsewhere the first text is updated in place.
+        return "stream" if route.thread_id and route.chat_id.startswith("D") else "edit"
+
+    def live_interval(self, route: Route, mode: LiveMode) -> float:
+        return STREAM_LIVE_INTERVAL if mode == "stream" else EDIT_LIVE_INTERVAL
+
+    async def start_preview(self, route: Route, mode: LiveMode,
+                            payload: OutboundPayload) -> str:
+        if mode != "stream":
+            result = await self.send(route, payload)
+            return str(result.message_id)
+        answer = await self.api.call("chat.startStream", lambda client: client.chat_startStream(
+            channel=route.chat_id, thread_ts=route.thread_id, markdown_text=payload.text))
+        await self._posted(route)
+        return f"{answer.get('channel', route.chat_id)}:{answer.get('ts')}"
+
+    async def update_preview(self, route: Route, preview: Preview,
+                             payload: OutboundPayload) -> None:
+        channel, ts = _channel_ts(preview.id)
+        if preview.mode == "stream":  # Slack's stream appends: the new part only
+            more = payload.text[len(preview.text):]
+            if more:
+                await self.api.call("chat.appendStream", lambda client: client.chat_appendStream(
+                    channel=channel, ts=ts, markdown_text=more))
+            return
+        await self._update(channel, ts, payload)
+
+    async def stop_preview(self, route: Route, preview: Preview) -> None:
+        if preview.mode != "stream":
+            return
+        channel, ts = _channel_ts(preview.id)
+        try:
+            await self.api.call("chat.stopStream", lambda client: client.chat_stopStream(
+                channel=channel, ts=ts))
+        except PlatformError as exc:
+            if exc.code != NOT_STREAMING:  # ended already: nothing to stop
+                raise
+
+    async def replace_preview(self, route: Route, payload: OutboundPayload) -> SendResult:
+        assert payload.replaces is not None
+        channel, ts = _channel_ts(payload.replaces)
+        markup = None
+        try:
+            markup = await self._update(channel, ts, payload)
+        except PlatformError as exc:
+            if exc.code == "message_not_found":  # someone deleted the preview
+                return await self.send(route, payload)
+            raise exc.send_error(markup_rejected=markup is not None
+                                 and exc.code in MARKUP_ERRORS) from None
+        return SendResult(message_id=payload.replaces)
+
+    async def delete_preview(self, route: Route, preview: Preview) -> None:
+        channel, ts = _channel_ts(preview.id)
+        await self.api.call("chat.delete", lambda client: client.chat_delete(
+            channel=channel, ts=ts))
+
+    async def _update(self, channel: str, ts: str, payload: OutboundPayload) -> str | None:
+        text, markup = self._wire_text(payload)
+        await self.api.call("chat.update", lambda client: client.chat_update(
+            channel=channel, ts=ts, text=text))
+        return markup
 
     async def indicate(self, route: Route) -> None:
         """The working status (assistant.threads.setStatus) on the thread the reply goes
