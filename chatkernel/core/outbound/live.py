@@ -25,8 +25,9 @@ is queued, chunked, ordered, retried and logged as any reply is, exactly once.
 A crash mid-answer: the ids of a turn's preview messages are kept in the store
 (account state ``live:<session>``, with the journal entries of the turn) while they
 are not yet handed to the outbox. When the turn runs again after a restart, its
-stale previews are deleted before it starts, and the answer is delivered whole,
-once. A preview that is no answer (the turn failed, or the block never became
+stale previews are deleted before its first preview shows (or as it ends), and the
+answer is delivered whole, once. The store is read for that once per session and
+process, and written only while a preview message exists. A preview that is no answer (the turn failed, or the block never became
 final) is deleted too; an interrupted turn's preview stops where it is.
 """
 
@@ -148,6 +149,8 @@ class Live:
         self._store = store
         self._channel_config = channel_config
         self._sleep = sleep
+        #: Sessions whose stale previews were looked for since this process started.
+        self._checked: set[str] = set()
 
     def preview(self, account: Account, session_key: str, route: Route,
                 journal_seqs: list[int]) -> "TurnPreview | None":
@@ -166,7 +169,7 @@ class Live:
             mode=mode, interval=interval if interval is not None
             else channel.live_interval(route, mode),
             limiter=self._limiter(account), store=self._store(),
-            journal_seqs=list(journal_seqs), sleep=self._sleep)
+            journal_seqs=list(journal_seqs), sleep=self._sleep, checked=self._checked)
 
 
 class TurnPreview:
@@ -180,7 +183,8 @@ class TurnPreview:
 
     def __init__(self, *, channel: LiveReplies, account: Account, session_key: str,
                  route: Route, mode: LiveMode, interval: float, limiter: "RateLimiter",
-                 store: "Store", journal_seqs: list[int], sleep: Sleep) -> None:
+                 store: "Store", journal_seqs: list[int], sleep: Sleep,
+                 checked: set[str] | None = None) -> None:
         self.channel = channel
         self.account = account
         self.route = route
@@ -200,6 +204,8 @@ class TurnPreview:
         self._dirty = anyio.Event()  # set when there is text to show
         self._lock = anyio.Lock()  # one call at a time; end_block waits for it
         self._closed = False
+        self._checked = set() if checked is None else checked
+        self._saved = False  # whether the store holds this turn's previews
         self._in_a_row = 0
         self._tg: Any = None
         self.calls = 0
@@ -241,7 +247,6 @@ class TurnPreview:
     # -- the turn around it ----------------------------------------------------------
 
     async def __aenter__(self) -> "TurnPreview":
-        await self._delete_stale()
         self._tg = anyio.create_task_group()
         await self._tg.__aenter__()
         self._tg.start_soon(self._run, name=f"live reply {self._key}")
@@ -261,6 +266,7 @@ class TurnPreview:
     async def _close(self, *, interrupted: bool) -> None:
         """The turn is over: a block left unfinished is no answer (deleted), unless
         the turn was interrupted, which leaves it where it stopped."""
+        await self._delete_stale()
         previews, self._previews = self._previews, []
         for preview in previews:
             if interrupted or self.mode == "draft":
@@ -268,7 +274,8 @@ class TurnPreview:
             else:
                 await self._cleanup(self.channel.delete_preview, preview)
         self._kept = []
-        await self._save()
+        if self._saved:
+            await self._save()
 
     # -- showing ---------------------------------------------------------------------
 
@@ -300,6 +307,7 @@ class TurnPreview:
                 if await self._call(self.channel.update_preview(self.route, preview, payload)):
                     preview.text = segment
                 return not self._shown(segments)
+            await self._delete_stale()  # before anything of this turn shows
             if index and self.mode == "stream":  # the previous stream is full
                 await self._cleanup(self.channel.stop_preview, self._previews[-1])
             started = await self._call(self.channel.start_preview(self.route, self.mode,
@@ -366,11 +374,17 @@ class TurnPreview:
     async def _save(self) -> None:
         value = ({"seqs": self._seqs, "mode": self.mode, "ids": self._kept}
                  if self._kept else None)
+        self._saved = value is not None
         await self._store.set_account_state(self.account.channel_name, self.account.name,
                                             STATE_PREFIX + self._key, value)
 
     async def _delete_stale(self) -> None:
-        """Delete the previews a gateway that stopped mid-answer left of this turn."""
+        """Delete the previews a gateway that stopped mid-answer left of this turn: once,
+        before the turn's first preview, or as it ends (a turn that streams nothing
+        reads nothing of the store as it starts)."""
+        if self._key in self._checked:
+            return
+        self._checked.add(self._key)
         account = self.account
         key = STATE_PREFIX + self._key
         stale = await self._store.get_account_state(account.channel_name, account.name, key)
