@@ -11,6 +11,11 @@ if TYPE_CHECKING:
     from chatkernel.sdk.channel import Channel
 
 
+#: streaming = "on" where the channel cannot show a reply in progress.
+_NO_LIVE = ('the {name} channel cannot show a reply while it is written (it declares no '
+            'live replies): remove streaming = "on"; answers are sent whole')
+
+
 def build_accounts(name: str, section: Any, channel_type: type[Channel], *,
                    config_path: Any = None, workspace: Any = None) -> list[Account]:
     """The enabled accounts of ``[channels.<name>]`` (``section``, a ChannelConfig),
@@ -21,6 +26,12 @@ def build_accounts(name: str, section: Any, channel_type: type[Channel], *,
     tables of the channel it edits with it, ``validate`` and ``run`` every channel."""
     cfg.check_channel_keys(name, section, channel_type.settings_keys,
                            channel_type.account_model, path=config_path)
+    from chatkernel.sdk.live import LiveReplies
+
+    live = issubclass(channel_type, LiveReplies)
+    if not live and getattr(section, "streaming", None) == "on":
+        raise cfg.ConfigError(_NO_LIVE.format(name=name), path=config_path,
+                              key=f"channels.{name}.streaming")
     accounts: list[Account] = []
     seen: dict[tuple[Any, ...], str] = {}
     for account_name, raw in section.accounts.items():
@@ -28,6 +39,9 @@ def build_accounts(name: str, section: Any, channel_type: type[Channel], *,
                                         account=account_name, path=config_path)
         if not getattr(settings, "enabled", True):
             continue
+        if not live and getattr(settings, "streaming", None) == "on":
+            raise cfg.ConfigError(_NO_LIVE.format(name=name), path=config_path,
+                                  key=f"channels.{name}.accounts.{account_name}.streaming")
         if channel_type.account_identity:
             identity = tuple(getattr(settings, key, None) for key in
                              channel_type.account_identity)

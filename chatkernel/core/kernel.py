@@ -132,7 +132,8 @@ class Kernel:
                                  submit=self.outbox.submit)
         #: Live replies: the agent's answer shown while it is written (core/outbound/live.py).
         self.live = Live(limiter=self.outbox.limiter, store=lambda: self.store,
-                         channel_config=lambda name: self.config.channels.get(name))
+                         channel_config=lambda name: self.config.channels.get(name),
+                         task_group=lambda: self.task_group)
         self.send_policy = SendPolicy.from_config(self.config.send_policy)
         #: Answers sent outside a turn wait for the turns of earlier messages.
         self.order = OutputOrder()

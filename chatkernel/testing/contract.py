@@ -966,10 +966,11 @@ class ChannelContract:
         adapter = platform_adapter
         self.require(adapter, "live_replies")
         settings = {"streaming": "on", "streaming_interval_ms": 100}
+        async with self.contract_run(adapter, tmp_path / "probe", loop=False) as probe:
+            if not isinstance(probe.channel, LiveReplies):
+                pytest.skip(f"{type(probe.channel).__name__} does not declare LiveReplies")
         async with self.contract_run(adapter, tmp_path / "kernel",
                                      channel_settings=settings) as run:
-            if not isinstance(run.channel, LiveReplies):
-                pytest.skip(f"{type(run.channel).__name__} does not declare LiveReplies")
             chat = adapter.direct_chat(1)
             reply = long_text(run.text_limit, 1.5)
             words = reply.split()

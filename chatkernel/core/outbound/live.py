@@ -45,6 +45,8 @@ from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
 from chatkernel.sdk.models import Account, OutboundPayload, Route
 
 if TYPE_CHECKING:
+    from anyio.abc import TaskGroup
+
     from chatkernel.core.outbound.ratelimit import RateLimiter
     from chatkernel.core.store.base import Store
 
@@ -52,6 +54,8 @@ log = logging.getLogger("chatkernel.live")
 
 #: Failed preview calls in a row after which a turn goes on without a preview.
 GIVE_UP_AFTER = 3
+#: The least wait before an update that found no free rate-limit slot tries again.
+MIN_RETRY_SECONDS = 0.05
 #: How long a turn's end waits for a native stream to be stopped or a preview deleted.
 CLEANUP_SECONDS = 10.0
 #: The account-state key of a session's preview messages not handed to the outbox.
@@ -139,14 +143,17 @@ class Live:
 
     ``limiter(account)``: the account's rate limiter (``Outbox.limiter``); ``store()``:
     the opened store; ``channel_config(name)``: the ``[channels.<name>]`` table;
-    ``sleep``: how the preview waits between updates.
+    ``task_group()``: where a preview's updates run (the kernel's); ``sleep``: how the
+    preview waits between updates.
     """
 
     def __init__(self, *, limiter: "Callable[[Account], RateLimiter]",
                  store: "Callable[[], Store]", channel_config: Callable[[str], Any],
+                 task_group: "Callable[[], TaskGroup]",
                  sleep: Sleep = anyio.sleep) -> None:
         self._limiter = limiter
         self._store = store
+        self._task_group = task_group
         self._channel_config = channel_config
         self._sleep = sleep
         #: Sessions whose stale previews were looked for since this process started.
@@ -169,7 +176,8 @@ class Live:
             mode=mode, interval=interval if interval is not None
             else channel.live_interval(route, mode),
             limiter=self._limiter(account), store=self._store(),
-            journal_seqs=list(journal_seqs), sleep=self._sleep, checked=self._checked)
+            journal_seqs=list(journal_seqs), sleep=self._sleep, checked=self._checked,
+            task_group=self._task_group())
 
 
 class TurnPreview:
@@ -184,7 +192,7 @@ class TurnPreview:
     def __init__(self, *, channel: LiveReplies, account: Account, session_key: str,
                  route: Route, mode: LiveMode, interval: float, limiter: "RateLimiter",
                  store: "Store", journal_seqs: list[int], sleep: Sleep,
-                 checked: set[str] | None = None) -> None:
+                 task_group: "TaskGroup", checked: set[str] | None = None) -> None:
         self.channel = channel
         self.account = account
         self.route = route
@@ -207,7 +215,11 @@ class TurnPreview:
         self._checked = set() if checked is None else checked
         self._saved = False  # whether the store holds this turn's previews
         self._in_a_row = 0
-        self._tg: Any = None
+        self._retry_in: float | None = None  # no free slot: when there will be one
+        self._tg = task_group
+        self._scope: anyio.CancelScope | None = None  # the updates', once they run
+        self._started = False
+        self._stopped = anyio.Event()
         self.calls = 0
         self.failures = 0
 
@@ -219,11 +231,16 @@ class TurnPreview:
             return
         self._text += delta
         self._dirty.set()
+        if not self._started:  # a turn that streams nothing costs no task
+            self._started = True
+            self._tg.start_soon(self._updates, name=f"live reply {self._key}")
 
     async def end_block(self) -> list[str]:
         """The agent finished its block: nothing more is shown of it (an update in
         flight is waited for); returns the ids of its preview messages, in order, for
         the final payloads to replace (none in mode ``draft``)."""
+        if not self._started:  # nothing was fed: nothing to wait for (no checkpoint)
+            return []
         async with self._lock:
             previews, self._previews, self._text = self._previews, [], ""
         if self.mode == "stream":
@@ -247,26 +264,25 @@ class TurnPreview:
     # -- the turn around it ----------------------------------------------------------
 
     async def __aenter__(self) -> "TurnPreview":
-        self._tg = anyio.create_task_group()
-        await self._tg.__aenter__()
-        self._tg.start_soon(self._run, name=f"live reply {self._key}")
         return self
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self._closed = True
-        self._tg.cancel_scope.cancel()  # the updates end here, whatever ends the turn
-        try:
-            # The body's exception is not the updates' business: it goes on as it is.
-            await self._tg.__aexit__(None, None, None)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._close(interrupted=exc_type is not None and issubclass(
-                    exc_type, anyio.get_cancelled_exc_class()))
+        if not self._started:  # the agent streamed nothing: the turn ends as without one
+            self._check_stale_later()
+            return
+        with anyio.CancelScope(shield=True):
+            if self._started:  # the updates end here, whatever ends the turn
+                if self._scope is not None:
+                    self._scope.cancel()
+                await self._stopped.wait()
+            await self._close(interrupted=exc_type is not None and issubclass(
+                exc_type, anyio.get_cancelled_exc_class()))
 
     async def _close(self, *, interrupted: bool) -> None:
         """The turn is over: a block left unfinished is no answer (deleted), unless
         the turn was interrupted, which leaves it where it stopped."""
-        await self._delete_stale()
+        self._check_stale_later()
         previews, self._previews = self._previews, []
         for preview in previews:
             if interrupted or self.mode == "draft":
@@ -279,14 +295,28 @@ class TurnPreview:
 
     # -- showing ---------------------------------------------------------------------
 
+    async def _updates(self) -> None:
+        try:
+            with anyio.CancelScope() as self._scope:
+                if not self._closed:
+                    await self._run()
+        except Exception:  # in the kernel's task group: a bug here ends the preview only
+            log.exception("%s: the live reply of session %s stopped", self.account.key,
+                          self._key)
+        finally:
+            self._stopped.set()
+
     async def _run(self) -> None:
         while True:
             await self._dirty.wait()
             async with self._lock:
                 self._dirty = anyio.Event()
+                self._retry_in = None
                 if await self._show():
                     self._dirty.set()  # more to show than one call did
-            await self._sleep(self.interval)
+            retry_in = self._retry_in
+            await self._sleep(self.interval if retry_in is None
+                              else min(self.interval, max(retry_in, MIN_RETRY_SECONDS)))
 
     def _segments(self) -> list[str]:
         text = self._text if self.mode == "stream" else close_markup(self._text)
@@ -330,6 +360,8 @@ class TurnPreview:
         chat, group = self.route.chat_id, self.route.is_group
         if not self._limiter.try_acquire(chat, is_group=group, hold=True):
             call.close()  # type: ignore[attr-defined]
+            # Try again as soon as a slot is free rather than a whole interval later.
+            self._retry_in = self._limiter.delay(chat, is_group=group)
             return None
         reached = True
         try:
@@ -377,6 +409,10 @@ class TurnPreview:
         self._saved = value is not None
         await self._store.set_account_state(self.account.channel_name, self.account.name,
                                             STATE_PREFIX + self._key, value)
+
+    def _check_stale_later(self) -> None:
+        if self._key not in self._checked:  # behind the turn: its end waits for nothing
+            self._tg.start_soon(self._delete_stale, name=f"stale previews {self._key}")
 
     async def _delete_stale(self) -> None:
         """Delete the previews a gateway that stopped mid-answer left of this turn: once,

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from chatkernel.core.turns.agents import AgentEvent
+from chatkernel.testing import AgentEvent
 from chatkernel.testing.contract import open_contract_run
 from chatkernel_slack.fake import FakeSlack
 from slack_adapters import SlackSocketAdapter

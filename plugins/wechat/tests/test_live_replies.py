@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from chatkernel.core.turns.agents import AgentEvent
+from chatkernel.testing import AgentEvent
 from chatkernel.testing.contract import open_contract_run
 from chatkernel_wechat.channel import CUT_SHORT
 from chatkernel_wechat.contract import WeChatAdapter
