@@ -302,3 +302,33 @@ async def test_kill_9_mid_answer_then_the_answer_arrives_whole_once(tmp_path):
         assert stale.deleted, "the half answer is still in the chat"
         assert platform.texts(CHAT) == [text]
         assert [m.text for m in platform.sent if m.final] == [text]
+
+
+async def test_a_message_steered_into_a_streaming_turn_keeps_its_preview_going(tmp_path):
+    async with Adapter() as adapter:
+        platform = adapter.platform
+
+        async def script(request):
+            yield AgentEvent("text", "working ", final=False)
+            await run.wait(lambda: run.agent.steered, what="the steered message")
+            yield AgentEvent("text", f"on {run.agent.steered[0]}", final=False)
+            await run.wait(lambda: any("on and this" in t for _, _, t in platform.timeline),
+                           what="the preview showing the steered part")
+            yield AgentEvent.reply(f"working on {run.agent.steered[0]}")
+
+        async with open_contract_run(adapter, tmp_path / "kernel", channel_settings={
+                "streaming": "on", "streaming_interval_ms": 100},
+                extra_config={"queue": {"mode": "steer"}}) as run:
+            run.agent.supports_steer = True
+            run.agent.script = script
+            await adapter.inject(CHAT, "first")
+            await run.wait(lambda: platform.sent, what="the first preview")
+            await adapter.inject(CHAT, "and this")
+            await run.wait(lambda: platform.timeline[-1][1] == "final", what="the answer")
+            await run.settle()
+        assert len(run.agent.requests) == 1  # one turn: the second message joined it
+        # (the kernel's busy hint goes out as the message arrives, as without a preview)
+        assert [t for t in platform.texts(CHAT) if not t.startswith("⏳")] == [
+            "working on and this"]
+        assert [t for _, kind, t in platform.timeline if kind == "final"
+                and not t.startswith("⏳")] == ["working on and this"]

@@ -108,8 +108,9 @@ class PlatformAdapter:
     #: platform's words (``edited_message``, ``my_chat_member``...).
     non_message_events: ClassVar[tuple[str, ...]] = ()
 
-    #: A live reply can be watched (:meth:`live_timeline`); the test about it runs only
-    #: for a channel that declares ``chatkernel.channels.LiveReplies``.
+    #: A live reply can be watched (:meth:`live_timeline`), for a channel that declares
+    #: ``chatkernel.channels.LiveReplies`` (one that does not is checked to refuse
+    #: ``streaming = "on"``, and needs no :meth:`live_timeline`).
     supports_live_replies: ClassVar[bool] = True
 
     #: The channel's text limit, to build a reply that must be split; None: the
@@ -593,8 +594,8 @@ class ChannelContract:
     (``supports_typing``), revoked credentials (``supports_revoke``), the bot's
     own messages (``supports_own_messages``), non-message events
     (``supports_non_message_events``), one chat's refusal (``supports_chat_refusal``),
-    live replies (a channel that does not declare ``LiveReplies``, or
-    ``supports_live_replies``).
+    live replies (``supports_live_replies``; a channel that does not declare
+    ``LiveReplies`` passes it by refusing ``streaming = "on"``).
     """
 
     pytestmark = pytest.mark.anyio
@@ -959,18 +960,46 @@ class ChannelContract:
             assert answer.status == 200, body
 
     # live replies
+    async def test_a_streaming_agents_answer_arrives_whole_once(self, contract_kernel):
+        """Whatever the channel shows while the agent writes (live replies, or nothing),
+        a streamed answer arrives whole, once, in order."""
+        run = contract_kernel
+        adapter = run.adapter
+        chat = adapter.direct_chat(1)
+        reply = long_text(run.text_limit, 1.5)
+        words = reply.split()
+
+        def script(request: Any) -> list[AgentEvent]:
+            pieces = [reply[n:n + 50] for n in range(0, len(reply), 50)]
+            return [*(AgentEvent("text", piece, final=False) for piece in pieces),
+                    AgentEvent.reply(reply)]
+
+        run.agent.script = script
+        await adapter.inject(chat, "stream it sa01z", sender_id=adapter.user_id(1))
+        await run.wait(lambda: len(" ".join(run.texts(chat)).split()) >= len(words),
+                       what="the whole answer", state=lambda: run.texts(chat))
+        await run.settle()
+        assert " ".join(run.texts(chat)).split() == words, [len(t) for t in run.texts(chat)]
+
     async def test_a_live_reply_shows_its_progress_then_the_whole_answer_once(
             self, platform_adapter, tmp_path):
         from chatkernel.sdk.live import LiveReplies
 
+        from chatkernel.sdk.errors import ConfigError
+
         adapter = platform_adapter
         self.require(adapter, "live_replies")
         settings = {"streaming": "on", "streaming_interval_ms": 100}
-        async with self.contract_run(adapter, tmp_path / "probe", loop=False) as probe:
-            if not isinstance(probe.channel, LiveReplies):
-                pytest.skip(f"{type(probe.channel).__name__} does not declare LiveReplies")
-        async with self.contract_run(adapter, tmp_path / "kernel",
-                                     channel_settings=settings) as run:
+        try:
+            opened = self.contract_run(adapter, tmp_path / "kernel", channel_settings=settings)
+            run = await opened.__aenter__()
+        except ConfigError as exc:
+            # A channel without live replies refuses the setting, saying so.
+            assert exc.key == f"channels.{adapter.channel_name}.streaming", exc
+            assert "cannot show a reply while it is written" in str(exc), exc
+            return
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_exit(opened)
             chat = adapter.direct_chat(1)
             reply = long_text(run.text_limit, 1.5)
             words = reply.split()
