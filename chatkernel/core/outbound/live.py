@@ -27,8 +27,9 @@ A crash mid-answer: the ids of a turn's preview messages are kept in the store
 are not yet handed to the outbox. When the turn runs again after a restart, its
 stale previews are deleted before its first preview shows (or as it ends), and the
 answer is delivered whole, once. The store is read for that once per session and
-process, and written only while a preview message exists. A preview that is no answer (the turn failed, or the block never became
-final) is deleted too; an interrupted turn's preview stops where it is.
+process, and written only while a preview message exists. A preview that is no answer
+(the turn failed, or the block never became final) is deleted too; an interrupted
+turn's preview stops where it is.
 """
 
 from __future__ import annotations
@@ -271,11 +272,10 @@ class TurnPreview:
         if not self._started:  # the agent streamed nothing: the turn ends as without one
             self._check_stale_later()
             return
-        with anyio.CancelScope(shield=True):
-            if self._started:  # the updates end here, whatever ends the turn
-                if self._scope is not None:
-                    self._scope.cancel()
-                await self._stopped.wait()
+        with anyio.CancelScope(shield=True):  # the updates end here, whatever ends the turn
+            if self._scope is not None:
+                self._scope.cancel()
+            await self._stopped.wait()
             await self._close(interrupted=exc_type is not None and issubclass(
                 exc_type, anyio.get_cancelled_exc_class()))
 
