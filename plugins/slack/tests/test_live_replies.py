@@ -9,6 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from chatkernel.channels import Route
 from chatkernel.testing import AgentEvent
 from chatkernel.testing.contract import open_contract_run
 from chatkernel_slack.fake import FakeSlack
@@ -138,3 +139,28 @@ async def test_a_channel_sees_one_message_updated_in_place(tmp_path):
         assert message.method == "chat.postMessage" and message.updates >= 2
         assert slack.calls_to("chat.startStream") == []
         assert slack.throttled == 0, "a preview went past Slack's limits"
+
+
+async def test_where_slack_refuses_the_app_a_stream_the_message_is_updated_instead(tmp_path):
+    async with DefaultLimitsAdapter() as adapter:
+        slack = adapter.slack
+        slack.fail_next("chat.startStream", "feature_not_enabled")
+        thread = "1600000000.000001"
+
+        def shown() -> list[str]:
+            return [text for kind, chat, _, text in slack.history if chat == DM]
+
+        async with open_contract_run(adapter, tmp_path / "kernel",
+                                     channel_settings={"streaming": "on"}) as run:
+            run.agent.script = streaming_script(run, shown)
+            await adapter.inject(DM, "tell me", sender_id="U0USER0001", thread_id=thread)
+            await run.wait(lambda: slack.texts(DM) == ["Here is " + " ".join(WORDS)],
+                           what="the answer", state=lambda: slack.texts(DM))
+            await run.settle()
+            route = Route("slack", "main", DM, thread_id=thread)
+            assert run.channel.live_mode(route) == "edit"  # the next answers too
+        [message] = slack.sent(DM)
+        assert message.method == "chat.postMessage" and message.thread_ts == thread
+        assert message.updates >= 2  # chat.update as the stream's fallback
+        assert len(slack.calls_to("chat.startStream")) == 1  # refused once, not again
+        assert slack.calls_to("chat.appendStream") == []
