@@ -17,7 +17,8 @@ The pieces, by concern:
 - the channel: :class:`Channel` (the platform contract), :class:`ChannelLimits`,
   :class:`RateLimit`, :class:`Capabilities`, :class:`AccountConfig` (the base of
   an account's config model), :class:`ChannelContext` (what the kernel gives an
-  account), :class:`ConfigError`;
+  account), :class:`LiveReplies` (the capability of showing a reply while it is
+  written, with :class:`Preview` and :data:`LiveMode`), :class:`ConfigError`;
 - the values that flow through it: :class:`InboundMessage`, :class:`MediaRef`,
   :class:`Route`, :class:`OutboundPayload`, :class:`SendResult`,
   :class:`SendError`, :class:`ProbeResult`, :class:`Account`, :class:`Verdict` (what
@@ -56,6 +57,7 @@ from chatkernel.sdk.channel import (
     per_chat,
 )
 from chatkernel.sdk.accounts import AccountConfig
+from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
 from chatkernel.sdk.errors import ConfigError
 from chatkernel.sdk.http_client import (
     Answer,
@@ -115,6 +117,8 @@ __all__ = [
     "HttpClient",
     "InboundMessage",
     "Line",
+    "LiveMode",
+    "LiveReplies",
     "Login",
     "LoginFailed",
     "LoginRequest",
@@ -125,6 +129,7 @@ __all__ = [
     "PlatformError",
     "Polled",
     "Polling",
+    "Preview",
     "ProbeResult",
     "RateLimit",
     "Route",

@@ -53,6 +53,12 @@ async def run(agent: Agent, req: TurnRequest) -> list[AgentEvent]:
         return [event async for event in events]
 
 
+async def answer(agent: Agent, req: TurnRequest) -> list[AgentEvent]:
+    """The events a reply is made of: a turn's events without the text it streamed on
+    the way (non-final text events, which only a live reply shows)."""
+    return [e for e in await run(agent, req) if e.kind != "text" or e.final]
+
+
 def finals(events: list[AgentEvent]) -> list[str]:
     return [e.text for e in events if e.kind == "text" and e.final]
 
@@ -170,14 +176,14 @@ async def test_command_reads_the_prompt_and_replies(tmp_path):
         print(json.dumps({"stdin": data, "env": {k: v for k, v in os.environ.items()
                                                  if k.startswith("CHATKERNEL_")}}))
     """)
-    events = await run(agent, request("what time is it?", heartbeat=True))
+    events = await answer(agent, request("what time is it?", heartbeat=True))
     assert len(events) == 1 and events[0].kind == "text" and events[0].final
     got = json.loads(events[0].text)  # the trailing newline is gone
     assert got["stdin"] == f"{ENVELOPE}\nwhat time is it?"
     assert got["env"]["CHATKERNEL_SESSION"] == "webchat:default:42"
     assert got["env"]["CHATKERNEL_SESSION_ID"] == "sid-1"
     assert got["env"]["CHATKERNEL_HEARTBEAT"] == "1"
-    events = await run(agent, request("again"))
+    events = await answer(agent, request("again"))
     assert json.loads(events[0].text)["env"]["CHATKERNEL_HEARTBEAT"] == "0"
 
 
@@ -189,7 +195,7 @@ async def test_command_exit_status_is_an_error_with_the_stderr_tail(tmp_path):
         sys.stderr.write("x" * 2000 + "THE END\\n")
         sys.exit(3)
     """)
-    [event] = await run(agent, request())
+    [event] = await answer(agent, request())
     assert event.kind == "error"
     prefix = ("The agent's program exited with status 3 instead of answering. Its error "
               "output ends with: ")
@@ -208,7 +214,7 @@ async def test_command_timeout_kills_and_reaps_the_process(tmp_path):
         sys.stderr.write("thinking hard\\n"); sys.stderr.flush()
         time.sleep(60)
     """, timeout=1.0)
-    [event] = await run(agent, request())
+    [event] = await answer(agent, request())
     assert event.kind == "error"
     assert event.text == ("The agent did not answer within 1 s and was stopped. Its error "
                           "output ends with: thinking hard If it needs longer, raise "
@@ -225,7 +231,7 @@ async def test_command_timeout_kills_grandchildren_too(tmp_path):
         open({str(pid_file)!r}, "w").write(str(child.pid))
         time.sleep(60)
     """, timeout=1.0)
-    [event] = await run(agent, request())
+    [event] = await answer(agent, request())
     assert event.kind == "error" and "did not answer within 1 s" in event.text
     grandchild = int(pid_file.read_text())
     with anyio.fail_after(5):
@@ -261,14 +267,14 @@ async def test_cancelling_the_turn_kills_the_process(tmp_path):
 async def test_command_that_cannot_start(tmp_path):
     missing = str(tmp_path / "no-such-program")
     agent = CommandAgent(AgentConfig(kind="command", command=[missing]), None)
-    [event] = await run(agent, request())
+    [event] = await answer(agent, request())
     assert event.kind == "error" and missing in event.text and "not found" in event.text
 
     not_executable = tmp_path / "script.sh"
     not_executable.write_text("#!/bin/sh\necho hi\n")
     not_executable.chmod(0o644)
     agent = CommandAgent(AgentConfig(kind="command", command=[str(not_executable)]), None)
-    [event] = await run(agent, request())
+    [event] = await answer(agent, request())
     assert event.kind == "error" and str(not_executable) in event.text
     assert "permission denied" in event.text
 
@@ -300,7 +306,7 @@ async def test_the_command_agent_gets_an_explicit_environment(tmp_path, monkeypa
     config = cfg.parse({"agent": {"kind": "command", "command": [sys.executable, str(script)],
                                   "pass_env": ["MODEL_DIR", "NOT_SET_ANYWHERE"],
                                   "env": {"MODE": "test", "API_KEY": "${UPSTREAM_KEY}"}}})
-    [event] = await run(CommandAgent(config.agent, None), request())
+    [event] = await answer(CommandAgent(config.agent, None), request())
     env = json.loads(event.text)
     assert "TELEGRAM_BOT_TOKEN" not in env and "AWS_SECRET_ACCESS_KEY" not in env
     assert env["PATH"] == os.environ["PATH"] and env["HOME"] == os.environ["HOME"]
@@ -332,7 +338,7 @@ async def test_a_lone_surrogate_in_a_message_does_not_break_the_turn(tmp_path):
         data = sys.stdin.buffer.read().decode("utf-8")  # strict: what was sent is UTF-8
         print(data.splitlines()[-1])
     """)
-    [event] = await run(agent, request("broken \ud800 pair \ud83d\ude00",
+    [event] = await answer(agent, request("broken \ud800 pair \ud83d\ude00",
                                        session_key="webchat:default:\udc00\x00"))
     assert event.kind == "text" and event.text == "broken \ufffd pair \U0001f600"
 
@@ -344,7 +350,7 @@ async def test_an_internal_failure_reads_as_a_sentence(tmp_path, monkeypatch):
 
     monkeypatch.setattr(CommandAgent, "_drain", staticmethod(broken))
     agent = command_agent(tmp_path, "print('hi')")
-    [event] = await run(agent, request())
+    [event] = await answer(agent, request())
     assert event.kind == "error"
     assert event.text == ("The agent's turn failed inside the gateway (ValueError: the pipe "
                           "broke). This is a bug in chatkernel; the gateway's log has the "
@@ -359,7 +365,7 @@ async def test_command_large_output_does_not_deadlock(tmp_path):
         sys.stdout.write("o" * 1_000_000 + "!\\n")
         sys.stdin.read()
     """)
-    [event] = await run(agent, request("x" * 300_000))
+    [event] = await answer(agent, request("x" * 300_000))
     assert event.kind == "text" and event.final
     assert len(event.text) == 1_000_001 and event.text.endswith("!")
 
@@ -367,7 +373,7 @@ async def test_command_large_output_does_not_deadlock(tmp_path):
 @pytest.mark.anyio
 async def test_command_ignoring_stdin_is_fine(tmp_path):
     agent = command_agent(tmp_path, 'print("done without reading")')
-    assert finals(await run(agent, request("y" * 1_000_000))) == ["done without reading"]
+    assert finals(await answer(agent, request("y" * 1_000_000))) == ["done without reading"]
 
 
 # -- openai ------------------------------------------------------------------------------------
@@ -721,3 +727,36 @@ async def test_no_secret_reaches_the_chat_or_the_session_log(tmp_path, monkeypat
             assert secret not in where
         assert "token *** key *** service ***" in where
         assert "failed with ***" in where
+
+
+@pytest.mark.anyio
+async def test_command_streams_its_output_as_it_arrives(tmp_path):
+    """Each line the program writes is a non-final text event before the program has
+    written the next one (it waits for a file the test writes once it saw the first)."""
+    go = tmp_path / "go"
+    agent = command_agent(tmp_path, f"""
+        import os, sys, time
+        sys.stdout.write("first line\\n"); sys.stdout.flush()
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.01)
+        sys.stdout.write("second line\\n")
+    """, timeout=10)
+    seen: list[AgentEvent] = []
+    async with aclosing(agent.turn(request())) as events:
+        async for event in events:
+            seen.append(event)
+            if event.text == "first line\n":
+                assert not event.final
+                go.write_text("")
+    streamed = "".join(e.text for e in seen if e.kind == "text" and not e.final)
+    assert streamed == "first line\nsecond line\n"
+    assert finals(seen) == ["first line\nsecond line"]
+
+
+@pytest.mark.anyio
+async def test_echo_types_its_answer_word_by_word_when_asked():
+    agent = EchoAgent(AgentConfig(echo_typing_ms=1), None)
+    events = await run(agent, request("one two  three"))
+    assert [e.text for e in events if not e.final] == ["one ", "two  ", "three"]
+    assert finals(events) == ["one two  three"]
+    assert len(await run(EchoAgent(AgentConfig(), None), request("one two"))) == 1

@@ -127,3 +127,33 @@ def test_the_message_box_placeholder_is_shown_whole(gateway_url, browser, width)
     assert fit["lines"] >= 1 and fit["needed"] <= fit["inner"], fit
     if width == 1024:  # where there is room, the keys are explained
         assert "Shift+Enter" in fit["placeholder"], fit
+
+
+def test_a_live_reply_grows_in_a_draft_then_the_answer_takes_its_place(tmp_path, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text('[agent]\nkind = "echo"\necho_typing_ms = 250\n'
+                                      '[queue]\ndebounce_ms = 0\n')
+    words = " ".join(f"word{n}" for n in range(10))
+    with gateway_process(home) as gateway:
+        browser.get(gateway.url + "/")
+        browser.find_element(By.ID, "text").send_keys(words)
+        browser.find_element(By.ID, "send").click()
+        wait = WebDriverWait(browser, 15, poll_frequency=0.05)
+        drafts: list[str] = []
+
+        def draft_seen(driver) -> bool:
+            found = driver.find_elements(By.CSS_SELECTOR, ".msg.bot.draft")
+            if found and found[0].text and found[0].text not in drafts:
+                drafts.append(found[0].text)
+            return len(drafts) >= 2
+
+        wait.until(draft_seen)  # the answer being written, in a draft bubble
+        wait.until(lambda d: [m.text for m in d.find_elements(By.CSS_SELECTOR, ".msg.bot")]
+                   == [words])
+        assert browser.find_elements(By.CSS_SELECTOR, ".msg.bot.draft") == []
+    assert all(words.startswith(text) for text in drafts), drafts
+    assert len(drafts[0]) < len(words)

@@ -5,6 +5,13 @@ from chatkernel.hookspecs import hookimpl
 
 @hookimpl(trylast=True)
 def outbound_send(account, route, payload):
-    if account.channel is None:
+    channel = account.channel
+    if channel is None:
         raise RuntimeError(f"account {account.key} is not running: nothing can send for it")
-    return account.channel.send(route, payload)
+    if payload.replaces is not None:
+        # The final text of a live reply, in place of its preview (chatkernel.sdk.live).
+        from chatkernel.sdk.live import LiveReplies
+
+        if isinstance(channel, LiveReplies):
+            return channel.replace_preview(route, payload)
+    return channel.send(route, payload)

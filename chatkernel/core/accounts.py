@@ -32,6 +32,11 @@ def account_identity(channel_type: type[Channel]) -> tuple[str, ...]:
     return tuple(identity)
 
 
+#: streaming = "on" where the channel cannot show a reply in progress.
+_NO_LIVE = ('the {name} channel cannot show a reply while it is written (it declares no '
+            'live replies): remove streaming = "on"; answers are sent whole')
+
+
 def build_accounts(name: str, section: Any, channel_type: type[Channel], *,
                    config_path: Any = None, workspace: Any = None,
                    context: ContextFactory = ChannelContext) -> list[Account]:
@@ -43,6 +48,12 @@ def build_accounts(name: str, section: Any, channel_type: type[Channel], *,
     tables of the channel it edits with it, ``validate`` and ``run`` every channel."""
     cfg.check_channel_keys(name, section, channel_type.settings_keys,
                            channel_type.account_model, path=config_path)
+    from chatkernel.sdk.live import LiveReplies
+
+    live = issubclass(channel_type, LiveReplies)
+    if not live and getattr(section, "streaming", None) == "on":
+        raise cfg.ConfigError(_NO_LIVE.format(name=name), path=config_path,
+                              key=f"channels.{name}.streaming")
     accounts: list[Account] = []
     seen: dict[tuple[Any, ...], str] = {}
     keys = account_identity(channel_type)
@@ -51,6 +62,9 @@ def build_accounts(name: str, section: Any, channel_type: type[Channel], *,
                                         account=account_name, path=config_path)
         if not getattr(settings, "enabled", True):
             continue
+        if not live and getattr(settings, "streaming", None) == "on":
+            raise cfg.ConfigError(_NO_LIVE.format(name=name), path=config_path,
+                                  key=f"channels.{name}.accounts.{account_name}.streaming")
         if keys:
             identity = tuple(getattr(settings, key, None) for key in keys)
             if identity in seen:  # the values are secrets: the error names keys only

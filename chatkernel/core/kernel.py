@@ -50,6 +50,7 @@ from chatkernel.sdk.models import Account, Command, InboundMessage, Route, Sessi
 from chatkernel.core.health.monitor import HealthMonitor
 from chatkernel.core.outbound.order import OutputOrder
 from chatkernel.core.outbound.responder import MediaScope, Outbound, Responder, send_payload
+from chatkernel.core.outbound.live import Live
 from chatkernel.core.outbound.outbox import Outbox
 from chatkernel.core.outbound.policy import SendPolicies
 from chatkernel.core.plugins import PluginManager, get_plugin_manager
@@ -136,6 +137,10 @@ class Kernel:
         #: Builds replies' payloads and queues them (a turn's Responder is given it).
         self.outbound = Outbound(pm=self.pm, metrics=self.metrics, store=lambda: self.store,
                                  submit=self.outbox.submit)
+        #: Live replies: the agent's answer shown while it is written (core/outbound/live.py).
+        self.live = Live(limiter=self.outbox.limiter, store=lambda: self.store,
+                         channel_config=lambda name: self.config.channels.get(name),
+                         task_group=lambda: self.task_group)
         self.send_policy = SendPolicies.from_config(self.config)
         #: Answers sent outside a turn wait for the turns of earlier messages.
         self.order = OutputOrder()
@@ -290,7 +295,8 @@ class Kernel:
         self._turns = turns = Turns(
             store=store, sessions=self._sessions, agents=roster,
             account_for=self.account_for, responder=responder,
-            indicators=self.indicators, metrics=self.metrics, order=self.order)
+            indicators=self.indicators, metrics=self.metrics, order=self.order,
+            live=self.live.preview)
 
         def session_busy(key: str) -> bool:  # the queue is built next, told of heartbeats
             return self.queue.is_busy(key)

@@ -7,7 +7,7 @@ model, and the kit, need nothing of the kernel's config module.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -66,6 +66,10 @@ class AccountConfig(BaseModel):
     direct_only_commands: bool = False
     heartbeat: HeartbeatVisibility | None = None
     health_monitor: HealthMonitorConfig | None = None
+    #: Live replies for this account ("on" or "off"); unset: the channel's setting.
+    streaming: Literal["off", "on"] | None = None
+    #: The least time between two updates of a live reply; unset: the channel's.
+    streaming_interval_ms: int | None = Field(None, ge=100, le=60_000)
 
     @field_validator("allow_from", mode="before")
     @classmethod

@@ -282,6 +282,7 @@ def payload_to_dict(payload: OutboundPayload) -> dict[str, Any]:
         "chunk_index": payload.chunk_index,
         "chunk_count": payload.chunk_count,
         "format": payload.format,
+        **({"replaces": payload.replaces} if payload.replaces is not None else {}),
     }
 
 
@@ -295,6 +296,7 @@ def payload_from_dict(data: dict[str, Any]) -> OutboundPayload:
         chunk_index=data.get("chunk_index", 1),
         chunk_count=data.get("chunk_count", 1),
         format=data.get("format", "markdown"),
+        replaces=data.get("replaces"),
     )
 
 

@@ -116,6 +116,10 @@ class OutboundPayload:
     #: gets it with each send; see ``Channel.idempotent_sends``. None outside the
     #: outbox.
     key: str | None = None
+    #: The platform id of the preview message this payload takes the place of (a live
+    #: reply, chatkernel.sdk.live): the channel edits that message instead of sending a
+    #: new one. None: a new message.
+    replaces: str | None = None
 
     @property
     def is_media(self) -> bool:

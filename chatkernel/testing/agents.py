@@ -22,7 +22,8 @@ class ScriptedAgent(Agent):
     steered: list[str]
     #: while set to an unset Event, every turn waits for it before answering.
     gate: anyio.Event | None
-    #: events to yield instead of the default reply (a callable of the request).
+    #: events to yield instead of the default reply (a callable of the request returning
+    #: them, or an async iterator of them).
     script: Any
     running: int
     max_running: int
@@ -36,8 +37,13 @@ class ScriptedAgent(Agent):
             if cls.gate is not None:
                 await cls.gate.wait()
             if cls.script is not None:
-                for event in cls.script(request):
-                    yield event
+                events = cls.script(request)
+                if hasattr(events, "__aiter__"):  # an async script paces itself
+                    async for event in events:
+                        yield event
+                else:
+                    for event in events:
+                        yield event
             else:
                 yield AgentEvent.reply(f"re: {request.text}")
         finally:

@@ -116,6 +116,11 @@ class PlatformAdapter:
     #: platform's words (``edited_message``, ``my_chat_member``...).
     non_message_events: ClassVar[tuple[str, ...]] = ()
 
+    #: A live reply can be watched (:meth:`live_timeline`), for a channel that declares
+    #: ``chatkernel.channels.LiveReplies`` (one that does not is checked to refuse
+    #: ``streaming = "on"``, and needs no :meth:`live_timeline`).
+    supports_live_replies: ClassVar[bool] = True
+
     #: The channel's text limit, to build a reply that must be split; None: the
     #: channel class's ``limits.text_limit``.
     text_limit: ClassVar[int | None] = None
@@ -243,6 +248,15 @@ class PlatformAdapter:
         of its own send, as Slack's events and WeChat's polls carry), as it would."""
         raise NotImplementedError("implement PlatformAdapter.inject_own_message, or set "
                                   "supports_own_messages = False")
+
+    def live_timeline(self, chat_id: str) -> list[tuple[str, str]]:
+        """What the user saw of the bot's replies in ``chat_id``, in order:
+        ``("preview", text)`` for each state a live reply's preview showed (a draft, the
+        preview message as sent or edited, a stream's text so far) and ``("final",
+        text)`` for each message of a finished answer as it was delivered (sent, or
+        the preview edited to it). Texts as :meth:`sent_texts` renders them."""
+        raise NotImplementedError("implement PlatformAdapter.live_timeline, or set "
+                                  "supports_live_replies = False")
 
     async def inject_non_message_event(self, kind: str, chat_id: str, *, sender_id: str,
                                        text: str) -> None:
@@ -474,6 +488,7 @@ class ContractRun:
 async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
                             allow_from: Iterable[str] = ("*",), loop: bool = True,
                             extra_config: dict[str, Any] | None = None,
+                            channel_settings: dict[str, Any] | None = None,
                             ) -> AsyncIterator[ContractRun]:
     """Start a kernel (state under ``home``) with the adapter's channel and a scripted agent.
 
@@ -483,7 +498,7 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
     it serves once the kernel has started. ``loop``: start the receive loop
     too. On exit the receive loop stops, then the gateway's HTTP server, then
     the kernel. A second run on the same ``home`` reuses the same store (a
-    restart).
+    restart). ``channel_settings``: more keys of ``[channels.<name>]``.
     """
     if adapter.channel_plugin is None or not adapter.channel_name:
         raise TypeError(f"{type(adapter).__name__} must set channel_plugin and channel_name")
@@ -494,7 +509,7 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
     async with contextlib.AsyncExitStack() as stack:
         listener = stack.enter_context(socket.create_server(("127.0.0.1", 0)))
         await adapter.attach_gateway(f"http://127.0.0.1:{listener.getsockname()[1]}")
-        section = {**adapter.channel_config(),
+        section = {**adapter.channel_config(), **(channel_settings or {}),
                    "accounts": {ACCOUNT: {**adapter.account_config(),
                                           "allow_from": list(allow_from)}}}
         config: dict[str, Any] = {
@@ -588,7 +603,9 @@ class ChannelContract:
     (``supports_threads``), media out (``supports_media_out``), typing
     (``supports_typing``), revoked credentials (``supports_revoke``), the bot's
     own messages (``supports_own_messages``), non-message events
-    (``supports_non_message_events``), one chat's refusal (``supports_chat_refusal``).
+    (``supports_non_message_events``), one chat's refusal (``supports_chat_refusal``),
+    live replies (``supports_live_replies``; a channel that does not declare
+    ``LiveReplies`` passes it by refusing ``streaming = "on"``).
     """
 
     pytestmark = pytest.mark.anyio
@@ -951,3 +968,85 @@ class ChannelContract:
                 http.get(f"{run.url}/healthz") as answer:
             body = await answer.json()
             assert answer.status == 200, body
+
+    # live replies
+    async def test_a_streaming_agents_answer_arrives_whole_once(self, contract_kernel):
+        """Whatever the channel shows while the agent writes (live replies, or nothing),
+        a streamed answer arrives whole, once, in order."""
+        run = contract_kernel
+        adapter = run.adapter
+        chat = adapter.direct_chat(1)
+        reply = long_text(run.text_limit, 1.5)
+        words = reply.split()
+
+        def script(request: Any) -> list[AgentEvent]:
+            pieces = [reply[n:n + 50] for n in range(0, len(reply), 50)]
+            return [*(AgentEvent("text", piece, final=False) for piece in pieces),
+                    AgentEvent.reply(reply)]
+
+        run.agent.script = script
+        await adapter.inject(chat, "stream it sa01z", sender_id=adapter.user_id(1))
+        await run.wait(lambda: len(" ".join(run.texts(chat)).split()) >= len(words),
+                       what="the whole answer", state=lambda: run.texts(chat))
+        await run.settle()
+        assert " ".join(run.texts(chat)).split() == words, [len(t) for t in run.texts(chat)]
+
+    async def test_a_live_reply_shows_its_progress_then_the_whole_answer_once(
+            self, platform_adapter, tmp_path):
+        from chatkernel.sdk.live import LiveReplies
+
+        from chatkernel.sdk.errors import ConfigError
+
+        adapter = platform_adapter
+        self.require(adapter, "live_replies")
+        settings = {"streaming": "on", "streaming_interval_ms": 100}
+        try:
+            opened = self.contract_run(adapter, tmp_path / "kernel", channel_settings=settings)
+            run = await opened.__aenter__()
+        except ConfigError as exc:
+            # A channel without live replies refuses the setting, saying so.
+            assert exc.key == f"channels.{adapter.channel_name}.streaming", exc
+            assert "cannot show a reply while it is written" in str(exc), exc
+            return
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_exit(opened)
+            chat = adapter.direct_chat(1)
+            reply = long_text(run.text_limit, 1.5)
+            words = reply.split()
+            cut = [len(reply) * n // 6 for n in range(7)]
+            pieces = [reply[a:b] for a, b in zip(cut, cut[1:])]
+
+            def shown() -> list[str]:  # while it is written, a state may still be the last
+                return [text for _, text in adapter.live_timeline(chat)]
+
+            async def script(request: Any) -> AsyncIterator[AgentEvent]:
+                for piece in pieces:
+                    yield AgentEvent("text", piece, final=False)
+                    # The next piece once this one is visible: the updates are seen.
+                    last = piece.split()[-1] if piece.split() else ""
+                    await run.wait(lambda: any(last in text for text in shown()),
+                                   what=f"a preview showing {last!r}", state=shown)
+                yield AgentEvent.reply(reply)
+
+            run.agent.script = script
+            await adapter.inject(chat, "stream it lv01z", sender_id=adapter.user_id(1))
+
+            def finals() -> list[str]:
+                return [text for kind, text in adapter.live_timeline(chat) if kind == "final"]
+
+            await run.wait(lambda: len(" ".join(finals()).split()) >= len(words),
+                           what="the whole answer delivered", state=finals)
+            await run.settle()
+            timeline = adapter.live_timeline(chat)
+            kinds = [kind for kind, _ in timeline]
+            first_final = kinds.index("final")
+            last_final = len(kinds) - 1 - kinds[::-1].index("final")
+            assert kinds[:first_final].count("preview") >= 3, timeline
+            assert "preview" not in kinds[last_final:], "an update came after the answer"
+            sent = " ".join(finals()).split()
+            assert sent == words, (
+                f"the answer arrived changed or twice: {len(sent)} words of {len(words)}, "
+                f"first difference at word "
+                f"{next((i for i, (a, b) in enumerate(zip(sent, words)) if a != b), None)}")
+            assert all(len(text) <= run.text_limit for text in finals()), \
+                [len(text) for text in finals()]

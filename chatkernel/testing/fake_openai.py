@@ -151,6 +151,9 @@ class FakeOpenAI:
         self.host = host
         self.port = port
         self.requests: list[RecordedRequest] = []
+        #: ``time.monotonic()`` when each streamed answer's first content piece was
+        #: written (the agent's first token, for measurements).
+        self.first_token_at: list[float] = []
         self._runner: web.AppRunner | None = None
         self._ids = itertools.count(1)
 
@@ -330,7 +333,9 @@ class FakeOpenAI:
             for start in range(0, len(arguments), 8):
                 await send({"tool_calls": [{"index": index, "function": {
                     "arguments": arguments[start:start + 8]}}]})
-        for piece in split_deltas(answer.content):
+        for index, piece in enumerate(split_deltas(answer.content)):
+            if not index:
+                self.first_token_at.append(time.monotonic())
             await send({"content": piece})
         await send({}, finish)
         if usage is not None:

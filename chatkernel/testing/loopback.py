@@ -9,30 +9,62 @@ confirming gets them again; sends are recorded in order, with injectable failure
 with ``retry_after``, 5xx, dropped connections, an answer held back) and deduped by
 their idempotency key, as Matrix dedupes by ``txnId``. :class:`LoopbackChannel` is the
 sample channel named ``loopback``, with tighter limits and backoff; an account with
-``idempotent_sends = true`` declares its sends idempotent.
+``idempotent_sends = true`` declares its sends idempotent. It shows live replies
+(chatkernel.sdk.live) by editing a preview message, when the account or the channel sets
+``streaming = "on"`` (off by default, so the kit's other tests see whole replies).
 
-``python -m chatkernel.testing.loopback --platform URL [--idempotent-sends]``
-runs the real gateway with the loopback channel (``CHATKERNEL_HOME`` as usual):
-the crash tests kill that process.
+``python -m chatkernel.testing.loopback --platform URL [--idempotent-sends]
+[--streaming] [--echo-typing-ms N]`` runs the real gateway with the loopback channel
+(``CHATKERNEL_HOME`` as usual): the crash tests kill that process.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 import anyio
+from aiohttp import web
 from pydantic import Field
 
-from chatkernel.channels import ChannelLimits, RateLimit, hookimpl
+from chatkernel.channels import (
+    ChannelLimits,
+    LiveMode,
+    LiveReplies,
+    OutboundPayload,
+    PlatformError,
+    Preview,
+    RateLimit,
+    Route,
+    SendResult,
+    hookimpl,
+)
+from chatkernel.testing.sample import fake as sample
 from chatkernel.testing.sample.channel import SampleAccount, SampleChannel, SamplePolling
-from chatkernel.testing.sample.fake import SENDS, SamplePlatform, SentMessage
+from chatkernel.testing.sample.fake import SamplePlatform, SentMessage, error_body
 
-__all__ = ["SENDS", "LoopbackAccount", "LoopbackChannel", "LoopbackPlatform",
-           "LoopbackPlugin", "LoopbackPolling", "SentMessage"]
+__all__ = ["SENDS", "LoopbackAccount", "LoopbackChannel", "LoopbackMessage",
+           "LoopbackPlatform", "LoopbackPlugin", "LoopbackPolling", "SentMessage"]
 
 #: The token both sides use unless a test says otherwise.
 TOKEN = "test-token"
+#: The methods a send fault applies to (``edit``: a live reply's final text).
+SENDS = (*sample.SENDS, "edit")
+#: The calls of live replies' previews.
+PREVIEWS = ("preview", "preview_edit", "delete")
+
+
+@dataclass
+class LoopbackMessage(SentMessage):
+    """A message sent, and what became of it as a live reply's preview."""
+
+    #: Every text the preview showed, in order (the first is its start).
+    shown: list[str] = field(default_factory=list)
+    #: The final text was put in it (the last of ``shown``): nothing may change it since.
+    final: bool = False
+    deleted: bool = False
 
 
 class LoopbackPlatform(SamplePlatform):
@@ -42,6 +74,11 @@ class LoopbackPlatform(SamplePlatform):
     Its chats take any pace the kernel sends at, its 429s ask for :attr:`retry_after`
     (fractions of a second, for fast tests), and :meth:`hold_next_answer` lets a crash
     test kill the gateway while a send is unanswered.
+
+    Live replies: ``POST /preview`` (JSON ``chat_id``, ``thread_id``, ``text``: a new
+    message), ``POST /preview_edit`` and ``POST /edit`` (``chat_id``, ``message_id``,
+    ``text``; ``/edit`` puts the final text, after which the message changes no more: a
+    later edit answers 400), ``POST /delete`` (``chat_id``, ``message_id``).
     """
 
     bot_id = "loopback-bot"
@@ -51,6 +88,15 @@ class LoopbackPlatform(SamplePlatform):
         super().__init__(token=token, seed=seed)
         #: The ``retry_after`` a 429 from :meth:`fail_next` carries.
         self.retry_after: float = 1
+        #: What a user saw, in order: ``(chat_id, kind, text)``, kind ``"preview"`` (a
+        #: live reply's preview sent or edited) or ``"final"`` (a message sent, or a
+        #: preview edited to its final text).
+        self.timeline: list[tuple[str, str, str]] = []
+
+    def routes(self) -> list[web.RouteDef]:
+        return [*super().routes(), web.post("/preview", self._preview),
+                web.post("/preview_edit", self._edit), web.post("/edit", self._edit),
+                web.post("/delete", self._delete)]
 
     @property
     def url(self) -> str:
@@ -73,15 +119,87 @@ class LoopbackPlatform(SamplePlatform):
         self.latency = seconds
 
     def fail_next(self, *failures: int | str, retry_after: float | None = None) -> None:
-        """As the sample's, a 429 asking for :attr:`retry_after` unless told otherwise."""
-        super().fail_next(*failures, retry_after=self.retry_after if retry_after is None
-                          else retry_after)
+        """As the sample's (a live reply's final edit included), a 429 asking for
+        :attr:`retry_after` unless told otherwise."""
+        wait = self.retry_after if retry_after is None else retry_after
+        for failure in failures:
+            if failure == "drop":
+                self.faults.drop(SENDS)
+            elif int(failure) == 429:
+                self.faults.fail(SENDS, self.too_many_requests(wait))
+            else:
+                self.faults.fail(SENDS, error_body(int(failure), "failure", "failure"))
 
     def hold_next_answer(self) -> None:
         """The next send takes effect (it is in :attr:`sent`) and its answer is held
         back until :meth:`release` or the platform closes: a crash test kills the
         gateway exactly while a send it made is unanswered."""
         self.faults.stall(SENDS)
+
+    def texts(self, chat_id: str | None = None, *, thread_id: str | None = None) -> list[str]:
+        """The texts sent and not deleted (to a chat; with ``thread_id``, in that thread)."""
+        return [m.text for m in self.sent_messages if m.kind is None
+                and not m.deleted
+                and (chat_id is None or m.chat_id == chat_id)
+                and (thread_id is None or m.thread_id == thread_id)]
+
+    # -- live replies' wire ----------------------------------------------------------------
+
+    def _record(self, message: SentMessage) -> web.Response:
+        if not isinstance(message, LoopbackMessage):  # every message can be a preview's
+            message = LoopbackMessage(**{f.name: getattr(message, f.name)
+                                         for f in fields(SentMessage)})
+        answer = super()._record(message)
+        if message.kind is None and message.message_id:
+            self.timeline.append((message.chat_id, "preview" if message.shown else "final",
+                                  message.text))
+        return answer
+
+    async def _preview(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+
+        async def answer() -> web.Response:
+            return self._record(LoopbackMessage(0, str(body["chat_id"]), str(body["text"]),
+                                                thread_id=body.get("thread_id"),
+                                                shown=[str(body["text"])]))
+
+        return await self._serve(request, "preview", body, answer)
+
+    def _message(self, body: dict[str, Any]) -> LoopbackMessage:
+        found = next((m for m in self.sent_messages if str(m.message_id) == str(body["message_id"])
+                      and m.chat_id == str(body["chat_id"]) and not m.deleted), None)
+        if found is None:
+            raise error_body(400, "message_not_found", "Bad Request: message to edit not found")
+        return found
+
+    async def _edit(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        final = request.path == "/edit"
+
+        async def answer() -> web.Response:
+            message = self._message(body)
+            if message.final:
+                raise error_body(400, "message_final", "Bad Request: the message is final "
+                                                       "already")
+            message.text = str(body["text"])
+            message.shown.append(message.text)
+            message.final = final
+            self.timeline.append((message.chat_id, "final" if final else "preview",
+                                  message.text))
+            self.changed()
+            return self._ok({"message_id": message.message_id})
+
+        return await self._serve(request, "edit" if final else "preview_edit", body, answer)
+
+    async def _delete(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+
+        async def answer() -> web.Response:
+            self._message(body).deleted = True
+            self.changed()
+            return self._ok(True)
+
+        return await self._serve(request, "delete", body, answer)
 
 
 class LoopbackAccount(SampleAccount):
@@ -94,9 +212,10 @@ class LoopbackAccount(SampleAccount):
     idempotent_sends: bool = False
 
 
-class LoopbackChannel(SampleChannel):
+class LoopbackChannel(SampleChannel, LiveReplies):
     """The sample channel as ``loopback``, for :class:`LoopbackPlatform`: limits and a
-    backoff short enough for tests, and idempotent sends an account's choice."""
+    backoff short enough for tests, idempotent sends an account's choice, and live
+    replies shown by editing a preview message."""
 
     name = "loopback"
     account_model = LoopbackAccount
@@ -104,6 +223,7 @@ class LoopbackChannel(SampleChannel):
                            media_kinds={".png": "image", ".jpg": "image", ".ogg": "voice"},
                            retry_base_delay=0.05)
     config_example = ""  # a test kit channel: not in the starter file
+    streaming_default = False  # the kit's tests turn it on where they test it
 
     def __init__(self, account, context=None) -> None:
         super().__init__(account, context)
@@ -113,6 +233,36 @@ class LoopbackChannel(SampleChannel):
 
     def transport(self) -> "LoopbackPolling":
         return LoopbackPolling(self)
+
+    # -- live replies (chatkernel.sdk.live) ------------------------------------------------
+
+    def live_mode(self, route: Route) -> LiveMode | None:
+        return "edit"
+
+    async def start_preview(self, route: Route, mode: LiveMode,
+                            payload: OutboundPayload) -> str:
+        fields = {"chat_id": route.chat_id, "thread_id": route.thread_id}
+        result = await self.call("POST", "/preview", json={
+            **{k: v for k, v in fields.items() if v}, "text": payload.text})
+        return str(result["message_id"])
+
+    async def update_preview(self, route: Route, preview: Preview,
+                             payload: OutboundPayload) -> None:
+        await self.call("POST", "/preview_edit", json={
+            "chat_id": route.chat_id, "message_id": preview.id, "text": payload.text})
+
+    async def replace_preview(self, route: Route, payload: OutboundPayload) -> SendResult:
+        try:
+            result = await self.call("POST", "/edit", json={
+                "chat_id": route.chat_id, "message_id": payload.replaces,
+                "text": payload.text})
+        except PlatformError as exc:
+            raise exc.send_error() from None
+        return SendResult(message_id=str(result["message_id"]))
+
+    async def delete_preview(self, route: Route, preview: Preview) -> None:
+        await self.call("POST", "/delete", json={"chat_id": route.chat_id,
+                                                 "message_id": preview.id})
 
 
 class LoopbackPolling(SamplePolling):
@@ -143,13 +293,20 @@ def main() -> None:
     parser.add_argument("--listen", default="127.0.0.1:0")
     parser.add_argument("--idempotent-sends", action="store_true",
                         help="declare the loopback account's sends idempotent")
+    parser.add_argument("--streaming", action="store_true",
+                        help="live replies on (streaming = \"on\")")
+    parser.add_argument("--echo-typing-ms", type=int, default=0,
+                        help="the echo agent types its answer a word every N ms")
     args = parser.parse_args()
     config = cfg.parse({
         "gateway": {"listen": args.listen},
+        "agent": {"echo_typing_ms": args.echo_typing_ms},
         "queue": {"debounce_ms": 0, "mode": "followup"},
-        "channels": {"loopback": {"accounts": {"main": {
-            "base_url": args.platform, "poll_timeout": 0.5,
-            "idempotent_sends": args.idempotent_sends}}}},
+        "channels": {"loopback": {"streaming": "on" if args.streaming else "off",
+                                  "streaming_interval_ms": 100,
+                                  "accounts": {"main": {
+                                      "base_url": args.platform, "poll_timeout": 0.5,
+                                      "idempotent_sends": args.idempotent_sends}}}},
     })
     logs.configure("text", "info")
     pm = PluginManager()

@@ -49,6 +49,9 @@ class LoopbackAdapter(PlatformAdapter):
     def typing_count(self, chat_id: str) -> int:
         return self.platform.typing.count(chat_id)
 
+    def live_timeline(self, chat_id: str) -> list[tuple[str, str]]:
+        return [(kind, text) for chat, kind, text in self.platform.timeline if chat == chat_id]
+
     supports_revoke = True
     supports_non_message_events = False  # the template's own contract run has them
 

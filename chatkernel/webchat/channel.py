@@ -8,6 +8,12 @@ API (the page uses it, and so do tests)::
          -> {"messages": [{"id", "role": "user"|"bot", "text", "media", "ts"}]}
     GET  /webchat/events?chat_id=...&after=<id>      (Server-Sent Events, one per message)
 
+The event stream also carries live replies (chatkernel.sdk.live, mode ``draft``): an
+``event: preview`` with ``{"preview_id", "text"}`` each time the answer being written
+grows, ``"text": null`` when a preview is gone. Previews are not in the transcript
+(the finished answer is, as a ``message``, once) and live in the instance's memory:
+with several instances, only a page connected to the one running the turn sees them.
+
 An account other than ``default`` is served under ``/webchat/<account>/...``.
 The transcript (what each chat showed: the person's messages, everything sent
 to it) lives in the store, so a page reloaded after a restart shows the
@@ -32,6 +38,7 @@ from pydantic import Field
 
 from chatkernel.sdk.channel import Channel, ChannelLimits, Deliver
 from chatkernel.sdk.transport import Transport
+from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
 from chatkernel.core.config import AccountConfig
 from chatkernel.core.gateway.http_guard import RequestError, read_json_object
 from chatkernel.sdk.models import (
@@ -63,7 +70,7 @@ class WebChatAccount(AccountConfig):
     history_limit: int = Field(500, ge=10)
 
 
-class WebChatChannel(Channel):
+class WebChatChannel(Channel, LiveReplies):
     name = "webchat"
     account_model = WebChatAccount
     limits = ChannelLimits(text_limit=4000, text_unit="chars")
@@ -91,6 +98,9 @@ history_limit = 500                   # messages of its chat a page shows
             self.limits = ChannelLimits(text_limit=text_limit, text_unit="chars")
         self._changed: dict[str, anyio.Event] = {}
         self._streams: dict[str, int] = {}  # open event streams per chat
+        #: The live replies' previews a page shows now: chat -> preview id -> text.
+        self._previews: dict[str, dict[str, str]] = {}
+        self._preview_ids = 0
         self._deliver: Deliver | None = None
         self._stopped = False  # the receive loop ended: event streams end too
         self.prefix = "/webchat" if account.name == "default" else f"/webchat/{account.name}"
@@ -126,7 +136,40 @@ history_limit = 500                   # messages of its chat a page shows
                 raise SendError("empty message")
             entry = await self._append(route.chat_id, "bot", payload.text)
         assert entry is not None  # no client id: never a retry
+        if self._previews.pop(route.chat_id, None):  # the answer takes the drafts' place
+            self._wake(route.chat_id)
         return SendResult(message_id=str(entry.id))
+
+    # -- live replies: drafts on the page's event stream -------------------------------
+
+    def live_mode(self, route: Route) -> LiveMode | None:
+        return "draft"
+
+    async def start_preview(self, route: Route, mode: LiveMode,
+                            payload: OutboundPayload) -> str:
+        self._preview_ids += 1
+        preview_id = str(self._preview_ids)
+        self._show_preview(route.chat_id, preview_id, payload.text)
+        return preview_id
+
+    async def update_preview(self, route: Route, preview: Preview,
+                             payload: OutboundPayload) -> None:
+        self._show_preview(route.chat_id, preview.id, payload.text)
+
+    async def stop_preview(self, route: Route, preview: Preview) -> None:
+        """An interrupted turn's draft goes, as a draft does (it was never a message)."""
+        await self.delete_preview(route, preview)
+
+    async def delete_preview(self, route: Route, preview: Preview) -> None:
+        previews = self._previews.get(route.chat_id, {})
+        if previews.pop(preview.id, None) is not None:
+            if not previews:
+                self._previews.pop(route.chat_id, None)
+            self._wake(route.chat_id)
+
+    def _show_preview(self, chat_id: str, preview_id: str, text: str) -> None:
+        self._previews.setdefault(chat_id, {})[preview_id] = text
+        self._wake(chat_id)
 
     async def probe(self) -> ProbeResult:
         if self._deliver is not None:
@@ -158,10 +201,13 @@ history_limit = 500                   # messages of its chat a page shows
         when ``client_id`` is there already."""
         entry = await self.context.store.transcript_add(self.name, self.account.name, chat_id, role,
                                                 text, media, client_id=client_id)
+        self._wake(chat_id)
+        return entry
+
+    def _wake(self, chat_id: str) -> None:
         event = self._changed.pop(chat_id, None)
         if event is not None:
             event.set()  # wake every SSE stream of this chat
-        return entry
 
     async def messages(self, chat_id: str, after: int = 0) -> list[dict[str, Any]]:
         """The chat's last ``history_limit`` messages after ``after``, as the API shows them."""
@@ -226,6 +272,7 @@ history_limit = 500                   # messages of its chat a page shows
         # one, which cannot wake this stream: it looks at the transcript every second.
         wait = SHARED_POLL_SECONDS if self.context.shares_store else SSE_KEEPALIVE_SECONDS
         keepalive_at = anyio.current_time() + SSE_KEEPALIVE_SECONDS
+        drafts: dict[str, str] = {}  # the previews this page shows
         try:
             await response.prepare(request)
             while not self._stopped:
@@ -234,6 +281,7 @@ history_limit = 500                   # messages of its chat a page shows
                     after = entry["id"]
                     await response.write(f"id: {after}\nevent: message\ndata: "
                                          f"{json.dumps(entry)}\n\n".encode())
+                drafts = await self._write_previews(response, chat_id, drafts)
                 with anyio.move_on_after(wait) as scope:
                     await event.wait()
                 if scope.cancelled_caught and anyio.current_time() >= keepalive_at:
@@ -250,6 +298,18 @@ history_limit = 500                   # messages of its chat a page shows
                 del self._streams[chat_id]
                 self._changed.pop(chat_id, None)
         return response
+
+    async def _write_previews(self, response: web.StreamResponse, chat_id: str,
+                              shown: dict[str, str]) -> dict[str, str]:
+        """Tell a page what changed of the chat's previews since ``shown``; returns what
+        it shows now. (No ``id:``: a reconnecting page resumes after messages only.)"""
+        now = dict(self._previews.get(chat_id, {}))
+        changes = [(pid, text) for pid, text in now.items() if shown.get(pid) != text]
+        changes += [(pid, None) for pid in shown if pid not in now]
+        for preview_id, text in changes:
+            data = json.dumps({"preview_id": preview_id, "text": text})
+            await response.write(f"event: preview\ndata: {data}\n\n".encode())
+        return now
 
     async def page(self, request: web.Request) -> web.Response:
         html = resources.files("chatkernel.webchat").joinpath("static/index.html").read_text(

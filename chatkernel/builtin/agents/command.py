@@ -3,7 +3,9 @@ on stdout, in an explicit environment and its own process group."""
 
 from __future__ import annotations
 
+import codecs
 import logging
+import math
 import os
 import signal
 import subprocess
@@ -62,6 +64,9 @@ class CommandAgent(Agent):
     (``1``/``0``). A non-zero exit, a timeout (``agent.timeout``) or a program
     that cannot be started is an error event that says what failed, quotes the
     tail of stderr and says what to do.
+
+    What the program writes is streamed as it arrives (non-final text events, which a
+    live reply shows); the reply is all of its output once it exits with status 0.
 
     The program runs in its own process group (POSIX), which is killed on
     timeout and when the turn is cancelled, and the process is always reaped:
@@ -127,15 +132,25 @@ class CommandAgent(Agent):
 
         stdout = bytearray()
         stderr = bytearray()
-        timed_out = False
+        timed_out: list[bool] = []
+        chunks, received = anyio.create_memory_object_stream[bytes](math.inf)
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         try:
-            with anyio.move_on_after(self.config.timeout) as scope:
-                async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._feed, process, utf8(request.prompt))
-                    tg.start_soon(self._drain, process.stdout, stdout, None)
-                    tg.start_soon(self._drain, process.stderr, stderr, _STDERR_KEEP)
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._feed, process, utf8(request.prompt))
+                tg.start_soon(self._pipe, process.stdout, chunks)
+                tg.start_soon(self._drain, process.stderr, stderr, _STDERR_KEEP)
+                # The deadline kills the program rather than cancelling this scope,
+                # which is open across the yields below.
+                tg.start_soon(self._deadline, process, posix, timed_out)
+                async with received:
+                    async for chunk in received:  # stdout as it arrives: a live reply
+                        stdout += chunk
+                        delta = decoder.decode(chunk)
+                        if delta:
+                            yield AgentEvent("text", delta, final=False)
                 await process.wait()
-            timed_out = scope.cancelled_caught
+                tg.cancel_scope.cancel()  # the deadline's wait
         finally:
             # Normal end, timeout or cancellation: nothing of the turn survives it.
             with anyio.CancelScope(shield=True):
@@ -180,6 +195,17 @@ class CommandAgent(Agent):
                 await process.stdin.aclose()
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 pass
+
+    async def _deadline(self, process: Any, posix: bool, timed_out: list[bool]) -> None:
+        await anyio.sleep(self.config.timeout)
+        timed_out.append(True)
+        self._kill(process, posix)
+
+    @staticmethod
+    async def _pipe(stream: Any, into: Any) -> None:
+        async with into:
+            async for chunk in stream:
+                await into.send(chunk)
 
     @staticmethod
     async def _drain(stream: Any, into: bytearray, keep: int | None) -> None:

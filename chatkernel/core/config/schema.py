@@ -89,6 +89,9 @@ class AgentConfig(Section):
     api_key_env: str = "OPENAI_API_KEY"
     system_prompt: str = ""
     history_limit: int = Field(40, ge=0)
+    #: The echo agent types its answer a word every this many milliseconds, as a model
+    #: streams (live replies can be tried with no model); 0: it answers at once.
+    echo_typing_ms: int = Field(0, ge=0, le=10_000)
     #: The agent's heartbeat settings, merged over ``[heartbeat]``.
     heartbeat: "HeartbeatConfig | None" = None
     #: Where relative ``MEDIA:`` paths and HEARTBEAT.md are; default: the gateway's
@@ -303,6 +306,11 @@ class ChannelConfig(BaseModel):
     rate_limits: dict[str, Any] | None = None  # {"chat": "1/s", "account": "30/s", ...}
     heartbeat: HeartbeatVisibility | None = None
     health_monitor: HealthMonitorConfig | None = None
+    #: Live replies (chatkernel.sdk.live) for the channel's accounts: "on" or "off";
+    #: unset: the channel's default (on where the platform can show a reply in progress).
+    streaming: Literal["off", "on"] | None = None
+    #: The least time between two updates of a live reply; unset: the channel's.
+    streaming_interval_ms: int | None = Field(None, ge=100, le=60_000)
 
     # The outbox builds its retry policy and rate limiter from these tables when an
     # account starts; checking them here with the same code refuses a bad one wherever

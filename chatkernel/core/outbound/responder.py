@@ -28,6 +28,7 @@ from chatkernel.core.store.base import LogRow
 
 if TYPE_CHECKING:
     from chatkernel.core.health.metrics import Metrics
+    from chatkernel.core.outbound.live import TurnPreview
     from chatkernel.core.plugins import PluginManager
     from chatkernel.core.store.base import Store
 
@@ -216,13 +217,16 @@ class Responder:
 
     ``outbound`` builds the reply's payloads and queues them (:meth:`Outbound.payloads`,
     :meth:`Outbound.queue_reply`); ``scope``: what the reply's files are judged by
-    (default: the account's workspace and access level).
+    (default: the account's workspace and access level). ``live``: the turn's live
+    preview, if its route shows one (chatkernel.core.outbound.live): it is fed the agent's
+    non-final text, and a final block's payloads replace its preview messages.
     """
 
     def __init__(self, outbound: Outbound, account: Account, session_key: str,
                  session_id: str, route: Route, journal_seqs: list[int], *,
                  heartbeat: bool = False, user_log: list[LogRow] | None = None,
-                 scope: MediaScope | None = None) -> None:
+                 scope: MediaScope | None = None,
+                 live: "TurnPreview | None" = None) -> None:
         self._outbound = outbound
         self._scope = scope
         self._heartbeat = heartbeat
@@ -232,15 +236,26 @@ class Responder:
         self._route = route
         self._journal_seqs = journal_seqs  # marked done with the first queued reply
         self._user_log = user_log or []  # logged with the first queued reply
-        self._pending: list[str] = []
+        self._live = live
+        #: Final blocks not queued yet, with the ids of the previews they replace.
+        self._pending: list[tuple[str, list[str]]] = []
         self.replies = 0
 
     async def handle(self, event: AgentEvent) -> None:
         if event.kind == "text":
-            if event.final and event.text.strip():
+            live = self._live
+            if not event.final:
+                if live is not None:
+                    live.feed(event.text)
+                return
+            previews = await live.end_block() if live is not None else []
+            text = ""
+            if event.text.strip():
                 text = event.text if self._heartbeat else strip_stray_token(event.text)
-                if text:
-                    self._pending.append(text)
+            if text:
+                self._pending.append((text, previews))
+            elif previews:
+                await live.discard(previews)  # type: ignore[union-attr]
         elif event.kind == "error":
             await self.flush()
             await self._queue(ERROR_PREFIX + event.text, fmt="plain")
@@ -266,13 +281,17 @@ class Responder:
 
     async def flush(self) -> None:
         pending, self._pending = self._pending, []
-        for text in pending:
-            await self._queue(text)
+        for text, previews in pending:
+            await self._queue(text, previews=previews)
 
-    async def _queue(self, text: str, fmt: str = "markdown") -> None:
+    async def _queue(self, text: str, fmt: str = "markdown", *,
+                     previews: list[str] = ()) -> None:
         outbound = self._outbound
         payloads = await outbound.payloads(self._account, text, fmt=fmt, scope=self._scope)
+        replaced = replace_previews(payloads, previews)
         if not payloads:
+            if previews and self._live is not None:
+                await self._live.discard(list(previews))
             return
         # The turn's user entries are logged with its first reply (see queue_reply).
         rows, self._user_log = self._user_log, []
@@ -280,3 +299,19 @@ class Responder:
         await outbound.queue_reply(self._account, self._key, self._session_id, self._route,
                                    text, payloads, log=rows, finish_journal=finish)
         self.replies += 1
+        if previews and self._live is not None:
+            await self._live.handed_over(replaced)
+            await self._live.discard([p for p in previews if p not in replaced])
+
+
+def replace_previews(payloads: list[OutboundPayload], previews: list[str]) -> list[str]:
+    """Have a reply's leading text payloads replace the preview messages of its live
+    reply, in order (a file ends the run: what follows it is sent after it); returns
+    the previews replaced."""
+    replaced: list[str] = []
+    for payload, preview in zip(payloads, previews):
+        if payload.is_media:
+            break
+        payload.replaces = preview
+        replaced.append(preview)
+    return replaced

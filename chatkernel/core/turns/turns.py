@@ -17,9 +17,11 @@ is exactly the history before it, which is what the agent reads.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -36,12 +38,19 @@ from chatkernel.core.inbound.sessions import Sessions
 from chatkernel.core.store.base import LogRow, SessionRecord, Store
 from chatkernel.core.store.shared import LeaseLost
 
+if TYPE_CHECKING:
+    from chatkernel.core.outbound.live import TurnPreview
+    from chatkernel.sdk.models import Route
+
 #: The kernel's logger: turn failures and drops are logged under the name they always had.
 log = logging.getLogger("chatkernel.kernel")
 
 #: responder(account, session_key, session_id, route, journal_seqs, user_log=..., agent=...):
 #: the Responder that queues one turn's replies (``agent``: the session's agent's name).
 ResponderFactory = Callable[..., Responder]
+#: live(account, session_key, route, journal_seqs): a turn's live preview, or None where
+#: its route shows none (:meth:`chatkernel.core.outbound.live.Live.preview`).
+LivePreviews = Callable[[Account, str, "Route", list[int]], "TurnPreview | None"]
 
 
 class Turns:
@@ -49,12 +58,14 @@ class Turns:
 
     ``agents``: the running agents by name; ``account_for(channel, account)`` finds a
     session's account (raising when it is not running); ``responder`` makes the
-    :class:`Responder` of one turn.
+    :class:`Responder` of one turn; ``live`` the turn's live preview, where its route
+    shows one.
     """
 
     def __init__(self, *, store: Store, sessions: Sessions, agents: Roster,
                  account_for: Callable[[str, str], Account], responder: ResponderFactory,
-                 indicators: Indicators, metrics: Metrics, order: OutputOrder) -> None:
+                 indicators: Indicators, metrics: Metrics, order: OutputOrder,
+                 live: LivePreviews | None = None) -> None:
         self._store = store
         self._sessions = sessions
         self._agents = agents
@@ -63,6 +74,7 @@ class Turns:
         self._indicators = indicators
         self._metrics = metrics
         self._order = order
+        self._live = live
         #: The responder and agent of each session's running turn (steered messages
         #: join it).
         self._running: dict[str, tuple[Responder, Agent]] = {}
@@ -114,8 +126,9 @@ class Turns:
                          account: Account, request: TurnRequest, route: Route,
                          seqs: list[int], user_log: list[LogRow]) -> None:
         """The turn on ``agent``: its events through a Responder, its books closed."""
+        preview = self._live(account, key, route, seqs) if self._live is not None else None
         responder = self._responder(account, key, record.session_id, route, seqs,
-                                    user_log=user_log, agent=record.agent)
+                                    user_log=user_log, agent=record.agent, live=preview)
         self._running[key] = (responder, agent)
         indicators = self._indicators
         indicators.begin(account, key)
@@ -123,13 +136,15 @@ class Turns:
         outcome = "ok"
         lost = False
         try:
-            events = agent.turn(request)
-            try:
-                async for event in events:
-                    await responder.handle(event)
-            finally:  # what contextlib.aclosing does, without its two coroutines a turn
-                await events.aclose()
-            await responder.flush()
+            # The preview's updates run beside the agent, and end with the turn.
+            async with preview if preview is not None else contextlib.nullcontext():
+                events = agent.turn(request)
+                try:
+                    async for event in events:
+                        await responder.handle(event)
+                finally:  # what contextlib.aclosing does, without its two coroutines
+                    await events.aclose()
+                await responder.flush()
         except anyio.get_cancelled_exc_class():
             outcome = "interrupted"
             raise

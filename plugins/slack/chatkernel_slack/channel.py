@@ -24,9 +24,12 @@ from chatkernel.channels import (
     ChannelContext,
     ChannelLimits,
     InboundMessage,
+    LiveMode,
+    LiveReplies,
     MediaRef,
     OutboundPayload,
     PlatformError,
+    Preview,
     ProbeResult,
     RateLimit,
     Route,
@@ -173,7 +176,25 @@ class _Bounded(OrderedDict):
             self.popitem(last=False)
 
 
-class SlackChannel(Channel):
+#: Seconds between two updates of a live reply: chat.update is Tier 3 (about 50 a minute
+#: per workspace), chat.appendStream Tier 4 (about 100).
+EDIT_LIVE_INTERVAL = 1.5
+STREAM_LIVE_INTERVAL = 1.0
+#: A stream Slack ended already (it expires when appends stop for a while).
+NOT_STREAMING = "message_not_in_streaming_state"
+
+
+#: The preview id of a message posted instead of a stream Slack refused (then updated).
+EDITED = "edited:"
+
+
+def _channel_ts(message_id: str) -> tuple[str, str]:
+    """``"C123:1700000000.000100"`` (what ``send`` returns) as (channel, ts)."""
+    channel, _, ts = message_id.removeprefix(EDITED).rpartition(":")
+    return channel, ts
+
+
+class SlackChannel(Channel, LiveReplies):
     """One Slack app in one workspace."""
 
     name = "slack"
@@ -214,6 +235,8 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
         self._bot_threads: dict[tuple[str, str], bool] = _Bounded()
         self._status_on: dict[tuple[str, str], bool] = _Bounded()
         self._uploaded: dict[tuple[Any, ...], str] = _Bounded()
+        #: Slack refused this app a stream (chat.startStream): live replies update instead.
+        self._no_streams = False
 
     # -- receiving ----------------------------------------------------------------------
 
@@ -388,6 +411,88 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
         self._uploaded.pop(key, None)
         await self._posted(route)
         return SendResult(message_id=file_id)
+
+    # -- live replies: Slack's stream in a DM's thread, chat.update elsewhere ---------------
+
+    def live_mode(self, route: Route) -> LiveMode | None:
+        # A stream is a reply in a thread, and outside a DM it must name its recipient,
+        # which a route does not carry: elsewhere the first text is updated in place.
+        # So does an app Slack refused a stream to (chat.update is the fallback).
+        streams = route.thread_id and route.chat_id.startswith("D") and not self._no_streams
+        return "stream" if streams else "edit"
+
+    def live_interval(self, route: Route, mode: LiveMode) -> float:
+        return STREAM_LIVE_INTERVAL if mode == "stream" else EDIT_LIVE_INTERVAL
+
+    async def start_preview(self, route: Route, mode: LiveMode,
+                            payload: OutboundPayload) -> str:
+        if mode == "stream" and not self._no_streams:
+            try:
+                answer = await self.api.call(
+                    "chat.startStream", lambda client: client.chat_startStream(
+                        channel=route.chat_id, thread_ts=route.thread_id,
+                        markdown_text=payload.text))
+            except PlatformError as exc:
+                if exc.kind != "rejected":
+                    raise  # a 429, Slack down: the next update tries again
+                # Streaming is not available to this app: chat.update from now on.
+                log.warning("%s: chat.startStream refused (%s): live replies update a "
+                            "message instead", self.account.key, exc.code)
+                self._no_streams = True
+            else:
+                await self._posted(route)
+                return f"{answer.get('channel', route.chat_id)}:{answer.get('ts')}"
+        result = await self.send(route, payload)
+        if mode == "stream":  # the fallback: its updates edit the message
+            return f"{EDITED}{result.message_id}"
+        return str(result.message_id)
+
+    async def update_preview(self, route: Route, preview: Preview,
+                             payload: OutboundPayload) -> None:
+        channel, ts = _channel_ts(preview.id)
+        if preview.mode == "stream" and not preview.id.startswith(EDITED):
+            # Slack's stream appends: the new part only
+            more = payload.text[len(preview.text):]
+            if more:
+                await self.api.call("chat.appendStream", lambda client: client.chat_appendStream(
+                    channel=channel, ts=ts, markdown_text=more))
+            return
+        await self._update(channel, ts, payload)
+
+    async def stop_preview(self, route: Route, preview: Preview) -> None:
+        if preview.mode != "stream" or preview.id.startswith(EDITED):
+            return
+        channel, ts = _channel_ts(preview.id)
+        try:
+            await self.api.call("chat.stopStream", lambda client: client.chat_stopStream(
+                channel=channel, ts=ts))
+        except PlatformError as exc:
+            if exc.code != NOT_STREAMING:  # ended already: nothing to stop
+                raise
+
+    async def replace_preview(self, route: Route, payload: OutboundPayload) -> SendResult:
+        assert payload.replaces is not None
+        channel, ts = _channel_ts(payload.replaces)
+        markup = None
+        try:
+            markup = await self._update(channel, ts, payload)
+        except PlatformError as exc:
+            if exc.code == "message_not_found":  # someone deleted the preview
+                return await self.send(route, payload)
+            raise exc.send_error(markup_rejected=markup is not None
+                                 and exc.code in MARKUP_ERRORS) from None
+        return SendResult(message_id=payload.replaces.removeprefix(EDITED))
+
+    async def delete_preview(self, route: Route, preview: Preview) -> None:
+        channel, ts = _channel_ts(preview.id)
+        await self.api.call("chat.delete", lambda client: client.chat_delete(
+            channel=channel, ts=ts))
+
+    async def _update(self, channel: str, ts: str, payload: OutboundPayload) -> str | None:
+        text, markup = self._wire_text(payload)
+        await self.api.call("chat.update", lambda client: client.chat_update(
+            channel=channel, ts=ts, text=text))
+        return markup
 
     async def indicate(self, route: Route) -> None:
         """The working status (assistant.threads.setStatus) on the thread the reply goes

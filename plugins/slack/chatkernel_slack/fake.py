@@ -11,7 +11,11 @@ windows, latency, the signed webhook pusher):
   ``Retry-After`` and ``{"ok": false, "error": "ratelimited"}``. Methods:
   ``auth.test``, ``apps.connections.open``, ``chat.postMessage``,
   ``files.getUploadURLExternal`` / ``files.completeUploadExternal`` (upload v2; the
-  bytes go to ``{base_url}/upload/v1/<ticket>``), ``assistant.threads.setStatus``; the
+  bytes go to ``{base_url}/upload/v1/<ticket>``), ``assistant.threads.setStatus``,
+  and what live replies use: ``chat.update``, ``chat.delete`` and the stream methods
+  ``chat.startStream`` / ``chat.appendStream`` / ``chat.stopStream`` (a stream lives in a
+  thread; appending to a stopped one is ``message_not_in_streaming_state``), with their
+  rate tiers when limits are enforced (:data:`METHOD_TIERS`); the
   answers' shapes follow Slack's published OpenAPI spec (the tests check them against
   it). Private files at ``url_private_download`` need the bot token.
 - **Socket Mode** over a real websocket: ``apps.connections.open`` (app-level token)
@@ -91,9 +95,30 @@ METHOD_PARAMS: dict[str, frozenset[str]] = {
     "assistant.threads.setStatus": frozenset({"channel_id", "thread_ts", "status",
                                               "loading_messages", "icon_emoji", "icon_url",
                                               "username"}),
+    "chat.update": frozenset({"channel", "ts", "text", "as_user", "attachments", "blocks",
+                              "link_names", "parse", "markdown_text", "metadata",
+                              "reply_broadcast", "file_ids"}),
+    "chat.delete": frozenset({"channel", "ts", "as_user"}),
+    "chat.startStream": frozenset({"channel", "thread_ts", "markdown_text",
+                                   "recipient_team_id", "recipient_user_id", "chunks",
+                                   "task_display_mode", "icon_emoji", "icon_url",
+                                   "username"}),
+    "chat.appendStream": frozenset({"channel", "ts", "markdown_text", "chunks"}),
+    "chat.stopStream": frozenset({"channel", "ts", "markdown_text", "blocks", "metadata",
+                                  "chunks", "session_status"}),
 }
+#: Calls a minute per workspace of the methods whose tier the fake enforces (with
+#: :meth:`FakeSlack.enforce_limits`): chat.update and chat.delete are Tier 3,
+#: chat.stopStream Tier 2 (Slack's docs); the tiers of chat.startStream (2) and
+#: chat.appendStream (4) are the fake's reading, unverified.
+METHOD_TIERS = {"chat.update": 50, "chat.delete": 50, "chat.startStream": 20,
+                "chat.appendStream": 100, "chat.stopStream": 20}
+#: chat.startStream / appendStream / stopStream take at most this much markdown_text.
+STREAM_TEXT_MAX = 12_000
 #: Scopes each method needs with a bot token (missing_scope otherwise).
-METHOD_SCOPES = {"chat.postMessage": "chat:write",
+METHOD_SCOPES = {"chat.postMessage": "chat:write", "chat.update": "chat:write",
+                 "chat.delete": "chat:write", "chat.startStream": "chat:write",
+                 "chat.appendStream": "chat:write", "chat.stopStream": "chat:write",
                  "files.getUploadURLExternal": "files:write",
                  "files.completeUploadExternal": "files:write",
                  "assistant.threads.setStatus": "chat:write"}
@@ -159,6 +184,10 @@ class SentMessage:
     params: dict[str, Any] = field(default_factory=dict, repr=False)
     #: When the fake took it (Unix time).
     at: float = field(default_factory=time.time)
+    #: A stream (chat.startStream) still taking text; chat.update and chat.delete since.
+    streaming: bool = False
+    updates: int = 0
+    deleted: bool = False
 
     @property
     def plain_text(self) -> str:
@@ -355,6 +384,10 @@ class FakeSlack(FakePlatform):
         self._limits: dict[str, float] | None = None
         #: Channels whose posts are refused, with Slack's error (see refuse_posts).
         self.refused_posts: dict[str, str] = {}
+        #: What a user saw change, in order: ``(kind, channel, ts, visible text)``, kind
+        #: ``"message"`` (posted), ``"stream"`` (started or appended: the text so far),
+        #: ``"stop"`` (a stream ended), ``"update"`` or ``"delete"``.
+        self.history: list[tuple[str, str, str, str]] = []
         self._socket_numbers = itertools.count(1)
         self._pushed: list[tuple[int, int, dict[str, Any]]] = []
         self.app = self.add_app(mode=mode)
@@ -771,7 +804,7 @@ class FakeSlack(FakePlatform):
                 and (thread_ts is None or m.thread_ts == thread_ts)]
 
     def texts(self, channel: str | None = None) -> list[str]:
-        return [m.plain_text for m in self.sent(channel) if not m.files]
+        return [m.plain_text for m in self.sent(channel) if not m.files and not m.deleted]
 
     def status_calls(self, channel: str) -> list[StatusRecord]:
         return [s for s in self.statuses if s.channel == channel]
@@ -950,6 +983,11 @@ class FakeSlack(FakePlatform):
             raise SlackError("channel_not_found")
         return self.channels[channel]
 
+    def _check_tier(self, app: App, method: str) -> None:
+        if self._limits is None:
+            return
+        self.check_rates([(("tier", app.team_id, method), METHOD_TIERS[method], 60.0)])
+
     def _check_rate(self, app: App, channel: str) -> None:
         if self._limits is None:
             return
@@ -982,9 +1020,12 @@ class FakeSlack(FakePlatform):
         if thread_ts and any(s.thread_ts == thread_ts and s.channel == channel and s.status
                              for s in self.statuses[-50:]):
             self.statuses.append(StatusRecord(app.app_id, channel, thread_ts, "", time.time()))
+        self.history.append(("stream" if method == "chat.startStream" else "message", channel,
+                             ts, mrkdwn_to_text(text) if mrkdwn else _unescape(text)))
         self.record_sent(SentMessage(app=app.app_id, channel=channel, ts=ts, text=text,
                                      thread_ts=thread_ts, mrkdwn=mrkdwn, files=list(files),
-                                     method=method, params=params))
+                                     method=method, params=params,
+                                     streaming=method == "chat.startStream"))
         if self.echo_own_messages:
             event = {**message, "channel": channel, "event_ts": ts,
                      "channel_type": room["type"]}
@@ -1021,6 +1062,101 @@ class FakeSlack(FakePlatform):
         message = self._post(app, room["id"], text or "", thread_ts, mrkdwn=mrkdwn,
                              method="chat.postMessage", params=p)
         return {"channel": room["id"], "ts": message["ts"], "message": message}
+
+    # -- live replies: updates, deletes, streams ------------------------------------------
+
+    def _bot_message(self, app: App, p: dict[str, Any], refusal: str) -> SentMessage:
+        room = self._room(p.get("channel"))
+        ts = p.get("ts")
+        if not ts or ts not in room["messages"]:
+            raise SlackError("message_not_found")
+        found = next((m for m in self.sent_messages if m.channel == room["id"] and m.ts == ts
+                      and not m.deleted), None)
+        if found is None:
+            raise SlackError("message_not_found")
+        if found.app != app.app_id:
+            raise SlackError(refusal)
+        return found
+
+    def _stream_text(self, p: dict[str, Any]) -> str:
+        text = p.get("markdown_text") or ""
+        if not isinstance(text, str):
+            raise SlackError("invalid_arguments")
+        if len(text) > STREAM_TEXT_MAX:
+            raise SlackError("msg_too_long")
+        return text
+
+    async def _api_chat_update(self, app: App, p: dict[str, Any]) -> dict[str, Any]:
+        message = self._bot_message(app, p, "cant_update_message")
+        text = p.get("text")
+        if text is not None and not isinstance(text, str):
+            raise SlackError("invalid_arguments")
+        if not (text or "").strip() and not p.get("blocks"):
+            raise SlackError("no_text")
+        if len(text or "") > TEXT_MAX:
+            raise SlackError("msg_too_long")
+        self._check_tier(app, "chat.update")
+        message.text, message.updates = text or "", message.updates + 1
+        message.mrkdwn = True  # chat.update's text is mrkdwn
+        stored = self.channels[message.channel]["messages"][message.ts]
+        stored["text"] = message.text
+        stored["edited"] = {"user": app.bot_user, "ts": self.next_ts()}
+        self.history.append(("update", message.channel, message.ts, message.plain_text))
+        self.changed()
+        return {"channel": message.channel, "ts": message.ts, "text": message.text,
+                "message": dict(stored)}
+
+    async def _api_chat_delete(self, app: App, p: dict[str, Any]) -> dict[str, Any]:
+        message = self._bot_message(app, p, "cant_delete_message")
+        self._check_tier(app, "chat.delete")
+        message.deleted = True
+        del self.channels[message.channel]["messages"][message.ts]
+        self.history.append(("delete", message.channel, message.ts, message.plain_text))
+        self.changed()
+        return {"channel": message.channel, "ts": message.ts}
+
+    async def _api_chat_startStream(self, app: App, p: dict[str, Any]) -> dict[str, Any]:
+        room = self._room(p.get("channel"))
+        thread_ts = p.get("thread_ts")
+        if not thread_ts:  # a stream is a reply in a thread
+            raise SlackError("invalid_arguments")
+        if not re.fullmatch(r"\d{10}\.\d{6}", str(thread_ts)):
+            raise SlackError("invalid_thread_ts")
+        text = self._stream_text(p)
+        self._check_tier(app, "chat.startStream")
+        message = self._post(app, room["id"], text, str(thread_ts), method="chat.startStream",
+                             params=p)
+        return {"channel": room["id"], "ts": message["ts"]}
+
+    def _streaming(self, app: App, p: dict[str, Any]) -> SentMessage:
+        message = self._bot_message(app, p, "message_not_owned_by_app")
+        if not message.streaming:
+            raise SlackError("message_not_in_streaming_state")
+        return message
+
+    async def _api_chat_appendStream(self, app: App, p: dict[str, Any]) -> dict[str, Any]:
+        message = self._streaming(app, p)
+        text = self._stream_text(p)
+        if not text:
+            raise SlackError("invalid_arguments")  # markdown_text is required
+        self._check_tier(app, "chat.appendStream")
+        self._append(message, text, "stream")
+        return {"channel": message.channel, "ts": message.ts}
+
+    async def _api_chat_stopStream(self, app: App, p: dict[str, Any]) -> dict[str, Any]:
+        message = self._streaming(app, p)
+        text = self._stream_text(p)
+        self._check_tier(app, "chat.stopStream")
+        message.streaming = False
+        self._append(message, text, "stop")
+        return {"channel": message.channel, "ts": message.ts,
+                "message": dict(self.channels[message.channel]["messages"][message.ts])}
+
+    def _append(self, message: SentMessage, text: str, kind: str) -> None:
+        message.text += text
+        self.channels[message.channel]["messages"][message.ts]["text"] = message.text
+        self.history.append((kind, message.channel, message.ts, message.plain_text))
+        self.changed()
 
     async def _api_files_getUploadURLExternal(self, app: App, p: dict[str, Any]
                                               ) -> dict[str, Any]:

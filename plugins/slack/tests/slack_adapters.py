@@ -110,6 +110,16 @@ class SlackSocketAdapter(PlatformAdapter):
         return [m.plain_text for m in self.slack.sent(chat_id, thread_ts=thread_id)
                 if not m.files]
 
+    def live_timeline(self, chat_id: str) -> list[tuple[str, str]]:
+        # Each message's last state is what stays (the answer); its earlier ones were a
+        # live reply's preview. A deleted message was no answer.
+        history = [(ts, text) for kind, chat, ts, text in self.slack.history
+                   if chat == chat_id and kind != "delete"]
+        gone = {m.ts for m in self.slack.sent(chat_id) if m.deleted}
+        last = {ts: index for index, (ts, _) in enumerate(history)}
+        return [("final" if last[ts] == index else "preview", text)
+                for index, (ts, text) in enumerate(history) if ts not in gone]
+
     def sent_media(self, chat_id: str) -> list[tuple[str, str | None]]:
         return [("file", f.name) for m in self.slack.sent(chat_id) for f in m.files]
 

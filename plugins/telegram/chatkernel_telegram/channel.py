@@ -28,9 +28,12 @@ from chatkernel.channels import (
     ChannelLimits,
     ConfigError,
     InboundMessage,
+    LiveMode,
+    LiveReplies,
     MediaRef,
     OutboundPayload,
     PlatformError,
+    Preview,
     ProbeResult,
     RateLimit,
     Route,
@@ -105,7 +108,14 @@ def _display_name(user: dict[str, Any]) -> str:
     return name or text("username")
 
 
-class TelegramChannel(Channel):
+#: Seconds between two updates of a live reply in a group: an edit counts against the
+#: group's 20 messages a minute, which the answers need too.
+GROUP_LIVE_INTERVAL = 3.0
+#: Telegram's answer to an edit that changes nothing: the message shows it already.
+NOT_MODIFIED = "message is not modified"
+
+
+class TelegramChannel(Channel, LiveReplies):
     """One bot."""
 
     name = "telegram"
@@ -280,6 +290,72 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
                 markup_rejected=exc.status == 400 and "can't parse entities" in str(exc)
             ) from None
         return SendResult(message_id=str(result.get("message_id")) if result else None)
+
+    # -- live replies: drafts in private chats, edits in groups -------------------------
+
+    def live_mode(self, route: Route) -> LiveMode | None:
+        private = not route.is_group and route.chat_id.lstrip("-").isdigit() \
+            and int(route.chat_id) > 0
+        return "draft" if private else "edit"
+
+    def live_interval(self, route: Route, mode: LiveMode) -> float:
+        return GROUP_LIVE_INTERVAL if mode == "edit" else self.live_interval_seconds
+
+    async def start_preview(self, route: Route, mode: LiveMode,
+                            payload: OutboundPayload) -> str:
+        if mode == "draft":
+            draft_id = secrets.randbelow(2**31 - 1) + 1  # any non-zero id of ours
+            await self._draft(route, draft_id, payload)
+            return str(draft_id)
+        result = await self.send(route, payload)  # the first text, as any message
+        if result.message_id is None:
+            raise PlatformError("sendMessage answered no message_id")
+        return result.message_id
+
+    async def update_preview(self, route: Route, preview: Preview,
+                             payload: OutboundPayload) -> None:
+        if preview.mode == "draft":
+            await self._draft(route, int(preview.id), payload)
+            return
+        try:
+            await self._edit(route, preview.id, payload)
+        except PlatformError as exc:
+            if NOT_MODIFIED not in str(exc):
+                raise
+
+    async def replace_preview(self, route: Route, payload: OutboundPayload) -> SendResult:
+        assert payload.replaces is not None
+        try:
+            await self._edit(route, payload.replaces, payload)
+        except PlatformError as exc:
+            if NOT_MODIFIED in str(exc):  # it shows the answer already (a repeat)
+                return SendResult(message_id=payload.replaces)
+            if exc.status == 400 and "message to edit not found" in str(exc):
+                return await self.send(route, payload)  # someone deleted the preview
+            raise exc.send_error(
+                markup_rejected=exc.status == 400 and "can't parse entities" in str(exc)
+            ) from None
+        return SendResult(message_id=payload.replaces)
+
+    async def delete_preview(self, route: Route, preview: Preview) -> None:
+        if preview.mode == "draft":
+            return  # a draft is no message: it goes away by itself
+        await self.api.call("deleteMessage", {"chat_id": route.chat_id,
+                                              "message_id": int(preview.id)})
+
+    async def _draft(self, route: Route, draft_id: int, payload: OutboundPayload) -> None:
+        text, markup = render_payload(payload, self.markup)
+        await self.api.call("sendMessageDraft", {
+            "chat_id": route.chat_id, "draft_id": draft_id, "text": text,
+            "message_thread_id": int(route.thread_id) if route.thread_id else None,
+            "parse_mode": "HTML" if markup else None})
+
+    async def _edit(self, route: Route, message_id: str, payload: OutboundPayload) -> None:
+        text, markup = render_payload(payload, self.markup)
+        await self.api.call("editMessageText", {
+            "chat_id": route.chat_id, "message_id": int(message_id), "text": text,
+            "parse_mode": "HTML" if markup else None,
+            "link_preview_options": {"is_disabled": False}})
 
     async def indicate(self, route: Route) -> None:
         params: dict[str, Any] = {"chat_id": route.chat_id, "action": "typing"}

@@ -21,7 +21,11 @@ with the secret-token header and retries, HTML / MarkdownV2 / Markdown entity pa
 with TDLib's error wording ("can't parse entities: ... at byte offset N"), the 4096 and
 1024 UTF-16 limits, upload size caps, getFile and downloads (20 MB), group-to-supergroup
 migration, optional rate limits answering 429 with ``retry_after``, added latency, and
-injected failures and dropped connections.
+injected failures and dropped connections; and live replies: ``sendMessageDraft`` (private
+chats only, a non-zero ``draft_id``, as the Bot API refuses otherwise), ``editMessageText``
+("message is not modified", "message to edit not found") and ``deleteMessage``, each
+recorded in :attr:`FakeBotAPI.drafts`, :attr:`FakeBotAPI.edits` and the order of
+:attr:`FakeBotAPI.history`.
 
 It is built on the kernel's fake-platform base (:mod:`chatkernel.testing.fake_platform`:
 the server, the call record, faults, rate windows, latency, webhook pushes) and reads
@@ -161,6 +165,12 @@ METHOD_PARAMS: dict[str, frozenset[str]] = {
                                 "allow_sending_without_reply"}),
     "sendChatAction": frozenset({"business_connection_id", "chat_id", "message_thread_id",
                                  "action"}),
+    "sendMessageDraft": frozenset({"chat_id", "message_thread_id", "draft_id", "text",
+                                   "parse_mode", "entities"}),
+    "editMessageText": frozenset({"business_connection_id", "chat_id", "message_id",
+                                  "inline_message_id", "text", "parse_mode", "entities",
+                                  "link_preview_options", "reply_markup", "rich_message"}),
+    "deleteMessage": frozenset({"chat_id", "message_id"}),
     "getFile": frozenset({"file_id"}),
     "setMyCommands": frozenset({"commands", "scope", "language_code"}),
     "getMyCommands": frozenset({"scope", "language_code"}),
@@ -254,9 +264,25 @@ class SentMessage:
     kind: str = "text"             # text | photo | document | video | audio | voice | animation
     params: dict[str, Any] = field(default_factory=dict, repr=False)
 
+    #: Edits since it was sent (editMessageText), and whether deleteMessage removed it.
+    edits: int = 0
+    deleted: bool = False
+
     @property
     def message_id(self) -> int:
         return int(self.message["message_id"])
+
+
+@dataclass
+class DraftRecord:
+    """One sendMessageDraft: the draft ``draft_id`` of a private chat showed ``plain_text``."""
+
+    token: str
+    chat_id: int
+    draft_id: int
+    text: str
+    plain_text: str
+    timestamp: float
 
 
 @dataclass
@@ -543,6 +569,13 @@ class FakeBotAPI(FakePlatform):
         self.unknown_params: list[tuple[str, str]] = []
         #: Methods called with an unknown or revoked token (answered 401), in order.
         self.unauthorized_calls: list[str] = []
+        #: Every draft state shown (sendMessageDraft), in order.
+        self.drafts: list[DraftRecord] = []
+        #: ``(message, its new visible text)`` for every editMessageText, in order.
+        self.edits: list[tuple[SentMessage, str]] = []
+        #: What a user saw change, in order: ``(kind, chat_id, visible text)``, kind
+        #: ``"draft"``, ``"message"`` (sent), ``"edit"`` or ``"delete"``.
+        self.history: list[tuple[str, int, str]] = []
 
         self._bots: dict[str, _Bot] = {}
         self._default_token = token
@@ -1031,8 +1064,8 @@ class FakeBotAPI(FakePlatform):
                 and (chat_id is None or s.chat_id == chat_id)]
 
     def texts(self, chat_id: int | None = None, token: str | None = None) -> list[str]:
-        """The visible text (or caption) of each sent message."""
-        return [s.plain_text or "" for s in self.sent(token, chat_id=chat_id)]
+        """The visible text (or caption) of each sent message not deleted since."""
+        return [s.plain_text or "" for s in self.sent(token, chat_id=chat_id) if not s.deleted]
 
     def commands(self, token: str | None = None, *, scope: dict[str, Any] | None = None,
                  language_code: str = "") -> list[dict[str, str]]:
@@ -1394,6 +1427,7 @@ class FakeBotAPI(FakePlatform):
                 message: dict[str, Any], *, text: str | None, plain: str | None,
                 entities: list[dict[str, Any]], kind: str, files: list[SentFile],
                 reply_to: dict[str, Any] | None, thread_id: int | None) -> None:
+        self.history.append(("message", chat["id"], plain or ""))
         self.record_sent(SentMessage(
             token=bot.token, method=method, chat_id=chat["id"], text=text,
             parse_mode=p.str("parse_mode") or None, message_thread_id=thread_id,
@@ -1437,6 +1471,77 @@ class FakeBotAPI(FakePlatform):
         message = self._new_message(bot, chat, self.bot_user(bot.token), thread_id=thread_id,
                                     reply_to=reply_to)
         return message, reply_to, thread_id
+
+    # -- methods: live replies ---------------------------------------------------------
+
+    async def _api_sendMessageDraft(self, bot: _Bot, p: _Params) -> bool:
+        chat = self._resolve_chat(p)
+        # Drafts exist in private chats only; the wording of these two refusals is
+        # Telegram's server codes (TEXTDRAFT_PEER_INVALID, DRAFT_ID_INVALID).
+        if chat["type"] != "private":
+            raise _bad("TEXTDRAFT_PEER_INVALID")
+        if not p.int("draft_id"):
+            raise _bad("DRAFT_ID_INVALID")
+        text = p.str("text") or ""
+        plain, _ = self._parse_text(p, text, "entities")
+        if utf16_len(plain) > TEXT_LIMIT:
+            raise _bad("text is too long")
+        self._check_rate(bot, chat)
+        self.drafts.append(DraftRecord(token=bot.token, chat_id=chat["id"],
+                                       draft_id=int(p.int("draft_id") or 0), text=text,
+                                       plain_text=plain, timestamp=time.time()))
+        self.history.append(("draft", chat["id"], plain))
+        self.changed()
+        return True
+
+    def _own_message(self, bot: _Bot, chat: dict[str, Any], p: _Params,
+                     missing: str) -> SentMessage:
+        message_id = p.int("message_id")
+        found = next((s for s in self.sent_messages if s.token == bot.token
+                      and s.chat_id == chat["id"] and s.message_id == message_id
+                      and not s.deleted), None)
+        if found is None:
+            raise _bad(missing)
+        return found
+
+    async def _api_editMessageText(self, bot: _Bot, p: _Params) -> dict[str, Any]:
+        chat = self._resolve_chat(p)
+        sent = self._own_message(bot, chat, p, "message to edit not found")
+        text = p.str("text")
+        if not text:
+            raise _bad("message text is empty")
+        plain, entities = self._parse_text(p, text, "entities")
+        if not plain.strip():
+            raise _bad("message must be non-empty")
+        if utf16_len(plain) > TEXT_LIMIT:
+            raise _bad("MESSAGE_TOO_LONG")
+        if plain == sent.plain_text and entities == sent.entities:
+            raise _bad("message is not modified: specified new message content and reply "
+                       "markup are exactly the same as a current content and reply markup "
+                       "of the message")
+        self._check_rate(bot, chat)
+        sent.text, sent.plain_text, sent.entities = text, plain, entities
+        sent.parse_mode = p.str("parse_mode") or None
+        sent.edits += 1
+        message = sent.message
+        message["text"] = plain
+        message["edit_date"] = int(time.time())
+        if entities:
+            message["entities"] = entities
+        else:
+            message.pop("entities", None)
+        self.edits.append((sent, plain))
+        self.history.append(("edit", chat["id"], plain))
+        self.changed()
+        return dict(message)
+
+    async def _api_deleteMessage(self, bot: _Bot, p: _Params) -> bool:
+        chat = self._resolve_chat(p)
+        sent = self._own_message(bot, chat, p, "message to delete not found")
+        sent.deleted = True
+        self.history.append(("delete", chat["id"], sent.plain_text or ""))
+        self.changed()
+        return True
 
     @staticmethod
     def _echo_markup(p: _Params, message: dict[str, Any]) -> None:

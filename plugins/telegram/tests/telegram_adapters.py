@@ -98,6 +98,12 @@ class TelegramAdapter(PlatformAdapter):
                 if m.method == "sendMessage"
                 and (thread_id is None or m.message_thread_id == int(thread_id))]
 
+    def live_timeline(self, chat_id: str) -> list[tuple[str, str]]:
+        # A private chat's live reply is drafts, then the answer's messages.
+        kinds = {"draft": "preview", "message": "final", "edit": "final"}
+        return [(kinds[kind], text) for kind, chat, text in self.api.history
+                if chat == int(chat_id) and kind in kinds]
+
     def sent_media(self, chat_id: str) -> list[tuple[str, str | None]]:
         return [(MEDIA_KINDS[m.method], m.files[0].filename if m.files else None)
                 for m in self.api.sent(chat_id=int(chat_id)) if m.method in MEDIA_KINDS]

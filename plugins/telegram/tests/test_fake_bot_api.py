@@ -218,7 +218,15 @@ async def _valid_request(api: FakeBotAPI, method: str) -> tuple[dict[str, Any], 
         "getFile": {"file_id": api.add_file(b"data", "a.txt", "text/plain")},
         "setWebhook": {"url": "https://127.0.0.1:9/hook", "secret_token": "s3cret"},
         "setMyCommands": {"commands": [{"command": "help", "description": "Help"}]},
+        "sendMessageDraft": {"chat_id": 42, "draft_id": 7, "text": "<b>thinking</b>",
+                             "parse_mode": "HTML"},
     }
+    if method in ("editMessageText", "deleteMessage"):  # a message of the bot's to act on
+        async with aiohttp.ClientSession() as http:
+            sent = ok(await call(http, api, "sendMessage", {"chat_id": 42, "text": "first"}))
+        requests[method] = {"chat_id": 42, "message_id": sent["message_id"],
+                            **({"text": "first, then more"} if method == "editMessageText"
+                               else {})}
     return requests.get(method, {}), "json"
 
 

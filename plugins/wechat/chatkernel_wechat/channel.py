@@ -31,9 +31,12 @@ from chatkernel.channels import (
     ChannelLimits,
     HttpClient,
     InboundMessage,
+    LiveMode,
+    LiveReplies,
     MediaRef,
     OutboundPayload,
     PlatformError,
+    Preview,
     ProbeResult,
     RateLimit,
     Route,
@@ -142,7 +145,13 @@ def refused_cause(peer: Peer, size: int, now: float) -> str:
     return "; ".join(causes)
 
 
-class WeChatChannel(Channel):
+#: iLink's ``message_state`` of a message being written (a live reply), and of one done.
+GENERATING, FINISH = 1, 2
+#: What a live reply's preview ends with when it turned out to be no answer.
+CUT_SHORT = "⚠️ (this answer was cut short)"
+
+
+class WeChatChannel(Channel, LiveReplies):
     """One bot of the iLink gateway."""
 
     name = "wechat"
@@ -400,11 +409,14 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
         text, _ = render_payload(payload, self.markup)
         return {"type": TEXT_ITEM, "text_item": {"text": text}}
 
-    async def _send_item(self, user: str, token: str, peer: Peer,
-                         item: dict[str, Any]) -> str:
-        client_id = f"chatkernel-{secrets.token_hex(12)}"
+    async def _send_item(self, user: str, token: str, peer: Peer, item: dict[str, Any], *,
+                         client_id: str | None = None, state: int = FINISH) -> str:
+        """One sendmessage; ``client_id``: a message still generating, which this goes
+        on with (its first state counted against the quota already)."""
+        going_on = client_id is not None
+        client_id = client_id or f"chatkernel-{secrets.token_hex(12)}"
         body = {"msg": {"from_user_id": "", "to_user_id": user, "client_id": client_id,
-                        "message_type": 2, "message_state": 2, "item_list": [item],
+                        "message_type": 2, "message_state": state, "item_list": [item],
                         "context_token": token}}
         try:
             await self.call("sendmessage", body)
@@ -421,9 +433,48 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
             raise exc.send_error() from None
         except PlatformError as exc:
             raise exc.send_error() from None
-        peer.sent_since += 1
-        await self._save_peer(user, peer)
+        if not going_on:
+            peer.sent_since += 1
+            await self._save_peer(user, peer)
         return client_id
+
+    # -- live replies: one message GENERATING, then FINISH, on one client_id ---------------
+
+    def live_mode(self, route: Route) -> LiveMode | None:
+        return "edit"
+
+    async def start_preview(self, route: Route, mode: LiveMode,
+                            payload: OutboundPayload) -> str:
+        return await self._live_state(route, payload, None, GENERATING)
+
+    async def update_preview(self, route: Route, preview: Preview,
+                             payload: OutboundPayload) -> None:
+        await self._live_state(route, payload, preview.id, GENERATING)
+
+    async def replace_preview(self, route: Route, payload: OutboundPayload) -> SendResult:
+        return SendResult(message_id=await self._live_state(route, payload, payload.replaces,
+                                                            FINISH))
+
+    async def delete_preview(self, route: Route, preview: Preview) -> None:
+        # iLink cannot take a message back: a preview that is no answer is finished
+        # with a note that says so, so no half-answer stays "generating".
+        await self._live_state(route, OutboundPayload(text=CUT_SHORT, format="plain"),
+                               preview.id, FINISH)
+
+    async def _live_state(self, route: Route, payload: OutboundPayload,
+                          client_id: str | None, state: int) -> str:
+        user = route.chat_id
+        if await self.paused():
+            raise SendError(f"not sent: {self.session_expired}")
+        peer = await self.peer(user)
+        token = peer.token or route.extra.get("context_token")
+        if not token:
+            raise SendError(f"not sent: no context_token for {user} yet")
+        if client_id is None and time.time() < peer.held_until:
+            raise SendError(f"not sent: held back after WeChat refused a message "
+                            f"({peer.held_reason})", code=SEND_REFUSED)
+        return await self._send_item(user, token, peer, self._text_item(payload),
+                                     client_id=client_id, state=state)
 
     async def _upload(self, user: str, token: str, payload: OutboundPayload) -> dict[str, Any]:
         """Encrypt the file, upload it to the CDN, and return the item that sends it."""

@@ -72,6 +72,11 @@ class WeChatAdapter(PlatformAdapter):
     def sent_texts(self, chat_id: str, *, thread_id: str | None = None) -> list[str]:
         return [m.text for m in self.ilink.sent(chat_id) if m.text is not None]
 
+    def live_timeline(self, chat_id: str) -> list[tuple[str, str]]:
+        # GENERATING states are the preview; a FINISH is the message as it stays.
+        return [("preview" if state == 1 else "final", text or "")
+                for user, _, state, text in self.ilink.history if user == chat_id]
+
     def sent_media(self, chat_id: str) -> list[tuple[str, str | None]]:
         return [(m.kind, m.filename) for m in self.ilink.sent(chat_id) if m.kind != "text"]
 

@@ -10,10 +10,15 @@
 - ``getupdates`` long-polls; its cursor acknowledges everything before it, and an
   older cursor than one already presented does not replay;
 - every inbound message has its own ``context_token``; ``sendmessage`` takes
-  exactly one item, a unique ``client_id``, and answers ``ret=-2`` when the user
+  exactly one item, a ``client_id`` of its own, and answers ``ret=-2`` when the user
   has not written since the bot's last ten messages, for 24 hours
   (:attr:`clock_offset`), for a stale token, or a body over 16 KB; a tokenless
-  send is answered ``{}`` and dropped (:attr:`dropped`), as the real peer does;
+  send is answered ``{}`` and dropped (:attr:`dropped`), as the real peer does; a
+  message in progress (a live reply) is ``message_state`` 1 (GENERATING), sent again
+  and again on one ``client_id`` with the text so far, then 2 (FINISH) with the whole:
+  one message, counted once against the quota (the fake's reading: the quota counts
+  messages, and the states of one ``client_id`` are one); nothing may follow a FINISH
+  on its ``client_id`` (:attr:`history` keeps the order of it all);
 - :meth:`expire_session` makes every call of a token answer ``-14``;
 - media both ways: AES-128-ECB, with the ciphertext's size and its plaintext's md5
   checked against what ``getuploadurl`` declared;
@@ -63,6 +68,10 @@ class Sent:
     context_token: str | None
     client_id: str
     kind: str = "text"               # text, image, video, file
+    #: 1 while it is being generated (a live reply), 2 once finished.
+    state: int = 2
+    #: How many GENERATING states came on its client_id after the first one.
+    updates: int = 0
     text: str | None = None
     filename: str | None = None
     data: bytes | None = None        # the decrypted media
@@ -113,6 +122,10 @@ class FakeILink(FakePlatform):
         self.acked = 0                       # the newest cursor position presented
         self.peers: dict[str, Peer] = {}
         self.client_ids: set[str] = set()
+        #: Messages still GENERATING, by client_id.
+        self.generating: dict[str, Sent] = {}
+        #: What the user saw change, in order: ``(user, client_id, state, text)``.
+        self.history: list[tuple[str, str, int, str | None]] = []
         self.uins: set[str] = set()
         self.violations: list[str] = []
         self.dropped: list[Sent] = []        # tokenless sends: "success", never shown
@@ -366,19 +379,38 @@ class FakeILink(FakePlatform):
         msg = body.get("msg")
         if not isinstance(msg, dict):
             raise self._violation("sendmessage needs msg")
-        for key, want in (("from_user_id", ""), ("message_type", 2), ("message_state", 2)):
+        for key, want in (("from_user_id", ""), ("message_type", 2)):
             if msg.get(key) != want:
                 raise self._violation(f"msg.{key} must be {want!r}")
+        state = msg.get("message_state")
+        if state not in (1, 2):
+            raise self._violation("msg.message_state must be 1 (generating) or 2 (finish)")
         user, client_id = msg.get("to_user_id"), msg.get("client_id")
         if not isinstance(user, str) or not user:
             raise self._violation("msg.to_user_id missing")
-        if not isinstance(client_id, str) or not client_id or client_id in self.client_ids:
-            raise self._violation("msg.client_id must be unique per request")
-        self.client_ids.add(client_id)
+        ongoing = self.generating.get(client_id) if isinstance(client_id, str) else None
+        if not isinstance(client_id, str) or not client_id or (
+                client_id in self.client_ids and ongoing is None):
+            raise self._violation("msg.client_id must be new, or the client_id of a message "
+                                  "still generating")
+        if ongoing is not None and ongoing.to != user:
+            raise self._violation("msg.client_id belongs to another user's message")
         items = msg.get("item_list")
         if not isinstance(items, list) or len(items) != 1:
             raise self._violation("msg.item_list must hold exactly one item")
         sent = self._read_item(user, items[0], msg.get("context_token"), client_id)
+        if ongoing is not None:  # the same message, further along
+            if sent.kind != "text":
+                raise self._violation("a generating message goes on with text only")
+            ongoing.text, ongoing.item, ongoing.state = sent.text, sent.item, state
+            ongoing.updates += 1
+            if state == 2:
+                del self.generating[client_id]
+            self.history.append((user, client_id, state, sent.text))
+            self.changed()
+            return web.json_response({})
+        self.client_ids.add(client_id)
+        sent.state = state
         token = msg.get("context_token")
         if not token:
             self.dropped.append(sent)  # the peer answers success and shows nothing
@@ -399,6 +431,9 @@ class FakeILink(FakePlatform):
             self.refused.append((user, why))
             raise ilink_error(-2)
         peer.sent_since += 1
+        if state == 1:
+            self.generating[client_id] = sent
+        self.history.append((user, client_id, state, sent.text))
         self.record_sent(sent)
         return web.json_response({})
 
