@@ -72,7 +72,7 @@ class GatedSleep:
 
 
 def methods(platform: LoopbackPlatform) -> list[str]:
-    return [call.method for call in platform.calls if call.method != "typing"]
+    return [call.method for call in platform.calls if call.method not in ("typing", "me")]
 
 
 async def live_run(tmp_path: Path, adapter: Adapter, **settings: Any) -> Any:

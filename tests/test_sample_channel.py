@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from chatkernel.channels import LiveReplies
 from chatkernel.testing.loopback import LoopbackChannel, LoopbackPlatform
 from chatkernel.testing.sample.channel import SampleChannel
 from chatkernel.testing.sample.fake import SamplePlatform
@@ -51,6 +52,8 @@ def test_a_template_change_not_baked_is_named_and_baking_makes_them_one(tmp_path
 def test_the_loopback_channel_and_platform_are_the_sample():
     assert issubclass(LoopbackChannel, SampleChannel)
     assert issubclass(LoopbackPlatform, SamplePlatform)
-    # Only the tuning lives in the subclass: the wire is the sample's.
+    # Only the tuning lives in the subclass, and the live replies the template does not
+    # show (the loopback platform's previews): the rest of the wire is the sample's.
     own = {name for name in vars(LoopbackChannel) if not name.startswith("__")}
-    assert own == {"name", "account_model", "limits", "config_example", "transport"}
+    live = {name for name in vars(LiveReplies) if not name.startswith("_")}
+    assert own - live == {"name", "account_model", "limits", "config_example", "transport"}
