@@ -91,3 +91,27 @@ class LabelAgent(Agent):
                                             roles=("user",), before_seq=request.log_seq)
         yield AgentEvent.reply(f"{self.config.system_prompt} ({len(history)} before): "
                                f"{request.text}")
+
+
+#: The words :func:`paced_stream` writes, and the whole answer it ends with.
+STREAM_WORDS = [f"word{n:02d}" for n in range(5)]
+STREAM_ANSWER = "**Here** is " + " ".join(STREAM_WORDS)
+
+
+def paced_stream(run: Any, shown: Any) -> Any:
+    """A :class:`ScriptedAgent` script writing :data:`STREAM_ANSWER` a piece at a time,
+    each piece only once the chat shows the last (``shown()``: the texts the chat shows
+    now, ``run.wait`` the contract run's bounded wait), then the whole answer: a live
+    reply's every state is seen, whatever the machine's pace."""
+
+    async def script(request: Any) -> Any:
+        pieces = ["**Here", "** is "] + [f"{word} " for word in STREAM_WORDS[:-1]] \
+            + [STREAM_WORDS[-1]]
+        for piece in pieces:
+            yield AgentEvent("text", piece, final=False)
+            last = piece.strip(" *")
+            await run.wait(lambda: any(last in text for text in shown()),
+                           what=f"the chat showing {last!r}", state=shown)
+        yield AgentEvent.reply(STREAM_ANSWER)
+
+    return script

@@ -83,6 +83,7 @@ class LoopbackPlatform(SamplePlatform):
 
     bot_id = "loopback-bot"
     sends_per_chat_second = 10_000  # the kernel's own pacing is what the tests watch
+    sends = SENDS
 
     def __init__(self, *, token: str = TOKEN, seed: int = 0) -> None:
         super().__init__(token=token, seed=seed)
@@ -121,14 +122,8 @@ class LoopbackPlatform(SamplePlatform):
     def fail_next(self, *failures: int | str, retry_after: float | None = None) -> None:
         """As the sample's (a live reply's final edit included), a 429 asking for
         :attr:`retry_after` unless told otherwise."""
-        wait = self.retry_after if retry_after is None else retry_after
-        for failure in failures:
-            if failure == "drop":
-                self.faults.drop(SENDS)
-            elif int(failure) == 429:
-                self.faults.fail(SENDS, self.too_many_requests(wait))
-            else:
-                self.faults.fail(SENDS, error_body(int(failure), "failure", "failure"))
+        super().fail_next(*failures, retry_after=self.retry_after if retry_after is None
+                          else retry_after)
 
     def hold_next_answer(self) -> None:
         """The next send takes effect (it is in :attr:`sent`) and its answer is held

@@ -81,6 +81,8 @@ class SamplePlatform(FakePlatform):
     bot_id = "bot-1"
     #: How many sends a chat takes in any one second.
     sends_per_chat_second = 50
+    #: The calls the faults of :meth:`fail_next` apply to.
+    sends: tuple[str, ...] = SENDS
 
     def __init__(self, *, token: str = "test-token", seed: int = 0) -> None:
         super().__init__(seed=seed)
@@ -188,11 +190,11 @@ class SamplePlatform(FakePlatform):
         ``retry_after``), or ``"drop"``: the connection dies before an answer."""
         for failure in failures:
             if failure == "drop":
-                self.faults.drop(SENDS)
+                self.faults.drop(self.sends)
             elif int(failure) == 429:
-                self.faults.fail(SENDS, self.too_many_requests(retry_after))
+                self.faults.fail(self.sends, self.too_many_requests(retry_after))
             else:
-                self.faults.fail(SENDS, error_body(int(failure), "failure", "failure"))
+                self.faults.fail(self.sends, error_body(int(failure), "failure", "failure"))
 
     def rate_limited(self, wait: float) -> ErrorAnswer:
         """The 429 of a send ``wait`` seconds too early: the wait in whole seconds."""

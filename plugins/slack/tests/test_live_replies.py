@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from chatkernel.channels import Route
-from chatkernel.testing import AgentEvent
+from chatkernel.testing.agents import STREAM_ANSWER, STREAM_WORDS, paced_stream
 from chatkernel.testing.contract import open_contract_run
 from chatkernel_slack.fake import FakeSlack
 from slack_adapters import SlackSocketAdapter
@@ -18,8 +18,7 @@ from slack_adapters import SlackSocketAdapter
 pytestmark = pytest.mark.anyio
 
 DM, CHANNEL = "D0DIRECT01", "C0GROUP001"
-WORDS = [f"word{n:02d}" for n in range(5)]
-ANSWER = "**Here** is " + " ".join(WORDS)
+WORDS, ANSWER = STREAM_WORDS, STREAM_ANSWER
 
 
 @pytest.fixture
@@ -43,18 +42,6 @@ async def api(slack: FakeSlack, method: str, **params: Any) -> dict[str, Any]:
             headers={"Authorization": f"Bearer {slack.bot_token}"}) as answer:
         return await answer.json()
 
-
-def streaming_script(run: Any, shown: Any) -> Any:
-    async def script(request: Any) -> Any:
-        pieces = ["**Here", "** is "] + [f"{word} " for word in WORDS[:-1]] + [WORDS[-1]]
-        for piece in pieces:
-            yield AgentEvent("text", piece, final=False)
-            last = piece.strip(" *")
-            await run.wait(lambda: any(last in text for text in shown()),
-                           what=f"the chat showing {last!r}", state=shown)
-        yield AgentEvent.reply(ANSWER)
-
-    return script
 
 
 async def test_the_fake_speaks_the_stream_methods_and_their_errors():
@@ -101,7 +88,7 @@ async def test_a_dm_thread_sees_slacks_stream_then_the_answer(tmp_path):
 
         async with open_contract_run(adapter, tmp_path / "kernel",
                                      channel_settings={"streaming": "on"}) as run:
-            run.agent.script = streaming_script(run, shown)
+            run.agent.script = paced_stream(run, shown)
             await adapter.inject(DM, "tell me", sender_id="U0USER0001", thread_id=thread)
             await run.wait(lambda: any(m.updates for m in slack.sent(DM)), what="the answer")
             await run.settle()
@@ -128,7 +115,7 @@ async def test_a_channel_sees_one_message_updated_in_place(tmp_path):
             return [text for kind, chat, _, text in slack.history if chat == CHANNEL]
 
         async with open_contract_run(adapter, tmp_path / "kernel") as run:
-            run.agent.script = streaming_script(run, shown)
+            run.agent.script = paced_stream(run, shown)
             await adapter.inject(CHANNEL, "tell me", sender_id="U0USER0001", group=True,
                                  mention=True)
             await run.wait(lambda: slack.texts(CHANNEL) == ["Here is " + " ".join(WORDS)],
@@ -152,7 +139,7 @@ async def test_where_slack_refuses_the_app_a_stream_the_message_is_updated_inste
 
         async with open_contract_run(adapter, tmp_path / "kernel",
                                      channel_settings={"streaming": "on"}) as run:
-            run.agent.script = streaming_script(run, shown)
+            run.agent.script = paced_stream(run, shown)
             await adapter.inject(DM, "tell me", sender_id="U0USER0001", thread_id=thread)
             await run.wait(lambda: slack.texts(DM) == ["Here is " + " ".join(WORDS)],
                            what="the answer", state=lambda: slack.texts(DM))

@@ -10,6 +10,7 @@ import aiohttp
 import pytest
 
 from chatkernel.testing import AgentEvent
+from chatkernel.testing.agents import STREAM_ANSWER, STREAM_WORDS, paced_stream
 from chatkernel.testing.contract import open_contract_run
 from chatkernel_telegram.fake import FakeBotAPI
 from telegram_adapters import TOKEN, TelegramAdapter
@@ -17,8 +18,7 @@ from telegram_adapters import TOKEN, TelegramAdapter
 pytestmark = pytest.mark.anyio
 
 PRIVATE, GROUP = 1001, -1001000000001
-WORDS = [f"word{n:02d}" for n in range(5)]
-ANSWER = "**Here** is " + " ".join(WORDS)
+WORDS, ANSWER = STREAM_WORDS, STREAM_ANSWER
 
 
 @pytest.fixture
@@ -41,20 +41,6 @@ async def call(api: FakeBotAPI, method: str, **params: Any) -> dict[str, Any]:
             http.post(f"{api.base_url}/bot{TOKEN}/{method}", json=params) as answer:
         return await answer.json()
 
-
-def streaming_script(run: Any, shown: Any) -> Any:
-    """An agent writing the answer a piece at a time, each once the chat shows the last."""
-
-    async def script(request: Any) -> Any:
-        pieces = ["**Here", "** is "] + [f"{word} " for word in WORDS[:-1]] + [WORDS[-1]]
-        for piece in pieces:
-            yield AgentEvent("text", piece, final=False)
-            last = piece.strip(" *")
-            await run.wait(lambda: any(last in text for text in shown()),
-                           what=f"the chat showing {last!r}", state=shown)
-        yield AgentEvent.reply(ANSWER)
-
-    return script
 
 
 async def test_the_fake_refuses_drafts_where_the_bot_api_does():
@@ -93,7 +79,7 @@ async def test_a_private_chat_sees_growing_drafts_then_one_message(tmp_path):
 
         async with open_contract_run(adapter, tmp_path / "kernel",
                                      channel_settings={"streaming": "on"}) as run:
-            run.agent.script = streaming_script(run, drafts)
+            run.agent.script = paced_stream(run, drafts)
             await adapter.inject(str(PRIVATE), "tell me", sender_id=str(PRIVATE))
             await run.wait(lambda: api.texts(PRIVATE), what="the answer")
             await run.settle()
@@ -117,7 +103,7 @@ async def test_a_group_sees_one_message_edited_in_place(tmp_path):
 
         async with open_contract_run(adapter, tmp_path / "kernel", channel_settings={
                 "streaming": "on", "streaming_interval_ms": 1000}) as run:
-            run.agent.script = streaming_script(run, lambda: [
+            run.agent.script = paced_stream(run, lambda: [
                 text for _, text in api.edits] + visible())
             await adapter.inject(str(GROUP), "@chatkernel_bot tell me", sender_id="1001",
                                  group=True)
