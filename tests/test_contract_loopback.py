@@ -1,10 +1,10 @@
 """The channel contract suite, run against the loopback channel and its LoopbackPlatform.
 
 This is what every channel plugin's test suite does with its own fake platform
-(see docs/testing.md). The loopback platform has every optional capability,
-revoked credentials included, but non-message events (its wire carries messages
-only); the last test here runs the suite again for an adapter that declares some
-absent, to show they are skipped and named.
+(see docs/testing.md), through the sample's adapter (the template's). The loopback
+platform has every optional capability, revoked credentials, non-message events and a
+chat's refusal included; the last test here runs the suite again for an adapter that
+declares some absent, to show they are skipped and named.
 """
 
 from __future__ import annotations
@@ -72,6 +72,8 @@ def test_absent_capabilities_are_skipped_by_name_and_the_rest_still_runs(pyteste
             supports_media_out = False
             supports_revoke = False
             supports_own_messages = False
+            supports_non_message_events = False
+            supports_chat_refusal = False
 
 
         class TestPartialContract(ChannelContract):

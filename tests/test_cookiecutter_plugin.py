@@ -36,6 +36,7 @@ EXPECTED_FILES = {
     "chatkernel_{name}/__init__.py",
     "chatkernel_{name}/channel.py",
     "chatkernel_{name}/fake.py",
+    "chatkernel_{name}/contract.py",
     "chatkernel_{name}/devserver.py",
     "tests/test_config_example.py",
     "tests/test_contract.py",

@@ -152,6 +152,9 @@ class OldLoopbackPlugin:
 class OldLoopbackAdapter(LoopbackAdapter):
     channel_plugin = OldLoopbackPlugin
     channel_name = "old_loopback"
+    # What the channel as it was never read: events of other kinds, a chat's refusal.
+    supports_non_message_events = False
+    supports_chat_refusal = False
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
