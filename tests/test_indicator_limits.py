@@ -1,7 +1,9 @@
 """Typing indicators under the platform's limits (chatkernel.core.turns.indicators): an
 indicator call is made only when its window (``ChannelLimits.indicator_rates``) has a
 free slot, and not while the turn's reply is already on its way; skipped ones are tried
-again while the turn runs. Virtual time: the clock moves only when the test says."""
+again while the turn runs. A channel that declares no such limits is not paced, and its
+indicator (WhatsApp's also marks the message read) is made whatever the outbox holds.
+Virtual time: the clock moves only when the test says."""
 
 from __future__ import annotations
 
@@ -72,7 +74,8 @@ async def test_an_indicator_waits_for_a_free_slot_in_its_window_and_never_goes_o
 
 async def test_no_indicator_while_the_reply_is_on_its_way_and_again_once_it_is_sent():
     clock = ManualClock()
-    channel = RecordingChannel(ChannelLimits(indicator_interval=600.0), clock)
+    channel = RecordingChannel(ChannelLimits(indicator_interval=600.0, indicator_rates={
+        "account": RateLimit(100, 1.0)}), clock)
     account = SimpleNamespace(key="test:main", channel=channel)
     replying = {"test:main:chat-a"}
 
@@ -93,3 +96,20 @@ async def test_no_indicator_while_the_reply_is_on_its_way_and_again_once_it_is_s
         tg.cancel_scope.cancel()
     assert other[1] == "chat-b"
     assert again[1] == "chat-a" and again[0] >= sent_at
+
+
+async def test_an_unlimited_indicator_is_made_even_while_a_reply_is_on_its_way():
+    clock = ManualClock()
+    channel = RecordingChannel(ChannelLimits(indicator_interval=600.0), clock)
+    account = SimpleNamespace(key="test:main", channel=channel)
+
+    async def route(key: str) -> Route:
+        return routes(key)
+
+    indicators = Indicators(route, clock=clock.now, replying=lambda key: True)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(indicators.run)
+        indicators.begin(account, "test:main:chat-a")
+        call = await channel.next_call()
+        tg.cancel_scope.cancel()
+    assert call == (clock.now(), "chat-a")

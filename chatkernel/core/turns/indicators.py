@@ -10,9 +10,10 @@ Indicator calls count in the platform's rate windows like sends do: a channel de
 their limits in ``ChannelLimits.indicator_rates`` (Slack's assistant.threads.setStatus
 has its own), and an account's calls are paced by a :class:`RateLimiter` of those
 limits, held from the request until its answer like a send's slot. An indicator never
-waits for a slot: one that finds its window full, or a turn whose reply is already on
-its way (the user sees the reply coming, and on some platforms the reply ends the
-indicator anyway), is skipped and tried again a little later, while the turn runs.
+waits for a slot: one that finds its window full, or (on such a channel) one for a turn
+whose reply is already on its way (the user sees the reply coming, and on some platforms
+the reply ends the indicator anyway), is skipped and tried again a little later, while
+the turn runs.
 """
 
 from __future__ import annotations
@@ -101,7 +102,9 @@ class Indicators:
     async def _refresh(self, key: str, entry: _Entry, now: float) -> float:
         """Indicate for a running turn (unless skipped); returns when to next."""
         limits = entry.account.channel.limits  # type: ignore[union-attr]
-        if self._replying(key):
+        # Only where the calls are limited: elsewhere the call may carry more than the
+        # indicator (WhatsApp's marks the message read), and costs no one a slot.
+        if self.limiter(entry.account) is not None and self._replying(key):
             return now + min(RETRY_SECONDS, limits.indicator_interval)
         route = await self._route(key)
         if route is None or key not in self._active:
