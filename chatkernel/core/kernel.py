@@ -144,7 +144,8 @@ class Kernel:
         self.send_policy = SendPolicies.from_config(self.config)
         #: Answers sent outside a turn wait for the turns of earlier messages.
         self.order = OutputOrder()
-        self.indicators = Indicators(lambda key: self.sessions.route(key))
+        self.indicators = Indicators(lambda key: self.sessions.route(key),
+                                     replying=self.outbox.lines.busy)
         # The inbound subsystem: the sessions, the queue and the heartbeats exist once
         # the kernel started, and a reload replaces the config and the commands.
         #: What slash commands may do (the stable surface of CommandContext.gateway).

@@ -101,6 +101,12 @@ class ChannelLimits:
     retry_base_delay: float = 0.5
     #: Seconds between refreshes of the typing indicator while a turn runs.
     indicator_interval: float = 4.0
+    #: Rate limits of the typing indicator's calls by scope ("account", "chat",
+    #: "group"), where the platform counts them (Slack's assistant.threads.setStatus has
+    #: its own limit). The kernel makes an indicator call only when its window has a
+    #: free slot, and skips it while the reply is already on its way: an indicator
+    #: never waits and never delays a send. Empty: the platform does not limit them.
+    indicator_rates: dict[str, RateLimit] = field(default_factory=dict)
 
     def media_kind(self, path: str | PurePath, size: int | None = None) -> str:
         """The kind a file is sent as: by extension, then by the kind's size cap."""

@@ -167,9 +167,10 @@ class StoreConfig(Section):
     # redelivering a message older than this would have it answered again.
     journal_retention_days: float = Field(7, gt=0)
     # A shared store (redis): how long an instance's lease on an account lasts
-    # unrenewed; another instance takes the account over within about this long
-    # after its owner dies (docs/scale-out.md).
-    lease_seconds: float = Field(10, ge=1, le=600)
+    # unrenewed (renewed every quarter of it); another instance takes the account
+    # over within this long and a quarter after its owner dies, and an owner stalled
+    # for less than three quarters of it keeps its accounts (docs/scale-out.md).
+    lease_seconds: float = Field(3, ge=1, le=600)
 
     @field_validator("backend")
     @classmethod

@@ -3,8 +3,8 @@
 With a store that has :attr:`~chatkernel.core.store.base.Store.shared` state (Redis),
 any number of ``chatkernel run`` processes share the work. Each account is *owned* by
 one of them at a time, through a lease in the store named ``account:<channel>:<account>``
-with a time to live (``store.lease_seconds``), renewed every third of it while the owner
-lives. The owner runs everything of the account that must happen once and in order:
+with a time to live (``store.lease_seconds``), renewed every quarter of it
+(:data:`RENEWALS_PER_LEASE`) while the owner lives. The owner runs everything of the account that must happen once and in order:
 
 - its receive loop (so exactly one process polls a bot account),
 - the turns of its sessions, in order per chat,
@@ -67,6 +67,11 @@ HEARTBEATS_LEASE = "heartbeats"
 INBOX_BLOCK_SECONDS = 1.0
 #: Seconds an account being handed over may take to settle before it is kept.
 SHED_SECONDS = 10.0
+#: Rounds of renewal (and of looking for free leases) per time to live. A dead owner's
+#: account is taken within the lease plus one round (3 s + 0.75 s at the defaults); a
+#: live owner stalled (a GC pause, a slow disk, SIGSTOP) for less than the lease minus
+#: one round (2.25 s) keeps it.
+RENEWALS_PER_LEASE = 4
 
 
 def lease_name(account: "Account") -> str:
@@ -257,13 +262,13 @@ class Cluster:
                             exc, self.ttl)
 
     async def _keep_leases(self) -> None:
-        every = self.ttl / 3
+        every = self.ttl / RENEWALS_PER_LEASE
         with anyio.CancelScope() as self._keeping:
             while True:
                 await anyio.sleep(every)
                 try:
                     await self._keep_round()
-                except Exception as exc:  # tried again in a third of the lease
+                except Exception as exc:  # tried again in a quarter of the lease
                     self._store_failing(exc)
                     self._expire_unrenewed()
                 else:

@@ -5,6 +5,15 @@ running turn's indicator is refreshed every ``ChannelLimits.indicator_interval``
 One long-lived task serves every turn: a task per turn would cost more than
 the indicator is worth on a busy gateway. Indicator failures are logged at
 debug level and never affect the turn.
+
+Indicator calls count in the platform's rate windows like sends do: a channel declares
+their limits in ``ChannelLimits.indicator_rates`` (Slack's assistant.threads.setStatus
+has its own), and an account's calls are paced by a :class:`RateLimiter` of those
+limits, held from the request until its answer like a send's slot. An indicator never
+waits for a slot: one that finds its window full, or (on such a channel) one for a turn
+whose reply is already on its way (the user sees the reply coming, and on some platforms
+the reply ends the indicator anyway), is skipped and tried again a little later, while
+the turn runs.
 """
 
 from __future__ import annotations
@@ -17,13 +26,16 @@ from dataclasses import dataclass
 
 import anyio
 
-from chatkernel.sdk.channel import Channel
+from chatkernel.core.outbound.ratelimit import RateLimiter
+from chatkernel.sdk.channel import Channel, RateLimit
 from chatkernel.sdk.models import Account, Route
 
 log = logging.getLogger("chatkernel.indicators")
 
 #: The most one indicator call may take before the next one is served.
 CALL_TIMEOUT = 5.0
+#: The longest a skipped indicator of a running turn waits before it is tried again.
+RETRY_SECONDS = 1.0
 
 
 def has_indicator(account: Account) -> bool:
@@ -42,9 +54,15 @@ class Indicators:
     """Keeps the indicator of every running turn alive."""
 
     def __init__(self, route: Callable[[str], Awaitable[Route | None]],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, *,
+                 replying: Callable[[str], bool] = lambda session_key: False) -> None:
+        """``route(session_key)``: where a session's indicator goes; ``replying(
+        session_key)``: whether a reply of the session is queued or being sent."""
         self._route = route
         self._clock = clock
+        self._replying = replying
+        # account key -> (the limits it was built from, the limiter of its calls)
+        self._limiters: dict[str, tuple[dict[str, RateLimit], RateLimiter]] = {}
         self._active: dict[str, _Entry] = {}
         self._once: list[tuple[Account, Route]] = []
         self._wake = anyio.Event()
@@ -76,19 +94,53 @@ class Indicators:
             next_due = math.inf
             for key, entry in list(self._active.items()):
                 if entry.due <= now:
-                    interval = entry.account.channel.limits.indicator_interval  # type: ignore[union-attr]
-                    entry.due = now + interval
-                    route = await self._route(key)
-                    if route is not None and key in self._active:
-                        await self._indicate(entry.account, route)
+                    entry.due = await self._refresh(key, entry, now)
                 next_due = min(next_due, entry.due)
             with anyio.move_on_after(max(0.0, next_due - self._clock())):
                 await self._wake.wait()
 
-    @staticmethod
-    async def _indicate(account: Account, route: Route) -> None:
+    async def _refresh(self, key: str, entry: _Entry, now: float) -> float:
+        """Indicate for a running turn (unless skipped); returns when to next."""
+        limits = entry.account.channel.limits  # type: ignore[union-attr]
+        # Only where the calls are limited: elsewhere the call may carry more than the
+        # indicator (WhatsApp's marks the message read), and costs no one a slot.
+        if self.limiter(entry.account) is not None and self._replying(key):
+            return now + min(RETRY_SECONDS, limits.indicator_interval)
+        route = await self._route(key)
+        if route is None or key not in self._active:
+            return now + limits.indicator_interval
+        wait = await self._indicate(entry.account, route)
+        if wait > 0:  # its window is full: as soon as a slot frees
+            return now + min(wait, RETRY_SECONDS, limits.indicator_interval)
+        return now + limits.indicator_interval
+
+    def limiter(self, account: Account) -> RateLimiter | None:
+        """The limiter of the account's indicator calls (None: the platform sets none)."""
+        rates = account.channel.limits.indicator_rates  # type: ignore[union-attr]
+        if not rates:
+            return None
+        known = self._limiters.get(account.key)
+        if known is None or known[0] is not rates:  # first use, or a new channel object
+            known = self._limiters[account.key] = (rates, RateLimiter(rates,
+                                                                      clock=self._clock))
+        return known[1]
+
+    async def _indicate(self, account: Account, route: Route) -> float:
+        """Make the indicator call if its window has room; returns 0, or the seconds
+        until it would have (the call was skipped)."""
+        limiter = self.limiter(account)
+        chat, group = route.chat_id, route.is_group
+        if limiter is not None and not limiter.try_acquire(chat, is_group=group, hold=True):
+            return max(limiter.delay(chat, is_group=group), 0.01)
         try:
             with anyio.fail_after(CALL_TIMEOUT):
                 await account.channel.indicate(route)  # type: ignore[union-attr]
         except Exception as exc:  # TimeoutError included: a slow indicator is only noise
             log.debug("typing indicator failed on %s: %s", account.key, exc)
+            retry_after = getattr(exc, "retry_after", None)
+            if limiter is not None and retry_after:
+                limiter.penalize(float(retry_after))
+        finally:
+            if limiter is not None:
+                limiter.release(chat, is_group=group)
+        return 0.0

@@ -215,6 +215,11 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
         # The status lasts two minutes unless the app replies: refreshing it rarely is
         # enough.
         indicator_interval=30.0,
+        # assistant.threads.setStatus: Slack says "special" limits and gives no figure;
+        # its sibling methods (setSuggestedPrompts, setTitle) are Tier 4, 100 a minute
+        # per workspace. Each status the kernel sets may be followed by one clear (after
+        # a top-level reply, see _posted), so the sets get half of it.
+        indicator_rates={"account": RateLimit(50, 60.0)},
     )
     capabilities = Capabilities(command_prefixes="/!", recipient_error_codes=RECIPIENT_ERRORS)
     markup = SlackMrkdwn

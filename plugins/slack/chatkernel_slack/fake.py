@@ -78,6 +78,9 @@ __all__ = ["App", "Envelope", "FakeSlack", "SentMessage", "SlackError", "StatusR
 
 MB = 1024 * 1024
 TEXT_MAX = 40_000  # chat.postMessage refuses longer texts with msg_too_long
+#: assistant.threads.setStatus a minute per workspace under enforce_limits: Slack says
+#: "special" without a figure; its sibling assistant.threads methods are Tier 4.
+STATUS_TIER_PER_MINUTE = 100
 
 #: Parameters each implemented method takes (Slack's docs; the OpenAPI spec where it has
 #: the method). Anything else a client sends is recorded in ``FakeSlack.unknown_params``.
@@ -812,12 +815,16 @@ class FakeSlack(FakePlatform):
     # -- knobs -----------------------------------------------------------------------------
 
     def enforce_limits(self, per_channel_per_second: int = 1,
-                       per_workspace_per_minute: int = 600) -> None:
+                       per_workspace_per_minute: int = 600,
+                       statuses_per_minute: int = STATUS_TIER_PER_MINUTE) -> None:
         """chat.postMessage's limits: at most ``per_channel_per_second`` a second in a
-        channel and ``per_workspace_per_minute`` a minute in a workspace, in rolling
-        windows; beyond, 429 with Retry-After (off by default)."""
+        channel and ``per_workspace_per_minute`` a minute in a workspace; and
+        assistant.threads.setStatus's, ``statuses_per_minute`` a minute in a workspace
+        (sets and clears alike); in rolling windows; beyond, 429 with Retry-After (off
+        by default)."""
         self._limits = {"channel": per_channel_per_second,
-                        "workspace": per_workspace_per_minute}
+                        "workspace": per_workspace_per_minute,
+                        "statuses": statuses_per_minute}
         self.rates.reset()
 
     def disable_limits(self) -> None:
@@ -1232,6 +1239,9 @@ class FakeSlack(FakePlatform):
         status = p.get("status")
         if not isinstance(status, str):
             raise SlackError("invalid_arguments")
+        if self._limits is not None:
+            self.check_rates([(("statuses", app.team_id), int(self._limits["statuses"]),
+                               60.0)])
         self.statuses.append(StatusRecord(app.app_id, room["id"], thread_ts, status,
                                           time.time()))
         self.changed()

@@ -3,6 +3,7 @@ peer gateways are known for (each named in its docstring) and per Slack specific
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import time
@@ -598,6 +599,46 @@ async def test_pacing_keeps_a_busy_channel_under_slacks_limit(tmp_path):
         await run.wait(lambda: len(run.texts(DM)) >= 3, what="three messages",
                        state=lambda: len(run.texts(DM)))
         assert slack.throttled == 0
+
+
+async def test_300_messages_under_every_limit_get_no_429_and_long_turns_show_the_status(
+        tmp_path):
+    """Slack's limits enforced (chat.postMessage per channel and per workspace,
+    assistant.threads.setStatus per workspace) and the channel's default pacing: 300
+    messages over 30 DMs get no 429 on any method. The turns that take long show the
+    working status; those whose reply is already on its way need not."""
+    chats = [f"D0LIMIT{c:03d}" for c in range(30)]
+    slow = chats[:4]  # as many as turns run at once (queue.max_concurrent)
+    async with slack_run(tmp_path, channel={"rate_limits": None}) as run:
+        slack = run.adapter.slack
+        slack.enforce_limits()
+        run.agent.gate = anyio.Event()
+        for chat in slow:
+            slack.inject_message(chat, f"slow in {chat} lim01z", user=USER)
+        await run.wait(lambda: all(slack.status_calls(chat) for chat in slow),
+                       what="the status of every long turn",
+                       state=lambda: [chat for chat in slow if not slack.status_calls(chat)])
+        run.agent.gate.set()
+        for i in range(10):
+            for chat in chats:
+                if not (i == 0 and chat in slow):
+                    slack.inject_message(chat, f"message {i} in {chat} lim01z", user=USER)
+
+        def replies() -> list[str]:
+            return [t for t in slack.texts() if t.startswith("re: ") and "lim01z" in t]
+
+        with anyio.fail_after(120):  # paced at one a second per DM: about 10 s
+            while len(replies()) < 300:
+                run.check_loop()
+                await anyio.sleep(0.1)
+        await run.settle()
+        refused = collections.Counter(call.method for call in slack.calls
+                                      if call.status == 429)
+        assert refused == {}, f"429s by method: {dict(refused)}"
+        assert slack.throttled == 0
+        assert len(replies()) == len(set(replies())) == 300  # each answered once
+        for chat in slow:  # the status was set, then cleared by the reply
+            assert [s.status for s in slack.status_calls(chat)][:1] == ["is thinking…"]
 
 
 async def test_the_working_status_shows_while_a_turn_runs_and_is_cleared(tmp_path):

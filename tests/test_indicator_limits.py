@@ -1,0 +1,115 @@
+"""Typing indicators under the platform's limits (chatkernel.core.turns.indicators): an
+indicator call is made only when its window (``ChannelLimits.indicator_rates``) has a
+free slot, and not while the turn's reply is already on its way; skipped ones are tried
+again while the turn runs. A channel that declares no such limits is not paced, and its
+indicator (WhatsApp's also marks the message read) is made whatever the outbox holds.
+Virtual time: the clock moves only when the test says."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import anyio
+import pytest
+
+from chatkernel.core.turns.indicators import Indicators
+from chatkernel.sdk.channel import ChannelLimits, RateLimit
+from chatkernel.sdk.models import Route
+from chatkernel.testing.clock import ManualClock
+
+pytestmark = pytest.mark.anyio
+
+
+class RecordingChannel:
+    """A channel whose indicator records the (virtual) time and chat of every call."""
+
+    def __init__(self, limits: ChannelLimits, clock: ManualClock) -> None:
+        self.limits = limits
+        self.clock = clock
+        self.calls: list[tuple[float, str]] = []
+        self.called = anyio.Event()
+
+    async def indicate(self, route: Route) -> None:
+        self.calls.append((self.clock.now(), route.chat_id))
+        self.called.set()
+
+    async def next_call(self) -> tuple[float, str]:
+        """The next call, however long the refresher takes (bounded)."""
+        seen = len(self.calls)
+        with anyio.fail_after(10):
+            while len(self.calls) == seen:
+                self.called = anyio.Event()
+                await self.called.wait()
+        return self.calls[seen]
+
+
+def routes(key: str) -> Route:
+    return Route(channel="test", account="main", chat_id=key.rpartition(":")[2])
+
+
+async def test_an_indicator_waits_for_a_free_slot_in_its_window_and_never_goes_over():
+    clock = ManualClock()
+    start = clock.now()
+    channel = RecordingChannel(ChannelLimits(indicator_interval=600.0, indicator_rates={
+        "account": RateLimit(1, 60.0)}), clock)
+    account = SimpleNamespace(key="test:main", channel=channel)
+
+    async def route(key: str) -> Route:
+        return routes(key)
+
+    indicators = Indicators(route, clock=clock.now)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(indicators.run)
+        indicators.begin(account, "test:main:chat-a")
+        indicators.begin(account, "test:main:chat-b")
+        first = await channel.next_call()
+        clock.advance(59.0)  # still within the window of the first call
+        clock.advance(1.0)   # the slot is free again: the other turn's indicator goes
+        second = await channel.next_call()
+        tg.cancel_scope.cancel()
+    assert first[0] == start
+    assert second[0] >= start + 60.0, "the second call went before the window allowed it"
+    assert {first[1], second[1]} == {"chat-a", "chat-b"}
+
+
+async def test_no_indicator_while_the_reply_is_on_its_way_and_again_once_it_is_sent():
+    clock = ManualClock()
+    channel = RecordingChannel(ChannelLimits(indicator_interval=600.0, indicator_rates={
+        "account": RateLimit(100, 1.0)}), clock)
+    account = SimpleNamespace(key="test:main", channel=channel)
+    replying = {"test:main:chat-a"}
+
+    async def route(key: str) -> Route:
+        return routes(key)
+
+    indicators = Indicators(route, clock=clock.now, replying=replying.__contains__)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(indicators.run)
+        indicators.begin(account, "test:main:chat-a")
+        indicators.begin(account, "test:main:chat-b")
+        other = await channel.next_call()  # chat-b has no reply under way
+        clock.advance(5.0)
+        sent_at = clock.now()
+        replying.clear()  # chat-a's reply was sent; its turn goes on
+        clock.advance(1.0)
+        again = await channel.next_call()
+        tg.cancel_scope.cancel()
+    assert other[1] == "chat-b"
+    assert again[1] == "chat-a" and again[0] >= sent_at
+
+
+async def test_an_unlimited_indicator_is_made_even_while_a_reply_is_on_its_way():
+    clock = ManualClock()
+    channel = RecordingChannel(ChannelLimits(indicator_interval=600.0), clock)
+    account = SimpleNamespace(key="test:main", channel=channel)
+
+    async def route(key: str) -> Route:
+        return routes(key)
+
+    indicators = Indicators(route, clock=clock.now, replying=lambda key: True)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(indicators.run)
+        indicators.begin(account, "test:main:chat-a")
+        call = await channel.next_call()
+        tg.cancel_scope.cancel()
+    assert call == (clock.now(), "chat-a")
