@@ -10,6 +10,7 @@ import os
 import re
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,16 +20,23 @@ from chatkernel.testing.process import CHATKERNEL
 
 @contextmanager
 def occupied(port: int = 0) -> Iterator[int]:
-    """A listening socket on 127.0.0.1:``port`` (0: any); yields the port. A port some
-    other program holds already is just as occupied."""
+    """A listening socket on 127.0.0.1:``port`` (0: any), held by this test; yields the
+    port. A fixed port another program holds is waited for (up to 30 s), since a port
+    that program may free at any moment would let the gateway start after all."""
     holder = socket.socket()
     try:
-        try:
-            holder.bind(("127.0.0.1", port))
-            holder.listen()
-        except OSError as exc:
-            if exc.errno != errno.EADDRINUSE:
-                raise
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                holder.bind(("127.0.0.1", port))
+                holder.listen()
+                break
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                if time.monotonic() > deadline:
+                    break  # held for good by someone else: occupied all the same
+                time.sleep(0.1)
         yield holder.getsockname()[1] if port == 0 else port
     finally:
         holder.close()

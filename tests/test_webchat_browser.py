@@ -130,6 +130,7 @@ def test_the_message_box_placeholder_is_shown_whole(gateway_url, browser, width)
 
 
 def test_a_live_reply_grows_in_a_draft_then_the_answer_takes_its_place(tmp_path, browser):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -142,7 +143,9 @@ def test_a_live_reply_grows_in_a_draft_then_the_answer_takes_its_place(tmp_path,
         browser.get(gateway.url + "/")
         browser.find_element(By.ID, "text").send_keys(words)
         browser.find_element(By.ID, "send").click()
-        wait = WebDriverWait(browser, 15, poll_frequency=0.05)
+        # The draft bubble is replaced as it grows: an element read as it goes is stale.
+        wait = WebDriverWait(browser, 15, poll_frequency=0.05,
+                             ignored_exceptions=(StaleElementReferenceException,))
         drafts: list[str] = []
 
         def draft_seen(driver) -> bool:
