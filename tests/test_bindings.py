@@ -380,7 +380,7 @@ async def test_an_agents_access_level_and_workspace_judge_its_files(tmp_path, mo
         await answered(h, 2)
         await answered(h, 2, "alt")
         sent, refused = h.platforms["main"].sent, h.platforms["alt"].sent
-    assert [(m.media_kind, m.filename) for m in sent] == [("image", "report.png"),
+    assert [(m.kind, m.filename) for m in sent] == [("image", "report.png"),
                                                           ("image", "elsewhere.png")]
     assert [m.text for m in refused] == [
         "⚠️ upload failed: report.png — no such file",
