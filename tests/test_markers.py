@@ -9,6 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from chatkernel.core.outbound.markers import Segment, media_paths, split_media
+from chatkernel.testing.fuzz import fuzz_examples
 
 
 def text(value: str) -> Segment:
@@ -160,7 +161,7 @@ part = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=fuzz_examples(100), deadline=None)
 @given(st.lists(part, max_size=15))
 def test_generated_replies_split_as_built(parts):
     reply = "\n".join(line if kind == "text" else line[0] for kind, line in parts)

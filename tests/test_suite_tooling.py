@@ -1,6 +1,6 @@
 """How the suite runs (docs/testing.md, "Running this repository's suite"): in parallel with
-fixtures that keep the workers apart, and a guard naming slow tests not marked
-slow."""
+fixtures that keep the workers apart, a guard naming slow tests not marked slow, and
+property tests whose example count the ``deep`` profile raises."""
 
 from __future__ import annotations
 
@@ -107,3 +107,28 @@ def test_record(n, redis_server, redis_prefix, chatkernel_home):
     assert first != second  # a redis-server per worker, on ports of its own
     assert len({record["home"] for record in seen}) == len(seen) == 8
     assert len({record["prefix"] for record in seen}) == 8
+
+
+@pytest.mark.parametrize(("profile", "examples"), [([], 6), (["--hypothesis-profile=deep"], 60)],
+                         ids=["default", "deep"])
+def test_the_deep_profile_runs_ten_times_the_examples(pytester, profile, examples):
+    pytester.makepyfile(test_prop="""
+from hypothesis import given, settings, strategies as st
+from chatkernel.testing import fuzz_examples
+
+RUN = []
+
+
+@settings(max_examples=fuzz_examples(6), database=None)
+@given(st.integers())
+def test_counted(n):
+    RUN.append(n)
+
+
+def test_zz_count():
+    print(f"EXAMPLES={len(RUN)}")
+""")
+    result = pytester.runpytest_subprocess("-p", "no:xdist", "-p", "no:cacheprovider", "-s",
+                                           *profile)
+    result.assert_outcomes(passed=2)
+    assert f"EXAMPLES={examples}" in result.stdout.str()
