@@ -606,6 +606,7 @@ SEGMENTS = st.sampled_from(["..", ".", "a", "b", "file.txt", "secret.txt", "outs
                             "tmp", "link-out", "link-in", "link-file", "key.pem"])
 
 
+@pytest.mark.slow
 @settings(max_examples=fuzz_examples(100), derandomize=True, database=None, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(parts=st.lists(SEGMENTS, min_size=1, max_size=8))

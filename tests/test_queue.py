@@ -236,6 +236,7 @@ async def test_global_cap_on_concurrent_turns(tmp_path):
         assert agent.max_running == 2
 
 
+@pytest.mark.slow
 async def test_debounce_waits_for_quiet_before_a_followup(tmp_path):
     agent = scripted_agent(gate=True)
     async with harness(tmp_path, agent, {"mode": "collect", "debounce_ms": 1000}) as h:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import urllib.request
 
+import pytest
+
 from chatkernel.testing.process import gateway_process
 
 CONFIG = """
@@ -21,6 +23,7 @@ api_base = "http://127.0.0.1:1"
 GREEN, RED = "rgba(31, 157, 85, 1)", "rgba(214, 69, 69, 1)"
 
 
+@pytest.mark.slow
 def test_status_page_shows_accounts_in_their_health_colours(tmp_path, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait

@@ -9,6 +9,8 @@ import json
 import pytest
 
 pytest_plugins = ["pytester"]
+# Each test runs pytest itself as a process (a second or more each).
+pytestmark = pytest.mark.slow
 
 GUARD_CONFTEST = """
 import pytest
@@ -52,8 +54,7 @@ def marked_project(pytester: pytest.Pytester) -> pytest.Pytester:
 
 
 @pytest.mark.parametrize("workers", [
-    pytest.param(["-n", "2"], marks=pytest.mark.slow, id="parallel"),  # two workers start
-    pytest.param(["-p", "no:xdist"], id="serial")])
+    pytest.param(["-n", "2"], id="parallel"), pytest.param(["-p", "no:xdist"], id="serial")])
 def test_a_test_over_the_bound_not_marked_slow_is_named_after_the_run(marked_project,
                                                                        workers):
     marked_project.makeconftest(GUARD_CONFTEST)
@@ -76,7 +77,6 @@ def test_no_section_when_every_long_test_is_marked(marked_project):
     assert "not marked slow" not in result.stdout.str()
 
 
-@pytest.mark.slow  # real redis-servers, one per worker, and two xdist workers starting
 def test_parallel_workers_have_their_own_redis_homes_and_prefixes(pytester, tmp_path):
     """Four tests on two workers: each worker runs its own redis-server, every test its own
     CHATKERNEL_HOME and key prefix."""

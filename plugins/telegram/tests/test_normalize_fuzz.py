@@ -83,6 +83,7 @@ async def identified_channel(home):
 
 
 # A kernel per example: 50 by default, 500 under --hypothesis-profile=deep.
+@pytest.mark.slow
 @settings(max_examples=fuzz_examples(50), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(updates, max_size=4))
