@@ -205,6 +205,7 @@ async def test_command_exit_status_is_an_error_with_the_stderr_tail(tmp_path):
     assert len(event.text) == len(prefix) + 500 + len(advice)
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_command_timeout_kills_and_reaps_the_process(tmp_path):
     pid_file = tmp_path / "pid"
@@ -222,6 +223,7 @@ async def test_command_timeout_kills_and_reaps_the_process(tmp_path):
     assert is_gone(int(pid_file.read_text()))
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_command_timeout_kills_grandchildren_too(tmp_path):
     pid_file = tmp_path / "pid"

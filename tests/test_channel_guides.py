@@ -174,6 +174,7 @@ def assert_throwaway_home(pasted: Pasted) -> None:
     assert (pasted.home / "state.db").exists(), pasted.report()
 
 
+@pytest.mark.slow
 def test_the_telegram_guide(tmp_path):
     pasted = paste("telegram.md", tmp_path)
     assert_throwaway_home(pasted)
@@ -190,6 +191,7 @@ def test_the_telegram_guide(tmp_path):
     assert 'bot_token = "${TELEGRAM_BOT_TOKEN}"' in pasted.stderr
 
 
+@pytest.mark.slow
 def test_the_slack_guide(tmp_path):
     pasted = paste("slack.md", tmp_path)
     assert_throwaway_home(pasted)
@@ -204,6 +206,7 @@ def test_the_slack_guide(tmp_path):
     assert "xoxb-0000000001-0000000002-DEVSERVERofflineBotToken" in pasted.stderr
 
 
+@pytest.mark.slow
 def test_the_whatsapp_guide(tmp_path):
     pasted = paste("whatsapp.md", tmp_path)
     assert_throwaway_home(pasted)
@@ -215,6 +218,7 @@ def test_the_whatsapp_guide(tmp_path):
     assert 'access_token = "${WHATSAPP_TOKEN}"' in pasted.stderr
 
 
+@pytest.mark.slow
 def test_the_wechat_guide(tmp_path):
     pasted = paste("wechat.md", tmp_path)
     assert_throwaway_home(pasted)

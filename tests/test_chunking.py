@@ -544,6 +544,7 @@ def test_fence_overhead_larger_than_the_limit_falls_back_to_plain_splitting():
 # --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(texts, limits, unit_st)
 @example("a```python\nx", 10, "chars")
@@ -567,6 +568,7 @@ fenced = st.builds(
     st.text(alphabet="abc .\n", max_size=200))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(fenced, min_size=1, max_size=4).map("\n".join),
        st.one_of(st.integers(20, 120), st.integers(10, 300)), unit_st)
@@ -607,6 +609,7 @@ def _mixed_megabyte() -> str:
     pytest.param("```\n" * 250_000, "utf16", id="fence-lines"),
     pytest.param(("word " * 30 + "\n") * 6_600, "utf16", id="lines"),
 ])
+@pytest.mark.slow
 def test_a_megabyte_reply_terminates(text, unit):
     chunks = chunk_text(text, 4096, unit)
     assert all(text_length(c, unit) <= 4096 for c in chunks)
@@ -616,6 +619,7 @@ def test_a_megabyte_reply_terminates(text, unit):
         assert squeeze.sub("", "".join(chunks)) == squeeze.sub("", text)
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list(" \n\tab.`😀é\u0301")), max_size=120),
        st.integers(1, 150), st.sampled_from(["chars", "utf16"]))

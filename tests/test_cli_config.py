@@ -669,6 +669,7 @@ def test_a_secret_the_channel_marks_is_one_whatever_its_name():
     assert cfg.env_name_for("channels.x.accounts.work.pairing_code") == "X_WORK_PAIRING_CODE"
 
 
+@pytest.mark.slow
 def test_set_of_a_channel_key_loads_only_that_channel_s_plugin(chatkernel_home):
     """`config set` checks one channel's tables with that channel's plugin, and a
     kernel key with no plugin at all (importing every channel made a set slow)."""
@@ -788,6 +789,7 @@ def test_a_home_that_is_a_file(runner, tmp_path, monkeypatch):
         f"Error: {home}/config.toml: cannot be read: {home} is a file, not a directory\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("home_kind", ["file", "unwritable"])
 def test_run_in_a_home_it_cannot_create_says_so_in_one_line(tmp_path, monkeypatch, home_kind):
     """A real `chatkernel run`, whose config is elsewhere: the home is only needed for

@@ -127,6 +127,7 @@ def test_health_exits_3_when_no_gateway_runs(home):
         "reachable": False, "error": "no gateway is running"}}
 
 
+@pytest.mark.slow
 def test_health_exits_3_when_the_gateway_does_not_answer_in_time(home, hanging_port):
     write_state(home, f"http://127.0.0.1:{hanging_port}", "tok")  # our pid: "alive"
     result = invoke("health", "--timeout", "200")
@@ -175,6 +176,7 @@ def test_channels_probe_without_a_gateway_probes_from_here(home):
 # -- with a gateway --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_health_and_status_of_a_healthy_gateway(home):
     with gateway(home) as running:
         result = invoke("health")
@@ -199,6 +201,7 @@ def test_health_and_status_of_a_healthy_gateway(home):
         assert probe.exit_code == 0 and "ok  webchat:default: ok: serving" in probe.output
 
 
+@pytest.mark.slow
 def test_health_exits_1_when_a_probe_fails_or_times_out(home, hanging_port):
     write_config(home, telegram_config(slow_port=hanging_port))
     with gateway(home):

@@ -113,6 +113,7 @@ def test_wake_without_a_gateway_is_a_clear_error(runner, chatkernel_home):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_wake_and_status_through_the_running_gateway(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -139,6 +140,7 @@ def test_wake_and_status_through_the_running_gateway(tmp_path):
         assert gateway.stop() == 0
 
 
+@pytest.mark.slow
 def test_after_a_wake_with_no_table_status_shows_the_run_and_where_its_log_is(tmp_path):
     home = tmp_path / "home"
     home.mkdir()

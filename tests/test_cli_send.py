@@ -33,6 +33,7 @@ def post(url, body, token=None):
         return exc.code, json.load(exc)
 
 
+@pytest.mark.slow
 def test_a_web_chat_send_with_no_gateway_is_refused(tmp_path):
     # The web chat's page is the gateway's: with none running, nobody would see it.
     home = tmp_path / "home"
@@ -53,6 +54,7 @@ def test_a_web_chat_send_with_no_gateway_is_refused(tmp_path):
      "outside the workspace"),
     (["--channel", "webchat", "--to", "c1"], "nothing to send"),
 ])
+@pytest.mark.slow
 def test_send_errors_are_clear(tmp_path, args, message):
     result = run(tmp_path / "home", "send", *args)
     assert result.returncode != 0
@@ -60,6 +62,7 @@ def test_send_errors_are_clear(tmp_path, args, message):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_send_and_sessions_through_the_running_gateway(tmp_path):
     home = tmp_path / "home"
     with gateway_process(home) as gateway:
@@ -124,6 +127,7 @@ def test_send_and_sessions_through_the_running_gateway(tmp_path):
     assert not (home / "gateway.json").exists()
 
 
+@pytest.mark.slow
 def test_sessions_history_of_an_unknown_session(tmp_path):
     result = run(tmp_path / "home", "sessions", "history", "nope:x:y")
     assert result.returncode != 0 and "no session 'nope:x:y'" in result.stderr

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.anyio
 LEASE_SECONDS = 2.0
 
 
+@pytest.mark.slow
 async def test_status_without_a_gateway_here_shows_the_instances_elsewhere(
         tmp_path, redis_server, redis_prefix):
     store = {"backend": "redis", "url": redis_server, "prefix": redis_prefix}
@@ -48,6 +49,7 @@ async def test_status_without_a_gateway_here_shows_the_instances_elsewhere(
     assert "Instances sharing the store" in text and holder in text
 
 
+@pytest.mark.slow
 async def test_the_web_chat_works_on_an_instance_that_does_not_own_it(
         tmp_path, redis_server, redis_prefix):
     """The page and its posts are served by every instance: a message posted to one that

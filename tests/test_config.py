@@ -259,6 +259,7 @@ _NAMES = st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True)
 _PLAIN = st.text(alphabet=st.characters(blacklist_characters="$"), max_size=10)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, derandomize=True, database=None)
 @given(parts=st.lists(st.one_of(_PLAIN.map(lambda s: ("text", s)),
                                 _NAMES.map(lambda n: ("ref", n)),

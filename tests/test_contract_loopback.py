@@ -60,6 +60,7 @@ async def test_the_loop_delivers_through_the_kernels_receiver(tmp_path):
 pytest_plugins = ["pytester"]
 
 
+@pytest.mark.slow
 def test_absent_capabilities_are_skipped_by_name_and_the_rest_still_runs(pytester):
     pytester.syspathinsert(str(Path(__file__).parent))
     pytester.makepyfile(test_partial="""

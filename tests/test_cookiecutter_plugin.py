@@ -110,6 +110,7 @@ def pip_install(venv_path: Path, project: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_a_baked_plugin_installs_is_listed_and_passes_its_own_tests(
         transport, tmp_path, plugin_venv):

@@ -58,6 +58,7 @@ async def until_ready(log_path) -> None:
             await anyio.sleep(0.02)
 
 
+@pytest.mark.slow
 async def test_kill_9_during_a_burst_loses_nothing_and_sends_nothing_twice(tmp_path):
     home = tmp_path / "home"
     db = home / "state.db"

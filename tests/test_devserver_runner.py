@@ -49,6 +49,7 @@ def get(url: str) -> tuple[int, dict]:
         return response.status, json.load(response)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_the_first_line_comes_once_it_listens_and_a_signal_stops_it(signum):
     process = start("--token", "abc")
@@ -66,6 +67,7 @@ def test_the_first_line_comes_once_it_listens_and_a_signal_stops_it(signum):
     assert f'api_base = "{first["base_url"]}"' in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_a_signal_right_after_the_first_line_still_stops_it_cleanly():
     process = start()
     try:

@@ -58,6 +58,7 @@ async def until(condition, timeout: float = 10.0) -> None:
             await anyio.sleep(0.01)
 
 
+@pytest.mark.slow
 async def test_a_failed_commit_is_tried_again_once_the_disk_has_room(disk):
     path = disk.path / "state.db"
     told: list[Exception | None] = []
@@ -130,6 +131,7 @@ async def test_a_message_refused_by_a_full_disk_is_journaled_when_sent_again(dis
         assert await store.journal_inbound(refused) is not None
 
 
+@pytest.mark.slow
 async def test_a_gateway_whose_disk_fills_while_it_runs_loses_no_reply_and_keeps_order(disk):
     chats = [f"chat-{number}" for number in range(3)]
     refusals = 0

@@ -151,6 +151,7 @@ async def test_wait_until_wakes_on_a_change_and_times_out(platform) -> None:
 # -- latency ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_latency_holds_each_answer_and_jitter_is_seeded(platform, http) -> None:
     platform.latency = 0.5
     answers: list[Any] = []

@@ -91,6 +91,7 @@ async def test_web_chat_rejects_malformed_requests_with_clear_errors(tmp_path):
         stop.set()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_web_chat_caps_every_field_and_names_the_one_at_fault(tmp_path):
     async with anyio.create_task_group() as tg:
@@ -124,6 +125,7 @@ async def test_web_chat_caps_every_field_and_names_the_one_at_fault(tmp_path):
         stop.set()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_no_other_site_reaches_the_agent_or_reads_the_gateway(tmp_path):
     async with anyio.create_task_group() as tg:
@@ -172,6 +174,7 @@ async def test_gateway_public_hosts_are_served(tmp_path):
         stop.set()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_web_chat_client_message_id_dedupes_retries(tmp_path):
     async with anyio.create_task_group() as tg:
@@ -244,6 +247,7 @@ async def test_web_chat_text_limit_chunks_replies(tmp_path):
         stop.set()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_crashed_receive_loop_is_restarted_with_backoff(tmp_path):
     waits = []
@@ -269,6 +273,7 @@ async def test_crashed_receive_loop_is_restarted_with_backoff(tmp_path):
         assert h.kernel.metrics.restarts.labels("memory", "main")._value.get() == 3
 
 
+@pytest.mark.slow
 def test_run_command_serves_then_stops_cleanly_on_sigterm(tmp_path):
     import urllib.request
 
@@ -292,6 +297,7 @@ def test_run_command_serves_then_stops_cleanly_on_sigterm(tmp_path):
     assert (tmp_path / "home" / "state.db").exists()
 
 
+@pytest.mark.slow
 def test_run_with_a_bad_config_names_the_file_and_key(tmp_path):
     home = tmp_path / "home"
     home.mkdir()

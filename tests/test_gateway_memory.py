@@ -95,6 +95,7 @@ def ordinary_traffic(url: str, count: int) -> None:
         conn.close()
 
 
+@pytest.mark.slow
 def test_rejected_bodies_leave_no_memory_behind(tmp_path):
     with gateway_process(tmp_path) as gateway:
         pid = gateway.process.pid

@@ -15,6 +15,7 @@ from chatkernel.testing.process import CHATKERNEL, gateway_process
 pytest.importorskip("chatkernel_telegram")
 
 
+@pytest.mark.slow
 def test_a_send_waiting_for_its_platform_is_left_to_the_outbox_not_called_a_turn(tmp_path):
     home = tmp_path / "home"
     home.mkdir()

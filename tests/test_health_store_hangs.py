@@ -49,6 +49,7 @@ def wait_for_healthz(url: str, status: int, timeout: float = 60.0) -> None:
         time.sleep(0.2)
 
 
+@pytest.mark.slow
 def test_health_answers_in_time_and_red_while_redis_hangs(tmp_path):
     with RedisServer(tmp_path / "redis") as redis:
         home = tmp_path / "home"

@@ -164,6 +164,7 @@ async def test_failed_commits_turn_the_gateway_red_until_one_goes_through(
         assert snapshot.ok and snapshot.store.ok
 
 
+@pytest.mark.slow
 async def test_healthz_and_status_follow_a_bot_api_outage_as_it_happens(tmp_path):
     from chatkernel_telegram.fake import FakeBotAPI
 

@@ -19,6 +19,7 @@ def run(home, *args, timeout=60):
                           timeout=timeout)
 
 
+@pytest.mark.slow
 def test_a_second_gateway_on_the_same_home_exits_and_leaves_the_first_alone(tmp_path):
     home = tmp_path / "home"
     with gateway_process(home) as first:
@@ -54,6 +55,7 @@ def test_the_lock_names_its_holder_and_is_released(tmp_path):
     assert oct((home / "gateway.lock").stat().st_mode & 0o777) == "0o600"
 
 
+@pytest.mark.slow
 def test_two_homes_sharing_one_state_database_cannot_both_run(tmp_path):
     shared = tmp_path / "shared" / "state.db"
     first_home, second_home = tmp_path / "one", tmp_path / "two"

@@ -37,6 +37,7 @@ from chatkernel.core.config import AccountConfig
 from chatkernel.core.heartbeat.settings import plugin_visibility_defaults, resolve_visibility
 from chatkernel.core.outbound.policy import resolve_media_path
 from chatkernel.core.plugins import PluginManager
+from chatkernel.testing.fuzz import fuzz_examples
 
 # -- helpers -------------------------------------------------------------------------------
 
@@ -605,7 +606,8 @@ SEGMENTS = st.sampled_from(["..", ".", "a", "b", "file.txt", "secret.txt", "outs
                             "tmp", "link-out", "link-in", "link-file", "key.pem"])
 
 
-@settings(max_examples=300, derandomize=True, database=None, deadline=None,
+@pytest.mark.slow
+@settings(max_examples=fuzz_examples(100), derandomize=True, database=None, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(parts=st.lists(SEGMENTS, min_size=1, max_size=8))
 def test_media_path_standard_never_escapes_the_workspace(media_tree, parts):

@@ -98,6 +98,7 @@ def test_there_are_hookspecs():
     assert len(SPECS) >= 9
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SPECS))
 def test_every_hook_has_a_test(name):
     assert f"test_hook_{name}" in collect_test_names(TESTS), (
@@ -165,6 +166,7 @@ def _module_with_extra_hook():
     return module
 
 
+@pytest.mark.slow
 def test_meta_checks_fail_for_a_new_hook_without_test_or_doc():
     specs = hookspecs_in(_module_with_extra_hook())
     assert untested(specs, collect_test_names(TESTS)) == ["outbound_sent"]
@@ -181,6 +183,7 @@ def test_meta_checks_fail_when_a_documented_signature_drifts():
         "but the spec is `inbound_accept(message, account)`"]
 
 
+@pytest.mark.slow
 def test_meta_checks_pass_for_the_real_contract():
     assert untested(SPECS, collect_test_names(TESTS)) == []
     assert doc_problems(SPECS, DOCS.read_text(encoding="utf-8")) == []

@@ -105,6 +105,7 @@ async def test_a_request_the_store_cannot_record_is_answered_503_to_be_sent_agai
             assert "send it again" in (await r.json())["error"]
 
 
+@pytest.mark.slow
 async def test_a_declared_oversized_body_is_refused_before_it_is_read() -> None:
     reached = []
 

@@ -98,6 +98,7 @@ def read_response(sock: socket.socket) -> bytes:
     return head
 
 
+@pytest.mark.slow
 def test_idle_connections_leave_healthz_answering_and_are_closed_quietly(
         tmp_path, many_descriptors):
     home = tmp_path / "home"
@@ -209,6 +210,7 @@ async def test_out_of_descriptors_accepting_backs_off_then_resumes(caplog):
         await runner.cleanup()
 
 
+@pytest.mark.slow
 def test_the_gateway_raises_its_soft_descriptor_limit_to_the_hard_one():
     def limits() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (256, 2048))

@@ -194,6 +194,7 @@ async def killed_mid_send(tmp_path, *, idempotent: bool):
     return platform, outbox(db), notifications(db)
 
 
+@pytest.mark.slow
 async def test_an_idempotent_send_in_flight_at_kill_9_is_sent_again_once(tmp_path):
     platform, entries, notes = await killed_mid_send(tmp_path, idempotent=True)
     [(status, text, key)] = entries
@@ -205,6 +206,7 @@ async def test_an_idempotent_send_in_flight_at_kill_9_is_sent_again_once(tmp_pat
     assert not any("delivery unknown" in note for note in notes)
 
 
+@pytest.mark.slow
 async def test_a_send_in_flight_at_kill_9_is_delivery_unknown_when_not_idempotent(tmp_path):
     platform, entries, notes = await killed_mid_send(tmp_path, idempotent=False)
     assert [(status, text) for status, text, _ in entries] == [("unknown", "hello")]

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 KIT = ROOT / "chatkernel" / "sdk"
 #: What the kit may import of this distribution: itself and the hook markers.
@@ -50,6 +52,7 @@ def test_no_kit_module_imports_the_kernel_the_gateway_or_a_store():
     assert offences == {}
 
 
+@pytest.mark.slow
 def test_importing_the_public_api_and_the_whole_kit_loads_no_kernel_module():
     names = sorted(f"chatkernel.sdk.{p.stem}" for p in KIT.glob("*.py") if p.stem != "__init__")
     script = ("import importlib, sys\nimport chatkernel.channels\n"

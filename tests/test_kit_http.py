@@ -153,6 +153,7 @@ async def test_refused_before_sending_is_not_sent_and_safe_to_repeat():
     assert SECRET not in str(error)
 
 
+@pytest.mark.slow
 async def test_no_answer_after_sending_is_delivery_unknown(client):
     with pytest.raises(PlatformError) as timed_out:
         await client.request("GET", "slow", timeout=0.2)

@@ -52,6 +52,7 @@ def test_gateway_home_writes_the_config_after_a_queue_of_one_answer_a_message(tm
         ONE_ANSWER_PER_MESSAGE + '[channels.x.accounts.main]\ntoken = "t"\n')
 
 
+@pytest.mark.slow
 def test_stop_process_kills_a_child_that_ignores_sigterm():
     stubborn = subprocess.Popen(
         [sys.executable, "-c", "import signal, time\n"

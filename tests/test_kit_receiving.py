@@ -320,6 +320,7 @@ async def test_a_refused_identity_fails_the_account_with_what_to_do(refusing, ca
     assert "trying again in 60s" in caplog.text
 
 
+@pytest.mark.slow
 async def test_a_refused_account_runs_again_once_its_identity_is_taken(refusing, monkeypatch):
     from chatkernel.sdk import receiving
 

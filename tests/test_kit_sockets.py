@@ -143,6 +143,7 @@ def event(n: int) -> dict[str, Any]:
     return {"type": "event", "id": f"e{n}", "text": f"event {n}"}
 
 
+@pytest.mark.slow
 async def test_a_closed_socket_is_opened_again_and_nothing_is_missed(socketed):
     server, channel, journal, tg = socketed
     server.scripts = [[{"type": "hello"}, event(1), "close"], [{"type": "hello"}, event(2)]]
@@ -152,6 +153,7 @@ async def test_a_closed_socket_is_opened_again_and_nothing_is_missed(socketed):
     assert channel.account.runtime.problem is None
 
 
+@pytest.mark.slow
 async def test_an_open_but_silent_socket_is_seen_reported_and_replaced(socketed):
     server, channel, journal, tg = socketed
     runtime = channel.account.runtime
@@ -176,6 +178,7 @@ async def test_a_refused_connection_is_classified_like_a_failed_poll(socketed):
     assert runtime.problem_restartable is False and runtime.state == "failed"
 
 
+@pytest.mark.slow
 async def test_a_server_that_cannot_be_reached_is_retried_with_backoff(socketed):
     server, channel, journal, tg = socketed
     runtime = channel.account.runtime

@@ -115,6 +115,7 @@ def test_an_hmac_with_a_signed_timestamp_and_its_window():
     assert refused(verifier, {"X-Stamp": "soon", "X-Stamped-Signature": "t0=00"}, body) == 401
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(secret=st.text(min_size=1, max_size=40), body=st.binary(max_size=300),
        flip=st.integers(min_value=0))

@@ -93,6 +93,7 @@ def offences(root: Path) -> dict[str, list[str]]:
     return found
 
 
+@pytest.mark.slow
 def test_no_core_module_imports_a_layer_above_it():
     assert len(list(CORE.rglob("*.py"))) > 40
     assert offences(ROOT) == {}
@@ -229,6 +230,7 @@ def kernel_reaches(root: Path, subsystem: str) -> dict[str, list[str]]:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("subsystem", "modules"), sorted(ASSEMBLED.items()))
 def test_no_module_of_an_assembled_subsystem_holds_or_imports_the_kernel(subsystem, modules):
     assert len(list((CORE / subsystem).rglob("*.py"))) >= modules

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from chatkernel.testing.process import CHATKERNEL
 
 
@@ -63,6 +65,7 @@ def assert_one_line_error(result: subprocess.CompletedProcess[str]) -> str:
     return error[0]
 
 
+@pytest.mark.slow
 def test_a_port_given_with_listen_is_named_as_coming_from_the_command_line(tmp_path):
     with occupied() as port:
         line = assert_one_line_error(run(tmp_path, "--listen", f"127.0.0.1:{port}"))
@@ -75,6 +78,7 @@ def test_a_port_given_with_listen_is_named_as_coming_from_the_command_line(tmp_p
             probe.bind(("127.0.0.1", free))
 
 
+@pytest.mark.slow
 def test_a_port_from_the_config_file_names_the_key_and_the_file(tmp_path):
     with occupied() as port:
         config = tmp_path / "config.toml"
@@ -84,6 +88,7 @@ def test_a_port_from_the_config_file_names_the_key_and_the_file(tmp_path):
         assert suggested_port(line) != port
 
 
+@pytest.mark.slow
 def test_the_built_in_default_says_so(tmp_path):
     with occupied(8787):
         line = assert_one_line_error(run(tmp_path))

@@ -9,6 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from chatkernel.core.outbound.markers import Segment, media_paths, split_media
+from chatkernel.testing.fuzz import fuzz_examples
 
 
 def text(value: str) -> Segment:
@@ -115,6 +116,7 @@ def strip_blank_lines(value: str) -> str:
     return "\n".join(lines).removesuffix("\r")
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.text())
 @example("MEDIA")
@@ -160,7 +162,8 @@ part = st.one_of(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@pytest.mark.slow
+@settings(max_examples=fuzz_examples(100), deadline=None)
 @given(st.lists(part, max_size=15))
 def test_generated_replies_split_as_built(parts):
     reply = "\n".join(line if kind == "text" else line[0] for kind, line in parts)
@@ -184,6 +187,7 @@ def test_generated_replies_split_as_built(parts):
     assert media_paths(reply) == [value[1] for kind, value in parts if kind == "media"]
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None)
 @given(st.lists(st.one_of(plain_line, marker().map(lambda m: m[0]), code_block()), max_size=12))
 def test_segments_reassemble_the_reply(lines):

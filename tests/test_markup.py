@@ -149,6 +149,7 @@ PROPS = settings(
 )
 
 
+@pytest.mark.slow
 @PROPS
 @given(any_text)
 def test_renderers_never_raise(md: str) -> None:
@@ -180,6 +181,7 @@ def test_fenced_code_is_verbatim(code: str, lang: str) -> None:
     assert to_plain(md) == expected
 
 
+@pytest.mark.slow
 @settings(max_examples=600, deadline=None)
 @given(st.text(alphabet=st.sampled_from(list("ab Z9.,;?'\"\n\t\r*_`#-+1!|~<>&=:/()[]éπ😀 \u00a0")),
                max_size=60))

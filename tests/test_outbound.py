@@ -275,6 +275,7 @@ async def test_every_request_goes_out_after_its_row_is_committed_sending(tmp_pat
         assert statuses == {"sent"}
 
 
+@pytest.mark.slow
 async def test_a_claimed_payload_whose_slot_is_taken_meanwhile_waits_as_pending(tmp_path):
     # An idle session's reply is stored `sending` when its slot is free; the sender
     # takes the slot just before the request. If another send took it in between,

@@ -64,6 +64,7 @@ def logged(caplog, logger: str) -> list[str]:
 # -- an unreachable platform -----------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_an_outage_mid_burst_fails_nothing_and_sends_everything_in_order(tmp_path,
                                                                              caplog):
     caplog.set_level(logging.INFO)
@@ -94,6 +95,7 @@ async def test_an_outage_mid_burst_fails_nothing_and_sends_everything_in_order(t
     assert logged(caplog, "chatkernel.outbox") == []
 
 
+@pytest.mark.slow
 async def test_an_account_whose_platform_is_down_does_not_hold_up_another(tmp_path):
     async with LoopbackPlatform() as platform, FaultProxy(platform.url) as proxy:
         proxy.stop()
@@ -111,6 +113,7 @@ async def test_an_account_whose_platform_is_down_does_not_hold_up_another(tmp_pa
             assert outbox(h) == {"sent": 18}
 
 
+@pytest.mark.slow
 async def test_a_restart_during_an_outage_sends_the_held_payloads_afterwards(tmp_path):
     async with LoopbackPlatform() as platform, FaultProxy(platform.url) as proxy:
         proxy.stop()
@@ -247,6 +250,7 @@ async def test_every_retry_is_marked_sending_again_right_before_it_goes(tmp_path
 # -- a restart does not burst ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_sends_before_and_after_a_restart_keep_the_windows(tmp_path):
     rates = {"account": "6/3s", "chat": "2/3s"}
     sent: list[tuple[float, str]] = []
@@ -290,6 +294,7 @@ async def test_sends_before_and_after_a_restart_keep_the_windows(tmp_path):
 # -- a store that cannot commit ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_sending_marks_the_store_cannot_commit_wait_in_order_until_it_can(
         tmp_path, caplog, full_disk):
     caplog.set_level(logging.INFO)
@@ -348,6 +353,7 @@ async def test_a_queued_payload_whose_insert_failed_to_commit_is_sent_in_its_tur
 # -- kill -9 during an outage ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_kill_9_during_an_outage_then_the_platform_returns(tmp_path):
     """The real gateway (the loopback channel in a process of its own) answers a burst;
     mid-burst its platform goes away, the gateway is killed while its replies wait, and

@@ -7,6 +7,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -67,6 +69,7 @@ def test_the_check_finds_a_private_attribute_of_the_kernel():
     assert foreign_private_uses(trees) == ["t.py:6 h.kernel.store._run"]
 
 
+@pytest.mark.slow
 def test_no_plugin_touches_a_private_attribute_it_does_not_define():
     packages = plugin_packages()
     assert len(packages) >= 5
@@ -105,6 +108,7 @@ def test_the_check_finds_a_kernel_part_reached_for():
                                            "t.py:3 run.kernel.cluster"]
 
 
+@pytest.mark.slow
 def test_no_plugin_reaches_health_or_the_cluster_through_the_kernel():
     offences = {}
     for package in plugin_packages():

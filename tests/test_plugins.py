@@ -577,6 +577,7 @@ def listed(result) -> dict[str, dict]:
     return {item["name"]: item for item in json.loads(result.stdout)}
 
 
+@pytest.mark.slow
 def test_real_plugins_listed_as_json(installed):
     result = run_chatkernel(installed, "plugins", "--json")
     plugins = listed(result)
@@ -596,6 +597,7 @@ def test_real_plugins_listed_as_json(installed):
     assert not any(item["builtin"] for item in plugins.values())
 
 
+@pytest.mark.slow
 def test_real_plugins_all_adds_builtins(installed):
     plugins = listed(run_chatkernel(installed, "plugins", "--json", "--all"))
     for name in BUILTIN_PLUGINS:
@@ -603,6 +605,7 @@ def test_real_plugins_all_adds_builtins(installed):
     assert {"goodplugin", "brokenplugin"} <= set(plugins)
 
 
+@pytest.mark.slow
 def test_real_plugins_filtered_by_hook(installed):
     plugins = listed(run_chatkernel(installed, "plugins", "--json", "--hook", "inbound_accept"))
     assert "goodplugin" in plugins
@@ -614,6 +617,7 @@ def test_real_plugins_filtered_by_hook(installed):
     assert "chatkernel.builtin.outbound" not in with_builtins
 
 
+@pytest.mark.slow
 def test_real_plugins_unknown_hook_fails_clearly(installed):
     result = run_chatkernel(installed, "plugins", "--hook", "inbound_acept")
     assert result.returncode == 2
@@ -622,18 +626,21 @@ def test_real_plugins_unknown_hook_fails_clearly(installed):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow
 def test_real_plugins_load_only_named(installed):
     result = run_chatkernel(installed, "plugins", "--json", CHATKERNEL_LOAD_PLUGINS="goodplugin")
     assert list(listed(result)) == ["goodplugin"]
     assert result.stderr == ""  # brokenplugin was not imported, so no error
 
 
+@pytest.mark.slow
 def test_real_plugins_load_none(installed):
     result = run_chatkernel(installed, "plugins", "--json", CHATKERNEL_LOAD_PLUGINS="")
     assert listed(result) == {}
     assert result.stderr == ""
 
 
+@pytest.mark.slow
 def test_real_plugins_disable_broken(installed):
     result = run_chatkernel(installed, "plugins", "--json",
                             CHATKERNEL_DISABLE_PLUGINS="brokenplugin")
@@ -642,6 +649,7 @@ def test_real_plugins_disable_broken(installed):
     assert "brokenplugin" not in result.stderr
 
 
+@pytest.mark.slow
 def test_real_broken_plugin_is_not_imported_when_not_selected(installed):
     code = ("import sys; from chatkernel.core.plugins import PluginManager; "
             "pm = PluginManager().load(); "
@@ -654,6 +662,7 @@ def test_real_broken_plugin_is_not_imported_when_not_selected(installed):
     assert result.stdout.strip() == "False []"
 
 
+@pytest.mark.slow
 def test_real_help_works_with_a_broken_plugin_installed(installed):
     result = run_chatkernel(installed, "--help")
     assert result.returncode == 0
@@ -661,6 +670,7 @@ def test_real_help_works_with_a_broken_plugin_installed(installed):
     assert result.stderr == ""
 
 
+@pytest.mark.slow
 def test_real_plugins_table(installed):
     result = run_chatkernel(installed, "plugins")
     assert result.returncode == 0, result.stderr
@@ -674,6 +684,7 @@ def test_real_plugins_table(installed):
     assert lines[0].index("HOOKS") == rows["goodplugin"].index("inbound_accept")
 
 
+@pytest.mark.slow
 def test_real_plugins_left_out_by_the_environment_are_named_with_the_variable(installed):
     result = run_chatkernel(installed, "plugins", CHATKERNEL_LOAD_PLUGINS="")
     assert result.returncode == 0, result.stderr
@@ -688,6 +699,7 @@ def test_real_plugins_left_out_by_the_environment_are_named_with_the_variable(in
     assert "CHATKERNEL_LOAD_PLUGINS=goodplugin leaves it out" in result.stdout
 
 
+@pytest.mark.slow
 def test_a_channel_turned_off_by_the_environment_is_named_so_not_misspelt(tmp_path):
     home = tmp_path / "home"
     home.mkdir()

@@ -39,6 +39,7 @@ def decide(raw: str, workspace: Path, level: str):
     return path, default_media_policy(path, workspace, level)
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(parts=st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=8),

@@ -67,6 +67,7 @@ def test_the_check_finds_private_imports():
                                        "chatkernel.hookspecs"]
 
 
+@pytest.mark.slow
 def test_no_plugin_imports_a_private_module():
     sources = plugin_sources()
     assert any("chatkernel_telegram" in str(path) for path in sources)
@@ -77,6 +78,7 @@ def test_no_plugin_imports_a_private_module():
                              f"or chatkernel.testing: {offenders}")
 
 
+@pytest.mark.slow
 def test_the_public_api_imports_in_a_fresh_interpreter():
     names = ", ".join(chatkernel.channels.__all__)
     code = (f"from chatkernel.channels import {names}\n"

@@ -238,6 +238,7 @@ def test_sliding_window_rejects_bad_limits() -> None:
 # -- properties ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @PROPERTY
 @given(rates=rate_sets(), margin=margins,
@@ -278,6 +279,7 @@ async def run_one(vt: VirtualTime, limiter: RateLimiter, chat: str) -> float:
     return result[0]
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @PROPERTY
 @given(rates=rate_sets(), margin=margins,
@@ -307,6 +309,7 @@ async def test_concurrent_senders_keep_every_limit(
     assert_within_limits(sends, widened(rates, margin))
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @PROPERTY
 @given(rates=rate_sets(),
@@ -340,6 +343,7 @@ async def test_penalties_and_limits_together(rates: dict[str, RateLimit], steps)
 trips = st.integers(0, 12).map(lambda n: n / 8)  # 0 to 1.5 s, exact in binary
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @PROPERTY
 @given(rates=rate_sets(),

@@ -54,6 +54,7 @@ def closed_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_run_logs_ready_once_it_listens_and_its_accounts_started(home):
     gateway = start_gateway(home)
     lines: queue.Queue[str] = queue.Queue()
@@ -79,6 +80,7 @@ def test_run_logs_ready_once_it_listens_and_its_accounts_started(home):
         stop(gateway)
 
 
+@pytest.mark.slow
 def test_health_wait_waits_for_a_gateway_that_is_starting(home):
     waiting = subprocess.Popen([CHATKERNEL, "health", "--wait", "60"], env=environ(home),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -94,6 +96,7 @@ def test_health_wait_waits_for_a_gateway_that_is_starting(home):
         stop(gateway)
 
 
+@pytest.mark.slow
 def test_health_wait_with_no_gateway_gives_up_with_exit_status_3(home):
     started = time.monotonic()
     result = chatkernel(home, "health", "--wait", "1")
@@ -103,6 +106,7 @@ def test_health_wait_with_no_gateway_gives_up_with_exit_status_3(home):
                                      "gateway is running)")
 
 
+@pytest.mark.slow
 def test_health_wait_for_an_account_that_cannot_reach_its_platform_exits_1(home):
     (home / "config.toml").write_text(
         "[channels.telegram.accounts.main]\n"

@@ -84,6 +84,7 @@ def gateway_pid(home):
     return json.loads((home / "gateway.json").read_text())["pid"]
 
 
+@pytest.mark.slow
 async def test_an_added_user_is_answered_after_reload_without_a_restart(home, bot_api):
     async with running_gateway_process(home) as process:
         bot_api.inject_message(STRANGER, "hello?")
@@ -101,6 +102,7 @@ async def test_an_added_user_is_answered_after_reload_without_a_restart(home, bo
         assert process.process.poll() is None
 
 
+@pytest.mark.slow
 async def test_messages_flowing_across_reloads_are_answered_once_each(home, bot_api):
     write_config(home, bot_api, account("main", bot_api.token, bot_api, [FRIEND]))
     async with running_gateway_process(home):
@@ -138,6 +140,7 @@ async def test_messages_flowing_across_reloads_are_answered_once_each(home, bot_
         assert len(texts) == len(set(texts)) >= 50
 
 
+@pytest.mark.slow
 async def test_sighup_reloads_the_running_gateway(home, bot_api):
     async with running_gateway_process(home) as process:
         bot_api.inject_message(FRIEND, "up?")
@@ -159,6 +162,7 @@ async def test_sighup_reloads_the_running_gateway(home, bot_api):
         assert gateway_pid(home) == process.process.pid
 
 
+@pytest.mark.slow
 async def test_accounts_added_and_removed_by_a_reload(home, bot_api):
     async with running_gateway_process(home):
         both = (account("main", bot_api.token, bot_api, [FRIEND])
@@ -186,6 +190,7 @@ async def test_accounts_added_and_removed_by_a_reload(home, bot_api):
         assert (await answered(bot_api, FRIEND, 2, SECOND_TOKEN))[1] == "second still there"
 
 
+@pytest.mark.slow
 async def test_a_new_token_restarts_the_account_on_it(home, bot_api):
     async with running_gateway_process(home) as process:
         write_config(home, bot_api, account("main", SECOND_TOKEN, bot_api, [FRIEND]))
@@ -208,6 +213,7 @@ async def test_a_new_token_restarts_the_account_on_it(home, bot_api):
      "channels.telegram.queue.debounce_ms"),
     (lambda text: '[store]\nbackend = "mongo"\n' + text, "store.backend"),
 ])
+@pytest.mark.slow
 async def test_an_invalid_config_is_refused_and_the_old_one_stays(home, bot_api, edit, key):
     async with running_gateway_process(home):
         (home / "config.toml").write_text(edit((home / "config.toml").read_text()))
@@ -224,6 +230,7 @@ async def test_an_invalid_config_is_refused_and_the_old_one_stays(home, bot_api,
         assert await answered(bot_api, FRIEND, 1) == ["still served"]
 
 
+@pytest.mark.slow
 async def test_a_listen_change_is_named_as_needing_a_restart(home, bot_api):
     async with running_gateway_process(home) as process:
         result = await cli(home, "reload")  # the command line's --listen is no change
@@ -380,6 +387,7 @@ async def test_an_account_with_http_routes_changes_only_with_a_restart(tmp_path)
         assert kernel.accounts["webchat:default"].config.allow_from == ["someone"]
 
 
+@pytest.mark.slow
 async def test_reload_with_another_config_file_is_refused_not_switched(home, bot_api):
     other = home / "other.toml"
     other.write_text((home / "config.toml").read_text())
@@ -397,6 +405,7 @@ def label_agent(name: str) -> str:
     return f"kind = \"command\"\ncommand = {json.dumps([sys.executable, '-c', script])}\n"
 
 
+@pytest.mark.slow
 async def test_a_rebinding_moves_a_chat_to_its_new_agent_after_chatkernel_reload(home,
                                                                                    bot_api):
     agents = (f"[agent]\n{label_agent('default')}\n[agents.work]\n{label_agent('work')}\n")

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from chatkernel.channels import LiveReplies
 from chatkernel.testing.loopback import LoopbackChannel, LoopbackPlatform
 from chatkernel.testing.sample.channel import SampleChannel
@@ -29,6 +31,7 @@ def test_the_kits_sample_is_the_template_baked_byte_for_byte():
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_a_template_change_not_baked_is_named_and_baking_makes_them_one(tmp_path):
     """On a copy of the tree: the template changes, the check fails naming the file;
     the script writes it and the check passes."""

@@ -53,6 +53,7 @@ def decoded(reply: str, tag: str) -> str:
     return base64.b64decode(line[len(tag) + 1:]).decode(errors="replace")
 
 
+@pytest.mark.slow
 def test_the_agent_reads_no_secret_of_the_gateway_and_the_gateway_keeps_them(home):
     values = {name: f"{name.lower()}-{secrets.token_hex(8)}" for name in (
         "CHATKERNEL_CONTROL_TOKEN", "CK_UPSTREAM", "OPENAI_API_KEY", "SOME_SERVICE_TOKEN",

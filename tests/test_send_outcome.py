@@ -60,6 +60,7 @@ poll_timeout = 1
     return home
 
 
+@pytest.mark.slow
 async def test_through_the_gateway_the_outcome_is_reported_and_is_the_exit_status(
         home, bot_api):
     async with running_gateway_process(home):
@@ -114,6 +115,7 @@ async def test_through_the_gateway_the_outcome_is_reported_and_is_the_exit_statu
         assert bot_api.texts(KNOWN_CHAT)[-1] == "later"
 
 
+@pytest.mark.slow
 async def test_without_a_gateway_the_send_is_made_here_and_reported_the_same(home, bot_api):
     result = await cli(home, "send", "--channel", "telegram", "--to", "999", "anyone?")
     assert result.returncode == 1

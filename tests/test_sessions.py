@@ -25,6 +25,7 @@ def harness(tmp_path, agent=None):
     return KernelHarness(tmp_path, config=config, plugins=plugins)
 
 
+@pytest.mark.slow
 async def test_caches_stay_under_their_caps_across_many_chats(tmp_path):
     async with harness(tmp_path) as h:
         for n in range(3 * CAP):
@@ -40,6 +41,7 @@ async def test_caches_stay_under_their_caps_across_many_chats(tmp_path):
         assert kernel.sessions.cached(f"memory:main:chat-{3 * CAP - 1}") is not None
 
 
+@pytest.mark.slow
 async def test_an_evicted_session_comes_back_from_the_store_intact(tmp_path):
     async with harness(tmp_path) as h:
         kernel = h.kernel
@@ -74,6 +76,7 @@ async def test_an_evicted_session_comes_back_from_the_store_intact(tmp_path):
         assert len(h.channel.sent) == sent
 
 
+@pytest.mark.slow
 async def test_a_session_in_use_is_not_dropped(tmp_path):
     agent = scripted_agent(gate=True)
     async with harness(tmp_path, agent) as h:

@@ -84,6 +84,7 @@ def prepare(home: Path, *, database: bool, workspace: bool, config: str = "") ->
     read_only(home)
 
 
+@pytest.mark.slow
 def test_a_read_only_home_with_a_database_says_the_wal_cannot_be_created(home):
     prepare(home, database=True, workspace=True)
     result = run_gateway(home)
@@ -109,6 +110,7 @@ def writable() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_a_read_only_home_without_a_database_says_it_cannot_be_created(home, writable):
     prepare(home, database=False, workspace=False,
             config=f'[gateway]\nworkspace = "{writable}"\n')
@@ -120,6 +122,7 @@ def test_a_read_only_home_without_a_database_says_it_cannot_be_created(home, wri
         "or chmod), or set store.path to a file in a writable directory.")
 
 
+@pytest.mark.slow
 def test_a_workspace_that_cannot_be_created_is_named(home):
     prepare(home, database=False, workspace=False)
     result = run_gateway(home)
@@ -130,6 +133,7 @@ def test_a_workspace_that_cannot_be_created_is_named(home):
     assert "set gateway.workspace to a writable directory" in last
 
 
+@pytest.mark.slow
 def test_a_gateway_json_that_cannot_be_written_is_named(home, writable):
     prepare(home, database=False, workspace=False,
             config=f'[gateway]\nworkspace = "{writable / "workspace"}"\n'

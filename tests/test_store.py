@@ -474,6 +474,7 @@ messages = st.builds(
 _prefixes = itertools.count()
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.parametrize("kind", BACKENDS)
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60)

@@ -355,6 +355,7 @@ async def assert_all_journaled(path: Path, ids: list[str]) -> None:
                                                    sender_id="user-1")) is None
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_crash_with_os_exit_loses_nothing_journaled(db_path):
     count = 200
@@ -366,6 +367,7 @@ async def test_crash_with_os_exit_loses_nothing_journaled(db_path):
     await assert_all_journaled(db_path, [f"m{i}" for i in range(count)])
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_sigkill_after_journaling_loses_nothing(db_path):
     count = 200
@@ -381,6 +383,7 @@ async def test_sigkill_after_journaling_loses_nothing(db_path):
     await assert_all_journaled(db_path, [f"m{i}" for i in range(count)])
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_sigkill_mid_stream_loses_no_acknowledged_message(db_path):
     """Killed while writing: every message whose journal_inbound returned is there."""

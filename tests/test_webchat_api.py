@@ -41,6 +41,7 @@ ids = st.text(alphabet=string.digits + "²٣-+ .e", max_size=25) | st.integers()
 FUZZ = settings(max_examples=300, deadline=None)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(bodies)
 @example({"chat_id": "c", "user_id": "u", "text": "hi"})
@@ -58,6 +59,7 @@ def test_parse_post_accepts_what_is_valid_and_names_what_is_not(body):
     assert posted.chat_id.strip() and posted.user_id.strip() and posted.text.strip()
 
 
+@pytest.mark.slow
 @FUZZ
 @given(st.binary(max_size=200) | json_values.map(lambda v: json.dumps(v).encode())
        | st.integers(min_value=1, max_value=50_000).map(lambda n: b"[" * n + b"]" * n))
@@ -120,6 +122,7 @@ HTTP_FUZZ = settings(max_examples=60, deadline=None,
                      suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
+@pytest.mark.slow
 @HTTP_FUZZ
 @given(st.binary(max_size=300) | bodies.map(lambda b: json.dumps(b).encode()))
 @example(b"[" * 100_000 + b"]" * 100_000)

@@ -15,6 +15,7 @@ def gateway_url(tmp_path):
         yield gateway.url
 
 
+@pytest.mark.slow
 def test_type_send_and_see_the_echo(gateway_url, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -51,6 +52,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_the_page_keeps_what_was_typed_through_a_gateway_restart(tmp_path, browser):
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -115,6 +117,7 @@ return {placeholder: box.placeholder, needed: context.measureText(box.placeholde
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("width", [320, 1024])
 def test_the_message_box_placeholder_is_shown_whole(gateway_url, browser, width):
     browser.set_window_size(width, 700)

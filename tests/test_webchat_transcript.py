@@ -67,6 +67,7 @@ async def post(http, base, body):
         return (await r.json())["message_id"]
 
 
+@pytest.mark.slow
 async def test_the_conversation_survives_a_restart_and_ids_keep_growing(config):
     async with aiohttp.ClientSession() as http:
         async with Gateway(config) as base:
@@ -112,6 +113,7 @@ async def test_an_event_stream_resumes_after_the_last_event_id_across_a_restart(
                 assert seen == ["two", "two"]  # nothing it had seen, nothing missed
 
 
+@pytest.mark.slow
 async def test_a_page_closed_mid_stream_is_not_logged_as_an_error(config, caplog):
     caplog.set_level(logging.DEBUG)
     async with aiohttp.ClientSession() as http:

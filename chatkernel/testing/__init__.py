@@ -39,6 +39,8 @@ _LAZY = {
     "open_contract_run": "chatkernel.testing.contract",
     "png_bytes": "chatkernel.testing.contract",
     "long_text": "chatkernel.testing.contract",
+    # Property tests: a bounded example count, more under the deep profile.
+    "fuzz_examples": "chatkernel.testing.fuzz",
     # Property tests of a renderer.
     "markdown_texts": "chatkernel.testing.markdown",
     "PATHOLOGICAL_MARKDOWN": "chatkernel.testing.markdown",

@@ -5,17 +5,22 @@ entry point wherever chatkernel is installed: a plugin's suite needs no conftest
   own and no ``CHATKERNEL_CONFIG``, so nothing a test runs touches ``~/.chatkernel``;
 - ``anyio_backend``: asyncio (aiohttp needs it);
 - ``chatkernel_kernel``: a running in-process kernel with a MemoryChannel account;
-- ``redis_server`` and ``redis_prefix``: a real redis-server (chatkernel.testing.redis).
+- ``redis_server`` and ``redis_prefix``: a real redis-server (chatkernel.testing.redis);
+- the hypothesis profile ``deep`` (chatkernel.testing.fuzz).
 """
 
 from __future__ import annotations
 
 import pytest
 
+from chatkernel.testing.fuzz import register_profiles
 from chatkernel.testing.redis import redis_prefix, redis_server  # noqa: F401  (fixtures)
 
 # Plain asserts in the contract suite report their values, as in the author's own tests.
 pytest.register_assert_rewrite("chatkernel.testing.contract")
+# `--hypothesis-profile=deep` (more examples for every property test) is known before
+# hypothesis's plugin loads the profile it names.
+register_profiles()
 
 
 @pytest.fixture(autouse=True)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from chatkernel.channels import Account, Capabilities
 from chatkernel_slack.channel import RECIPIENT_ERRORS, SlackAccount, SlackChannel
 from chatkernel_slack.receiving import SlackEvents, SlackSocket
@@ -20,6 +22,7 @@ def channel(mode: str) -> SlackChannel:
     return SlackChannel(Account("slack", "main", config))
 
 
+@pytest.mark.slow
 def test_nothing_it_does_warns_of_a_deprecated_name():
     # A fresh interpreter: the class is made (and checked by the kit) on import.
     script = textwrap.dedent(f"""

@@ -22,6 +22,7 @@ def sent(base_url, channel, want, timeout=15.0):
     return wait_for_messages(f"{base_url}/_fake/sent?channel={channel}", want, timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["socket", "events"])
 def test_chatkernel_run_answers_dms_mentions_and_threads_with_files(tmp_path, mode):
     with devserver(mode) as fake:

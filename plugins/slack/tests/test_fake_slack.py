@@ -194,6 +194,7 @@ async def raw_socket(slack: FakeSlack, http: aiohttp.ClientSession, *, autoping:
     return ws, hello
 
 
+@pytest.mark.slow
 async def test_an_unacknowledged_envelope_comes_again_as_a_retry_then_is_dropped():
     async with FakeSlack() as slack, aiohttp.ClientSession() as http:
         slack.ack_timeout = 0.2
@@ -221,6 +222,7 @@ async def test_events_while_nobody_is_connected_come_as_retries_on_the_next_sock
         await ws.close()
 
 
+@pytest.mark.slow
 async def test_events_are_spread_over_the_apps_connections_at_random():
     async with FakeSlack(seed=3) as slack, aiohttp.ClientSession() as http:
         (one, _), (two, hello) = await raw_socket(slack, http), await raw_socket(slack, http)
@@ -260,6 +262,7 @@ async def test_a_disconnect_frame_then_the_socket_closes_and_unacked_envelopes_c
         await again.close()
 
 
+@pytest.mark.slow
 async def test_a_frozen_socket_stays_open_and_answers_no_ping():
     async with FakeSlack() as slack, aiohttp.ClientSession() as http:
         ws, _ = await raw_socket(slack, http, autoping=False)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from chatkernel.channels import Account, Capabilities, PlatformError, refusal
 from chatkernel_telegram.channel import TelegramAccount, TelegramChannel
 from chatkernel_telegram.receiving import SECRET_HEADER, TelegramPolling, TelegramWebhook
@@ -20,6 +22,7 @@ def channel(**extra: str) -> TelegramChannel:
     return TelegramChannel(Account("telegram", "main", config))
 
 
+@pytest.mark.slow
 def test_nothing_it_does_warns_of_a_deprecated_name():
     # A fresh interpreter: the class is made (and checked by the kit) on import.
     script = textwrap.dedent(f"""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from chatkernel.testing.process import devserver as run_devserver
 from chatkernel.testing.process import gateway_home, gateway_process, wait_for_messages
 from chatkernel.testing.process import post_json as post
@@ -15,6 +17,7 @@ def sent(base_url, chat_id, want, timeout=15.0):
     return wait_for_messages(f"{base_url}/_fake/sent?chat_id={chat_id}", want, timeout)
 
 
+@pytest.mark.slow
 def test_chatkernel_run_answers_a_user_of_the_dev_server(tmp_path):
     with devserver() as fake:
         base = fake["base_url"]
@@ -37,6 +40,7 @@ def test_chatkernel_run_answers_a_user_of_the_dev_server(tmp_path):
         assert sent(base, -100, 1, timeout=0.5) == []
 
 
+@pytest.mark.slow
 def test_the_dev_server_refuses_unknown_chats_and_shows_parse_modes():
     with devserver() as fake:
         base, token = fake["base_url"], fake["token"]
@@ -60,6 +64,7 @@ def test_the_dev_server_takes_any_chat_when_asked():
 
 
 
+@pytest.mark.slow
 def test_the_dev_server_tells_on_stderr_what_the_bot_sent_and_what_was_refused():
     import json
     import subprocess

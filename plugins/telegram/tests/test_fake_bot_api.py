@@ -968,6 +968,7 @@ async def test_rate_limits_answer_429_with_retry_after(api, http) -> None:
     ok(await call(http, api, "sendMessage", {"chat_id": 42, "text": "free"}))
 
 
+@pytest.mark.slow
 @pytest.mark.anyio
 async def test_latency_delays_every_answer(api, http) -> None:
     api.latency = 0.5

@@ -52,6 +52,7 @@ async def wait_for_status(http, url: str, status: int, within: float) -> list[st
             await anyio.sleep(0.1)
 
 
+@pytest.mark.slow
 async def test_health_is_red_while_the_platform_hangs_and_green_once_it_answers(tmp_path):
     async with ProxiedTelegram() as adapter, open_contract_run(
             adapter, tmp_path, extra_config={"health": {"probe_timeout_ms": 1000}}) as run, \

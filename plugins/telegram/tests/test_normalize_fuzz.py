@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import chatkernel_telegram
 from chatkernel.channels import InboundMessage
 from chatkernel.testing import KernelHarness
+from chatkernel.testing.fuzz import fuzz_examples
 
 BOT = {"id": 999, "is_bot": True, "first_name": "Bot", "username": "chatkernel_bot"}
 
@@ -81,7 +82,9 @@ async def identified_channel(home):
         yield channel
 
 
-@settings(max_examples=300, deadline=None,
+# A kernel per example: 50 by default, 500 under --hypothesis-profile=deep.
+@pytest.mark.slow
+@settings(max_examples=fuzz_examples(50), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(updates, max_size=4))
 def test_any_update_is_read_or_skipped_never_a_crash(tmp_path_factory, batch):

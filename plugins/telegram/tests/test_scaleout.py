@@ -74,6 +74,7 @@ async def settled(store: RedisStore, api: FakeBotAPI, want: set[str], timeout: f
             await anyio.sleep(0.1)
 
 
+@pytest.mark.slow
 async def test_kill_9_of_the_poller_mid_burst_loses_nothing_and_sends_nothing_twice(
         tmp_path, redis_server, redis_prefix):
     chats, per_chat, kills = 12, 8, 3
@@ -119,6 +120,7 @@ async def test_kill_9_of_the_poller_mid_burst_loses_nothing_and_sends_nothing_tw
     assert len(conflicts) <= kills
 
 
+@pytest.mark.slow
 async def test_a_paused_former_owner_is_fenced_off(tmp_path, redis_server, redis_prefix):
     """SIGSTOP the owner past its lease: another instance takes the account; when the
     paused one wakes it sends nothing and gives the account up."""
@@ -150,6 +152,7 @@ async def test_a_paused_former_owner_is_fenced_off(tmp_path, redis_server, redis
                     "after the resume"]
 
 
+@pytest.mark.slow
 async def test_redis_lost_and_back_is_reported_retried_and_loses_nothing(tmp_path):
     """Redis goes away under a running gateway: it stays up (no crash loop), its health
     says why, what the platform sends meanwhile is not acknowledged, and once Redis is

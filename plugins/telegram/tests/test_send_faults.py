@@ -22,6 +22,7 @@ pytestmark = pytest.mark.anyio
 TOKEN = "123456:AAExampleTokenForTestsOnly_abcdefghij"
 
 
+@pytest.mark.slow
 async def test_a_broadcast_through_a_jittered_network_draws_no_429(tmp_path):
     rng = random.Random(20)
     chats = [100 + n for n in range(50)] + [-(500 + n) for n in range(10)]  # 10 groups

@@ -68,6 +68,7 @@ def assert_every_reply_arrived_once_in_order(api, statuses):
         assert api.texts(chat_id=chat) == [f"{chat} #{index}" for index in range(PER_CHAT)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("status", "window"), [(502, 3.0), (503, 3.0), (502, 20.0)])
 async def test_a_5xx_outage_longer_than_the_retries_loses_no_reply_in_real_time(
         tmp_path, status, window):
@@ -80,6 +81,7 @@ async def test_a_5xx_outage_longer_than_the_retries_loses_no_reply_in_real_time(
     assert failing is None  # its sends count as working again
 
 
+@pytest.mark.slow
 async def test_429s_without_retry_after_are_an_outage_too_in_real_time(tmp_path):
     api, proxy, before, statuses, _ = await send_through_an_outage(
         tmp_path, lambda proxy: proxy.fail(429, body=b'{"ok": false, "error_code": 429, '

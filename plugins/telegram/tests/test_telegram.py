@@ -172,6 +172,7 @@ async def test_markup_refused_is_resent_as_plain_text(tmp_path):
         assert not h.metric("chatkernel_send_retries_total", channel="telegram", account="main")
 
 
+@pytest.mark.slow
 async def test_429_retry_after_is_honoured(tmp_path):
     async with telegram(tmp_path) as (api, h, channel, agent):
         api.fail_next_with_retry_after("sendMessage", 1)
@@ -224,6 +225,7 @@ async def test_probe_reports_the_bot_and_a_rejected_token(tmp_path):
         assert result.restartable is False  # the health monitor will not restart for it
 
 
+@pytest.mark.slow
 async def test_a_rejected_token_fails_the_account_with_what_to_do(tmp_path):
     async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api:
         api.revoke_token(api.token)  # every method answers 401 Unauthorized
@@ -264,6 +266,7 @@ async def test_health_another_poller_is_a_problem_a_restart_cannot_fix(tmp_path,
                    for problem in snapshot.problems), snapshot.problems
 
 
+@pytest.mark.slow
 async def test_health_answered_polls_are_signs_of_life_and_webhook_mode_is_quiet(tmp_path):
     async with telegram(tmp_path) as (api, h, channel, agent):
         runtime = h.kernel.accounts["telegram:main"].runtime
@@ -340,6 +343,7 @@ async def start_webhook_gateway(task_group, tmp_path, api) -> tuple[str, anyio.E
     return url, stop
 
 
+@pytest.mark.slow
 async def test_webhook_mode_checks_the_secret_token(tmp_path):
     async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api, \
             anyio.create_task_group() as tg:
@@ -360,6 +364,7 @@ async def test_webhook_mode_checks_the_secret_token(tmp_path):
         stop.set()
 
 
+@pytest.mark.slow
 async def test_malformed_updates_posted_to_the_webhook_get_200_and_no_traceback(
         tmp_path, caplog):
     broken = [{"update_id": 900, "message": "abc"}, {"update_id": 901, "message": [1]},

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from chatkernel.channels import Account, Capabilities, refusal
 from chatkernel_wechat.api import SEND_REFUSED, ILinkError
 from chatkernel_wechat.channel import SESSION_EXPIRED, WeChatAccount, WeChatChannel
@@ -19,6 +21,7 @@ def channel() -> WeChatChannel:
         {"bot_token": TOKEN})))
 
 
+@pytest.mark.slow
 def test_nothing_it_does_warns_of_a_deprecated_name():
     # A fresh interpreter: the class is made (and checked by the kit) on import.
     script = textwrap.dedent(f"""

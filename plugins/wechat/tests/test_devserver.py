@@ -9,6 +9,8 @@ import subprocess
 import time
 import tomllib
 
+import pytest
+
 from chatkernel.testing.process import CHATKERNEL, gateway_home, gateway_process, wait_for_messages
 from chatkernel.testing.process import devserver as run_devserver
 from chatkernel.testing.process import post_json as post
@@ -20,6 +22,7 @@ def devserver():
     return run_devserver("chatkernel_wechat.devserver")
 
 
+@pytest.mark.slow
 def test_chatkernel_run_answers_a_user_of_the_dev_server(tmp_path):
     with devserver() as fake:
         base = fake["base_url"]
@@ -47,6 +50,7 @@ def qr(base, status, timeout=20.0):
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_chatkernel_login_against_the_dev_server_stores_the_token(tmp_path):
     home = tmp_path / "home"
     home.mkdir()

@@ -91,6 +91,7 @@ async def drive_qr_login(ilink: FakeILink) -> None:
     ilink.set_qr_state("confirmed")
 
 
+@pytest.mark.slow
 async def test_tencents_client_is_accepted_by_the_fake(tmp_path):
     modules = await anyio.to_thread.run_sync(installed_client)
     picture = os.urandom(3000)

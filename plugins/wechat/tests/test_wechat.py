@@ -287,6 +287,7 @@ class TestWeChat(ChannelContract):
                 await anyio.sleep(0.05)
         assert "chunk 1/1" in found[0] and "ret=-2" in found[0] and "likely" in found[0]
 
+    @pytest.mark.slow
     async def test_session_expired_pauses_and_turns_health_red(self, contract_kernel):
         run = contract_kernel
         ilink = run.adapter.ilink
@@ -385,6 +386,7 @@ class TestWeChat(ChannelContract):
 # -- a refused session ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_an_expired_session_fails_the_account_with_what_to_do(tmp_path):
     from chatkernel.testing import open_contract_run
 

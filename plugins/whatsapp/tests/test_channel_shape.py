@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from chatkernel.channels import Account, Capabilities
 from chatkernel_whatsapp.api import RECIPIENT_CODES
 from chatkernel_whatsapp.channel import WhatsAppAccount, WhatsAppChannel
@@ -16,6 +18,7 @@ CONFIG = {"access_token": "EAAG-shape-token", "phone_number_id": "10654035224292
           "app_secret": "shape-app-secret", "verify_token": "shape-verify-token"}
 
 
+@pytest.mark.slow
 def test_nothing_it_does_warns_of_a_deprecated_name():
     # A fresh interpreter: the class is made (and checked by the kit) on import.
     script = textwrap.dedent(f"""

@@ -26,6 +26,7 @@ def answers(graph: FakeGraph, wa_id: str | None = None) -> list:
     return [message for message in graph.sent(wa_id) if message.text != BUSY_HINT]
 
 
+@pytest.mark.slow
 async def test_webhooks_spread_over_three_instances_survive_kill_9_of_the_owner(
         tmp_path, redis_server, redis_prefix):
     users, per_user, kills = 10, 6, 2

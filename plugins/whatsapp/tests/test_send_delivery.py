@@ -46,6 +46,7 @@ def send(home, to: str, *args: str):
     return chatkernel(home, "send", "--channel", "whatsapp", "--to", to, *args)
 
 
+@pytest.mark.slow
 async def test_send_says_accepted_and_waits_for_the_delivery_report(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -103,6 +104,7 @@ async def test_send_says_accepted_and_waits_for_the_delivery_report(tmp_path):
                        for e in history)
 
 
+@pytest.mark.slow
 async def test_waiting_for_delivery_needs_the_gateway(tmp_path):
     home = tmp_path / "home"
     home.mkdir()

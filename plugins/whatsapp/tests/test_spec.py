@@ -24,6 +24,7 @@ NONCONFORMING = {"System Message", "Group Create Message", "Group Settings Updat
                  "Group Remove Participants"}
 
 
+@pytest.mark.slow
 def test_the_shipped_extract_is_the_published_descriptions():
     published = yaml.load((DATA / "whatsapp-business-messaging-api-v23.0.yaml").read_text(),
                           Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))

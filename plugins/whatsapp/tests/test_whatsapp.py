@@ -383,6 +383,7 @@ async def test_an_expired_token_turns_health_red_with_what_to_do(adapter, tmp_pa
                        what="the account's problem")
 
 
+@pytest.mark.slow
 async def test_a_refused_token_at_start_fails_the_account_with_what_to_do(adapter, tmp_path):
     adapter.graph.revoke_token()  # Graph answers 401, code 190
     async with open_contract_run(adapter, tmp_path) as run:
@@ -411,6 +412,7 @@ async def test_the_probe_names_the_number_its_name_and_quality(adapter, tmp_path
         assert run.account.transport.quiet  # judged by its probe, not by silence
 
 
+@pytest.mark.slow
 async def test_a_pair_rate_answer_is_waited_out_and_sends_are_paced_before_it(
         adapter, tmp_path, monkeypatch):
     monkeypatch.setitem(graph_api.RATE_LIMIT_CODES, 131056, 0.2)
