@@ -8,6 +8,8 @@ import http.client
 import json
 import urllib.parse
 
+import pytest
+
 from chatkernel.testing.process import gateway_process
 
 WORDS = [f"word{n:02d}" for n in range(8)]
@@ -65,3 +67,25 @@ def test_the_page_sees_the_answer_written_then_sent_once(tmp_path):
     assert bot == [text]
     kinds = [kind for kind, data in seen if kind == "preview" or data.get("role") == "bot"]
     assert kinds[-2:] == ["message", "preview"]  # the answer, then the draft's removal
+
+
+@pytest.mark.anyio
+async def test_a_late_update_does_not_bring_an_answered_draft_back(tmp_path):
+    """An update of a preview still on its way when the answer was sent (the coalescer's
+    last) is dropped: the page would otherwise show a draft under the answer for good."""
+    from chatkernel.sdk.live import Preview
+    from chatkernel.sdk.models import OutboundPayload, Route
+    from chatkernel.testing import KernelHarness
+
+    config = {"channels": {"webchat": {"accounts": {"default": {}}}}}
+    async with KernelHarness(tmp_path, config=config) as h:
+        channel = h.kernel.accounts["webchat:default"].channel
+        route = Route("webchat", "default", "c1")
+        preview_id = await channel.start_preview(route, "draft", OutboundPayload(text="Here"))
+        await channel.send(route, OutboundPayload(text="Here is all of it"))
+        assert channel._previews == {}
+        await channel.update_preview(route, Preview("draft", preview_id, "Here"),
+                                     OutboundPayload(text="Here is"))
+        assert channel._previews == {}  # still gone
+        await channel.start_preview(route, "draft", OutboundPayload(text="Next"))
+        assert list(channel._previews["c1"].values()) == ["Next"]  # a new answer's shows

@@ -100,6 +100,9 @@ history_limit = 500                   # messages of its chat a page shows
         self._streams: dict[str, int] = {}  # open event streams per chat
         #: The live replies' previews a page shows now: chat -> preview id -> text.
         self._previews: dict[str, dict[str, str]] = {}
+        #: The previews an answer has taken the place of, per chat: a late update of one
+        #: (a coalesced update still on its way) must not bring its draft back.
+        self._finished: dict[str, set[str]] = {}
         self._preview_ids = 0
         self._deliver: Deliver | None = None
         self._stopped = False  # the receive loop ended: event streams end too
@@ -136,7 +139,9 @@ history_limit = 500                   # messages of its chat a page shows
                 raise SendError("empty message")
             entry = await self._append(route.chat_id, "bot", payload.text)
         assert entry is not None  # no client id: never a retry
-        if self._previews.pop(route.chat_id, None):  # the answer takes the drafts' place
+        taken = self._previews.pop(route.chat_id, None)
+        if taken:  # the answer takes the drafts' place
+            self._finished.setdefault(route.chat_id, set()).update(taken)
             self._wake(route.chat_id)
         return SendResult(message_id=str(entry.id))
 
@@ -149,6 +154,7 @@ history_limit = 500                   # messages of its chat a page shows
                             payload: OutboundPayload) -> str:
         self._preview_ids += 1
         preview_id = str(self._preview_ids)
+        self._finished.pop(route.chat_id, None)  # a new answer: the last one's are over
         self._show_preview(route.chat_id, preview_id, payload.text)
         return preview_id
 
@@ -168,6 +174,8 @@ history_limit = 500                   # messages of its chat a page shows
             self._wake(route.chat_id)
 
     def _show_preview(self, chat_id: str, preview_id: str, text: str) -> None:
+        if preview_id in self._finished.get(chat_id, ()):
+            return  # its answer is on the page already
         self._previews.setdefault(chat_id, {})[preview_id] = text
         self._wake(chat_id)
 
