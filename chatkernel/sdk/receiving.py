@@ -151,7 +151,7 @@ async def normalize_batch(events: list[T], normalize: Callable[[T], Awaitable[In
             reason = f"{type(exc).__name__}: {exc}"
             # describe() reads the same malformed event: it must not fail the batch.
             log.error("%s: %s skipped, it is not a message this channel can read: %s",
-                      account, _safe(describe, event) or "an event", reason)
+                      account, event_trait(describe, event) or "an event", reason)
             if unreadable is not None:
                 unreadable.append((event, reason))
             return
@@ -159,15 +159,15 @@ async def normalize_batch(events: list[T], normalize: Callable[[T], Awaitable[In
             found[index] = message
 
     items = list(enumerate(events))
-    if any(_safe(downloads, event) for event in events):
-        await per_chat(items, lambda item: _safe(chat_of, item[1]), read)
+    if any(event_trait(downloads, event) for event in events):
+        await per_chat(items, lambda item: event_trait(chat_of, item[1]), read)
     else:
         for item in items:
             await read(item)
     return [found[index] for index in sorted(found)]
 
 
-def _safe(function: Callable[[T], Any], event: T) -> Any:
+def event_trait(function: Callable[[T], Any], event: T) -> Any:
     """``function(event)``, or None for an event too malformed to answer."""
     try:
         return function(event)

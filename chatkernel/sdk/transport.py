@@ -34,8 +34,8 @@ from chatkernel.sdk.receiving import (
     Backoff,
     Polled,
     Trouble,
-    _safe,
     deliver_many,
+    event_trait,
     normalize_batch,
     refusal_words,
     refused_delay,
@@ -129,16 +129,16 @@ class Transport:
         return len(messages)
 
     async def _journal_rejected(self, event: Any, reason: str) -> None:
-        event_id = _safe(self.event_id, event)
+        event_id = event_trait(self.event_id, event)
         if event_id is None:
             return
-        chat = _safe(self.event_chat, event)
+        chat = event_trait(self.event_chat, event)
         account = self.channel.account
         await self.context.journal_rejected(InboundMessage(
             channel=account.channel_name, account=account.name,
             chat_id=str(chat)[:256] if chat is not None else "?",
             message_id=f"unreadable:{event_id}"[:520], sender_id="?",
-            text=f"{_safe(self.describe_event, event)} could not be read: {reason}"[:2000]))
+            text=f"{event_trait(self.describe_event, event)} could not be read: {reason}"[:2000]))
 
     async def failed(self, exc: Exception, backoff: Backoff, failures: int, what: str) -> None:
         """Report a failed receive call (the ``failures``-th in a row) and wait before
