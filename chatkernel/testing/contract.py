@@ -489,7 +489,7 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
                             allow_from: Iterable[str] = ("*",), loop: bool = True,
                             extra_config: dict[str, Any] | None = None,
                             channel_settings: dict[str, Any] | None = None,
-                            ) -> AsyncIterator[ContractRun]:
+                            channel_clock: Any = None) -> AsyncIterator[ContractRun]:
     """Start a kernel (state under ``home``) with the adapter's channel and a scripted agent.
 
     The queue is in ``followup`` mode without debounce, so each message is a
@@ -499,6 +499,8 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
     too. On exit the receive loop stops, then the gateway's HTTP server, then
     the kernel. A second run on the same ``home`` reuses the same store (a
     restart). ``channel_settings``: more keys of ``[channels.<name>]``.
+    ``channel_clock``: the clock the channel's receive loop and timers run on (a
+    :class:`~chatkernel.testing.clock.ManualClock` the test advances; default: real time).
     """
     if adapter.channel_plugin is None or not adapter.channel_name:
         raise TypeError(f"{type(adapter).__name__} must set channel_plugin and channel_name")
@@ -520,7 +522,7 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
         for key, value in (extra_config or {}).items():
             config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) \
                 else value
-        harness = KernelHarness(home, config=config, plugins=[
+        harness = KernelHarness(home, config=config, channel_clock=channel_clock, plugins=[
             (plugin_name, adapter.channel_plugin),
             ("chatkernel.testing.contract.agent", agent_plugin(agent))])
         await stack.enter_async_context(harness)
