@@ -31,6 +31,7 @@ about a feature is skipped only when the adapter declares the capability absent
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import socket
 import struct
@@ -271,20 +272,24 @@ class PlatformAdapter:
 # -- waiting ----------------------------------------------------------------------------
 
 
-async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0,
+async def wait_until(predicate: Callable[[], Any], *, timeout: float = 10.0,
                      what: str = "the condition", state: Callable[[], Any] | None = None,
                      check: Callable[[], None] | None = None, interval: float = 0.02) -> None:
     """Poll ``predicate`` until it is true; fail after ``timeout`` seconds.
 
-    ``what`` and ``state()`` make the failure say what was awaited and what was
-    seen instead; ``check()`` runs on every poll and may raise to stop early
-    (a crashed receive loop).
+    ``predicate`` may be an async function (one that reads the store, asks a server):
+    its result is awaited on every poll. ``what`` and ``state()`` make the failure say
+    what was awaited and what was seen instead; ``check()`` runs on every poll and may
+    raise to stop early (a crashed receive loop).
     """
     deadline = anyio.current_time() + timeout
     while True:
         if check is not None:
             check()
-        if predicate():
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
             return
         if anyio.current_time() >= deadline:
             seen = f"; seen: {state()!r}" if state is not None else ""
