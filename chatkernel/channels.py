@@ -17,8 +17,9 @@ The pieces, by concern:
 - the channel: :class:`Channel` (the platform contract), :class:`ChannelLimits`,
   :class:`RateLimit`, :class:`Capabilities`, :class:`AccountConfig` (the base of
   an account's config model), :class:`ChannelContext` (what the kernel gives an
-  account), :class:`LiveReplies` (the capability of showing a reply while it is
-  written, with :class:`Preview` and :data:`LiveMode`), :class:`ConfigError`;
+  account; its ``clock`` is a :class:`ChannelClock`), :class:`LiveReplies` (the
+  capability of showing a reply while it is written, with :class:`Preview` and
+  :data:`LiveMode`), :class:`ConfigError`;
 - the values that flow through it: :class:`InboundMessage`, :class:`MediaRef`,
   :class:`Route`, :class:`OutboundPayload`, :class:`SendResult`,
   :class:`SendError`, :class:`ProbeResult`, :class:`Account`, :class:`Verdict` (what
@@ -87,6 +88,7 @@ from chatkernel.sdk.models import (
     SendResult,
     Verdict,
 )
+from chatkernel.sdk.clock import ChannelClock
 from chatkernel.sdk.context import ChannelContext
 from chatkernel.sdk.receiving import refusal
 from chatkernel.sdk.sockets import Socket, SocketLink
@@ -109,6 +111,7 @@ __all__ = [
     "BatchDeliver",
     "Capabilities",
     "Channel",
+    "ChannelClock",
     "ChannelContext",
     "ChannelLimits",
     "ConfigError",

@@ -26,6 +26,7 @@ from chatkernel.core.turns.agents import Agent, collect_agents
 from chatkernel.core.turns.bindings import Chat, check_binding_targets, unanswered
 from chatkernel.core.turns.roster import Roster
 from chatkernel.sdk.channel import Channel, compiled_secret_patterns
+from chatkernel.sdk.clock import ChannelClock
 from chatkernel.sdk.context import ChannelContext
 from chatkernel.core.accounts import build_accounts
 from chatkernel.core.plugins import collect_channels
@@ -92,6 +93,7 @@ class Kernel:
                  clock: Callable[[], float] = time.monotonic,
                  heartbeats: bool | None = None,
                  heartbeat_clock: HeartbeatClock | None = None,
+                 channel_clock: ChannelClock | None = None,
                  gateway: GatewayParts | None = None) -> None:
         self.config = config or cfg.KernelConfig()
         self.config_path = config_path
@@ -168,6 +170,9 @@ class Kernel:
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
         self.receiver = Receiver(self.inbound)
         self._heartbeat_clock = heartbeat_clock
+        #: The clock every channel's context gets (None: the real one): the receive loops'
+        #: waits and the channels' timers (chatkernel.sdk.clock).
+        self.channel_clock = channel_clock
         self._heartbeats: HeartbeatScheduler | None = None
         self.started_at: float | None = None
         #: What the gateway process adds (its URL, its reloader), read through functions;
@@ -352,7 +357,7 @@ class Kernel:
             account, settings, store=lambda: self._store,
             delivery_reporter=lambda: functools.partial(self.delivery_statuses.report,
                                                         account),
-            receive_gate=receive_gate)
+            receive_gate=receive_gate, clock=self.channel_clock)
 
     def make_agent_workspaces(self, config: cfg.KernelConfig) -> None:
         """Create each agent's workspace besides the gateway's (at start, on a reload);

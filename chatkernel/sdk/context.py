@@ -20,6 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from chatkernel.sdk.clock import SYSTEM_CLOCK, ChannelClock
 from chatkernel.sdk.media import save_inbound_media
 from chatkernel.sdk.models import Account, InboundMessage, MediaRef
 
@@ -39,14 +40,15 @@ class ChannelContext:
     ``store``, ``delivery_reporter`` and ``receive_gate`` are functions the kernel
     gives: they answer with what exists when they are called (the store once the
     kernel started; the receive gate only where several gateway processes share the
-    store).
+    store). ``clock``: the time the receive loop and the channel's timers run on
+    (:mod:`chatkernel.sdk.clock`; the real clock unless a test gives its own).
     """
 
     def __init__(self, account: Account, settings: Any = None, *,
                  store: Callable[[], Any] = lambda: None,
                  delivery_reporter: Callable[[], DeliveryReporter | None] = lambda: None,
                  receive_gate: Callable[[], Callable[[], Awaitable[None]] | None]
-                 = lambda: None) -> None:
+                 = lambda: None, clock: ChannelClock | None = None) -> None:
         #: The account served (its validated config is ``account.config``).
         self.account = account
         #: The channel-wide ``[channels.<name>]`` table (a ChannelConfig), if any.
@@ -54,6 +56,9 @@ class ChannelContext:
         self._store = store
         self._delivery_reporter = delivery_reporter
         self._receive_gate = receive_gate
+        #: The time the receive loop waits on and the channel's own timers read
+        #: (``clock.now()``, ``await clock.sleep(seconds)``): see :mod:`chatkernel.sdk.clock`.
+        self.clock: ChannelClock = SYSTEM_CLOCK if clock is None else clock
 
     # -- the store ---------------------------------------------------------------------
 

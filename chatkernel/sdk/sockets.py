@@ -45,7 +45,10 @@ class SocketLink:
         self.transport = transport
         self.channel = transport.channel
         self._deliver = deliver
-        self.started = anyio.current_time()
+        self._clock = transport.clock
+        #: When the session started and last heard something, on the transport's clock
+        #: (``clock.monotonic()``).
+        self.started = self._clock.monotonic()
         self.last_traffic = self.started
         #: Frames seen in this session (alive() calls).
         self.frames = 0
@@ -54,7 +57,7 @@ class SocketLink:
 
     def alive(self) -> None:
         """The platform just said something on the socket (any frame counts)."""
-        self.last_traffic = anyio.current_time()
+        self.last_traffic = self._clock.monotonic()
         self.frames += 1
         context = self.transport.context
         context.report_alive()
@@ -68,13 +71,14 @@ class SocketLink:
 
 
 async def _watch(link: SocketLink, silent_after: float, scope: anyio.CancelScope) -> None:
+    clock = link.transport.clock
     while True:
-        quiet = anyio.current_time() - link.last_traffic
+        quiet = clock.monotonic() - link.last_traffic
         if quiet >= silent_after:
             link.silent = True
             scope.cancel()
             return
-        await anyio.sleep(silent_after - quiet)
+        await clock.sleep(silent_after - quiet)
 
 
 async def _run_session(session: Callable[[SocketLink], Awaitable[None]], link: SocketLink,
@@ -128,7 +132,7 @@ class Socket(Transport):
         while True:
             link = SocketLink(self, deliver)
             error = await _run_session(self.session, link, self.silent_after)
-            lasted = anyio.current_time() - link.started
+            lasted = self.clock.monotonic() - link.started
             if link.frames and lasted >= SETTLED_SECONDS:
                 backoff.reset()
                 failures = 0
@@ -142,7 +146,7 @@ class Socket(Transport):
                 log.warning("%s: %s", key, reason)
                 self.context.report_problem(reason, restartable=True)
                 failures += 1
-                await anyio.sleep(backoff.next())
+                await self.clock.sleep(backoff.next())
                 continue
             if link.frames:
                 log.info("%s: the socket closed; reconnecting", key)
@@ -150,4 +154,4 @@ class Socket(Transport):
             else:
                 log.warning("%s: the socket closed before the platform said anything; "
                             "reconnecting", key)
-                await anyio.sleep(backoff.next())
+                await self.clock.sleep(backoff.next())

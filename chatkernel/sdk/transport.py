@@ -13,6 +13,8 @@ in platform order and journaled in one write (:meth:`Transport.receive`),
 failed calls classified by the channel (:meth:`Channel.receive_trouble`),
 reported and retried with backoff (:meth:`Transport.failed`), refused
 identities turned ``failed`` and retried slowly, and the account's health kept.
+Every wait of a loop is on the account's clock (:attr:`Transport.clock`, the
+context's: real time in a gateway, a clock the test moves in a test).
 A channel with a loop of its own (the web chat's page) subclasses
 :class:`Transport` directly.
 """
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import anyio
 
+from chatkernel.sdk.clock import SYSTEM_CLOCK, ChannelClock
 from chatkernel.sdk.errors import LeaseLost, StoreError
 from chatkernel.sdk.http_client import PlatformError
 from chatkernel.sdk.models import InboundMessage
@@ -69,6 +72,11 @@ class Transport:
         self.channel = channel
         #: The kernel's services for the account (``channel.context``).
         self.context = channel.context
+
+    @property
+    def clock(self) -> ChannelClock:
+        """The clock the loop's waits run on: the context's (``context.clock``)."""
+        return getattr(self.context, "clock", None) or SYSTEM_CLOCK
 
     # -- what a transport implements ---------------------------------------------------
 
@@ -164,7 +172,7 @@ class Transport:
         else:
             log.warning("%s: %s; retrying in %.0fs", channel.account.key, reason, delay)
         runtime.error(reason, time.time())
-        await anyio.sleep(delay)
+        await self.clock.sleep(delay)
 
     async def _refused(self, exc: Exception, trouble: Trouble, failures: int) -> None:
         reason = refusal_words(self.channel, trouble, exc)
@@ -176,7 +184,7 @@ class Transport:
         else:
             log.info("%s: still refused; trying again in %.0fs", account.key, delay)
         mark_refused(self.channel, reason)
-        await anyio.sleep(delay)
+        await self.clock.sleep(delay)
 
     async def until_done(self, call: Callable[[], Awaitable[Any]], what: str) -> None:
         """``await call()`` until it succeeds, each failure reported and waited out (a

@@ -37,6 +37,7 @@ _LAZY = {
     "needs": "chatkernel.testing.contract",
     "fast_pacing": "chatkernel.testing.contract",
     "open_contract_run": "chatkernel.testing.contract",
+    "wait_until": "chatkernel.testing.contract",
     "png_bytes": "chatkernel.testing.contract",
     "long_text": "chatkernel.testing.contract",
     # Property tests: a bounded example count, more under the deep profile.

@@ -31,6 +31,7 @@ about a feature is skipped only when the adapter declares the capability absent
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import socket
 import struct
@@ -271,20 +272,24 @@ class PlatformAdapter:
 # -- waiting ----------------------------------------------------------------------------
 
 
-async def wait_until(predicate: Callable[[], bool], *, timeout: float = 10.0,
+async def wait_until(predicate: Callable[[], Any], *, timeout: float = 10.0,
                      what: str = "the condition", state: Callable[[], Any] | None = None,
                      check: Callable[[], None] | None = None, interval: float = 0.02) -> None:
     """Poll ``predicate`` until it is true; fail after ``timeout`` seconds.
 
-    ``what`` and ``state()`` make the failure say what was awaited and what was
-    seen instead; ``check()`` runs on every poll and may raise to stop early
-    (a crashed receive loop).
+    ``predicate`` may be an async function (one that reads the store, asks a server):
+    its result is awaited on every poll. ``what`` and ``state()`` make the failure say
+    what was awaited and what was seen instead; ``check()`` runs on every poll and may
+    raise to stop early (a crashed receive loop).
     """
     deadline = anyio.current_time() + timeout
     while True:
         if check is not None:
             check()
-        if predicate():
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
             return
         if anyio.current_time() >= deadline:
             seen = f"; seen: {state()!r}" if state is not None else ""
@@ -489,7 +494,7 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
                             allow_from: Iterable[str] = ("*",), loop: bool = True,
                             extra_config: dict[str, Any] | None = None,
                             channel_settings: dict[str, Any] | None = None,
-                            ) -> AsyncIterator[ContractRun]:
+                            channel_clock: Any = None) -> AsyncIterator[ContractRun]:
     """Start a kernel (state under ``home``) with the adapter's channel and a scripted agent.
 
     The queue is in ``followup`` mode without debounce, so each message is a
@@ -499,6 +504,8 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
     too. On exit the receive loop stops, then the gateway's HTTP server, then
     the kernel. A second run on the same ``home`` reuses the same store (a
     restart). ``channel_settings``: more keys of ``[channels.<name>]``.
+    ``channel_clock``: the clock the channel's receive loop and timers run on (a
+    :class:`~chatkernel.testing.clock.ManualClock` the test advances; default: real time).
     """
     if adapter.channel_plugin is None or not adapter.channel_name:
         raise TypeError(f"{type(adapter).__name__} must set channel_plugin and channel_name")
@@ -520,7 +527,7 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
         for key, value in (extra_config or {}).items():
             config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) \
                 else value
-        harness = KernelHarness(home, config=config, plugins=[
+        harness = KernelHarness(home, config=config, channel_clock=channel_clock, plugins=[
             (plugin_name, adapter.channel_plugin),
             ("chatkernel.testing.contract.agent", agent_plugin(agent))])
         await stack.enter_async_context(harness)

@@ -43,7 +43,7 @@ def test_chatkernel_run_answers_dms_mentions_and_threads_with_files(tmp_path, mo
                 deadline = time.monotonic() + 10
                 while not post(f"{base}/_fake/request_url", {"url": url})[1]["verified"]:
                     assert time.monotonic() < deadline, "url_verification never answered"
-                    time.sleep(0.1)
+                    time.sleep(0.1)  # real time: a real gateway process verifies the URL
             status, answer = post(f"{base}/_fake/messages", {"channel": DM, "text": "hello"})
             assert status == 200 and answer["ts"]
             post(f"{base}/_fake/messages", {"channel": CHANNEL, "text": "chatter"})

@@ -15,7 +15,13 @@ import pytest
 
 import chatkernel_slack
 from chatkernel.channels import ConfigError, PlatformError, Route
-from chatkernel.testing import KernelHarness, agent_plugin, free_port, scripted_agent
+from chatkernel.testing import (
+    KernelHarness,
+    ManualClock,
+    agent_plugin,
+    free_port,
+    scripted_agent,
+)
 from chatkernel.testing.contract import open_contract_run, png_bytes
 from chatkernel_slack.fake import SlackSigner
 from chatkernel_slack.api import TOKEN_PATTERNS, SlackAPI
@@ -29,13 +35,14 @@ DM, CHANNEL, USER = "D0DIRECT01", "C0GENERAL1", "U0USER0001"
 
 @asynccontextmanager
 async def slack_run(tmp_path, adapter_class=SlackSocketAdapter, *, account=None, channel=None,
-                    allow_from=("*",), loop=True):
-    """A kernel with the Slack channel against a fresh fake (an open_contract_run)."""
+                    allow_from=("*",), loop=True, clock=None):
+    """A kernel with the Slack channel against a fresh fake (an open_contract_run);
+    ``clock``: the channel's (a ManualClock), else real time."""
     async with adapter_class() as adapter:
         adapter.account_extra.update(account or {})
         adapter.channel_extra.update(channel or {})
         async with open_contract_run(adapter, tmp_path / "kernel", allow_from=allow_from,
-                                     loop=loop) as run:
+                                     loop=loop, channel_clock=clock) as run:
             yield run
 
 
@@ -188,13 +195,31 @@ async def test_an_open_but_dead_socket_turns_health_red_then_recovers(tmp_path):
 
 @pytest.mark.slow
 async def test_pongs_alone_keep_a_quiet_socket_healthy(tmp_path):
-    """No events for longer than silent_after is not a failure while Slack answers pings."""
-    async with slack_run(tmp_path, account={"ping_interval": 0.2, "silent_after": 0.8}) as run:
+    """No events for longer than silent_after is not a failure while Slack answers pings.
+
+    The socket's silence is judged on the channel's clock, moved by hand past
+    silent_after without an event; the pongs (slack_sdk pings every 0.2 real seconds)
+    are what the watchdog finds."""
+    silent_after = 0.8
+    clock = ManualClock()
+    async with slack_run(tmp_path, account={"ping_interval": 0.2, "silent_after": silent_after},
+                         clock=clock) as run:
+        runtime = run.account.runtime
         await connected(run)
         await run.adapter.inject(DM, "once qs01z", sender_id=USER)
         await run.wait_for_tokens(DM, ["qs01z"])
         opened = len(run.adapter.slack.calls_to("apps.connections.open"))
-        await anyio.sleep(2.0)
+        last_event = clock.now()
+        for _ in range(3):
+            heard = runtime.last_event_at
+            await run.wait(lambda: runtime.last_event_at != heard, what="a pong")
+            clock.advance(0.6)  # less than silent_after since that pong
+            # The watchdog sleeps until silent_after past the last frame it saw: it did
+            # not close the socket (a reconnect would sleep its backoff, a second or more).
+            deadline = await clock.sleeper()
+            assert clock.now() < deadline <= clock.now() + silent_after
+        assert clock.now() - last_event > 2 * silent_after  # no event all that time
+        assert runtime.problem is None
         assert run.health.account_snapshot(run.account, time.time()).ok
         assert len(run.adapter.slack.calls_to("apps.connections.open")) == opened
 
@@ -234,7 +259,8 @@ async def test_a_refused_bot_token_fails_the_account_with_what_to_do(tmp_path):
     """Slack answers a bad token with ``ok: false`` (HTTP 200): the kit classifies it as a
     refused identity all the same."""
     token = "xoxb-0-0-not-a-token-Slack-knows"
-    async with slack_run(tmp_path, account={"bot_token": token}) as run:
+    clock = ManualClock()
+    async with slack_run(tmp_path, account={"bot_token": token}, clock=clock) as run:
         runtime = run.account.runtime
         await run.wait(lambda: runtime.state == "failed", what="the account failed")
         expected = ("Slack refused bot_token (invalid_auth): the token is not one Slack "
@@ -244,8 +270,13 @@ async def test_a_refused_bot_token_fails_the_account_with_what_to_do(tmp_path):
         snapshot = await run.health.snapshot()
         assert any(expected in problem for problem in snapshot.problems)
         assert token not in repr(snapshot)
-        await anyio.sleep(0.5)  # the next try waits a minute: no auth.test storm
+        # The next try waits a minute: the loop sleeps until then, no auth.test storm.
+        assert await clock.sleeper() == clock.now() + 60
         assert len(run.adapter.slack.calls_to("auth.test")) == 1
+        clock.advance(60)  # tried again, refused again: the wait doubles
+        assert await clock.sleeper() == clock.now() + 120
+        assert len(run.adapter.slack.calls_to("auth.test")) == 2
+        assert runtime.detail == expected
 
 
 async def test_per_channel_order_is_kept_while_channels_run_concurrently(tmp_path):
@@ -497,9 +528,13 @@ async def test_a_post_whose_answer_was_lost_is_not_posted_again(tmp_path):
         await run.adapter.inject(DM, "once only dp01z", sender_id=USER)
         await run.wait(lambda: answered(run, DM, "dp01z"), what="the post")
         await run.settle()
-        await anyio.sleep(0.3)  # a retry would have come by now
+        # The chat's sends go in order: a retry of the first would come before the next.
+        await run.adapter.inject(DM, "the next dp02z", sender_id=USER)
+        await run.wait(lambda: answered(run, DM, "dp02z"), what="the next post")
+        await run.settle()
         assert len(answered(run, DM, "dp01z")) == 1
-        assert len(slack.calls_to("chat.postMessage")) == 1
+        assert len(slack.calls_to("chat.postMessage")) == 2
+        assert await run.harness.outbox_statuses() == ["unknown", "sent"]
         notes = await run.kernel.store.read_log(f"slack:main:{DM}", roles=("notification",))
         assert any("unknown" in n.text for n in notes), [n.text for n in notes]
 

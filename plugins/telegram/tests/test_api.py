@@ -6,7 +6,7 @@ import anyio
 import pytest
 from aiohttp import web
 
-from chatkernel.testing import serve_routes
+from chatkernel.testing import serve_routes, wait_until
 from chatkernel_telegram.api import BotAPI
 
 pytestmark = pytest.mark.anyio
@@ -31,9 +31,9 @@ async def test_a_long_poll_gets_through_while_the_send_pool_is_full():
                 for chat in range(100):  # the whole send pool
                     tg.start_soon(api.call, "sendMessage", {"chat_id": chat, "text": "x"})
                 try:
+                    await wait_until(lambda: held >= 100, timeout=10,
+                                     what="every send connection busy", state=lambda: held)
                     with anyio.fail_after(10):
-                        while held < 100:
-                            await anyio.sleep(0.01)
                         # With one pool for everything this would wait for a send to finish.
                         assert await api.call("getUpdates", {"timeout": 0}) == []
                 finally:

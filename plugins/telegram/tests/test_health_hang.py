@@ -14,7 +14,7 @@ import aiohttp
 import anyio
 import pytest
 
-from chatkernel.testing import open_contract_run
+from chatkernel.testing import open_contract_run, wait_until
 from chatkernel.testing.faultproxy import FaultProxy
 from telegram_adapters import TelegramAdapter
 
@@ -44,12 +44,15 @@ async def healthz(http: aiohttp.ClientSession, url: str) -> tuple[int, list[str]
 
 
 async def wait_for_status(http, url: str, status: int, within: float) -> list[str]:
-    with anyio.fail_after(within):
-        while True:
-            code, reasons = await healthz(http, url)
-            if code == status:
-                return reasons
-            await anyio.sleep(0.1)
+    seen: list[Any] = []
+
+    async def answered() -> bool:
+        seen[:] = await healthz(http, url)
+        return seen[0] == status
+
+    await wait_until(answered, timeout=within, interval=0.1,
+                     what=f"/healthz answering {status}", state=lambda: seen)
+    return seen[1]
 
 
 @pytest.mark.slow

@@ -16,11 +16,13 @@ from chatkernel.testing import (
     BUSY_HINT,
     AgentEvent,
     KernelHarness,
+    ManualClock,
     agent_plugin,
     free_port,
     gateway_config,
     run_gateway,
     scripted_agent,
+    wait_until,
 )
 from chatkernel_telegram import channel as telegram_channel
 from chatkernel_telegram.api import BotAPI
@@ -33,13 +35,15 @@ TOKEN = "123456:AAExampleTokenForTestsOnly_abcdefghij"
 
 
 @asynccontextmanager
-async def telegram(tmp_path, *, agent=None, account=None, channel=None, run=True, api=None):
-    """A kernel with one Telegram account against a FakeBotAPI, its loop running."""
+async def telegram(tmp_path, *, agent=None, account=None, channel=None, run=True, api=None,
+                   clock=None):
+    """A kernel with one Telegram account against a FakeBotAPI, its loop running;
+    ``clock``: the channel's (a ManualClock), else real time."""
     agent = agent or scripted_agent()
     if api is None:
         async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as fake:
             async with telegram(tmp_path, agent=agent, account=account, channel=channel,
-                                run=run, api=fake) as parts:
+                                run=run, api=fake, clock=clock) as parts:
                 yield parts
         return
     fake = api
@@ -53,7 +57,7 @@ async def telegram(tmp_path, *, agent=None, account=None, channel=None, run=True
             "accounts": {"main": {"bot_token": fake.token, "api_base": fake.base_url,
                                   "allow_from": ["*"], "poll_timeout": 1,
                                   **(account or {})}}}}}
-    async with KernelHarness(tmp_path, config=config, plugins=[
+    async with KernelHarness(tmp_path, config=config, channel_clock=clock, plugins=[
             ("telegram", chatkernel_telegram), ("agent", agent_plugin(agent))]) as h:
         account_ = h.kernel.accounts["telegram:main"]
         async with anyio.create_task_group() as tg:
@@ -80,16 +84,19 @@ async def test_offset_is_persisted_and_nothing_is_answered_twice_across_a_restar
             first = api.inject_message(42, "first")
             await api.wait_for_sent(1)
             await h.settle()
-            with anyio.fail_after(5):
-                while await channel.context.load_cursor() != str(first + 1):
-                    await anyio.sleep(0.01)
+
+            async def saved() -> bool:
+                return await channel.context.load_cursor() == str(first + 1)
+
+            await wait_until(saved, timeout=5, what="the offset after the first update")
         polls = len(api.calls_to("getUpdates"))
         async with telegram(tmp_path, api=api) as (api, h, channel, agent):
             api.inject_message(42, "second")
-            await api.wait_for_sent(2)
+            api.inject_message(42, "third")
+            # Answered in order: a first answered twice would have come before the third.
+            await api.wait_for_sent(3)
             await h.settle()
-            await anyio.sleep(0.2)
-            assert api.texts(42) == ["re: first", "re: second"]
+            assert api.texts(42) == ["re: first", "re: second", "re: third"]
             # the second run started where the first stopped
             assert int(api.calls_to("getUpdates")[polls].params["offset"]) == first + 1
 
@@ -100,9 +107,11 @@ async def test_unconfirmed_updates_are_redelivered_and_deduped(tmp_path):
         await api.wait_for_sent(1)
         await h.settle()
         api.inject_update(api.update(update_id))  # Telegram serves it again
-        await anyio.sleep(0.3)
+        api.inject_message(42, "after")
+        # Read in order: an answer to the redelivered update would have come before this.
+        await api.wait_for_sent(2)
         await h.settle()
-        assert api.texts(42) == ["re: once"]
+        assert api.texts(42) == ["re: once", "re: after"]
 
 
 async def test_groups_need_a_mention_or_a_reply_to_the_bot(tmp_path):
@@ -188,9 +197,7 @@ async def test_migrated_group_updates_the_route(tmp_path):
     async with telegram(tmp_path, agent=agent, account={"require_mention": False}) as (
             api, h, channel, _):
         api.inject_message(-5, "hi", chat_type="group", from_id=7)
-        with anyio.fail_after(5):
-            while not agent.requests:
-                await anyio.sleep(0.01)
+        await wait_until(lambda: agent.requests, timeout=5, what="the turn")
         api.migrate_chat(-5, -1005)
         agent.gate.set()
         sent = await api.wait_for_sent(1)
@@ -229,11 +236,11 @@ async def test_probe_reports_the_bot_and_a_rejected_token(tmp_path):
 async def test_a_rejected_token_fails_the_account_with_what_to_do(tmp_path):
     async with FakeBotAPI(token=TOKEN, username="chatkernel_bot") as api:
         api.revoke_token(api.token)  # every method answers 401 Unauthorized
-        async with telegram(tmp_path, api=api) as (api, h, channel, agent):
+        clock = ManualClock()
+        async with telegram(tmp_path, api=api, clock=clock) as (api, h, channel, agent):
             runtime = h.kernel.accounts["telegram:main"].runtime
-            with anyio.fail_after(5):
-                while runtime.state != "failed":
-                    await anyio.sleep(0.01)
+            await wait_until(lambda: runtime.state == "failed", timeout=5,
+                             what="the account failed", state=lambda: runtime.state)
             expected = ("the Bot API rejected the token (401 Unauthorized): get a new token "
                         "from @BotFather (/token, or /revoke for a leaked one) and set it in "
                         "channels.telegram.accounts.main.bot_token, then restart the gateway")
@@ -242,9 +249,13 @@ async def test_a_rejected_token_fails_the_account_with_what_to_do(tmp_path):
             assert any(expected in problem for problem in snapshot.problems)
             secret = TOKEN.split(":")[1]
             assert secret not in repr(snapshot)
-            # The next try waits a minute: no getMe storm meanwhile.
-            await anyio.sleep(0.5)
+            # The next try waits a minute: the loop sleeps until then, no getMe storm.
+            assert await clock.sleeper() == clock.now() + 60
             assert api.unauthorized_calls == ["getMe"]
+            clock.advance(60)  # tried again, refused again: the wait doubles
+            assert await clock.sleeper() == clock.now() + 120
+            assert api.unauthorized_calls == ["getMe", "getMe"]
+            assert runtime.detail == expected
 
 
 async def test_health_another_poller_is_a_problem_a_restart_cannot_fix(tmp_path, monkeypatch):
@@ -252,9 +263,7 @@ async def test_health_another_poller_is_a_problem_a_restart_cannot_fix(tmp_path,
     async with telegram(tmp_path) as (api, h, channel, agent):
         runtime = h.kernel.accounts["telegram:main"].runtime
         api.fail_next("getUpdates", 409, "Conflict: terminated by other getUpdates request")
-        with anyio.fail_after(5):
-            while runtime.problem is None:
-                await anyio.sleep(0.01)
+        await wait_until(lambda: runtime.problem is not None, timeout=5, what="the problem")
         # getMe still works, but the kernel's probe path reports the loop's problem,
         # and says a restart cannot fix it (so the health monitor leaves it alone).
         result = await _probe(h)
@@ -271,9 +280,9 @@ async def test_health_answered_polls_are_signs_of_life_and_webhook_mode_is_quiet
     async with telegram(tmp_path) as (api, h, channel, agent):
         runtime = h.kernel.accounts["telegram:main"].runtime
         runtime.last_event_at = None
-        with anyio.fail_after(5):
-            while runtime.last_event_at is None:  # an empty poll answered is enough
-                await anyio.sleep(0.01)
+        # An empty poll answered is enough.
+        await wait_until(lambda: runtime.last_event_at is not None, timeout=5,
+                         what="a sign of life")
         assert h.kernel.accounts["telegram:main"].transport.quiet is False
     webhook = {"mode": "webhook", "webhook_url": "http://127.0.0.1:1/telegram/main/webhook",
                "secret_token": "s3cret"}
@@ -287,9 +296,7 @@ async def test_another_poller_is_reported_not_restarted(tmp_path, monkeypatch, c
         runtime = h.kernel.accounts["telegram:main"].runtime
         api.fail_next("getUpdates", 409, "Conflict: terminated by other getUpdates request; "
                       "make sure that only one bot instance is running")
-        with anyio.fail_after(5):
-            while runtime.problem is None:
-                await anyio.sleep(0.01)
+        await wait_until(lambda: runtime.problem is not None, timeout=5, what="the problem")
         assert runtime.problem == "another instance is polling this bot token"
         assert "another instance is polling this bot token" in caplog.text
         # the loop carries on (no crash, no restart) and recovers by itself
@@ -338,8 +345,8 @@ async def start_webhook_gateway(task_group, tmp_path, api) -> tuple[str, anyio.E
                                               stop=stop))
     with anyio.fail_after(10):
         await ready.wait()
-        while not api.webhook_info().get("url"):
-            await anyio.sleep(0.02)
+    await wait_until(lambda: api.webhook_info().get("url"), timeout=10,
+                     what="the webhook set")
     return url, stop
 
 
@@ -450,9 +457,7 @@ async def test_failing_polls_turn_health_red_and_recovery_turns_it_green(tmp_pat
     async with telegram(tmp_path) as (api, h, channel, agent):
         runtime = h.kernel.accounts["telegram:main"].runtime
         api.fail_next("getUpdates", 502, "Bad Gateway", times=3)
-        with anyio.fail_after(5):
-            while runtime.problem is None:
-                await anyio.sleep(0.01)
+        await wait_until(lambda: runtime.problem is not None, timeout=5, what="the problem")
         assert runtime.problem == "poll failed: Bad Gateway" and runtime.problem_restartable
         snapshot = await h.health.snapshot()
         assert "telegram:main: receiving: poll failed: Bad Gateway" in snapshot.problems

@@ -208,7 +208,7 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
 
     async def _expire(self) -> None:
         """The session expired: no calls for an hour, health red until a new login."""
-        now = time.time()
+        now = self.context.clock.now()  # the pause is a timer: on the channel's clock
         self.paused_until = now + SESSION_PAUSE_SECONDS
         self.typing_tickets.clear()
         self.context.report_problem(self.session_expired, restartable=False)
@@ -218,7 +218,7 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
 
     async def paused(self) -> bool:
         await self._load_pause()
-        return time.time() < self.paused_until
+        return self.context.clock.now() < self.paused_until
 
     async def call(self, endpoint: str, body: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
         """An iLink call, unless the account is paused; ``-14`` pauses it."""
@@ -250,7 +250,7 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
         if isinstance(error, ILinkError):
             if error.session_expired:
                 return Trouble(SESSION_EXPIRED, restartable=False, refused=True,
-                               wait=max(1.0, self.paused_until - time.time()),
+                               wait=max(1.0, self.paused_until - self.context.clock.now()),
                                advice=self.login_advice)
             return Trouble()  # 2 s, doubling to 30 s (WeChatPolling.backoff)
         return super().receive_trouble(error)

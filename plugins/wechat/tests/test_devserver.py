@@ -47,7 +47,7 @@ def qr(base, status, timeout=20.0):
         code, answer = post(f"{base}/_fake/qr", {"status": status})
         if code != 409 or time.monotonic() > deadline:
             return code, answer
-        time.sleep(0.05)
+        time.sleep(0.05)  # real time: a `chatkernel login` process asks for its code when it will
 
 
 @pytest.mark.slow

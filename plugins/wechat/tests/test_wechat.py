@@ -280,11 +280,10 @@ class TestWeChat(ChannelContract):
                         found.append(entry.text)
             return found
 
-        found: list[str] = []
-        with anyio.fail_after(10):
-            while not found:
-                found = await notes()
-                await anyio.sleep(0.05)
+        await run.wait(lambda: ilink.calls_to("sendmessage"), what="the reply's send")
+        await run.settle()  # the send failed, and what it wrote is committed
+        found = await notes()
+        assert found, "no notification in the session log"
         assert "chunk 1/1" in found[0] and "ret=-2" in found[0] and "likely" in found[0]
 
     @pytest.mark.slow
@@ -388,29 +387,41 @@ class TestWeChat(ChannelContract):
 
 @pytest.mark.slow
 async def test_an_expired_session_fails_the_account_with_what_to_do(tmp_path):
-    from chatkernel.testing import open_contract_run
+    from chatkernel.testing import ManualClock, open_contract_run
 
     expected = ("session expired (iLink ret=-14): run `chatkernel login wechat` to log in "
                 "again, then restart the gateway; calls to iLink are paused meanwhile")
+    clock = ManualClock()
+    hour = 3600.0
     async with WeChatAdapter() as adapter:
         ilink = adapter.ilink
         ilink.expire_session(TOKEN)  # every call of the token answers -14
-        async with open_contract_run(adapter, tmp_path) as run:
+        async with open_contract_run(adapter, tmp_path, channel_clock=clock) as run:
             runtime = run.account.runtime
             await run.wait(lambda: runtime.state == "failed", what="the account failed")
             assert runtime.detail == expected == run.channel.session_expired
             snapshot = await run.health.snapshot()
             assert any(expected in problem for problem in snapshot.problems)
             assert TOKEN not in repr(snapshot)
-            await anyio.sleep(0.5)  # paused an hour: no call at all meanwhile
+            # Paused an hour: the loop sleeps until the pause ends, no call at all meanwhile.
+            expired_at = clock.now()
+            assert await clock.sleeper() == expired_at + hour
             assert [call.method for call in ilink.calls] == ["msg/notifystart"]
-        # Restarted during the pause: failed again at once, without a call to iLink.
-        async with open_contract_run(adapter, tmp_path) as run:
+            # The hour is over: one poll, refused again, and another hour's pause.
+            clock.advance(hour)
+            assert await clock.sleeper() == expired_at + 2 * hour
+            assert [call.method for call in ilink.calls] == ["msg/notifystart",
+                                                             "getupdates"]
+            assert runtime.state == "failed" and runtime.detail == expected
+        # Restarted during the pause: failed again at once, without a call to iLink, and
+        # asleep until the pause it remembered ends.
+        calls = [call.method for call in ilink.calls]
+        async with open_contract_run(adapter, tmp_path, channel_clock=clock) as run:
             runtime = run.account.runtime
             await run.wait(lambda: runtime.state == "failed", what="failed after a restart")
             assert runtime.detail == expected
-            await anyio.sleep(0.2)
-            assert [call.method for call in ilink.calls] == ["msg/notifystart"]
+            assert await clock.sleeper() == expired_at + 2 * hour
+            assert [call.method for call in ilink.calls] == calls
 
 
 def test_the_advice_names_an_account_other_than_main():

@@ -16,7 +16,7 @@ import aiohttp
 import anyio
 import pytest
 
-from chatkernel.testing import open_contract_run
+from chatkernel.testing import ManualClock, open_contract_run
 from chatkernel_whatsapp import api as graph_api
 from chatkernel_whatsapp.api import GraphAPI, media_mime, normalize_mime
 from chatkernel_whatsapp.channel import WhatsAppChannel
@@ -179,15 +179,16 @@ async def test_a_stale_message_is_recorded_not_answered_and_logged(adapter, tmp_
     async with open_contract_run(adapter, tmp_path) as run:
         graph = adapter.graph
         old = graph.message(USER, "from last week st1z", timestamp=time.time() - 6 * 86400)
-        both = graph.inject_messages([old, graph.message(USER, "just now st2z")])
+        batch = graph.inject_messages([old, graph.message(USER, "just now st2z")])
         await run.wait_for_tokens(USER, ["st2z"])
         await run.settle()
         assert run.tokens_sent(USER, ["st1z", "st2z"]) == ["st2z"]
         assert old["id"] in journaled(run)  # recorded: a redelivery is a duplicate
         assert not any("st1z" in text for text in run.agent_texts())
         assert "not answered: stale: sent 6.0 days ago" in caplog.text
-        # That notification by name: the reply's statuses are notifications posted after it.
-        graph.redeliver(both)
+        # This batch again, not the last notification: the reply's statuses may be posted
+        # after it by now.
+        graph.redeliver(batch)
         await run.wait(lambda: [o for _, o in run.deliveries].count("duplicate") == 2,
                        what="the redelivery seen as duplicates")
         assert run.tokens_sent(USER, ["st1z", "st2z"]) == ["st2z"]
@@ -387,7 +388,8 @@ async def test_an_expired_token_turns_health_red_with_what_to_do(adapter, tmp_pa
 @pytest.mark.slow
 async def test_a_refused_token_at_start_fails_the_account_with_what_to_do(adapter, tmp_path):
     adapter.graph.revoke_token()  # Graph answers 401, code 190
-    async with open_contract_run(adapter, tmp_path) as run:
+    clock = ManualClock()
+    async with open_contract_run(adapter, tmp_path, channel_clock=clock) as run:
         runtime = run.account.runtime
         await run.wait(lambda: runtime.state == "failed", what="the account failed")
         expected = ("the Graph API refused the access token (error 190: expired, revoked or "
@@ -400,8 +402,13 @@ async def test_a_refused_token_at_start_fails_the_account_with_what_to_do(adapte
         assert any(expected in problem for problem in snapshot.problems)
         token = adapter.graph.token
         assert token not in repr(snapshot)
-        await anyio.sleep(0.5)  # the next try waits minutes: no storm of lookups
+        # The next try waits five minutes: the loop sleeps until then, no storm of lookups.
+        assert await clock.sleeper() == clock.now() + 300
         assert len(adapter.graph.calls_to("phone_number")) == 1
+        clock.advance(300)  # tried again, refused again: the wait doubles
+        assert await clock.sleeper() == clock.now() + 600
+        assert len(adapter.graph.calls_to("phone_number")) == 2
+        assert runtime.detail == expected
 
 
 async def test_the_probe_names_the_number_its_name_and_quality(adapter, tmp_path):
