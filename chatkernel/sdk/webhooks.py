@@ -14,6 +14,8 @@ A webhook channel's transport is a :class:`Webhook`; its route is
    protocol message at once (Slack's ``url_verification``), and otherwise its
    events are normalized and journaled, and the platform gets its 200 as soon
    as the journal has them: the turn runs behind (Slack retries after 3 s).
+   Requests that arrive together share one journal commit (the store's group
+   commit), each answered only once its own events are durable.
 
 A GET on the same path is the platform's subscription handshake where it has
 one (Meta's ``hub.challenge``); the signature is never asked for on it.
@@ -32,6 +34,7 @@ import anyio
 from aiohttp import web
 
 from chatkernel.sdk.codec import decode_json
+from chatkernel.sdk.receiving import SharedCommit
 from chatkernel.sdk.transport import Transport
 
 if TYPE_CHECKING:
@@ -225,11 +228,12 @@ class Webhook(Transport):
         await self._take_requests(deliver)
 
     async def _take_requests(self, deliver: "Deliver") -> None:
-        self._deliver = deliver
+        # Requests come side by side: those that arrive together share a commit.
+        shared = self._deliver = SharedCommit(deliver)
         try:
             await anyio.sleep_forever()
         finally:
-            if self._deliver is deliver:
+            if self._deliver is shared:
                 self._deliver = None
 
     def http_routes(self) -> list[tuple[str, str, Any]]:
