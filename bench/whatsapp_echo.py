@@ -1,4 +1,5 @@
-"""End-to-end WhatsApp echo: chatkernel next to a minimal aiohttp webhook echo (the floor).
+"""End-to-end WhatsApp echo: chatkernel next to a minimal aiohttp webhook echo (the floor)
+and pywa, the peer library, in the same run.
 
 Each run starts a fresh :class:`chatkernel_whatsapp.fake.FakeGraph` on 127.0.0.1 (rate
 limits and statuses off) and queues ``--messages`` messages from ``--users`` users at once
@@ -15,7 +16,18 @@ message's text back with ``POST /{phone-number-id}/messages``.
     chatkernel   a real kernel with the chatkernel_whatsapp plugin and the echo agent, its
                  webhook route on an aiohttp server as the gateway mounts it: every
                  message journaled (SQLite, durable) before its 200, queue mode followup
-                 with debounce 0, max_concurrent 64, rate limits lifted
+                 with debounce 0, max_concurrent 64, rate limits lifted, the read receipt
+                 with the typing indicator on (the channel's default: a second request per
+                 message). ``--mount gateway`` (the default): the app and listener
+                 ``chatkernel run`` serves (core/gateway/process.py build_app: the HTTP
+                 guard, the health and control routes, GuardedSite); ``--mount bare``: only
+                 the channel's routes on a plain aiohttp app
+    pywa         pywa_async (skipped when it is not installed: bench/requirements.txt) in
+                 the webhook mode its docs give for a server of one's own: the aiohttp
+                 server of the floor hands the raw body and ``X-Hub-Signature-256`` to
+                 ``webhook_update_validator`` and ``webhook_update_handler``, whose
+                 ``@on_message`` handler ``await msg.reply(text)``s before the 200; its
+                 httpx client pointed at the fake
 
 The contenders alternate over ``--rounds`` (who goes first rotates), each on a fresh fake
 in a child process of its own (``--fake process``, the default: as with Meta, the bot does
@@ -25,13 +37,21 @@ the webhook is verified, then the fake posts them) or on the contender's event l
 messages echoed per second (N / time from the first push to the last echo), p50/p99
 latency (each message's first echo minus the start: every message was already queued),
 duplicates (echoes beyond one per message), order violations (an echo whose index in its
-user's messages is lower than an earlier echo's). chatkernel's run also checks that the
-journal holds every message and left none unfinished. The table shows medians over the
-rounds and the ratio to the floor.
+user's messages is lower than an earlier echo's), and the CPU time of this process per
+answered message (``time.process_time`` from the subscription to the last echo: the
+contender's, not the fake's when it runs in its own process). chatkernel's run also checks
+that the journal holds every message and left none unfinished, and counts the store's
+commits. The table shows medians over the rounds and the ratios to the floor (rate, and
+CPU per message).
+
+``--profile NAME`` runs NAME under cProfile over each of its runs (from the subscription
+to the last echo) and writes the top functions by cumulative and by own time to
+``--profile-out`` (the profiler slows the run: its rates are not comparable).
 
     .venv/bin/python bench/whatsapp_echo.py
     .venv/bin/python bench/whatsapp_echo.py --messages 2000 --users 200 --rounds 3
     .venv/bin/python bench/whatsapp_echo.py --per-notification 10
+    .venv/bin/python bench/whatsapp_echo.py --only chatkernel --rounds 1 --profile chatkernel
 """
 
 from __future__ import annotations
@@ -39,10 +59,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
 import hashlib
 import hmac
+import io
 import json
 import platform
+import pstats
 import sqlite3
 import statistics
 import sys
@@ -133,12 +156,15 @@ async def floor(graph: Target, home: Path, journal: dict[str, int]) -> AsyncIter
 
 
 @contextlib.asynccontextmanager
-async def chatkernel(graph: Target, home: Path, journal: dict[str, int]
-                     ) -> AsyncIterator[str]:
+async def chatkernel(graph: Target, home: Path, journal: dict[str, int], *,
+                     mount: str = "gateway") -> AsyncIterator[str]:
     """A real kernel: the whatsapp plugin, the echo agent, the durable SQLite journal,
-    the webhook route mounted as the gateway mounts it, the gateway's collector settings."""
+    the webhook route served as ``chatkernel run`` serves it (``mount``: "gateway") or
+    on a bare aiohttp app ("bare"), the gateway's collector settings."""
     import chatkernel_whatsapp
+    from chatkernel.core.gateway import http_server
     from chatkernel.core.gateway.gc_tuning import tune_for_serving
+    from chatkernel.core.gateway.process import HANDLER_ARGS, build_app
     from chatkernel.testing.memory import KernelHarness
 
     config = {
@@ -154,17 +180,29 @@ async def chatkernel(graph: Target, home: Path, journal: dict[str, int]
     async with KernelHarness(home, config=config,
                              plugins=[("whatsapp", chatkernel_whatsapp)]) as harness:
         kernel = harness.kernel
-        channel = kernel.accounts["whatsapp:main"].channel
-        app = web.Application()
-        for method, path, handler in channel.http_routes():
-            app.router.add_route(method, path, handler)
+        transport = kernel.accounts["whatsapp:main"].transport
+        if mount == "gateway":
+            app = build_app(kernel, "bench-control-token")
+            runner = web.AppRunner(app, handle_signals=False, **HANDLER_ARGS)
+            await runner.setup()
+            site = http_server.GuardedSite(runner, "127.0.0.1", 0, handler_args=HANDLER_ARGS,
+                                           limits=http_server.ConnectionLimits())
+            await site.start()
+            served: contextlib.AbstractAsyncContextManager[str] = _started(runner, site.name)
+        else:
+            app = web.Application()
+            for method, path, handler in transport.http_routes():
+                app.router.add_route(method, path, handler)
+            served = serve(app)
         restore_gc = tune_for_serving()
-        async with serve(app) as base, anyio.create_task_group() as tg:
-            tg.start_soon(channel.run, kernel.receiver)
-            while channel.webhook_deliver is None:
+        async with served as base, anyio.create_task_group() as tg:
+            tg.start_soon(transport.run, kernel.receiver)
+            while not transport.accepting:
                 await anyio.sleep(0.01)
+            commits_before = kernel.store.commits
             try:
-                yield f"{base}{channel.webhook_path}"
+                yield f"{base}{transport.path}"
+                journal["commits"] = kernel.store.commits - commits_before
                 with contextlib.suppress(TimeoutError):
                     await harness.settle(timeout=10)
                 await kernel.store.flush()
@@ -180,7 +218,68 @@ async def chatkernel(graph: Target, home: Path, journal: dict[str, int]
     journal["journaled"] = journaled
 
 
-CONTENDERS: dict[str, Callable[..., Any]] = {"floor": floor, "chatkernel": chatkernel}
+@contextlib.asynccontextmanager
+async def _started(runner: web.AppRunner, base: str) -> AsyncIterator[str]:
+    try:
+        yield base
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def pywa(graph: Target, home: Path, journal: dict[str, int]) -> AsyncIterator[str]:
+    """pywa_async as its docs show a webhook on a server of one's own: the raw body and
+    the signature header handed to the client, an ``@on_message`` handler replying."""
+    import httpx
+    from pywa_async import WhatsApp, types, utils
+
+    session = httpx.AsyncClient(limits=httpx.Limits(max_connections=100))
+    wa = WhatsApp(phone_id=graph.phone_number_id, token=graph.token, session=session,
+                  verify_token=VERIFY_TOKEN, app_secret=APP_SECRET,
+                  api_version=graph.version.removeprefix("v"),
+                  # replies go "to" the phone number (the fake takes no BSUID "recipient")
+                  user_identifier_priority=(utils.UserIdentifier.WA_ID,
+                                            utils.UserIdentifier.BSUID,
+                                            utils.UserIdentifier.PARENT_BSUID))
+    session.base_url = f"{graph.base_url}/{graph.version}"  # the fake, not graph.facebook.com
+
+    @wa.on_message()
+    async def echo(_: WhatsApp, message: types.Message) -> None:
+        await message.reply(message.text)
+
+    async def webhook(request: web.Request) -> web.Response:
+        raw = await request.read()
+        refused = await wa.webhook_update_validator(raw, request.headers.get(utils.HUB_SIG))
+        if refused is not None:
+            return web.Response(text=refused[0], status=refused[1])
+        text, status = await wa.webhook_update_handler(raw)
+        return web.Response(text=text, status=status)
+
+    async def handshake(request: web.Request) -> web.Response:
+        text, status = await wa.webhook_challenge_handler(
+            vt=request.query.get(utils.HUB_VT), ch=request.query.get(utils.HUB_CH))
+        return web.Response(text=text or "", status=status)
+
+    app = web.Application()
+    app.router.add_post("/webhook", webhook)
+    app.router.add_get("/webhook", handshake)
+    try:
+        async with serve(app) as base:
+            yield f"{base}/webhook"
+    finally:
+        await session.aclose()
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(module) is not None
+
+
+CONTENDERS: dict[str, Callable[..., Any]] = {"floor": floor, "chatkernel": chatkernel,
+                                             "pywa": pywa}
+#: The module a contender needs beyond the project's own (skipped when missing).
+NEEDS = {"pywa": "pywa_async"}
 
 
 # -- one run ------------------------------------------------------------------------------------
@@ -262,8 +361,12 @@ async def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:
                                                for m in items])
                     else:
                         await remote.post("messages", {"messages": items})
-                async with CONTENDERS[name](target, Path(tmp), journal) as url:
-                    wall = time.time()
+                options = {"mount": args.mount} if name == "chatkernel" else {}
+                async with CONTENDERS[name](target, Path(tmp), journal, **options) as url:
+                    profiler = cProfile.Profile() if args.profile == name else None
+                    wall, cpu = time.time(), time.process_time()
+                    if profiler is not None:
+                        profiler.enable()
                     if graph is not None:
                         passed = await graph.subscribe(url)
                     else:
@@ -271,11 +374,32 @@ async def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:
                     if not passed:
                         raise SystemExit(f"{name}: the webhook's GET verification failed")
                     sent = await wait_for_echoes(graph, remote, args)
+                    cpu = time.process_time() - cpu
+                    if profiler is not None:
+                        profiler.disable()
+                        write_profile(profiler, name, args)
                     await anyio.sleep(0.2)  # late duplicates would show now
                     sent = await wait_for_echoes(graph, remote, args)
             finally:
                 await remote.http.close()
-    return score(name, sent, texts, wall, args, journaled=journal.get("journaled"))
+    result = score(name, sent, texts, wall, args, journaled=journal.get("journaled"))
+    result["cpu_us"] = cpu / max(1, result["answered"]) * 1e6
+    result["commits"] = journal.get("commits")
+    return result
+
+
+def write_profile(profiler: cProfile.Profile, name: str, args: argparse.Namespace) -> None:
+    """The top of a run's profile, by cumulative and by own time, appended to the file."""
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out).strip_dirs()
+    out.write(f"==== {name}: {args.messages} messages, {args.per_notification} per "
+              f"notification, mount {args.mount}\n")
+    for order in ("cumulative", "tottime"):
+        out.write(f"---- by {order}\n")
+        stats.sort_stats(order).print_stats(args.profile_top)
+    with open(args.profile_out, "a", encoding="utf-8") as file:
+        file.write(out.getvalue())
+    print(f"    profile of {name} appended to {args.profile_out}", flush=True)
 
 
 async def wait_for_echoes(graph: FakeGraph | None, remote: Remote,
@@ -334,32 +458,65 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--fake", choices=("process", "inline"), default="process")
+    parser.add_argument("--mount", choices=("gateway", "bare"), default="gateway",
+                        help="chatkernel's webhook on the gateway's app, or on a bare one")
+    parser.add_argument("--only", default=",".join(CONTENDERS),
+                        help="comma-separated contenders (floor, chatkernel, pywa)")
+    parser.add_argument("--profile", metavar="NAME", choices=tuple(CONTENDERS),
+                        help="run NAME under cProfile and write the top of each run")
+    parser.add_argument("--profile-out", default="whatsapp_echo.prof.txt")
+    parser.add_argument("--profile-top", type=int, default=30)
     args = parser.parse_args()
+    names = [name for name in args.only.split(",") if name]
+    for name in names:
+        if name not in CONTENDERS:
+            parser.error(f"--only: no contender {name!r} (there are {', '.join(CONTENDERS)})")
+        if name in NEEDS and not _installed(NEEDS[name]):
+            print(f"{name} skipped: {NEEDS[name]} is not installed (bench/requirements.txt)")
+    names = [name for name in names if name not in NEEDS or _installed(NEEDS[name])]
     print(f"python {platform.python_version()} ({sys.executable}); {args.messages} messages "
           f"from {args.users} users, {args.per_notification} per notification, "
-          f"{args.workers} posts at a time, fake {args.fake}, {args.rounds} rounds", flush=True)
-    results: dict[str, list[dict[str, Any]]] = {name: [] for name in CONTENDERS}
-    order = list(CONTENDERS)
+          f"{args.workers} posts at a time, fake {args.fake}, chatkernel on the "
+          f"{args.mount} app, {args.rounds} rounds", flush=True)
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
     for round_number in range(args.rounds):
-        for name in order[round_number % 2:] + order[:round_number % 2]:
+        shift = round_number % len(names)
+        for name in names[shift:] + names[:shift]:
             result = asyncio.run(run_once(name, args))
             results[name].append(result)
+            commits = f"  commits {result['commits']}" if result["commits"] is not None else ""
             print(f"  round {round_number + 1} {name:10} {result['rate']:8.0f} msg/s  "
                   f"p50 {result['p50'] * 1000:6.0f} ms  p99 {result['p99'] * 1000:6.0f} ms  "
-                  f"answered {result['answered']}  dup {result['duplicates']}  "
-                  f"order {result['order']}  journaled {result['journaled']}", flush=True)
-    floor_rate = statistics.median(r["rate"] for r in results["floor"])
-    print("\n| contender | messages/s | p50 ms | p99 ms | answered | duplicates | order "
-          "violations | journaled | × floor |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+                  f"cpu {result['cpu_us']:5.0f} us/msg  answered {result['answered']}  "
+                  f"dup {result['duplicates']}  order {result['order']}  "
+                  f"journaled {result['journaled']}{commits}", flush=True)
+    print_table(results)
+
+
+def print_table(results: dict[str, list[dict[str, Any]]]) -> None:
+    base = results.get("floor")
+    floor_rate = statistics.median(r["rate"] for r in base) if base else None
+    floor_cpu = statistics.median(r["cpu_us"] for r in base) if base else None
+    print("\n| contender | messages/s | × floor | CPU µs/msg | CPU × floor | p50 ms | p99 ms "
+          "| answered | duplicates | order violations | journaled | commits |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, rows in results.items():
         rate = statistics.median(r["rate"] for r in rows)
-        print(f"| {name} | {rate:.0f} | {statistics.median(r['p50'] for r in rows) * 1000:.0f} | "
+        cpu = statistics.median(r["cpu_us"] for r in rows)
+        commits = [r["commits"] for r in rows if r["commits"] is not None]
+        print(f"| {name} | {rate:.0f} | "
+              f"{f'{rate / floor_rate:.2f}' if floor_rate else '—'} | {cpu:.0f} | "
+              f"{f'{cpu / floor_cpu:.2f}' if floor_cpu else '—'} | "
+              f"{statistics.median(r['p50'] for r in rows) * 1000:.0f} | "
               f"{statistics.median(r['p99'] for r in rows) * 1000:.0f} | "
               f"{min(r['answered'] for r in rows)} | {sum(r['duplicates'] for r in rows)} | "
               f"{sum(r['order'] for r in rows)} | "
               f"{rows[0]['journaled'] if rows[0]['journaled'] is not None else '—'} | "
-              f"{rate / floor_rate:.2f} |")
+              f"{statistics.median(commits) if commits else '—'} |")
+    if "chatkernel" in results and "pywa" in results:
+        ours = statistics.median(r["rate"] for r in results["chatkernel"])
+        theirs = statistics.median(r["rate"] for r in results["pywa"])
+        print(f"\nchatkernel / pywa: {ours / theirs:.2f}× the rate" if theirs else "")
 
 
 if __name__ == "__main__":

@@ -192,6 +192,25 @@ async def deliver_many(deliver: "Deliver", messages: list[InboundMessage]) -> No
         await per_chat(messages, lambda message: (message.account, message.chat_id), deliver)
 
 
+class SharedCommit:
+    """``deliver`` for a loop whose batches arrive side by side (a webhook server's
+    concurrent requests): with the kernel's receiver each batch joins the store's
+    group commit, so requests that come together share one durable write, and each
+    still returns only once its own messages are durable. Any other ``deliver`` is
+    used as it is."""
+
+    __slots__ = ("deliver", "many")
+
+    def __init__(self, deliver: "Deliver") -> None:
+        self.deliver = deliver
+        many = getattr(deliver, "many_shared", None) or getattr(deliver, "many", None)
+        if many is not None:
+            self.many = many
+
+    async def __call__(self, message: InboundMessage) -> str:
+        return await self.deliver(message)
+
+
 # -- failures -----------------------------------------------------------------------------
 
 

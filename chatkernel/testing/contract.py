@@ -303,8 +303,9 @@ async def wait_until(predicate: Callable[[], Any], *, timeout: float = 10.0,
 class ContractReceiver:
     """What the receive loop gets as ``deliver``: the kernel's receiver
     (``kernel.receiver``, which a gateway hands to ``Channel.run``), one message at a
-    time or a batch (``many``), recording each outcome in ``run.deliveries`` and
-    crashing where :meth:`ContractRun.crash_before_delivering` says."""
+    time or a batch (``many``, or ``many_shared`` for a webhook's), recording each
+    outcome in ``run.deliveries`` and crashing where
+    :meth:`ContractRun.crash_before_delivering` says."""
 
     def __init__(self, run: ContractRun) -> None:
         self._run = run
@@ -318,6 +319,12 @@ class ContractReceiver:
     async def many(self, messages: list[InboundMessage]) -> list[str]:
         await self._run._crash_if_due(messages)
         outcomes = await self._run.kernel.receiver.many(messages)
+        self._run.deliveries.extend(zip(messages, outcomes))
+        return outcomes
+
+    async def many_shared(self, messages: list[InboundMessage]) -> list[str]:
+        await self._run._crash_if_due(messages)
+        outcomes = await self._run.kernel.receiver.many_shared(messages)
         self._run.deliveries.extend(zip(messages, outcomes))
         return outcomes
 

@@ -258,9 +258,12 @@ async def read_json_object(request: web.Request, *, limit: int) -> dict[str, Any
     (declared or sent), 400 when it is not a JSON object.
     """
     length = request.content_length
-    if length is not None and length > limit:
-        raise RequestError(413, _too_large(limit))
-    body = bytearray()
+    if length is not None:
+        if length > limit:
+            raise RequestError(413, _too_large(limit))
+        # Declared and within the limit: aiohttp reads no more than that, in one call.
+        return parse_json_object(await request.read())
+    body = bytearray()  # chunked: counted as it comes
     async for chunk in request.content.iter_any():
         body += chunk
         if len(body) > limit:

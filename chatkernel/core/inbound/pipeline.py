@@ -200,6 +200,11 @@ class Receiver:
     async def many(self, messages: list[InboundMessage]) -> list[str]:
         return await self._inbound.accept_many(messages)
 
+    async def many_shared(self, messages: list[InboundMessage]) -> list[str]:
+        """:meth:`many` for a batch that arrives beside others (a webhook request):
+        requests that come together share one durable write."""
+        return await self._inbound.accept_many(messages, shared=True)
+
 
 class Inbound:
     """Runs the delivery pipeline for one kernel, given what it uses by name.
@@ -275,9 +280,12 @@ class Inbound:
         self._line_up_if_owned(account, seq, message)
         return "accepted"
 
-    async def accept_many(self, messages: list[InboundMessage]) -> list[str]:
+    async def accept_many(self, messages: list[InboundMessage], *,
+                          shared: bool = False) -> list[str]:
         """:meth:`accept` for a batch (a long poll's updates): one durable write for
-        all of them, then each goes on in order within its chat.
+        all of them, then each goes on in order within its chat. ``shared``: the batch
+        arrived beside others (concurrent webhook requests) and joins the store's
+        group commit with them (``Store.journal_inbound_shared``).
 
         Returns an outcome per message: ``accepted``, ``duplicate``, or
         ``invalid`` for a message the kernel cannot take (logged with the
@@ -298,7 +306,9 @@ class Inbound:
                 continue
             valid.append((index, account, message))
             outcomes.append("accepted")
-        seqs = await self._store().journal_inbound_many([m for _, _, m in valid])
+        store = self._store()
+        journal = store.journal_inbound_shared if shared else store.journal_inbound_many
+        seqs = await journal([m for _, _, m in valid])
         for (index, account, message), seq in zip(valid, seqs):
             if self._counted(account, message, seq) is None:
                 outcomes[index] = "duplicate"

@@ -213,6 +213,15 @@ class Store(abc.ABC):
         """
         return [await self.journal_inbound(message) for message in messages]
 
+    async def journal_inbound_shared(self, messages: list[InboundMessage]) -> list[int | None]:
+        """:meth:`journal_inbound_many` for a batch that arrives beside others (a webhook
+        request among concurrent ones): it may share one durable write with them.
+
+        Returns, like it, once the batch is durable. Backends with a group commit
+        override it to join the next one instead of committing at once.
+        """
+        return await self.journal_inbound_many(messages)
+
     @abc.abstractmethod
     async def set_journal_status(self, seq: int, status: str) -> None:
         """Finish a journaled message: ``done`` or ``rejected``."""

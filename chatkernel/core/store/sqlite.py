@@ -499,6 +499,9 @@ class SQLiteStore(Store):
         self._commit_callbacks: list[Callable[[Exception | None], None]] = []
         self._writer: sqlite3.Cursor | None = None  # see _write
         self._last_commit = -math.inf
+        #: Transactions committed since the store opened (the group commit's measure:
+        #: writes per commit).
+        self.commits = 0
         # Coalesced marks, written by _write_marks before the next commit.
         self._sending_marks: set[int] = set()
         self._sent_marks: set[int] = set()
@@ -946,6 +949,7 @@ class SQLiteStore(Store):
                 self._write_marks()
             if conn is not None and conn.in_transaction:
                 conn.execute("COMMIT")
+                self.commits += 1
         except (sqlite3.Error, StoreError) as exc:
             with contextlib.suppress(sqlite3.Error):
                 if conn.in_transaction:  # type: ignore[union-attr]
@@ -1061,6 +1065,21 @@ class SQLiteStore(Store):
         error = self._commit()
         if error is not None:
             raise error
+        return seqs
+
+    async def journal_inbound_shared(self, messages: list[InboundMessage]) -> list[int | None]:
+        # Concurrent webhook requests: each batch joins the open transaction and its
+        # caller waits for the group commit, so requests that arrive together share
+        # one commit; a failed commit drops the entries and raises here (no 2xx).
+        now = time.time()
+        seqs = []
+        for message in messages:
+            cursor = self._write(self._JOURNAL_INSERT, (
+                message.channel, message.account, message.message_id,
+                encode_message(message), now))
+            seqs.append(cursor.lastrowid if cursor.rowcount == 1 else None)
+        if self._commit_scheduled:  # also for duplicates: their first may be in this commit
+            await self._journal_waiter()
         return seqs
 
     async def set_journal_status(self, seq: int, status: str) -> None:

@@ -249,10 +249,22 @@ class App:
     unacked: dict[str, _Delivery] = field(default_factory=dict, repr=False)
     signal: Signal = field(default_factory=Signal, repr=False)
     worker: bool = False
+    #: Events API: the conversations with an event in flight (see FakeSlack.events_workers).
+    pushing: set[str] = field(default_factory=set, repr=False)
 
     @property
     def open_sockets(self) -> list[_Socket]:
         return [s for s in self.sockets if not s.ws.closed]
+
+
+def _conversation(delivery: _Delivery) -> str:
+    """The conversation an event is in ("" when it names none: a malformed one too)."""
+    event = delivery.wrapper.get("event") if isinstance(delivery.wrapper, dict) else None
+    if not isinstance(event, dict):
+        return ""
+    item = event.get("item")
+    channel = event.get("channel") or (item.get("channel") if isinstance(item, dict) else None)
+    return str(channel or "")
 
 
 @dataclass
@@ -384,6 +396,9 @@ class FakeSlack(FakePlatform):
         self.echo_own_messages = True
         self.events_retry_delays: tuple[float, ...] = (0.05, 0.1, 0.2)
         self.events_timeout = 3.0
+        #: Events API requests in flight at once per app (Slack sends several at a
+        #: time); each conversation's events still go one after another, in order.
+        self.events_workers = 1
         self._limits: dict[str, float] | None = None
         #: Channels whose posts are refused, with Slack's error (see refuse_posts).
         self.refused_posts: dict[str, str] = {}
@@ -580,8 +595,11 @@ class FakeSlack(FakePlatform):
     def _ensure_worker(self, app: App) -> None:
         if not app.worker and self.running:
             app.worker = True
-            self.start_soon(self._socket_worker if app.mode == "socket" else self._http_worker,
-                            app)
+            if app.mode == "socket":
+                self.start_soon(self._socket_worker, app)
+            else:
+                for _ in range(max(1, self.events_workers)):
+                    self.start_soon(self._http_worker, app)
 
     # Socket Mode
 
@@ -732,43 +750,61 @@ class FakeSlack(FakePlatform):
 
     # Events API
 
+    def _next_push(self, app: App) -> _Delivery | None:
+        """The first pending event whose conversation has none in flight (None: none)."""
+        for index, delivery in enumerate(app.pending):
+            if _conversation(delivery) not in app.pushing:
+                return app.pending.pop(index)
+        return None
+
     async def _http_worker(self, app: App) -> None:
-        """Pushes the app's events to its request URL, one at a time, in order."""
+        """Pushes the app's events to its request URL, each conversation's in order
+        (:attr:`events_workers` of these run, one request in flight each)."""
         try:
             while not self.closing:
-                if not app.pending or not app.request_url:
+                delivery = self._next_push(app) if app.request_url else None
+                if delivery is None:
                     await app.signal.wait()
                     continue
-                delivery = app.pending.pop(0)
-                self._pushed.append((delivery.seq, delivery.attempt, delivery.wrapper))
-                first = delivery.attempt
-
-                def headers(number: int, first: int = first) -> dict[str, str]:
-                    retry = first + number - 1
-                    return {"X-Slack-Retry-Num": str(retry),
-                            "X-Slack-Retry-Reason": "http_timeout"} if retry else {}
-
-                def record(attempt: Any, first: int = first,
-                           event_id: str = delivery.event_id) -> None:
-                    self.deliveries.append((first + attempt.attempt - 1, attempt.status,
-                                            event_id))
-                    self.changed()
-
-                signer = SlackSigner(app.signing_secret)
-                delays = self.events_retry_delays[max(0, first - 1):] if first else \
-                    self.events_retry_delays
-                url = app.request_url
-                last = await self.webhooks.push(
-                    url, delivery.wrapper, signer=signer, headers=headers,
-                    on_attempt=record, delays=delays, timeout=self.events_timeout,
-                    wanted=lambda url=url: app.request_url == url and not self.closing)
-                if last is None:  # the request URL changed: the event goes there
-                    app.pending.insert(0, delivery)
-                elif not last.ok:
-                    self.dropped.append(delivery.wrapper)
-                self.changed()
+                conversation = _conversation(delivery)
+                app.pushing.add(conversation)
+                try:
+                    await self._push(app, delivery)
+                finally:
+                    app.pushing.discard(conversation)
+                    app.signal.fire()  # its conversation's next event may go now
         finally:
             app.worker = False
+
+    async def _push(self, app: App, delivery: _Delivery) -> None:
+        """One event to the request URL, retried as Slack does."""
+        self._pushed.append((delivery.seq, delivery.attempt, delivery.wrapper))
+        first = delivery.attempt
+
+        def headers(number: int, first: int = first) -> dict[str, str]:
+            retry = first + number - 1
+            return {"X-Slack-Retry-Num": str(retry),
+                    "X-Slack-Retry-Reason": "http_timeout"} if retry else {}
+
+        def record(attempt: Any, first: int = first,
+                   event_id: str = delivery.event_id) -> None:
+            self.deliveries.append((first + attempt.attempt - 1, attempt.status,
+                                    event_id))
+            self.changed()
+
+        signer = SlackSigner(app.signing_secret)
+        delays = self.events_retry_delays[max(0, first - 1):] if first else \
+            self.events_retry_delays
+        url = app.request_url
+        last = await self.webhooks.push(
+            url, delivery.wrapper, signer=signer, headers=headers,
+            on_attempt=record, delays=delays, timeout=self.events_timeout,
+            wanted=lambda url=url: app.request_url == url and not self.closing)
+        if last is None:  # the request URL changed: the event goes there
+            app.pending.insert(0, delivery)
+        elif not last.ok:
+            self.dropped.append(delivery.wrapper)
+        self.changed()
 
     async def verify_url(self, url: str, *, app: App | None = None) -> bool:
         """Slack's ``url_verification``: POST a challenge, signed; True when the answer

@@ -306,6 +306,40 @@ async def test_events_are_posted_signed_and_retried_with_the_retry_headers():
         assert json.loads(seen[0][1]) == json.loads(seen[1][1])
 
 
+async def test_events_workers_post_several_conversations_at_once_each_in_order():
+    from aiohttp import web
+
+    arrived: list[tuple[str, str]] = []
+    in_flight: dict[str, int] = {}
+    overlapping: list[str] = []
+    all_three = anyio.Event()
+
+    async def handler(request: web.Request) -> web.Response:
+        event = json.loads(await request.read())["event"]
+        channel = event["channel"]
+        if in_flight.get(channel):
+            overlapping.append(channel)
+        in_flight[channel] = in_flight.get(channel, 0) + 1
+        arrived.append((channel, event["text"]))
+        if sum(in_flight.values()) == 3:
+            all_three.set()
+        await all_three.wait()  # held until three requests are in flight at once
+        in_flight[channel] -= 1
+        return web.Response()
+
+    async with serve_routes(web.post("/events", handler)) as base, \
+            FakeSlack(mode="events") as slack:
+        slack.events_workers = 3
+        for number in (1, 2):
+            for channel in ("D0DIRECT01", "D0DIRECT02", "D0DIRECT03"):
+                slack.inject_message(channel, f"{channel} {number}")
+        slack.set_request_url(f"{base}/events")
+        await slack.wait_until(lambda: len(arrived) == 6, timeout=5)
+    assert all_three.is_set() and overlapping == []
+    for channel in ("D0DIRECT01", "D0DIRECT02", "D0DIRECT03"):
+        assert [text for c, text in arrived if c == channel] == [f"{channel} 1", f"{channel} 2"]
+
+
 # -- files ----------------------------------------------------------------------------------
 
 

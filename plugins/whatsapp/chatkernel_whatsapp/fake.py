@@ -590,7 +590,7 @@ class FakeGraph(FakePlatform):
         senders = list(dict.fromkeys(m["from"] for m in messages))
         return {"messaging_product": "whatsapp", "metadata": self._metadata(),
                 "contacts": [{"profile": {"name": (names or {}).get(s, f"User {s[-4:]}")},
-                              "wa_id": s} for s in senders],
+                              "wa_id": s, "user_id": self.user_id(s)} for s in senders],
                 "messages": messages}
 
     def inject_message(self, wa_id: str, text: str | None = None, **fields: Any) -> dict[str, Any]:
@@ -657,6 +657,12 @@ class FakeGraph(FakePlatform):
     def _metadata(self) -> dict[str, str]:
         digits = "".join(ch for ch in self.display_phone_number if ch.isdigit())
         return {"display_phone_number": digits, "phone_number_id": self.phone_number_id}
+
+    def user_id(self, wa_id: str) -> str:
+        """The business-scoped user id Meta gives the sender ``wa_id`` in ``contacts[]``
+        (``user_id``), the same for the same sender."""
+        digest = hashlib.sha256(f"{self.phone_number_id}:{wa_id}".encode()).digest()
+        return f"US.{int.from_bytes(digest[:8], 'big')}"
 
     def _wamid(self) -> str:
         raw = f"{self.phone_number_id}:{next(self._ids)}:{secrets.token_hex(8)}".encode()

@@ -75,3 +75,17 @@ async def test_the_fakes_answers_and_notifications_have_the_published_shapes(tmp
         for notification in graph.notifications:
             assert spec.problems(notification.body, "WebhookPayload") == [], notification
         await client.close()
+
+
+async def test_the_fakes_contacts_carry_metas_user_id_beside_the_wa_id():
+    async with FakeGraph() as graph:
+        notification = graph.inject_messages([graph.message("15550001111", "a"),
+                                              graph.message("15550002222", "b")])
+        value = notification.body["entry"][0]["changes"][0]["value"]
+        contacts = {c["wa_id"]: c["user_id"] for c in value["contacts"]}
+        assert set(contacts) == {"15550001111", "15550002222"}
+        assert len(set(contacts.values())) == 2 and all(
+            u.startswith("US.") for u in contacts.values())
+        again = graph.inject_messages([graph.message("15550001111", "c")])
+        assert again.body["entry"][0]["changes"][0]["value"]["contacts"][0]["user_id"] == \
+            contacts["15550001111"]  # the same sender, the same id
