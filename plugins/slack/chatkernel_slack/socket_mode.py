@@ -18,6 +18,11 @@ does not do, and this module does:
   an unacknowledged one is sent again by Slack (``retry_attempt`` > 0) and the
   journal's dedupe takes it once. Redelivered envelopes are processed like any
   other: they are the only delivery of events sent while the socket was down.
+- **One journal write per message.** A mention in a channel comes as two envelopes
+  (``message`` and ``app_mention``, see chatkernel_slack.events). The second one
+  is acknowledged at once, before its batch's journal write, and not journaled:
+  its twin is in the same batch ahead of it or was journaled already. (Acking it
+  early is safe: its twin is acknowledged only once it is durable.)
 - **Liveness from traffic.** Every frame from Slack — hello, events,
   disconnect warnings, and the pongs to slack_sdk's pings — reports the socket
   alive (``link.alive()``): the client's websocket class is wrapped to see
@@ -39,6 +44,7 @@ import anyio
 
 from chatkernel.channels import PlatformError, SocketLink, decode_json, encode_json
 from chatkernel_slack.api import slack_error
+from chatkernel_slack.events import message_key
 
 if TYPE_CHECKING:
     from chatkernel_slack.receiving import SlackSocket
@@ -73,9 +79,11 @@ class SocketSession:
         self.channel = transport.channel
         self.link = link
         self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        #: Envelopes taken, and how many of them were redeliveries.
+        #: Envelopes taken, how many of them were redeliveries, and how many the second
+        #: event of a message already journaled (acknowledged, not journaled again).
         self.envelopes = 0
         self.redelivered = 0
+        self.twins = 0
 
     # -- frames, in the client's receive loop (must never raise or wait) ---------------------
 
@@ -136,24 +144,43 @@ class SocketSession:
                 await client.close()
 
     async def _take(self, client: Any, envelopes: list[dict[str, Any]]) -> None:
-        """Journal a batch's events, then acknowledge every envelope in it."""
-        events = []
+        """Journal a batch's events, then acknowledge every envelope in it (a mention's
+        second envelope first, unjournaled: see the module docstring)."""
+        events, keys, later = [], [], []
+        recent, in_batch = self.transport.recent, set()
         for envelope in envelopes:
             self.envelopes += 1
             if envelope.get("retry_attempt"):
                 self.redelivered += 1
-            if envelope.get("type") == EVENTS_API:
-                events.append(envelope.get("payload"))
-            else:  # slash commands and interactivity: not messages, acknowledged
+            if envelope.get("type") != EVENTS_API:
+                # slash commands and interactivity: not messages, acknowledged
                 log.debug("%s: %s envelope acknowledged and not handled",
                           self.channel.account.key, envelope.get("type"))
+                later.append(envelope)
+                continue
+            payload = envelope.get("payload")
+            key = message_key(payload)
+            if key is not None and (key in in_batch or key in recent):
+                self.twins += 1
+                await self._ack(client, envelope)
+                continue
+            if key is not None:
+                in_batch.add(key)
+                keys.append(key)
+            events.append(payload)
+            later.append(envelope)
         if events:
             await self.link.deliver(events)
-        for envelope in envelopes:
-            try:
-                await client.send_message(encode_json({"envelope_id": envelope["envelope_id"]}))
-            except (ConnectionError, aiohttp.ClientError) as exc:
-                # The socket went away: Slack sends these envelopes again, the journal
-                # has them already. The session ends; the kit opens a new one.
-                raise PlatformError(f"acknowledging an envelope: the socket closed ({exc})",
-                                    kind="no_answer") from None
+            for key in keys:
+                recent.add(key)
+        for envelope in later:
+            await self._ack(client, envelope)
+
+    async def _ack(self, client: Any, envelope: dict[str, Any]) -> None:
+        try:
+            await client.send_message(encode_json({"envelope_id": envelope["envelope_id"]}))
+        except (ConnectionError, aiohttp.ClientError) as exc:
+            # The socket went away: Slack sends the unacknowledged envelopes again, the
+            # journal has them already. The session ends; the kit opens a new one.
+            raise PlatformError(f"acknowledging an envelope: the socket closed ({exc})",
+                                kind="no_answer") from None
