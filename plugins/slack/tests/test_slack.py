@@ -690,6 +690,24 @@ async def test_the_working_status_shows_while_a_turn_runs_and_is_cleared(tmp_pat
                        what="the status cleared after the top-level reply")
 
 
+async def test_a_reply_posted_at_once_sets_no_working_status(tmp_path):
+    """Issue 31: a status set for a turn that replies at once would be cleared by the
+    reply a moment later: two setStatus calls the user never sees. The turns below reply
+    within the channel's indicator_delay, 100 at once; none sets a status (sets and
+    clears: none)."""
+    async with slack_run(tmp_path) as run:
+        slack = run.adapter.slack
+        await connected(run)
+        chats = [f"D0QUICK{c:03d}" for c in range(20)]
+        for n in range(5):
+            for chat in chats:
+                slack.inject_message(chat, f"quick {n} in {chat} qk01z", user=USER)
+        await run.wait(lambda: all(len(answered(run, chat, "qk01z")) == 5 for chat in chats),
+                       what="every reply")
+        await run.settle()
+        assert [s for s in slack.statuses if s.channel in chats] == []
+
+
 # -- health and secrets ------------------------------------------------------------------------
 
 
