@@ -6,12 +6,15 @@ websocket, pings every ``ping_interval``, and a new connection when Slack sends
 a ``disconnect`` frame, closes the socket or stops answering pings. What it
 does not do, and this module does:
 
-- **Order.** The client hands each frame to its request listeners in a task of
-  its own, so they run in no fixed order. Frames are taken instead from
-  ``on_message_listeners``, which the client's receive loop calls one after
-  the other as frames arrive, and put in one queue; the session reads the
-  queue in batches, in arrival order, so each channel's messages reach the
-  kernel in the order Slack sent them.
+- **Order, and one decode per frame.** The client hands each frame to its request
+  listeners in a task of its own, so they run in no fixed order, after decoding it
+  with the standard library's JSON and starting that task: more CPU than the rest
+  of an envelope's way to the journal. Frames are taken instead where the client's
+  receive loop queues them (``enqueue_message``, called one after the other as
+  frames arrive), decoded once and put in one queue of the session's; the session
+  reads it in batches, in arrival order, so each channel's messages reach the
+  kernel in the order Slack sent them. Only the frames slack_sdk acts on itself
+  (``disconnect``: it opens a new connection) still go on to its own queue.
 - **Acknowledgements, after the journal.** Each batch is normalized and
   journaled (``link.deliver``) and only then is every envelope in it
   acknowledged: an acknowledged event that was not recorded would be lost,
@@ -71,6 +74,30 @@ def _watched(on_frame: Any) -> type[aiohttp.ClientWebSocketResponse]:
     return WatchedWebSocket
 
 
+def _client_class() -> type:
+    """slack_sdk's aiohttp ``SocketModeClient``, whose received frames go to a session's
+    :meth:`SocketSession._text` (see the module docstring). Made on first use: slack_sdk
+    is imported only by an account in socket mode."""
+    global _Client
+    if _Client is None:
+        from slack_sdk.socket_mode.aiohttp import SocketModeClient
+
+        class Client(SocketModeClient):  # type: ignore[misc]
+            def __init__(self, session: SocketSession, **options: Any) -> None:
+                super().__init__(**options)
+                self.chatkernel_session = session
+
+            async def enqueue_message(self, message: str) -> None:
+                if self.chatkernel_session._text(message):
+                    await super().enqueue_message(message)
+
+        _Client = Client
+    return _Client
+
+
+_Client: type | None = None
+
+
 class SocketSession:
     """One Socket Mode connection's life: open, receive, acknowledge, until it ends."""
 
@@ -92,41 +119,43 @@ class SocketSession:
                             aiohttp.WSMsgType.PONG, aiohttp.WSMsgType.PING):
             self.link.alive()
 
-    async def _on_message(self, message: aiohttp.WSMessage) -> None:
+    def _text(self, data: str) -> bool:
+        """A text frame from Slack; returns whether slack_sdk must see it too."""
         try:
-            frame = decode_json(message.data)
+            frame = decode_json(data)
         except (ValueError, TypeError, UnicodeDecodeError):
             log.warning("%s: a Socket Mode frame that is not JSON was ignored",
                         self.channel.account.key)
-            return
+            return False
         if not isinstance(frame, dict):
-            return
+            return False
         kind = frame.get("type")
+        if frame.get("envelope_id"):
+            self.inbox.put_nowait(frame)
+            return False
         if kind == "hello":
             self.transport.hello(frame)
-        elif kind == "disconnect":
+            return False
+        if kind == "disconnect":
             log.info("%s: Slack asks to reconnect (%s)", self.channel.account.key,
                      frame.get("reason"))
-        elif frame.get("envelope_id"):
-            self.inbox.put_nowait(frame)
+        return True
 
     # -- the session -----------------------------------------------------------------
 
     async def run(self) -> None:
         from slack_sdk.errors import SlackApiError
-        from slack_sdk.socket_mode.aiohttp import SocketModeClient
 
         config = self.channel.config
         api = self.channel.api
-        client = SocketModeClient(app_token=config.app_token, logger=sdk_log,
-                                  web_client=api.web_client(token=config.app_token),
-                                  ping_interval=config.ping_interval)
+        client = _client_class()(self, app_token=config.app_token, logger=sdk_log,
+                                 web_client=api.web_client(token=config.app_token),
+                                 ping_interval=config.ping_interval)
         try:
             # Its own session cannot show us pongs: one whose websockets report every frame.
             await client.aiohttp_client_session.close()
             client.aiohttp_client_session = aiohttp.ClientSession(
                 ws_response_class=_watched(self._frame))
-            client.on_message_listeners.append(self._on_message)
             try:
                 # Called here rather than inside connect(), which retries forever and
                 # only logs: a refused app token is the kit's to classify and report.
