@@ -362,8 +362,7 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
         if route.thread_id:
             kwargs["thread_ts"] = route.thread_id
         try:
-            answer = await self.api.call("chat.postMessage",
-                                         lambda client: client.chat_postMessage(**kwargs))
+            answer = await self.api.post("chat.postMessage", kwargs)
         except PlatformError as exc:
             raise exc.send_error(markup_rejected=markup is not None
                                  and exc.code in MARKUP_ERRORS) from None
