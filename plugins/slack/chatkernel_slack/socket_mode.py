@@ -76,8 +76,8 @@ def _watched(on_frame: Any) -> type[aiohttp.ClientWebSocketResponse]:
 
 def _client_class() -> type:
     """slack_sdk's aiohttp ``SocketModeClient``, whose received frames go to a session's
-    :meth:`SocketSession._text` (see the module docstring). Made on first use: slack_sdk
-    is imported only by an account in socket mode."""
+    :meth:`SocketSession.take_text` (see the module docstring). Made on first use:
+    slack_sdk is imported only by an account in socket mode."""
     global _Client
     if _Client is None:
         from slack_sdk.socket_mode.aiohttp import SocketModeClient
@@ -88,7 +88,7 @@ def _client_class() -> type:
                 self.chatkernel_session = session
 
             async def enqueue_message(self, message: str) -> None:
-                if self.chatkernel_session._text(message):
+                if self.chatkernel_session.take_text(message):
                     await super().enqueue_message(message)
 
         _Client = Client
@@ -119,7 +119,7 @@ class SocketSession:
                             aiohttp.WSMsgType.PONG, aiohttp.WSMsgType.PING):
             self.link.alive()
 
-    def _text(self, data: str) -> bool:
+    def take_text(self, data: str) -> bool:
         """A text frame from Slack; returns whether slack_sdk must see it too."""
         try:
             frame = decode_json(data)
