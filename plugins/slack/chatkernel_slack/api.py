@@ -1,8 +1,8 @@
 """Slack's Web API for one app, on slack_sdk's ``AsyncWebClient``.
 
-Every call goes through :meth:`SlackAPI.call`, which turns slack_sdk's failures
-into the kit's :class:`~chatkernel.channels.PlatformError`, classified for the
-kernel's retry policy:
+Every call but the replies (below) goes through :meth:`SlackAPI.call`, which turns
+slack_sdk's failures into the kit's :class:`~chatkernel.channels.PlatformError`,
+classified for the kernel's retry policy:
 
 - an answer with ``"ok": false`` is ``rejected`` (its ``error`` is the code), a
   429 or ``ratelimited`` is ``rate_limited`` with ``Retry-After``, 502/503/504 and
