@@ -7,13 +7,17 @@ route → queue lane → echo agent → responder → in-memory channel. The flo
 is a bare anyio echo loop over the same in-memory channel in the same run.
 
     .venv/bin/python bench/pipeline.py [--chats 1000] [--per-chat 10]
+    .venv/bin/python bench/pipeline.py --rounds 1 --profile      # where the CPU goes
 
-Prints throughput and p50/p99 latency of each, and the ratio to the floor.
+Prints throughput and p50/p99 latency of each, and the ratio to the floor. ``--profile``
+runs the kernel under cProfile (one more run, after the timed ones) and prints its top
+functions and its calls per message.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import logging
 import os
 import statistics
@@ -45,7 +49,9 @@ class Waiters:
             event.set()
 
 
-async def closed_loop(chats: int, per_chat: int, send) -> tuple[float, float, list[float]]:
+async def closed_loop(chats: int, per_chat: int, send,
+                      profiler: cProfile.Profile | None = None
+                      ) -> tuple[float, float, list[float]]:
     """Run every chat's loop; returns (elapsed seconds, CPU seconds, latencies)."""
     latencies: list[float] = []
 
@@ -57,9 +63,15 @@ async def closed_loop(chats: int, per_chat: int, send) -> tuple[float, float, li
             latencies.append(time.perf_counter() - started)
 
     started, cpu_started = time.perf_counter(), time.process_time()
-    async with anyio.create_task_group() as tg:
-        for index in range(chats):
-            tg.start_soon(chat, index)
+    if profiler is not None:
+        profiler.enable()
+    try:
+        async with anyio.create_task_group() as tg:
+            for index in range(chats):
+                tg.start_soon(chat, index)
+    finally:
+        if profiler is not None:
+            profiler.disable()
     return time.perf_counter() - started, time.process_time() - cpu_started, latencies
 
 
@@ -89,7 +101,8 @@ async def floor(chats: int, per_chat: int) -> tuple[float, float, list[float]]:
     return result
 
 
-async def kernel(chats: int, per_chat: int, home: Path, gc_tuning: bool = True
+async def kernel(chats: int, per_chat: int, home: Path, gc_tuning: bool = True,
+                 profiler: cProfile.Profile | None = None
                  ) -> tuple[float, float, list[float]]:
     waiters = Waiters()
     harness = KernelHarness(home, config={"queue": {"max_concurrent": 64}})
@@ -113,7 +126,7 @@ async def kernel(chats: int, per_chat: int, home: Path, gc_tuning: bool = True
             await event.wait()
 
         try:
-            result = await closed_loop(chats, per_chat, send)
+            result = await closed_loop(chats, per_chat, send, profiler)
         finally:
             restore_gc()
         assert len(channel.sent) == chats * per_chat, len(channel.sent)
@@ -157,6 +170,9 @@ def main() -> None:
     parser.add_argument("--no-gc-tuning", action="store_true",
                         help="run the kernel with CPython's default collector settings "
                              "instead of those `chatkernel run` applies")
+    parser.add_argument("--profile", nargs="?", const="", metavar="FILE",
+                        help="after the timed rounds, one kernel run under cProfile: its top "
+                             "functions and calls per message (and the profile saved to FILE)")
     args = parser.parse_args()
     logging.disable(logging.WARNING)
     total = args.chats * args.per_chat
@@ -180,6 +196,14 @@ def main() -> None:
               f"{rows[0]['rate'] / row['rate']:10.1f}{row['cpu']:12.0f}")
     verdict = "met" if rows[1]["rate"] >= 5000 else "MISSED"
     print(f"\ntarget: >= 5,000 msgs/s through the kernel with the durable journal: {verdict}")
+    if args.profile is not None:
+        from profiling import report as profile_report
+
+        profiler = cProfile.Profile()
+        with tempfile.TemporaryDirectory() as home:
+            anyio.run(kernel, args.chats, args.per_chat, Path(home) / "profiled",
+                      not args.no_gc_tuning, profiler)
+        profile_report(profiler, total, path=args.profile or None)
 
 
 if __name__ == "__main__":

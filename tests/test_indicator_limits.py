@@ -113,3 +113,59 @@ async def test_an_unlimited_indicator_is_made_even_while_a_reply_is_on_its_way()
         call = await channel.next_call()
         tg.cancel_scope.cancel()
     assert call == (clock.now(), "chat-a")
+
+
+async def test_a_turn_that_ends_within_the_indicator_delay_shows_none_a_longer_one_does():
+    """Issue 31: a channel's ``indicator_delay`` holds a turn's first call back; a turn
+    that replied sooner costs no call (its reply would end the indicator at once). A
+    channel without a delay, beside it, shows when the refresher went through."""
+    clock = ManualClock()
+    start = clock.now()
+    delayed = RecordingChannel(ChannelLimits(indicator_interval=600.0, indicator_delay=0.5),
+                               clock)
+    prompt = RecordingChannel(ChannelLimits(indicator_interval=600.0), clock)
+    slow = SimpleNamespace(key="test:slow", channel=delayed)
+    quick = SimpleNamespace(key="test:quick", channel=prompt)
+
+    async def route(key: str) -> Route:
+        return routes(key)
+
+    indicators = Indicators(route, clock=clock.now)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(indicators.run)
+        indicators.begin(slow, "test:slow:replies-soon")
+        indicators.begin(slow, "test:slow:thinks")
+        indicators.begin(quick, "test:quick:witness")
+        assert await prompt.next_call() == (start, "witness")  # a pass at the start
+        clock.advance(0.3)
+        indicators.end("test:slow:replies-soon")  # its reply went out within the delay
+        clock.advance(0.2)
+        call = await delayed.next_call()
+        tg.cancel_scope.cancel()
+    assert call == (start + 0.5, "thinks")
+    assert delayed.calls == [call], "an indicator went before the delay"
+
+
+async def test_the_messages_waiting_in_one_session_make_one_indicator_call_and_a_turn_none():
+    """Issue 31: a burst of messages waiting for their session's turn shows the indicator
+    once (each message asked for it before); a session whose turn started before the
+    refresher came to its waiting message leaves it to the turn's own indicator."""
+    clock = ManualClock()
+    channel = RecordingChannel(ChannelLimits(indicator_interval=600.0), clock)
+    account = SimpleNamespace(key="test:main", channel=channel)
+
+    async def route(key: str) -> Route:
+        return routes(key)
+
+    indicators = Indicators(route, clock=clock.now)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(indicators.run)
+        for _ in range(3):
+            indicators.once(account, routes("test:main:burst"), "test:main:burst")
+        indicators.once(account, routes("test:main:started"), "test:main:started")
+        indicators.begin(account, "test:main:started")  # its turn began meanwhile
+        indicators.once(account, routes("test:main:witness"), "test:main:witness")
+        while not {"witness", "started"} <= {chat for _, chat in channel.calls}:
+            await channel.next_call()
+        tg.cancel_scope.cancel()
+    assert sorted(chat for _, chat in channel.calls) == ["burst", "started", "witness"]

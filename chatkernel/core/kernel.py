@@ -645,11 +645,12 @@ class Kernel:
         """What ``agent``'s files sent from ``account`` are judged by: the agent's
         workspace, and its ``access_level`` where its table sets one (else the
         account's); the account's own when the config has no such agent."""
-        table = self.config.named_agents().get(agent)
-        if table is None or self.roster is None:
+        # The roster's tables, not the config's: named_agents() builds a dict per call.
+        roster = self.roster
+        if roster is None or roster.get(agent) is None:
             return MediaScope.of(account)
-        workspace = self.roster.workspace(agent) or account.workspace
-        return MediaScope(workspace, table.access_level or account.access_level)
+        workspace = roster.workspace(agent) or account.workspace
+        return MediaScope(workspace, roster.access_level(agent) or account.access_level)
 
     def pause_account(self, key: str, reason: str) -> None:
         """Pause an account (``channel:account``) until :meth:`resume_account`: its

@@ -107,6 +107,12 @@ class ChannelLimits:
     #: free slot, and skips it while the reply is already on its way: an indicator
     #: never waits and never delays a send. Empty: the platform does not limit them.
     indicator_rates: dict[str, RateLimit] = field(default_factory=dict)
+    #: Seconds a turn runs before its first indicator call. A turn that replies sooner
+    #: shows none: an indicator that its own reply would end at once changes nothing the
+    #: user sees, and costs a call (Slack's working status costs two: set and clear).
+    #: 0: at once (a channel whose indicator call does more, such as marking the message
+    #: read, keeps 0).
+    indicator_delay: float = 0.0
 
     def media_kind(self, path: str | PurePath, size: int | None = None) -> str:
         """The kind a file is sent as: by extension, then by the kind's size cap."""

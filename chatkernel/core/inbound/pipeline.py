@@ -214,8 +214,9 @@ class Inbound:
     or a reload replaces them. ``account_for`` finds a message's running account
     (:class:`InvalidMessage` if none), ``account`` an account by key (None if none);
     ``agent_for`` names the agent answering a message's chat (None: no agent does);
-    ``indicate`` shows an account's typing indicator now; ``command_gateway`` is what a
-    command handler gets (:class:`CommandContext`)."""
+    ``indicate(account, route, session_key)`` shows a waiting message's typing indicator
+    (:meth:`Indicators.once`); ``command_gateway`` is what a command handler gets
+    (:class:`CommandContext`)."""
 
     def __init__(self, *, store: Callable[[], Store], sessions: Callable[[], Sessions],
                  queue: Callable[[], SessionQueue],
@@ -227,7 +228,7 @@ class Inbound:
                  agent_for: Callable[[InboundMessage], str | None],
                  commands: Callable[[], dict[str, Command]],
                  command_gateway: CommandGateway, outbound: Outbound, order: OutputOrder,
-                 indicate: Callable[[Account, Route], None], pm: PluginManager,
+                 indicate: Callable[[Account, Route, str], None], pm: PluginManager,
                  metrics: Metrics) -> None:
         self._store = store
         self._sessions = sessions
@@ -456,7 +457,7 @@ class Inbound:
         if queue.is_busy(record.key) and not queue.lane(record.key).running:
             # Waiting out a debounce: no turn shows the indicator yet, so show it now.
             # (An idle lane starts its turn at once, and a turn indicates itself.)
-            self._indicate(account, route)
+            self._indicate(account, route, record.key)
         # The journal entry stays "received" until its turn finishes: a mark in
         # between would cost a write and change nothing a restart does.
         if seq is not None:

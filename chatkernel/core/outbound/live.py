@@ -210,8 +210,10 @@ class TurnPreview:
         self._text = ""  # the block's text so far, as the agent wrote it
         self._previews: list[Preview] = []  # the block's previews, in order
         self._kept: list[str] = []  # preview messages not handed to the outbox yet
-        self._dirty = anyio.Event()  # set when there is text to show
-        self._lock = anyio.Lock()  # one call at a time; end_block waits for it
+        # Made with the first text (feed): a turn that streams nothing, most of a busy
+        # gateway's, pays no anyio primitive (each looks its backend up when made).
+        self._dirty: anyio.Event | None = None  # set when there is text to show
+        self._lock: anyio.Lock | None = None  # one call at a time; end_block waits for it
         self._closed = False
         self._checked = set() if checked is None else checked
         self._saved = False  # whether the store holds this turn's previews
@@ -220,7 +222,7 @@ class TurnPreview:
         self._tg = task_group
         self._scope: anyio.CancelScope | None = None  # the updates', once they run
         self._started = False
-        self._stopped = anyio.Event()
+        self._stopped: anyio.Event | None = None
         self.calls = 0
         self.failures = 0
 
@@ -231,10 +233,11 @@ class TurnPreview:
         if not delta or self._closed:
             return
         self._text += delta
-        self._dirty.set()
         if not self._started:  # a turn that streams nothing costs no task
             self._started = True
+            self._dirty, self._lock, self._stopped = anyio.Event(), anyio.Lock(), anyio.Event()
             self._tg.start_soon(self._updates, name=f"live reply {self._key}")
+        self._dirty.set()
 
     async def end_block(self) -> list[str]:
         """The agent finished its block: nothing more is shown of it (an update in

@@ -14,6 +14,13 @@ waits for a slot: one that finds its window full, or (on such a channel) one for
 whose reply is already on its way (the user sees the reply coming, and on some platforms
 the reply ends the indicator anyway), is skipped and tried again a little later, while
 the turn runs.
+
+A channel may hold a turn's first indicator back (``ChannelLimits.indicator_delay``): a
+turn that replies sooner shows none, as its reply would end the indicator at once. Only
+turns that run longer show it, and a burst of quick turns in a chat costs no call at all.
+The indicator of a message waiting for its turn (:meth:`Indicators.once`) is held back
+the same way, made once however many messages of the session wait, and not made at all
+once the session's turn has started (the turn shows its own).
 """
 
 from __future__ import annotations
@@ -50,6 +57,13 @@ class _Entry:
     due: float
 
 
+@dataclass(slots=True)
+class _Waiting:
+    account: Account
+    route: Route
+    due: float
+
+
 class Indicators:
     """Keeps the indicator of every running turn alive."""
 
@@ -64,34 +78,52 @@ class Indicators:
         # account key -> (the limits it was built from, the limiter of its calls)
         self._limiters: dict[str, tuple[dict[str, RateLimit], RateLimiter]] = {}
         self._active: dict[str, _Entry] = {}
-        self._once: list[tuple[Account, Route]] = []
+        # session key (or, without one, the route) -> the indicator of a waiting message
+        self._waiting: dict[object, _Waiting] = {}
         self._wake = anyio.Event()
 
     def begin(self, account: Account, session_key: str) -> None:
-        """A turn started: indicate now and keep refreshing until :meth:`end`."""
+        """A turn started: indicate now (or after the channel's ``indicator_delay``) and
+        keep refreshing until :meth:`end`."""
         if has_indicator(account):
-            self._active[session_key] = _Entry(account, self._clock())
+            delay = account.channel.limits.indicator_delay  # type: ignore[union-attr]
+            due = self._clock() + delay
+            waiting = self._waiting.pop(session_key, None)  # the turn shows its own
+            if waiting is not None:  # not later than its waiting message's would have been
+                due = min(due, waiting.due)
+            self._active[session_key] = _Entry(account, due)
             self._wake.set()
 
     def end(self, session_key: str) -> None:
         self._active.pop(session_key, None)
 
-    def once(self, account: Account, route: Route) -> None:
-        """Indicate once (a message waits for its turn)."""
+    def once(self, account: Account, route: Route, session_key: str | None = None) -> None:
+        """Indicate once (a message waits for its turn), after the channel's
+        ``indicator_delay``. Calls for one session (``session_key``, else the route)
+        before it is made are one call; the session's turn starting (:meth:`begin`)
+        takes its place."""
         if has_indicator(account):
-            self._once.append((account, route))
-            self._wake.set()
+            key = session_key if session_key is not None else \
+                (account.key, route.chat_id, route.thread_id)
+            if key not in self._waiting and key not in self._active:
+                delay = account.channel.limits.indicator_delay  # type: ignore[union-attr]
+                self._waiting[key] = _Waiting(account, route, self._clock() + delay)
+                self._wake.set()
 
     async def run(self) -> None:
         """The refresher: runs until cancelled."""
         while True:
             # A fresh event before the work: a begin() during an await below wakes us.
             self._wake = anyio.Event()
-            once, self._once = self._once, []
-            for account, route in once:
-                await self._indicate(account, route)
             now = self._clock()
             next_due = math.inf
+            for key, waiting in list(self._waiting.items()):
+                if waiting.due > now:
+                    next_due = min(next_due, waiting.due)
+                elif self._waiting.get(key) is waiting:  # no turn took its place meanwhile
+                    del self._waiting[key]
+                    if not (isinstance(key, str) and self._skipped(waiting.account, key)):
+                        await self._indicate(waiting.account, waiting.route)
             for key, entry in list(self._active.items()):
                 if entry.due <= now:
                     entry.due = await self._refresh(key, entry, now)
@@ -102,9 +134,7 @@ class Indicators:
     async def _refresh(self, key: str, entry: _Entry, now: float) -> float:
         """Indicate for a running turn (unless skipped); returns when to next."""
         limits = entry.account.channel.limits  # type: ignore[union-attr]
-        # Only where the calls are limited: elsewhere the call may carry more than the
-        # indicator (WhatsApp's marks the message read), and costs no one a slot.
-        if self.limiter(entry.account) is not None and self._replying(key):
+        if self._skipped(entry.account, key):
             return now + min(RETRY_SECONDS, limits.indicator_interval)
         route = await self._route(key)
         if route is None or key not in self._active:
@@ -113,6 +143,12 @@ class Indicators:
         if wait > 0:  # its window is full: as soon as a slot frees
             return now + min(wait, RETRY_SECONDS, limits.indicator_interval)
         return now + limits.indicator_interval
+
+    def _skipped(self, account: Account, session_key: str) -> bool:
+        """Whether the session's indicator is skipped now: its reply is on its way. Only
+        where the calls are limited: elsewhere the call may carry more than the
+        indicator (WhatsApp's marks the message read), and costs no one a slot."""
+        return self.limiter(account) is not None and self._replying(session_key)
 
     def limiter(self, account: Account) -> RateLimiter | None:
         """The limiter of the account's indicator calls (None: the platform sets none)."""

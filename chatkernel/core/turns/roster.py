@@ -1,9 +1,10 @@
 """The gateway's running agents by name (``[agent]`` is ``default``, ``[agents.*]`` the
 others), and what a reload does to them.
 
-A turn takes its agent with :meth:`Roster.using` and keeps it to its end: a reload
-that changes an agent builds a new instance for the next turns, and the one it
-replaced is closed once its last turn is over.
+A turn holds its agent (:meth:`Roster.hold`, :meth:`Roster.release`; or
+:meth:`Roster.using` around it) and keeps it to its end: a reload that changes an
+agent builds a new instance for the next turns, and the one it replaced is closed
+once its last turn is over.
 """
 
 from __future__ import annotations
@@ -83,21 +84,38 @@ class Roster:
         """Who answers ``chat``, and by which binding."""
         return self.bindings.match(chat)
 
-    @contextlib.asynccontextmanager
-    async def using(self, agent: Agent) -> AsyncIterator[Agent]:
-        """Hold ``agent`` (one of :meth:`get`'s) for one turn: a reload replacing it
-        meanwhile leaves the turn on it, and closes it once its last turn ends."""
+    def access_level(self, name: str) -> str | None:
+        """Agent ``name``'s own ``access_level`` (None: its table sets none, or there is
+        no such agent)."""
+        table = self._configs.get(name)
+        return table.get("access_level") if table is not None else None
+
+    def hold(self, agent: Agent) -> None:
+        """Hold ``agent`` (one of :meth:`get`'s) for one turn, until :meth:`release`: a
+        reload replacing it meanwhile leaves the turn on it, and closes it once its
+        last turn ends. (Two plain calls: the turn path pays no context manager.)"""
         ident = id(agent)
         self._uses[ident] = self._uses.get(ident, 0) + 1
+
+    async def release(self, agent: Agent) -> None:
+        """The turn that held ``agent`` ended (closes it if a reload retired it and this
+        was its last turn)."""
+        ident = id(agent)
+        self._uses[ident] -= 1
+        if not self._uses[ident]:
+            del self._uses[ident]
+            if ident in self._retired:
+                with anyio.CancelScope(shield=True):
+                    await self._retired.pop(ident).aclose()
+
+    @contextlib.asynccontextmanager
+    async def using(self, agent: Agent) -> AsyncIterator[Agent]:
+        """:meth:`hold` ``agent`` for the block, then :meth:`release` it."""
+        self.hold(agent)
         try:
             yield agent
         finally:
-            self._uses[ident] -= 1
-            if not self._uses[ident]:
-                del self._uses[ident]
-                if ident in self._retired:
-                    with anyio.CancelScope(shield=True):
-                        await self._retired.pop(ident).aclose()
+            await self.release(agent)
 
     def in_use(self, agent: Agent) -> bool:
         return id(agent) in self._uses

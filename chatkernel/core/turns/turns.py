@@ -118,9 +118,12 @@ class Turns:
                         "%r any more", key, len(user_log), record.agent)
             await self._finish(key, record.session_id, user_log, seqs)
             return
-        async with self._agents.using(agent):  # this turn keeps it across a reload
+        self._agents.hold(agent)  # this turn keeps it across a reload
+        try:
             await self._run_agent(key, agent, record, account, request, route, seqs,
                                   user_log)
+        finally:
+            await self._agents.release(agent)
 
     async def _run_agent(self, key: str, agent: Agent, record: SessionRecord,
                          account: Account, request: TurnRequest, route: Route,

@@ -1,8 +1,8 @@
 """Slack's Web API for one app, on slack_sdk's ``AsyncWebClient``.
 
-Every call goes through :meth:`SlackAPI.call`, which turns slack_sdk's failures
-into the kit's :class:`~chatkernel.channels.PlatformError`, classified for the
-kernel's retry policy:
+Every call but the replies (below) goes through :meth:`SlackAPI.call`, which turns
+slack_sdk's failures into the kit's :class:`~chatkernel.channels.PlatformError`,
+classified for the kernel's retry policy:
 
 - an answer with ``"ok": false`` is ``rejected`` (its ``error`` is the code), a
   429 or ``ratelimited`` is ``rate_limited`` with ``Retry-After``, 502/503/504 and
@@ -16,6 +16,12 @@ slack_sdk's own retry handlers are switched off (``retry_handlers=[]``): its
 default retries a request once after a lost connection, and a
 ``chat.postMessage`` whose answer was lost then posts twice. Whether to repeat
 a request is the kernel's decision, made from the classification above.
+
+Replies (``chat.postMessage``, a gateway's most frequent call by far) are a JSON POST on
+the kit's :class:`~chatkernel.channels.HttpClient` (:meth:`SlackAPI.post`), read and
+classified the same way: slack_sdk's client costs more CPU per call than the request
+itself (its URL join, its standard-library JSON both ways, its per-call logging and
+header building), about a third of an echoed message's CPU in ``bench/slack_echo.py``.
 
 Files go where slack_sdk has no streaming call: downloads of ``url_private``
 with the bot token, and step 2 of the upload flow (the bytes POSTed to the
@@ -32,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from chatkernel.channels import HttpClient, PlatformError, transport_error
+from chatkernel.channels import HttpClient, PlatformError, decode_json, transport_error
 
 if TYPE_CHECKING:
     from slack_sdk.web.async_client import AsyncWebClient
@@ -65,8 +71,16 @@ def slack_error(exc: Any, method: str, redact: Callable[[str], str] = str) -> Pl
     # An AsyncSlackResponse, or aiohttp's response when the body was not JSON.
     status = getattr(response, "status_code", None) or getattr(response, "status", None)
     data = getattr(response, "data", None)
+    return answer_error(method, status, data, getattr(response, "headers", None) or {},
+                        redact)
+
+
+def answer_error(method: str, status: int | None, data: Any, headers: Any,
+                 redact: Callable[[str], str] = str) -> PlatformError:
+    """A refused Web API call as a classified :class:`PlatformError`, from its HTTP
+    status, its decoded answer (None or anything but an object: not JSON) and its
+    headers (see :func:`slack_error`)."""
     data = data if isinstance(data, dict) else {}
-    headers = getattr(response, "headers", None) or {}
     code = data.get("error") or f"http_{status}"
     retry_after = _retry_after(headers)
     description = f"{method}: {code}"
@@ -114,6 +128,9 @@ class SlackAPI:
         self.files = HttpClient(secrets=self._secrets, platform="Slack", timeout=timeout,
                                 headers={"Authorization": f"Bearer {bot_token}"})
         self.uploads = HttpClient(secrets=self._secrets, platform="Slack", timeout=120.0)
+        self.posts = HttpClient(self.api_base, secrets=self._secrets, platform="Slack",
+                                timeout=timeout,
+                                headers={"Authorization": f"Bearer {bot_token}"})
         self._session: aiohttp.ClientSession | None = None
         self._client: AsyncWebClient | None = None
 
@@ -160,6 +177,19 @@ class SlackAPI:
         data = response.data
         return data if isinstance(data, dict) else {"ok": True}
 
+    async def post(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One Web API call with the bot token as a JSON POST on the kit's client (see
+        the module docstring); returns the answer's data, raises :class:`PlatformError`
+        classified as :meth:`call` does, every token redacted."""
+        answer = await self.posts.request("POST", method, json=params, what=method)
+        try:
+            data = decode_json(answer.body)
+        except (ValueError, UnicodeDecodeError):
+            data = None
+        if answer.status == 200 and isinstance(data, dict) and data.get("ok"):
+            return data
+        raise answer_error(method, answer.status, data, answer.headers, self.redact)
+
     def download(self, url: str, *, max_bytes: int) -> AsyncIterator[bytes]:
         """Stream a private file (``url_private_download``) with the bot token."""
         return self.files.download(url, max_bytes=max_bytes)
@@ -180,3 +210,4 @@ class SlackAPI:
             await session.close()
         await self.files.close()
         await self.uploads.close()
+        await self.posts.close()

@@ -220,6 +220,9 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
         # per workspace. Each status the kernel sets may be followed by one clear (after
         # a top-level reply, see _posted), so the sets get half of it.
         indicator_rates={"account": RateLimit(50, 60.0)},
+        # A reply within half a second needs no status: set, it would be cleared at once
+        # (a second call), and it counts in the 50 a minute of the workspace's turns.
+        indicator_delay=0.5,
     )
     capabilities = Capabilities(command_prefixes="/!", recipient_error_codes=RECIPIENT_ERRORS)
     markup = SlackMrkdwn
@@ -359,8 +362,7 @@ allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the worksp
         if route.thread_id:
             kwargs["thread_ts"] = route.thread_id
         try:
-            answer = await self.api.call("chat.postMessage",
-                                         lambda client: client.chat_postMessage(**kwargs))
+            answer = await self.api.post("chat.postMessage", kwargs)
         except PlatformError as exc:
             raise exc.send_error(markup_rejected=markup is not None
                                  and exc.code in MARKUP_ERRORS) from None

@@ -59,6 +59,32 @@ def message_id(event: dict[str, Any]) -> str:
     return f"{event['channel']}:{event['ts']}"
 
 
+class RecentMessages:
+    """The ids of the messages a transport journaled lately (the last ``size``), so the
+    second event of a mention is known without a journal write: its twin is in already."""
+
+    __slots__ = ("size", "_ids")
+
+    def __init__(self, size: int = 10_000) -> None:
+        self.size = size
+        self._ids: dict[str, None] = {}
+
+    def __contains__(self, message: str) -> bool:
+        return message in self._ids
+
+    def add(self, message: str) -> None:
+        ids = self._ids
+        ids[message] = None
+        if len(ids) > self.size:
+            del ids[next(iter(ids))]
+
+
+def message_key(wrapper: Any) -> str | None:
+    """The id of the message a wrapper's event is (None: the event is not a message)."""
+    event = message_event(wrapper)
+    return message_id(event) if event is not None else None
+
+
 def is_group(event: dict[str, Any]) -> bool:
     """Whether the message is in a channel or group DM rather than a DM with the bot."""
     kind = event.get("channel_type")

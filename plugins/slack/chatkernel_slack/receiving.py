@@ -50,6 +50,9 @@ class SlackSocket(SlackWrappers, Socket):
         super().__init__(channel)
         #: Reopened when Slack says nothing, not even a pong, for this long.
         self.silent_after = channel.config.silent_after
+        #: Messages journaled lately, across sessions: a mention's second envelope is
+        #: acknowledged without a journal write (chatkernel_slack.socket_mode).
+        self.recent = events.RecentMessages()
 
     async def session(self, link: SocketLink) -> None:
         from chatkernel_slack.socket_mode import SocketSession

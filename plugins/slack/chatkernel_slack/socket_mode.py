@@ -6,18 +6,26 @@ websocket, pings every ``ping_interval``, and a new connection when Slack sends
 a ``disconnect`` frame, closes the socket or stops answering pings. What it
 does not do, and this module does:
 
-- **Order.** The client hands each frame to its request listeners in a task of
-  its own, so they run in no fixed order. Frames are taken instead from
-  ``on_message_listeners``, which the client's receive loop calls one after
-  the other as frames arrive, and put in one queue; the session reads the
-  queue in batches, in arrival order, so each channel's messages reach the
-  kernel in the order Slack sent them.
+- **Order, and one decode per frame.** The client hands each frame to its request
+  listeners in a task of its own, so they run in no fixed order, after decoding it
+  with the standard library's JSON and starting that task: more CPU than the rest
+  of an envelope's way to the journal. Frames are taken instead where the client's
+  receive loop queues them (``enqueue_message``, called one after the other as
+  frames arrive), decoded once and put in one queue of the session's; the session
+  reads it in batches, in arrival order, so each channel's messages reach the
+  kernel in the order Slack sent them. Only the frames slack_sdk acts on itself
+  (``disconnect``: it opens a new connection) still go on to its own queue.
 - **Acknowledgements, after the journal.** Each batch is normalized and
   journaled (``link.deliver``) and only then is every envelope in it
   acknowledged: an acknowledged event that was not recorded would be lost,
   an unacknowledged one is sent again by Slack (``retry_attempt`` > 0) and the
   journal's dedupe takes it once. Redelivered envelopes are processed like any
   other: they are the only delivery of events sent while the socket was down.
+- **One journal write per message.** A mention in a channel comes as two envelopes
+  (``message`` and ``app_mention``, see chatkernel_slack.events). The second one
+  is acknowledged at once, before its batch's journal write, and not journaled:
+  its twin is in the same batch ahead of it or was journaled already. (Acking it
+  early is safe: its twin is acknowledged only once it is durable.)
 - **Liveness from traffic.** Every frame from Slack — hello, events,
   disconnect warnings, and the pongs to slack_sdk's pings — reports the socket
   alive (``link.alive()``): the client's websocket class is wrapped to see
@@ -39,6 +47,7 @@ import anyio
 
 from chatkernel.channels import PlatformError, SocketLink, decode_json, encode_json
 from chatkernel_slack.api import slack_error
+from chatkernel_slack.events import message_key
 
 if TYPE_CHECKING:
     from chatkernel_slack.receiving import SlackSocket
@@ -65,6 +74,30 @@ def _watched(on_frame: Any) -> type[aiohttp.ClientWebSocketResponse]:
     return WatchedWebSocket
 
 
+def _client_class() -> type:
+    """slack_sdk's aiohttp ``SocketModeClient``, whose received frames go to a session's
+    :meth:`SocketSession.take_text` (see the module docstring). Made on first use:
+    slack_sdk is imported only by an account in socket mode."""
+    global _Client
+    if _Client is None:
+        from slack_sdk.socket_mode.aiohttp import SocketModeClient
+
+        class Client(SocketModeClient):  # type: ignore[misc]
+            def __init__(self, session: SocketSession, **options: Any) -> None:
+                super().__init__(**options)
+                self.chatkernel_session = session
+
+            async def enqueue_message(self, message: str) -> None:
+                if self.chatkernel_session.take_text(message):
+                    await super().enqueue_message(message)
+
+        _Client = Client
+    return _Client
+
+
+_Client: type | None = None
+
+
 class SocketSession:
     """One Socket Mode connection's life: open, receive, acknowledge, until it ends."""
 
@@ -73,9 +106,11 @@ class SocketSession:
         self.channel = transport.channel
         self.link = link
         self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        #: Envelopes taken, and how many of them were redeliveries.
+        #: Envelopes taken, how many of them were redeliveries, and how many the second
+        #: event of a message already journaled (acknowledged, not journaled again).
         self.envelopes = 0
         self.redelivered = 0
+        self.twins = 0
 
     # -- frames, in the client's receive loop (must never raise or wait) ---------------------
 
@@ -84,41 +119,43 @@ class SocketSession:
                             aiohttp.WSMsgType.PONG, aiohttp.WSMsgType.PING):
             self.link.alive()
 
-    async def _on_message(self, message: aiohttp.WSMessage) -> None:
+    def take_text(self, data: str) -> bool:
+        """A text frame from Slack; returns whether slack_sdk must see it too."""
         try:
-            frame = decode_json(message.data)
+            frame = decode_json(data)
         except (ValueError, TypeError, UnicodeDecodeError):
             log.warning("%s: a Socket Mode frame that is not JSON was ignored",
                         self.channel.account.key)
-            return
+            return False
         if not isinstance(frame, dict):
-            return
+            return False
         kind = frame.get("type")
+        if frame.get("envelope_id"):
+            self.inbox.put_nowait(frame)
+            return False
         if kind == "hello":
             self.transport.hello(frame)
-        elif kind == "disconnect":
+            return False
+        if kind == "disconnect":
             log.info("%s: Slack asks to reconnect (%s)", self.channel.account.key,
                      frame.get("reason"))
-        elif frame.get("envelope_id"):
-            self.inbox.put_nowait(frame)
+        return True
 
     # -- the session -----------------------------------------------------------------
 
     async def run(self) -> None:
         from slack_sdk.errors import SlackApiError
-        from slack_sdk.socket_mode.aiohttp import SocketModeClient
 
         config = self.channel.config
         api = self.channel.api
-        client = SocketModeClient(app_token=config.app_token, logger=sdk_log,
-                                  web_client=api.web_client(token=config.app_token),
-                                  ping_interval=config.ping_interval)
+        client = _client_class()(self, app_token=config.app_token, logger=sdk_log,
+                                 web_client=api.web_client(token=config.app_token),
+                                 ping_interval=config.ping_interval)
         try:
             # Its own session cannot show us pongs: one whose websockets report every frame.
             await client.aiohttp_client_session.close()
             client.aiohttp_client_session = aiohttp.ClientSession(
                 ws_response_class=_watched(self._frame))
-            client.on_message_listeners.append(self._on_message)
             try:
                 # Called here rather than inside connect(), which retries forever and
                 # only logs: a refused app token is the kit's to classify and report.
@@ -136,24 +173,43 @@ class SocketSession:
                 await client.close()
 
     async def _take(self, client: Any, envelopes: list[dict[str, Any]]) -> None:
-        """Journal a batch's events, then acknowledge every envelope in it."""
-        events = []
+        """Journal a batch's events, then acknowledge every envelope in it (a mention's
+        second envelope first, unjournaled: see the module docstring)."""
+        events, keys, later = [], [], []
+        recent, in_batch = self.transport.recent, set()
         for envelope in envelopes:
             self.envelopes += 1
             if envelope.get("retry_attempt"):
                 self.redelivered += 1
-            if envelope.get("type") == EVENTS_API:
-                events.append(envelope.get("payload"))
-            else:  # slash commands and interactivity: not messages, acknowledged
+            if envelope.get("type") != EVENTS_API:
+                # slash commands and interactivity: not messages, acknowledged
                 log.debug("%s: %s envelope acknowledged and not handled",
                           self.channel.account.key, envelope.get("type"))
+                later.append(envelope)
+                continue
+            payload = envelope.get("payload")
+            key = message_key(payload)
+            if key is not None and (key in in_batch or key in recent):
+                self.twins += 1
+                await self._ack(client, envelope)
+                continue
+            if key is not None:
+                in_batch.add(key)
+                keys.append(key)
+            events.append(payload)
+            later.append(envelope)
         if events:
             await self.link.deliver(events)
-        for envelope in envelopes:
-            try:
-                await client.send_message(encode_json({"envelope_id": envelope["envelope_id"]}))
-            except (ConnectionError, aiohttp.ClientError) as exc:
-                # The socket went away: Slack sends these envelopes again, the journal
-                # has them already. The session ends; the kit opens a new one.
-                raise PlatformError(f"acknowledging an envelope: the socket closed ({exc})",
-                                    kind="no_answer") from None
+            for key in keys:
+                recent.add(key)
+        for envelope in later:
+            await self._ack(client, envelope)
+
+    async def _ack(self, client: Any, envelope: dict[str, Any]) -> None:
+        try:
+            await client.send_message(encode_json({"envelope_id": envelope["envelope_id"]}))
+        except (ConnectionError, aiohttp.ClientError) as exc:
+            # The socket went away: Slack sends the unacknowledged envelopes again, the
+            # journal has them already. The session ends; the kit opens a new one.
+            raise PlatformError(f"acknowledging an envelope: the socket closed ({exc})",
+                                kind="no_answer") from None

@@ -143,7 +143,30 @@ async def test_a_mention_is_answered_once_whichever_of_its_two_events_comes_firs
         assert len(answered(run, CHANNEL, "mn01z")) == len(answered(run, CHANNEL, "mn02z")) == 1
         assert [t for t in run.agent_texts()] == ["hey there mn01z", "and again mn02z"]
         duplicates = [m.message_id for m, outcome in run.deliveries if outcome == "duplicate"]
-        assert len(duplicates) == 2  # the second event of each mention
+        # Over the Events API the journal takes the second event of each mention once more
+        # (a duplicate); over Socket Mode it is acknowledged without a journal write.
+        assert len(duplicates) == (2 if adapter_class is SlackEventsAdapter else 0)
+
+
+@pytest.mark.parametrize("first", ["message", "mention"])
+async def test_a_mentions_second_envelope_is_acknowledged_without_a_journal_write(
+        tmp_path, first):
+    """Issue 31: a mention is two envelopes; over Socket Mode only one is journaled and
+    processed, and the other is acknowledged all the same (Slack does not send it
+    again), whether the two come in one batch or one after the other."""
+    async with slack_run(tmp_path) as run:
+        slack = run.adapter.slack
+        slack.mention_order = first
+        await connected(run)
+        for n in range(3):
+            slack.inject_message(CHANNEL, f"mention {n} tw0{n}z", user=USER, mention=True)
+        await run.wait_for_tokens(CHANNEL, ["tw00z", "tw01z", "tw02z"])
+        await run.settle()
+        mine = [e for e in slack.envelopes if e.payload["event"].get("user") == USER]
+        assert len(mine) == 6 and all(e.acked for e in mine)
+        assert [e.retry_attempt for e in mine] == [0] * 6
+        assert sorted(outcome for _, outcome in run.deliveries) == ["accepted"] * 3
+        assert [t for t in run.agent_texts()] == [f"mention {n} tw0{n}z" for n in range(3)]
 
 
 @pytest.mark.slow
@@ -700,6 +723,24 @@ async def test_the_working_status_shows_while_a_turn_runs_and_is_cleared(tmp_pat
         await run.wait_for_tokens(DM, ["ws01z"])
         await run.wait(lambda: slack.status_calls(DM)[-1].status == "",
                        what="the status cleared after the top-level reply")
+
+
+async def test_a_reply_posted_at_once_sets_no_working_status(tmp_path):
+    """Issue 31: a status set for a turn that replies at once would be cleared by the
+    reply a moment later: two setStatus calls the user never sees. The turns below reply
+    within the channel's indicator_delay, 100 at once; none sets a status (sets and
+    clears: none)."""
+    async with slack_run(tmp_path) as run:
+        slack = run.adapter.slack
+        await connected(run)
+        chats = [f"D0QUICK{c:03d}" for c in range(20)]
+        for n in range(5):
+            for chat in chats:
+                slack.inject_message(chat, f"quick {n} in {chat} qk01z", user=USER)
+        await run.wait(lambda: all(len(answered(run, chat, "qk01z")) == 5 for chat in chats),
+                       what="every reply")
+        await run.settle()
+        assert [s for s in slack.statuses if s.channel in chats] == []
 
 
 # -- health and secrets ------------------------------------------------------------------------
