@@ -92,6 +92,7 @@ class Kernel:
                  clock: Callable[[], float] = time.monotonic,
                  heartbeats: bool | None = None,
                  heartbeat_clock: HeartbeatClock | None = None,
+                 queue_clock: HeartbeatClock | None = None,
                  gateway: GatewayParts | None = None) -> None:
         self.config = config or cfg.KernelConfig()
         self.config_path = config_path
@@ -168,6 +169,9 @@ class Kernel:
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
         self.receiver = Receiver(self.inbound)
         self._heartbeat_clock = heartbeat_clock
+        #: The session queue's clock, for debounces (a test's ManualClock); None: the
+        #: monotonic clock.
+        self._queue_clock = queue_clock
         self._heartbeats: HeartbeatScheduler | None = None
         self.started_at: float | None = None
         #: What the gateway process adds (its URL, its reloader), read through functions;
@@ -314,11 +318,14 @@ class Kernel:
             session_busy=session_busy, pm=self.pm, metrics=self.metrics,
             workspace=lambda agent: self.config.agent_workspace(agent),
             clock=self._heartbeat_clock)
+        timing = {} if self._queue_clock is None else {
+            "clock": self._queue_clock.now, "sleep_until": self._queue_clock.sleep_until}
         self._queue = SessionQueue(self._tg, turns.run, self.queue_settings,
                                    max_concurrent=self.config.queue.max_concurrent,
                                    on_drop=turns.dropped, steer=turns.steer,
                                    on_busy=heartbeats.lane_busy,
-                                   on_idle=heartbeats.lane_idle)
+                                   on_idle=heartbeats.lane_idle,
+                                   **timing)
         queue = self._queue
         self.metrics.queue_depth.set_function(queue.depth)  # computed when scraped
         self._tg.start_soon(self.indicators.run, name="typing indicators")

@@ -164,7 +164,7 @@ class Transport:
         else:
             log.warning("%s: %s; retrying in %.0fs", channel.account.key, reason, delay)
         runtime.error(reason, time.time())
-        await anyio.sleep(delay)
+        await self.pause(delay)
 
     async def _refused(self, exc: Exception, trouble: Trouble, failures: int) -> None:
         reason = refusal_words(self.channel, trouble, exc)
@@ -176,7 +176,13 @@ class Transport:
         else:
             log.info("%s: still refused; trying again in %.0fs", account.key, delay)
         mark_refused(self.channel, reason)
-        await anyio.sleep(delay)
+        await self.pause(delay)
+
+    async def pause(self, seconds: float) -> None:
+        """Wait ``seconds`` before the next try of a failed call (:meth:`failed`). A test
+        may put a manual clock's wait in its place, to see the wait asked for without
+        waiting it."""
+        await anyio.sleep(seconds)
 
     async def until_done(self, call: Callable[[], Awaitable[Any]], what: str) -> None:
         """``await call()`` until it succeeds, each failure reported and waited out (a

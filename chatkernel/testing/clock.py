@@ -24,6 +24,13 @@ class ManualClock:
     def __init__(self, start: float = DEFAULT_START) -> None:
         self._now = float(start)
         self._changed: anyio.Event | None = None
+        self._sleepers: list[float] = []
+
+    @property
+    def sleepers(self) -> list[float]:
+        """The deadlines :meth:`sleep_until` waits for now, earliest first: what a test
+        waits to see (everyone asleep, and until when) before it advances the clock."""
+        return sorted(self._sleepers)
 
     def now(self) -> float:
         return self._now
@@ -43,7 +50,12 @@ class ManualClock:
         return self._now
 
     async def sleep_until(self, deadline: float) -> None:
-        while self._now < deadline:
-            if self._changed is None:
-                self._changed = anyio.Event()
-            await self._changed.wait()
+        """Return once the clock is at ``deadline`` or past it."""
+        self._sleepers.append(deadline)
+        try:
+            while self._now < deadline:
+                if self._changed is None:
+                    self._changed = anyio.Event()
+                await self._changed.wait()
+        finally:
+            self._sleepers.remove(deadline)

@@ -147,7 +147,7 @@ class KernelHarness:
 
     def __init__(self, home: Path, *, config: dict[str, Any] | None = None,
                  plugins: list[tuple[str, object]] | None = None,
-                 heartbeat_clock: Any = None) -> None:
+                 heartbeat_clock: Any = None, queue_clock: Any = None) -> None:
         data: dict[str, Any] = {
             "gateway": {"workspace": str(home / "workspace")},
             "store": {"path": str(home / "state.db")},
@@ -167,6 +167,8 @@ class KernelHarness:
         self.plugins = [("chatkernel.testing.memory", MemoryPlugin), *(plugins or [])]
         #: The heartbeat scheduler's clock (e.g. a chatkernel.testing.clock.ManualClock).
         self.heartbeat_clock = heartbeat_clock
+        #: The session queue's clock, for debounces (a ManualClock: they wait for it).
+        self.queue_clock = queue_clock
         self.kernel: Any = None
         self._stack: AsyncExitStack | None = None
 
@@ -181,7 +183,8 @@ class KernelHarness:
         pm.check_pending()
         self._stack = AsyncExitStack()
         self.kernel = await self._stack.enter_async_context(
-            Kernel(self.config, pm=pm, heartbeat_clock=self.heartbeat_clock))
+            Kernel(self.config, pm=pm, heartbeat_clock=self.heartbeat_clock,
+                   queue_clock=self.queue_clock))
         for account in self.kernel.accounts.values():
             if isinstance(account.channel, MemoryChannel):
                 account.channel.attach(self.kernel.deliver)
