@@ -31,6 +31,7 @@ from chatkernel.core.plugins import PluginManager
 from chatkernel.core.store.base import LogEntry
 from chatkernel.hookspecs import hookimpl
 from chatkernel.testing.fake_openai import FakeOpenAI, FakeReply
+from chatkernel.testing.contract import wait_until
 
 
 @pytest.fixture
@@ -88,9 +89,8 @@ def is_dead(pid: int) -> bool:
 
 
 async def wait_for_file(path: Path, timeout: float = 10.0) -> str:
-    with anyio.fail_after(timeout):
-        while not (path.exists() and path.read_text().strip()):
-            await anyio.sleep(0.02)
+    await wait_until(lambda: path.exists() and path.read_text().strip(), timeout=timeout,
+                     what=f"{path} written")
     return path.read_text().strip()
 
 
@@ -213,7 +213,7 @@ async def test_command_timeout_kills_and_reaps_the_process(tmp_path):
         import os, sys, time
         open({str(pid_file)!r}, "w").write(str(os.getpid()))
         sys.stderr.write("thinking hard\\n"); sys.stderr.flush()
-        time.sleep(60)
+        time.sleep(60)  # real time: the agent's timeout kills it first
     """, timeout=1.0)
     [event] = await answer(agent, request())
     assert event.kind == "error"
@@ -229,16 +229,16 @@ async def test_command_timeout_kills_grandchildren_too(tmp_path):
     pid_file = tmp_path / "pid"
     agent = command_agent(tmp_path, f"""
         import subprocess, sys, time
+        # real time: the grandchild and the child wait for the agent's timeout to kill them
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
         open({str(pid_file)!r}, "w").write(str(child.pid))
-        time.sleep(60)
+        time.sleep(60)  # real time: as above
     """, timeout=1.0)
     [event] = await answer(agent, request())
     assert event.kind == "error" and "did not answer within 1 s" in event.text
     grandchild = int(pid_file.read_text())
-    with anyio.fail_after(5):
-        while not is_dead(grandchild):
-            await anyio.sleep(0.05)
+    await wait_until(lambda: is_dead(grandchild), timeout=5, what="the grandchild dead",
+                     interval=0.05)
 
 
 @pytest.mark.anyio
@@ -247,7 +247,7 @@ async def test_cancelling_the_turn_kills_the_process(tmp_path):
     agent = command_agent(tmp_path, f"""
         import os, time
         open({str(pid_file)!r}, "w").write(str(os.getpid()))
-        time.sleep(60)
+        time.sleep(60)  # real time: cancelling the turn kills it first
     """)
     events: list[AgentEvent] = []
 
@@ -667,7 +667,7 @@ async def test_openai_parses_awkward_event_streams():
         await response.prepare(req)
         for piece in bodies[req.path]:
             await response.write(piece)
-            await anyio.sleep(0.01)
+            await anyio.sleep(0.01)  # real time: each piece reaches the client on its own
         return response
 
     app = web.Application()
@@ -740,7 +740,7 @@ async def test_command_streams_its_output_as_it_arrives(tmp_path):
         import os, sys, time
         sys.stdout.write("first line\\n"); sys.stdout.flush()
         while not os.path.exists({str(go)!r}):
-            time.sleep(0.01)
+            time.sleep(0.01)  # real time: a program of its own, waiting for the test's file
         sys.stdout.write("second line\\n")
     """, timeout=10)
     seen: list[AgentEvent] = []

@@ -19,6 +19,7 @@ from chatkernel.core.turns.agents import AgentEvent
 from chatkernel.core.turns.bindings import Bindings, Chat
 from chatkernel.testing import BUSY_HINT
 from chatkernel.testing.agents import LabelAgent, agent_plugin, scripted_agent
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.loopback import LoopbackPlatform, LoopbackPlugin
 from chatkernel.testing.memory import KernelHarness
 
@@ -207,9 +208,8 @@ async def answered(h, count: int, account: str = "main") -> list[str]:
     """Wait (bounded) for ``count`` sends on ``account``'s platform, then for the kernel to
     settle; the texts sent, ``chat: text``."""
     platform = h.platforms[account]
-    with anyio.fail_after(10):
-        while len(platform.sent) < count:
-            await anyio.sleep(0.01)
+    await wait_until(lambda: len(platform.sent) >= count, what=f"{count} sends",
+                     state=lambda: platform.sent, interval=0.01)
     await h.settle()
     return [f"{m.chat_id}: {m.text}" for m in platform.sent]
 
@@ -342,9 +342,7 @@ async def test_a_turn_in_flight_finishes_with_the_agent_it_started_with(tmp_path
     data = {"agent": {"kind": "held", "system_prompt": "old"}}
     async with gateway(tmp_path, data, agents=(LabelAgent, held)) as h:
         h.platforms["main"].inject("c1", "slow")
-        with anyio.fail_after(10):
-            while not held.running:
-                await anyio.sleep(0.01)
+        await wait_until(lambda: held.running, what="the held turn", interval=0.01)
         old = h.kernel.agent
         edited = h.kernel.config.model_dump(exclude_unset=True)
         edited["agent"] = label("new")
@@ -491,13 +489,10 @@ async def test_messages_queued_for_an_agent_a_reload_removed_are_said_not_answer
             "bindings": [{"agent": "work", "channel": "loopback", "account": "main"}]}
     async with gateway(tmp_path, data, agents=(LabelAgent, held)) as h:
         h.platforms["main"].inject("c1", "first")
-        with anyio.fail_after(10):
-            while not held.running:
-                await anyio.sleep(0.01)
+        await wait_until(lambda: held.running, what="the held turn", interval=0.01)
         h.platforms["main"].inject("c1", "second")  # waits behind the running turn
-        with anyio.fail_after(10):
-            while not h.kernel.queue.lane("loopback:main:c1#work").pending:
-                await anyio.sleep(0.01)
+        await wait_until(lambda: h.kernel.queue.lane("loopback:main:c1#work").pending,
+                         what="the second message queued", interval=0.01)
         edited = h.kernel.config.model_dump(exclude_unset=True)
         del edited["agents"]
         edited["bindings"] = []

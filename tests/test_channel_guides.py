@@ -164,7 +164,7 @@ def _stop_group(pgid: int) -> list[str]:
                 os.killpg(pgid, 0)
             except ProcessLookupError:
                 return left
-            time.sleep(0.1)
+            time.sleep(0.1)  # real time: the guide's processes end on their own signal
     return left
 
 

@@ -111,17 +111,17 @@ def test_send_and_sessions_through_the_running_gateway(tmp_path):
         assert result.returncode == 0 and "deny" in result.stdout
         post(f"{gateway.url}/webchat/messages", {"chat_id": "c1", "user_id": "u1",
                                                  "text": "are you there?"})
-        time.sleep(0.5)
+        blocked = 'not sent: chunk 1/1 "are you there?": blocked by the send policy'
+        deadline = time.monotonic() + 30
+        while blocked not in run(home, "sessions", "history", "webchat:default:c1").stdout:
+            assert time.monotonic() < deadline, "the reply was never blocked"
         texts = [m["text"] for m in gateway.webchat_messages("c1", 5)]
-        assert texts[-1] == "are you there?"  # the user's message, and no reply
+        assert texts[-1] == "are you there?"  # the user's message, and no reply: blocked
         # ... and a send into it is refused, saying why, with nothing queued.
         result = run(home, "sessions", "send", "webchat:default:c1", "blocked?")
         assert result.returncode == 1
         assert ("not sent to webchat:default:c1: blocked by the send policy (this "
                 "session's send setting)") in result.stderr
-        result = run(home, "sessions", "history", "webchat:default:c1")
-        assert 'not sent: chunk 1/1 "are you there?": blocked by the send policy' in \
-            result.stdout
         assert state["pid"] == gateway.process.pid
         assert gateway.stop() == 0
     assert not (home / "gateway.json").exists()

@@ -13,6 +13,7 @@ import sys
 import anyio
 import pytest
 
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.loopback import LoopbackPlatform
 
 pytestmark = pytest.mark.anyio
@@ -53,9 +54,8 @@ async def start(platform, home, log=None):
 async def until_ready(log_path) -> None:
     """Until the gateway logged its ready line: its signals stop it in order from then
     on (a SIGTERM before it would end it with -15 and prove nothing)."""
-    with anyio.fail_after(30):
-        while "chatkernel ready on" not in log_path.read_text(errors="replace"):
-            await anyio.sleep(0.02)
+    await wait_until(lambda: "chatkernel ready on" in log_path.read_text(errors="replace"),
+                     timeout=30, what="the ready line")
 
 
 @pytest.mark.slow
@@ -76,7 +76,7 @@ async def test_kill_9_during_a_burst_loses_nothing_and_sends_nothing_twice(tmp_p
             # Kill once it has answered a few more, or after a random moment.
             with anyio.move_on_after(rng.uniform(0.8, 2.0)):
                 while len(platform.sent) < before + rng.randint(5, 25):
-                    await anyio.sleep(0.01)
+                    await anyio.sleep(0.01)  # real time: a random moment of a real process
             process.send_signal(signal.SIGKILL)
             await process.wait()
             kills += 1
@@ -85,13 +85,13 @@ async def test_kill_9_during_a_burst_loses_nothing_and_sends_nothing_twice(tmp_p
         with log_path.open("wb") as log:
             process = await start(platform, home, log)
         try:
-            with anyio.fail_after(60):
-                while True:
-                    answered = set(platform.texts())
-                    unknown = {text for status, text in outbox(db) if status == "unknown"}
-                    if len(answered | unknown) >= MESSAGES:
-                        break
-                    await anyio.sleep(0.1)
+            def accounted() -> set[str]:  # answered, or known not to be
+                unknown = {text for status, text in outbox(db) if status == "unknown"}
+                return set(platform.texts()) | unknown
+
+            await wait_until(lambda: len(accounted()) >= MESSAGES, timeout=60,
+                             what=f"{MESSAGES} messages answered or unknown",
+                             state=lambda: len(accounted()), interval=0.1)
         finally:
             await until_ready(log_path)
             process.send_signal(signal.SIGTERM)

@@ -19,6 +19,7 @@ import anyio
 import pytest
 from aiohttp import web
 
+from chatkernel.testing.contract import wait_until as wait_for
 from chatkernel.testing.devserver import DevServer, fields, json_body, wait_until
 from chatkernel.testing.fake_platform import FakePlatform
 
@@ -113,16 +114,20 @@ def inbox_routes(fake: FakePlatform) -> list[web.RouteDef]:
 async def served():
     stop = anyio.Event()
     out, err = io.StringIO(), io.StringIO()
-    server = DevServer(prog="tiny", port=0, platform=lambda args: FakePlatform(),
+    platforms: list[FakePlatform] = []
+
+    def platform(args: argparse.Namespace) -> FakePlatform:
+        platforms.append(FakePlatform())
+        return platforms[-1]
+
+    server = DevServer(prog="tiny", port=0, platform=platform,
                        announce=lambda fake, args: {"base_url": fake.base_url},
                        routes=inbox_routes)
     async with anyio.create_task_group() as tasks, aiohttp.ClientSession() as http:
         tasks.start_soon(lambda: server.serve(argparse.Namespace(port=0), stop=stop,
                                               stdout=out, stderr=err))
-        with anyio.fail_after(10):
-            while not out.getvalue():
-                await anyio.sleep(0.01)
-        yield http, json.loads(out.getvalue())["base_url"]
+        await wait_for(out.getvalue, what="the first line", interval=0.01)
+        yield http, json.loads(out.getvalue())["base_url"], platforms[0]
         stop.set()
 
 
@@ -137,14 +142,14 @@ async def served():
     ('{"chat": 1, "loud": 1}', "loud must be a bool, not 1"),
 ])
 async def test_a_bad_body_is_a_400_naming_what_is_wrong(served, body, error):
-    http, base = served
+    http, base, _ = served
     async with http.post(f"{base}/_fake/write", data=body) as answer:
         assert (answer.status, await answer.json()) == (400, {"error": error})
 
 
 @pytest.mark.anyio
 async def test_wait_holds_the_answer_until_there_is_something(served):
-    http, base = served
+    http, base, fake = served
     async with http.get(f"{base}/_fake/sent") as answer:  # no wait: at once, empty
         assert (await answer.json()) == {"messages": []}
     async with anyio.create_task_group() as tasks:
@@ -155,7 +160,8 @@ async def test_wait_holds_the_answer_until_there_is_something(served):
                 got.append(await answer.json())
 
         tasks.start_soon(waiting)
-        await anyio.sleep(0.2)  # the GET is held (an early answer would be empty)
+        # the GET is held (an early answer would be empty)
+        await wait_for(lambda: fake.holding == 1, what="the GET held")
         async with http.post(f"{base}/_fake/write", json={"chat": 1, "text": "hi"}):
             pass
     assert got == [{"messages": [{"chat": 1, "text": "hi"}]}]
@@ -168,7 +174,7 @@ async def test_wait_holds_the_answer_until_there_is_something(served):
     ("-1", "wait must be between 0 and 60 seconds, not -1"),
 ])
 async def test_a_bad_wait_is_a_400(served, wait, error):
-    http, base = served
+    http, base, _ = served
     async with http.get(f"{base}/_fake/sent", params={"wait": wait}) as answer:
         assert (answer.status, await answer.json()) == (400, {"error": error})
 
@@ -197,9 +203,7 @@ async def test_the_fakes_developer_routes_and_options_given_as_a_mapping():
     stop, out, err = anyio.Event(), io.StringIO(), io.StringIO()
     async with anyio.create_task_group() as tasks, aiohttp.ClientSession() as http:
         tasks.start_soon(lambda: server.serve(args, stop=stop, stdout=out, stderr=err))
-        with anyio.fail_after(10):
-            while not out.getvalue():
-                await anyio.sleep(0.01)
+        await wait_for(out.getvalue, what="the first line", interval=0.01)
         first = json.loads(out.getvalue())
         assert first["colour"] == "blue"
         async with http.post(f"{first['base_url']}/_fake/poke") as answer:
@@ -227,9 +231,7 @@ async def test_the_first_line_and_the_snippet_are_the_fakes_own_by_default():
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(lambda: server.serve(server.parser().parse_args([]), stop=stop,
                                               stdout=out, stderr=err))
-        with anyio.fail_after(10):
-            while not err.getvalue():
-                await anyio.sleep(0.01)
+        await wait_for(err.getvalue, what="the snippet", interval=0.01)
         stop.set()
     first = json.loads(out.getvalue())
     assert first == {"base_url": first["base_url"], "token": "t0ken"}
@@ -244,9 +246,7 @@ async def test_a_fake_without_a_snippet_prints_none():
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(lambda: server.serve(server.parser().parse_args([]), stop=stop,
                                               stdout=out, stderr=err))
-        with anyio.fail_after(10):
-            while not out.getvalue():
-                await anyio.sleep(0.01)
+        await wait_for(out.getvalue, what="the first line", interval=0.01)
         stop.set()
     assert list(json.loads(out.getvalue())) == ["base_url"] and err.getvalue() == ""
 

@@ -13,6 +13,7 @@ import pytest
 from chatkernel.sdk.models import InboundMessage, OutboundPayload, Route
 from chatkernel.core.store.base import OutboxEntry, StoreError
 from chatkernel.core.store.sqlite import SQLiteStore
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.disk import DiskUnavailable, SmallDisk
 from chatkernel.testing.memory import KernelHarness
 
@@ -53,9 +54,7 @@ def committed(path, sql: str) -> list[tuple]:
 
 
 async def until(condition, timeout: float = 10.0) -> None:
-    with anyio.fail_after(timeout):
-        while not condition():
-            await anyio.sleep(0.01)
+    await wait_until(condition, timeout=timeout, interval=0.01)
 
 
 @pytest.mark.slow
@@ -72,8 +71,9 @@ async def test_a_failed_commit_is_tried_again_once_the_disk_has_room(disk):
             # (a commit that fits the WAL's free space goes through: write until the
             # file system refuses one)
             logged += 1
+            attempts = len(told)
             await store.append_log("memory:main:chat-1", "s1", "user", "y" * 4000)
-            await anyio.sleep(0.01)
+            await until(lambda n=attempts: len(told) > n)  # its commit was tried
             assert logged < 500, "the full disk never refused a commit"
         failure = next(error for error in told if error is not None)
         assert "full" in str(failure)
@@ -151,11 +151,12 @@ async def test_a_gateway_whose_disk_fills_while_it_runs_loses_no_reply_and_keeps
                         break
                     except StoreError:
                         refusals += 1
+                        # real time: a platform waits a while before it sends again
                         await anyio.sleep(0.05)
                 if number == fill_after:
                     # Journaled, its turn not run yet: its reply meets the full disk.
                     disk.fill()
-                await anyio.sleep(0.01)  # paced
+                await anyio.sleep(0.01)  # real time: paced, so the disk fills mid-flow
 
         async with anyio.create_task_group() as tg:
             for chat in chats:

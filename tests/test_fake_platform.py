@@ -18,6 +18,7 @@ import anyio
 import pytest
 from aiohttp import web
 
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.fake_platform import (
     Call,
     FakePlatform,
@@ -274,7 +275,7 @@ async def test_a_long_poll_answers_when_something_arrives(platform, http) -> Non
     with anyio.fail_after(5):
         async with anyio.create_task_group() as tg:
             tg.start_soon(poll)
-            await anyio.sleep(0.05)
+            await wait_until(lambda: platform.holding == 1, what="the poll held")
             platform.deliver("hi")
     assert answers == [{"messages": ["hi"]}]
 
@@ -300,7 +301,7 @@ async def test_exit_answers_long_polls_at_once_and_cancels_background_work(http)
             async with platform:
                 assert platform.start_soon(background) is True
                 tg.start_soon(poll, platform.base_url)
-                await anyio.sleep(0.05)
+                await wait_until(lambda: platform.holding == 1, what="the poll held")
     assert answers == [{"messages": []}] and cancelled.is_set()
     assert platform.start_soon(background) is False
 

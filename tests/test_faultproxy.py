@@ -9,6 +9,7 @@ import anyio
 import pytest
 from aiohttp import web
 
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.anyio
@@ -47,9 +48,8 @@ async def test_fail_answers_the_status_hold_answers_nothing_and_recover_forwards
                     answers.append((await call("two"))[0])
 
                 tg.start_soon(held)
-                with anyio.fail_after(5):
-                    while proxy.held < 1:
-                        await anyio.sleep(0.01)
+                await wait_until(lambda: proxy.held >= 1, timeout=5, what="the call held",
+                                 interval=0.01)
                 assert answers == [] and seen == []  # taken, not answered
                 proxy.recover()
             assert answers == [200] and seen == ["two"] and proxy.held == 0

@@ -6,14 +6,14 @@ import gc
 import json
 import os
 import subprocess
-import time
 
 import aiohttp
 import anyio
 import pytest
 
-from chatkernel.core.gateway.process import supervise
 from chatkernel.core.gateway.gc_tuning import GEN0_THRESHOLD
+from chatkernel.core.gateway.process import supervise
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.gateway import start_gateway
 from chatkernel.testing.memory import KernelHarness
 from chatkernel.testing.process import CHATKERNEL, gateway_process
@@ -21,14 +21,18 @@ from chatkernel.webchat.channel import SSE_KEEPALIVE_SECONDS
 
 
 async def poll_messages(http, base, chat_id, want, timeout=5.0):
-    with anyio.fail_after(timeout):
-        while True:
-            async with http.get(f"{base}/webchat/messages", params={"chat_id": chat_id}) as r:
-                assert r.status == 200
-                messages = (await r.json())["messages"]
-            if len(messages) >= want:
-                return messages
-            await anyio.sleep(0.02)
+    messages: list[dict] = []
+
+    async def enough() -> bool:
+        nonlocal messages
+        async with http.get(f"{base}/webchat/messages", params={"chat_id": chat_id}) as r:
+            assert r.status == 200
+            messages = (await r.json())["messages"]
+        return len(messages) >= want
+
+    await wait_until(enough, timeout=timeout, what=f"{want} messages in {chat_id}",
+                     state=lambda: messages)
+    return messages
 
 
 @pytest.mark.anyio
@@ -188,10 +192,15 @@ async def test_web_chat_client_message_id_dedupes_retries(tmp_path):
                     assert r.status == 202
                     ids.append((await r.json())["message_id"])
             assert ids[0] == ids[1]
-            await poll_messages(http, base, "c1", 2)
-            await anyio.sleep(0.1)
-            messages = await poll_messages(http, base, "c1", 2)
-            assert [m["role"] for m in messages] == ["user", "bot"]
+            # A message after them: the retry, had it been taken, would be in the chat
+            # before it, and answered before it.
+            async with http.post(f"{base}/webchat/messages",
+                                 json={**body, "text": "next", "client_message_id": "def"}) as r:
+                assert r.status == 202
+            messages = await poll_messages(http, base, "c1", 4)
+            said = [(m["role"], m["text"]) for m in messages]
+            assert [text for role, text in said if role == "user"] == ["once", "next"]
+            assert [text for role, text in said if role == "bot"] == ["once", "next"]
         stop.set()
 
 
@@ -284,14 +293,7 @@ def test_run_command_serves_then_stops_cleanly_on_sigterm(tmp_path):
             headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request, timeout=5) as response:
             assert response.status == 202
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with urllib.request.urlopen(f"{gateway.url}/webchat/messages?chat_id=c",
-                                        timeout=5) as response:
-                messages = json.load(response)["messages"]
-            if len(messages) == 2:
-                break
-            time.sleep(0.05)
+        messages = gateway.webchat_messages("c", 2)
         assert messages[1]["text"] == "ping"
         assert gateway.stop() == 0
     assert (tmp_path / "home" / "state.db").exists()

@@ -10,6 +10,7 @@ from chatkernel.core.health.probes import local_snapshot, select_accounts
 from chatkernel.sdk.models import ProbeResult
 from chatkernel.core.store.sqlite import SQLiteStore, StoreError
 from chatkernel.testing.memory import KernelHarness
+from chatkernel.testing.contract import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -145,7 +146,8 @@ async def test_refreshes_at_the_same_time_share_one_round_of_probes(tmp_path):
         async with anyio.create_task_group() as tg:
             for _ in range(3):
                 tg.start_soon(h.kernel.health.refresh)
-            await anyio.sleep(0.01)
+            # the first is probing; the others, started before it got there, wait for it
+            await wait_until(lambda: calls, timeout=5, what="the probe", interval=0.001)
             gate.set()
         assert calls == [1]
 

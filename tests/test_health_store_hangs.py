@@ -46,7 +46,7 @@ def wait_for_healthz(url: str, status: int, timeout: float = 60.0) -> None:
     while get(url)[0] != status:
         if time.monotonic() > deadline:
             pytest.fail(f"/healthz did not answer {status} within {timeout:g} s")
-        time.sleep(0.2)
+        time.sleep(0.2)  # real time: a gateway process, asked over HTTP while Redis hangs
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from chatkernel.sdk.models import ProbeResult, SendError
 from chatkernel.core.health.report import render_health
 from chatkernel.core.store.sqlite import StoreError
 from chatkernel.testing.memory import KernelHarness
+from chatkernel.testing.contract import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -63,9 +64,8 @@ async def test_an_outage_the_sends_wait_out_is_red_while_it_lasts(tmp_path):
         refused = SendError("Cannot connect to host api.example:443", retryable=True)
         h.channel.fail_next = [refused] * 3
         await h.channel.receive("hello")
-        with anyio.fail_after(5):
-            while runtime.send_failing_since is None:
-                await anyio.sleep(0.005)
+        await wait_until(lambda: runtime.send_failing_since is not None, timeout=5,
+                         what="the sends failing", interval=0.005)
         snapshot = await h.kernel.health.snapshot()
         assert snapshot.ok is False
         assert account_of(snapshot).problems == [
@@ -122,16 +122,18 @@ async def test_a_failed_probe_stops_counting_when_the_platform_answers_again(tmp
         # The outage is over: the receive loop hears from its platform again. The cached
         # probe is a minute from its next refresh; the snapshot does not wait for it.
         answers[0] = ProbeResult(ok=True, detail="back")
-        await anyio.sleep(0.01)  # a clock tick between the probe and the sign of life
+        runtime = h.kernel.accounts["memory:main"].runtime
+        # The probe was a while ago (the sign of life comes after it, whatever the
+        # clock's resolution).
+        runtime.record_probe(runtime.last_probe, runtime.last_probe_at - 1)
         channel.context.report_alive()
         snapshot = await health.snapshot()
         account = account_of(snapshot)
         assert snapshot.ok and account.problems == []
         assert account.probe.superseded is True
         # ... and a fresh probe replaces the stale one by itself.
-        with anyio.fail_after(5):
-            while not h.kernel.accounts["memory:main"].runtime.last_probe.ok:
-                await anyio.sleep(0.01)
+        await wait_until(lambda: runtime.last_probe.ok, timeout=5, what="a fresh probe",
+                         interval=0.01)
         account = account_of(await health.snapshot())
         assert account.probe.ok and account.probe.detail == "back"
         assert account.probe.superseded is False
@@ -144,9 +146,9 @@ async def test_failed_commits_turn_the_gateway_red_until_one_goes_through(
         await store.flush()
         disk = full_disk(store)
         await store.set_account_state("memory", "main", "probe", 1)
-        with anyio.fail_after(5):
-            while disk.failed < 2:  # failed, and failed again when it was tried again
-                await anyio.sleep(0.01)
+        # failed, and failed again when it was tried again
+        await wait_until(lambda: disk.failed >= 2, timeout=5, what="two failed commits",
+                         interval=0.01)
         snapshot = await h.kernel.health.snapshot()
         assert snapshot.ok is False
         assert snapshot.store.ok is False and snapshot.store.failing_since is not None
@@ -193,19 +195,18 @@ async def test_healthz_and_status_follow_a_bot_api_outage_as_it_happens(tmp_path
                 async with http.get(f"{base}/healthz") as response:
                     return response.status, await response.json()
 
+            async def healthz_is(status: int) -> bool:
+                return (await healthz())[0] == status
+
             api.inject_message(42, "before")
             await api.wait_for_sent(1)
-            with anyio.fail_after(10):
-                while (await healthz())[0] != 200:
-                    await anyio.sleep(0.05)
+            await wait_until(lambda: healthz_is(200), what="/healthz 200", interval=0.05)
             # The Bot API goes down for sends: two 502s in a row (the retry policy's
             # attempts) are an outage, the reply waits for it, and health says so now,
             # not at the next probe.
             api.fail_next("sendMessage", 502, "Bad Gateway", times=4)
             api.inject_message(42, "during")
-            with anyio.fail_after(10):
-                while (await healthz())[0] != 503:
-                    await anyio.sleep(0.05)
+            await wait_until(lambda: healthz_is(503), what="/healthz 503", interval=0.05)
             status, body = await healthz()
             assert body["reasons"] == [
                 "telegram:main: sends failing: the platform is unavailable: Bad Gateway"]
@@ -215,9 +216,7 @@ async def test_healthz_and_status_follow_a_bot_api_outage_as_it_happens(tmp_path
             # Back up: the waiting reply and the next go out, and health is green again.
             api.inject_message(42, "after")
             await api.wait_for_sent(3)
-            with anyio.fail_after(10):
-                while (await healthz())[0] != 200:
-                    await anyio.sleep(0.05)
+            await wait_until(lambda: healthz_is(200), what="/healthz 200 again", interval=0.05)
         stop.set()
 
 

@@ -20,6 +20,7 @@ from chatkernel.core.heartbeat.targets import NO_TARGET_SESSION
 from chatkernel.core.heartbeat.ack import HEARTBEAT_TOKEN
 from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.clock import ManualClock
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.memory import KernelHarness
 
 pytestmark = pytest.mark.anyio
@@ -79,9 +80,7 @@ def heartbeat_gated_agent(reply):
 
 
 async def wait_for(predicate, timeout=5.0):
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(0.002)
+    await wait_until(predicate, timeout=timeout, interval=0.002)
 
 
 # -- config ---------------------------------------------------------------------------------
@@ -574,7 +573,8 @@ async def test_target_last_picks_the_most_recent_chat_across_accounts(tmp_path):
     async with harness(tmp_path, agent, clock=clock, channels=channels,
                        heartbeat={"every": "30m", "target": "last"}) as h:
         await say_hi(h, "chat-a")
-        await anyio.sleep(0.01)  # session activity uses the real time
+        # real time: session activity is stamped by the wall clock, the next chat's later
+        await anyio.sleep(0.01)
         await h.account_channel("other").receive("hey", chat_id="chat-b")
         await h.settle()
         clock.advance(30 * MINUTE)

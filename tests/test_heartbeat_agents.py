@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import contextlib
 
-import anyio
 import pytest
 
 from chatkernel.core import config as cfg
 from chatkernel.testing.agents import LabelAgent, agent_plugin
 from chatkernel.testing.clock import ManualClock
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.memory import KernelHarness
 
 pytestmark = pytest.mark.anyio
@@ -149,9 +149,8 @@ async def test_on_redis_the_instance_with_the_heartbeat_lease_runs_every_agents(
     async with contextlib.AsyncExitStack() as stack:
         kernels = [(await stack.enter_async_context(harness(tmp_path / name, clock, **config)))
                    .kernel for name in ("one", "two")]
-        with anyio.fail_after(20):
-            while not any(kernel.heartbeats.started for kernel in kernels):
-                await anyio.sleep(0.05)
+        await wait_until(lambda: any(kernel.heartbeats.started for kernel in kernels),
+                         timeout=20, what="a heartbeat lease held", interval=0.05)
         [holder] = [kernel for kernel in kernels if kernel.heartbeats.started]
         [other] = [kernel for kernel in kernels if kernel is not holder]
         assert sorted(holder.heartbeats.jobs) == ["agent:work", "main"]
@@ -162,9 +161,8 @@ async def test_on_redis_the_instance_with_the_heartbeat_lease_runs_every_agents(
             return {(record.heartbeat, record.session_key)
                     for record in holder.heartbeats.history if record.outcome == "alert"}
 
-        with anyio.fail_after(20):
-            while len(alerts()) < 2:
-                await anyio.sleep(0.05)
+        await wait_until(lambda: len(alerts()) >= 2, timeout=20, what="both alerts",
+                         state=alerts, interval=0.05)
         assert alerts() == {("main", "memory:main:chat-a"),
                             ("agent:work", "memory:main:chat-b#work")}
         assert list(other.heartbeats.history) == []

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from chatkernel.core.gateway import http_guard
 from chatkernel.core.gateway.http_guard import MAX_BODY_BYTES, RequestError, parse_json_object
+from chatkernel.testing.contract import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -64,8 +65,10 @@ async def test_an_oversized_body_rejected_by_aiohttp_leaves_no_cycle_behind() ->
                 async with http.post(f"{base}/json", data=chunks(MAX_BODY_BYTES + 1024 * 1024),
                                      headers={"Content-Type": "application/json"}) as r:
                     assert r.status == 413
-            await anyio.sleep(0.05)
-            assert alive(web.HTTPRequestEntityTooLarge) == 0
+            # freed as the handlers end (a cycle would keep them until a collection)
+            await wait_until(lambda: alive(web.HTTPRequestEntityTooLarge) == 0, timeout=5,
+                             what="the 413s freed", state=lambda: alive(
+                                 web.HTTPRequestEntityTooLarge), interval=0.01)
     finally:
         gc.enable()
 
@@ -86,8 +89,9 @@ async def test_a_raised_http_exception_is_answered_as_raised() -> None:
                 assert r.status == 302 and r.headers["Location"] == "/elsewhere"
             async with http.get(f"{base}/no") as r:
                 assert r.status == 400 and await r.json() == {"error": "no"}
-            await anyio.sleep(0.05)
-            assert alive(web.HTTPFound) == alive(web.HTTPBadRequest) == 0
+            # freed as the handlers end (a cycle would keep them until a collection)
+            await wait_until(lambda: alive(web.HTTPFound) == alive(web.HTTPBadRequest) == 0,
+                             timeout=5, what="the answers freed", interval=0.01)
     finally:
         gc.enable()
 

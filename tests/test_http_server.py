@@ -27,6 +27,7 @@ from chatkernel.core.gateway.http_server import (
     connection_cap,
     track_requests,
 )
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.process import gateway_process
 
 IDLE_CLIENTS = 1_100
@@ -194,13 +195,10 @@ async def test_out_of_descriptors_accepting_backs_off_then_resumes(caplog):
         resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 5, hard))
         with caplog.at_level(logging.WARNING, logger="chatkernel.http"):
             assert await anyio.to_thread.run_sync(holder.stdout.readline) == "open\n"
-            with anyio.fail_after(10):
-                while not listener.paused:
-                    await anyio.sleep(0.01)
+            await wait_until(lambda: listener.paused, what="accepting paused", interval=0.01)
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-            with anyio.fail_after(10):  # resumed: the rest are accepted
-                while listener.open_count < clients:
-                    await anyio.sleep(0.01)
+            await wait_until(lambda: listener.open_count >= clients,  # resumed: the rest
+                             what="every client accepted", interval=0.01)  # are accepted
         lines = [r.getMessage() for r in caplog.records if "cannot accept" in r.getMessage()]
         assert len(lines) == 1 and "Too many open files" in lines[0], lines
     finally:

@@ -21,6 +21,7 @@ from chatkernel.core.store import OutboxEntry
 from chatkernel.core.store.redis import RedisStore
 from chatkernel.core.store.sqlite import SQLiteStore
 from chatkernel.sdk.models import OutboundPayload, Route
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.loopback import SENDS, LoopbackPlatform, LoopbackPlugin
 from chatkernel.testing.memory import KernelHarness
 
@@ -186,9 +187,10 @@ async def killed_mid_send(tmp_path, *, idempotent: bool):
 
         process = await start(platform, home, idempotent=idempotent)
         try:
-            with anyio.fail_after(30):
-                while any(status in ("pending", "sending") for status, _, _ in outbox(db)):
-                    await anyio.sleep(0.05)
+            await wait_until(lambda: not any(status in ("pending", "sending")
+                                             for status, _, _ in outbox(db)),
+                             timeout=30, what="the send settled", state=lambda: outbox(db),
+                             interval=0.05)
         finally:
             await stop(process)
     return platform, outbox(db), notifications(db)
@@ -229,9 +231,9 @@ async def test_a_lost_answer_waiting_for_its_retry_stays_sending(tmp_path):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(account.transport.run, h.kernel.receiver)
                 platform.inject("c1", "hello")
-                with anyio.fail_after(10):
-                    while retries._value.get() < 1:  # in its backoff now
-                        await anyio.sleep(0.01)
+                # in its backoff now
+                await wait_until(lambda: retries._value.get() >= 1, what="a retry",
+                                 interval=0.01)
                 [status] = [entry.status for entry in
                             await h.kernel.store.outbox_unfinished()]
                 assert status == "sending" and platform.texts() == ["hello"]

@@ -16,6 +16,7 @@ from chatkernel.sdk.models import (
 )
 from chatkernel.core.store.sqlite import SQLiteStore
 from chatkernel.testing.agents import agent_plugin, scripted_agent
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.memory import KernelHarness
 
 pytestmark = pytest.mark.anyio
@@ -376,9 +377,8 @@ async def test_a_turns_messages_are_logged_with_its_reply_not_before(tmp_path):
     agent = scripted_agent(gate=True)
     async with harness(tmp_path, agent) as h:
         await h.channel.receive("first")
-        with anyio.fail_after(5):
-            while not agent.running:  # the turn waits at the gate
-                await anyio.sleep(0.005)
+        # the turn waits at the gate
+        await wait_until(lambda: agent.running, timeout=5, what="the turn", interval=0.005)
         key = "memory:main:chat-1"
         # While the turn runs the log is the history before it (what an agent reads).
         assert await h.kernel.store.read_log(key) == []
@@ -412,9 +412,7 @@ async def test_an_interrupted_turn_logs_its_message_before_the_next_turn(tmp_pat
     agent = scripted_agent(gate=True)
     async with harness(tmp_path, agent, config={"queue": {"mode": "interrupt"}}) as h:
         await h.channel.receive("first")
-        with anyio.fail_after(5):
-            while not agent.running:
-                await anyio.sleep(0.005)
+        await wait_until(lambda: agent.running, timeout=5, what="the turn", interval=0.005)
         assert await h.channel.receive("second") == "interrupted"
         agent.gate.set()
         await h.settle()
@@ -461,9 +459,8 @@ async def test_typing_indicator_starts_on_enqueue(tmp_path):
     agent = scripted_agent(gate=True)
     async with harness(tmp_path, agent) as h:
         await h.channel.receive("hi")
-        with anyio.fail_after(2):
-            while not h.channel.indications:
-                await anyio.sleep(0.005)
+        await wait_until(lambda: h.channel.indications, timeout=2, what="the indicator",
+                         interval=0.005)
         assert h.channel.indications[0].chat_id == "chat-1"
         agent.gate.set()
 
@@ -613,7 +610,9 @@ async def test_deliver_many_with_a_plain_deliver_keeps_each_chats_order():
     seen: list[str] = []
 
     async def deliver(message):
-        await anyio.sleep(0.001 if message.chat_id == "a" else 0)
+        # A chat's first message takes longest: delivered at once, it would come last.
+        for _ in range(5 if message.message_id in ("a1", "b1") else 1):
+            await anyio.lowlevel.checkpoint()
         seen.append(message.message_id)
 
     await deliver_many(deliver, [incoming("x", "a1", "a"), incoming("x", "b1", "b"),

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import sqlite3
 
-import anyio
 import pytest
 
 from chatkernel.channels import Capabilities
 from chatkernel.testing import KernelHarness, MemoryChannel
+from chatkernel.testing.contract import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -61,7 +61,11 @@ async def test_a_failure_that_overtakes_its_sends_answer_still_finds_it(tmp_path
     async with KernelHarness(tmp_path, config={"agent": {"kind": "echo"}}) as h:
         h.channel.send_delay = 0.3
         await h.channel.receive("hello", chat_id="c1")
-        await anyio.sleep(0.05)  # the send is under way; its answer is not in yet
+        async def sending() -> bool:
+            return await h.outbox_statuses() == ["sending"]
+
+        # the send is under way; its answer is not in yet
+        await wait_until(sending, timeout=5, what="the reply sending", interval=0.005)
         assert not h.channel.sent
         assert await h.channel.context.report_delivery_status("1", "failed", reason="late")
         assert h.channel.sent

@@ -66,7 +66,7 @@ class Server:
         return web.json_response({"ok": False, "error": "nope"}, status=code, headers=headers)
 
     async def slow(self, request: web.Request) -> web.Response:
-        await anyio.sleep(5)
+        await anyio.sleep(5)  # real time: answers after the client's timeout (bounded)
         return web.json_response({})
 
     async def hold(self, request: web.Request) -> web.Response:

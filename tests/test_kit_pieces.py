@@ -57,6 +57,7 @@ def test_stop_process_kills_a_child_that_ignores_sigterm():
     stubborn = subprocess.Popen(
         [sys.executable, "-c", "import signal, time\n"
          "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n"
+         # real time: the child sleeps until stop_process kills it
          "time.sleep(120)\n"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert stubborn.stdout.readline() == "ready\n"  # its handler is in place
     stop_process(stubborn, timeout=0.5)
@@ -65,6 +66,7 @@ def test_stop_process_kills_a_child_that_ignores_sigterm():
 
 
 def test_stop_process_ends_a_child_with_sigterm():
+    # real time: the child sleeps until stop_process ends it
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
                              stderr=subprocess.PIPE)
     stop_process(child, timeout=30)

@@ -23,6 +23,8 @@ from chatkernel.channels import (
     refusal,
 )
 from chatkernel.testing import KernelHarness
+from chatkernel.testing.clock import ManualClock
+from chatkernel.testing.contract import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -112,12 +114,14 @@ class Recorder:
         self.receiver = receiver
         self.batches: list[list[str]] = []
         self.gate: anyio.Event | None = None
+        self.held = 0  # batches waiting at the gate
 
     async def __call__(self, message):
         return (await self.many([message]))[0]
 
     async def many(self, messages):
         if self.gate is not None:
+            self.held += 1
             await self.gate.wait()
         outcomes = await self.receiver.many(messages)
         self.batches.append([m.text for m in messages])
@@ -125,9 +129,7 @@ class Recorder:
 
 
 async def until(predicate, what: str) -> None:
-    with anyio.fail_after(5):
-        while not predicate():
-            await anyio.sleep(0.005)
+    await wait_until(predicate, timeout=5, what=what, interval=0.005)
 
 
 def event(n: int, **extra: Any) -> dict[str, Any]:
@@ -175,8 +177,7 @@ async def test_the_cursor_is_saved_only_once_the_batch_is_journaled(polling):
     recorder.gate = anyio.Event()
     tg.start_soon(channel.account.transport.run, recorder)
     await channel.send_script.send(Polled([event(1), event(2)], cursor="c-2"))
-    await until(lambda: len(channel.polls_seen) == 1, "the poll")
-    await anyio.sleep(0.05)
+    await until(lambda: len(channel.polls_seen) == 1 and recorder.held, "the batch handed on")
     assert await channel.context.load_cursor() is None  # the journal does not have them yet
     recorder.gate.set()
     await until(lambda: recorder.batches, "the batch journaled")
@@ -293,8 +294,11 @@ async def test_a_refused_identity_fails_the_account_with_what_to_do(refusing, ca
     runtime = channel.account.runtime
     channel.identify_failures = [PlatformError(f"Unauthorized {Refusing.secret}", status=401)]
     runtime.loop_started(0.0)
+    clock = ManualClock()  # the loop's waits on a clock that never moves here
+    channel.context.clock = clock
     tg.start_soon(channel.account.transport.run, recorder)
-    await until(lambda: runtime.state == "failed", "the account failed")
+    next_try = await clock.sleeper()  # the loop asleep until its next try
+    assert runtime.state == "failed"
     assert runtime.detail == EXPECTED_REFUSAL
     assert runtime.problem == EXPECTED_REFUSAL and runtime.problem_restartable is False
     assert runtime.last_error == EXPECTED_REFUSAL
@@ -315,7 +319,7 @@ async def test_a_refused_identity_fails_the_account_with_what_to_do(refusing, ca
     page = render_status_page(snapshot)
     assert "failed" in page and "get a new token and set it" in page
     # Not tried again in a tight loop: the next try waits a minute at least.
-    await anyio.sleep(0.3)
+    assert next_try - clock.now() == 60
     assert channel.identify_calls == 1 and channel.polls_seen == []
     assert "trying again in 60s" in caplog.text
 

@@ -20,6 +20,7 @@ from chatkernel.channels import (
     hookimpl,
 )
 from chatkernel.testing import KernelHarness
+from chatkernel.testing.contract import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -60,10 +61,10 @@ class SocketServer:
                 await ws.close()
                 return ws
             if step == "silent":
-                await anyio.sleep(30)
+                await anyio.sleep(30)  # real time: a socket that goes quiet (bounded)
                 return ws
             await ws.send_json(step)
-        await anyio.sleep(30)
+        await anyio.sleep(30)  # real time: held open until the client leaves (bounded)
         return ws
 
 
@@ -121,9 +122,7 @@ class Journal:
 
 
 async def until(predicate, what: str, timeout: float = 5.0) -> None:
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(0.005)
+    await wait_until(predicate, timeout=timeout, what=what, interval=0.005)
 
 
 @pytest.fixture

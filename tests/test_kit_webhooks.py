@@ -27,6 +27,7 @@ from chatkernel.channels import (
     hookimpl,
 )
 from chatkernel.testing import KernelHarness
+from chatkernel.testing.contract import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -241,9 +242,8 @@ async def post(http, url, body: bytes, *, signed: bool = True,
 
 async def start(tg, channel, journal):
     tg.start_soon(channel.account.transport.run, journal)
-    with anyio.fail_after(5):
-        while not channel.account.transport.accepting:
-            await anyio.sleep(0.005)
+    await wait_until(lambda: channel.account.transport.accepting, timeout=5,
+                     what="the webhook accepting", interval=0.005)
 
 
 async def test_the_webhook_path_and_a_quiet_account(hook):

@@ -38,7 +38,7 @@ def occupied(port: int = 0) -> Iterator[int]:
                     raise
                 if time.monotonic() > deadline:
                     break  # held for good by someone else: occupied all the same
-                time.sleep(0.1)
+                time.sleep(0.1)  # real time: another process frees the port
         yield holder.getsockname()[1] if port == 0 else port
     finally:
         holder.close()

@@ -19,6 +19,7 @@ from chatkernel.core.health.monitor import (
     resolve_settings,
 )
 from chatkernel.testing.memory import KernelHarness
+from chatkernel.testing.contract import wait_until
 
 MIN = 60.0
 HOUR = 3600.0
@@ -148,9 +149,9 @@ class Clock:
 
 
 async def settle(supervisors):
-    with anyio.fail_after(5):
-        while any(s.loops_running != 1 or s.restarting for s in supervisors):
-            await anyio.sleep(0.001)
+    await wait_until(lambda: not any(s.loops_running != 1 or s.restarting
+                                     for s in supervisors),
+                     timeout=5, what="one loop running per account", interval=0.001)
 
 
 class Scene:
@@ -381,9 +382,8 @@ async def test_a_loop_that_will_not_stop_is_never_doubled_by_the_monitor(tmp_pat
         await supervisor.restart("install the stubborn loop")  # the silent one stops
         s.account().transport.run = stubborn
         await supervisor.restart("install it")
-        with anyio.fail_after(5):
-            while active["started"] == 0:
-                await anyio.sleep(0.001)
+        await wait_until(lambda: active["started"], timeout=5, what="the stubborn loop",
+                         interval=0.001)
         s.account().runtime.restarts.clear()
 
         async def checks(minutes):  # settle() would wait for the stuck loop: step by hand
@@ -397,9 +397,8 @@ async def test_a_loop_that_will_not_stop_is_never_doubled_by_the_monitor(tmp_pat
         assert "did not stop within 0.01 s" in s.account().runtime.last_error
         assert s.account().runtime.monitor_note == "a restart is under way"
         release.set()
-        with anyio.fail_after(5):
-            while active["started"] < 2:
-                await anyio.sleep(0.001)
+        await wait_until(lambda: active["started"] >= 2, timeout=5, what="the next loop",
+                         interval=0.001)
         assert active["max"] == 1
 
 

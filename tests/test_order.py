@@ -3,12 +3,12 @@ replies, command answers and hints (chatkernel.core.outbound.order)."""
 
 from __future__ import annotations
 
-import anyio
 import pytest
 
 from chatkernel.core.inbound.pipeline import BUSY_HINT
 from chatkernel.sdk.models import InboundMessage
 from chatkernel.testing.agents import agent_plugin, scripted_agent
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.memory import KernelHarness
 
 pytestmark = pytest.mark.anyio
@@ -23,9 +23,8 @@ def harness(tmp_path, agent=None, queue=None):
 
 
 async def wait_for_requests(agent, count, timeout=5.0):
-    with anyio.fail_after(timeout):
-        while len(agent.requests) < count:
-            await anyio.sleep(0.005)
+    await wait_until(lambda: len(agent.requests) >= count, timeout=timeout,
+                     what=f"{count} turns", interval=0.005)
 
 
 def message(text, number):
@@ -55,8 +54,9 @@ async def test_a_command_waits_for_earlier_turns_only(tmp_path):
         assert await h.channel.receive("queued before") == "queued"
         assert await h.channel.receive("/whoami") == "command"
         assert await h.channel.receive("after") == "queued"
-        await anyio.sleep(0.05)
         # Only the hint is out: it speaks for the running turn, so it takes its place.
+        await h.channel.wait_for_sent(1)
+        await h.kernel.outbox.wait_idle()
         assert h.channel.texts() == [BUSY_HINT]
         assert h.kernel.order.held("memory:main:chat-1") == 1
         agent.gate.set()

@@ -13,6 +13,7 @@ import pytest
 
 from chatkernel import SendError
 from chatkernel.sdk.models import OutboundPayload, Route
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.faultproxy import FaultProxy
 from chatkernel.testing.loopback import LoopbackPlatform, LoopbackPlugin
 from chatkernel.testing.memory import KernelHarness
@@ -46,6 +47,15 @@ async def queue(h, account: str, chats: int, per_chat: int) -> dict[str, list[st
     return expected
 
 
+async def refused_past_the_attempts(h, account: str) -> None:
+    """Until the platform of ``account`` was refused more often than a payload has
+    attempts: one that spent its attempts on refusals would have failed by then."""
+    outage = h.kernel.outbox.outage(h.kernel.accounts[f"loopback:{account}"])
+    await wait_until(lambda: outage.tries > RETRY["attempts"], timeout=20,
+                     what=f"more than {RETRY['attempts']} refused tries of {account}",
+                     state=lambda: outage.tries)
+
+
 def outbox(h) -> collections.Counter[str]:
     return collections.Counter(status for (status,) in h.kernel.store._run(
         "SELECT status FROM outbox").fetchall())
@@ -74,8 +84,8 @@ async def test_an_outage_mid_burst_fails_nothing_and_sends_everything_in_order(t
             expected = await queue(h, "main", chats=10, per_chat=12)
             await platform.wait_for_sent(20)
             proxy.stop()  # mid-burst: connections are refused from now on
-            # Before, every payload in flight failed after three attempts (~60 ms here).
-            await anyio.sleep(1.0)
+            # Before, every payload in flight failed after three attempts.
+            await refused_past_the_attempts(h, "main")
             assert outbox(h)["failed"] == 0
             proxy.start()  # the same port, as a platform coming back
             await h.settle(timeout=20)
@@ -103,7 +113,7 @@ async def test_an_account_whose_platform_is_down_does_not_hold_up_another(tmp_pa
             down = await queue(h, "down", chats=3, per_chat=3)
             up = await queue(h, "up", chats=3, per_chat=3)
             await platform.wait_for_sent(9)  # all of "up", while "down" waits
-            await anyio.sleep(0.5)  # longer than the policy's attempts take
+            await refused_past_the_attempts(h, "down")
             assert sorted(m.text for m in platform.sent) == sorted(
                 text for texts in up.values() for text in texts)
             proxy.start()
@@ -119,10 +129,10 @@ async def test_a_restart_during_an_outage_sends_the_held_payloads_afterwards(tmp
         proxy.stop()
         async with loopback(tmp_path, {"main": proxy.url}) as h:
             expected = await queue(h, "main", chats=3, per_chat=4)
-            await anyio.sleep(0.5)  # refused again and again meanwhile
+            await refused_past_the_attempts(h, "main")  # refused again and again
             assert outbox(h) == {"pending": 12}
         async with loopback(tmp_path, {"main": proxy.url}) as h:
-            await anyio.sleep(0.3)  # still down after the restart
+            await refused_past_the_attempts(h, "main")  # still down after the restart
             assert outbox(h) == {"pending": 12}
             proxy.start()
             await h.settle(timeout=20)
@@ -145,8 +155,12 @@ async def test_a_payload_unreachable_past_its_max_age_is_reported_failed(tmp_pat
             assert all("not sent: the platform could not be reached for 300ms" in note
                        for note in reported), reported
             proxy.start()
-            await anyio.sleep(0.1)
-            assert platform.sent == []  # failed means not sent, ever
+            # failed means not sent, ever: the chat's next reply is the first to go out
+            account = h.kernel.accounts["loopback:main"]
+            await h.kernel.outbound.deliver_text(account, Route("loopback", "main", "main-c0"),
+                                                 "after", fmt="plain")
+            await h.settle(timeout=10)
+            assert platform.texts() == ["after"]
 
 
 async def test_a_kernel_that_does_not_recover_fails_an_unreachable_send(tmp_path):
@@ -210,9 +224,8 @@ async def test_a_payload_waiting_to_be_retried_is_pending_and_resent_after_a_cra
         route = Route("memory", "main", "chat-1")
         await h.kernel.outbound.deliver_text(h.kernel.accounts["memory:main"], route,
                                              "refused once", fmt="plain")
-        with anyio.fail_after(5):
-            while h.channel.fail_next:  # the first request was refused
-                await anyio.sleep(0.005)
+        await wait_until(lambda: not h.channel.fail_next, timeout=5,
+                         what="the first request refused", interval=0.005)
         await store.flush()
         assert db_status(h) == "pending"  # it waits for its retry: nothing is out
         assert marks == ["pending"]
@@ -310,9 +323,9 @@ async def test_sending_marks_the_store_cannot_commit_wait_in_order_until_it_can(
                                 [OutboundPayload(text=text, format="plain")])
         await store.flush()  # queued for good: committed `pending`
         disk.full = True
-        with anyio.fail_after(5):
-            while disk.failed < 3:  # its `sending` mark was refused, and again later
-                await anyio.sleep(0.01)
+        # its `sending` mark was refused, and again later
+        await wait_until(lambda: disk.failed >= 3, timeout=5, what="three failed commits",
+                         interval=0.01)
         assert h.channel.texts() == []  # nothing left unrecorded
         disk.full = False
         await h.settle()
@@ -389,19 +402,21 @@ async def test_kill_9_during_an_outage_then_the_platform_returns(tmp_path):
         try:
             await platform.wait_for_sent(15, timeout=30)
             proxy.stop()
-            await anyio.sleep(0.5)  # its senders are waiting for the platform now
+            # real time: a gateway process's senders meet the stopped platform before the kill
+            await anyio.sleep(0.5)
         finally:
             process.send_signal(signal.SIGKILL)
             await process.wait()
         assert sum(1 for status, _ in rows() if status == "pending") >= 10  # held, not failed
         process = await gateway(proxy.url)
         try:
-            await anyio.sleep(1.0)  # started, still without its platform
+            # real time: the restarted gateway process runs a while without its platform
+            await anyio.sleep(1.0)
             proxy.start()
-            with anyio.fail_after(60):
-                while sum(1 for status, _ in rows() if status in ("sent", "unknown")) \
-                        < chats * per_chat:
-                    await anyio.sleep(0.1)
+            await wait_until(lambda: sum(1 for status, _ in rows()
+                                         if status in ("sent", "unknown")) >= chats * per_chat,
+                             timeout=60, what="every reply sent or unknown", state=rows,
+                             interval=0.1)
         finally:
             process.send_signal(signal.SIGTERM)
             with anyio.fail_after(20):

@@ -8,6 +8,8 @@ import pytest
 from chatkernel.core.inbound.queue import parse_duration_ms, parse_queue_args
 from chatkernel.core.turns.agents import AgentEvent
 from chatkernel.testing.agents import agent_plugin, scripted_agent
+from chatkernel.testing.clock import ManualClock
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.memory import KernelHarness
 
 pytestmark = pytest.mark.anyio
@@ -19,9 +21,8 @@ def harness(tmp_path, agent, queue=None, **extra):
 
 
 async def wait_for_requests(agent, count, timeout=5.0):
-    with anyio.fail_after(timeout):
-        while len(agent.requests) < count:
-            await anyio.sleep(0.005)
+    await wait_until(lambda: len(agent.requests) >= count, timeout=timeout,
+                     what=f"{count} turns", interval=0.005)
 
 
 async def test_collect_merges_messages_queued_while_busy_into_one_turn(tmp_path):
@@ -148,8 +149,11 @@ async def test_a_message_steered_as_the_turn_ends_is_still_finished_and_logged(t
     base = scripted_agent(gate=True, steer=True)
     release = anyio.Event()
 
+    steering = anyio.Event()
+
     class SlowToSteer(base):  # type: ignore[valid-type, misc]
         async def steer(self, session_key, text):
+            steering.set()
             await release.wait()  # the turn ends meanwhile
             return await super().steer(session_key, text)
 
@@ -162,12 +166,12 @@ async def test_a_message_steered_as_the_turn_ends_is_still_finished_and_logged(t
                 outcomes.append(await h.channel.receive("also this"))
 
             tg.start_soon(steer_one)
-            await anyio.sleep(0.05)  # the steer waits in the agent
+            with anyio.fail_after(5):
+                await steering.wait()  # the steer waits in the agent
             base.gate.set()
             await h.channel.wait_for_sent(1)  # the turn answered...
-            with anyio.fail_after(5):
-                while h.kernel.queue.is_busy("memory:main:chat-1"):  # ...and ended
-                    await anyio.sleep(0.005)
+            await wait_until(lambda: not h.kernel.queue.is_busy("memory:main:chat-1"),
+                             timeout=5, what="...and ended", interval=0.005)
             release.set()
         await h.settle()
         assert outcomes == ["steered"] and base.steered == ["also this"]
@@ -230,7 +234,6 @@ async def test_global_cap_on_concurrent_turns(tmp_path):
         for i in range(5):
             await h.channel.receive(f"m{i}", chat_id=f"c{i}")
         await wait_for_requests(agent, 2)
-        await anyio.sleep(0.05)
         assert len(agent.requests) == 2  # the other three wait for a slot
         agent.gate.set()
         await h.settle()
@@ -238,17 +241,29 @@ async def test_global_cap_on_concurrent_turns(tmp_path):
         assert agent.max_running == 2
 
 
-@pytest.mark.slow
 async def test_debounce_waits_for_quiet_before_a_followup(tmp_path):
     agent = scripted_agent(gate=True)
-    async with harness(tmp_path, agent, {"mode": "collect", "debounce_ms": 1000}) as h:
+    clock = ManualClock()
+    config = {"agent": {"kind": agent.name}, "queue": {"mode": "collect", "debounce_ms": 1000}}
+    async with KernelHarness(tmp_path, config=config, queue_clock=clock,
+                             plugins=[("agent", agent_plugin(agent))]) as h:
+
+        async def quiet_until(deadline: float) -> None:
+            await wait_until(lambda: clock.deadlines == [deadline], timeout=5,
+                             what=f"the follow-up waiting until {deadline}",
+                             state=lambda: clock.deadlines, interval=0.001)
+
         await h.channel.receive("first")
         await wait_for_requests(agent, 1)
         await h.channel.receive("a")
-        agent.gate.set()
-        # the turn ends now; "b" arrives inside the quiet period and joins "a"
-        await anyio.sleep(0.05)
-        await h.channel.receive("b")
+        agent.gate.set()  # the turn ends: "a" waits a second of quiet
+        await quiet_until(clock.now() + 1)
+        clock.advance(0.5)
+        await h.channel.receive("b")  # inside the quiet period: it joins "a"...
+        clock.advance(0.5)
+        await quiet_until(clock.now() + 0.5)  # ...and the quiet starts again from it
+        assert len(agent.requests) == 1
+        clock.advance(0.5)
         await h.settle()
         assert [r.text for r in agent.requests] == ["first", "a\n\nb"]
 

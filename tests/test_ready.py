@@ -84,7 +84,9 @@ def test_run_logs_ready_once_it_listens_and_its_accounts_started(home):
 def test_health_wait_waits_for_a_gateway_that_is_starting(home):
     waiting = subprocess.Popen([CHATKERNEL, "health", "--wait", "60"], env=environ(home),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)  # it is polling: no gateway yet
+    # real time: a process of its own gets to its first poll, and finds no gateway yet
+    time.sleep(0.5)
+    assert waiting.poll() is None  # still waiting
     gateway = start_gateway(home)
     try:
         out, err = waiting.communicate(timeout=90)

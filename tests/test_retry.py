@@ -17,6 +17,8 @@ from chatkernel.core.outbound.retry import (
     platform_down,
     with_retries,
 )
+from chatkernel.testing.clock import ManualClock
+from chatkernel.testing.contract import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -88,33 +90,43 @@ async def test_an_awaitable_from_on_retry_is_awaited_before_the_wait() -> None:
 
 async def test_an_outage_lets_one_probe_at_a_time_and_ends_for_everyone(caplog) -> None:
     caplog.set_level(logging.INFO, logger="chatkernel.retry")
-    outage = Outage("x:main", RetryPolicy(base_delay=0.01, max_delay=0.05, jitter=0))
+    clock = ManualClock()
+    outage = Outage("x:main", RetryPolicy(base_delay=0.01, max_delay=0.05, jitter=0),
+                    clock=clock.now, sleep_until=clock.sleep_until)
     assert await outage.turn("a") is False  # reachable: nothing to wait for
     outage.refused(REFUSED, "a", probe=False)
     assert outage.active
     turns: list[tuple[str, bool]] = []
+    deadline = clock.now() + 30
 
     async def waiter(key: str) -> None:
-        turns.append((key, await outage.turn(key, time.monotonic() + 30)))
+        turns.append((key, await outage.turn(key, deadline)))
 
-    async def until(count: int) -> None:
-        with anyio.fail_after(5):
-            while len(turns) < count:
-                await anyio.sleep(0.005)
+    async def until(count: int, asleep: list[float]) -> None:
+        """Until ``count`` turns were given and the others sleep until ``asleep``."""
+        await wait_until(lambda: len(turns) == count and clock.deadlines == asleep,
+                         timeout=5, what=f"{count} turn(s), the others asleep until {asleep}",
+                         state=lambda: (turns, clock.deadlines), interval=0.001)
 
     async with anyio.create_task_group() as tg:
         for key in "abc":
             tg.start_soon(waiter, key)
-        await until(1)
+        backoff = clock.now() + 0.01
+        await until(0, [backoff] * 3)  # all three wait for the backoff...
+        clock.set(backoff)
+        await until(1, [deadline] * 2)  # ...then one tries, the others wait for it
         first, probing = turns[0]
-        assert probing  # one of them tries, after the backoff...
-        await anyio.sleep(0.2)  # ...four backoffs: still the only one while it is out
-        assert len(turns) == 1
+        assert probing
+        clock.advance(0.2)  # four backoffs: still the only one while it is out
+        assert len(turns) == 1 and clock.deadlines == [deadline] * 2
         outage.refused(REFUSED, first, probe=True)  # refused again: the next one tries
-        await until(2)
+        backoff = clock.now() + 0.02
+        await until(1, [backoff] * 2)
+        clock.set(backoff)
+        await until(2, [deadline])
         assert turns[1][1] is True and turns[1][0] != first
         outage.reached()  # it got through: everyone goes
-        await until(3)
+        await until(3, [])
     assert [probing for _, probing in turns] == [True, True, False]
     assert not outage.active
     lines = [r.getMessage() for r in caplog.records]

@@ -3,12 +3,12 @@ when idle beyond their cap and come back from the store intact."""
 
 from __future__ import annotations
 
-import anyio
 import pytest
 
 from chatkernel.core.inbound.sessions import TOUCH_PERSIST_SECONDS, Sessions
 from chatkernel.core.store.sqlite import SQLiteStore
 from chatkernel.testing.agents import agent_plugin, scripted_agent
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.memory import KernelHarness
 
 pytestmark = pytest.mark.anyio
@@ -82,9 +82,7 @@ async def test_a_session_in_use_is_not_dropped(tmp_path):
     async with harness(tmp_path, agent) as h:
         kernel = h.kernel
         await h.channel.receive("slow", chat_id="busy")
-        with anyio.fail_after(5):
-            while agent.running < 1:
-                await anyio.sleep(0.01)
+        await wait_until(lambda: agent.running >= 1, timeout=5, what="the turn")
         for n in range(2 * CAP):
             await h.channel.receive("x", chat_id=f"other-{n}")
         assert kernel.sessions.cached("memory:main:busy") is not None

@@ -20,6 +20,7 @@ from chatkernel.core.store.base import OutboxEntry, SessionRecord
 from chatkernel.core.store.redis import SCHEMA_VERSION, RedisStore, safe_url
 from chatkernel.core.store.shared import LeaseLost, SharedState, account_lease
 from chatkernel.testing.redis import RedisServer
+from chatkernel.testing.contract import wait_until as wait_for
 
 pytestmark = pytest.mark.anyio
 
@@ -72,9 +73,7 @@ def entries(count: int = 1, *, account: str = "main") -> list[OutboxEntry]:
 
 async def wait_until(predicate, what: str, timeout: float = 10.0) -> None:
     """Poll an async predicate until it holds (bounded: fails after ``timeout``)."""
-    with anyio.fail_after(timeout):
-        while not await predicate():
-            await anyio.sleep(0.02)
+    await wait_for(predicate, timeout=timeout, what=what)
 
 
 # -- several processes on one server ---------------------------------------------------------
@@ -272,7 +271,12 @@ async def test_payloads_queued_for_an_account_owned_elsewhere_go_to_its_inbox(ma
         assert entry == (await owner.outbox_reply(entry.reply_id))[0]
 
 
-async def test_a_blocking_inbox_read_wakes_for_a_new_message_and_holds_up_nothing(make_store):
+async def test_a_blocking_inbox_read_wakes_for_a_new_message_and_holds_up_nothing(
+        make_store, raw):
+    async def xread_blocked() -> bool:
+        return any("b" in client["flags"] and client["cmd"].startswith("xread")
+                   for client in await raw.client_list())
+
     async with make_store() as reader, make_store() as poller:
         account = ("telegram", "main")
         position = await reader.inbox_position(*account)
@@ -286,7 +290,8 @@ async def test_a_blocking_inbox_read_wakes_for_a_new_message_and_holds_up_nothin
         async with anyio.create_task_group() as tg:
             tg.start_soon(read)
             await blocked.wait()
-            await anyio.sleep(0.1)  # the XREAD is waiting on the server now
+            # the XREAD is waiting on the server now
+            await wait_for(xread_blocked, what="the XREAD blocked on the server")
             # The reader's other calls go on meanwhile (the block has its own connection).
             with anyio.fail_after(5):
                 await reader.ping()
@@ -393,7 +398,7 @@ async def test_read_only_open_creates_and_changes_nothing(make_store, raw, redis
         await writer.register_instance("gone", {}, 0.05)
         token = await writer.acquire_lease("short", "w", 0.05)
         assert token is not None
-        await anyio.sleep(0.1)  # both expired: the names wait to be forgotten
+        await anyio.sleep(0.1)  # real time: Redis expires them (both now gone)
     before = await keys(raw, redis_prefix)
     async with make_store(read_only=True) as reader:
         assert [e.message.message_id for e in await reader.unfinished_inbound()] == ["m1"]

@@ -32,6 +32,7 @@ from chatkernel.sdk.codec import (
     encode_route,
 )
 from chatkernel.core.store.sqlite import MIGRATIONS, SQLiteStore, StoreError
+from chatkernel.testing.contract import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -330,7 +331,7 @@ CHILD = textwrap.dedent("""
         print("journaled", flush=True)
         if mode == "exit":
             os._exit(1)  # no close, no atexit, no flush of anything
-        time.sleep(60)  # the parent kills us
+        time.sleep(60)  # real time: the parent kills us
 
     anyio.run(main)
 """)
@@ -493,7 +494,8 @@ async def test_a_cancelled_writer_does_not_cancel_the_commit_others_wait_for(
     async with anyio.create_task_group() as tg:
         tg.start_soon(journal, "kept")
         tg.start_soon(cancelled)
-        await anyio.sleep(0.05)  # both wait for the same commit
+        await wait_until(lambda: len(store._journal_waiters) == 2, timeout=5,
+                         what="both waiting for the same commit", interval=0.001)
         doomed.cancel()
         await gave_up.wait()
         assert "cancelled" not in results and "kept" not in results

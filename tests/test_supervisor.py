@@ -6,6 +6,7 @@ import anyio
 import pytest
 
 from chatkernel.core.gateway.supervisor import Supervisor
+from chatkernel.testing.contract import wait_until as wait_for
 from chatkernel.testing.memory import KernelHarness
 
 pytestmark = pytest.mark.anyio
@@ -46,9 +47,7 @@ class StubbornLoop:
 
 
 async def wait_until(predicate, timeout=5.0):
-    with anyio.fail_after(timeout):
-        while not predicate():
-            await anyio.sleep(0.001)
+    await wait_for(predicate, timeout=timeout, interval=0.001)
 
 
 async def test_restart_waits_for_the_old_loop_and_never_runs_two(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 
 from chatkernel.core import config as cfg
 from chatkernel.core.kernel import Kernel
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.gateway import start_gateway
 from chatkernel.webchat.landing import webchat_off
 
@@ -20,21 +21,22 @@ TELEGRAM = {"telegram": {"accounts": {"main": {"bot_token": "123456:test-token-a
                                                "allow_from": ["42"]}}}}
 
 
-async def chat_round_trip(http, base, text):
-    """Post ``text`` to the web chat and return the bot's messages once it answered."""
+async def chat_round_trip(http, base, text, parts=1):
+    """Post ``text`` to the web chat and return the bot's messages once it answered in
+    ``parts`` messages (a chunked answer)."""
     body = {"chat_id": "c1", "user_id": "u1", "text": text}
     async with http.post(f"{base}/webchat/messages", json=body) as response:
         assert response.status == 202, await response.text()
-    with anyio.fail_after(10):
-        while True:
-            async with http.get(f"{base}/webchat/messages", params={"chat_id": "c1"}) as r:
-                bots = [m for m in (await r.json())["messages"] if m["role"] == "bot"]
-            if bots:
-                await anyio.sleep(0.2)  # the rest of a chunked answer
-                async with http.get(f"{base}/webchat/messages",
-                                    params={"chat_id": "c1"}) as r:
-                    return [m for m in (await r.json())["messages"] if m["role"] == "bot"]
-            await anyio.sleep(0.02)
+    bots: list[dict] = []
+
+    async def answered() -> bool:
+        nonlocal bots
+        async with http.get(f"{base}/webchat/messages", params={"chat_id": "c1"}) as r:
+            bots = [m for m in (await r.json())["messages"] if m["role"] == "bot"]
+        return len(bots) >= parts
+
+    await wait_until(answered, what=f"an answer in {parts} part(s)", state=lambda: bots)
+    return bots
 
 
 def check(data, listen="127.0.0.1:8787"):
@@ -55,7 +57,7 @@ async def test_a_channel_setting_alone_keeps_the_web_chat_and_applies(tmp_path):
                 assert r.status == 200
                 page = await r.text()
             assert "The web chat is off" not in page and "chatkernel" in page
-            answer = await chat_round_trip(http, base, "x" * 2500)
+            answer = await chat_round_trip(http, base, "x" * 2500, parts=3)
             assert [len(m["text"]) for m in answer] == [1000, 1000, 500]  # its text_limit
         stop.set()
 

@@ -94,6 +94,7 @@ class Kernel:
                  heartbeats: bool | None = None,
                  heartbeat_clock: HeartbeatClock | None = None,
                  channel_clock: ChannelClock | None = None,
+                 queue_clock: HeartbeatClock | None = None,
                  gateway: GatewayParts | None = None) -> None:
         self.config = config or cfg.KernelConfig()
         self.config_path = config_path
@@ -173,6 +174,9 @@ class Kernel:
         #: The clock every channel's context gets (None: the real one): the receive loops'
         #: waits and the channels' timers (chatkernel.sdk.clock).
         self.channel_clock = channel_clock
+        #: The session queue's clock, for debounces (a test's ManualClock); None: the
+        #: monotonic clock.
+        self._queue_clock = queue_clock
         self._heartbeats: HeartbeatScheduler | None = None
         self.started_at: float | None = None
         #: What the gateway process adds (its URL, its reloader), read through functions;
@@ -319,11 +323,14 @@ class Kernel:
             session_busy=session_busy, pm=self.pm, metrics=self.metrics,
             workspace=lambda agent: self.config.agent_workspace(agent),
             clock=self._heartbeat_clock)
+        timing = {} if self._queue_clock is None else {
+            "clock": self._queue_clock.now, "sleep_until": self._queue_clock.sleep_until}
         self._queue = SessionQueue(self._tg, turns.run, self.queue_settings,
                                    max_concurrent=self.config.queue.max_concurrent,
                                    on_drop=turns.dropped, steer=turns.steer,
                                    on_busy=heartbeats.lane_busy,
-                                   on_idle=heartbeats.lane_idle)
+                                   on_idle=heartbeats.lane_idle,
+                                   **timing)
         queue = self._queue
         self.metrics.queue_depth.set_function(queue.depth)  # computed when scraped
         self._tg.start_soon(self.indicators.run, name="typing indicators")

@@ -37,7 +37,7 @@ import socket
 import struct
 import time
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -272,24 +272,25 @@ class PlatformAdapter:
 # -- waiting ----------------------------------------------------------------------------
 
 
-async def wait_until(predicate: Callable[[], Any], *, timeout: float = 10.0,
-                     what: str = "the condition", state: Callable[[], Any] | None = None,
+async def wait_until(predicate: Callable[[], bool | Awaitable[bool]], *,
+                     timeout: float = 10.0, what: str = "the condition",
+                     state: Callable[[], Any] | None = None,
                      check: Callable[[], None] | None = None, interval: float = 0.02) -> None:
     """Poll ``predicate`` until it is true; fail after ``timeout`` seconds.
 
-    ``predicate`` may be an async function (one that reads the store, asks a server):
-    its result is awaited on every poll. ``what`` and ``state()`` make the failure say
-    what was awaited and what was seen instead; ``check()`` runs on every poll and may
-    raise to stop early (a crashed receive loop).
+    ``predicate`` may be a coroutine function (a store read, an HTTP request...).
+    ``what`` and ``state()`` make the failure say what was awaited and what was
+    seen instead; ``check()`` runs on every poll and may raise to stop early
+    (a crashed receive loop).
     """
     deadline = anyio.current_time() + timeout
     while True:
         if check is not None:
             check()
-        result = predicate()
-        if inspect.isawaitable(result):
-            result = await result
-        if result:
+        met = predicate()
+        if inspect.isawaitable(met):
+            met = await met
+        if met:
             return
         if anyio.current_time() >= deadline:
             seen = f"; seen: {state()!r}" if state is not None else ""

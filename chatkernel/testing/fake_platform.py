@@ -479,6 +479,9 @@ class FakePlatform:
         self.narrator: Callable[[str], Any] | None = None
         #: True from the moment the platform starts shutting down.
         self.closing = False
+        #: Requests waiting in :meth:`hold` now (long polls, answers a stall holds back):
+        #: a test waits for its poll to be held before it makes what the poll waits for.
+        self.holding = 0
         self._signals = [self.activity]
         self._task_group: Any = None
         self._stack: contextlib.AsyncExitStack | None = None
@@ -586,11 +589,15 @@ class FakePlatform:
         Returns ``ready()``."""
         signal = signal or self.activity
         deadline = anyio.current_time() + timeout
-        while not ready() and not self.closing:
-            remaining = deadline - anyio.current_time()
-            if remaining <= 0:
-                break
-            await signal.wait(remaining)
+        self.holding += 1
+        try:
+            while not ready() and not self.closing:
+                remaining = deadline - anyio.current_time()
+                if remaining <= 0:
+                    break
+                await signal.wait(remaining)
+        finally:
+            self.holding -= 1
         return ready()
 
     # -- calls -------------------------------------------------------------------------------

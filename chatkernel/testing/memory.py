@@ -147,7 +147,8 @@ class KernelHarness:
 
     def __init__(self, home: Path, *, config: dict[str, Any] | None = None,
                  plugins: list[tuple[str, object]] | None = None,
-                 heartbeat_clock: Any = None, channel_clock: Any = None) -> None:
+                 heartbeat_clock: Any = None, channel_clock: Any = None,
+                 queue_clock: Any = None) -> None:
         data: dict[str, Any] = {
             "gateway": {"workspace": str(home / "workspace")},
             "store": {"path": str(home / "state.db")},
@@ -170,6 +171,8 @@ class KernelHarness:
         #: The channels' clock: their receive loops' waits (backoff, a refused token's
         #: slow retries, a socket's silence) and their own timers (e.g. a ManualClock).
         self.channel_clock = channel_clock
+        #: The session queue's clock, for debounces (a ManualClock: they wait for it).
+        self.queue_clock = queue_clock
         self.kernel: Any = None
         self._stack: AsyncExitStack | None = None
 
@@ -185,7 +188,7 @@ class KernelHarness:
         self._stack = AsyncExitStack()
         self.kernel = await self._stack.enter_async_context(
             Kernel(self.config, pm=pm, heartbeat_clock=self.heartbeat_clock,
-                   channel_clock=self.channel_clock))
+                   channel_clock=self.channel_clock, queue_clock=self.queue_clock))
         for account in self.kernel.accounts.values():
             if isinstance(account.channel, MemoryChannel):
                 account.channel.attach(self.kernel.deliver)

@@ -150,7 +150,8 @@ class SessionQueue:
                  settings: Callable[[str], QueueSettings], *, max_concurrent: int = 4,
                  on_drop: DropHandler | None = None, steer: Steerer | None = None,
                  on_busy: LaneObserver | None = None, on_idle: LaneObserver | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep_until: Callable[[float], Awaitable[None]] | None = None) -> None:
         self._tg = task_group
         # The heartbeat scheduler listens: a user message preempts a heartbeat turn in
         # its session, and a heartbeat that waited for the lane fires when it is idle.
@@ -161,6 +162,9 @@ class SessionQueue:
         self._on_drop = on_drop
         self._steer = steer
         self._clock = clock
+        # Returns once ``clock`` reads the deadline given (a test's manual clock's);
+        # None: the deadline is that many seconds of real time away.
+        self._sleep_until = sleep_until
         self.max_concurrent = max_concurrent
         self.lanes: dict[str, Lane] = {}
         # Lanes ready for a turn, in the order they became ready, and the workers
@@ -335,10 +339,14 @@ class SessionQueue:
     async def _debounce(self, lane: Lane, quiet: float) -> None:
         """Wait for ``quiet`` seconds without a new message, then make the lane ready."""
         while True:
-            remaining = lane.last_enqueue + quiet - self._clock()
+            quiet_from = lane.last_enqueue + quiet
+            remaining = quiet_from - self._clock()
             if remaining <= 0:
                 break
-            await anyio.sleep(remaining)
+            if self._sleep_until is None:
+                await anyio.sleep(remaining)
+            else:
+                await self._sleep_until(quiet_from)
         self._make_ready(lane)
 
     def _finish(self, lane: Lane) -> None:

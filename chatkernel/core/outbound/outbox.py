@@ -577,6 +577,13 @@ class Outbox:
             self.prepare(account)
         return self._limiters[account.key]
 
+    def outage(self, account: Account) -> Outage:
+        """The account's :class:`Outage`: whether its platform is down now, and how many
+        of its probes were refused (built with its limits on first use)."""
+        if account.key not in self._outages:
+            self.prepare(account)
+        return self._outages[account.key]
+
     def _policy(self, account: Account) -> RetryPolicy:
         if account.key not in self._policies:
             self.prepare(account)

@@ -240,10 +240,14 @@ class Outage:
 
     def __init__(self, name: str, policy: RetryPolicy, *,
                  clock: Callable[[], float] = time.monotonic,
+                 sleep_until: Callable[[float], Awaitable[None]] | None = None,
                  on_change: Callable[[SendError | None], None] | None = None) -> None:
         self.name = name
         self.policy = policy
         self._clock = clock
+        #: Returns once ``clock`` reads the deadline given (a test's manual clock's);
+        #: None: the deadline is that many seconds of real time away.
+        self._sleep_until = sleep_until
         #: Told when the outage begins (with its first refusal) and ends (None): the
         #: account's health shows it meanwhile.
         self._on_change = on_change
@@ -263,6 +267,12 @@ class Outage:
     def active(self) -> bool:
         """Whether the platform is known to be unreachable right now."""
         return self.since is not None
+
+    @property
+    def tries(self) -> int:
+        """The tries of the platform this outage counts so far: the refusal that began
+        it, then each probe refused (0 while the platform is reachable)."""
+        return self._tries if self.since is not None else 0
 
     def refused(self, error: SendError, key: Any, *, probe: bool) -> None:
         """A request for payload ``key`` was refused before it was sent.
@@ -353,9 +363,24 @@ class Outage:
             if changed is None:
                 changed = self._changed = anyio.Event()
             until = deadline if self._probing else min(self._next_try, deadline)
+            await self._wait(changed, until, now)
+        return False
+
+    async def _wait(self, changed: anyio.Event, until: float, now: float) -> None:
+        """Wait until ``changed`` is set or ``clock`` reads ``until``."""
+        if self._sleep_until is None:
             with anyio.move_on_after(until - now):
                 await changed.wait()
-        return False
+            return
+        sleep_until = self._sleep_until
+        async with anyio.create_task_group() as tg:
+            async def timer() -> None:
+                await sleep_until(until)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(timer)
+            await changed.wait()
+            tg.cancel_scope.cancel()
 
     def _changed_now(self) -> None:
         changed, self._changed = self._changed, None
