@@ -115,6 +115,27 @@ async def test_a_missing_entry_fails_only_its_own_caller_in_a_batch(store):
     assert [e.status for e in await store.outbox_reply("r1")] == ["sending"]
 
 
+async def test_a_write_the_server_fails_fails_only_its_own_caller(store, redis_server):
+    import redis.asyncio as aioredis
+
+    raw = aioredis.Redis.from_url(redis_server)
+    try:  # a key of the wrong type under the account's dedupe hash: its writes fail
+        await raw.set(f"{store.prefix}j:dedupe:telegram:broken", "not a hash")
+    finally:
+        await raw.aclose()
+    told: list[Exception | None] = []
+    store.on_commit = told.append
+    with Trips(store) as trips:
+        broken, fine = await asyncio.gather(store.journal_inbound(msg("m1", account="broken")),
+                                            store.journal_inbound(msg("m1")),
+                                            return_exceptions=True)
+    assert trips.count == 1
+    assert type(broken) is StoreError and "journal_inbound failed" in str(broken)
+    assert "WRONGTYPE" in str(broken)
+    assert fine == 1
+    assert told == [broken]  # health hears of the failure
+
+
 async def test_a_refused_fence_fails_only_its_own_write_in_a_batch(redis_server, redis_prefix):
     lease = account_lease("telegram", "main")
     async with RedisStore.at(redis_server, prefix=redis_prefix) as old, \

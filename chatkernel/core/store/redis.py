@@ -22,14 +22,20 @@ reply twice. A call that fails raises :class:`~chatkernel.core.store.base.StoreE
 naming the server (never its password); the next call connects again (a
 connection the server closed is replaced before a command is sent on it).
 
+Batches. The writes of a message's hot path (journal entries, outbox entries and
+their marks, platform ids, log entries) that concurrent callers make in one turn of
+the event loop go to the server together, as one call of the ``BATCH`` script, and
+each caller waits for its own answer (:mod:`chatkernel.core.store.redis_batch`); the
+other methods are a request each.
+
 Atomicity. Each operation that touches several keys (a journal entry with its
 dedupe key, indexes and inbox entry; an outbox entry with its indexes and the
 journal entries it finishes; a fenced write with its lease check) is one Lua
-script (:mod:`chatkernel.core.store.redis_lua`), so it is made whole or not at
-all, and other clients never see half of it. The scripts build their keys from
-the prefix they are given: the store needs one Redis server (or a primary), not
-a Redis Cluster. docs/scale-out.md ("Keys and round trips") has the key layout and
-the round trips of each operation.
+script, or one write of the batch script (:mod:`chatkernel.core.store.redis_lua`),
+so it is made whole or not at all, and other clients never see half of it. The
+scripts build their keys from the prefix they are given: the store needs one Redis
+server (or a primary), not a Redis Cluster. docs/scale-out.md ("Keys and round
+trips") has the key layout and the round trips of each operation.
 """
 
 from __future__ import annotations

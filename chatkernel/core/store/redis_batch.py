@@ -2,19 +2,21 @@
 every task makes during a turn of the event loop go to the server together.
 
 A message's writes — its journal entry, its reply's outbox entry, the ``sending``
-and ``sent`` marks — are one round trip each, and each round trip costs the client
-more CPU (a connection taken from the pool, a command packed, a reply parsed, a
-socket write and read, a wake-up) than the server spends running the script. When
-many chats are busy at once, their writes come in the same loop turns: queued and
-sent as one pipeline they share that cost, as SQLite's group commit shares a commit.
+and ``sent`` marks, its log entries — would be a round trip each, and a round trip
+costs the client more CPU (a connection taken from the pool, a command packed, a
+reply parsed, a socket write and read, a wake-up) than the server spends running
+the script. When many chats are busy at once, their writes come in the same loop
+turns: queued and sent as one call of one script (``BATCH`` in
+:mod:`chatkernel.core.store.redis_lua`) they share that cost, as SQLite's group
+commit shares a commit.
 
 How. A write is queued as a :class:`PendingWrite` and its caller waits on its own
 future. The first write of a batch schedules the batch's sending for the next loop
 turn, so every write made by any task meanwhile joins it; while a batch is on its
 way the writes made meanwhile wait for it to come back and go as the next batch, so
 under load batches grow instead of round trips multiplying, and batches reach the
-server in the order they were made. At most :data:`MAX_BATCH` writes go at once (a
-pipeline the server answers as a whole).
+server in the order they were made. At most :data:`MAX_BATCH` writes go at once (the
+server runs a batch's script as a whole, other clients waiting meanwhile).
 
 What each caller gets is its own: its result once the server has made its write, or
 the error of its own write (a refused fence: ``LeaseLost``; a script error: a

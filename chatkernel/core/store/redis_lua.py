@@ -6,6 +6,10 @@ made whole or not at all, in one round trip. ``ARGV[1]`` is always the key
 prefix; keys are built inside the scripts, which is why the store needs one
 Redis server (or a primary), not a Redis Cluster.
 
+The hot path's writes are functions of one script, :data:`BATCH`, which makes a
+batch of them (:mod:`chatkernel.core.store.redis_batch`) in one call, each write
+checked and made by itself.
+
 Numbers come in as the text Python wrote (``repr`` of a float): scripts store
 that text, never ``tostring`` of a Lua number (14 digits only), so times read
 back exactly.
