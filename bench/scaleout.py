@@ -20,12 +20,18 @@ unless ``--lease`` says otherwise.
     .venv/bin/python bench/scaleout.py
     .venv/bin/python bench/scaleout.py --accounts 6 --messages 1200 --lease 10 --kills 3
     .venv/bin/python bench/scaleout.py --failover-only   # the gap at the default lease
+    .venv/bin/python bench/scaleout.py --kills 1 --profile /tmp/prof   # cProfile each gateway
+    .venv/bin/python bench/profile_summary.py /tmp/prof/redis-1/*.prof
+
+``--profile DIR`` runs each gateway under cProfile (bench/profiling/sitecustomize.py),
+writing ``DIR/<store>-<instances>/<pid>.prof`` when it exits.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import os
 import statistics
 import sys
 import tempfile
@@ -40,6 +46,20 @@ from chatkernel.testing import BUSY_HINT
 from chatkernel.testing.instances import GatewayInstances, wait_for_owner
 from chatkernel.testing.redis import RedisServer, RedisStore
 from chatkernel_telegram.fake import FakeBotAPI
+
+
+#: The sitecustomize that profiles a gateway (see --profile).
+PROFILING = Path(__file__).with_name("profiling")
+
+
+def profiling_env(args: argparse.Namespace, contender: str) -> dict[str, str]:
+    """The environment that has a contender's gateways profiled, with --profile."""
+    if not getattr(args, "profile", None):
+        return {}
+    where = Path(args.profile) / contender
+    where.mkdir(parents=True, exist_ok=True)
+    path = os.pathsep.join(filter(None, [str(PROFILING), os.environ.get("PYTHONPATH")]))
+    return {"CHATKERNEL_PROFILE": str(where), "PYTHONPATH": path}
 
 
 def gateway_config(api: FakeBotAPI, tokens: list[str], store: dict[str, Any], *,
@@ -90,7 +110,8 @@ async def burst(root: Path, api: FakeBotAPI, tokens: list[str], store: dict[str,
                 shared: RedisStore | None) -> dict[str, Any]:
     api.sent_messages.clear()
     config = gateway_config(api, tokens, store, lease=args.burst_lease)
-    async with GatewayInstances(root, config) as gateways:
+    env = profiling_env(args, f"{store['backend']}-{instances}")
+    async with GatewayInstances(root, config, env=env) as gateways:
         for _ in range(instances):
             await gateways.start()
         if shared is not None:
@@ -224,5 +245,7 @@ if __name__ == "__main__":
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--failover-only", action="store_true",
                         help="measure only the failover gap")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="run each burst's gateways under cProfile, files in DIR")
     arguments = parser.parse_args()
     anyio.run(failover_only if arguments.failover_only else main, arguments)
