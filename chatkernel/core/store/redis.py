@@ -40,6 +40,7 @@ trips") has the key layout and the round trips of each operation.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import urllib.parse
 from collections.abc import Awaitable, Sequence
@@ -299,9 +300,20 @@ class RedisStore(Store, SharedState):
         try:
             result = await call
         except (RedisError, OSError) as exc:
+            await self._connection_failed(exc)
             raise self._failure(exc, what) from None
         self._report(None)
         return result
+
+    async def _connection_failed(self, exc: Exception) -> None:
+        """After a broken connection, the idle ones are closed too: they are most likely
+        broken as well (a restarted server), and redis-py finds that out only by failing
+        a command on each, so they connect again on their next use instead."""
+        from redis.exceptions import ConnectionError as RedisConnectionError
+
+        if isinstance(exc, (RedisConnectionError, OSError)):
+            with contextlib.suppress(Exception):
+                await self._redis.connection_pool.disconnect(inuse_connections=False)
 
     def _batched(self, op: str, what: str, args: list[Any], *,
                  fences: list[str] | None = None) -> Awaitable[Any]:
@@ -346,6 +358,7 @@ class RedisStore(Store, SharedState):
             answers = None
             failure: Exception = NoScriptError("the server lost the store's scripts")
         except (RedisError, OSError) as exc:
+            await self._connection_failed(exc)
             answers, failure = None, exc
         if answers is None:
             # Whether the server made any of them is unknown: every caller is told.
@@ -380,6 +393,7 @@ class RedisStore(Store, SharedState):
         try:
             await pipe.execute()
         except (RedisError, OSError) as exc:
+            await self._connection_failed(exc)
             for write in batch:
                 write.fail(self._failure(exc, write.what))
             return False
