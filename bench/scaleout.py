@@ -8,7 +8,8 @@ contender runs real ``chatkernel run`` processes (their own homes, one Redis ser
 benchmark starts on 127.0.0.1). Reported per contender: messages answered per second,
 that as a ratio of the single SQLite gateway, the requests to Redis per message (each
 process counts its own: ``chatkernel_store_round_trips`` on ``/metrics``; lease
-renewals and inbox reads included), and duplicates and reorderings (both must be 0).
+renewals and inbox reads included), the gateways' CPU time per message (user + system,
+from ``/proc``), and duplicates and reorderings (both must be 0).
 
 Failover: three gateways with ``--lease`` seconds leases, one message a chat every 50 ms
 to one bot, and its owner killed (SIGKILL) ``--kills`` times: the gap is the time from
@@ -87,6 +88,12 @@ def round_trips(url: str) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU time so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def answers(api: FakeBotAPI) -> list[Any]:
     return [m for m in api.sent_messages if m.plain_text != BUSY_HINT]
 
@@ -118,6 +125,7 @@ async def burst(root: Path, api: FakeBotAPI, tokens: list[str], store: dict[str,
             await balanced(shared, len(tokens), instances, timeout=120)
         await anyio.sleep(0.5)  # every poller waiting
         before = sum(round_trips(g.url) for g in gateways.alive)
+        cpu_before = sum(cpu_seconds(g.pid) for g in gateways.alive)
         expected: dict[tuple[str, int], list[str]] = collections.defaultdict(list)
         per_bot = args.messages // len(tokens)
         started = time.perf_counter()
@@ -133,13 +141,14 @@ async def burst(root: Path, api: FakeBotAPI, tokens: list[str], store: dict[str,
                 await anyio.sleep(0.01)
         elapsed = time.perf_counter() - started
         after = sum(round_trips(g.url) for g in gateways.alive)
+        cpu = sum(cpu_seconds(g.pid) for g in gateways.alive) - cpu_before
     sent = answers(api)
     texts = collections.Counter(m.plain_text for m in sent)
     reordered = 0
     for (token, chat), wanted in expected.items():
         got = [m.plain_text for m in api.sent(token, chat_id=chat) if m.plain_text != BUSY_HINT]
         reordered += sum(1 for a, b in zip(got, wanted) if a != b)
-    return {"rate": want / elapsed, "trips": (after - before) / want,
+    return {"rate": want / elapsed, "trips": (after - before) / want, "cpu": cpu / want,
             "dupes": sum(count - 1 for count in texts.values() if count > 1),
             "reordered": reordered}
 
@@ -225,11 +234,11 @@ async def main(args: argparse.Namespace) -> None:
     print(f"{args.messages} messages over {args.accounts} bots x {args.chats} chats, "
           "echo agent, pacing lifted")
     print(f"{'store':<8} {'instances':>9} {'msgs/s':>9} {'x sqlite':>9} "
-          f"{'redis req/msg':>14} {'dupes':>6} {'reordered':>10}")
+          f"{'redis req/msg':>14} {'cpu µs/msg':>11} {'dupes':>6} {'reordered':>10}")
     for label, instances, r in results:
         trips = "-" if label == "sqlite" else f"{r['trips']:.2f}"
         print(f"{label:<8} {instances:>9} {r['rate']:>9,.0f} {r['rate'] / floor:>9.2f} "
-              f"{trips:>14} {r['dupes']:>6} {r['reordered']:>10}")
+              f"{trips:>14} {r['cpu'] * 1e6:>11,.0f} {r['dupes']:>6} {r['reordered']:>10}")
     print_gaps(args, gaps)
 
 
