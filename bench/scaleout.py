@@ -8,7 +8,8 @@ contender runs real ``chatkernel run`` processes (their own homes, one Redis ser
 benchmark starts on 127.0.0.1). Reported per contender: messages answered per second,
 that as a ratio of the single SQLite gateway, the requests to Redis per message (each
 process counts its own: ``chatkernel_store_round_trips`` on ``/metrics``; lease
-renewals and inbox reads included), and duplicates and reorderings (both must be 0).
+renewals and inbox reads included), the gateways' CPU time per message (user + system,
+from ``/proc``), and duplicates and reorderings (both must be 0).
 
 Failover: three gateways with ``--lease`` seconds leases, one message a chat every 50 ms
 to one bot, and its owner killed (SIGKILL) ``--kills`` times: the gap is the time from
@@ -20,12 +21,18 @@ unless ``--lease`` says otherwise.
     .venv/bin/python bench/scaleout.py
     .venv/bin/python bench/scaleout.py --accounts 6 --messages 1200 --lease 10 --kills 3
     .venv/bin/python bench/scaleout.py --failover-only   # the gap at the default lease
+    .venv/bin/python bench/scaleout.py --kills 1 --profile /tmp/prof   # cProfile each gateway
+    .venv/bin/python bench/profile_summary.py /tmp/prof/redis-1/*.prof
+
+``--profile DIR`` runs each gateway under cProfile (bench/profiling/sitecustomize.py),
+writing ``DIR/<store>-<instances>/<pid>.prof`` when it exits.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import os
 import statistics
 import sys
 import tempfile
@@ -40,6 +47,20 @@ from chatkernel.testing import BUSY_HINT
 from chatkernel.testing.instances import GatewayInstances, wait_for_owner
 from chatkernel.testing.redis import RedisServer, RedisStore
 from chatkernel_telegram.fake import FakeBotAPI
+
+
+#: The sitecustomize that profiles a gateway (see --profile).
+PROFILING = Path(__file__).with_name("profiling")
+
+
+def profiling_env(args: argparse.Namespace, contender: str) -> dict[str, str]:
+    """The environment that has a contender's gateways profiled, with --profile."""
+    if not getattr(args, "profile", None):
+        return {}
+    where = Path(args.profile) / contender
+    where.mkdir(parents=True, exist_ok=True)
+    path = os.pathsep.join(filter(None, [str(PROFILING), os.environ.get("PYTHONPATH")]))
+    return {"CHATKERNEL_PROFILE": str(where), "PYTHONPATH": path}
 
 
 def gateway_config(api: FakeBotAPI, tokens: list[str], store: dict[str, Any], *,
@@ -67,6 +88,12 @@ def round_trips(url: str) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU time so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def answers(api: FakeBotAPI) -> list[Any]:
     return [m for m in api.sent_messages if m.plain_text != BUSY_HINT]
 
@@ -90,13 +117,15 @@ async def burst(root: Path, api: FakeBotAPI, tokens: list[str], store: dict[str,
                 shared: RedisStore | None) -> dict[str, Any]:
     api.sent_messages.clear()
     config = gateway_config(api, tokens, store, lease=args.burst_lease)
-    async with GatewayInstances(root, config) as gateways:
+    env = profiling_env(args, f"{store['backend']}-{instances}")
+    async with GatewayInstances(root, config, env=env) as gateways:
         for _ in range(instances):
             await gateways.start()
         if shared is not None:
             await balanced(shared, len(tokens), instances, timeout=120)
         await anyio.sleep(0.5)  # every poller waiting
         before = sum(round_trips(g.url) for g in gateways.alive)
+        cpu_before = sum(cpu_seconds(g.pid) for g in gateways.alive)
         expected: dict[tuple[str, int], list[str]] = collections.defaultdict(list)
         per_bot = args.messages // len(tokens)
         started = time.perf_counter()
@@ -112,13 +141,14 @@ async def burst(root: Path, api: FakeBotAPI, tokens: list[str], store: dict[str,
                 await anyio.sleep(0.01)
         elapsed = time.perf_counter() - started
         after = sum(round_trips(g.url) for g in gateways.alive)
+        cpu = sum(cpu_seconds(g.pid) for g in gateways.alive) - cpu_before
     sent = answers(api)
     texts = collections.Counter(m.plain_text for m in sent)
     reordered = 0
     for (token, chat), wanted in expected.items():
         got = [m.plain_text for m in api.sent(token, chat_id=chat) if m.plain_text != BUSY_HINT]
         reordered += sum(1 for a, b in zip(got, wanted) if a != b)
-    return {"rate": want / elapsed, "trips": (after - before) / want,
+    return {"rate": want / elapsed, "trips": (after - before) / want, "cpu": cpu / want,
             "dupes": sum(count - 1 for count in texts.values() if count > 1),
             "reordered": reordered}
 
@@ -204,11 +234,11 @@ async def main(args: argparse.Namespace) -> None:
     print(f"{args.messages} messages over {args.accounts} bots x {args.chats} chats, "
           "echo agent, pacing lifted")
     print(f"{'store':<8} {'instances':>9} {'msgs/s':>9} {'x sqlite':>9} "
-          f"{'redis req/msg':>14} {'dupes':>6} {'reordered':>10}")
+          f"{'redis req/msg':>14} {'cpu µs/msg':>11} {'dupes':>6} {'reordered':>10}")
     for label, instances, r in results:
         trips = "-" if label == "sqlite" else f"{r['trips']:.2f}"
         print(f"{label:<8} {instances:>9} {r['rate']:>9,.0f} {r['rate'] / floor:>9.2f} "
-              f"{trips:>14} {r['dupes']:>6} {r['reordered']:>10}")
+              f"{trips:>14} {r['cpu'] * 1e6:>11,.0f} {r['dupes']:>6} {r['reordered']:>10}")
     print_gaps(args, gaps)
 
 
@@ -224,5 +254,7 @@ if __name__ == "__main__":
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--failover-only", action="store_true",
                         help="measure only the failover gap")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="run each burst's gateways under cProfile, files in DIR")
     arguments = parser.parse_args()
     anyio.run(failover_only if arguments.failover_only else main, arguments)

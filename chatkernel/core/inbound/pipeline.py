@@ -256,6 +256,10 @@ class Inbound:
         self._room.set()
         # With several instances: the journal seqs lined up per account (see line_up).
         self._lined: dict[str, dict[int, None]] = {}
+        # With several instances: the messages deliver() is journaling, by (channel,
+        # account, message id) -> what the inbox brought of it meanwhile (see deliver).
+        self._journaling: dict[tuple[str, str, str],
+                               tuple[Account, int, InboundMessage] | None] = {}
 
     def start(self) -> None:
         """At the kernel's start, once its plugins are in: whether any implements
@@ -330,8 +334,13 @@ class Inbound:
 
         With several instances, a message may come both from the account's unfinished
         journal and its inbox when an instance takes it over: it is lined up once."""
-        if self._cluster() is not None and not self._mark_lined(account, seq):
-            return
+        if self._cluster() is not None:
+            held = (message.channel, message.account, message.message_id)
+            if held in self._journaling:
+                self._journaling[held] = (account, seq, message)  # deliver() decides
+                return
+            if not self._mark_lined(account, seq):
+                return
         self.lines.put(_chat_key(message), (account, message, seq))
         if len(self.lines) == ACCEPT_BACKLOG:
             self._room = anyio.Event()
@@ -379,15 +388,30 @@ class Inbound:
         ``command``, or the queue's answer
         (``started``, ``queued``, ``steered``, ``interrupted``, ``refused``).
         """
-        accepted = await self._journal(message)
+        cluster = self._cluster()
+        if cluster is None:
+            accepted = await self._journal(message)
+        else:
+            # The owner reads every journaled message from the inbox, and the inbox may
+            # bring this one before its journal write has answered here: held meanwhile,
+            # it is run here, or lined up when this call did not journal it after all.
+            in_flight = (message.channel, message.account, message.message_id)
+            self._journaling[in_flight] = None
+            accepted = None
+            try:
+                accepted = await self._journal(message)
+            finally:
+                held = self._journaling.pop(in_flight, None)
+                if held is not None and (accepted is None or accepted[1] != held[1]):
+                    self.line_up(*held)
         if accepted is None:
             return "duplicate"
         account, seq = accepted
-        cluster = self._cluster()
         if cluster is not None:
             if not cluster.owns(account.key):
                 return "accepted"  # its owner runs it, from its inbox (core/gateway/cluster.py)
-            self._mark_lined(account, seq)  # not again when the inbox brings it
+            if not self._mark_lined(account, seq):
+                return "accepted"  # lined up already (a takeover's replay brought it)
         return await self.process(account, message, seq)
 
     async def _journal(self, message: InboundMessage) -> tuple[Account, int] | None:

@@ -22,18 +22,25 @@ reply twice. A call that fails raises :class:`~chatkernel.core.store.base.StoreE
 naming the server (never its password); the next call connects again (a
 connection the server closed is replaced before a command is sent on it).
 
+Batches. The writes of a message's hot path (journal entries, outbox entries and
+their marks, platform ids, log entries) that concurrent callers make in one turn of
+the event loop go to the server together, as one call of the ``BATCH`` script, and
+each caller waits for its own answer (:mod:`chatkernel.core.store.redis_batch`); the
+other methods are a request each.
+
 Atomicity. Each operation that touches several keys (a journal entry with its
 dedupe key, indexes and inbox entry; an outbox entry with its indexes and the
 journal entries it finishes; a fenced write with its lease check) is one Lua
-script (:mod:`chatkernel.core.store.redis_lua`), so it is made whole or not at
-all, and other clients never see half of it. The scripts build their keys from
-the prefix they are given: the store needs one Redis server (or a primary), not
-a Redis Cluster. docs/scale-out.md ("Keys and round trips") has the key layout and
-the round trips of each operation.
+script, or one write of the batch script (:mod:`chatkernel.core.store.redis_lua`),
+so it is made whole or not at all, and other clients never see half of it. The
+scripts build their keys from the prefix they are given: the store needs one Redis
+server (or a primary), not a Redis Cluster. docs/scale-out.md ("Keys and round
+trips") has the key layout and the round trips of each operation.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 import urllib.parse
 from collections.abc import Awaitable, Sequence
@@ -42,6 +49,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from chatkernel.sdk.errors import ConfigError
 from chatkernel.sdk.models import InboundMessage, Route
 from chatkernel.core.store import redis_lua as lua
+from chatkernel.core.store.redis_batch import PendingWrite, WriteBatches
 from chatkernel.core.store.base import (
     JOURNAL_STATUSES,
     OUTBOX_STATUSES,
@@ -133,6 +141,17 @@ def _bound(value: float) -> str:
     return _num(value)
 
 
+#: The batch ops whose first field is their fence set (see _send_batch).
+_FENCED_OPS = frozenset({"a", "m"})
+
+
+def _field(value: str | int) -> bytes:
+    """A field of a batch's writes: ``<byte length>:<bytes>`` (redis_lua.BATCH reads it)."""
+    data = (value.encode("utf-8", "surrogatepass") if isinstance(value, str)
+            else str(value).encode())
+    return b"%d:%b" % (len(data), data)
+
+
 def _inbox_item(fields: dict[str, str]) -> JournalEntry | OutboxEntry:
     """An inbox stream's entry: a journaled message, or a payload queued elsewhere."""
     if "o" in fields:
@@ -210,11 +229,12 @@ class RedisStore(Store, SharedState):
         self.round_trips = 0
         register = self._redis.register_script
         self._scripts = {name: register(lua.PRELUDE + getattr(lua, name)) for name in (
-            "OPEN", "JOURNAL", "JOURNAL_STATUS", "JOURNAL_UNFINISHED", "JOURNAL_PRUNE",
-            "OUTBOX_ADD", "OUTBOX_MARK", "OUTBOX_SENT_AS", "OUTBOX_BY_PLATFORM_ID",
+            "OPEN", "BATCH", "JOURNAL_UNFINISHED", "JOURNAL_PRUNE", "OUTBOX_BY_PLATFORM_ID",
             "OUTBOX_ROWS", "OUTBOX_FAILURES", "OUTBOX_RECENT", "OUTBOX_PRUNE", "CURSOR_FENCED",
-            "SESSIONS", "LOG_APPEND", "LOG_READ", "TRANSCRIPT_ADD", "LEASE_ACQUIRE",
-            "LEASE_RENEW", "LEASES", "INSTANCES")}
+            "SESSIONS", "LOG_READ", "TRANSCRIPT_ADD", "LEASE_ACQUIRE", "LEASE_RENEW",
+            "LEASES", "INSTANCES")}
+        # The hot path's writes, batched per loop turn (see redis_batch).
+        self._batches = WriteBatches(self._send_batch, name=f"redis at {self.safe_url}")
 
     @classmethod
     def at(cls, url: str, **options: Any) -> RedisStore:
@@ -254,31 +274,130 @@ class RedisStore(Store, SharedState):
 
                 logging.getLogger("chatkernel.store").exception("the commit observer failed")
 
+    def _lease_lost(self, what: str, lease: str | None) -> LeaseLost:
+        return LeaseLost(f"{what} refused: this process no longer holds the lease {lease} "
+                         "with the token it was fenced with", lease=lease)
+
+    def _failure(self, exc: Exception, what: str) -> StoreError:
+        """The error a caller gets for a failed request: :class:`LeaseLost` for a refused
+        fenced write, else a StoreError (told to ``on_commit`` too)."""
+        from redis.exceptions import ResponseError
+
+        if isinstance(exc, ResponseError) and str(exc).startswith("LEASE_LOST"):
+            # Redis appends " script: <sha>, on @user_script:<line>." to the error.
+            return self._lease_lost(what, str(exc).partition(" ")[2].split(" script: ")[0]
+                                    or None)
+        error = self._error(exc, what)
+        self._report(error)
+        return error
+
     async def _call(self, what: str, call: Awaitable[T]) -> T:
         """Await one command, script or transaction: a failure becomes a StoreError
         (told to ``on_commit`` too), a refused fenced write :class:`LeaseLost`."""
-        from redis.exceptions import RedisError, ResponseError
+        from redis.exceptions import RedisError
 
         self.round_trips += 1
         try:
             result = await call
-        except ResponseError as exc:
-            text = str(exc)
-            if text.startswith("LEASE_LOST"):
-                # Redis appends " script: <sha>, on @user_script:<line>." to the error.
-                lease = text.partition(" ")[2].split(" script: ")[0] or None
-                raise LeaseLost(f"{what} refused: this process no longer holds the lease "
-                                f"{lease} with the token it was fenced with",
-                                lease=lease) from None
-            error = self._error(exc, what)
-            self._report(error)
-            raise error from None
         except (RedisError, OSError) as exc:
-            error = self._error(exc, what)
-            self._report(error)
-            raise error from None
+            await self._connection_failed(exc)
+            raise self._failure(exc, what) from None
         self._report(None)
         return result
+
+    async def _connection_failed(self, exc: Exception) -> None:
+        """After a broken connection, the idle ones are closed too: they are most likely
+        broken as well (a restarted server), and redis-py finds that out only by failing
+        a command on each, so they connect again on their next use instead."""
+        from redis.exceptions import ConnectionError as RedisConnectionError
+
+        if isinstance(exc, (RedisConnectionError, OSError)):
+            with contextlib.suppress(Exception):
+                await self._redis.connection_pool.disconnect(inuse_connections=False)
+
+    def _batched(self, op: str, what: str, args: list[Any], *,
+                 fences: list[str] | None = None) -> Awaitable[Any]:
+        """A write that goes with the next batch (see redis_batch): the op's answer."""
+        return self._batches.submit(op, what, args, fences=fences)
+
+    async def _send_batch(self, batch: list[PendingWrite], *, again: bool = False) -> None:
+        """Send a batch of writes as one BATCH script call and settle each write's future.
+
+        Each write keeps the fences it was made with: the batch carries each distinct
+        set of them once (in the common case, one), and a fenced op names its set.
+        """
+        from redis.exceptions import NoScriptError, RedisError
+
+        sets: dict[int, int] = {}  # id of a fence list -> its index in the batch
+        fence_args: list[Any] = []
+        parts: list[bytes] = []
+        for write in batch:
+            fields = write.args
+            if write.op in _FENCED_OPS:
+                index = 0
+                if write.fences:
+                    index = sets.get(id(write.fences), 0)
+                    if not index:
+                        index = sets[id(write.fences)] = len(sets) + 1
+                        fence_args += (len(write.fences) // 3, *write.fences)
+                fields = [index, *fields]
+            parts += (_field(write.op), _field(len(fields)))
+            parts += map(_field, fields)
+        now = _num(time.time())
+        self.round_trips += 1
+        try:
+            answers = await self._redis.evalsha(self._scripts["BATCH"].sha, 0, self.prefix,
+                                                now, INBOX_LENGTH, b"".join(parts), len(sets),
+                                                *fence_args)
+        except NoScriptError:
+            # Not run at all (a restarted server lost its scripts): sending the batch
+            # again after loading them is no retry of a write.
+            if not again and await self._load_scripts(batch):
+                await self._send_batch(batch, again=True)
+                return
+            answers = None
+            failure: Exception = NoScriptError("the server lost the store's scripts")
+        except (RedisError, OSError) as exc:
+            await self._connection_failed(exc)
+            answers, failure = None, exc
+        if answers is None:
+            # Whether the server made any of them is unknown: every caller is told.
+            for write in batch:
+                write.fail(self._error(failure, write.what))
+            self._report(self._error(failure, "a write batch"))
+            return
+        error = None
+        for write, answer in zip(batch, answers):
+            if isinstance(answer, str):  # no op answers text but these
+                kind, _, detail = answer.partition(" ")
+                if kind == "LEASE_LOST":
+                    write.fail(self._lease_lost(write.what, detail))
+                    continue
+                error = StoreError(f"redis at {self.safe_url}: {write.what} failed: "
+                                   f"{self._scrub(detail)}")
+                write.fail(error)
+            elif write.op == "a":
+                write.resolve((answer, float(now)))  # outbox_add wants its created_at
+            else:
+                write.resolve(answer)
+        self._report(error)
+
+    async def _load_scripts(self, batch: list[PendingWrite]) -> bool:
+        """Load the scripts again; False (each write failed) when that fails."""
+        from redis.exceptions import RedisError
+
+        pipe = self._redis.pipeline(transaction=False)
+        for script in self._scripts.values():
+            pipe.script_load(script.script)
+        self.round_trips += 1
+        try:
+            await pipe.execute()
+        except (RedisError, OSError) as exc:
+            await self._connection_failed(exc)
+            for write in batch:
+                write.fail(self._failure(exc, write.what))
+            return False
+        return True
 
     def _script(self, name: str, what: str, args: Sequence[Any]) -> Awaitable[Any]:
         self._check_open()
@@ -329,10 +448,16 @@ class RedisStore(Store, SharedState):
         self._open = True
 
     async def close(self) -> None:
-        """Close the connections. Idempotent."""
+        """Send the writes still queued, then close the connections. Idempotent."""
         self._open = False
+        await self._batches.drain()
         await self._redis.aclose()
         await self._blocking.aclose()
+
+    async def flush(self) -> None:
+        """Wait until the writes queued so far have been answered (each caller of a write
+        waits for its own anyway)."""
+        await self._batches.drain()
 
     # -- inbound journal ---------------------------------------------------------------------
 
@@ -344,11 +469,11 @@ class RedisStore(Store, SharedState):
         self._writable("journal_inbound")
         if not messages:
             return []
-        args: list[Any] = [_num(time.time()), INBOX_LENGTH, len(messages)]
+        args: list[Any] = [len(messages)]
         for message in messages:
             args += (_acct(message.channel, message.account), message.message_id,
                      encode_json([message.channel, message.account]), encode_message(message))
-        seqs = await self._script("JOURNAL", "journal_inbound", args)
+        seqs = await self._batched("j", "journal_inbound", args)
         return [int(seq) or None for seq in seqs]
 
     async def set_journal_status(self, seq: int, status: str) -> None:
@@ -357,7 +482,7 @@ class RedisStore(Store, SharedState):
             raise ValueError(f"journal status must be one of {', '.join(JOURNAL_STATUSES)}, "
                              f"not {status!r}")
         self._writable("set_journal_status")
-        if not await self._script("JOURNAL_STATUS", "set_journal_status", [int(seq), status]):
+        if not await self._batched("js", "set_journal_status", [int(seq), status]):
             raise KeyError(f"no journal entry with seq {seq}")
 
     async def unfinished_inbound(self, *, account: tuple[str, str] | None = None
@@ -382,24 +507,12 @@ class RedisStore(Store, SharedState):
 
     # -- outbox -------------------------------------------------------------------------------
 
-    def _fence_args(self, accounts: set[tuple[str, str]]) -> list[str]:
-        args: list[str] = []
-        for account in accounts:
-            fence = self._fences.get(account)
-            if fence is not None:
-                args += fence
-        return args
-
     async def outbox_add(self, entries: list[OutboxEntry], *,
                          finish_journal: list[int] | tuple[int, ...] = ()) -> list[int]:
         self._writable("outbox_add")
         if not entries and not finish_journal:
             return []
-        now = time.time()
-        fences = (self._fence_args({(entry.channel, entry.account) for entry in entries})
-                  if self._fences else [])
-        args: list[Any] = [_num(now), len(entries), len(finish_journal), len(fences) // 2,
-                           INBOX_LENGTH, *fences]
+        args: list[Any] = [len(entries), len(finish_journal)]
         for entry in entries:
             if entry.status not in OUTBOX_STATUSES:
                 raise ValueError(f"outbox status must be one of {', '.join(OUTBOX_STATUSES)}, "
@@ -412,8 +525,9 @@ class RedisStore(Store, SharedState):
                      encode_payload(entry.payload), entry.status, encode_json(entry.error),
                      "1" if to_inbox else "0")
         args += (int(seq) for seq in finish_journal)
-        ids = [int(entry_id) for entry_id in
-               await self._script("OUTBOX_ADD", "outbox_add", args)]
+        # Each entry's account is checked against the store's fences (see fence).
+        answer, now = await self._batched("a", "outbox_add", args, fences=self._mark_fences)
+        ids = [int(entry_id) for entry_id in answer]
         for entry, entry_id in zip(entries, ids):
             entry.id = entry_id
             entry.created_at = now
@@ -427,10 +541,9 @@ class RedisStore(Store, SharedState):
             raise ValueError(f"outbox status must be one of {', '.join(OUTBOX_STATUSES)}, "
                              f"not {status!r}")
         self._writable("outbox_mark")
-        fences = self._mark_fences if status in FENCED_MARKS else []
-        found = await self._script("OUTBOX_MARK", "outbox_mark", [
-            int(entry_id), status, encode_json(error), _num(time.time()), len(fences) // 3,
-            *fences])
+        found = await self._batched("m", "outbox_mark", [int(entry_id), status,
+                                                         encode_json(error)],
+                                    fences=self._mark_fences if status in FENCED_MARKS else None)
         # As in SQLite: a coalesced mark (sending / sent, no error) of a missing row
         # changes nothing; any other status of one is an error.
         if not found and (status not in ("sending", "sent") or error is not None):
@@ -438,7 +551,7 @@ class RedisStore(Store, SharedState):
 
     async def outbox_sent_as(self, entry_id: int, platform_id: str) -> None:
         self._writable("outbox_sent_as")
-        await self._script("OUTBOX_SENT_AS", "outbox_sent_as", [int(entry_id), platform_id])
+        await self._batched("s", "outbox_sent_as", [int(entry_id), platform_id])
 
     async def outbox_by_platform_id(self, channel: str, account: str,
                                     platform_id: str) -> OutboxEntry | None:
@@ -610,11 +723,11 @@ class RedisStore(Store, SharedState):
             return []
         now = time.time()
         sid = encode_json(session_id)
-        args: list[Any] = [session_key, _num(now), len(entries)]
+        args: list[Any] = [session_key, len(entries)]
         for role, text, meta in entries:
             args += (sid, encode_json(role),
                      encode_json([text, now, meta or None], what="log meta"))
-        last = int(await self._script("LOG_APPEND", "append_log", args))
+        last = int(await self._batched("l", "append_log", args))
         return list(range(last - len(entries) + 1, last + 1))
 
     async def read_log(self, session_key: str, *, session_id: str | None = None,

@@ -6,6 +6,10 @@ made whole or not at all, in one round trip. ``ARGV[1]`` is always the key
 prefix; keys are built inside the scripts, which is why the store needs one
 Redis server (or a primary), not a Redis Cluster.
 
+The hot path's writes are functions of one script, :data:`BATCH`, which makes a
+batch of them (:mod:`chatkernel.core.store.redis_batch`) in one call, each write
+checked and made by itself.
+
 Numbers come in as the text Python wrote (``repr`` of a float): scripts store
 that text, never ``tostring`` of a Lua number (14 digits only), so times read
 back exactly.
@@ -118,40 +122,6 @@ end
 return redis.call('HGET', P .. 'meta', 'schema')
 """
 
-#: ARGV: prefix, now, inbox length, count, then per message: acct, message id, the JSON
-#: [channel, account], the message's JSON. Returns a seq per message (0: a redelivery).
-JOURNAL = r"""
-local now, inbox_length, count = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local out = {}
-for i = 0, count - 1 do
-  local base = 5 + i * 4
-  local acct, message_id, who, message = ARGV[base], ARGV[base + 1], ARGV[base + 2],
-                                         ARGV[base + 3]
-  local dedupe = P .. 'j:dedupe:' .. acct
-  if redis.call('HEXISTS', dedupe, message_id) == 1 then
-    out[#out + 1] = 0
-  else
-    local seq = redis.call('INCR', P .. 'j:seq')
-    redis.call('HSET', dedupe, message_id, seq)
-    redis.call('HSET', P .. 'j:' .. seq, 'a', acct, 'id', message_id, 'm', message,
-               's', 'received', 't', now)
-    redis.call('ZADD', P .. 'j:unfinished', seq, seq)
-    redis.call('ZADD', P .. 'j:unfinished:' .. acct, seq, seq)
-    redis.call('HSETNX', P .. 'accounts', acct, who)
-    raise_to(P .. 'activity:in', acct, now)
-    redis.call('XADD', P .. 'inbox:' .. acct, 'MAXLEN', '~', inbox_length, '*',
-               'seq', seq, 'm', message, 't', now)
-    out[#out + 1] = seq
-  end
-end
-return out
-"""
-
-#: ARGV: prefix, seq, status. Returns 1, or 0 when there is no such entry.
-JOURNAL_STATUS = r"""
-return finish_journal(ARGV[2], ARGV[3])
-"""
-
 #: ARGV: prefix, the unfinished index's key suffix ('' or ':' .. acct). Returns flat
 #: seq, message, status, received_at.
 JOURNAL_UNFINISHED = r"""
@@ -185,79 +155,6 @@ for _, seq in ipairs(seqs) do
   redis.call('ZREM', P .. 'j:finished', seq)
 end
 return #seqs
-"""
-
-#: ARGV: prefix, now, entry count, finish count, fence count, inbox length, then per
-#: fence: lease name, token; per entry: acct, reply_id, session_key, session_id, channel,
-#: account, route, payload, status, error (JSON), 1 to put it in the account's inbox (the
-#: account is not fenced here: another process owns it and sends it) or 0; then the
-#: journal seqs to finish. Returns the new ids.
-OUTBOX_ADD = r"""
-local now, entries, finish, fences = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]),
-                                     tonumber(ARGV[5])
-local inbox_length = ARGV[6]
-local at = 7
-for _ = 1, fences do
-  check_fence(ARGV[at], ARGV[at + 1])
-  at = at + 2
-end
-local ids = {}
-for _ = 1, entries do
-  local acct, reply_id, status = ARGV[at], ARGV[at + 1], ARGV[at + 8]
-  local id = redis.call('INCR', P .. 'o:seq')
-  redis.call('HSET', P .. 'o:' .. id, 'a', acct, 'r', reply_id, 'k', ARGV[at + 2],
-             'i', ARGV[at + 3], 'c', ARGV[at + 4], 'n', ARGV[at + 5], 'ro', ARGV[at + 6],
-             'p', ARGV[at + 7], 's', status, 'e', ARGV[at + 9], 't', now, 'u', now)
-  redis.call('ZADD', P .. 'o:reply:' .. reply_id, id, id)
-  outbox_index(id, acct, now, false, status, now)
-  if ARGV[at + 10] == '1' then
-    -- Queued by a process that does not own the account: its owner sends it.
-    redis.call('XADD', P .. 'inbox:' .. acct, 'MAXLEN', '~', inbox_length, '*',
-               'o', id, 'r', reply_id, 'k', ARGV[at + 2], 'i', ARGV[at + 3],
-               'c', ARGV[at + 4], 'n', ARGV[at + 5], 'ro', ARGV[at + 6], 'p', ARGV[at + 7],
-               's', status, 't', now)
-  end
-  ids[#ids + 1] = id
-  at = at + 11
-end
-for _ = 1, finish do
-  finish_journal(ARGV[at], 'done')
-  at = at + 1
-end
-return ids
-"""
-
-#: ARGV: prefix, id, status, error (JSON), now, fence count, then per fence: acct, lease
-#: name, token (the store's fenced accounts: the entry's own is checked). Returns 1, or 0
-#: when there is no such entry.
-OUTBOX_MARK = r"""
-local id, status, now = ARGV[2], ARGV[3], ARGV[5]
-local key = P .. 'o:' .. id
-local row = redis.call('HMGET', key, 'a', 's', 't')
-if not row[1] then
-  return 0
-end
-local at = 7
-for _ = 1, tonumber(ARGV[6]) do
-  if ARGV[at] == row[1] then
-    check_fence(ARGV[at + 1], ARGV[at + 2])
-  end
-  at = at + 3
-end
-redis.call('HSET', key, 's', status, 'e', ARGV[4], 'u', now)
-outbox_index(id, row[1], row[3], row[2], status, now)
-return 1
-"""
-
-#: ARGV: prefix, id, platform id.
-OUTBOX_SENT_AS = r"""
-local key = P .. 'o:' .. ARGV[2]
-local acct = redis.call('HGET', key, 'a')
-if acct then
-  redis.call('HSET', key, 'pid', ARGV[3])
-  redis.call('HSET', P .. 'o:platform:' .. acct, ARGV[3], ARGV[2])
-end
-return 0
 """
 
 #: ARGV: prefix, acct, platform id. Returns the entry's row (see outbox_rows).
@@ -340,22 +237,6 @@ for start = 1, #keys, 1000 do  -- unpack() has a limit on how many values it spr
   end
 end
 return out
-"""
-
-#: ARGV: prefix, session key, now, count, then per entry: session id (JSON), role (JSON),
-#: body (JSON). Returns the last seq.
-LOG_APPEND = r"""
-local count = tonumber(ARGV[4])
-local last = redis.call('INCRBY', P .. 'log:seq', count)
-local first = last - count + 1
-local key = P .. 'log:' .. ARGV[2]
-for i = 0, count - 1 do
-  local base = 5 + i * 3
-  local seq = first + i
-  redis.call('ZADD', key, seq, ARGV[base] .. '\n' .. ARGV[base + 1] .. '\n' .. seq .. '\n'
-             .. ARGV[base + 2])
-end
-return last
 """
 
 #: ARGV: prefix, session key, max score ('+inf' or '(' .. before_seq), limit (-1: all),
@@ -479,6 +360,184 @@ for _, id in ipairs(redis.call('SMEMBERS', P .. 'instances')) do
     out[#out + 1] = info
   elseif ARGV[2] == '1' then
     redis.call('SREM', P .. 'instances', id)
+  end
+end
+return out
+"""
+
+#: The batched writes (:mod:`chatkernel.core.store.redis_batch`), one script call a batch.
+#: ARGV: prefix, now, inbox length, the writes, the fence set count, then per set: its
+#: size, then per fence: acct, lease name, token. The writes are one string of fields,
+#: each ``<byte length>:<bytes>``: per write its op, its field count, its fields (see
+#: the functions below; a fence set index 0 means no fences). Returns an answer per
+#: write: its result, ``LEASE_LOST <lease>`` when its fence refused it (it wrote
+#: nothing), ``ERR <message>`` when it failed. Each write is checked and made by itself,
+#: so a refused or failed one does not hold back the others.
+BATCH = r"""
+local now, inbox_length, writes = ARGV[2], ARGV[3], ARGV[4]
+local sets = {}
+local at = 6
+for s = 1, tonumber(ARGV[5]) do
+  local set = {}
+  for _ = 1, tonumber(ARGV[at]) do
+    set[ARGV[at + 1]] = {ARGV[at + 2], ARGV[at + 3]}
+    at = at + 3
+  end
+  sets[s] = set
+  at = at + 1
+end
+
+-- The lease name when the fence of `acct` in `set` no longer holds, else nil.
+local function lost(set, acct)
+  local fence = set and set[acct]
+  if fence and redis.call('HGET', P .. 'lease:' .. fence[1], 'token') ~= fence[2] then
+    return fence[1]
+  end
+  return nil
+end
+
+-- A: count, then per message: acct, message id, the JSON [channel, account], the
+-- message's JSON. A seq per message (0: a redelivery).
+local function journal(A)
+  local out = {}
+  for i = 0, tonumber(A[1]) - 1 do
+    local base = 2 + i * 4
+    local acct, message_id, who, message = A[base], A[base + 1], A[base + 2], A[base + 3]
+    local dedupe = P .. 'j:dedupe:' .. acct
+    if redis.call('HEXISTS', dedupe, message_id) == 1 then
+      out[#out + 1] = 0
+    else
+      local seq = redis.call('INCR', P .. 'j:seq')
+      redis.call('HSET', dedupe, message_id, seq)
+      redis.call('HSET', P .. 'j:' .. seq, 'a', acct, 'id', message_id, 'm', message,
+                 's', 'received', 't', now)
+      redis.call('ZADD', P .. 'j:unfinished', seq, seq)
+      redis.call('ZADD', P .. 'j:unfinished:' .. acct, seq, seq)
+      redis.call('HSETNX', P .. 'accounts', acct, who)
+      raise_to(P .. 'activity:in', acct, now)
+      redis.call('XADD', P .. 'inbox:' .. acct, 'MAXLEN', '~', inbox_length, '*',
+                 'seq', seq, 'm', message, 't', now)
+      out[#out + 1] = seq
+    end
+  end
+  return out
+end
+
+-- A: seq, status. 1, or 0 when there is no such entry.
+local function journal_status(A)
+  return finish_journal(A[1], A[2])
+end
+
+-- A: fence set, entry count, finish count, then per entry: acct, reply_id, session_key,
+-- session_id, channel, account, route, payload, status, error (JSON), 1 to put it in
+-- the account's inbox (another process owns the account and sends it) or 0; then the
+-- journal seqs to finish. The new ids.
+local function outbox_add(A)
+  local set, entries, finish = sets[tonumber(A[1])], tonumber(A[2]), tonumber(A[3])
+  for i = 0, entries - 1 do
+    local name = lost(set, A[4 + i * 11])
+    if name then
+      return 'LEASE_LOST ' .. name
+    end
+  end
+  local at = 4
+  local ids = {}
+  for _ = 1, entries do
+    local acct, reply_id, status = A[at], A[at + 1], A[at + 8]
+    local id = redis.call('INCR', P .. 'o:seq')
+    redis.call('HSET', P .. 'o:' .. id, 'a', acct, 'r', reply_id, 'k', A[at + 2],
+               'i', A[at + 3], 'c', A[at + 4], 'n', A[at + 5], 'ro', A[at + 6],
+               'p', A[at + 7], 's', status, 'e', A[at + 9], 't', now, 'u', now)
+    redis.call('ZADD', P .. 'o:reply:' .. reply_id, id, id)
+    outbox_index(id, acct, now, false, status, now)
+    if A[at + 10] == '1' then
+      -- Queued by a process that does not own the account: its owner sends it.
+      redis.call('XADD', P .. 'inbox:' .. acct, 'MAXLEN', '~', inbox_length, '*',
+                 'o', id, 'r', reply_id, 'k', A[at + 2], 'i', A[at + 3],
+                 'c', A[at + 4], 'n', A[at + 5], 'ro', A[at + 6], 'p', A[at + 7],
+                 's', status, 't', now)
+    end
+    ids[#ids + 1] = id
+    at = at + 11
+  end
+  for _ = 1, finish do
+    finish_journal(A[at], 'done')
+    at = at + 1
+  end
+  return ids
+end
+
+-- A: fence set (the entry's own account is checked), id, status, error (JSON). 1, or 0
+-- when there is no such entry.
+local function outbox_mark(A)
+  local id, status = A[2], A[3]
+  local key = P .. 'o:' .. id
+  local row = redis.call('HMGET', key, 'a', 's', 't')
+  if not row[1] then
+    return 0
+  end
+  local name = lost(sets[tonumber(A[1])], row[1])
+  if name then
+    return 'LEASE_LOST ' .. name
+  end
+  redis.call('HSET', key, 's', status, 'e', A[4], 'u', now)
+  outbox_index(id, row[1], row[3], row[2], status, now)
+  return 1
+end
+
+-- A: id, platform id.
+local function outbox_sent_as(A)
+  local key = P .. 'o:' .. A[1]
+  local acct = redis.call('HGET', key, 'a')
+  if acct then
+    redis.call('HSET', key, 'pid', A[2])
+    redis.call('HSET', P .. 'o:platform:' .. acct, A[2], A[1])
+  end
+  return 0
+end
+
+-- A: session key, count, then per entry: session id (JSON), role (JSON), body (JSON).
+-- The last seq.
+local function log_append(A)
+  local count = tonumber(A[2])
+  local last = redis.call('INCRBY', P .. 'log:seq', count)
+  local first = last - count + 1
+  local key = P .. 'log:' .. A[1]
+  for i = 0, count - 1 do
+    local base = 3 + i * 3
+    local seq = first + i
+    redis.call('ZADD', key, seq, A[base] .. '\n' .. A[base + 1] .. '\n' .. seq .. '\n'
+               .. A[base + 2])
+  end
+  return last
+end
+
+local OPS = {j = journal, js = journal_status, a = outbox_add, m = outbox_mark,
+             s = outbox_sent_as, l = log_append}
+
+local pos = 1
+local function field()
+  local colon = string.find(writes, ':', pos, true)
+  local stop = colon + tonumber(string.sub(writes, pos, colon - 1))
+  local value = string.sub(writes, colon + 1, stop)
+  pos = stop + 1
+  return value
+end
+
+local out = {}
+while pos <= #writes do
+  local op = OPS[field()]
+  local A = {}
+  for i = 1, tonumber(field()) do
+    A[i] = field()
+  end
+  local ok, result = pcall(op, A)
+  if ok then
+    out[#out + 1] = result
+  elseif type(result) == 'table' and result.err then
+    out[#out + 1] = 'ERR ' .. result.err
+  else
+    out[#out + 1] = 'ERR ' .. tostring(result)
   end
 end
 return out
