@@ -489,7 +489,7 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
                             allow_from: Iterable[str] = ("*",), loop: bool = True,
                             extra_config: dict[str, Any] | None = None,
                             channel_settings: dict[str, Any] | None = None,
-                            ) -> AsyncIterator[ContractRun]:
+                            pacing: Any = None) -> AsyncIterator[ContractRun]:
     """Start a kernel (state under ``home``) with the adapter's channel and a scripted agent.
 
     The queue is in ``followup`` mode without debounce, so each message is a
@@ -498,7 +498,8 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
     it serves once the kernel has started. ``loop``: start the receive loop
     too. On exit the receive loop stops, then the gateway's HTTP server, then
     the kernel. A second run on the same ``home`` reuses the same store (a
-    restart). ``channel_settings``: more keys of ``[channels.<name>]``.
+    restart). ``channel_settings``: more keys of ``[channels.<name>]``. ``pacing``: the
+    time the kernel's rate limits count in (see chatkernel.testing.clock.ScaledClock).
     """
     if adapter.channel_plugin is None or not adapter.channel_name:
         raise TypeError(f"{type(adapter).__name__} must set channel_plugin and channel_name")
@@ -522,7 +523,7 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
                 else value
         harness = KernelHarness(home, config=config, plugins=[
             (plugin_name, adapter.channel_plugin),
-            ("chatkernel.testing.contract.agent", agent_plugin(agent))])
+            ("chatkernel.testing.contract.agent", agent_plugin(agent))], pacing=pacing)
         await stack.enter_async_context(harness)
         run = ContractRun(adapter, harness, agent, replies)
         await _serve_gateway(run, stack, listener)

@@ -147,7 +147,7 @@ class KernelHarness:
 
     def __init__(self, home: Path, *, config: dict[str, Any] | None = None,
                  plugins: list[tuple[str, object]] | None = None,
-                 heartbeat_clock: Any = None) -> None:
+                 heartbeat_clock: Any = None, pacing: Any = None) -> None:
         data: dict[str, Any] = {
             "gateway": {"workspace": str(home / "workspace")},
             "store": {"path": str(home / "state.db")},
@@ -167,6 +167,8 @@ class KernelHarness:
         self.plugins = [("chatkernel.testing.memory", MemoryPlugin), *(plugins or [])]
         #: The heartbeat scheduler's clock (e.g. a chatkernel.testing.clock.ManualClock).
         self.heartbeat_clock = heartbeat_clock
+        #: The time the rate limits count in (e.g. a ScaledClock's ``pacing``); None: real.
+        self.pacing = pacing
         self.kernel: Any = None
         self._stack: AsyncExitStack | None = None
 
@@ -181,7 +183,8 @@ class KernelHarness:
         pm.check_pending()
         self._stack = AsyncExitStack()
         self.kernel = await self._stack.enter_async_context(
-            Kernel(self.config, pm=pm, heartbeat_clock=self.heartbeat_clock))
+            Kernel(self.config, pm=pm, heartbeat_clock=self.heartbeat_clock,
+                   pacing=self.pacing))
         for account in self.kernel.accounts.values():
             if isinstance(account.channel, MemoryChannel):
                 account.channel.attach(self.kernel.deliver)
