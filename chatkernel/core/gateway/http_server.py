@@ -18,6 +18,9 @@ the gateway's runner like ``web.TCPSite``):
   busy, the new one is closed.
 * **Out of descriptors** (``EMFILE``, ``ENFILE``...), accepting pauses with backoff
   instead of failing in a loop.
+* **Listen backlog** of :data:`LISTEN_BACKLOG`: a burst of connections waits in the
+  kernel's queue until accepted, instead of overflowing aiohttp's default of 128,
+  whose dropped handshakes the clients retry only a second later.
 * **Quiet logs**: what many clients can cause at once (timeouts, connections
   refused at the cap, request heads over aiohttp's 8,190-byte limits, which get a
   400) is logged by :class:`RateLimitedLog`, one line with a count per interval,
@@ -55,6 +58,9 @@ DEFAULT_MAX_CONNECTIONS = 10_000
 ACCEPT_BACKOFF = (0.05, 1.0)
 #: Connections accepted at most per readiness of the listening socket.
 ACCEPT_BATCH = 64
+#: Connections the listening socket queues before they are accepted (the system caps
+#: it at net.core.somaxconn).
+LISTEN_BACKLOG = 1024
 LOG_INTERVAL = 10.0
 
 
@@ -392,7 +398,8 @@ class GuardedSite(web.BaseSite):
 
     def __init__(self, runner: web.BaseRunner, host: str | None = None, port: int = 0, *,
                  sock: socket.socket | None = None, limits: ConnectionLimits,
-                 handler_args: dict[str, Any] | None = None, backlog: int = 128) -> None:
+                 handler_args: dict[str, Any] | None = None,
+                 backlog: int = LISTEN_BACKLOG) -> None:
         super().__init__(runner, backlog=backlog)
         self._host, self._port, self._sock = host, port, sock
         self._limits = limits
