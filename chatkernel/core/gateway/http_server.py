@@ -176,6 +176,8 @@ class GuardedHandler(web.RequestHandler):
         self._listener = listener
         self._deadline: asyncio.TimerHandle | None = None
         self.phase = "head"  # head | busy | idle
+        # The body of the request in progress: see connection_lost.
+        self._body: Any = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -186,6 +188,13 @@ class GuardedHandler(web.RequestHandler):
         self._disarm()
         self._listener.closed(self)
         super().connection_lost(exc)
+        # A body its handler left unread (a refusal) is read to its end after the
+        # answer, for up to lingering_time, so a client still sending sees the answer;
+        # aiohttp does not end that when the client hangs up, which held the handler
+        # (and a stopping gateway) that long. No more of it can come now.
+        body, self._body = self._body, None
+        if body is not None and not body.is_eof():
+            body.feed_eof()
 
     def data_received(self, data: bytes) -> None:
         if self.phase == "idle":  # the first byte of the next request
@@ -193,8 +202,9 @@ class GuardedHandler(web.RequestHandler):
             self._arm(self._listener.limits.header_timeout)
         super().data_received(data)
 
-    def request_started(self) -> None:
+    def request_started(self, request: web.BaseRequest) -> None:
         """The request's head is in: the app has it (called by :func:`track_requests`)."""
+        self._body = request.content
         self._disarm()
         self.phase = "busy"
         self._listener.busy(self)
@@ -246,7 +256,7 @@ async def track_requests(request: web.Request, handler: Callable[..., Any]) -> A
     """Tell the connection its request's head is complete (ends its header timeout)."""
     protocol = request.protocol
     if isinstance(protocol, GuardedHandler):
-        protocol.request_started()
+        protocol.request_started(request)
     return await handler(request)
 
 
