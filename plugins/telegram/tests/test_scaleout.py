@@ -172,7 +172,9 @@ async def test_redis_lost_and_back_is_reported_retried_and_loses_nothing(tmp_pat
         except urllib.error.HTTPError as exc:
             return exc.code, json.load(exc)
 
-    with RedisServer(tmp_path / "redis") as server:
+    # On a Unix socket: its TCP port, free while the server is down, could be taken by
+    # another process of a busy machine before the restart.
+    with RedisServer(tmp_path / "redis", unix_socket=True) as server:
         async with FakeBotAPI() as api, GatewayInstances(
                 tmp_path, cluster_config(api, server.url, "lost:")) as instances:
             gateway = await instances.start()
