@@ -32,7 +32,10 @@ from chatkernel.testing.process import gateway_process
 
 IDLE_CLIENTS = 1_100
 GATEWAY_NOFILE = 1024
-HEADER_TIMEOUT, IDLE_TIMEOUT = 12, 2
+#: Long enough for the idle clients to be open at once past the connection cap (they all
+#: connect within about a second: the listen backlog takes the burst), short so the test
+#: need not wait long for the server to close them.
+HEADER_TIMEOUT, IDLE_TIMEOUT = 4, 2
 
 
 @pytest.fixture
@@ -206,6 +209,34 @@ async def test_out_of_descriptors_accepting_backs_off_then_resumes(caplog):
         holder.stdin.close()
         holder.wait(timeout=10)
         await runner.cleanup()
+
+
+@pytest.mark.anyio
+async def test_a_client_that_hangs_up_on_a_refused_body_does_not_hold_its_connection():
+    """After answering a request whose body was left unread (a 413), aiohttp reads the
+    rest for ``lingering_time`` so a client still sending gets the answer; a client that
+    hung up instead held its connection's handler, and the server's shutdown, that long
+    (10 s by default; 60 s here)."""
+    async def refuse(request: web.Request) -> web.Response:
+        return web.json_response({"error": "the request body is too large"}, status=413)
+
+    handler_args = {"access_log": None, "lingering_time": 60}
+    app = web.Application(middlewares=[track_requests])
+    app.router.add_post("/x", refuse)
+    runner = web.AppRunner(app, **handler_args)
+    await runner.setup()
+    site = GuardedSite(runner, "127.0.0.1", 0, limits=ConnectionLimits(),
+                       handler_args=handler_args)
+    await site.start()
+    try:
+        async with await anyio.connect_tcp("127.0.0.1", runner.addresses[0][1]) as client:
+            await client.send(b"POST /x HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                              b"Content-Length: 100000000\r\n\r\n" + b"x" * 1000)
+            answer = await client.receive()
+        assert answer.startswith(b"HTTP/1.1 413")
+    finally:
+        with anyio.fail_after(30):  # half the lingering time: the hang-up ended it
+            await runner.cleanup()
 
 
 @pytest.mark.slow

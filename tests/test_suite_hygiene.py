@@ -19,9 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 #: The test folders scanned, relative to the repository.
-ROOTS = ["tests"]
-#: Test folders to scan once their sleeps are swept too (then they move into ROOTS).
-ROOTS_TO_ADD = ["plugins/*/tests", "cookiecutter-plugin/**/tests"]
+ROOTS = ["tests", "plugins/*/tests", "cookiecutter-plugin/**/tests"]
 
 #: The modules whose ``sleep`` waits on the wall clock.
 SLEEP_MODULES = {"anyio", "asyncio", "time", "trio"}
@@ -115,12 +113,15 @@ def test_every_wall_clock_sleep_in_a_test_says_why_it_needs_real_time():
         + "\n".join(found))
 
 
-def test_the_scan_covers_the_kernels_tests():
-    assert REPO / "tests" / "test_suite_hygiene.py" in scanned_files()
+def test_the_scan_covers_the_kernel_the_plugins_and_the_template():
+    files = scanned_files()
+    assert REPO / "tests" / "test_suite_hygiene.py" in files
+    assert REPO / "plugins" / "slack" / "tests" / "test_slack.py" in files
+    assert any("cookiecutter-plugin" in path.parts for path in files)
 
 
-def test_the_roots_to_add_name_test_folders():
-    for root in ROOTS_TO_ADD:
+def test_every_root_names_test_folders():
+    for root in ROOTS:
         assert scanned_files([root]), f"{root} names no test files"
 
 

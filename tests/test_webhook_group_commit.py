@@ -23,6 +23,7 @@ from chatkernel.sdk.channel import Channel, ChannelLimits
 from chatkernel.sdk.models import InboundMessage, OutboundPayload, Route, SendResult
 from chatkernel.sdk.webhooks import HmacSignature, Webhook
 from chatkernel.testing.disk import DiskUnavailable, SmallDisk
+from chatkernel.testing.contract import wait_until
 from chatkernel.testing.memory import KernelHarness
 
 pytestmark = pytest.mark.anyio
@@ -115,9 +116,8 @@ async def gateway(tmp_path):
                 connector=aiohttp.TCPConnector(limit=100)) as http, \
                 anyio.create_task_group() as tg:
             tg.start_soon(transport.run, harness.kernel.receiver)
-            with anyio.fail_after(5):
-                while not transport.accepting:
-                    await anyio.sleep(0.005)
+            await wait_until(lambda: transport.accepting, timeout=5, interval=0.005,
+                             what="the webhook taking requests")
             yield harness.kernel, http, url
             tg.cancel_scope.cancel()
     finally:
@@ -161,9 +161,8 @@ async def test_a_failed_shared_commit_answers_no_200_and_keeps_nothing(disk):
     try:
         async with aiohttp.ClientSession() as http, anyio.create_task_group() as tg:
             tg.start_soon(transport.run, harness.kernel.receiver)
-            with anyio.fail_after(5):
-                while not transport.accepting:
-                    await anyio.sleep(0.005)
+            await wait_until(lambda: transport.accepting, timeout=5, interval=0.005,
+                             what="the webhook taking requests")
             first = await post_all(http, url, ["before"], "x", db)
             assert first == {"before": (200, True)}
             disk.fill()

@@ -37,6 +37,7 @@ from chatkernel.core.gateway.supervisor import Supervisors
 from chatkernel.core.inbound.commands import CommandGateway, collect_commands
 from chatkernel.core.outbound.deliveries import Deliveries
 from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
+from chatkernel.core.outbound.ratelimit import Pacing
 from chatkernel.core.health.probes import Health
 from chatkernel.core.heartbeat.clock import Clock as HeartbeatClock
 from chatkernel.core.heartbeat.jobs import HeartbeatJobs
@@ -95,7 +96,8 @@ class Kernel:
                  heartbeat_clock: HeartbeatClock | None = None,
                  channel_clock: ChannelClock | None = None,
                  queue_clock: HeartbeatClock | None = None,
-                 gateway: GatewayParts | None = None) -> None:
+                 gateway: GatewayParts | None = None,
+                 pacing: Pacing | None = None) -> None:
         self.config = config or cfg.KernelConfig()
         self.config_path = config_path
         #: Replay unfinished messages and sends at start (the gateway does; a CLI
@@ -136,7 +138,7 @@ class Kernel:
             config_path=config_path,
             send=functools.partial(send_payload, self.pm, self.metrics),
             deliveries=self.deliveries, delivery_statuses=self.delivery_statuses,
-            metrics=self.metrics, wait_for_platforms=recover)
+            metrics=self.metrics, wait_for_platforms=recover, pacing=pacing)
         #: Builds replies' payloads and queues them (a turn's Responder is given it).
         self.outbound = Outbound(pm=self.pm, metrics=self.metrics, store=lambda: self.store,
                                  submit=self.outbox.submit)
@@ -148,6 +150,7 @@ class Kernel:
         #: Answers sent outside a turn wait for the turns of earlier messages.
         self.order = OutputOrder()
         self.indicators = Indicators(lambda key: self.sessions.route(key),
+                                     self.outbox.pacing.clock, sleep=self.outbox.pacing.sleep,
                                      replying=self.outbox.lines.busy)
         # The inbound subsystem: the sessions, the queue and the heartbeats exist once
         # the kernel started, and a reload replaces the config and the commands.

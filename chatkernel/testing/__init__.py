@@ -28,6 +28,7 @@ _LAZY = {
     "agent_plugin": "chatkernel.testing.agents",
     "scripted_agent": "chatkernel.testing.agents",
     "ManualClock": "chatkernel.testing.clock",
+    "ScaledClock": "chatkernel.testing.clock",
     "FakeOpenAI": "chatkernel.testing.fake_openai",
     # The channel contract suite.
     "ChannelContract": "chatkernel.testing.contract",

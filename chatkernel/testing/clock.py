@@ -1,4 +1,10 @@
-"""A clock the test moves by hand, for the heartbeat scheduler and the channels.
+"""Clocks for tests: one the test moves by hand (the heartbeat scheduler's, the
+channels', the queue's), and one that runs faster than real time (the rate limits').
+
+``ScaledClock`` is real time sped up, for tests whose subject is a platform's rate
+windows (a minute of Slack's limits): the kernel's rate limiters and the fake
+platform's windows both count in it, so both really enforce the platform's figures,
+``factor`` times faster (see its docstring).
 
 ``ManualClock`` stands in for the wall clock: ``now()`` is whatever the test
 set, and a sleep on it (``sleep_until``, ``sleep``) returns only once the test
@@ -26,7 +32,11 @@ happens before that moment::
 
 from __future__ import annotations
 
+import time
+
 import anyio
+
+from chatkernel.core.outbound.ratelimit import Pacing
 
 #: 2024-01-15 12:00 UTC, a Monday: a fixed, readable starting point.
 DEFAULT_START = 1_705_320_000.0
@@ -107,3 +117,31 @@ class ManualClock:
                 await self._slept.wait()
         raise AssertionError(f"no task went to sleep on the clock until after {after:.3f} "
                              f"within {timeout:g}s (asleep until: {self.deadlines})")
+
+
+class ScaledClock:
+    """Monotonic time that runs ``factor`` times faster than the real one.
+
+    ``monotonic()`` reads it and ``sleep(seconds)`` waits that many of its seconds
+    (``seconds / factor`` real ones). Give :attr:`pacing` to the kernel (``Kernel(...,
+    pacing=...)``, ``KernelHarness(..., pacing=...)``) and :meth:`monotonic` to the fake
+    platform's windows (``fake.rates.clock``): a limit of 300 a minute is then enforced
+    on both sides as 300 in six real seconds at ``factor=10``, every request counted
+    when it really arrives and answers. Everything else (timeouts, retries, health)
+    stays in real time, so keep the factor modest: a request's round trip counts
+    ``factor`` times longer in the windows (which only slows the pacing down).
+    """
+
+    def __init__(self, factor: float) -> None:
+        if not factor > 0:
+            raise ValueError(f"a clock's factor must be > 0, got {factor!r}")
+        self.factor = float(factor)
+        self._origin = time.monotonic()
+        #: The kernel's rate limits counted on this clock.
+        self.pacing = Pacing(clock=self.monotonic, sleep=self.sleep)
+
+    def monotonic(self) -> float:
+        return (time.monotonic() - self._origin) * self.factor
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(max(0.0, seconds) / self.factor)

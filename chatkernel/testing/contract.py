@@ -502,7 +502,8 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
                             allow_from: Iterable[str] = ("*",), loop: bool = True,
                             extra_config: dict[str, Any] | None = None,
                             channel_settings: dict[str, Any] | None = None,
-                            channel_clock: Any = None) -> AsyncIterator[ContractRun]:
+                            channel_clock: Any = None, pacing: Any = None
+                            ) -> AsyncIterator[ContractRun]:
     """Start a kernel (state under ``home``) with the adapter's channel and a scripted agent.
 
     The queue is in ``followup`` mode without debounce, so each message is a
@@ -514,6 +515,8 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
     restart). ``channel_settings``: more keys of ``[channels.<name>]``.
     ``channel_clock``: the clock the channel's receive loop and timers run on (a
     :class:`~chatkernel.testing.clock.ManualClock` the test advances; default: real time).
+    ``pacing``: the time the kernel's rate limits count in (see
+    chatkernel.testing.clock.ScaledClock).
     """
     if adapter.channel_plugin is None or not adapter.channel_name:
         raise TypeError(f"{type(adapter).__name__} must set channel_plugin and channel_name")
@@ -537,7 +540,7 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
                 else value
         harness = KernelHarness(home, config=config, channel_clock=channel_clock, plugins=[
             (plugin_name, adapter.channel_plugin),
-            ("chatkernel.testing.contract.agent", agent_plugin(agent))])
+            ("chatkernel.testing.contract.agent", agent_plugin(agent))], pacing=pacing)
         await stack.enter_async_context(harness)
         run = ContractRun(adapter, harness, agent, replies)
         await _serve_gateway(run, stack, listener)

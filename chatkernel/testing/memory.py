@@ -148,7 +148,7 @@ class KernelHarness:
     def __init__(self, home: Path, *, config: dict[str, Any] | None = None,
                  plugins: list[tuple[str, object]] | None = None,
                  heartbeat_clock: Any = None, channel_clock: Any = None,
-                 queue_clock: Any = None) -> None:
+                 queue_clock: Any = None, pacing: Any = None) -> None:
         data: dict[str, Any] = {
             "gateway": {"workspace": str(home / "workspace")},
             "store": {"path": str(home / "state.db")},
@@ -173,6 +173,8 @@ class KernelHarness:
         self.channel_clock = channel_clock
         #: The session queue's clock, for debounces (a ManualClock: they wait for it).
         self.queue_clock = queue_clock
+        #: The time the rate limits count in (e.g. a ScaledClock's ``pacing``); None: real.
+        self.pacing = pacing
         self.kernel: Any = None
         self._stack: AsyncExitStack | None = None
 
@@ -188,7 +190,8 @@ class KernelHarness:
         self._stack = AsyncExitStack()
         self.kernel = await self._stack.enter_async_context(
             Kernel(self.config, pm=pm, heartbeat_clock=self.heartbeat_clock,
-                   channel_clock=self.channel_clock, queue_clock=self.queue_clock))
+                   channel_clock=self.channel_clock, queue_clock=self.queue_clock,
+                   pacing=self.pacing))
         for account in self.kernel.accounts.values():
             if isinstance(account.channel, MemoryChannel):
                 account.channel.attach(self.kernel.deliver)

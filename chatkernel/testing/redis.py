@@ -47,9 +47,21 @@ __all__ = ["RedisServer", "RedisStore", "redis_prefix", "redis_server"]
 START_TIMEOUT = 15.0
 
 
-def _ping(port: int) -> bool:
+def _ping(address: int | str) -> bool:
+    """Whether the server at ``address`` (a port of 127.0.0.1, or a socket's path)
+    answers PING."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1.0) as sock:
+        if isinstance(address, str):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(1.0)
+            try:
+                sock.connect(address)
+            except OSError:
+                sock.close()
+                raise
+        else:
+            sock = socket.create_connection(("127.0.0.1", address), timeout=1.0)
+        with sock:
             sock.sendall(b"PING\r\n")
             return sock.recv(64).startswith(b"+PONG")
     except OSError:
@@ -62,10 +74,17 @@ class RedisServer:
     ``start()`` returns once it answers PING; ``stop()`` shuts it down (SIGTERM:
     the AOF is written); ``restart()`` starts it again on the same port and data.
     Also a context manager.
+
+    ``unix_socket=True``: it listens on a Unix socket instead (:attr:`url` is
+    ``unix://...``), for a test that stops it a while and starts it again: a port
+    free while the server is down may be taken by any other process of a busy
+    machine (a parallel test's server, a client's outgoing connection), and the
+    restart would fail or, worse, reach another server; the socket's path is this
+    server's alone.
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None = None, *,
-                 executable: str | None = None) -> None:
+                 executable: str | None = None, unix_socket: bool = False) -> None:
         found = executable or shutil.which("redis-server")
         if found is None:
             pytest.fail("redis-server is not installed (it is not on PATH): the Redis store's "
@@ -77,10 +96,22 @@ class RedisServer:
         self.directory = Path(directory or tempfile.mkdtemp(prefix="chatkernel-redis-"))
         self.directory.mkdir(parents=True, exist_ok=True)
         self.port = 0
+        # A short directory of its own: a socket's path is limited to 107 bytes.
+        self._socket_directory = (Path(tempfile.mkdtemp(prefix="ck-redis-"))
+                                  if unix_socket else None)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
+    def socket_path(self) -> str | None:
+        """The Unix socket it listens on (with ``unix_socket=True``), else None."""
+        if self._socket_directory is None:
+            return None
+        return str(self._socket_directory / "redis.sock")
+
+    @property
     def url(self) -> str:
+        if self.socket_path is not None:
+            return f"unix://{self.socket_path}?db=0"
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> str:
@@ -88,16 +119,19 @@ class RedisServer:
         if self.process is not None:
             return self.url
         for attempt in range(3):  # another process may take the free port first
-            port = self.port or free_port()
+            port = self.port or (0 if self.socket_path else free_port())
+            listen = ["--port", "0", "--unixsocket", self.socket_path,
+                      "--unixsocketperm", "700"] if self.socket_path else \
+                ["--port", str(port), "--bind", "127.0.0.1"]
             process = subprocess.Popen(
-                [self.executable, "--port", str(port), "--bind", "127.0.0.1",
+                [self.executable, *listen,
                  "--dir", str(self.directory), "--save", "", "--appendonly", "yes",
                  "--appendfsync", "everysec", "--protected-mode", "yes",
                  "--logfile", str(self.directory / "redis.log")],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             deadline = time.monotonic() + START_TIMEOUT
             while time.monotonic() < deadline and process.poll() is None:
-                if _ping(port):
+                if _ping(self.socket_path or port):
                     self.port, self.process = port, process
                     return self.url
                 time.sleep(0.05)
@@ -105,12 +139,12 @@ class RedisServer:
                 process.kill()
             process.wait()
             stderr = process.stderr.read().decode(errors="replace") if process.stderr else ""
-            if self.port:  # a restart must keep its port: no second try elsewhere
+            if self.port or self.socket_path:  # a restart keeps its address: no other try
                 break
         log = self.directory / "redis.log"
         tail = (log.read_text(errors="replace") if log.exists() else stderr)[-2000:]
         pytest.fail(f"redis-server did not answer PING within {START_TIMEOUT:.0f} s "
-                    f"(port {port}):\n{tail}", pytrace=False)
+                    f"({self.socket_path or f'port {port}'}):\n{tail}", pytrace=False)
 
     def stop(self) -> None:
         """Shut the server down (SIGTERM, then SIGKILL after 10 s)."""
@@ -141,6 +175,8 @@ class RedisServer:
         self.stop()
         if self._own_directory:
             shutil.rmtree(self.directory, ignore_errors=True)
+        if self._socket_directory is not None:
+            shutil.rmtree(self._socket_directory, ignore_errors=True)
 
     def __enter__(self) -> RedisServer:
         self.start()

@@ -18,6 +18,9 @@ the gateway's runner like ``web.TCPSite``):
   busy, the new one is closed.
 * **Out of descriptors** (``EMFILE``, ``ENFILE``...), accepting pauses with backoff
   instead of failing in a loop.
+* **Listen backlog** of :data:`LISTEN_BACKLOG`: a burst of connections waits in the
+  kernel's queue until accepted, instead of overflowing aiohttp's default of 128,
+  whose dropped handshakes the clients retry only a second later.
 * **Quiet logs**: what many clients can cause at once (timeouts, connections
   refused at the cap, request heads over aiohttp's 8,190-byte limits, which get a
   400) is logged by :class:`RateLimitedLog`, one line with a count per interval,
@@ -55,6 +58,9 @@ DEFAULT_MAX_CONNECTIONS = 10_000
 ACCEPT_BACKOFF = (0.05, 1.0)
 #: Connections accepted at most per readiness of the listening socket.
 ACCEPT_BATCH = 64
+#: Connections the listening socket queues before they are accepted (the system caps
+#: it at net.core.somaxconn).
+LISTEN_BACKLOG = 1024
 LOG_INTERVAL = 10.0
 
 
@@ -170,6 +176,8 @@ class GuardedHandler(web.RequestHandler):
         self._listener = listener
         self._deadline: asyncio.TimerHandle | None = None
         self.phase = "head"  # head | busy | idle
+        # The body of the request in progress: see connection_lost.
+        self._body: Any = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -180,6 +188,13 @@ class GuardedHandler(web.RequestHandler):
         self._disarm()
         self._listener.closed(self)
         super().connection_lost(exc)
+        # A body its handler left unread (a refusal) is read to its end after the
+        # answer, for up to lingering_time, so a client still sending sees the answer;
+        # aiohttp does not end that when the client hangs up, which held the handler
+        # (and a stopping gateway) that long. No more of it can come now.
+        body, self._body = self._body, None
+        if body is not None and not body.is_eof():
+            body.feed_eof()
 
     def data_received(self, data: bytes) -> None:
         if self.phase == "idle":  # the first byte of the next request
@@ -187,8 +202,9 @@ class GuardedHandler(web.RequestHandler):
             self._arm(self._listener.limits.header_timeout)
         super().data_received(data)
 
-    def request_started(self) -> None:
+    def request_started(self, request: web.BaseRequest) -> None:
         """The request's head is in: the app has it (called by :func:`track_requests`)."""
+        self._body = request.content
         self._disarm()
         self.phase = "busy"
         self._listener.busy(self)
@@ -240,7 +256,7 @@ async def track_requests(request: web.Request, handler: Callable[..., Any]) -> A
     """Tell the connection its request's head is complete (ends its header timeout)."""
     protocol = request.protocol
     if isinstance(protocol, GuardedHandler):
-        protocol.request_started()
+        protocol.request_started(request)
     return await handler(request)
 
 
@@ -392,7 +408,8 @@ class GuardedSite(web.BaseSite):
 
     def __init__(self, runner: web.BaseRunner, host: str | None = None, port: int = 0, *,
                  sock: socket.socket | None = None, limits: ConnectionLimits,
-                 handler_args: dict[str, Any] | None = None, backlog: int = 128) -> None:
+                 handler_args: dict[str, Any] | None = None,
+                 backlog: int = LISTEN_BACKLOG) -> None:
         super().__init__(runner, backlog=backlog)
         self._host, self._port, self._sock = host, port, sock
         self._limits = limits

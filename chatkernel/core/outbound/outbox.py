@@ -79,7 +79,7 @@ if TYPE_CHECKING:
     from chatkernel.core.outbound.deliveries import Deliveries
     from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
     from chatkernel.core.outbound.policy import SendPolicy
-    from chatkernel.core.outbound.ratelimit import RateLimiter
+    from chatkernel.core.outbound.ratelimit import Pacing, RateLimiter
     from chatkernel.core.store.base import Store
 
 #: send(account, route, payload): one request to the platform (raises SendError).
@@ -148,7 +148,8 @@ class Outbox:
       the platform's id of a payload whose fate the platform reports later;
     - ``metrics``: failures, retries and throttling counted;
     - ``wait_for_platforms``: a payload waits for an unreachable platform (a gateway
-      lives on to send it); False: it fails at once (a CLI command's own kernel).
+      lives on to send it); False: it fails at once (a CLI command's own kernel);
+    - ``pacing``: the time the rate limits are counted in (real time by default).
     """
 
     def __init__(self, *, store: "Callable[[], Store]", sessions: "Callable[[], Sessions]",
@@ -159,8 +160,12 @@ class Outbox:
                  channel_config: Callable[[str], Any], config_path: Path | None,
                  send: SendPayload, deliveries: "Deliveries",
                  delivery_statuses: "DeliveryStatuses", metrics: "Metrics",
-                 wait_for_platforms: bool) -> None:
+                 wait_for_platforms: bool, pacing: "Pacing | None" = None) -> None:
+        from chatkernel.core.outbound.ratelimit import REAL_TIME
+
         self._store = store
+        #: The time the accounts' rate limiters count in.
+        self.pacing = pacing or REAL_TIME
         self._sessions = sessions
         self._cluster = cluster
         self._account = account
@@ -551,7 +556,8 @@ class Outbox:
         prefix = f"channels.{account.channel_name}"
         try:
             self._limiters[account.key] = RateLimiter.from_limits(
-                limits.rates, getattr(section, "rate_limits", None))
+                limits.rates, getattr(section, "rate_limits", None),
+                clock=self.pacing.clock, sleep=self.pacing.sleep)
         except (ValueError, TypeError) as exc:
             raise ConfigError(str(exc), path=self._config_path,
                               key=f"{prefix}.rate_limits") from None

@@ -44,14 +44,15 @@ import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
 
 from chatkernel.sdk.channel import ChannelLimits, RateLimit
 
-__all__ = ["DEFAULT_MARGIN", "SCOPES", "RateLimiter", "SlidingWindow", "parse_margin",
-           "parse_rate"]
+__all__ = ["DEFAULT_MARGIN", "REAL_TIME", "SCOPES", "Pacing", "RateLimiter", "SlidingWindow",
+           "parse_margin", "parse_rate"]
 
 #: The scopes a limit can apply to.
 SCOPES = ("account", "chat", "group")
@@ -62,6 +63,22 @@ DEFAULT_MARGIN = 0.0
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Pacing:
+    """The time a kernel's rate limits are counted in: ``clock`` (monotonic seconds)
+    and ``sleep`` (waits that many seconds of that clock). Real time by default
+    (:data:`REAL_TIME`); a test gives the kernel and its fake platform one faster clock
+    (chatkernel.testing.clock.ScaledClock), so both enforce the platform's real
+    windows in a fraction of the time."""
+
+    clock: Clock = time.monotonic
+    sleep: Sleep = anyio.sleep
+
+
+#: Rate limits counted in real time.
+REAL_TIME = Pacing()
 
 
 def _limit_problem(count: Any, per: Any) -> str | None:

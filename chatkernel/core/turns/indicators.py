@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import anyio
 
-from chatkernel.core.outbound.ratelimit import RateLimiter
+from chatkernel.core.outbound.ratelimit import RateLimiter, Sleep
 from chatkernel.sdk.channel import Channel, RateLimit
 from chatkernel.sdk.models import Account, Route
 
@@ -69,11 +69,15 @@ class Indicators:
 
     def __init__(self, route: Callable[[str], Awaitable[Route | None]],
                  clock: Callable[[], float] = time.monotonic, *,
-                 replying: Callable[[str], bool] = lambda session_key: False) -> None:
+                 replying: Callable[[str], bool] = lambda session_key: False,
+                 sleep: Sleep = anyio.sleep) -> None:
         """``route(session_key)``: where a session's indicator goes; ``replying(
-        session_key)``: whether a reply of the session is queued or being sent."""
+        session_key)``: whether a reply of the session is queued or being sent;
+        ``clock`` and ``sleep``: the time the refreshes and the indicator's rate limits
+        are counted in (see chatkernel.core.outbound.ratelimit.Pacing)."""
         self._route = route
         self._clock = clock
+        self._sleep = sleep
         self._replying = replying
         # account key -> (the limits it was built from, the limiter of its calls)
         self._limiters: dict[str, tuple[dict[str, RateLimit], RateLimiter]] = {}
@@ -128,8 +132,22 @@ class Indicators:
                 if entry.due <= now:
                     entry.due = await self._refresh(key, entry, now)
                 next_due = min(next_due, entry.due)
-            with anyio.move_on_after(max(0.0, next_due - self._clock())):
-                await self._wake.wait()
+            await self._rest(next_due - self._clock())
+
+    async def _rest(self, delay: float) -> None:
+        """Until a begin() or once() wakes the refresher, or ``delay`` seconds of its
+        clock have passed."""
+        if math.isinf(delay):
+            await self._wake.wait()
+            return
+        async with anyio.create_task_group() as tg:
+            async def alarm() -> None:
+                await self._sleep(max(0.0, delay))
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(alarm)
+            await self._wake.wait()
+            tg.cancel_scope.cancel()
 
     async def _refresh(self, key: str, entry: _Entry, now: float) -> float:
         """Indicate for a running turn (unless skipped); returns when to next."""
@@ -157,8 +175,8 @@ class Indicators:
             return None
         known = self._limiters.get(account.key)
         if known is None or known[0] is not rates:  # first use, or a new channel object
-            known = self._limiters[account.key] = (rates, RateLimiter(rates,
-                                                                      clock=self._clock))
+            known = self._limiters[account.key] = (rates, RateLimiter(
+                rates, clock=self._clock, sleep=self._sleep))
         return known[1]
 
     async def _indicate(self, account: Account, route: Route) -> float:

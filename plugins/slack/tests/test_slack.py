@@ -18,9 +18,11 @@ from chatkernel.channels import ConfigError, PlatformError, Route
 from chatkernel.testing import (
     KernelHarness,
     ManualClock,
+    ScaledClock,
     agent_plugin,
     free_port,
     scripted_agent,
+    wait_until,
 )
 from chatkernel.testing.contract import open_contract_run, png_bytes
 from chatkernel_slack.fake import SlackSigner
@@ -35,14 +37,19 @@ DM, CHANNEL, USER = "D0DIRECT01", "C0GENERAL1", "U0USER0001"
 
 @asynccontextmanager
 async def slack_run(tmp_path, adapter_class=SlackSocketAdapter, *, account=None, channel=None,
-                    allow_from=("*",), loop=True, clock=None):
+                    allow_from=("*",), loop=True, clock=None,
+                    rate_clock: ScaledClock | None = None):
     """A kernel with the Slack channel against a fresh fake (an open_contract_run);
-    ``clock``: the channel's (a ManualClock), else real time."""
+    ``clock``: the channel's (a ManualClock), else real time; with ``rate_clock``, the
+    kernel's rate limits and the fake's windows both count in it."""
     async with adapter_class() as adapter:
         adapter.account_extra.update(account or {})
         adapter.channel_extra.update(channel or {})
+        if rate_clock is not None:
+            adapter.slack.rates.clock = rate_clock.monotonic
         async with open_contract_run(adapter, tmp_path / "kernel", allow_from=allow_from,
-                                     loop=loop, channel_clock=clock) as run:
+                                     loop=loop, channel_clock=clock,
+                                     pacing=rate_clock and rate_clock.pacing) as run:
             yield run
 
 
@@ -676,10 +683,16 @@ async def test_300_messages_under_every_limit_get_no_429_and_long_turns_show_the
     """Slack's limits enforced (chat.postMessage per channel and per workspace,
     assistant.threads.setStatus per workspace) and the channel's default pacing: 300
     messages over 30 DMs get no 429 on any method. The turns that take long show the
-    working status; those whose reply is already on its way need not."""
+    working status; those whose reply is already on its way need not.
+
+    Both sides count Slack's windows on one clock ten times faster than real time, so the
+    minute over which the channel's account limit (300 a minute) spreads the 304 posts
+    (four "still working" notices among them) passes in about six seconds, every limit
+    enforced at its real figure by the kernel and by the fake alike."""
     chats = [f"D0LIMIT{c:03d}" for c in range(30)]
     slow = chats[:4]  # as many as turns run at once (queue.max_concurrent)
-    async with slack_run(tmp_path, channel={"rate_limits": None}) as run:
+    clock = ScaledClock(10)
+    async with slack_run(tmp_path, channel={"rate_limits": None}, rate_clock=clock) as run:
         slack = run.adapter.slack
         slack.enforce_limits()
         run.agent.gate = anyio.Event()
@@ -697,16 +710,18 @@ async def test_300_messages_under_every_limit_get_no_429_and_long_turns_show_the
         def replies() -> list[str]:
             return [t for t in slack.texts() if t.startswith("re: ") and "lim01z" in t]
 
-        with anyio.fail_after(120):  # paced at one a second per DM: about 10 s
-            while len(replies()) < 300:
-                run.check_loop()
-                await anyio.sleep(0.1)
+        # A minute of the shared clock and more, about 6 real seconds.
+        await wait_until(lambda: len(replies()) >= 300, timeout=120, check=run.check_loop,
+                         what="300 replies", state=lambda: len(replies()))
         await run.settle()
         refused = collections.Counter(call.method for call in slack.calls
                                       if call.status == 429)
         assert refused == {}, f"429s by method: {dict(refused)}"
         assert slack.throttled == 0
         assert len(replies()) == len(set(replies())) == 300  # each answered once
+        # More posts than the channel's account limit (300 a minute) lets through at
+        # once: the pacing spread them over more than a minute of the shared clock.
+        assert len([c for c in slack.calls if c.method == "chat.postMessage"]) > 300
         for chat in slow:  # the status was set, then cleared by the reply
             assert [s.status for s in slack.status_calls(chat)][:1] == ["is thinking…"]
 

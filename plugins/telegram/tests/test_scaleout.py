@@ -71,7 +71,7 @@ async def settled(store: RedisStore, api: FakeBotAPI, want: set[str], timeout: f
             unknown = [entry for entry, _ in await store.outbox_failures(limit=1000)]
             if want <= set(answers(api)) | {entry.payload.text for entry in unknown}:
                 return unknown
-            await anyio.sleep(0.1)
+            await anyio.sleep(0.1)  # real time: reads the store real processes write
 
 
 @pytest.mark.slow
@@ -90,7 +90,8 @@ async def test_kill_9_of_the_poller_mid_burst_loses_nothing_and_sends_nothing_tw
                     api.inject_message(1000 + chat, text)
             if round_ == kills:
                 break
-            await anyio.sleep(0.5)  # mid-burst: some answered, some not yet
+            # real time: the kill must land mid-burst in real processes (some answered)
+            await anyio.sleep(0.5)
             victim = instances.owner(holder)
             assert victim is not None and victim.alive
             victim.kill()
@@ -142,10 +143,11 @@ async def test_a_paused_former_owner_is_fenced_off(tmp_path, redis_server, redis
             paused.resume()
         with anyio.fail_after(20):  # it notices it lost the account
             while "no longer owned by this instance" not in paused.log():
-                await anyio.sleep(0.1)
+                await anyio.sleep(0.1)  # real time: polls a real process's log
         api.inject_message(2000, "after the resume")
         await api.wait_for_sent(7, timeout=20)
-        await anyio.sleep(LEASE_SECONDS)  # time for a stale sender to try
+        # real time: a stale sender in a real process gets a lease's time to try
+        await anyio.sleep(LEASE_SECONDS)
         assert await lease_holder(store) == (new_holder, new_token)
     sent = [m.plain_text for m in api.sent(chat_id=2000)]
     assert sent == ["before the pause", *(f"while paused {i}" for i in range(5)),
@@ -172,7 +174,9 @@ async def test_redis_lost_and_back_is_reported_retried_and_loses_nothing(tmp_pat
         except urllib.error.HTTPError as exc:
             return exc.code, json.load(exc)
 
-    with RedisServer(tmp_path / "redis") as server:
+    # On a Unix socket: its TCP port, free while the server is down, could be taken by
+    # another process of a busy machine before the restart.
+    with RedisServer(tmp_path / "redis", unix_socket=True) as server:
         async with FakeBotAPI() as api, GatewayInstances(
                 tmp_path, cluster_config(api, server.url, "lost:")) as instances:
             gateway = await instances.start()
@@ -203,7 +207,8 @@ async def test_redis_lost_and_back_is_reported_retried_and_loses_nothing(tmp_pat
                     if code == 503 and any("shared store: unreachable" in reason
                                            for reason in health.get("reasons", [])):
                         break
-                    await anyio.sleep(0.2)
+                    await anyio.sleep(0.2)  # real time: polls a real process's /healthz
+            # real time: Redis stays down past the real leases of a real process
             await anyio.sleep(LEASE_SECONDS * 2)
             assert gateway.alive
             assert len(answers(api)) == 1  # nothing acknowledged that was not journaled
@@ -211,7 +216,7 @@ async def test_redis_lost_and_back_is_reported_retried_and_loses_nothing(tmp_pat
             await api.wait_for_sent(4, timeout=60)
             with anyio.fail_after(30):
                 while healthz(gateway.url)[0] != 200:
-                    await anyio.sleep(0.2)
+                    await anyio.sleep(0.2)  # real time: polls a real process's /healthz
             assert gateway.alive and gateway.pid == instances.instances[0].pid
     assert answers(api, 3000) == ["before", "during 0", "during 1", "during 2"]
 
