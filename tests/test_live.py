@@ -274,6 +274,7 @@ async def start_gateway(platform: LoopbackPlatform, home: Path, log: Any) -> Any
          "--streaming", "--echo-typing-ms", "150"], env=env, stdout=None, stderr=log)
 
 
+@pytest.mark.slow
 async def test_kill_9_mid_answer_then_the_answer_arrives_whole_once(tmp_path):
     home = tmp_path / "home"
     words = [f"w{n:02d}" for n in range(40)]

@@ -132,6 +132,7 @@ def test_the_message_box_placeholder_is_shown_whole(gateway_url, browser, width)
         assert "Shift+Enter" in fit["placeholder"], fit
 
 
+@pytest.mark.slow
 def test_a_live_reply_grows_in_a_draft_then_the_answer_takes_its_place(tmp_path, browser):
     from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By

@@ -52,6 +52,7 @@ def post(url: str, chat_id: str, text: str) -> None:
     conn.close()
 
 
+@pytest.mark.slow
 def test_the_page_sees_the_answer_written_then_sent_once(tmp_path):
     home = tmp_path / "home"
     home.mkdir()

@@ -77,6 +77,7 @@ async def test_the_fake_speaks_the_stream_methods_and_their_errors():
         assert answers[50] == {"ok": False, "error": "ratelimited"}
 
 
+@pytest.mark.slow
 async def test_a_dm_thread_sees_slacks_stream_then_the_answer(tmp_path):
     async with DefaultLimitsAdapter() as adapter:
         slack = adapter.slack
@@ -105,6 +106,7 @@ async def test_a_dm_thread_sees_slacks_stream_then_the_answer(tmp_path):
         assert slack.throttled == 0, "a preview went past Slack's limits"
 
 
+@pytest.mark.slow
 async def test_a_channel_sees_one_message_updated_in_place(tmp_path):
     async with DefaultLimitsAdapter() as adapter:
         slack = adapter.slack
@@ -128,6 +130,7 @@ async def test_a_channel_sees_one_message_updated_in_place(tmp_path):
         assert slack.throttled == 0, "a preview went past Slack's limits"
 
 
+@pytest.mark.slow
 async def test_where_slack_refuses_the_app_a_stream_the_message_is_updated_instead(tmp_path):
     async with DefaultLimitsAdapter() as adapter:
         slack = adapter.slack

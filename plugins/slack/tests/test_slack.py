@@ -678,6 +678,7 @@ async def test_pacing_keeps_a_busy_channel_under_slacks_limit(tmp_path):
         assert slack.throttled == 0
 
 
+@pytest.mark.slow
 async def test_300_messages_under_every_limit_get_no_429_and_long_turns_show_the_status(
         tmp_path):
     """Slack's limits enforced (chat.postMessage per channel and per workspace,

@@ -45,6 +45,7 @@ def answered(api: FakeBotAPI, prefix: str) -> list:
     return [m for m in api.sent(chat_id=CHAT) if m.plain_text.startswith(prefix)]
 
 
+@pytest.mark.slow
 async def test_a_killed_owner_is_replaced_within_five_seconds(
         tmp_path, redis_server, redis_prefix):
     async with FakeBotAPI() as api, GatewayInstances(
@@ -71,6 +72,7 @@ async def test_a_killed_owner_is_replaced_within_five_seconds(
     assert gap <= FAILOVER_SECONDS, f"the next owner answered {gap:.2f} s after the kill"
 
 
+@pytest.mark.slow
 async def test_an_owner_stalled_for_less_than_the_lease_keeps_its_account(
         tmp_path, redis_server, redis_prefix):
     async with FakeBotAPI() as api, GatewayInstances(

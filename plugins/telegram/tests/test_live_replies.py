@@ -69,6 +69,7 @@ async def test_the_fake_refuses_drafts_where_the_bot_api_does():
         assert gone["description"] == "Bad Request: message to delete not found"
 
 
+@pytest.mark.slow
 async def test_a_private_chat_sees_growing_drafts_then_one_message(tmp_path):
     async with DefaultLimitsAdapter() as adapter:
         api = adapter.api
@@ -93,6 +94,7 @@ async def test_a_private_chat_sees_growing_drafts_then_one_message(tmp_path):
         assert api.throttled == 0, "a preview went past Telegram's limits"
 
 
+@pytest.mark.slow
 async def test_a_group_sees_one_message_edited_in_place(tmp_path):
     async with DefaultLimitsAdapter() as adapter:
         api = adapter.api

@@ -30,6 +30,7 @@ class DefaultLimitsAdapter(WeChatAdapter):
         return {"retry": {"attempts": 3, "base_delay_ms": 10, "jitter": 0}}
 
 
+@pytest.mark.slow
 async def test_a_live_reply_is_one_message_generating_then_finished(tmp_path):
     async with DefaultLimitsAdapter() as adapter:
         ilink = adapter.ilink
