@@ -166,3 +166,32 @@ async def test_on_redis_the_instance_with_the_heartbeat_lease_runs_every_agents(
         assert alerts() == {("main", "memory:main:chat-a"),
                             ("agent:work", "memory:main:chat-b#work")}
         assert list(other.heartbeats.history) == []
+
+
+async def test_on_redis_a_store_error_as_the_heartbeats_start_is_reported_and_tried_again(
+        tmp_path, redis_server, redis_prefix, monkeypatch, caplog):
+    """The heartbeats' lease won while Redis fails the read of their state (a connection
+    it closed): the instance warns, gives the lease up and takes it again, rather than
+    letting the error end the gateway."""
+    from chatkernel.core.store.base import StoreError
+    from chatkernel.core.store.redis import RedisStore
+
+    real, failures = RedisStore.list_heartbeats, []
+
+    async def list_heartbeats(self):
+        if not failures:
+            failures.append(1)
+            raise StoreError("redis at 127.0.0.1: Connection closed by server.")
+        return await real(self)
+
+    monkeypatch.setattr(RedisStore, "list_heartbeats", list_heartbeats)
+    clock = ManualClock()
+    config = {"store": {"backend": "redis", "url": redis_server, "prefix": redis_prefix,
+                        "lease_seconds": 2},
+              "agent": label("default", every="1h", target="memory", to="chat-a")}
+    async with harness(tmp_path, clock, **config) as h:
+        await wait_until(lambda: h.kernel.heartbeats.started and failures, timeout=20,
+                         what="the heartbeats started after the failed read", interval=0.05)
+        assert sorted(h.kernel.heartbeats.jobs) == ["main"]
+        assert "the heartbeats could not start" in caplog.text
+        assert "Connection closed by server" in caplog.text

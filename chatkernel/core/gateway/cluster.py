@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from chatkernel.core.store.base import JournalEntry, OutboxEntry
+from chatkernel.core.store.base import JournalEntry, OutboxEntry, StoreError
 from chatkernel.core.store.shared import account_lease
 
 if TYPE_CHECKING:
@@ -511,11 +511,29 @@ class Cluster:
         try:
             with tenure.scope:
                 async with anyio.create_task_group() as group:
-                    await scheduler.start(group)
+                    try:
+                        await scheduler.start(group)
+                    except StoreError as exc:
+                        # Their state could not be read (the store is back a moment
+                        # ago): no reason to end the gateway. The lease is given up,
+                        # and taken again at a next round.
+                        log.warning("the heartbeats could not start: %s; trying again", exc)
+                        group.cancel_scope.cancel()
+                        await self._give_up_heartbeats(tenure)
+                        return
                     await anyio.sleep_forever()
         finally:
             scheduler.stopped()
             tenure.ended.set()
+
+    async def _give_up_heartbeats(self, tenure: _Tenure) -> None:
+        if self._heartbeats is tenure:
+            self._heartbeats = None
+        with anyio.CancelScope(shield=True), anyio.move_on_after(self.ttl):
+            try:
+                await self.shared.release_lease(HEARTBEATS_LEASE, self.holder, tenure.token)
+            except StoreError:
+                pass  # it runs out by itself
 
     def _stop_heartbeats(self) -> None:
         tenure, self._heartbeats = self._heartbeats, None
