@@ -190,8 +190,11 @@ async def test_on_redis_a_store_error_as_the_heartbeats_start_is_reported_and_tr
                         "lease_seconds": 2},
               "agent": label("default", every="1h", target="memory", to="chat-a")}
     async with harness(tmp_path, clock, **config) as h:
-        await wait_until(lambda: h.kernel.heartbeats.started and failures, timeout=20,
-                         what="the heartbeats started after the failed read", interval=0.05)
-        assert sorted(h.kernel.heartbeats.jobs) == ["main"]
+        # Loaded, not only started: ``started`` is set before the read of their state.
+        scheduler = h.kernel.heartbeats
+        await wait_until(lambda: failures and sorted(scheduler.jobs) == ["main"], timeout=20,
+                         what="the heartbeats loaded after the failed read", interval=0.05,
+                         state=lambda: (failures, scheduler.started, sorted(scheduler.jobs)))
+        assert scheduler.started
         assert "the heartbeats could not start" in caplog.text
         assert "Connection closed by server" in caplog.text
