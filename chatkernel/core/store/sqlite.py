@@ -1052,9 +1052,9 @@ class SQLiteStore(Store):
             await self._journal_waiter()
         return seq
 
-    async def journal_inbound_many(self, messages: list[InboundMessage]) -> list[int | None]:
-        # The batch is already grouped: commit it at once rather than wait for
-        # the group commit (a receive loop waits for this before it polls again).
+    def _journal_rows(self, messages: list[InboundMessage]) -> list[int | None]:
+        """Write a batch's journal rows into the open transaction: each one's seq, or
+        None for a duplicate."""
         now = time.time()
         seqs = []
         for message in messages:
@@ -1062,6 +1062,12 @@ class SQLiteStore(Store):
                 message.channel, message.account, message.message_id,
                 encode_message(message), now))
             seqs.append(cursor.lastrowid if cursor.rowcount == 1 else None)
+        return seqs
+
+    async def journal_inbound_many(self, messages: list[InboundMessage]) -> list[int | None]:
+        # The batch is already grouped: commit it at once rather than wait for
+        # the group commit (a receive loop waits for this before it polls again).
+        seqs = self._journal_rows(messages)
         error = self._commit()
         if error is not None:
             raise error
@@ -1071,13 +1077,7 @@ class SQLiteStore(Store):
         # Concurrent webhook requests: each batch joins the open transaction and its
         # caller waits for the group commit, so requests that arrive together share
         # one commit; a failed commit drops the entries and raises here (no 2xx).
-        now = time.time()
-        seqs = []
-        for message in messages:
-            cursor = self._write(self._JOURNAL_INSERT, (
-                message.channel, message.account, message.message_id,
-                encode_message(message), now))
-            seqs.append(cursor.lastrowid if cursor.rowcount == 1 else None)
+        seqs = self._journal_rows(messages)
         if self._commit_scheduled:  # also for duplicates: their first may be in this commit
             await self._journal_waiter()
         return seqs
