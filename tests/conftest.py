@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from chatkernel.core.plugins import PluginManager, reset_plugin_manager
+from chatkernel.testing.disk import DiskUnavailable, SmallDisk
 
 #: Environment variables that change how the kernel loads plugins or finds its
 #: config. A developer's shell must not leak them into the tests.
@@ -175,3 +176,17 @@ def outbox_left_mid_send() -> Callable[[object], object]:
         return entries
 
     return make
+
+
+@pytest.fixture
+def disk(tmp_path):
+    """A 4 MiB file system of the test's own to fill (skipped where none can be mounted)."""
+    small = SmallDisk(tmp_path / "disk", size_mb=4)
+    try:
+        small.mount()
+    except DiskUnavailable as exc:
+        pytest.skip(f"no small file system to fill here: {exc}")
+    try:
+        yield small
+    finally:
+        small.unmount()

@@ -14,23 +14,9 @@ from chatkernel.sdk.models import InboundMessage, OutboundPayload, Route
 from chatkernel.core.store.base import OutboxEntry, StoreError
 from chatkernel.core.store.sqlite import SQLiteStore
 from chatkernel.testing.contract import wait_until
-from chatkernel.testing.disk import DiskUnavailable, SmallDisk
 from chatkernel.testing.memory import KernelHarness
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def disk(tmp_path):
-    small = SmallDisk(tmp_path / "disk", size_mb=4)
-    try:
-        small.mount()
-    except DiskUnavailable as exc:
-        pytest.skip(f"no small file system to fill here: {exc}")
-    try:
-        yield small
-    finally:
-        small.unmount()
 
 
 def message(message_id: str, chat_id: str = "chat-1") -> InboundMessage:

@@ -22,7 +22,6 @@ from chatkernel.core.gateway.process import build_app
 from chatkernel.sdk.channel import Channel, ChannelLimits
 from chatkernel.sdk.models import InboundMessage, OutboundPayload, Route, SendResult
 from chatkernel.sdk.webhooks import HmacSignature, Webhook
-from chatkernel.testing.disk import DiskUnavailable, SmallDisk
 from chatkernel.testing.contract import wait_until
 from chatkernel.testing.memory import KernelHarness
 
@@ -140,19 +139,6 @@ async def test_concurrent_posts_share_commits_and_each_200_follows_its_own_commi
     assert set(again.values()) == {(200, True)}
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM inbound_journal").fetchone() == (posts,)
-
-
-@pytest.fixture
-def disk(tmp_path):
-    small = SmallDisk(tmp_path / "disk", size_mb=4)
-    try:
-        small.mount()
-    except DiskUnavailable as exc:
-        pytest.skip(f"no small file system to fill here: {exc}")
-    try:
-        yield small
-    finally:
-        small.unmount()
 
 
 async def test_a_failed_shared_commit_answers_no_200_and_keeps_nothing(disk):
