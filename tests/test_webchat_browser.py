@@ -159,8 +159,10 @@ def test_a_live_reply_grows_in_a_draft_then_the_answer_takes_its_place(tmp_path,
             return len(drafts) >= 2
 
         wait.until(draft_seen)  # the answer being written, in a draft bubble
-        wait.until(lambda d: [m.text for m in d.find_elements(By.CSS_SELECTOR, ".msg.bot")]
-                   == [words])
-        assert browser.find_elements(By.CSS_SELECTOR, ".msg.bot.draft") == []
+        # The answer, not the draft grown to its full text: a bubble that is no draft.
+        wait.until(lambda d: [m.text for m in d.find_elements(
+            By.CSS_SELECTOR, ".msg.bot:not(.draft)")] == [words])
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, ".msg.bot.draft") == [])
+        assert [m.text for m in browser.find_elements(By.CSS_SELECTOR, ".msg.bot")] == [words]
     assert all(words.startswith(text) for text in drafts), drafts
     assert len(drafts[0]) < len(words)
