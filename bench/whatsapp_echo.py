@@ -17,8 +17,9 @@ message's text back with ``POST /{phone-number-id}/messages``.
                  webhook route on an aiohttp server as the gateway mounts it: every
                  message journaled (SQLite, durable) before its 200, queue mode followup
                  with debounce 0, max_concurrent 64, rate limits lifted, the read receipt
-                 with the typing indicator on (the channel's default: a second request per
-                 message). ``--mount gateway`` (the default): the app and listener
+                 with the typing indicator on (the channel's default: turns that reply
+                 within its indicator_delay show no typing, and a chat's burst of them
+                 makes one read receipt). ``--mount gateway`` (the default): the app and listener
                  ``chatkernel run`` serves (core/gateway/process.py build_app: the HTTP
                  guard, the health and control routes, GuardedSite); ``--mount bare``: only
                  the channel's routes on a plain aiohttp app

@@ -15,6 +15,7 @@ import pytest
 from chatkernel.core.turns.indicators import Indicators
 from chatkernel.sdk.channel import ChannelLimits, RateLimit
 from chatkernel.sdk.models import Route
+from chatkernel.testing import wait_until
 from chatkernel.testing.clock import ManualClock
 
 pytestmark = pytest.mark.anyio
@@ -169,3 +170,68 @@ async def test_the_messages_waiting_in_one_session_make_one_indicator_call_and_a
             await channel.next_call()
         tg.cancel_scope.cancel()
     assert sorted(chat for _, chat in channel.calls) == ["burst", "started", "witness"]
+
+
+class ReadMarkingChannel(RecordingChannel):
+    """A channel whose indicator also marks the messages read (WhatsApp's), with the read
+    mark alone as :meth:`mark_read`: both kinds of call are recorded, in order."""
+
+    def __init__(self, limits: ChannelLimits, clock: ManualClock) -> None:
+        super().__init__(limits, clock)
+        self.log: list[tuple[str, float, str]] = []
+
+    async def indicate(self, route: Route) -> None:
+        self.log.append(("typing", self.clock.now(), route.chat_id))
+        await super().indicate(route)
+
+    async def mark_read(self, route: Route) -> None:
+        self.log.append(("read", self.clock.now(), route.chat_id))
+        self.calls.append((self.clock.now(), route.chat_id))
+        self.called.set()
+
+
+async def test_quick_turns_mark_their_messages_read_in_one_call_when_the_indicator_was_due():
+    """Issue 31: where the indicator also marks the messages read (WhatsApp), a turn that
+    replied within ``indicator_delay`` leaves a read mark due when its indicator would
+    have been: the session's quick turns within it make one call, without typing. A turn
+    still running then shows typing; one whose reply is on its way by then is only marked
+    read. A quick turn after that window starts a new one. Virtual time throughout."""
+    clock = ManualClock()
+    start = clock.now()
+    channel = ReadMarkingChannel(ChannelLimits(indicator_interval=600.0,
+                                               indicator_delay=0.5), clock)
+    account = SimpleNamespace(key="test:main", channel=channel)
+    replying = set()
+
+    async def route(key: str) -> Route:
+        return routes(key)
+
+    indicators = Indicators(route, clock=clock.now, replying=replying.__contains__,
+                            sleep=clock.sleep)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(indicators.run)
+        indicators.begin(account, "test:main:thinks")
+        indicators.begin(account, "test:main:sending")
+        for _ in range(3):  # three quick turns in one chat, 1/8 s apart (exact floats)
+            indicators.begin(account, "test:main:burst")
+            indicators.end("test:main:burst")
+            clock.advance(0.125)
+        replying.add("test:main:sending")  # its reply is queued, its turn not yet over
+        clock.advance(0.125)
+        while len(channel.log) < 3:
+            await channel.next_call()
+        first_window = sorted(channel.log)
+        indicators.end("test:main:sending")
+        indicators.begin(account, "test:main:burst")  # a quick turn after the window
+        indicators.end("test:main:burst")
+        await wait_until(lambda: clock.deadlines == [start + 1.0],
+                         what="the refresher asleep until the new read mark")
+        assert len(channel.log) == 3
+        clock.advance(0.5)
+        while len(channel.log) < 4:
+            await channel.next_call()
+        tg.cancel_scope.cancel()
+    assert first_window == [("read", start + 0.5, "burst"), ("read", start + 0.5, "sending"),
+                            ("typing", start + 0.5, "thinks")]
+    assert channel.log[3] == ("read", start + 1.0, "burst")
+    assert len(channel.log) == 4

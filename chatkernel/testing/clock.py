@@ -55,6 +55,14 @@ class ManualClock:
     def now(self) -> float:
         return self._now
 
+    @property
+    def pacing(self) -> Pacing:
+        """The kernel's rate limits and typing indicators on this clock (``pacing=``
+        of ``Kernel``, ``KernelHarness``, ``open_contract_run``): a send whose window is
+        full, an indicator held back by ``indicator_delay``, wait until the test
+        advances the clock."""
+        return Pacing(clock=self.monotonic, sleep=self.sleep)
+
     def monotonic(self) -> float:
         """The same reading as :meth:`now`: this clock never goes back."""
         return self._now

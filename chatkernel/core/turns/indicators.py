@@ -21,6 +21,13 @@ turns that run longer show it, and a burst of quick turns in a chat costs no cal
 The indicator of a message waiting for its turn (:meth:`Indicators.once`) is held back
 the same way, made once however many messages of the session wait, and not made at all
 once the session's turn has started (the turn shows its own).
+
+Where the indicator also marks the messages read (WhatsApp: one request for the read
+receipt and typing), the channel implements :meth:`Channel.mark_read`: a turn that
+replied before its indicator was due leaves a read mark due at that same time, which
+the session's next turns within it take over. A burst of quick turns in a chat makes
+one call, marking the newest message read (and with it every earlier one), without a
+typing indicator that the reply would have ended at once.
 """
 
 from __future__ import annotations
@@ -51,16 +58,30 @@ def has_indicator(account: Account) -> bool:
     return channel is not None and type(channel).indicate is not Channel.indicate
 
 
+def marks_read(account: Account) -> bool:
+    """Whether the account's channel marks messages read apart from its indicator."""
+    return getattr(type(account.channel), "mark_read", Channel.mark_read) \
+        is not Channel.mark_read
+
+
 @dataclass(slots=True)
 class _Entry:
     account: Account
     due: float
+    #: An indicator call was made for the turn (its messages are marked read).
+    shown: bool = False
 
 
 @dataclass(slots=True)
 class _Waiting:
     account: Account
     route: Route
+    due: float
+
+
+@dataclass(slots=True)
+class _Unread:
+    account: Account
     due: float
 
 
@@ -84,6 +105,8 @@ class Indicators:
         self._active: dict[str, _Entry] = {}
         # session key (or, without one, the route) -> the indicator of a waiting message
         self._waiting: dict[object, _Waiting] = {}
+        # session key -> the read mark its quick turns left (channels with mark_read)
+        self._unread: dict[str, _Unread] = {}
         self._wake = anyio.Event()
 
     def begin(self, account: Account, session_key: str) -> None:
@@ -92,14 +115,22 @@ class Indicators:
         if has_indicator(account):
             delay = account.channel.limits.indicator_delay  # type: ignore[union-attr]
             due = self._clock() + delay
-            waiting = self._waiting.pop(session_key, None)  # the turn shows its own
-            if waiting is not None:  # not later than its waiting message's would have been
-                due = min(due, waiting.due)
+            # The turn shows its own, not later than its waiting message's or its read
+            # mark's would have been.
+            for held in (self._waiting.pop(session_key, None),
+                         self._unread.pop(session_key, None)):
+                if held is not None:
+                    due = min(due, held.due)
             self._active[session_key] = _Entry(account, due)
             self._wake.set()
 
     def end(self, session_key: str) -> None:
-        self._active.pop(session_key, None)
+        """The turn ended. One that showed no indicator yet leaves its read mark, where the
+        channel makes one, due when its indicator would have been."""
+        entry = self._active.pop(session_key, None)
+        if entry is not None and not entry.shown and marks_read(entry.account):
+            # The refresher already waits for entry.due at the latest: no wake-up needed.
+            self._unread[session_key] = _Unread(entry.account, entry.due)
 
     def once(self, account: Account, route: Route, session_key: str | None = None) -> None:
         """Indicate once (a message waits for its turn), after the channel's
@@ -128,6 +159,18 @@ class Indicators:
                     del self._waiting[key]
                     if not (isinstance(key, str) and self._skipped(waiting.account, key)):
                         await self._indicate(waiting.account, waiting.route)
+            for key, unread in list(self._unread.items()):
+                if unread.due > now:
+                    next_due = min(next_due, unread.due)
+                elif self._unread.get(key) is unread:  # no turn took it over meanwhile
+                    del self._unread[key]
+                    route = await self._route(key)
+                    if route is not None:
+                        wait = await self._indicate(unread.account, route, read=True)
+                        if wait > 0 and key not in self._active:  # its window is full
+                            unread.due = now + min(wait, RETRY_SECONDS)
+                            self._unread.setdefault(key, unread)
+                            next_due = min(next_due, unread.due)
             for key, entry in list(self._active.items()):
                 if entry.due <= now:
                     entry.due = await self._refresh(key, entry, now)
@@ -157,9 +200,13 @@ class Indicators:
         route = await self._route(key)
         if route is None or key not in self._active:
             return now + limits.indicator_interval
-        wait = await self._indicate(entry.account, route)
+        # The first call of a turn whose reply is already on its way only marks the
+        # messages read, where the channel can: the reply would end the typing at once.
+        read = not entry.shown and marks_read(entry.account) and self._replying(key)
+        wait = await self._indicate(entry.account, route, read=read)
         if wait > 0:  # its window is full: as soon as a slot frees
             return now + min(wait, RETRY_SECONDS, limits.indicator_interval)
+        entry.shown = True
         return now + limits.indicator_interval
 
     def _skipped(self, account: Account, session_key: str) -> bool:
@@ -179,18 +226,21 @@ class Indicators:
                 rates, clock=self._clock, sleep=self._sleep))
         return known[1]
 
-    async def _indicate(self, account: Account, route: Route) -> float:
-        """Make the indicator call if its window has room; returns 0, or the seconds
-        until it would have (the call was skipped)."""
+    async def _indicate(self, account: Account, route: Route, *, read: bool = False) -> float:
+        """Make the indicator call (``read``: the read mark alone) if its window has room;
+        returns 0, or the seconds until it would have (the call was skipped)."""
         limiter = self.limiter(account)
         chat, group = route.chat_id, route.is_group
         if limiter is not None and not limiter.try_acquire(chat, is_group=group, hold=True):
             return max(limiter.delay(chat, is_group=group), 0.01)
         try:
             with anyio.fail_after(CALL_TIMEOUT):
-                await account.channel.indicate(route)  # type: ignore[union-attr]
+                channel = account.channel
+                await (channel.mark_read if read else channel.indicate)(  # type: ignore
+                    route)
         except Exception as exc:  # TimeoutError included: a slow indicator is only noise
-            log.debug("typing indicator failed on %s: %s", account.key, exc)
+            log.debug("%s failed on %s: %s", "read mark" if read else "typing indicator",
+                      account.key, exc)
             retry_after = getattr(exc, "retry_after", None)
             if limiter is not None and retry_after:
                 limiter.penalize(float(retry_after))

@@ -189,6 +189,10 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
         retry_base_delay=0.5,
         # The typing indicator lasts 25 s (or until the reply): refreshed before that.
         indicator_interval=20.0,
+        # A turn that replies within half a second shows no typing (the reply would end
+        # it at once); its messages are marked read then (mark_read), one request for
+        # all of a chat's quick turns within it.
+        indicator_delay=0.5,
     )
     capabilities = Capabilities(delivery_statuses=True, recipient_error_codes=RECIPIENT_CODES)
     markup = WhatsAppText
@@ -205,6 +209,8 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
         self.phone: dict[str, Any] | None = None
         # chat -> its latest inbound message id (the read receipt and typing need one).
         self._last_inbound: OrderedDict[str, str] = OrderedDict()
+        # chat -> the latest message id marked read (dropped with its _last_inbound entry)
+        self._read: dict[str, str] = {}
         # (path, size, mtime) -> media id: a retried send does not upload again.
         self._uploaded: dict[tuple[str, int, float], str] = {}
         _accounts[config.phone_number_id] = self
@@ -335,7 +341,7 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
         last[chat_id] = message_id
         last.move_to_end(chat_id)
         while len(last) > LAST_INBOUND_CHATS:
-            last.popitem(last=False)
+            self._read.pop(last.popitem(last=False)[0], None)
 
     async def _download(self, item: dict[str, Any], kind: str, wa_type: str, *,
                         voice: bool = False) -> MediaRef:
@@ -440,6 +446,16 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
         message_id = self._last_inbound.get(route.chat_id)
         if message_id is not None:
             await self.api.mark_read(message_id, typing=True)
+            self._read[route.chat_id] = message_id
+
+    async def mark_read(self, route: Route) -> None:
+        """The read receipt alone for the chat's latest message (WhatsApp marks every
+        earlier one read with it); none when that one is marked already."""
+        chat = route.chat_id
+        message_id = self._last_inbound.get(chat)
+        if message_id is not None and self._read.get(chat) != message_id:
+            await self.api.mark_read(message_id, typing=False)
+            self._read[chat] = message_id
 
     # -- health ------------------------------------------------------------------------------
 

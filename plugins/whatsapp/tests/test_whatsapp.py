@@ -357,17 +357,41 @@ async def test_locations_contacts_buttons_are_text_and_reactions_are_ignored(ada
             "[contact: Lucía Gómez, +1 983 555 2319]", "Yes please", "Unsubscribe"]
 
 
-async def test_each_turn_sends_the_read_receipt_and_typing_in_one_request(adapter, tmp_path):
-    async with open_contract_run(adapter, tmp_path) as run:
+async def test_a_turn_running_past_the_indicator_delay_shows_typing_with_its_read_receipt(
+        adapter, tmp_path):
+    clock = ManualClock()  # the kernel's indicator delay counts on it
+    async with open_contract_run(adapter, tmp_path, pacing=clock.pacing) as run:
         run.agent.gate = anyio.Event()  # the turn runs until the receipt is in
         message = adapter.graph.inject_message(USER, "hi rr1z")
+        await run.wait(lambda: run.agent.requests, what="the turn")
+        assert adapter.graph.read_receipts == []  # nothing before the delay
+        clock.advance(WhatsAppChannel.limits.indicator_delay)
         await run.wait(lambda: adapter.graph.read_receipts, what="a read receipt")
         run.agent.gate.set()
         await run.wait_for_tokens(USER, ["rr1z"])
-        receipts = adapter.graph.read_receipts
-        assert receipts[0] == {"messaging_product": "whatsapp", "status": "read",
-                               "message_id": message["id"],
-                               "typing_indicator": {"type": "text"}}
+        assert adapter.graph.read_receipts == [{
+            "messaging_product": "whatsapp", "status": "read", "message_id": message["id"],
+            "typing_indicator": {"type": "text"}}]
+
+
+async def test_quick_turns_mark_their_messages_read_in_one_request_without_typing(
+        adapter, tmp_path):
+    """Issue 31: turns that replied within the indicator delay show no typing (their
+    reply would end it at once), and a chat's burst of them makes one read receipt, for
+    its newest message: WhatsApp marks every earlier one read with it."""
+    clock = ManualClock()
+    async with open_contract_run(adapter, tmp_path, pacing=clock.pacing) as run:
+        graph = adapter.graph
+        messages = [graph.inject_message(USER, f"quick {i} qk{i}z") for i in range(3)]
+        await run.wait_for_tokens(USER, ["qk0z", "qk1z", "qk2z"])
+        await run.settle()
+        assert graph.read_receipts == []  # the replies went first
+        clock.advance(WhatsAppChannel.limits.indicator_delay)
+        await run.wait(lambda: graph.read_receipts, what="a read receipt")
+        clock.advance(60.0)  # nothing else was due
+        await run.settle()
+        assert graph.read_receipts == [{"messaging_product": "whatsapp", "status": "read",
+                                        "message_id": messages[-1]["id"]}]
 
 
 # -- errors, limits, health -------------------------------------------------------------------
