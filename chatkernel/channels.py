@@ -19,7 +19,8 @@ The pieces, by concern:
   an account's config model), :class:`ChannelContext` (what the kernel gives an
   account; its ``clock`` is a :class:`ChannelClock`), :class:`LiveReplies` (the
   capability of showing a reply while it is written, with :class:`Preview` and
-  :data:`LiveMode`), :class:`ConfigError`;
+  :data:`LiveMode`), :class:`ReadReceipts` (marking messages read apart from the typing
+  indicator), :class:`ConfigError`;
 - the values that flow through it: :class:`InboundMessage`, :class:`MediaRef`,
   :class:`Route`, :class:`OutboundPayload`, :class:`SendResult`,
   :class:`SendError`, :class:`ProbeResult`, :class:`Account`, :class:`Verdict` (what
@@ -59,6 +60,7 @@ from chatkernel.sdk.channel import (
 )
 from chatkernel.sdk.accounts import AccountConfig
 from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
+from chatkernel.sdk.receipts import ReadReceipts
 from chatkernel.sdk.errors import ConfigError
 from chatkernel.sdk.http_client import (
     Answer,
@@ -135,6 +137,7 @@ __all__ = [
     "Preview",
     "ProbeResult",
     "RateLimit",
+    "ReadReceipts",
     "Route",
     "SecretHeader",
     "SendError",

@@ -15,6 +15,7 @@ import pytest
 from chatkernel.core.turns.indicators import Indicators
 from chatkernel.sdk.channel import ChannelLimits, RateLimit
 from chatkernel.sdk.models import Route
+from chatkernel.sdk.receipts import ReadReceipts
 from chatkernel.testing import wait_until
 from chatkernel.testing.clock import ManualClock
 
@@ -172,7 +173,7 @@ async def test_the_messages_waiting_in_one_session_make_one_indicator_call_and_a
     assert sorted(chat for _, chat in channel.calls) == ["burst", "started", "witness"]
 
 
-class ReadMarkingChannel(RecordingChannel):
+class ReadMarkingChannel(RecordingChannel, ReadReceipts):
     """A channel whose indicator also marks the messages read (WhatsApp's), with the read
     mark alone as :meth:`mark_read`: both kinds of call are recorded, in order."""
 

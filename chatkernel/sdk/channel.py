@@ -110,9 +110,9 @@ class ChannelLimits:
     #: Seconds a turn runs before its first indicator call. A turn that replies sooner
     #: shows none: an indicator that its own reply would end at once changes nothing the
     #: user sees, and costs a call (Slack's working status costs two: set and clear).
-    #: 0: at once. A channel whose indicator also marks the messages read implements
-    #: :meth:`Channel.mark_read`: the turns that reply sooner mark them read at that time
-    #: instead, one call for all of a session's within it.
+    #: 0: at once. A channel whose indicator also marks the messages read mixes in
+    #: :class:`~chatkernel.sdk.receipts.ReadReceipts`: the turns that reply sooner mark
+    #: them read at that time instead, one call for all of a session's within it.
     indicator_delay: float = 0.0
 
     def media_kind(self, path: str | PurePath, size: int | None = None) -> str:
@@ -175,8 +175,8 @@ class Channel:
     implement :meth:`send`, :meth:`probe`, :meth:`normalize` and
     :meth:`transport` (how the account receives: a :class:`~chatkernel.channels.Polling`,
     :class:`~chatkernel.channels.Webhook` or :class:`~chatkernel.channels.Socket`
-    subclass); :meth:`identify`, :meth:`indicate`, :meth:`mark_read`,
-    :meth:`screen_inbound` and :meth:`receive_trouble` are optional.
+    subclass); :meth:`identify`, :meth:`indicate`, :meth:`screen_inbound` and
+    :meth:`receive_trouble` are optional.
     """
 
     #: The channel type's name: the key under ``[channels.<name>]``.
@@ -269,13 +269,6 @@ class Channel:
 
     async def indicate(self, route: Route) -> None:
         """Show a typing/processing indicator, where the platform has one."""
-
-    async def mark_read(self, route: Route) -> None:
-        """Mark the chat's messages read, up to its latest, where the platform shows the
-        user that (WhatsApp's blue ticks), without the typing indicator. The kernel calls
-        it for turns that replied before their indicator was due (``ChannelLimits.
-        indicator_delay``), once for all those of a session within that delay; a channel
-        that implements it marks the messages read in :meth:`indicate` too."""
 
     def screen_inbound(self, message: InboundMessage) -> Verdict | None:
         """The channel's own say on one of its messages, before the kernel's policy

@@ -23,7 +23,7 @@ the same way, made once however many messages of the session wait, and not made 
 once the session's turn has started (the turn shows its own).
 
 Where the indicator also marks the messages read (WhatsApp: one request for the read
-receipt and typing), the channel implements :meth:`Channel.mark_read`: a turn that
+receipt and typing), the channel mixes in ``ReadReceipts`` (sdk/receipts.py): a turn that
 replied before its indicator was due leaves a read mark due at that same time, which
 the session's next turns within it take over. A burst of quick turns in a chat makes
 one call, marking the newest message read (and with it every earlier one), without a
@@ -43,6 +43,7 @@ import anyio
 from chatkernel.core.outbound.ratelimit import RateLimiter, Sleep
 from chatkernel.sdk.channel import Channel, RateLimit
 from chatkernel.sdk.models import Account, Route
+from chatkernel.sdk.receipts import ReadReceipts
 
 log = logging.getLogger("chatkernel.indicators")
 
@@ -60,8 +61,7 @@ def has_indicator(account: Account) -> bool:
 
 def marks_read(account: Account) -> bool:
     """Whether the account's channel marks messages read apart from its indicator."""
-    return getattr(type(account.channel), "mark_read", Channel.mark_read) \
-        is not Channel.mark_read
+    return isinstance(account.channel, ReadReceipts)
 
 
 @dataclass(slots=True)

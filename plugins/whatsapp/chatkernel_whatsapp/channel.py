@@ -32,6 +32,7 @@ from chatkernel.channels import (
     PlatformError,
     ProbeResult,
     RateLimit,
+    ReadReceipts,
     Route,
     SendError,
     SendResult,
@@ -159,7 +160,7 @@ def _explained(exc: GraphError, text: str) -> SendError:
                          retry_after=exc.retry_after).send_error()
 
 
-class WhatsAppChannel(Channel):
+class WhatsAppChannel(Channel, ReadReceipts):
     """One WhatsApp Business phone number."""
 
     name = "whatsapp"
