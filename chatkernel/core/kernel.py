@@ -143,9 +143,11 @@ class Kernel:
         self.outbound = Outbound(pm=self.pm, metrics=self.metrics, store=lambda: self.store,
                                  submit=self.outbox.submit)
         #: Live replies: the agent's answer shown while it is written (core/outbound/live.py).
+        # Its interval between updates keeps a preview under the platform's limits: it
+        # counts in the rate limits' time (a test's ScaledClock speeds both up).
         self.live = Live(limiter=self.outbox.limiter, store=lambda: self.store,
                          channel_config=lambda name: self.config.channels.get(name),
-                         task_group=lambda: self.task_group)
+                         task_group=lambda: self.task_group, sleep=self.outbox.pacing.sleep)
         self.send_policy = SendPolicies.from_config(self.config)
         #: Answers sent outside a turn wait for the turns of earlier messages.
         self.order = OutputOrder()

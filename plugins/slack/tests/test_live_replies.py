@@ -11,6 +11,7 @@ import pytest
 
 from chatkernel.channels import Route
 from chatkernel.testing.agents import STREAM_ANSWER, STREAM_WORDS, paced_stream
+from chatkernel.testing import ScaledClock
 from chatkernel.testing.contract import open_contract_run
 from chatkernel_slack.fake import FakeSlack
 from slack_adapters import SlackSocketAdapter
@@ -19,6 +20,8 @@ pytestmark = pytest.mark.anyio
 
 DM, CHANNEL = "D0DIRECT01", "C0GROUP001"
 WORDS, ANSWER = STREAM_WORDS, STREAM_ANSWER
+#: The previews' intervals and Slack's windows, on both sides, 10 times faster.
+SPEED = 10
 
 
 @pytest.fixture
@@ -79,8 +82,10 @@ async def test_the_fake_speaks_the_stream_methods_and_their_errors():
 
 @pytest.mark.slow
 async def test_a_dm_thread_sees_slacks_stream_then_the_answer(tmp_path):
+    clock = ScaledClock(SPEED)
     async with DefaultLimitsAdapter() as adapter:
         slack = adapter.slack
+        slack.rates.clock = clock.monotonic
         slack.enforce_limits()
         thread = "1600000000.000001"
 
@@ -88,7 +93,8 @@ async def test_a_dm_thread_sees_slacks_stream_then_the_answer(tmp_path):
             return [text for kind, chat, _, text in slack.history if chat == DM]
 
         async with open_contract_run(adapter, tmp_path / "kernel",
-                                     channel_settings={"streaming": "on"}) as run:
+                                     channel_settings={"streaming": "on"},
+                                     pacing=clock.pacing) as run:
             run.agent.script = paced_stream(run, shown)
             await adapter.inject(DM, "tell me", sender_id="U0USER0001", thread_id=thread)
             await run.wait(lambda: any(m.updates for m in slack.sent(DM)), what="the answer")
@@ -108,15 +114,18 @@ async def test_a_dm_thread_sees_slacks_stream_then_the_answer(tmp_path):
 
 @pytest.mark.slow
 async def test_a_channel_sees_one_message_updated_in_place(tmp_path):
+    clock = ScaledClock(SPEED)
     async with DefaultLimitsAdapter() as adapter:
         slack = adapter.slack
+        slack.rates.clock = clock.monotonic
         slack.enforce_limits()
         adapter.channel_extra = {"streaming": "on"}
 
         def shown() -> list[str]:
             return [text for kind, chat, _, text in slack.history if chat == CHANNEL]
 
-        async with open_contract_run(adapter, tmp_path / "kernel") as run:
+        async with open_contract_run(adapter, tmp_path / "kernel",
+                                     pacing=clock.pacing) as run:
             run.agent.script = paced_stream(run, shown)
             await adapter.inject(CHANNEL, "tell me", sender_id="U0USER0001", group=True,
                                  mention=True)
@@ -132,8 +141,10 @@ async def test_a_channel_sees_one_message_updated_in_place(tmp_path):
 
 @pytest.mark.slow
 async def test_where_slack_refuses_the_app_a_stream_the_message_is_updated_instead(tmp_path):
+    clock = ScaledClock(SPEED)
     async with DefaultLimitsAdapter() as adapter:
         slack = adapter.slack
+        slack.rates.clock = clock.monotonic
         slack.fail_next("chat.startStream", "feature_not_enabled")
         thread = "1600000000.000001"
 
@@ -141,7 +152,8 @@ async def test_where_slack_refuses_the_app_a_stream_the_message_is_updated_inste
             return [text for kind, chat, _, text in slack.history if chat == DM]
 
         async with open_contract_run(adapter, tmp_path / "kernel",
-                                     channel_settings={"streaming": "on"}) as run:
+                                     channel_settings={"streaming": "on"},
+                                     pacing=clock.pacing) as run:
             run.agent.script = paced_stream(run, shown)
             await adapter.inject(DM, "tell me", sender_id="U0USER0001", thread_id=thread)
             await run.wait(lambda: slack.texts(DM) == ["Here is " + " ".join(WORDS)],

@@ -11,6 +11,7 @@ import pytest
 
 from chatkernel.testing import AgentEvent
 from chatkernel.testing.agents import STREAM_ANSWER, STREAM_WORDS, paced_stream
+from chatkernel.testing import ScaledClock
 from chatkernel.testing.contract import open_contract_run
 from chatkernel_telegram.fake import FakeBotAPI
 from telegram_adapters import TOKEN, TelegramAdapter
@@ -19,6 +20,8 @@ pytestmark = pytest.mark.anyio
 
 PRIVATE, GROUP = 1001, -1001000000001
 WORDS, ANSWER = STREAM_WORDS, STREAM_ANSWER
+#: The previews' intervals and Telegram's windows, on both sides, 10 times faster.
+SPEED = 10
 
 
 @pytest.fixture
@@ -71,15 +74,18 @@ async def test_the_fake_refuses_drafts_where_the_bot_api_does():
 
 @pytest.mark.slow
 async def test_a_private_chat_sees_growing_drafts_then_one_message(tmp_path):
+    clock = ScaledClock(SPEED)
     async with DefaultLimitsAdapter() as adapter:
         api = adapter.api
+        api.rates.clock = clock.monotonic
         api.enforce_limits()  # Telegram's: 1 a second per chat, 20 a minute per group
 
         def drafts() -> list[str]:
             return [d.plain_text for d in api.drafts if d.chat_id == PRIVATE]
 
         async with open_contract_run(adapter, tmp_path / "kernel",
-                                     channel_settings={"streaming": "on"}) as run:
+                                     channel_settings={"streaming": "on"},
+                                     pacing=clock.pacing) as run:
             run.agent.script = paced_stream(run, drafts)
             await adapter.inject(str(PRIVATE), "tell me", sender_id=str(PRIVATE))
             await run.wait(lambda: api.texts(PRIVATE), what="the answer")
@@ -96,15 +102,18 @@ async def test_a_private_chat_sees_growing_drafts_then_one_message(tmp_path):
 
 @pytest.mark.slow
 async def test_a_group_sees_one_message_edited_in_place(tmp_path):
+    clock = ScaledClock(SPEED)
     async with DefaultLimitsAdapter() as adapter:
         api = adapter.api
+        api.rates.clock = clock.monotonic
         api.enforce_limits()
 
         def visible() -> list[str]:
             return api.texts(GROUP)
 
         async with open_contract_run(adapter, tmp_path / "kernel", channel_settings={
-                "streaming": "on", "streaming_interval_ms": 1000}) as run:
+                "streaming": "on", "streaming_interval_ms": 1000},
+                pacing=clock.pacing) as run:
             run.agent.script = paced_stream(run, lambda: [
                 text for _, text in api.edits] + visible())
             await adapter.inject(str(GROUP), "@chatkernel_bot tell me", sender_id="1001",

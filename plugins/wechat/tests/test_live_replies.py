@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from chatkernel.testing import AgentEvent
+from chatkernel.testing import AgentEvent, ScaledClock
 from chatkernel.testing.contract import open_contract_run
 from chatkernel_wechat.channel import CUT_SHORT
 from chatkernel_wechat.contract import WeChatAdapter
@@ -46,8 +46,10 @@ async def test_a_live_reply_is_one_message_generating_then_finished(tmp_path):
                                what=f"the chat showing {word}", state=shown)
             yield AgentEvent.reply(" ".join(WORDS))
 
+        # The preview's interval between updates, 10 times faster (iLink counts no window).
         async with open_contract_run(adapter, tmp_path / "kernel",
-                                     channel_settings={"streaming": "on"}) as run:
+                                     channel_settings={"streaming": "on"},
+                                     pacing=ScaledClock(10).pacing) as run:
             run.agent.script = script
             await adapter.inject(user, "tell me", sender_id=user)
             await run.wait(lambda: any(m.state == 2 for m in ilink.sent(user)),
@@ -75,7 +77,8 @@ async def test_a_preview_that_is_no_answer_is_finished_with_a_note(tmp_path):
             yield  # pragma: no cover
 
         async with open_contract_run(adapter, tmp_path / "kernel",
-                                     channel_settings={"streaming": "on"}) as run:
+                                     channel_settings={"streaming": "on"},
+                                     pacing=ScaledClock(10).pacing) as run:
             run.agent.script = script
             await adapter.inject(user, "tell me", sender_id=user)
             await run.wait(lambda: len(ilink.sent(user)) == 2, what="the error note")
