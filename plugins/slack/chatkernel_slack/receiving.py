@@ -77,6 +77,29 @@ class SlackEvents(SlackWrappers, Webhook):
 
     channel: SlackChannel
 
+    def __init__(self, channel: SlackChannel) -> None:
+        super().__init__(channel)
+        #: Messages journaled lately: a mention's second event (Slack posts it after the
+        #: first was answered) is answered 200 without a journal write.
+        self.recent = events.RecentMessages()
+        #: Second events of a message answered that way.
+        self.twins = 0
+
+    async def receive(self, deliver: Any, wrappers: list[Any]) -> int:
+        """Journal the events of a request, less a mention's second event whose twin is
+        in the journal already; remembered only once durable, so a twin that comes
+        while the first is still being journaled is journaled too (and deduplicated)."""
+        recent = self.recent
+        keys = [events.message_key(wrapper) for wrapper in wrappers]
+        fresh = [wrapper for wrapper, key in zip(wrappers, keys)
+                 if key is None or key not in recent]
+        self.twins += len(wrappers) - len(fresh)
+        count = await super().receive(deliver, fresh)
+        for key in keys:
+            if key is not None:
+                recent.add(key)
+        return count
+
     def verifier(self) -> SlackSignature:
         return SlackSignature(self.channel.config.signing_secret)
 
