@@ -32,3 +32,16 @@ def report(profiler: cProfile.Profile, messages: int, *, path: str | None = None
         start = body.find("   ncalls")
         print(f"\n-- by {order} --")
         print(body[start:].rstrip() if start >= 0 else body.rstrip())
+
+
+def append_top(profiler: cProfile.Profile, title: str, path: str, top: int) -> None:
+    """Append the profile's top ``top`` functions by cumulative and by own time to
+    ``path``, under ``title`` (the webhook echo benchmarks' ``--profile-out``)."""
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out).strip_dirs()
+    out.write(f"==== {title}\n")
+    for order in ("cumulative", "tottime"):
+        out.write(f"---- by {order}\n")
+        stats.sort_stats(order).print_stats(top)
+    with open(path, "a", encoding="utf-8") as file:
+        file.write(out.getvalue())

@@ -44,10 +44,8 @@ import cProfile
 import hashlib
 import hmac
 import importlib.util
-import io
 import json
 import platform
-import pstats
 import re
 import statistics
 import sys
@@ -59,6 +57,9 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+
+from common import percentile, serve
+from profiling import append_top
 
 ECHO = re.compile(r"chat (\d+) msg (\d+)")
 
@@ -138,19 +139,6 @@ class Fake:
 
 
 # -- the contenders -----------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def serve(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
 
 
 @contextlib.asynccontextmanager
@@ -304,7 +292,10 @@ async def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:
                 cpu = time.process_time() - cpu
                 if profiler is not None:
                     profiler.disable()
-                    write_profile(profiler, name, args)
+                    append_top(profiler, f"{name}: {args.messages} messages, "
+                               f"{args.workers} requests at a time",
+                               args.profile_out, args.profile_top)
+                    print(f"    profile of {name} appended to {args.profile_out}", flush=True)
                 await asyncio.sleep(0.2)  # late duplicates would show now
             results = await fake.results()
     result = score(name, results, wall, args)
@@ -336,25 +327,6 @@ def score(name: str, results: dict[str, Any], wall: float,
             "p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99),
             "duplicates": sum(c - 1 for c in counts.values() if c > 1), "order": violations,
             "redelivered": results["redelivered"], "dropped": results["dropped"]}
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, int(q * len(values)))]
-
-
-def write_profile(profiler: cProfile.Profile, name: str, args: argparse.Namespace) -> None:
-    """The top of a run's profile, by cumulative and by own time, appended to the file."""
-    out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out).strip_dirs()
-    out.write(f"==== {name}: {args.messages} messages, {args.workers} requests at a time\n")
-    for order in ("cumulative", "tottime"):
-        out.write(f"---- by {order}\n")
-        stats.sort_stats(order).print_stats(args.profile_top)
-    with open(args.profile_out, "a", encoding="utf-8") as file:
-        file.write(out.getvalue())
-    print(f"    profile of {name} appended to {args.profile_out}", flush=True)
 
 
 def main() -> None:

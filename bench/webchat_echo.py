@@ -29,10 +29,8 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
-import io
 import json
 import platform
-import pstats
 import sqlite3
 import statistics
 import sys
@@ -44,6 +42,8 @@ from typing import Any
 
 import aiohttp
 from aiohttp import web
+
+from profiling import append_top
 
 
 # -- the load, in a child process -----------------------------------------------------------
@@ -191,7 +191,9 @@ async def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:
             cpu = time.process_time() - cpu
             if profiler is not None:
                 profiler.disable()
-                write_profile(profiler, name, args)
+                append_top(profiler, f"{name}: {args.chats} chats x {args.per_chat} posts",
+                           args.profile_out, args.profile_top)
+                print(f"    profile of {name} appended to {args.profile_out}", flush=True)
             transcript = served.transcript()
     report = json.loads(out)
     messages = args.chats * args.per_chat
@@ -207,19 +209,6 @@ async def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:
     return {"name": name, "rate": messages / (end - report["start"]),
             "cpu_us": cpu / messages * 1e6, "answered": report["answered"],
             "wrong_chats": wrong}
-
-
-def write_profile(profiler: cProfile.Profile, name: str, args: argparse.Namespace) -> None:
-    """The top of a run's profile, by cumulative and by own time, appended to the file."""
-    out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out).strip_dirs()
-    out.write(f"==== {name}: {args.chats} chats x {args.per_chat} posts\n")
-    for order in ("cumulative", "tottime"):
-        out.write(f"---- by {order}\n")
-        stats.sort_stats(order).print_stats(args.profile_top)
-    with open(args.profile_out, "a", encoding="utf-8") as file:
-        file.write(out.getvalue())
-    print(f"    profile of {name} appended to {args.profile_out}", flush=True)
 
 
 def main() -> None:

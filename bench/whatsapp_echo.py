@@ -63,10 +63,8 @@ import contextlib
 import cProfile
 import hashlib
 import hmac
-import io
 import json
 import platform
-import pstats
 import sqlite3
 import statistics
 import sys
@@ -81,25 +79,14 @@ import anyio
 from aiohttp import web
 
 from chatkernel_whatsapp.fake import FakeGraph
+from common import percentile, serve
+from profiling import append_top
 
 APP_SECRET = "bench-app-secret"
 VERIFY_TOKEN = "bench-verify-token"
 
 
 # -- the contenders ---------------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def serve(app: web.Application) -> AsyncIterator[str]:
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    try:
-        yield f"http://{host}:{port}"
-    finally:
-        await runner.cleanup()
 
 
 @contextlib.asynccontextmanager
@@ -378,7 +365,9 @@ async def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:
                     cpu = time.process_time() - cpu
                     if profiler is not None:
                         profiler.disable()
-                        write_profile(profiler, name, args)
+                        append_top(profiler, f"{name}: {args.messages} messages, "
+                                   f"{args.per_notification} per notification, "
+                                   f"mount {args.mount}", args.profile_out, args.profile_top)
                     await anyio.sleep(0.2)  # late duplicates would show now
                     sent = await wait_for_echoes(graph, remote, args)
             finally:
@@ -387,20 +376,6 @@ async def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:
     result["cpu_us"] = cpu / max(1, result["answered"]) * 1e6
     result["commits"] = journal.get("commits")
     return result
-
-
-def write_profile(profiler: cProfile.Profile, name: str, args: argparse.Namespace) -> None:
-    """The top of a run's profile, by cumulative and by own time, appended to the file."""
-    out = io.StringIO()
-    stats = pstats.Stats(profiler, stream=out).strip_dirs()
-    out.write(f"==== {name}: {args.messages} messages, {args.per_notification} per "
-              f"notification, mount {args.mount}\n")
-    for order in ("cumulative", "tottime"):
-        out.write(f"---- by {order}\n")
-        stats.sort_stats(order).print_stats(args.profile_top)
-    with open(args.profile_out, "a", encoding="utf-8") as file:
-        file.write(out.getvalue())
-    print(f"    profile of {name} appended to {args.profile_out}", flush=True)
 
 
 async def wait_for_echoes(graph: FakeGraph | None, remote: Remote,
@@ -441,12 +416,6 @@ def score(name: str, sent: list[dict[str, Any]], texts: dict[str, list[str]], wa
             "p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99),
             "duplicates": sum(c - 1 for c in counts.values() if c > 1),
             "order": violations, "journaled": journaled}
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    return values[min(len(values) - 1, int(q * len(values)))]
 
 
 def main() -> None:
