@@ -49,16 +49,17 @@ def routes(key: str) -> Route:
     return Route(channel="test", account="main", chat_id=key.rpartition(":")[2])
 
 
+async def route(key: str) -> Route:
+    """The session's route, as the kernel looks it up for the refresher."""
+    return routes(key)
+
+
 async def test_an_indicator_waits_for_a_free_slot_in_its_window_and_never_goes_over():
     clock = ManualClock()
     start = clock.now()
     channel = RecordingChannel(ChannelLimits(indicator_interval=600.0, indicator_rates={
         "account": RateLimit(1, 60.0)}), clock)
     account = SimpleNamespace(key="test:main", channel=channel)
-
-    async def route(key: str) -> Route:
-        return routes(key)
-
     indicators = Indicators(route, clock=clock.now)
     async with anyio.create_task_group() as tg:
         tg.start_soon(indicators.run)
@@ -80,10 +81,6 @@ async def test_no_indicator_while_the_reply_is_on_its_way_and_again_once_it_is_s
         "account": RateLimit(100, 1.0)}), clock)
     account = SimpleNamespace(key="test:main", channel=channel)
     replying = {"test:main:chat-a"}
-
-    async def route(key: str) -> Route:
-        return routes(key)
-
     indicators = Indicators(route, clock=clock.now, replying=replying.__contains__)
     async with anyio.create_task_group() as tg:
         tg.start_soon(indicators.run)
@@ -104,10 +101,6 @@ async def test_an_unlimited_indicator_is_made_even_while_a_reply_is_on_its_way()
     clock = ManualClock()
     channel = RecordingChannel(ChannelLimits(indicator_interval=600.0), clock)
     account = SimpleNamespace(key="test:main", channel=channel)
-
-    async def route(key: str) -> Route:
-        return routes(key)
-
     indicators = Indicators(route, clock=clock.now, replying=lambda key: True)
     async with anyio.create_task_group() as tg:
         tg.start_soon(indicators.run)
@@ -128,10 +121,6 @@ async def test_a_turn_that_ends_within_the_indicator_delay_shows_none_a_longer_o
     prompt = RecordingChannel(ChannelLimits(indicator_interval=600.0), clock)
     slow = SimpleNamespace(key="test:slow", channel=delayed)
     quick = SimpleNamespace(key="test:quick", channel=prompt)
-
-    async def route(key: str) -> Route:
-        return routes(key)
-
     indicators = Indicators(route, clock=clock.now)
     async with anyio.create_task_group() as tg:
         tg.start_soon(indicators.run)
@@ -155,10 +144,6 @@ async def test_the_messages_waiting_in_one_session_make_one_indicator_call_and_a
     clock = ManualClock()
     channel = RecordingChannel(ChannelLimits(indicator_interval=600.0), clock)
     account = SimpleNamespace(key="test:main", channel=channel)
-
-    async def route(key: str) -> Route:
-        return routes(key)
-
     indicators = Indicators(route, clock=clock.now)
     async with anyio.create_task_group() as tg:
         tg.start_soon(indicators.run)
@@ -203,10 +188,6 @@ async def test_quick_turns_mark_their_messages_read_in_one_call_when_the_indicat
                                                indicator_delay=0.5), clock)
     account = SimpleNamespace(key="test:main", channel=channel)
     replying = set()
-
-    async def route(key: str) -> Route:
-        return routes(key)
-
     indicators = Indicators(route, clock=clock.now, replying=replying.__contains__,
                             sleep=clock.sleep)
     async with anyio.create_task_group() as tg:
