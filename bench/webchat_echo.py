@@ -36,13 +36,15 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from common import serve
 from profiling import append_top
 
 
@@ -72,21 +74,26 @@ async def load(url: str, chats: int, per_chat: int) -> None:
 # -- the contenders -----------------------------------------------------------------------
 
 
+Transcript = dict[str, list[tuple[str, str]]]
+
+
+async def _settled() -> None:
+    """The floor writes each echo as it answers: nothing to wait for."""
+
+
+@dataclass
 class Served:
-    """A contender's URL, and how to wait for its echoes and read its transcript."""
+    """A contender's URL, how to read its transcript, and how to wait until every
+    accepted message's echo is in it."""
 
     url: str
-
-    async def settle(self) -> None:
-        """Return once every accepted message's echo is in the transcript."""
-
-    def transcript(self) -> dict[str, list[tuple[str, str]]]:
-        raise NotImplementedError
+    transcript: Callable[[], Transcript]
+    settle: Callable[[], Awaitable[None]] = _settled
 
 
 @contextlib.asynccontextmanager
 async def floor(home: Path) -> AsyncIterator[Served]:
-    transcript: dict[str, list[tuple[str, str]]] = {}
+    transcript: Transcript = {}
 
     async def post(request: web.Request) -> web.Response:
         body = json.loads(await request.read())
@@ -100,18 +107,8 @@ async def floor(home: Path) -> AsyncIterator[Served]:
 
     app = web.Application()
     app.router.add_post("/webchat/messages", post)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    host, port = runner.addresses[0][:2]
-    served = Served()
-    served.url = f"http://{host}:{port}/webchat/messages"
-    served.transcript = lambda: transcript  # type: ignore[method-assign]
-    try:
-        yield served
-    finally:
-        await runner.cleanup()
+    async with serve(app) as base:
+        yield Served(f"{base}/webchat/messages", lambda: transcript)
 
 
 @contextlib.asynccontextmanager
@@ -136,24 +133,20 @@ async def chatkernel(home: Path) -> AsyncIterator[Served]:
                                        limits=http_server.ConnectionLimits())
         await site.start()
         restore_gc = tune_for_serving()
-        served = Served()
-        served.url = f"{site.name}/webchat/messages"
-
         async def settle() -> None:
             with contextlib.suppress(TimeoutError):
                 await harness.settle(timeout=60)
 
-        def transcript() -> dict[str, list[tuple[str, str]]]:
+        def transcript() -> Transcript:
             with sqlite3.connect(home / "state.db") as db:
                 rows = db.execute("SELECT chat_id, role, text FROM transcript"
                                   " ORDER BY id").fetchall()
-            found: dict[str, list[tuple[str, str]]] = {}
+            found: Transcript = {}
             for chat, role, text in rows:
                 found.setdefault(chat, []).append((role, text))
             return found
 
-        served.settle = settle  # type: ignore[method-assign]
-        served.transcript = transcript  # type: ignore[method-assign]
+        served = Served(f"{site.name}/webchat/messages", transcript, settle)
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(transport.run, kernel.receiver)
