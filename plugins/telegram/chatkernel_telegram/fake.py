@@ -38,6 +38,7 @@ byte-for-byte, URLs given to send* methods are not fetched, and methods not list
 from __future__ import annotations
 
 import base64
+import bisect
 import hashlib
 import itertools
 import json
@@ -474,6 +475,10 @@ class _Bot:
         if self.allowed_updates:
             return kind in self.allowed_updates
         return kind not in OPT_IN_UPDATE_TYPES
+
+
+def _update_id(update: dict[str, Any]) -> int:
+    return update["update_id"]
 
 
 def _image_size(data: bytes) -> tuple[int, int] | None:
@@ -946,8 +951,11 @@ class FakeBotAPI(FakePlatform):
         update = {"update_id": update_id,
                   **{k: v for k, v in update.items() if k != "update_id"}}
         bot.next_update_id = max(bot.next_update_id, update_id + 1)
-        bot.pending.append(update)
-        bot.pending.sort(key=lambda u: u["update_id"])
+        # Kept in update_id order: an id given out of order goes to its place.
+        if bot.pending and bot.pending[-1]["update_id"] > update_id:
+            bisect.insort(bot.pending, update, key=_update_id)
+        else:
+            bot.pending.append(update)
         bot.history[update_id] = update
         bot.signal.fire()
         self.changed()
@@ -1262,8 +1270,8 @@ class FakeBotAPI(FakePlatform):
         allowed = p.json("allowed_updates", "allowed updates")
         if isinstance(allowed, list):
             bot.allowed_updates = [str(kind) for kind in allowed]
-        if offset > 0:
-            bot.pending = [u for u in bot.pending if u["update_id"] >= offset]
+        if offset > 0:  # confirms every update below it
+            del bot.pending[:bisect.bisect_left(bot.pending, offset, key=_update_id)]
         elif offset < 0:
             bot.pending = bot.pending[offset:]
         # The newer request wins; the one waiting gets 409 (Telegram's behaviour).
@@ -1284,7 +1292,10 @@ class FakeBotAPI(FakePlatform):
                                    "make sure that only one bot instance is running")
         if bot.webhook is not None:
             raise BotAPIError(409, _WEBHOOK_ACTIVE)
-        return [json.loads(json.dumps(u)) for u in bot.pending if bot.allows(u)][:limit]
+        # A copy of each update handed out (the caller may change it), the first
+        # ``limit`` only: a backlog of thousands is not copied on every poll.
+        batch = itertools.islice((u for u in bot.pending if bot.allows(u)), limit)
+        return [json.loads(json.dumps(u)) for u in batch]
 
     # -- methods: webhooks ----------------------------------------------------------------
 

@@ -371,7 +371,20 @@ async def test_limit_is_between_1_and_100(api, http) -> None:
         api.inject_message(42, str(i))
     assert len(ok(await call(http, api, "getUpdates", {"limit": 1}))) == 1
     assert len(ok(await call(http, api, "getUpdates", {"limit": 500}))) == 100
-    assert len(ok(await call(http, api, "getUpdates"))) == 100
+    first = ok(await call(http, api, "getUpdates"))
+    assert [u["message"]["text"] for u in first] == [str(i) for i in range(100)]
+    rest = ok(await call(http, api, "getUpdates", {"offset": first[-1]["update_id"] + 1}))
+    assert [u["message"]["text"] for u in rest] == [str(i) for i in range(100, 105)]
+
+
+@pytest.mark.anyio
+async def test_an_update_given_an_earlier_id_is_served_in_id_order(api, http) -> None:
+    later = api.inject_update({"update_id": 500, "message": {"text": "later"}})
+    earlier = api.inject_update({"update_id": 400, "message": {"text": "earlier"}})
+    after = api.inject_message(42, "after")
+    updates = ok(await call(http, api, "getUpdates"))
+    assert [u["update_id"] for u in updates] == [earlier, later, after]
+    assert earlier < later < after
 
 
 @pytest.mark.anyio
