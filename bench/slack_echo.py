@@ -110,8 +110,13 @@ async def serve_fake(messages: int, channels: int, paced: bool, seed: int,
                                              user=f"U0BENCH{c:04d}",
                                              mention=mentions and room.startswith("C"))
             print("started", flush=True)
-            while len({m.text for m in slack.sent()}) < messages:
+            texts: set[str | None] = set()
+            read = 0
+            while len(texts) < messages:  # each post read once: this is the fake's process
                 await anyio.sleep(0.02)
+                sent = slack.sent()
+                texts.update(m.text for m in sent[read:])
+                read = len(sent)
             print("complete", flush=True)
 
         async with anyio.create_task_group() as tg:

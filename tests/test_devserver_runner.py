@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from chatkernel.testing.contract import wait_until as wait_for
-from chatkernel.testing.devserver import DevServer, fields, json_body, wait_until
+from chatkernel.testing.devserver import DevServer, fields, json_body, skipped, wait_until
 from chatkernel.testing.fake_platform import FakePlatform
 
 #: A dev server in a few lines, as a plugin writes one.
@@ -104,8 +104,9 @@ def inbox_routes(fake: FakePlatform) -> list[web.RouteDef]:
         return web.json_response({"ok": True})
 
     async def sent(request: web.Request) -> web.Response:
-        await wait_until(request, fake, lambda: bool(fake.sent_messages))
-        return web.json_response({"messages": fake.sent_messages})
+        after = skipped(request)
+        await wait_until(request, fake, lambda: len(fake.sent_messages) > after)
+        return web.json_response({"messages": fake.sent_messages[after:]})
 
     return [web.post("/_fake/write", write), web.get("/_fake/sent", sent)]
 
@@ -165,6 +166,32 @@ async def test_wait_holds_the_answer_until_there_is_something(served):
         async with http.post(f"{base}/_fake/write", json={"chat": 1, "text": "hi"}):
             pass
     assert got == [{"messages": [{"chat": 1, "text": "hi"}]}]
+
+
+@pytest.mark.anyio
+async def test_after_leaves_out_what_a_poller_has_read_and_waits_for_what_is_new(served):
+    http, base, fake = served
+    for text in ("one", "two"):
+        async with http.post(f"{base}/_fake/write", json={"chat": 1, "text": text}):
+            pass
+    async with http.get(f"{base}/_fake/sent", params={"after": "1"}) as answer:
+        assert (await answer.json()) == {"messages": [{"chat": 1, "text": "two"}]}
+    async with anyio.create_task_group() as tasks:
+        got: list[dict] = []
+
+        async def waiting() -> None:
+            async with http.get(f"{base}/_fake/sent", params={"after": "2", "wait": "30"}
+                                ) as answer:
+                got.append(await answer.json())
+
+        tasks.start_soon(waiting)
+        await wait_for(lambda: fake.holding == 1, what="the GET held")
+        async with http.post(f"{base}/_fake/write", json={"chat": 1, "text": "three"}):
+            pass
+    assert got == [{"messages": [{"chat": 1, "text": "three"}]}]
+    async with http.get(f"{base}/_fake/sent", params={"after": "-1"}) as answer:
+        assert (answer.status, await answer.json()) == (
+            400, {"error": "after must be a count (0 or more), not '-1'"})
 
 
 @pytest.mark.anyio

@@ -131,6 +131,16 @@ async def wait_until(request: web.Request, platform: FakePlatform,
     return await platform.hold(ready, seconds)
 
 
+def skipped(request: web.Request) -> int:
+    """The request's ``?after=N``: how many of the records a listing route leaves out
+    (the first N), so a poller reads only what is new rather than all of it each time.
+    0 without it."""
+    raw = request.query.get("after", "0")
+    if not raw.isdigit():
+        raise bad_request(f"after must be a count (0 or more), not {raw!r}")
+    return int(raw)
+
+
 @dataclass
 class DevServer:
     """One plugin's dev server: what differs between plugins, the rest done alike.

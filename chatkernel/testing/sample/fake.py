@@ -46,7 +46,7 @@ from typing import Any
 from aiohttp import web
 
 from chatkernel.testing import Call, ErrorAnswer, FakePlatform
-from chatkernel.testing.devserver import fields, json_body, wait_until
+from chatkernel.testing.devserver import fields, json_body, skipped, wait_until
 
 #: The calls that send something: the ones :meth:`SamplePlatform.fail_next` applies to.
 SENDS = ("send", "send_media")
@@ -132,8 +132,9 @@ class SamplePlatform(FakePlatform):
         ``POST /_fake/messages``  ``{"chat_id": "dm-1", "text": "hi"}`` (optional ``sender_id``,
                                   ``sender_name``, ``is_group``, ``mentions_bot``, ``thread_id``):
                                   a user writes; answers ``{"event_id": n}``.
-        ``GET /_fake/sent``       ``?chat_id=dm-1`` (optional; ``&wait=10`` waits for one): what
-                                  the bot sent, ``{"messages": [{"chat_id", "text", ...}]}``.
+        ``GET /_fake/sent``       ``?chat_id=dm-1`` (optional; ``&wait=10`` waits for one,
+                                  ``&after=N`` leaves the first N out): what the bot sent,
+                                  ``{"messages": [{"chat_id", "text", ...}]}``.
         """
 
         async def messages(request: web.Request) -> web.Response:
@@ -148,8 +149,9 @@ class SamplePlatform(FakePlatform):
             def chosen() -> list[SentMessage]:
                 return [m for m in self.sent_messages if chat_id in (None, m.chat_id)]
 
-            await wait_until(request, self, lambda: bool(chosen()))
-            return web.json_response({"messages": [asdict(m) for m in chosen()]})
+            after = skipped(request)
+            await wait_until(request, self, lambda: len(chosen()) > after)
+            return web.json_response({"messages": [asdict(m) for m in chosen()[after:]]})
 
         return [web.post("/_fake/messages", messages), web.get("/_fake/sent", sent)]
 

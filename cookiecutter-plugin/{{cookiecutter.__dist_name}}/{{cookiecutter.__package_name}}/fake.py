@@ -70,7 +70,7 @@ import anyio
 from aiohttp import web
 
 from chatkernel.testing import Call, ErrorAnswer, FakePlatform{% if T == "webhook" %}, SecretTokenSigner{% endif %}
-from chatkernel.testing.devserver import fields, json_body, wait_until
+from chatkernel.testing.devserver import fields, json_body, skipped, wait_until
 
 #: The calls that send something: the ones :meth:`{{ P }}Platform.fail_next` applies to.
 SENDS = ("send", "send_media")
@@ -184,8 +184,9 @@ class {{ P }}Platform(FakePlatform):
         ``POST /_fake/messages``  ``{"chat_id": "dm-1", "text": "hi"}`` (optional ``sender_id``,
                                   ``sender_name``, ``is_group``, ``mentions_bot``, ``thread_id``):
                                   a user writes; answers ``{"event_id": n}``.
-        ``GET /_fake/sent``       ``?chat_id=dm-1`` (optional; ``&wait=10`` waits for one): what
-                                  the bot sent, ``{"messages": [{"chat_id", "text", ...}]}``.
+        ``GET /_fake/sent``       ``?chat_id=dm-1`` (optional; ``&wait=10`` waits for one,
+                                  ``&after=N`` leaves the first N out): what the bot sent,
+                                  ``{"messages": [{"chat_id", "text", ...}]}``.
 {%- if T == "webhook" %}
         ``POST /_fake/webhook``   ``{"url": "http://127.0.0.1:8787/{{ cookiecutter.channel_name }}/main/webhook"}``:
                                   where events are posted from now on.
@@ -204,8 +205,9 @@ class {{ P }}Platform(FakePlatform):
             def chosen() -> list[SentMessage]:
                 return [m for m in self.sent_messages if chat_id in (None, m.chat_id)]
 
-            await wait_until(request, self, lambda: bool(chosen()))
-            return web.json_response({"messages": [asdict(m) for m in chosen()]})
+            after = skipped(request)
+            await wait_until(request, self, lambda: len(chosen()) > after)
+            return web.json_response({"messages": [asdict(m) for m in chosen()[after:]]})
 {%- if T == "webhook" %}
 
         async def webhook(request: web.Request) -> web.Response:

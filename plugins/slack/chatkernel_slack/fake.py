@@ -63,7 +63,7 @@ import aiohttp
 import anyio
 from aiohttp import web
 
-from chatkernel.testing.devserver import bad_request, fields, json_body, wait_until
+from chatkernel.testing.devserver import bad_request, fields, json_body, skipped, wait_until
 from chatkernel.testing.fake_platform import (
     Call,
     ErrorAnswer,
@@ -914,7 +914,7 @@ class FakeSlack(FakePlatform):
         """A dev server's routes: ``POST /_fake/messages`` (a user writes: ``channel``,
         optional ``text``, ``user``, ``user_name``, ``thread_ts``, ``mention``, ``files``
         of ``{"name", "text"}``; answers the ``ts``), ``GET /_fake/sent`` (``?channel=``,
-        ``?wait=``: what the bot posted) and ``POST /_fake/request_url`` (``{"url"}``:
+        ``?wait=``, ``?after=``: what the bot posted) and ``POST /_fake/request_url`` (``{"url"}``:
         verify an Events API request URL, as Slack's app settings do)."""
 
         async def inject(request: web.Request) -> web.Response:
@@ -931,12 +931,12 @@ class FakeSlack(FakePlatform):
                                                                 **body)})
 
         async def sent(request: web.Request) -> web.Response:
-            channel = request.query.get("channel")
-            await wait_until(request, self, lambda: bool(self.sent(channel)))
+            channel, after = request.query.get("channel"), skipped(request)
+            await wait_until(request, self, lambda: len(self.sent(channel)) > after)
             return web.json_response({"messages": [
                 {"channel": m.channel, "ts": m.ts, "thread_ts": m.thread_ts,
                  "text": m.plain_text, "files": [f.name for f in m.files]}
-                for m in self.sent(channel)]})
+                for m in self.sent(channel)[after:]]})
 
         async def request_url(request: web.Request) -> web.Response:
             url = fields(await json_body(request), {"url": str}, required=("url",))["url"]

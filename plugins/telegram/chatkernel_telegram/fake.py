@@ -55,7 +55,7 @@ import aiohttp
 from aiohttp import web
 
 from chatkernel.testing import fake_platform
-from chatkernel.testing.devserver import bad_request, fields, json_body, wait_until
+from chatkernel.testing.devserver import bad_request, fields, json_body, skipped, wait_until
 from chatkernel.testing.fake_platform import (
     ErrorAnswer,
     FakePlatform,
@@ -615,7 +615,7 @@ class FakeBotAPI(FakePlatform):
         """A dev server's routes: ``POST /_fake/messages`` (a user writes: ``chat_id``,
         optional ``text``, ``from_id``, ``chat_type``, ``chat_title``,
         ``message_thread_id``; answers the ``update_id``) and ``GET /_fake/sent``
-        (``?chat_id=``, ``?wait=``: what the bot sent)."""
+        (``?chat_id=``, ``?wait=``, ``?after=``: what the bot sent)."""
 
         async def inject(request: web.Request) -> web.Response:
             body = fields(await json_body(request), DEVELOPER_MESSAGE_FIELDS,
@@ -629,11 +629,12 @@ class FakeBotAPI(FakePlatform):
             chat = request.query.get("chat_id")
             if chat is not None and not chat.lstrip("-").isdigit():
                 raise bad_request(f"chat_id must be a number, not {chat!r}")
-            chat_id = int(chat) if chat is not None else None
-            await wait_until(request, self, lambda: bool(self.sent(chat_id=chat_id)))
+            chat_id, after = int(chat) if chat is not None else None, skipped(request)
+            await wait_until(request, self, lambda: len(self.sent(chat_id=chat_id)) > after)
             return web.json_response({"messages": [
                 {"chat_id": s.chat_id, "method": s.method, "text": s.plain_text,
-                 "parse_mode": s.parse_mode, "kind": s.kind} for s in self.sent(chat_id=chat_id)]})
+                 "parse_mode": s.parse_mode, "kind": s.kind}
+                for s in self.sent(chat_id=chat_id)[after:]]})
 
         return [web.post("/_fake/messages", inject), web.get("/_fake/sent", sent)]
 

@@ -39,7 +39,7 @@ from typing import Any
 from aiohttp import web
 
 from chatkernel.testing import Call, ErrorAnswer, FakePlatform
-from chatkernel.testing.devserver import fields, json_body, wait_until
+from chatkernel.testing.devserver import fields, json_body, skipped, wait_until
 from chatkernel_wechat import crypto
 
 WINDOW_MESSAGES = 10
@@ -167,8 +167,8 @@ class FakeILink(FakePlatform):
 
     def developer_routes(self) -> list[web.RouteDef]:
         """A dev server's routes: ``POST /_fake/messages`` (``{"user", "text"}``: a user
-        writes; answers the ``message_id``), ``GET /_fake/sent`` (``?user=``, ``?wait=``:
-        what the bot sent), ``POST /_fake/qr`` (``{"status"}``, one of
+        writes; answers the ``message_id``), ``GET /_fake/sent`` (``?user=``, ``?wait=``,
+        ``?after=``: what the bot sent), ``POST /_fake/qr`` (``{"status"}``, one of
         :data:`QR_STATES`: the phone scans, confirms...; with ``?wait=``, once a QR code
         was fetched), ``POST /_fake/redeliver`` (the last update again) and
         ``POST /_fake/expire`` (every session expires)."""
@@ -183,11 +183,11 @@ class FakeILink(FakePlatform):
             return web.json_response({"message_id": str(message["message_id"])})
 
         async def sent(request: web.Request) -> web.Response:
-            user = request.query.get("user")
-            await wait_until(request, self, lambda: bool(self.sent(user)))
+            user, after = request.query.get("user"), skipped(request)
+            await wait_until(request, self, lambda: len(self.sent(user)) > after)
             return web.json_response({"messages": [
                 {"to": m.to, "kind": m.kind, "text": m.text, "filename": m.filename}
-                for m in self.sent(user)]})
+                for m in self.sent(user)[after:]]})
 
         async def qr(request: web.Request) -> web.Response:
             status = fields(await json_body(request), {"status": str}, required=("status",))

@@ -51,7 +51,7 @@ from typing import Any
 import anyio
 from aiohttp import web
 
-from chatkernel.testing.devserver import bad_request, fields, json_body, wait_until
+from chatkernel.testing.devserver import bad_request, fields, json_body, skipped, wait_until
 from chatkernel.testing.fake_platform import Call, ErrorAnswer, FakePlatform, HmacSigner
 from chatkernel_whatsapp import spec
 
@@ -281,7 +281,8 @@ class FakeGraph(FakePlatform):
         (``{"from", "text"}`` or ``{"messages": [...]}``: users write; answers the
         ``ids``), ``POST /_fake/fail`` (``{"to", "code", "title"}``: that number's
         deliveries fail), ``POST /_fake/close-window`` (``{"to"}``: its 24-hour window
-        closes) and ``GET /_fake/sent`` (``?to=``, ``?wait=``: what the business sent)."""
+        closes) and ``GET /_fake/sent`` (``?to=``, ``?wait=``, ``?after=``: what the business
+        sent)."""
 
         async def recipient(request: web.Request, **more: type) -> dict:
             return fields(await json_body(request), {"to": str, **more}, required=("to",))
@@ -313,11 +314,11 @@ class FakeGraph(FakePlatform):
             return web.json_response({"ok": True})
 
         async def sent(request: web.Request) -> web.Response:
-            to = request.query.get("to")
-            await wait_until(request, self, lambda: bool(self.sent(to)))
+            to, after = request.query.get("to"), skipped(request)
+            await wait_until(request, self, lambda: len(self.sent(to)) > after)
             return web.json_response({"messages": [
                 {"to": m.to, "type": m.type, "text": m.text, "when": m.when, "id": m.wamid}
-                for m in self.sent(to)]})
+                for m in self.sent(to)[after:]]})
 
         return [web.post("/_fake/subscribe", subscribe), web.post("/_fake/messages", messages),
                 web.post("/_fake/fail", fail), web.post("/_fake/close-window", close_window),
