@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from chatkernel.testing.contract import wait_until as wait_for
-from chatkernel.testing.devserver import DevServer, fields, json_body, skipped, wait_until
+from chatkernel.testing.devserver import DevServer, fields, json_body, listing
 from chatkernel.testing.fake_platform import FakePlatform
 
 #: A dev server in a few lines, as a plugin writes one.
@@ -104,9 +104,8 @@ def inbox_routes(fake: FakePlatform) -> list[web.RouteDef]:
         return web.json_response({"ok": True})
 
     async def sent(request: web.Request) -> web.Response:
-        after = skipped(request)
-        await wait_until(request, fake, lambda: len(fake.sent_messages) > after)
-        return web.json_response({"messages": fake.sent_messages[after:]})
+        return web.json_response({"messages": await listing(
+            request, fake, lambda: fake.sent_messages)})
 
     return [web.post("/_fake/write", write), web.get("/_fake/sent", sent)]
 
@@ -148,47 +147,42 @@ async def test_a_bad_body_is_a_400_naming_what_is_wrong(served, body, error):
         assert (answer.status, await answer.json()) == (400, {"error": error})
 
 
-@pytest.mark.anyio
-async def test_wait_holds_the_answer_until_there_is_something(served):
+async def answer_held_until_written(served, params: dict[str, str], text: str) -> dict:
+    """``GET /_fake/sent`` with ``params``, held (an early answer would be empty) until
+    ``text`` is written; its answer."""
     http, base, fake = served
-    async with http.get(f"{base}/_fake/sent") as answer:  # no wait: at once, empty
-        assert (await answer.json()) == {"messages": []}
+    got: list[dict] = []
     async with anyio.create_task_group() as tasks:
-        got: list[dict] = []
-
         async def waiting() -> None:
-            async with http.get(f"{base}/_fake/sent", params={"wait": "30"}) as answer:
+            async with http.get(f"{base}/_fake/sent", params=params) as answer:
                 got.append(await answer.json())
 
         tasks.start_soon(waiting)
-        # the GET is held (an early answer would be empty)
         await wait_for(lambda: fake.holding == 1, what="the GET held")
-        async with http.post(f"{base}/_fake/write", json={"chat": 1, "text": "hi"}):
+        async with http.post(f"{base}/_fake/write", json={"chat": 1, "text": text}):
             pass
-    assert got == [{"messages": [{"chat": 1, "text": "hi"}]}]
+    return got[0]
+
+
+@pytest.mark.anyio
+async def test_wait_holds_the_answer_until_there_is_something(served):
+    http, base, _ = served
+    async with http.get(f"{base}/_fake/sent") as answer:  # no wait: at once, empty
+        assert (await answer.json()) == {"messages": []}
+    assert await answer_held_until_written(served, {"wait": "30"}, "hi") == {
+        "messages": [{"chat": 1, "text": "hi"}]}
 
 
 @pytest.mark.anyio
 async def test_after_leaves_out_what_a_poller_has_read_and_waits_for_what_is_new(served):
-    http, base, fake = served
+    http, base, _ = served
     for text in ("one", "two"):
         async with http.post(f"{base}/_fake/write", json={"chat": 1, "text": text}):
             pass
     async with http.get(f"{base}/_fake/sent", params={"after": "1"}) as answer:
         assert (await answer.json()) == {"messages": [{"chat": 1, "text": "two"}]}
-    async with anyio.create_task_group() as tasks:
-        got: list[dict] = []
-
-        async def waiting() -> None:
-            async with http.get(f"{base}/_fake/sent", params={"after": "2", "wait": "30"}
-                                ) as answer:
-                got.append(await answer.json())
-
-        tasks.start_soon(waiting)
-        await wait_for(lambda: fake.holding == 1, what="the GET held")
-        async with http.post(f"{base}/_fake/write", json={"chat": 1, "text": "three"}):
-            pass
-    assert got == [{"messages": [{"chat": 1, "text": "three"}]}]
+    assert await answer_held_until_written(served, {"after": "2", "wait": "30"}, "three") == {
+        "messages": [{"chat": 1, "text": "three"}]}
     async with http.get(f"{base}/_fake/sent", params={"after": "-1"}) as answer:
         assert (answer.status, await answer.json()) == (
             400, {"error": "after must be a count (0 or more), not '-1'"})

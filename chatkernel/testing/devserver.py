@@ -7,7 +7,7 @@ which the real platform does not have) to write as a user and read what the bot 
 The fake owns those routes (built with this module's helpers), what the first line
 tells and the config snippet::
 
-    from chatkernel.testing.devserver import fields, json_body, wait_until
+    from chatkernel.testing.devserver import fields, json_body, listing
 
     class MyChatPlatform(FakePlatform):
         def developer_routes(self):
@@ -17,8 +17,8 @@ tells and the config snippet::
                 return web.json_response(self.inject(body["chat_id"], body["text"]))
 
             async def sent(request):
-                await wait_until(request, self, lambda: bool(self.sent_messages))
-                return web.json_response({"messages": [vars(m) for m in self.sent_messages]})
+                sent = await listing(request, self, lambda: self.sent_messages)
+                return web.json_response({"messages": [vars(m) for m in sent]})
 
             return [web.post("/_fake/messages", messages), web.get("/_fake/sent", sent)]
 
@@ -46,8 +46,10 @@ What every dev server then does alike:
   any log go to stderr.
 - ``GET /_fake/ready`` answers the same JSON, so a shell can wait for the server
   (``curl --retry-connrefused``).
-- ``?wait=SECONDS`` on a developer route that uses :func:`wait_until` holds the answer
-  until there is something to show (at most that long, at most :data:`MAX_WAIT`).
+- ``?wait=SECONDS`` on a developer route that uses :func:`wait_until` (or
+  :func:`listing`) holds the answer until there is something to show (at most that
+  long, at most :data:`MAX_WAIT`); ``?after=N`` on a :func:`listing` route leaves out
+  the first N records.
 - What the fake tells through its ``narrate`` (what the bot sent, what was refused)
   goes to stderr, a line each.
 - A port already taken is one line on stderr and exit status 1, never a traceback.
@@ -63,14 +65,16 @@ import errno
 import json
 import signal
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 import anyio
 from aiohttp import web
 
 from chatkernel.testing.fake_platform import FakePlatform
+
+T = TypeVar("T")
 
 #: The longest ``?wait=`` a developer route honours, in seconds.
 MAX_WAIT = 60.0
@@ -131,14 +135,17 @@ async def wait_until(request: web.Request, platform: FakePlatform,
     return await platform.hold(ready, seconds)
 
 
-def skipped(request: web.Request) -> int:
-    """The request's ``?after=N``: how many of the records a listing route leaves out
-    (the first N), so a poller reads only what is new rather than all of it each time.
-    0 without it."""
+async def listing(request: web.Request, platform: FakePlatform,
+                  records: Callable[[], Sequence[T]]) -> Sequence[T]:
+    """What a listing route (``/_fake/sent``) answers: ``records()`` after the first
+    ``?after=N`` (0 without it), so a poller asks only for what is new, held by
+    ``?wait=SECONDS`` (see :func:`wait_until`) until there is one."""
     raw = request.query.get("after", "0")
     if not raw.isdigit():
         raise bad_request(f"after must be a count (0 or more), not {raw!r}")
-    return int(raw)
+    after = int(raw)
+    await wait_until(request, platform, lambda: len(records()) > after)
+    return records()[after:]
 
 
 @dataclass

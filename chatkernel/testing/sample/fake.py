@@ -46,7 +46,7 @@ from typing import Any
 from aiohttp import web
 
 from chatkernel.testing import Call, ErrorAnswer, FakePlatform
-from chatkernel.testing.devserver import fields, json_body, skipped, wait_until
+from chatkernel.testing.devserver import fields, json_body, listing
 
 #: The calls that send something: the ones :meth:`SamplePlatform.fail_next` applies to.
 SENDS = ("send", "send_media")
@@ -149,9 +149,8 @@ class SamplePlatform(FakePlatform):
             def chosen() -> list[SentMessage]:
                 return [m for m in self.sent_messages if chat_id in (None, m.chat_id)]
 
-            after = skipped(request)
-            await wait_until(request, self, lambda: len(chosen()) > after)
-            return web.json_response({"messages": [asdict(m) for m in chosen()[after:]]})
+            return web.json_response({"messages": [
+                asdict(m) for m in await listing(request, self, chosen)]})
 
         return [web.post("/_fake/messages", messages), web.get("/_fake/sent", sent)]
 

@@ -70,7 +70,7 @@ import anyio
 from aiohttp import web
 
 from chatkernel.testing import Call, ErrorAnswer, FakePlatform{% if T == "webhook" %}, SecretTokenSigner{% endif %}
-from chatkernel.testing.devserver import fields, json_body, skipped, wait_until
+from chatkernel.testing.devserver import fields, json_body, listing
 
 #: The calls that send something: the ones :meth:`{{ P }}Platform.fail_next` applies to.
 SENDS = ("send", "send_media")
@@ -205,9 +205,8 @@ class {{ P }}Platform(FakePlatform):
             def chosen() -> list[SentMessage]:
                 return [m for m in self.sent_messages if chat_id in (None, m.chat_id)]
 
-            after = skipped(request)
-            await wait_until(request, self, lambda: len(chosen()) > after)
-            return web.json_response({"messages": [asdict(m) for m in chosen()[after:]]})
+            return web.json_response({"messages": [
+                asdict(m) for m in await listing(request, self, chosen)]})
 {%- if T == "webhook" %}
 
         async def webhook(request: web.Request) -> web.Response:

@@ -63,7 +63,7 @@ import aiohttp
 import anyio
 from aiohttp import web
 
-from chatkernel.testing.devserver import bad_request, fields, json_body, skipped, wait_until
+from chatkernel.testing.devserver import bad_request, fields, json_body, listing
 from chatkernel.testing.fake_platform import (
     Call,
     ErrorAnswer,
@@ -914,8 +914,8 @@ class FakeSlack(FakePlatform):
         """A dev server's routes: ``POST /_fake/messages`` (a user writes: ``channel``,
         optional ``text``, ``user``, ``user_name``, ``thread_ts``, ``mention``, ``files``
         of ``{"name", "text"}``; answers the ``ts``), ``GET /_fake/sent`` (``?channel=``,
-        ``?wait=``, ``?after=``: what the bot posted) and ``POST /_fake/request_url`` (``{"url"}``:
-        verify an Events API request URL, as Slack's app settings do)."""
+        ``?wait=``, ``?after=``: what the bot posted) and ``POST /_fake/request_url``
+        (``{"url"}``: verify an Events API request URL, as Slack's app settings do)."""
 
         async def inject(request: web.Request) -> web.Response:
             body = fields(await json_body(request), DEVELOPER_MESSAGE_FIELDS,
@@ -931,12 +931,11 @@ class FakeSlack(FakePlatform):
                                                                 **body)})
 
         async def sent(request: web.Request) -> web.Response:
-            channel, after = request.query.get("channel"), skipped(request)
-            await wait_until(request, self, lambda: len(self.sent(channel)) > after)
+            channel = request.query.get("channel")
             return web.json_response({"messages": [
                 {"channel": m.channel, "ts": m.ts, "thread_ts": m.thread_ts,
                  "text": m.plain_text, "files": [f.name for f in m.files]}
-                for m in self.sent(channel)[after:]]})
+                for m in await listing(request, self, lambda: self.sent(channel))]})
 
         async def request_url(request: web.Request) -> web.Response:
             url = fields(await json_body(request), {"url": str}, required=("url",))["url"]

@@ -55,7 +55,7 @@ import aiohttp
 from aiohttp import web
 
 from chatkernel.testing import fake_platform
-from chatkernel.testing.devserver import bad_request, fields, json_body, skipped, wait_until
+from chatkernel.testing.devserver import bad_request, fields, json_body, listing
 from chatkernel.testing.fake_platform import (
     ErrorAnswer,
     FakePlatform,
@@ -629,12 +629,11 @@ class FakeBotAPI(FakePlatform):
             chat = request.query.get("chat_id")
             if chat is not None and not chat.lstrip("-").isdigit():
                 raise bad_request(f"chat_id must be a number, not {chat!r}")
-            chat_id, after = int(chat) if chat is not None else None, skipped(request)
-            await wait_until(request, self, lambda: len(self.sent(chat_id=chat_id)) > after)
+            chat_id = int(chat) if chat is not None else None
             return web.json_response({"messages": [
                 {"chat_id": s.chat_id, "method": s.method, "text": s.plain_text,
                  "parse_mode": s.parse_mode, "kind": s.kind}
-                for s in self.sent(chat_id=chat_id)[after:]]})
+                for s in await listing(request, self, lambda: self.sent(chat_id=chat_id))]})
 
         return [web.post("/_fake/messages", inject), web.get("/_fake/sent", sent)]
 

@@ -39,7 +39,7 @@ from typing import Any
 from aiohttp import web
 
 from chatkernel.testing import Call, ErrorAnswer, FakePlatform
-from chatkernel.testing.devserver import fields, json_body, skipped, wait_until
+from chatkernel.testing.devserver import fields, json_body, listing, wait_until
 from chatkernel_wechat import crypto
 
 WINDOW_MESSAGES = 10
@@ -183,11 +183,10 @@ class FakeILink(FakePlatform):
             return web.json_response({"message_id": str(message["message_id"])})
 
         async def sent(request: web.Request) -> web.Response:
-            user, after = request.query.get("user"), skipped(request)
-            await wait_until(request, self, lambda: len(self.sent(user)) > after)
+            user = request.query.get("user")
             return web.json_response({"messages": [
                 {"to": m.to, "kind": m.kind, "text": m.text, "filename": m.filename}
-                for m in self.sent(user)[after:]]})
+                for m in await listing(request, self, lambda: self.sent(user))]})
 
         async def qr(request: web.Request) -> web.Response:
             status = fields(await json_body(request), {"status": str}, required=("status",))

@@ -51,7 +51,7 @@ from typing import Any
 import anyio
 from aiohttp import web
 
-from chatkernel.testing.devserver import bad_request, fields, json_body, skipped, wait_until
+from chatkernel.testing.devserver import bad_request, fields, json_body, listing
 from chatkernel.testing.fake_platform import Call, ErrorAnswer, FakePlatform, HmacSigner
 from chatkernel_whatsapp import spec
 
@@ -314,11 +314,10 @@ class FakeGraph(FakePlatform):
             return web.json_response({"ok": True})
 
         async def sent(request: web.Request) -> web.Response:
-            to, after = request.query.get("to"), skipped(request)
-            await wait_until(request, self, lambda: len(self.sent(to)) > after)
+            to = request.query.get("to")
             return web.json_response({"messages": [
                 {"to": m.to, "type": m.type, "text": m.text, "when": m.when, "id": m.wamid}
-                for m in self.sent(to)[after:]]})
+                for m in await listing(request, self, lambda: self.sent(to))]})
 
         return [web.post("/_fake/subscribe", subscribe), web.post("/_fake/messages", messages),
                 web.post("/_fake/fail", fail), web.post("/_fake/close-window", close_window),
