@@ -6,6 +6,7 @@ answered 200 only once its own message is committed; a commit that fails is answ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import json
@@ -61,11 +62,12 @@ class Plugin:
         register(SignedChannel)
 
 
-async def serve(tmp_home):
+async def serve(tmp_home, plugins=()):
     """A kernel with the echo agent, the gateway's app on 127.0.0.1."""
     config = {"agent": {"kind": "echo"},
               "channels": {"signed": {"accounts": {"main": {"allow_from": ["*"]}}}}}
-    harness = KernelHarness(tmp_home, config=config, plugins=[("signed", Plugin)])
+    harness = KernelHarness(tmp_home, config=config,
+                            plugins=[("signed", Plugin), *plugins])
     await harness.__aenter__()
     kernel = harness.kernel
     runner = web.AppRunner(build_app(kernel, "control-token"), access_log=None,
@@ -107,9 +109,22 @@ async def post_all(http: aiohttp.ClientSession, url: str, ids: list[str], text: 
     return outcomes
 
 
-@pytest.fixture
-async def gateway(tmp_path):
-    harness, runner, transport, url = await serve(tmp_path)
+class Held:
+    """An ``inbound_accept`` hook that holds every message until :attr:`gate` is set:
+    what it holds stays in the kernel's accept backlog."""
+
+    def __init__(self) -> None:
+        self.gate = anyio.Event()
+
+    @hookimpl
+    async def inbound_accept(self, message, account):
+        await self.gate.wait()
+
+
+@contextlib.asynccontextmanager
+async def running(tmp_path, plugins=()):
+    """The gateway of :func:`serve` with its webhook taking requests, and a client."""
+    harness, runner, transport, url = await serve(tmp_path, plugins)
     try:
         async with aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=100)) as http, \
@@ -122,6 +137,12 @@ async def gateway(tmp_path):
     finally:
         await runner.cleanup()
         await harness.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def gateway(tmp_path):
+    async with running(tmp_path) as running_gateway:
+        yield running_gateway
 
 
 async def test_concurrent_posts_share_commits_and_each_200_follows_its_own_commit(gateway):
@@ -174,3 +195,70 @@ async def test_a_failed_shared_commit_answers_no_200_and_keeps_nothing(disk):
     finally:
         await runner.cleanup()
         await harness.__aexit__(None, None, None)
+
+
+@pytest.fixture
+async def full_backlog(tmp_path, monkeypatch):
+    """A gateway whose pipeline holds what it accepts, with a backlog of two accepted
+    messages, already full (``a`` and ``b``), and a webhook's wait for room of 0.3 s."""
+    from chatkernel.core.inbound import pipeline
+
+    monkeypatch.setattr(pipeline, "ACCEPT_BACKLOG", 2)
+    monkeypatch.setattr(pipeline, "WEBHOOK_ROOM_SECONDS", 0.3)
+    held = Held()
+    async with running(tmp_path, [("held", held)]) as (kernel, http, url):
+        assert await post_all(http, url, ["a", "b"], "held", kernel.store.path) == {
+            "a": (200, True), "b": (200, True)}
+        yield kernel, http, url, held
+        held.gate.set()
+
+
+async def test_a_full_backlog_answers_503_with_retry_after_and_journals_nothing(
+        full_backlog, caplog):
+    from chatkernel.core.inbound.pipeline import BACKLOGGED_RETRY_AFTER
+
+    kernel, http, url, held = full_backlog
+    db = kernel.store.path
+    body, headers = signed("c", "one too many")
+    with anyio.fail_after(10):  # answered after its wait, not held
+        async with http.post(url, data=body, headers=headers) as response:
+            assert response.status == 503
+            assert response.headers["Retry-After"] == str(BACKLOGGED_RETRY_AFTER)
+            assert "messages waiting: send it again" in (await response.json())["error"]
+    assert "c" not in committed_ids(db)
+    assert "answered 503 for their platform to send again" in caplog.text
+    assert kernel.metrics.backlogged.labels("signed", "main")._value.get() == 1
+    held.gate.set()
+    await kernel.inbound.wait_settled()
+    # The platform's retry is taken once there is room.
+    assert await post_all(http, url, ["c"], "one too many", db) == {"c": (200, True)}
+
+
+async def test_a_request_given_room_within_its_wait_is_answered_200(full_backlog,
+                                                                     monkeypatch):
+    from chatkernel.core.inbound import pipeline
+
+    kernel, http, url, held = full_backlog
+    monkeypatch.setattr(pipeline, "WEBHOOK_ROOM_SECONDS", 30.0)
+    waiting = anyio.Event()
+    wait_for_room = kernel.inbound._wait_for_room
+
+    async def observed(within, first=None):
+        if len(kernel.inbound.lines) >= pipeline.ACCEPT_BACKLOG:
+            waiting.set()
+        await wait_for_room(within, first)
+
+    monkeypatch.setattr(kernel.inbound, "_wait_for_room", observed)
+    outcome: dict[str, tuple[int, bool]] = {}
+    with anyio.fail_after(20):
+        async with anyio.create_task_group() as tg:
+
+            async def post() -> None:
+                outcome.update(await post_all(http, url, ["c"], "waits its turn",
+                                              kernel.store.path))
+
+            tg.start_soon(post)
+            await waiting.wait()  # the request waits in the full backlog
+            held.gate.set()
+    assert outcome == {"c": (200, True)}
+    assert kernel.metrics.backlogged.labels("signed", "main")._value.get() == 0

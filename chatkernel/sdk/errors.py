@@ -2,7 +2,8 @@
 
 The store raises :class:`StoreError` and :class:`LeaseLost` (re-exported by
 :mod:`chatkernel.core.store`); the kit's receive loops catch them without
-importing a store.
+importing a store. The kernel's receiver raises :class:`Backlogged` to a webhook
+whose request it cannot take in time.
 """
 
 from __future__ import annotations
@@ -33,3 +34,15 @@ class LeaseLost(StoreError):
     def __init__(self, message: str, *, lease: str | None = None) -> None:
         super().__init__(message)
         self.lease = lease
+
+
+class Backlogged(Exception):
+    """The kernel holds as many accepted messages as it queues (its accept backlog)
+    and none went through within a webhook's wait: nothing of the request was
+    journaled. A webhook answers 503 with ``Retry-After`` (:attr:`retry_after`
+    seconds), and the platform sends the request again, rather than the request
+    being held past the platform's own timeout."""
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after

@@ -15,7 +15,11 @@ A webhook channel's transport is a :class:`Webhook`; its route is
    events are normalized and journaled, and the platform gets its 200 as soon
    as the journal has them: the turn runs behind (Slack retries after 3 s).
    Requests that arrive together share one journal commit (the store's group
-   commit), each answered only once its own events are durable.
+   commit), each answered only once its own events are durable. While the kernel
+   has a full backlog of accepted messages, a request waits for room a short
+   while (``WEBHOOK_ROOM_SECONDS`` in core/inbound/pipeline.py), then gets 503
+   with ``Retry-After`` and nothing journaled, rather than an answer past the
+   platform's timeout.
 
 A GET on the same path is the platform's subscription handshake where it has
 one (Meta's ``hub.challenge``); the signature is never asked for on it.
@@ -33,6 +37,7 @@ import anyio
 from aiohttp import web
 
 from chatkernel.sdk.codec import decode_json
+from chatkernel.sdk.errors import Backlogged
 from chatkernel.sdk.receiving import SharedCommit
 from chatkernel.sdk.transport import Transport
 
@@ -283,5 +288,10 @@ class Webhook(Transport):
             events = self.events(payload)
         except WebhookRejected as exc:
             return _refuse(exc.status, exc.reason)
-        await self.receive(deliver, events)
+        try:
+            await self.receive(deliver, events)
+        except Backlogged as exc:  # nothing journaled: the platform sends it again
+            response = _refuse(503, str(exc))
+            response.headers["Retry-After"] = str(exc.retry_after)
+            return response
         return self.ok()

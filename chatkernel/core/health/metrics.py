@@ -45,6 +45,10 @@ class Metrics:
                                registry=self.registry)
         self.throttled = Counter("chatkernel_throttled", "429 answers from a platform", labels,
                                  registry=self.registry)
+        self.backlogged = Counter(
+            "chatkernel_webhook_backlogged", "Webhook requests answered 503 because the accept"
+            " backlog stayed full (the platform sends them again)", labels,
+            registry=self.registry)
         self.dropped = Counter("chatkernel_queue_dropped", "Queued messages dropped or refused",
                                ("reason",), registry=self.registry)
         self.turns = Counter("chatkernel_turns", "Agent turns run", ("outcome",),

@@ -39,6 +39,7 @@ from chatkernel.core.inbound.queue import QueuedMessage
 from chatkernel.core.inbound.sessions import route_for
 from chatkernel.core.store.base import StoreError
 from chatkernel.sdk.codec import encode_json_bytes
+from chatkernel.sdk.errors import Backlogged
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -59,6 +60,13 @@ log = logging.getLogger("chatkernel.inbound")
 #: Accepted messages still waiting for the rest of the pipeline, across all chats,
 #: before :meth:`Inbound.accept` makes receive loops wait (backpressure).
 ACCEPT_BACKLOG = 2000
+#: How long a webhook's request waits for room in a full backlog before it is answered
+#: 503 (Slack sends an event again after 3 s; a poll waits without end instead).
+WEBHOOK_ROOM_SECONDS = 2.0
+#: The ``Retry-After`` of that 503, in seconds.
+BACKLOGGED_RETRY_AFTER = 5
+#: How often a full backlog's refusals are logged, at most (one line counts them).
+BACKLOGGED_LOG_SECONDS = 60.0
 #: Journal seqs remembered per account as lined up (several instances, see line_up).
 LINED_REMEMBERED = 100_000
 #: How long an idle chat's line task waits for the next message before it ends.
@@ -254,6 +262,8 @@ class Inbound:
             linger=LINE_LINGER_SECONDS, after=self._taken)
         self._room = anyio.Event()  # set whenever the backlog is below ACCEPT_BACKLOG
         self._room.set()
+        self._refused = 0  # webhook batches refused for a full backlog since the last line
+        self._refused_logged = -math.inf
         # With several instances: the journal seqs lined up per account (see line_up).
         self._lined: dict[str, dict[int, None]] = {}
         # With several instances: the messages deliver() is journaling, by (channel,
@@ -276,8 +286,7 @@ class Inbound:
         replayed on the next start. Waits while :data:`ACCEPT_BACKLOG`
         messages are already waiting.
         """
-        while len(self.lines) >= ACCEPT_BACKLOG:
-            await self._room.wait()
+        await self._wait_for_room(None)
         accepted = await self._journal(message)
         if accepted is None:
             return "duplicate"
@@ -294,10 +303,12 @@ class Inbound:
 
         Returns an outcome per message: ``accepted``, ``duplicate``, or
         ``invalid`` for a message the kernel cannot take (logged with the
-        reason; the rest of the batch is not held back by it).
+        reason; the rest of the batch is not held back by it). A ``shared`` batch
+        waits at most :data:`WEBHOOK_ROOM_SECONDS` for room in a full backlog, then
+        raises :class:`~chatkernel.sdk.errors.Backlogged` with nothing journaled.
         """
-        while len(self.lines) >= ACCEPT_BACKLOG:
-            await self._room.wait()
+        if messages:
+            await self._wait_for_room(WEBHOOK_ROOM_SECONDS if shared else None, messages[0])
         outcomes: list[str] = []
         valid: list[tuple[int, Account, InboundMessage]] = []
         for index, message in enumerate(messages):
@@ -320,6 +331,30 @@ class Inbound:
             else:
                 self._line_up_if_owned(account, seq, message)
         return outcomes
+
+    async def _wait_for_room(self, within: float | None,
+                             first: InboundMessage | None = None) -> None:
+        """Wait while :data:`ACCEPT_BACKLOG` accepted messages are waiting: without end
+        (``within`` None: a receive loop fetches nothing more meanwhile), or ``within``
+        seconds, then :class:`Backlogged` (a webhook's request, which its platform
+        sends again; ``first`` is its first message, for the count and the log)."""
+        if len(self.lines) < ACCEPT_BACKLOG:
+            return
+        with anyio.move_on_after(within):
+            while len(self.lines) >= ACCEPT_BACKLOG:
+                await self._room.wait()
+            return
+        if first is not None:
+            self._metrics.backlogged.labels(first.channel, first.account).inc()
+        self._refused += 1
+        now = time.monotonic()
+        if now - self._refused_logged >= BACKLOGGED_LOG_SECONDS:
+            log.warning("%d accepted messages are waiting for the pipeline: %d webhook "
+                        "request(s) answered 503 for their platform to send again",
+                        len(self.lines), self._refused)
+            self._refused, self._refused_logged = 0, now
+        raise Backlogged(f"the gateway has {ACCEPT_BACKLOG} messages waiting: send it again",
+                         retry_after=BACKLOGGED_RETRY_AFTER)
 
     def _line_up_if_owned(self, account: Account, seq: int, message: InboundMessage) -> None:
         """After journaling: the pipeline goes on here, unless several instances share
