@@ -142,8 +142,11 @@ async def test_an_agents_heartbeat_is_woken_by_hand_by_its_name(tmp_path):
 async def test_on_redis_the_instance_with_the_heartbeat_lease_runs_every_agents(
         tmp_path, redis_server, redis_prefix):
     clock = ManualClock()
+    # Leases that outlast the test: an account whose renewal came late on a busy machine
+    # would move to the other instance, and the heartbeat's answer with it (see
+    # test_a_heartbeat_whose_answer_cannot_be_queued_is_an_error_and_the_next_one_runs).
     config = {"store": {"backend": "redis", "url": redis_server, "prefix": redis_prefix,
-                        "lease_seconds": 2},
+                        "lease_seconds": 60},
               "agent": label("default", every="1h", target="memory", to="chat-a"),
               "agents": {"work": label("work", every="1h", target="memory", to="chat-b")}}
     async with contextlib.AsyncExitStack() as stack:
@@ -166,6 +169,41 @@ async def test_on_redis_the_instance_with_the_heartbeat_lease_runs_every_agents(
         assert alerts() == {("main", "memory:main:chat-a"),
                             ("agent:work", "memory:main:chat-b#work")}
         assert list(other.heartbeats.history) == []
+
+
+async def test_a_heartbeat_whose_answer_cannot_be_queued_is_an_error_and_the_next_one_runs(
+        tmp_path, monkeypatch, caplog):
+    """The account's lease went to another instance as the answer was queued (LeaseLost,
+    a StoreError): that run is an error, logged, and neither the scheduler nor the
+    gateway ends; the next hour's run is sent."""
+    from chatkernel.sdk.errors import LeaseLost
+
+    clock = ManualClock()
+    async with harness(tmp_path, clock,
+                       agent=label("default", every="1h", target="memory",
+                                   to="chat-a")) as h:
+        runner = h.kernel.heartbeats.runner
+        deliver, refused = runner.deliver, []
+
+        async def deliver_once_refused(destination, text):
+            if not refused:
+                refused.append(text)
+                raise LeaseLost("outbox_add refused: this process no longer holds the lease "
+                                "account:memory:main", lease="account:memory:main")
+            await deliver(destination, text)
+
+        monkeypatch.setattr(runner, "deliver", deliver_once_refused)
+        clock.advance(HOUR)
+        await h.heartbeats_settled()
+        assert refused and h.channel.texts("chat-a") == []
+        assert "heartbeat main in memory:main:chat-a: its answer could not be queued: " \
+               "outbox_add refused" in caplog.text
+        state = await h.kernel.store.get_heartbeat("main")
+        assert state.last_outcome == "error"
+        clock.advance(HOUR)
+        await h.heartbeats_settled()
+        assert heartbeat_texts(h, "chat-a") == ["default"]
+        assert (await h.kernel.store.get_heartbeat("main")).last_outcome == "alert (sent)"
 
 
 async def test_on_redis_a_store_error_as_the_heartbeats_start_is_reported_and_tried_again(

@@ -75,6 +75,7 @@ from chatkernel.core.heartbeat.settings import (
     visibility_for,
 )
 from chatkernel.core.heartbeat.targets import Destination, Targets
+from chatkernel.sdk.errors import StoreError
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -388,10 +389,21 @@ class HeartbeatScheduler:
                 self._finish(job, "preempted" if current else "cancelled", fired_at, key,
                              indicate)
                 return
-            outcome, sent = await self.runner.answer(job.id, destination, settings,
-                                                     visibility, texts, errors)
+            try:
+                outcome, sent = await self.runner.answer(job.id, destination, settings,
+                                                         visibility, texts, errors)
+            except StoreError as exc:
+                # Its answer could not be queued: the store is unreachable, or the
+                # account's lease went to another instance meanwhile (LeaseLost). The
+                # run is an error, like an agent's; the gateway and the others go on.
+                log.warning("heartbeat %s in %s: its answer could not be queued: %s",
+                            job.id, key, exc)
+                outcome, sent = "error", False
             if current:
-                await self.saved.ran(job, fired_at, outcome, sent, prompt.tasks, notes)
+                try:
+                    await self.saved.ran(job, fired_at, outcome, sent, prompt.tasks, notes)
+                except StoreError as exc:  # re-anchored in memory: it fires at its time
+                    log.warning("heartbeat %s: its run could not be saved: %s", job.id, exc)
             self._finish(job, outcome, fired_at, key, indicate, sent)
 
     def _finish(self, job: HeartbeatJob, outcome: str, fired_at: float, key: str,
