@@ -10,6 +10,11 @@ the gateway's runner like ``web.TCPSite``):
   trickles a head byte by byte, is closed.
 * **Idle timeout** (``gateway.idle_timeout``): a kept-alive connection waiting for
   its next request is closed after that long (aiohttp's ``keepalive_timeout``).
+
+  Both are a time kept on the connection and checked by the listener's sweep, every
+  :data:`SWEEP_SECONDS` at most (a quarter of the shorter timeout, if less): a timer
+  handle made and cancelled at each phase of every request cost more than the
+  request's routing.
 * **Connection cap** (``gateway.max_connections``): at most that many open at
   once, kept below the process's descriptor limit (which :func:`raise_nofile_limit`
   raises toward its hard limit at start), so the store, the platforms' clients and
@@ -58,6 +63,9 @@ DEFAULT_MAX_CONNECTIONS = 10_000
 ACCEPT_BACKOFF = (0.05, 1.0)
 #: Connections accepted at most per readiness of the listening socket.
 ACCEPT_BATCH = 64
+#: How often, at most, the listener closes the connections whose header or idle
+#: timeout has run out (see the module's docstring).
+SWEEP_SECONDS = 1.0
 #: Connections the listening socket queues before they are accepted (the system caps
 #: it at net.core.somaxconn).
 LISTEN_BACKLOG = 1024
@@ -167,14 +175,17 @@ class GuardedHandler(web.RequestHandler):
     """aiohttp's handler for one connection, with the header and idle timeouts and the
     bookkeeping the :class:`Listener` needs (which connections wait, which are busy).
 
-    One deadline at a time: the head's (from connecting, and from the first byte of
-    each later request), none while a request is in progress, the idle one once it is
-    answered. aiohttp's own keep-alive timer is set past both, as a backstop."""
+    One deadline at a time, in :attr:`deadline`: the head's (from connecting, and from
+    the first byte of each later request), none while a request is in progress, the
+    idle one once it is answered. The listener's sweep closes a connection past it
+    (:meth:`expire`). aiohttp's own keep-alive timer is set past both, as a backstop."""
 
     def __init__(self, manager: web.Server, listener: Listener, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._listener = listener
-        self._deadline: asyncio.TimerHandle | None = None
+        self._time = asyncio.get_running_loop().time
+        #: When the phase's wait runs out (the loop's clock); None while busy.
+        self.deadline: float | None = None
         self.phase = "head"  # head | busy | idle
         # The body of the request in progress: see connection_lost.
         self._body: Any = None
@@ -182,10 +193,10 @@ class GuardedHandler(web.RequestHandler):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         self._listener.opened(self)
-        self._arm(self._listener.limits.header_timeout)
+        self.deadline = self._time() + self._listener.limits.header_timeout
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._disarm()
+        self.deadline = None
         self._listener.closed(self)
         super().connection_lost(exc)
         # A body its handler left unread (a refusal) is read to its end after the
@@ -199,20 +210,20 @@ class GuardedHandler(web.RequestHandler):
     def data_received(self, data: bytes) -> None:
         if self.phase == "idle":  # the first byte of the next request
             self.phase = "head"
-            self._arm(self._listener.limits.header_timeout)
+            self.deadline = self._time() + self._listener.limits.header_timeout
         super().data_received(data)
 
     def request_started(self, request: web.BaseRequest) -> None:
         """The request's head is in: the app has it (called by :func:`track_requests`)."""
         self._body = request.content
-        self._disarm()
+        self.deadline = None
         self.phase = "busy"
         self._listener.busy(self)
 
     def log_access(self, request: Any, response: Any, time: float | None) -> None:
         super().log_access(request, response, time)
         self.phase = "idle"  # answered: waiting for the next request
-        self._arm(self._listener.limits.idle_timeout)
+        self.deadline = self._time() + self._listener.limits.idle_timeout
         self._listener.waiting(self)
 
     def log_exception(self, *args: Any, **kw: Any) -> None:
@@ -230,17 +241,10 @@ class GuardedHandler(web.RequestHandler):
         """Close the connection to make room for a new one."""
         self.force_close()
 
-    def _arm(self, timeout: float) -> None:
-        self._disarm()
-        self._deadline = asyncio.get_running_loop().call_later(timeout, self._expired)
-
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
-
-    def _expired(self) -> None:
-        self._deadline = None
+    def expire(self) -> None:
+        """Its deadline ran out (the listener's sweep): close it, saying why when it
+        was still sending a request's head."""
+        self.deadline = None
         if self.phase == "busy":
             return
         if self.phase == "head":
@@ -276,6 +280,7 @@ class Listener:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._backoff = ACCEPT_BACKOFF[0]
         self._retry: asyncio.Handle | None = None
+        self._sweep: asyncio.TimerHandle | None = None
         self._serving = False
 
     # asyncio.Server's part ------------------------------------------------------------
@@ -291,6 +296,7 @@ class Listener:
         self.sock.setblocking(False)
         self._serving = True
         self._loop.add_reader(self.sock.fileno(), self._accept)
+        self._sweep_later()
 
     def close(self) -> None:
         if self._serving:
@@ -298,6 +304,8 @@ class Listener:
         self._serving = False
         if self._retry is not None:
             self._retry.cancel()
+        if self._sweep is not None:
+            self._sweep.cancel()
         self.sock.close()
         self.log.close()
 
@@ -326,6 +334,25 @@ class Listener:
     def closed(self, handler: GuardedHandler) -> None:
         self._waiting.pop(handler, None)
         self._busy.discard(handler)
+
+    @property
+    def sweep_interval(self) -> float:
+        """How often the connections' deadlines are checked: :data:`SWEEP_SECONDS`, or
+        a quarter of the shorter timeout when that is less."""
+        limits = self.limits
+        return min(SWEEP_SECONDS, limits.header_timeout / 4, limits.idle_timeout / 4)
+
+    def _sweep_later(self) -> None:
+        self._sweep = self._loop.call_later(self.sweep_interval, self._close_expired)
+
+    def _close_expired(self) -> None:
+        """Close the waiting connections past their deadline (busy ones have none)."""
+        now = self._loop.time()
+        for handler in [handler for handler in self._waiting
+                        if handler.deadline is not None and handler.deadline <= now]:
+            handler.expire()
+        if self._serving:
+            self._sweep_later()
 
     def _accept(self) -> None:
         for _ in range(ACCEPT_BATCH):
