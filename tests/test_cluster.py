@@ -79,3 +79,27 @@ async def test_the_web_chat_works_on_an_instance_that_does_not_own_it(
             f"{other.url}/webchat/messages?chat_id=browser-1", 2, timeout=20))
     assert [(m["role"], m["text"]) for m in messages] == [
         ("user", "hello from elsewhere"), ("bot", "hello from elsewhere")]
+
+
+async def test_an_account_given_up_while_the_store_still_names_this_instance_is_red(
+        tmp_path, redis_server, redis_prefix):
+    """Its lease unrenewed, the instance stops serving the account; for a moment the
+    store's lease still names it. Nobody serves the account then: health says so, it
+    does not read "owned by <this instance>" as green."""
+    store = {"backend": "redis", "url": redis_server, "prefix": redis_prefix,
+             "lease_seconds": 60}  # the lease outlasts the test: the store keeps naming us
+    config = {"store": store, "channels": {"webchat": {"enabled": True}}}
+    async with KernelHarness(tmp_path, config=config) as h:
+        cluster = h.kernel.cluster
+        assert cluster.owns("webchat:default")
+        before = (await h.health.snapshot()).channels["webchat"].accounts["default"]
+        assert before.state != "elsewhere"  # its own (no receive loop runs in a harness)
+        cluster._lose(h.kernel.accounts["webchat:default"], "its lease could not be renewed")
+        snapshot = await h.health.snapshot()
+        entry = snapshot.channels["webchat"].accounts["default"]
+        leases = {lease.name: lease.holder for lease in snapshot.cluster.leases}
+        assert leases["account:webchat:default"] == cluster.holder  # the store's view
+        assert (entry.state, entry.detail, entry.ok) == (
+            "elsewhere", "owned by no instance now", False)
+        assert not snapshot.ok
+        assert "webchat:default: no instance owns this account" in snapshot.problems

@@ -619,6 +619,10 @@ class Health:
             if (account is not None and sharing is not None
                     and not sharing.owns(account.key)):
                 holder = holders.get(f"account:{name}:{account_name}")
+                if holder == sharing.holder:
+                    # The store still names this instance, which gave the account up (its
+                    # lease went unrenewed): nobody serves it until the lease runs out.
+                    holder = None
                 entry = AccountSnapshot(
                     key=account.key, channel=name, account=account_name, ok=None,
                     state="elsewhere",
