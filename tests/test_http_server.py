@@ -5,6 +5,7 @@ under a lowered descriptor limit (chatkernel.core.gateway.http_server)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import resource
@@ -242,6 +243,21 @@ async def test_a_client_that_hangs_up_on_a_refused_body_does_not_hold_its_connec
             await runner.cleanup()
 
 
+@contextlib.asynccontextmanager
+async def guarded_site(app: web.Application, limits: ConnectionLimits):
+    """``app`` served by a :class:`GuardedSite` on 127.0.0.1 under ``limits``: yields its
+    listener and port."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = GuardedSite(runner, "127.0.0.1", 0, limits=limits,
+                       handler_args={"access_log": None})
+    await site.start()
+    try:
+        yield site.listener, runner.addresses[0][1]
+    finally:
+        await runner.cleanup()
+
+
 @pytest.mark.anyio
 async def test_each_phase_sets_the_deadline_and_the_sweep_closes_only_those_past_it():
     """A connection's header and idle timeouts are a time on the connection (none while
@@ -254,33 +270,26 @@ async def test_each_phase_sets_the_deadline_and_the_sweep_closes_only_those_past
 
     app = web.Application(middlewares=[track_requests])
     app.router.add_get("/held", held)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
     limits = ConnectionLimits(header_timeout=30, idle_timeout=60)
-    site = GuardedSite(runner, "127.0.0.1", 0, limits=limits,
-                       handler_args={"access_log": None})
-    await site.start()
-    listener, port = site.listener, runner.addresses[0][1]
     clock = asyncio.get_running_loop().time
-    assert listener.sweep_interval == 1.0  # a quarter of 30 s is more than a second
-    try:
+    async with guarded_site(app, limits) as (listener, port):
+        assert listener.sweep_interval == 1.0  # a quarter of 30 s is more than a second
         before = clock()
         async with await anyio.connect_tcp("127.0.0.1", port) as silent, \
                 await anyio.connect_tcp("127.0.0.1", port) as asking:
-            await wait_until(lambda: listener.open_count == 2 and not listener._starting,
+            await wait_until(lambda: len(listener.waiting_handlers) == 2,
                              what="both connections open", interval=0.01)
-            [first, second] = list(listener._waiting)
-            for handler in (first, second):  # the head's wait, from connecting
+            for handler in listener.waiting_handlers:  # the head's wait, from connecting
                 assert handler.phase == "head"
                 assert before + 30 <= handler.deadline <= clock() + 30
             await asking.send(b"GET /held HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-            await wait_until(lambda: len(listener._busy) == 1, what="a request in progress",
-                             interval=0.01)
-            [busy] = listener._busy
+            await wait_until(lambda: len(listener.busy_handlers) == 1,
+                             what="a request in progress", interval=0.01)
+            [busy] = listener.busy_handlers
             assert (busy.phase, busy.deadline) == ("busy", None)
-            [waiting] = listener._waiting
+            [waiting] = listener.waiting_handlers
             waiting.deadline = clock() - 1  # its head's time ran out
-            listener._close_expired()
+            listener.close_expired()
             with pytest.raises(CLOSED), anyio.fail_after(5):
                 await silent.receive()
             assert listener.open_count == 1  # the busy one is left alone
@@ -289,29 +298,20 @@ async def test_each_phase_sets_the_deadline_and_the_sweep_closes_only_those_past
             assert (await asking.receive()).startswith(b"HTTP/1.1 200")
             await wait_until(lambda: busy.phase == "idle", what="answered", interval=0.01)
             assert answered + 60 <= busy.deadline <= clock() + 60  # the idle wait now
-            listener._close_expired()
+            listener.close_expired()
             assert listener.open_count == 1  # not due yet
-    finally:
-        await runner.cleanup()
 
 
 @pytest.mark.anyio
 async def test_the_sweep_closes_a_silent_connection_after_its_header_timeout():
-    app = web.Application(middlewares=[track_requests])
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
     # (aiohttp's own keep-alive timer, the backstop, is set past both: 30.4 s)
     limits = ConnectionLimits(header_timeout=0.4, idle_timeout=30)
-    site = GuardedSite(runner, "127.0.0.1", 0, limits=limits,
-                       handler_args={"access_log": None})
-    await site.start()
-    assert site.listener.sweep_interval == 0.1
-    try:
-        async with await anyio.connect_tcp("127.0.0.1", runner.addresses[0][1]) as silent:
+    app = web.Application(middlewares=[track_requests])
+    async with guarded_site(app, limits) as (listener, port):
+        assert listener.sweep_interval == 0.1
+        async with await anyio.connect_tcp("127.0.0.1", port) as silent:
             with pytest.raises(CLOSED), anyio.fail_after(10):
                 await silent.receive()
-    finally:
-        await runner.cleanup()
 
 
 @pytest.mark.slow

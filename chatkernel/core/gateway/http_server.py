@@ -319,6 +319,16 @@ class Listener:
     def open_count(self) -> int:
         return len(self._waiting) + len(self._busy) + self._starting
 
+    @property
+    def waiting_handlers(self) -> list[GuardedHandler]:
+        """The open connections with no request in progress, longest waiting first."""
+        return list(self._waiting)
+
+    @property
+    def busy_handlers(self) -> list[GuardedHandler]:
+        """The open connections with a request in progress."""
+        return list(self._busy)
+
     def opened(self, handler: GuardedHandler) -> None:
         self._waiting[handler] = None
 
@@ -343,16 +353,20 @@ class Listener:
         return min(SWEEP_SECONDS, limits.header_timeout / 4, limits.idle_timeout / 4)
 
     def _sweep_later(self) -> None:
-        self._sweep = self._loop.call_later(self.sweep_interval, self._close_expired)
+        self._sweep = self._loop.call_later(self.sweep_interval, self._sweep_now)
 
-    def _close_expired(self) -> None:
-        """Close the waiting connections past their deadline (busy ones have none)."""
+    def _sweep_now(self) -> None:
+        self.close_expired()
+        if self._serving:
+            self._sweep_later()
+
+    def close_expired(self) -> None:
+        """Close the waiting connections past their deadline (busy ones have none):
+        what the sweep does every :attr:`sweep_interval`."""
         now = self._loop.time()
         for handler in [handler for handler in self._waiting
                         if handler.deadline is not None and handler.deadline <= now]:
             handler.expire()
-        if self._serving:
-            self._sweep_later()
 
     def _accept(self) -> None:
         for _ in range(ACCEPT_BATCH):
