@@ -102,6 +102,47 @@ async def test_concurrent_outbox_transitions_share_a_request_per_step(store):
     assert {e.error for e, _ in failures} == {"refused"}
 
 
+async def test_every_character_a_field_can_hold_reaches_the_server_as_it_was(store):
+    # A batch's fields travel as one JSON array the script decodes: quotes, backslashes,
+    # control characters, NUL, text that looks like JSON or like a field's length prefix,
+    # non-ASCII and emoji in ids, keys and bodies come back exactly.
+    odd = ['say "hi" \\ back\\slash', "line\nbreak\ttab\r\x00nul\x1f", '{"json": [1]}',
+           "12:not a length", "Grüße, 你好, مرحبا", "emoji 👍🏽 and ☃", ""]
+    messages = [msg(f"id-{i}-{text[:6]}", chat=f"chat 👍 {i}") for i, text in enumerate(odd)]
+    for message, text in zip(messages, odd):
+        message.text = text
+    with Trips(store) as trips:
+        seqs = await asyncio.gather(*(store.journal_inbound(m) for m in messages),
+                                    store.append_logs("k 💬", "s\"1\"", [
+                                        ("user", text, {"note": text}) for text in odd]))
+    assert trips.count == 1
+    journal = {e.seq: e.message for e in await store.unfinished_inbound()}
+    assert [journal[seq] for seq in seqs[:-1]] == messages
+    assert [(e.session_id, e.text, e.meta) for e in await store.read_log("k 💬")] == [
+        ('s"1"', text, {"note": text}) for text in odd]
+    replies = [entry(i) for i in range(len(odd))]
+    for reply, text in zip(replies, odd):
+        reply.payload = OutboundPayload(text=text)
+    ids = [i for (i,) in await asyncio.gather(*(store.outbox_add([r]) for r in replies))]
+    await asyncio.gather(*(store.outbox_mark(i, "failed", text) for i, text in zip(ids, odd)))
+    failures = {e.id: (e.payload.text, e.error) for e, _ in await store.outbox_failures(20)}
+    assert failures == {i: (text, text) for i, text in zip(ids, odd)}
+
+
+async def test_a_batch_changing_thousands_of_index_entries_makes_each_change(store):
+    # The script makes a batch's index changes at its end, a command per key for up to
+    # a thousand members at a time: 5,000 journal entries in, then 2,400 of them done.
+    with Trips(store) as trips:
+        seqs = await store.journal_inbound_many([msg(f"m{i}", chat=f"chat-{i % 7}")
+                                                 for i in range(5000)])
+    assert trips.count == 1 and len(set(seqs)) == 5000
+    await asyncio.gather(*(store.set_journal_status(seq, "done") for seq in seqs[:2400]))
+    assert [e.seq for e in await store.unfinished_inbound()] == seqs[2400:]
+    assert [e.seq for e in await store.unfinished_inbound(account=("telegram", "main"))
+            ] == seqs[2400:]
+    assert await store.prune_journal(float("inf")) == 2400
+
+
 async def test_a_missing_entry_fails_only_its_own_caller_in_a_batch(store):
     (queued,) = await store.outbox_add([entry(1)])
     results = await asyncio.gather(store.outbox_mark(queued, "sending", durable=True),

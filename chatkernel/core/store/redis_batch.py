@@ -128,8 +128,9 @@ class WriteBatches:
                         self._queue = []
                         raise
                 for write in batch:
-                    write.fail(StoreError(f"{self._name}: {write.what}: the write batch "
-                                          "gave no answer for it"))
+                    if not write.future.done():  # the error is made only for a bug's write
+                        write.fail(StoreError(f"{self._name}: {write.what}: the write "
+                                              "batch gave no answer for it"))
         finally:
             self._sending = []
             self._sender = None

@@ -30,44 +30,6 @@ local function check_fence(name, token)
   end
 end
 
-local function raise_to(key, field, value)
-  local current = redis.call('HGET', key, field)
-  if not current or tonumber(current) < tonumber(value) then
-    redis.call('HSET', key, field, value)
-  end
-end
-
--- The indexes of an outbox entry moving from status `old` (false: a new entry)
--- to `new`.
-local function outbox_index(id, acct, created, old, new, now)
-  local open_now = new == 'pending' or new == 'sending'
-  local was_open = old == 'pending' or old == 'sending'
-  if open_now and not was_open then
-    redis.call('ZADD', P .. 'o:unfinished', id, id)
-    redis.call('ZADD', P .. 'o:unfinished:' .. acct, id, id)
-    redis.call('ZREM', P .. 'o:finished', id)
-  elseif was_open and not open_now then
-    redis.call('ZREM', P .. 'o:unfinished', id)
-    redis.call('ZREM', P .. 'o:unfinished:' .. acct, id)
-  end
-  if not open_now then
-    redis.call('ZADD', P .. 'o:finished', created, id)
-  end
-  if new == 'pending' then
-    redis.call('ZREM', P .. 'o:changed', id)
-  else
-    redis.call('ZADD', P .. 'o:changed', now, id)
-  end
-  if new == 'failed' or new == 'unknown' then
-    redis.call('ZADD', P .. 'o:failures', id, id)
-  elseif old == 'failed' or old == 'unknown' then
-    redis.call('ZREM', P .. 'o:failures', id)
-  end
-  if new == 'sent' then
-    raise_to(P .. 'activity:sent', acct, now)
-  end
-end
-
 local OUTBOX_FIELDS = {'r', 'k', 'i', 'c', 'n', 'ro', 'p', 's', 'e', 't'}
 
 -- Rows of outbox entries, flat: id then OUTBOX_FIELDS (then `extra`, if given),
@@ -93,24 +55,6 @@ local function outbox_rows(ids, extra)
   return out
 end
 
-local function finish_journal(seq, status)
-  local key = P .. 'j:' .. seq
-  local row = redis.call('HMGET', key, 'a', 't')
-  if not row[1] then
-    return 0
-  end
-  redis.call('HSET', key, 's', status)
-  if status == 'received' then
-    redis.call('ZADD', P .. 'j:unfinished', seq, seq)
-    redis.call('ZADD', P .. 'j:unfinished:' .. row[1], seq, seq)
-    redis.call('ZREM', P .. 'j:finished', seq)
-  else
-    redis.call('ZREM', P .. 'j:unfinished', seq)
-    redis.call('ZREM', P .. 'j:unfinished:' .. row[1], seq)
-    redis.call('ZADD', P .. 'j:finished', row[2], seq)
-  end
-  return 1
-end
 """
 
 #: ARGV: prefix, schema version, read_only ("1"/"0"). Returns the stored schema version
@@ -367,14 +311,14 @@ return out
 
 #: The batched writes (:mod:`chatkernel.core.store.redis_batch`), one script call a batch.
 #: ARGV: prefix, now, inbox length, the writes, the fence set count, then per set: its
-#: size, then per fence: acct, lease name, token. The writes are one string of fields,
-#: each ``<byte length>:<bytes>``: per write its op, its field count, its fields (see
-#: the functions below; a fence set index 0 means no fences). Returns an answer per
+#: size, then per fence: acct, lease name, token. The writes are one JSON array of
+#: strings: per write its op, its field count, its fields (see the functions below; a
+#: fence set index 0 means no fences). Returns an answer per
 #: write: its result, ``LEASE_LOST <lease>`` when its fence refused it (it wrote
 #: nothing), ``ERR <message>`` when it failed. Each write is checked and made by itself,
 #: so a refused or failed one does not hold back the others.
 BATCH = r"""
-local now, inbox_length, writes = ARGV[2], ARGV[3], ARGV[4]
+local now, inbox_length, writes = ARGV[2], ARGV[3], cjson.decode(ARGV[4])
 local sets = {}
 local at = 6
 for s = 1, tonumber(ARGV[5]) do
@@ -385,6 +329,125 @@ for s = 1, tonumber(ARGV[5]) do
   end
   sets[s] = set
   at = at + 1
+end
+
+-- The batch's changes to sorted sets (the journal's and the outbox's indexes, the
+-- session logs), made at its end with one ZADD and one ZREM a key instead of a command
+-- each: no write of a batch reads these sets, and of a member's changes only its last
+-- one counts. Members are kept as text, as the server keeps them.
+local zchanges, zkeys = {}, {}
+
+local function zchange(key, member, score)
+  local changes = zchanges[key]
+  if not changes then
+    changes = {}
+    zchanges[key] = changes
+    zkeys[#zkeys + 1] = key
+  end
+  changes[tostring(member)] = score
+end
+
+local function zadd(key, score, member)
+  zchange(key, member, score)
+end
+
+local function zrem(key, member)
+  zchange(key, member, false)
+end
+
+local function zflush()
+  for _, key in ipairs(zkeys) do
+    local adds, removes = {}, {}
+    for member, score in pairs(zchanges[key]) do
+      if score then
+        adds[#adds + 1] = score
+        adds[#adds + 1] = member
+      else
+        removes[#removes + 1] = member
+      end
+    end
+    for first = 1, #adds, 1000 do  -- unpack() has a limit on how many values it spreads
+      redis.call('ZADD', key, unpack(adds, first, math.min(first + 999, #adds)))
+    end
+    for first = 1, #removes, 1000 do
+      redis.call('ZREM', key, unpack(removes, first, math.min(first + 999, #removes)))
+    end
+  end
+end
+
+-- Raise a hash field to `value` (an account's latest activity): once per field in a
+-- batch, whose writes all raise it to the batch's `now`.
+local raised = {}
+local function raise_to(key, field, value)
+  local memo = key .. '\n' .. field
+  if raised[memo] == value then
+    return
+  end
+  raised[memo] = value
+  local current = redis.call('HGET', key, field)
+  if not current or tonumber(current) < tonumber(value) then
+    redis.call('HSET', key, field, value)
+  end
+end
+
+-- An account's [channel, account] JSON, kept the first time it is journaled: asked
+-- once per account in a batch.
+local known_accounts = {}
+local function know_account(acct, who)
+  if not known_accounts[acct] then
+    known_accounts[acct] = true
+    redis.call('HSETNX', P .. 'accounts', acct, who)
+  end
+end
+
+-- The indexes of an outbox entry moving from status `old` (false: a new entry)
+-- to `new`.
+local function outbox_index(id, acct, created, old, new, now)
+  local open_now = new == 'pending' or new == 'sending'
+  local was_open = old == 'pending' or old == 'sending'
+  if open_now and not was_open then
+    zadd(P .. 'o:unfinished', id, id)
+    zadd(P .. 'o:unfinished:' .. acct, id, id)
+    zrem(P .. 'o:finished', id)
+  elseif was_open and not open_now then
+    zrem(P .. 'o:unfinished', id)
+    zrem(P .. 'o:unfinished:' .. acct, id)
+  end
+  if not open_now then
+    zadd(P .. 'o:finished', created, id)
+  end
+  if new == 'pending' then
+    zrem(P .. 'o:changed', id)
+  else
+    zadd(P .. 'o:changed', now, id)
+  end
+  if new == 'failed' or new == 'unknown' then
+    zadd(P .. 'o:failures', id, id)
+  elseif old == 'failed' or old == 'unknown' then
+    zrem(P .. 'o:failures', id)
+  end
+  if new == 'sent' then
+    raise_to(P .. 'activity:sent', acct, now)
+  end
+end
+
+local function finish_journal(seq, status)
+  local key = P .. 'j:' .. seq
+  local row = redis.call('HMGET', key, 'a', 't')
+  if not row[1] then
+    return 0
+  end
+  redis.call('HSET', key, 's', status)
+  if status == 'received' then
+    zadd(P .. 'j:unfinished', seq, seq)
+    zadd(P .. 'j:unfinished:' .. row[1], seq, seq)
+    zrem(P .. 'j:finished', seq)
+  else
+    zrem(P .. 'j:unfinished', seq)
+    zrem(P .. 'j:unfinished:' .. row[1], seq)
+    zadd(P .. 'j:finished', row[2], seq)
+  end
+  return 1
 end
 
 -- The lease name when the fence of `acct` in `set` no longer holds, else nil.
@@ -411,9 +474,9 @@ local function journal(A)
       redis.call('HSET', dedupe, message_id, seq)
       redis.call('HSET', P .. 'j:' .. seq, 'a', acct, 'id', message_id, 'm', message,
                  's', 'received', 't', now)
-      redis.call('ZADD', P .. 'j:unfinished', seq, seq)
-      redis.call('ZADD', P .. 'j:unfinished:' .. acct, seq, seq)
-      redis.call('HSETNX', P .. 'accounts', acct, who)
+      zadd(P .. 'j:unfinished', seq, seq)
+      zadd(P .. 'j:unfinished:' .. acct, seq, seq)
+      know_account(acct, who)
       raise_to(P .. 'activity:in', acct, now)
       redis.call('XADD', P .. 'inbox:' .. acct, 'MAXLEN', '~', inbox_length, '*',
                  'seq', seq, 'm', message, 't', now)
@@ -448,7 +511,7 @@ local function outbox_add(A)
     redis.call('HSET', P .. 'o:' .. id, 'a', acct, 'r', reply_id, 'k', A[at + 2],
                'i', A[at + 3], 'c', A[at + 4], 'n', A[at + 5], 'ro', A[at + 6],
                'p', A[at + 7], 's', status, 'e', A[at + 9], 't', now, 'u', now)
-    redis.call('ZADD', P .. 'o:reply:' .. reply_id, id, id)
+    zadd(P .. 'o:reply:' .. reply_id, id, id)
     outbox_index(id, acct, now, false, status, now)
     if A[at + 10] == '1' then
       -- Queued by a process that does not own the account: its owner sends it.
@@ -506,8 +569,7 @@ local function log_append(A)
   for i = 0, count - 1 do
     local base = 3 + i * 3
     local seq = first + i
-    redis.call('ZADD', key, seq, A[base] .. '\n' .. A[base + 1] .. '\n' .. seq .. '\n'
-               .. A[base + 2])
+    zadd(key, seq, A[base] .. '\n' .. A[base + 1] .. '\n' .. seq .. '\n' .. A[base + 2])
   end
   return last
 end
@@ -515,22 +577,15 @@ end
 local OPS = {j = journal, js = journal_status, a = outbox_add, m = outbox_mark,
              s = outbox_sent_as, l = log_append}
 
-local pos = 1
-local function field()
-  local colon = string.find(writes, ':', pos, true)
-  local stop = colon + tonumber(string.sub(writes, pos, colon - 1))
-  local value = string.sub(writes, colon + 1, stop)
-  pos = stop + 1
-  return value
-end
-
 local out = {}
-while pos <= #writes do
-  local op = OPS[field()]
+local pos, last = 1, #writes
+while pos <= last do
+  local op, count = OPS[writes[pos]], tonumber(writes[pos + 1])
   local A = {}
-  for i = 1, tonumber(field()) do
-    A[i] = field()
+  for i = 1, count do
+    A[i] = writes[pos + 1 + i]
   end
+  pos = pos + 2 + count
   local ok, result = pcall(op, A)
   if ok then
     out[#out + 1] = result
@@ -540,5 +595,6 @@ while pos <= #writes do
     out[#out + 1] = 'ERR ' .. tostring(result)
   end
 end
+zflush()
 return out
 """
