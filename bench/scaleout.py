@@ -9,7 +9,9 @@ benchmark starts on 127.0.0.1). Reported per contender: messages answered per se
 that as a ratio of the single SQLite gateway, the requests to Redis per message (each
 process counts its own: ``chatkernel_store_round_trips`` on ``/metrics``; lease
 renewals and inbox reads included), the gateways' CPU time per message (user + system,
-from ``/proc``), and duplicates and reorderings (both must be 0).
+from ``/proc``), on Redis the server's CPU time and the commands it ran per message
+(``INFO cpu`` and ``INFO commandstats``: the commands a script runs count, the scripts'
+calls too), and duplicates and reorderings (both must be 0).
 
 Failover: three gateways with ``--lease`` seconds leases, one message a chat every 50 ms
 to one bot, and its owner killed (SIGKILL) ``--kills`` times: the gap is the time from
@@ -126,6 +128,24 @@ async def balanced(store: RedisStore, accounts: int, instances: int, timeout: fl
             await anyio.sleep(0.1)
 
 
+async def server_stats(url: str, *, reset: bool = False) -> tuple[float, int]:
+    """The Redis server's CPU seconds so far and the commands it ran since the last
+    reset (``reset``: start counting them now)."""
+    import redis.asyncio
+
+    client = redis.asyncio.Redis.from_url(url)
+    try:
+        if reset:
+            await client.config_resetstat()
+        cpu = await client.info("cpu")
+        commands = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return (cpu["used_cpu_user"] + cpu["used_cpu_sys"],
+            sum(stat["calls"] for name, stat in commands.items()
+                if name != "cmdstat_config|resetstat"))
+
+
 async def burst(root: Path, api: FakeBotAPI, tokens: list[str], store: dict[str, Any],
                 instances: int, args: argparse.Namespace,
                 shared: RedisStore | None) -> dict[str, Any]:
@@ -140,6 +160,8 @@ async def burst(root: Path, api: FakeBotAPI, tokens: list[str], store: dict[str,
         await anyio.sleep(0.5)  # every poller waiting
         before = sum(round_trips(g.url) for g in gateways.alive)
         cpu_before = sum(cpu_seconds(g.pid) for g in gateways.alive)
+        if shared is not None:
+            server_cpu_before, _ = await server_stats(store["url"], reset=True)
         expected: dict[tuple[str, int], list[str]] = collections.defaultdict(list)
         per_bot = args.messages // len(tokens)
         started = time.perf_counter()
@@ -155,6 +177,10 @@ async def burst(root: Path, api: FakeBotAPI, tokens: list[str], store: dict[str,
         elapsed = time.perf_counter() - started
         after = sum(round_trips(g.url) for g in gateways.alive)
         cpu = sum(cpu_seconds(g.pid) for g in gateways.alive) - cpu_before
+        server_cpu = server_commands = None
+        if shared is not None:
+            server_cpu, server_commands = await server_stats(store["url"])
+            server_cpu -= server_cpu_before
     sent = answers(api)
     texts = collections.Counter(m.plain_text for m in sent)
     reordered = 0
@@ -162,6 +188,8 @@ async def burst(root: Path, api: FakeBotAPI, tokens: list[str], store: dict[str,
         got = [m.plain_text for m in api.sent(token, chat_id=chat) if m.plain_text != BUSY_HINT]
         reordered += sum(1 for a, b in zip(got, wanted) if a != b)
     return {"rate": want / elapsed, "trips": (after - before) / want, "cpu": cpu / want,
+            "server_cpu": None if server_cpu is None else server_cpu / want,
+            "server_commands": None if server_commands is None else server_commands / want,
             "dupes": sum(count - 1 for count in texts.values() if count > 1),
             "reordered": reordered}
 
@@ -247,11 +275,15 @@ async def main(args: argparse.Namespace) -> None:
     print(f"{args.messages} messages over {args.accounts} bots x {args.chats} chats, "
           "echo agent, pacing lifted")
     print(f"{'store':<8} {'instances':>9} {'msgs/s':>9} {'x sqlite':>9} "
-          f"{'redis req/msg':>14} {'cpu µs/msg':>11} {'dupes':>6} {'reordered':>10}")
+          f"{'redis req/msg':>14} {'cpu µs/msg':>11} {'server µs/msg':>14} "
+          f"{'server cmds/msg':>16} {'dupes':>6} {'reordered':>10}")
     for label, instances, r in results:
         trips = "-" if label == "sqlite" else f"{r['trips']:.2f}"
+        server_cpu = "-" if r["server_cpu"] is None else f"{r['server_cpu'] * 1e6:,.0f}"
+        commands = "-" if r["server_commands"] is None else f"{r['server_commands']:.1f}"
         print(f"{label:<8} {instances:>9} {r['rate']:>9,.0f} {r['rate'] / floor:>9.2f} "
-              f"{trips:>14} {r['cpu'] * 1e6:>11,.0f} {r['dupes']:>6} {r['reordered']:>10}")
+              f"{trips:>14} {r['cpu'] * 1e6:>11,.0f} {server_cpu:>14} {commands:>16} "
+              f"{r['dupes']:>6} {r['reordered']:>10}")
     print_gaps(args, gaps)
 
 
