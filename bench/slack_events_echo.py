@@ -33,6 +33,7 @@ the floor (rate, CPU per message).
     .venv/bin/python bench/slack_events_echo.py
     .venv/bin/python bench/slack_events_echo.py --rounds 5 --only floor,chatkernel
     .venv/bin/python bench/slack_events_echo.py --only chatkernel --rounds 1 --profile chatkernel
+    .venv/bin/python bench/slack_events_echo.py --only floor --rounds 1 --profile floor --profile-with yappi
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import cProfile
 import hashlib
 import hmac
 import importlib.util
@@ -59,7 +59,7 @@ import aiohttp
 from aiohttp import web
 
 from common import percentile, serve
-from profiling import append_top
+from profiling import append_top, make_profiler
 
 ECHO = re.compile(r"chat (\d+) msg (\d+)")
 
@@ -286,7 +286,7 @@ async def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         async with Fake(args) as fake:
             async with CONTENDERS[name](fake, Path(tmp), notes) as url:
-                profiler = cProfile.Profile() if args.profile == name else None
+                profiler = make_profiler(args.profile_with) if args.profile == name else None
                 if profiler is not None:
                     profiler.enable()
                 wall, cpu = time.time(), time.process_time()
@@ -300,7 +300,7 @@ async def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:
                     profiler.disable()
                     append_top(profiler, f"{name}: {args.messages} messages, "
                                f"{args.workers} requests at a time",
-                               args.profile_out, args.profile_top)
+                               args.profile_out, args.profile_top, messages=args.messages)
                     print(f"    profile of {name} appended to {args.profile_out}", flush=True)
                 await asyncio.sleep(0.2)  # late duplicates would show now
             results = await fake.results()
@@ -347,6 +347,9 @@ def main() -> None:
     parser.add_argument("--profile", metavar="NAME", choices=tuple(CONTENDERS))
     parser.add_argument("--profile-out", default="slack_events_echo.prof.txt")
     parser.add_argument("--profile-top", type=int, default=30)
+    parser.add_argument("--profile-with", choices=("cprofile", "yappi"), default="cprofile",
+                        help="yappi: exact Python calls a message instead of cProfile's "
+                             "timings (pip install yappi)")
     parser.add_argument("--serve-fake", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:

@@ -21,6 +21,7 @@ ratios to the floor (rate, CPU per message).
     .venv/bin/python bench/webchat_echo.py
     .venv/bin/python bench/webchat_echo.py --chats 100 --per-chat 20 --rounds 5
     .venv/bin/python bench/webchat_echo.py --only chatkernel --rounds 1 --profile chatkernel
+    .venv/bin/python bench/webchat_echo.py --only floor --rounds 1 --profile floor --profile-with yappi
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import cProfile
 import json
 import platform
 import sqlite3
@@ -45,7 +45,7 @@ import aiohttp
 from aiohttp import web
 
 from common import serve
-from profiling import append_top
+from profiling import append_top, make_profiler
 
 
 # -- the load, in a child process -----------------------------------------------------------
@@ -171,7 +171,7 @@ CONTENDERS: dict[str, Callable[..., Any]] = {"floor": floor, "chatkernel": chatk
 async def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         async with CONTENDERS[name](Path(tmp)) as served:
-            profiler = cProfile.Profile() if args.profile == name else None
+            profiler = make_profiler(args.profile_with) if args.profile == name else None
             if profiler is not None:
                 profiler.enable()
             cpu = time.process_time()
@@ -185,7 +185,8 @@ async def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:
             if profiler is not None:
                 profiler.disable()
                 append_top(profiler, f"{name}: {args.chats} chats x {args.per_chat} posts",
-                           args.profile_out, args.profile_top)
+                           args.profile_out, args.profile_top,
+                           messages=args.chats * args.per_chat)
                 print(f"    profile of {name} appended to {args.profile_out}", flush=True)
             transcript = served.transcript()
     report = json.loads(out)
@@ -213,6 +214,9 @@ def main() -> None:
     parser.add_argument("--profile", metavar="NAME", choices=tuple(CONTENDERS))
     parser.add_argument("--profile-out", default="webchat_echo.prof.txt")
     parser.add_argument("--profile-top", type=int, default=30)
+    parser.add_argument("--profile-with", choices=("cprofile", "yappi"), default="cprofile",
+                        help="yappi: exact Python calls a message instead of cProfile's "
+                             "timings (pip install yappi)")
     parser.add_argument("--load", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.load:

@@ -47,12 +47,16 @@ CPU per message).
 
 ``--profile NAME`` runs NAME under cProfile over each of its runs (from the subscription
 to the last echo) and writes the top functions by cumulative and by own time to
-``--profile-out`` (the profiler slows the run: its rates are not comparable).
+``--profile-out`` (the profiler slows the run: its rates are not comparable);
+``--profile-with yappi`` counts the Python calls a message instead, by where they run
+(bench/profiling.py).
 
     .venv/bin/python bench/whatsapp_echo.py
     .venv/bin/python bench/whatsapp_echo.py --messages 2000 --users 200 --rounds 3
     .venv/bin/python bench/whatsapp_echo.py --per-notification 10
     .venv/bin/python bench/whatsapp_echo.py --only chatkernel --rounds 1 --profile chatkernel
+    .venv/bin/python bench/whatsapp_echo.py --only floor --rounds 1 --profile floor \\
+        --profile-with yappi
 """
 
 from __future__ import annotations
@@ -60,7 +64,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import cProfile
 import hashlib
 import hmac
 import json
@@ -80,7 +83,7 @@ from aiohttp import web
 
 from chatkernel_whatsapp.fake import FakeGraph
 from common import percentile, serve
-from profiling import append_top
+from profiling import append_top, make_profiler
 
 APP_SECRET = "bench-app-secret"
 VERIFY_TOKEN = "bench-verify-token"
@@ -356,7 +359,7 @@ async def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:
                         await remote.post("messages", {"messages": items})
                 options = {"mount": args.mount} if name == "chatkernel" else {}
                 async with CONTENDERS[name](target, Path(tmp), journal, **options) as url:
-                    profiler = cProfile.Profile() if args.profile == name else None
+                    profiler = make_profiler(args.profile_with) if args.profile == name else None
                     wall, cpu = time.time(), time.process_time()
                     if profiler is not None:
                         profiler.enable()
@@ -372,7 +375,8 @@ async def run_once(name: str, args: argparse.Namespace) -> dict[str, Any]:
                         profiler.disable()
                         append_top(profiler, f"{name}: {args.messages} messages, "
                                    f"{args.per_notification} per notification, "
-                                   f"mount {args.mount}", args.profile_out, args.profile_top)
+                                   f"mount {args.mount}", args.profile_out, args.profile_top,
+                                   messages=args.messages)
                     await anyio.sleep(0.2)  # late duplicates would show now
                     sent = await wait_for_echoes(graph, remote, args)
             finally:
@@ -441,6 +445,9 @@ def main() -> None:
                         help="run NAME under cProfile and write the top of each run")
     parser.add_argument("--profile-out", default="whatsapp_echo.prof.txt")
     parser.add_argument("--profile-top", type=int, default=30)
+    parser.add_argument("--profile-with", choices=("cprofile", "yappi"), default="cprofile",
+                        help="yappi: exact Python calls a message instead of cProfile's "
+                             "timings (pip install yappi)")
     args = parser.parse_args()
     names = [name for name in args.only.split(",") if name]
     for name in names:
