@@ -125,14 +125,14 @@ class Kernel:
         # once the kernel started: they are read when used.
         #: What became of each payload: health, recent failures, waiting senders.
         self.deliveries = Deliveries(
-            account=self.accounts.get, metrics=self.metrics, store=lambda: self.store,
+            account=self.accounts.get, metrics=self.metrics, store=self._started_store,
             clustered=lambda: self.cluster is not None)
         #: Statuses channels report for messages already sent (core/outbound/delivery_statuses.py).
         self.delivery_statuses = DeliveryStatuses(
-            store=lambda: self.store, metrics=self.metrics, deliveries=self.deliveries)
+            store=self._started_store, metrics=self.metrics, deliveries=self.deliveries)
         self.outbox = Outbox(
-            store=lambda: self.store, sessions=lambda: self.sessions,
-            task_group=lambda: self.task_group, cluster=lambda: self.cluster,
+            store=self._started_store, sessions=self._started_sessions,
+            task_group=self._started_task_group, cluster=lambda: self.cluster,
             account=self.accounts.get, send_policy=lambda: self.send_policy,
             channel_config=lambda name: self.config.channels.get(name),
             config_path=config_path,
@@ -140,14 +140,14 @@ class Kernel:
             deliveries=self.deliveries, delivery_statuses=self.delivery_statuses,
             metrics=self.metrics, wait_for_platforms=recover, pacing=pacing)
         #: Builds replies' payloads and queues them (a turn's Responder is given it).
-        self.outbound = Outbound(pm=self.pm, metrics=self.metrics, store=lambda: self.store,
+        self.outbound = Outbound(pm=self.pm, metrics=self.metrics, store=self._started_store,
                                  submit=self.outbox.submit)
         #: Live replies: the agent's answer shown while it is written (core/outbound/live.py).
         # Its interval between updates keeps a preview under the platform's limits: it
         # counts in the rate limits' time (a test's ScaledClock speeds both up).
-        self.live = Live(limiter=self.outbox.limiter, store=lambda: self.store,
+        self.live = Live(limiter=self.outbox.limiter, store=self._started_store,
                          channel_config=lambda name: self.config.channels.get(name),
-                         task_group=lambda: self.task_group, sleep=self.outbox.pacing.sleep)
+                         task_group=self._started_task_group, sleep=self.outbox.pacing.sleep)
         self.send_policy = SendPolicies.from_config(self.config)
         #: Answers sent outside a turn wait for the turns of earlier messages.
         self.order = OutputOrder()
@@ -161,13 +161,13 @@ class Kernel:
             commands=lambda: self.commands, agent_kind=lambda: self.config.agent.kind,
             agent_table=lambda name: self.config.named_agents().get(name),
             started_at=lambda: self.started_at, accounts=self.accounts.values,
-            sessions=lambda: self.sessions, queue_settings=self.queue_settings,
-            queue=lambda: self.queue, heartbeats=lambda: self.heartbeats,
+            sessions=self._started_sessions, queue_settings=self.queue_settings,
+            queue=self._started_queue, heartbeats=self._started_heartbeats,
             legacy_kernel=lambda: self)  # for the deprecated CommandContext.kernel only
         self.inbound = Inbound(
-            store=lambda: self.store, sessions=lambda: self.sessions,
-            queue=lambda: self.queue, queue_settings=self.queue_settings,
-            cluster=lambda: self.cluster, task_group=lambda: self.task_group,
+            store=self._started_store, sessions=self._started_sessions,
+            queue=self._started_queue, queue_settings=self.queue_settings,
+            cluster=lambda: self.cluster, task_group=self._started_task_group,
             account_for=self.account_for, account=self.accounts.get,
             agent_for=self.agent_for, commands=lambda: self.commands,
             command_gateway=self.command_gateway,
@@ -206,9 +206,9 @@ class Kernel:
             metrics=self.metrics)
         self.health = Health(
             config=lambda: self.config, accounts=accounts, pm=self.pm, metrics=self.metrics,
-            monitor=self.monitor, presence=self.presence, store=lambda: self.store,
-            queue=lambda: self.queue, cluster=lambda: self.cluster,
-            task_group=lambda: self.task_group, started_at=lambda: self.started_at,
+            monitor=self.monitor, presence=self.presence, store=self._started_store,
+            queue=self._started_queue, cluster=lambda: self.cluster,
+            task_group=self._started_task_group, started_at=lambda: self.started_at,
             url=lambda: self.gateway_parts.url)
         #: What the control API and the CLI's own-kernel commands do.
         self.control = Control(
@@ -216,7 +216,7 @@ class Kernel:
             outbound=self.outbound, deliveries=self.deliveries,
             delivery_statuses=self.delivery_statuses, config_path=config_path,
             resolve_target=self.resolve_target, session_target=self.session_target,
-            sessions=lambda: self.sessions, heartbeats=lambda: self.heartbeats,
+            sessions=self._started_sessions, heartbeats=self._started_heartbeats,
             send_policy=lambda: self.send_policy, chat_agent=self.chat_agent,
             started_at=lambda: self.started_at,
             url=lambda: self.gateway_parts.url, reloader=lambda: self.gateway_parts.reloader)
@@ -282,10 +282,10 @@ class Kernel:
                 store.shared, ttl=self.config.store.lease_seconds,
                 instance_id=self.presence.own.instance_id,
                 accounts=MappingProxyType(self.accounts), account_busy=self.account_busy,
-                inbound=self.inbound, outbox=self.outbox, sessions=lambda: self.sessions,
+                inbound=self.inbound, outbox=self.outbox, sessions=self._started_sessions,
                 replay_unfinished=self.replay_unfinished, receiver=self.receiver,
                 supervisors=self.supervisors,
-                heartbeats=(lambda: self.heartbeats) if self.run_heartbeats else None,
+                heartbeats=self._started_heartbeats if self.run_heartbeats else None,
                 store_committed=self.health.store_committed,
                 url=lambda: self.gateway_parts.url)
             self.metrics.store_round_trips.set_function(
@@ -586,37 +586,41 @@ class Kernel:
         return Drained(turns=turns, sends=self.outbox.pending() - waiting, waiting=waiting)
 
     # -- accessors ---------------------------------------------------------------------
+    # The parts that exist once the kernel started. The components built before then
+    # are handed these methods themselves (``store=self._started_store``), read on each
+    # use: one call, where a lambda around the property made two.
 
-    @property
-    def store(self) -> Store:
+    def _started_store(self) -> Store:
         if self._store is None:
             raise RuntimeError("the kernel is not started")
         return self._store
 
-    @property
-    def sessions(self) -> Sessions:
+    def _started_sessions(self) -> Sessions:
         if self._sessions is None:
             raise RuntimeError("the kernel is not started")
         return self._sessions
 
-    @property
-    def queue(self) -> SessionQueue:
+    def _started_queue(self) -> SessionQueue:
         if self._queue is None:
             raise RuntimeError("the kernel is not started")
         return self._queue
 
-    @property
-    def heartbeats(self) -> HeartbeatScheduler:
-        """The heartbeat scheduler, built at start with what it uses."""
+    def _started_heartbeats(self) -> HeartbeatScheduler:
         if self._heartbeats is None:
             raise RuntimeError("the kernel is not started")
         return self._heartbeats
 
-    @property
-    def task_group(self) -> TaskGroup:
+    def _started_task_group(self) -> TaskGroup:
         if self._tg is None:
             raise RuntimeError("the kernel is not started")
         return self._tg
+
+    store = property(_started_store, doc="The state store (once started).")
+    sessions = property(_started_sessions, doc="The sessions (once started).")
+    queue = property(_started_queue, doc="The session queue (once started).")
+    heartbeats = property(_started_heartbeats,
+                          doc="The heartbeat scheduler, built at start with what it uses.")
+    task_group = property(_started_task_group, doc="The kernel's task group (once started).")
 
     def _session_in_use(self, key: str) -> bool:
         """Whether something holds a session's cached record now: a running turn, a

@@ -44,7 +44,12 @@ from chatkernel.channels import (
 )
 from chatkernel_telegram.api import DEFAULT_API_BASE, TOKEN_PATTERN, BotAPI
 from chatkernel_telegram.markup import TelegramHTML
-from chatkernel_telegram.receiving import INBOUND_MEDIA, TelegramPolling, TelegramWebhook
+from chatkernel_telegram.receiving import (
+    INBOUND_MEDIA,
+    MEDIA_FIELDS,
+    TelegramPolling,
+    TelegramWebhook,
+)
 
 MB = 1024 * 1024
 DOWNLOAD_MAX_BYTES = 20 * MB
@@ -195,7 +200,7 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
         if not isinstance(data, dict) or "chat" not in data:
             return None
         if not (data.get("text") or data.get("caption")
-                or any(field in data for field, _ in INBOUND_MEDIA)):
+                or not MEDIA_FIELDS.isdisjoint(data)):
             return None  # a service message (pinned, joined, a new title): nothing was said
         await self.identify()
         bot = self.bot or {}
@@ -207,8 +212,10 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
         entities = data.get("entities") or data.get("caption_entities") or []
         reply = data.get("reply_to_message") or {}
         thread = data.get("message_thread_id") if data.get("is_topic_message") else None
-        media = [ref for ref in [await self._download(data, field, kind)
-                                 for field, kind in INBOUND_MEDIA if field in data] if ref]
+        media = []
+        if not MEDIA_FIELDS.isdisjoint(data):
+            media = [ref for ref in [await self._download(data, field, kind)
+                                     for field, kind in INBOUND_MEDIA if field in data] if ref]
         return InboundMessage(
             channel=self.name, account=self.account.name, chat_id=str(chat["id"]),
             # message_id is unique within a chat only.

@@ -21,6 +21,8 @@ SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 INBOUND_MEDIA = (("photo", "image"), ("document", "document"), ("voice", "voice"),
                  ("audio", "audio"), ("video", "video"), ("animation", "video"),
                  ("video_note", "video"), ("sticker", "image"))
+#: The fields of INBOUND_MEDIA, for asking whether a message has any.
+MEDIA_FIELDS = frozenset(field for field, _ in INBOUND_MEDIA)
 
 
 class TelegramUpdates:
@@ -31,7 +33,7 @@ class TelegramUpdates:
 
     def event_has_media(self, update: dict[str, Any]) -> bool:
         message = update.get("message")
-        return isinstance(message, dict) and any(field in message for field, _ in INBOUND_MEDIA)
+        return isinstance(message, dict) and not MEDIA_FIELDS.isdisjoint(message)
 
     def describe_event(self, update: dict[str, Any]) -> str:
         return f"update {update.get('update_id')}"
