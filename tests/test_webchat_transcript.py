@@ -170,3 +170,27 @@ async def test_two_chats_may_use_the_same_client_message_id(config):
                 found = await messages(http, base, chat, 2)
                 assert [(m["role"], m["text"]) for m in found] == [("user", f"in {chat}"),
                                                                    ("bot", f"in {chat}")]
+
+
+async def test_a_post_that_finds_the_backlog_full_is_refused_before_its_transcript_entry(
+        config, monkeypatch):
+    from chatkernel.core.inbound import pipeline
+
+    backlog = pipeline.ACCEPT_BACKLOG
+    # No room at all (as if 2,000 accepted messages were waiting), a short wait for it.
+    monkeypatch.setattr(pipeline, "ACCEPT_BACKLOG", 0)
+    monkeypatch.setattr(pipeline, "WEBHOOK_ROOM_SECONDS", 0.2)
+    body = {"chat_id": "c1", "user_id": "u1", "text": "hello", "client_message_id": "m-1"}
+    async with aiohttp.ClientSession() as http, Gateway(config) as base:
+        with anyio.fail_after(10):  # answered after its wait, not held
+            async with http.post(f"{base}/webchat/messages", json=body) as r:
+                assert r.status == 503
+                assert r.headers["Retry-After"] == str(pipeline.BACKLOGGED_RETRY_AFTER)
+                assert "messages waiting: send it again" in (await r.json())["error"]
+        async with http.get(f"{base}/webchat/messages", params={"chat_id": "c1"}) as r:
+            assert (await r.json())["messages"] == []  # nothing the kernel does not have
+        # The page's retry, with the same client id, is taken once there is room.
+        monkeypatch.setattr(pipeline, "ACCEPT_BACKLOG", backlog)
+        await post(http, base, body)
+        found = await messages(http, base, "c1", 2)
+        assert [(m["role"], m["text"]) for m in found] == [("user", "hello"), ("bot", "hello")]

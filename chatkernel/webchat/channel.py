@@ -37,6 +37,7 @@ from aiohttp import web
 from pydantic import Field
 
 from chatkernel.sdk.channel import Channel, ChannelLimits, Deliver
+from chatkernel.sdk.errors import Backlogged
 from chatkernel.sdk.transport import Transport
 from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
 from chatkernel.core.config import AccountConfig
@@ -239,6 +240,16 @@ history_limit = 500                   # messages of its chat a page shows
             return _error(exc.status, str(exc))
         if self._deliver is None:
             return _error(503, "the web chat channel is not running")
+        # A full backlog refuses the post before its transcript entry is written (that
+        # entry and the journal's are one): the page offers to send it again.
+        room = getattr(self._deliver, "room", None)  # the kernel's receiver has it
+        if room is not None:
+            try:
+                await room(self.name, self.account.name)
+            except Backlogged as exc:
+                response = _error(503, str(exc))
+                response.headers["Retry-After"] = str(exc.retry_after)
+                return response
         client_id = posted.client_message_id
         # Written with the journal entry deliver() makes (one commit): a message is in
         # the transcript exactly when the kernel has it.

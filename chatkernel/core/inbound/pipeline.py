@@ -215,6 +215,13 @@ class Receiver:
         requests that come together share one durable write."""
         return await self._inbound.accept_many(messages, shared=True)
 
+    async def room(self, channel: str, account: str) -> None:
+        """Wait, as a webhook's request does, for room in a full backlog: at most
+        :data:`WEBHOOK_ROOM_SECONDS`, then :class:`~chatkernel.sdk.errors.Backlogged`.
+        For a request that writes something of its own before it delivers (the web
+        chat's transcript entry), so a refusal comes before anything is written."""
+        await self._inbound.wait_for_room(channel, account)
+
 
 class Inbound:
     """Runs the delivery pipeline for one kernel, given what it uses by name.
@@ -310,7 +317,8 @@ class Inbound:
         raises :class:`~chatkernel.sdk.errors.Backlogged` with nothing journaled.
         """
         if messages:
-            await self._wait_for_room(WEBHOOK_ROOM_SECONDS if shared else None, messages[0])
+            await self._wait_for_room(WEBHOOK_ROOM_SECONDS if shared else None,
+                                      (messages[0].channel, messages[0].account))
         outcomes: list[str] = []
         valid: list[tuple[int, Account, InboundMessage]] = []
         for index, message in enumerate(messages):
@@ -334,20 +342,24 @@ class Inbound:
                 self._line_up_if_owned(account, seq, message)
         return outcomes
 
+    async def wait_for_room(self, channel: str, account: str) -> None:
+        """A webhook's wait for room (see :meth:`Receiver.room`)."""
+        await self._wait_for_room(WEBHOOK_ROOM_SECONDS, (channel, account))
+
     async def _wait_for_room(self, within: float | None,
-                             first: InboundMessage | None = None) -> None:
+                             where: tuple[str, str] | None = None) -> None:
         """Wait while :data:`ACCEPT_BACKLOG` accepted messages are waiting: without end
         (``within`` None: a receive loop fetches nothing more meanwhile), or ``within``
         seconds, then :class:`Backlogged` (a webhook's request, which its platform
-        sends again; ``first`` is its first message, for the count and the log)."""
+        sends again; ``where`` is its channel and account, for the count)."""
         if len(self.lines) < ACCEPT_BACKLOG:
             return
         with anyio.move_on_after(within):
             while len(self.lines) >= ACCEPT_BACKLOG:
                 await self._room.wait()
             return
-        if first is not None:
-            self._metrics.backlogged.labels(first.channel, first.account).inc()
+        if where is not None:
+            self._metrics.backlogged.labels(*where).inc()
         self._refused += 1
         now = time.monotonic()
         if now - self._refused_logged >= BACKLOGGED_LOG_SECONDS:
