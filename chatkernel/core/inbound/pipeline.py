@@ -95,7 +95,7 @@ def validate(message: InboundMessage) -> None:
         if not isinstance(value, str) or not value:
             raise InvalidMessage(f"inbound message field {name!r} must be a non-empty string,"
                                  f" got {_shown(value)}")
-        if len(value) > INBOUND_FIELD_LIMITS[name]:  # checked here: every message, 7 fields
+        if len(value) > INBOUND_FIELD_LIMITS[name]:  # inline: every field of every message
             _check_length(name, value, INBOUND_FIELD_LIMITS[name])
     for name in ("text", "sender_name"):
         value = getattr(message, name)
