@@ -46,3 +46,8 @@ class Backlogged(Exception):
     def __init__(self, message: str, *, retry_after: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The headers of the ``503`` the refused request is answered with."""
+        return {"Retry-After": str(self.retry_after)}

@@ -148,8 +148,9 @@ class HmacSignature(Verifier):
 _OK_BODY = b'{"ok": true}'
 
 
-def _refuse(status: int, reason: str) -> web.Response:
-    return web.json_response({"ok": False, "error": reason}, status=status)
+def _refuse(status: int, reason: str, *, headers: dict[str, str] | None = None
+            ) -> web.Response:
+    return web.json_response({"ok": False, "error": reason}, status=status, headers=headers)
 
 
 async def _read_capped(request: web.Request, cap: int) -> bytes:
@@ -291,7 +292,5 @@ class Webhook(Transport):
         try:
             await self.receive(deliver, events)
         except Backlogged as exc:  # nothing journaled: the platform sends it again
-            response = _refuse(503, str(exc))
-            response.headers["Retry-After"] = str(exc.retry_after)
-            return response
+            return _refuse(503, str(exc), headers=exc.headers)
         return self.ok()

@@ -247,9 +247,8 @@ history_limit = 500                   # messages of its chat a page shows
             try:
                 await room(self.name, self.account.name)
             except Backlogged as exc:
-                response = _error(503, str(exc))
-                response.headers["Retry-After"] = str(exc.retry_after)
-                return response
+                return web.json_response({"error": str(exc)}, status=503,
+                                         headers=exc.headers)
         client_id = posted.client_message_id
         # Written with the journal entry deliver() makes (one commit): a message is in
         # the transcript exactly when the kernel has it.
