@@ -355,6 +355,14 @@ local function zrem(key, member)
   zchange(key, member, false)
 end
 
+-- `command key values...`, a thousand values at a time (an even count: ZADD's pairs
+-- stay whole): unpack() has a limit on how many values it spreads.
+local function in_chunks(command, key, values)
+  for first = 1, #values, 1000 do
+    redis.call(command, key, unpack(values, first, math.min(first + 999, #values)))
+  end
+end
+
 local function zflush()
   for _, key in ipairs(zkeys) do
     local adds, removes = {}, {}
@@ -366,12 +374,8 @@ local function zflush()
         removes[#removes + 1] = member
       end
     end
-    for first = 1, #adds, 1000 do  -- unpack() has a limit on how many values it spreads
-      redis.call('ZADD', key, unpack(adds, first, math.min(first + 999, #adds)))
-    end
-    for first = 1, #removes, 1000 do
-      redis.call('ZREM', key, unpack(removes, first, math.min(first + 999, #removes)))
-    end
+    in_chunks('ZADD', key, adds)
+    in_chunks('ZREM', key, removes)
   end
 end
 
