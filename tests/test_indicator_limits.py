@@ -217,3 +217,35 @@ async def test_quick_turns_mark_their_messages_read_in_one_call_when_the_indicat
                             ("typing", start + 0.5, "thinks")]
     assert channel.log[3] == ("read", start + 1.0, "burst")
     assert len(channel.log) == 4
+
+
+async def test_a_turn_due_after_the_resting_refresher_wakes_is_served_then_without_waking_it():
+    """Issue 31: a burst of turns on a channel with ``indicator_delay`` does not wake the
+    refresher once a turn: one due after its own wake-up waits for it; one due sooner
+    (a channel without the delay) wakes it. Each indicator is made at its own time."""
+    clock = ManualClock()
+    start = clock.now()
+    delayed = RecordingChannel(ChannelLimits(indicator_interval=600.0, indicator_delay=0.5),
+                               clock)
+    prompt = RecordingChannel(ChannelLimits(indicator_interval=600.0), clock)
+    slow = SimpleNamespace(key="test:slow", channel=delayed)
+    quick = SimpleNamespace(key="test:quick", channel=prompt)
+    indicators = Indicators(route, clock=clock.now, sleep=clock.sleep)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(indicators.run)
+        indicators.begin(slow, "test:slow:first")
+        assert await clock.sleeper() == start + 0.5  # the refresher rests until then
+        clock.advance(0.2)
+        indicators.begin(slow, "test:slow:second")  # due at 0.7: after that wake-up
+        assert not indicators._wake.is_set(), "a turn due later woke the refresher"
+        indicators.begin(quick, "test:quick:now")  # due now: before it
+        assert indicators._wake.is_set()
+        assert await prompt.next_call() == (start + 0.2, "now")
+        await clock.sleeper(after=start + 0.2)
+        clock.advance(0.3)
+        assert await delayed.next_call() == (start + 0.5, "first")
+        await clock.sleeper(after=start + 0.5)
+        clock.advance(0.2)
+        assert await delayed.next_call() == (start + 0.7, "second")
+        tg.cancel_scope.cancel()
+    assert [chat for _, chat in delayed.calls] == ["first", "second"]

@@ -29,6 +29,16 @@ def test_tallies_and_direct_counts_of_one_counter_add_up():
     assert metrics.child(metrics.turns, "ok")._value.get() == 2
 
 
+def test_count_adds_one_to_the_labels_tally_made_on_first_use():
+    metrics = Metrics()
+    metrics.count(metrics.messages_in, "memory", "main")
+    metrics.count(metrics.messages_in, "memory", "main")
+    metrics.count(metrics.messages_in, "memory", "other")
+    assert metrics.tally(metrics.messages_in, "memory", "main").pending == 2
+    prefix = 'chatkernel_messages_in_total{account="other",channel="memory"}'
+    assert _line(metrics.render().decode(), prefix) == f"{prefix} 1.0"
+
+
 def test_turn_seconds_renders_cumulative_buckets_count_and_sum():
     metrics = Metrics()
     for seconds in (0.01, 0.05, 0.3, 7.0, 500.0):

@@ -80,15 +80,13 @@ else:  # pragma: no cover - interpreters without the C accelerator
                                      default=_not_json).encode
 
 
-def _encode_bytes(value: Any) -> bytes:
-    try:
-        return orjson.dumps(value, default=_not_json, option=_OPTIONS)
-    except orjson.JSONEncodeError as exc:
-        if isinstance(exc.__cause__, TypeError):  # from _not_json: not a JSON value
-            raise TypeError(str(exc.__cause__)) from None
-        # A lone surrogate, a non-str key, deep nesting: the stdlib's encoder writes
-        # what it can, with the values orjson would have written.
-        return _encode_ascii(_as_orjson_would(value)).encode("ascii")
+def _not_orjson(value: Any, error: orjson.JSONEncodeError) -> bytes:
+    """What :func:`encode_json_bytes` writes where orjson refused ``value``."""
+    if isinstance(error.__cause__, TypeError):  # from _not_json: not a JSON value
+        raise TypeError(str(error.__cause__)) from None
+    # A lone surrogate, a non-str key, deep nesting: the stdlib's encoder writes
+    # what it can, with the values orjson would have written.
+    return _encode_ascii(_as_orjson_would(value)).encode("ascii")
 
 
 _INT_RANGE = range(-(2**63), 2**64)
@@ -115,13 +113,25 @@ def _as_orjson_would(value: Any) -> Any:
 
 def encode_json(value: Any, *, what: str = "value") -> str:
     """Compact JSON text; a value that is not JSON raises TypeError naming ``what``."""
-    return encode_json_bytes(value, what=what).decode()
+    # encode_json_bytes inlined: this runs several times a message (journal, outbox,
+    # session log).
+    try:
+        return orjson.dumps(value, default=_not_json, option=_OPTIONS).decode()
+    except orjson.JSONEncodeError as exc:
+        return _fallback(value, exc, what).decode()
 
 
 def encode_json_bytes(value: Any, *, what: str = "value") -> bytes:
     """:func:`encode_json` as UTF-8 bytes (a request body)."""
     try:
-        return _encode_bytes(value)
+        return orjson.dumps(value, default=_not_json, option=_OPTIONS)
+    except orjson.JSONEncodeError as exc:
+        return _fallback(value, exc, what)
+
+
+def _fallback(value: Any, error: orjson.JSONEncodeError, what: str) -> bytes:
+    try:
+        return _not_orjson(value, error)
     except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"{what} must hold JSON values only: {exc}") from None
 

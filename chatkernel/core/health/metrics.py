@@ -99,6 +99,14 @@ class Metrics:
             found = self._tallies[key] = Tally(self.child(metric, *labels))
         return found
 
+    def count(self, metric: Counter, *labels: str) -> None:
+        """Add one to ``metric.labels(*labels)`` through its :class:`Tally` (one call a
+        message where ``tally(...).inc()`` made two)."""
+        found = self._tallies.get((id(metric), labels))
+        if found is None:
+            found = self.tally(metric, *labels)
+        found.pending += 1
+
     def sync(self) -> None:
         """Add the tallies' counts to their Prometheus counters."""
         for tally in self._tallies.values():

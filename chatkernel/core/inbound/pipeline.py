@@ -478,7 +478,7 @@ class Inbound:
             metrics.child(metrics.duplicates, message.channel, message.account).inc()
             log.debug("duplicate %s message %s ignored", account.key, message.message_id)
             return None
-        metrics.tally(metrics.messages_in, message.channel, message.account).inc()
+        metrics.count(metrics.messages_in, message.channel, message.account)
         account.last_inbound_at = time.time()
         return account, seq
 

@@ -72,7 +72,7 @@ async def send_payload(pm: "PluginManager", metrics: "Metrics", account: Account
             "outbound_send", account=account, route=route, payload=payload))
     if result is None:
         raise SendError(f"no plugin sent the payload for {account.key}")
-    metrics.tally(metrics.messages_out, account.channel_name, account.name).inc()
+    metrics.count(metrics.messages_out, account.channel_name, account.name)
     return result
 
 

@@ -108,6 +108,14 @@ class Indicators:
         # session key -> the read mark its quick turns left (channels with mark_read)
         self._unread: dict[str, _Unread] = {}
         self._wake = anyio.Event()
+        # When the resting refresher wakes by itself (None: it is at work, not resting):
+        # what is due by then needs no wake-up.
+        self._resting_until: float | None = None
+
+    def _nudge(self, due: float) -> None:
+        """Wake the refresher for something due at ``due``, unless it wakes by then."""
+        if self._resting_until is None or due < self._resting_until:
+            self._wake.set()
 
     def begin(self, account: Account, session_key: str) -> None:
         """A turn started: indicate now (or after the channel's ``indicator_delay``) and
@@ -122,7 +130,7 @@ class Indicators:
                 if held is not None:
                     due = min(due, held.due)
             self._active[session_key] = _Entry(account, due)
-            self._wake.set()
+            self._nudge(due)
 
     def end(self, session_key: str) -> None:
         """The turn ended. One that showed no indicator yet leaves its read mark, where the
@@ -142,8 +150,9 @@ class Indicators:
                 (account.key, route.chat_id, route.thread_id)
             if key not in self._waiting and key not in self._active:
                 delay = account.channel.limits.indicator_delay  # type: ignore[union-attr]
-                self._waiting[key] = _Waiting(account, route, self._clock() + delay)
-                self._wake.set()
+                due = self._clock() + delay
+                self._waiting[key] = _Waiting(account, route, due)
+                self._nudge(due)
 
     async def run(self) -> None:
         """The refresher: runs until cancelled."""
@@ -175,7 +184,11 @@ class Indicators:
                 if entry.due <= now:
                     entry.due = await self._refresh(key, entry, now)
                 next_due = min(next_due, entry.due)
-            await self._rest(next_due - self._clock())
+            self._resting_until = next_due
+            try:
+                await self._rest(next_due - self._clock())
+            finally:
+                self._resting_until = None
 
     async def _rest(self, delay: float) -> None:
         """Until a begin() or once() wakes the refresher, or ``delay`` seconds of its

@@ -166,7 +166,7 @@ class Turns:
             del self._running[key]
             indicators.end(key)
             metrics = self._metrics
-            metrics.tally(metrics.turns, outcome).inc()
+            metrics.count(metrics.turns, outcome)
             metrics.turn_seconds.observe(time.monotonic() - started)
             # A turn with no reply (or none since these joined it) finishes them here.
             unlogged, unfinished = responder.unlogged(), responder.unfinished_journal()
