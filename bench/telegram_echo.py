@@ -690,6 +690,10 @@ def main() -> None:
     parser.add_argument("--no-gc-tuning", action="store_true",
                         help="run chatkernel with CPython's default collector settings "
                              "instead of those `chatkernel run` applies")
+    parser.add_argument("--alone", action="store_true",
+                        help="run only what --only names, without the floors, and print no "
+                             "table (bench/instructions.py counts one contender's "
+                             "instructions)")
     parser.add_argument("--serve-fake", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_fake:
@@ -702,8 +706,8 @@ def main() -> None:
         selected = []
         for contender in contenders(Path(tmp), gc_tuning=not args.no_gc_tuning):
             wanted = [w.strip() for w in args.only.split(",") if w.strip()]
-            if wanted and not (contender.is_floor or contender.always) and not any(
-                    w.lower() in contender.name.lower() for w in wanted):
+            if wanted and not any(w.lower() in contender.name.lower() for w in wanted) \
+                    and (args.alone or not (contender.is_floor or contender.always)):
                 continue
             if contender.package and importlib.util.find_spec(contender.package) is None:
                 print(f"skipping {contender.name}: the package {contender.package!r} is not "
@@ -726,7 +730,7 @@ def main() -> None:
             rows = scenario(latency, updates, args.sequential_updates, args, selected,
                             profiler)
             summaries.append((latency, updates, rows))
-        for latency, updates, rows in summaries:
+        for latency, updates, rows in summaries if not args.alone else ():
             verdicts += report(latency, updates, rows, args)
         if profiler is not None:
             from profiling import report as profile_report
