@@ -116,6 +116,7 @@ class Lines(Generic[T]):
         return len(done)
 
     async def _drain(self, key: str, line: deque[T]) -> None:
+        loop = asyncio.get_running_loop()  # once a task: each call asks the OS its pid
         try:
             while True:
                 while line:
@@ -130,7 +131,7 @@ class Lines(Generic[T]):
                         self._after(item)
                     if self._count == 0:
                         self._empty.set()
-                waker = self._wakers[key] = asyncio.get_running_loop().create_future()
+                waker = self._wakers[key] = loop.create_future()
                 self._idle_since[key] = time.monotonic()
                 await waker
                 if not line:

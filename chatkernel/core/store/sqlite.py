@@ -492,6 +492,9 @@ class SQLiteStore(Store):
         # Group commit: whether one is scheduled, and the futures of those waiting
         # for it (each caller's own, so a cancelled caller cancels only its wait).
         self._commit_scheduled = False
+        # The loop the scheduled commit runs on, where its waiters' futures are made (one
+        # asyncio.get_running_loop() a commit, not one a waiter: each asks the OS its pid).
+        self._commit_loop: asyncio.AbstractEventLoop | None = None
         self._commit_handle: asyncio.Handle | None = None
         self._commit_waiters: list[asyncio.Future[None]] = []
         # journal_inbound's waiters: a failed commit drops their entries and tells them.
@@ -815,7 +818,7 @@ class SQLiteStore(Store):
 
     def _schedule_commit(self) -> None:
         """Schedule the commit of the open transaction (callers check it is not yet)."""
-        loop = asyncio.get_running_loop()
+        loop = self._commit_loop = asyncio.get_running_loop()
         self._commit_scheduled = True
         # Idle: commit on the next loop turn. Busy: at most one commit per
         # COMMIT_INTERVAL, so more writes share each (a commit costs more
@@ -873,16 +876,18 @@ class SQLiteStore(Store):
             await self._commit_waiter()
 
     def _commit_waiter(self) -> asyncio.Future[None]:
-        """A future of the caller's own, done at the scheduled commit. (The hot paths
-        await it inline rather than through _committed: a coroutine less a wait.)"""
-        waiter = asyncio.get_running_loop().create_future()
+        """A future of the caller's own, done at the scheduled commit (callers check that
+        one is). (The hot paths await it inline rather than through _committed: a
+        coroutine less a wait.)"""
+        waiter = self._commit_loop.create_future()  # type: ignore[union-attr]
         self._commit_waiters.append(waiter)
         return waiter
 
     def _journal_waiter(self) -> asyncio.Future[None]:
-        """A waiter for the commit of journal entries: a failed commit drops them, and
-        raises to this waiter rather than trying them again (see journal_inbound)."""
-        waiter = asyncio.get_running_loop().create_future()
+        """A waiter for the commit of journal entries (callers check that one is
+        scheduled): a failed commit drops them, and raises to this waiter rather than
+        trying them again (see journal_inbound)."""
+        waiter = self._commit_loop.create_future()  # type: ignore[union-attr]
         self._journal_waiters.append(waiter)
         return waiter
 
@@ -1032,7 +1037,7 @@ class SQLiteStore(Store):
     def _retry_commit(self, loop: asyncio.AbstractEventLoop) -> None:
         """Schedule the next attempt of a failed commit, with backoff."""
         delay = min(RETRY_FIRST * 2 ** (self._commit_failures - 1), RETRY_MAX)
-        self._commit_scheduled = True
+        self._commit_scheduled, self._commit_loop = True, loop
         self._commit_handle = loop.call_later(delay, self._commit)
 
     # -- inbound journal -------------------------------------------------------------------
