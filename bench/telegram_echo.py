@@ -42,10 +42,12 @@ Sequential contenders answer about one update per round trip there, so they get
     .venv/bin/python bench/telegram_echo.py --latency 0.05 --only chatkernel,aiogram
     .venv/bin/python bench/telegram_echo.py --latency 0 --only chatkernel --profile
     .venv/bin/python bench/telegram_echo.py --latency 0 --only chatkernel --profile k.prof
+    .venv/bin/python bench/telegram_echo.py --latency 0 --only chatkernel --alone  # no floors
 
 python-telegram-bot and aiogram are not dependencies of chatkernel: install them into the
 venv for this benchmark only (bench/requirements.txt); a contender whose package cannot
-be imported is skipped with a message. The floors and chatkernel always run.
+be imported is skipped with a message. The floors and chatkernel always run, unless
+``--alone`` (what bench/instructions.py runs: the contenders ``--only`` names, no table).
 """
 from __future__ import annotations
 
