@@ -110,17 +110,24 @@ async def test_an_unlimited_indicator_is_made_even_while_a_reply_is_on_its_way()
     assert call == (clock.now(), "chat-a")
 
 
+def delayed_and_prompt(clock: ManualClock) -> tuple[RecordingChannel, RecordingChannel,
+                                                   SimpleNamespace, SimpleNamespace]:
+    """A channel with a 0.5 s ``indicator_delay`` and one without, and an account of each
+    (``test:slow``, ``test:quick``)."""
+    delayed = RecordingChannel(ChannelLimits(indicator_interval=600.0, indicator_delay=0.5),
+                               clock)
+    prompt = RecordingChannel(ChannelLimits(indicator_interval=600.0), clock)
+    return (delayed, prompt, SimpleNamespace(key="test:slow", channel=delayed),
+            SimpleNamespace(key="test:quick", channel=prompt))
+
+
 async def test_a_turn_that_ends_within_the_indicator_delay_shows_none_a_longer_one_does():
     """Issue 31: a channel's ``indicator_delay`` holds a turn's first call back; a turn
     that replied sooner costs no call (its reply would end the indicator at once). A
     channel without a delay, beside it, shows when the refresher went through."""
     clock = ManualClock()
     start = clock.now()
-    delayed = RecordingChannel(ChannelLimits(indicator_interval=600.0, indicator_delay=0.5),
-                               clock)
-    prompt = RecordingChannel(ChannelLimits(indicator_interval=600.0), clock)
-    slow = SimpleNamespace(key="test:slow", channel=delayed)
-    quick = SimpleNamespace(key="test:quick", channel=prompt)
+    delayed, prompt, slow, quick = delayed_and_prompt(clock)
     indicators = Indicators(route, clock=clock.now)
     async with anyio.create_task_group() as tg:
         tg.start_soon(indicators.run)
@@ -225,11 +232,7 @@ async def test_a_turn_due_after_the_resting_refresher_wakes_is_served_then_witho
     (a channel without the delay) wakes it. Each indicator is made at its own time."""
     clock = ManualClock()
     start = clock.now()
-    delayed = RecordingChannel(ChannelLimits(indicator_interval=600.0, indicator_delay=0.5),
-                               clock)
-    prompt = RecordingChannel(ChannelLimits(indicator_interval=600.0), clock)
-    slow = SimpleNamespace(key="test:slow", channel=delayed)
-    quick = SimpleNamespace(key="test:quick", channel=prompt)
+    delayed, prompt, slow, quick = delayed_and_prompt(clock)
     indicators = Indicators(route, clock=clock.now, sleep=clock.sleep)
     async with anyio.create_task_group() as tg:
         tg.start_soon(indicators.run)

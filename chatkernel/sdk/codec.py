@@ -80,15 +80,6 @@ else:  # pragma: no cover - interpreters without the C accelerator
                                      default=_not_json).encode
 
 
-def _not_orjson(value: Any, error: orjson.JSONEncodeError) -> bytes:
-    """What :func:`encode_json_bytes` writes where orjson refused ``value``."""
-    if isinstance(error.__cause__, TypeError):  # from _not_json: not a JSON value
-        raise TypeError(str(error.__cause__)) from None
-    # A lone surrogate, a non-str key, deep nesting: the stdlib's encoder writes
-    # what it can, with the values orjson would have written.
-    return _encode_ascii(_as_orjson_would(value)).encode("ascii")
-
-
 _INT_RANGE = range(-(2**63), 2**64)
 
 
@@ -130,8 +121,14 @@ def encode_json_bytes(value: Any, *, what: str = "value") -> bytes:
 
 
 def _fallback(value: Any, error: orjson.JSONEncodeError, what: str) -> bytes:
+    """What the encoders write where orjson refused ``value``: a TypeError naming
+    ``what`` for a value that is not JSON; otherwise (a lone surrogate, a non-str key,
+    deep nesting) what the stdlib's encoder writes, with the values orjson would have
+    written."""
+    if isinstance(error.__cause__, TypeError):  # from _not_json: not a JSON value
+        raise TypeError(f"{what} must hold JSON values only: {error.__cause__}") from None
     try:
-        return _not_orjson(value, error)
+        return _encode_ascii(_as_orjson_would(value)).encode("ascii")
     except (TypeError, ValueError, RecursionError) as exc:
         raise TypeError(f"{what} must hold JSON values only: {exc}") from None
 
