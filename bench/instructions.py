@@ -6,8 +6,8 @@ a process executes, and that count is the same run after run whatever else the m
 does (within 1–2 % here: the batching of a run still varies, more so with another count
 beside it). This runs one contender of an echo benchmark alone under ``valgrind
 --tool=cachegrind --cache-sim=no`` twice, with a small and a large number of messages,
-and divides the difference by the difference in messages: start-up, shutdown and the bench's own fixed
-work cancel out, what is left is the work of one message. The fakes run in their own
+and divides the difference by the difference in messages: start-up, shutdown and the
+bench's own fixed work cancel out, what is left is the work of one message. The fakes run in their own
 processes, which valgrind does not follow. (bench/pipeline_instructions.py counts the
 in-memory pipeline alone the same way; this counts each platform's path, its real channel
 against its fake, beside the path's floor.)
