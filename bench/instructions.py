@@ -7,10 +7,10 @@ does (within 1–2 % here: the batching of a run still varies, more so with anot
 beside it). This runs one contender of an echo benchmark alone under ``valgrind
 --tool=cachegrind --cache-sim=no`` twice, with a small and a large number of messages,
 and divides the difference by the difference in messages: start-up, shutdown and the
-bench's own fixed work cancel out, what is left is the work of one message. The fakes run in their own
-processes, which valgrind does not follow. (bench/pipeline_instructions.py counts the
-in-memory pipeline alone the same way; this counts each platform's path, its real channel
-against its fake, beside the path's floor.)
+bench's own fixed work cancel out, what is left is the work of one message. The fakes
+run in their own processes, which valgrind does not follow. (bench/pipeline_instructions.py
+counts the in-memory pipeline alone the same way; this counts each platform's path, its
+real channel against its fake, beside the path's floor.)
 
 valgrind slows the contender about 25-fold and not the fake, so the contender's polls,
 commits and concurrent requests carry more messages each than at full speed: compare the
