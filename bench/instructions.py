@@ -54,17 +54,21 @@ PATHS: dict[str, tuple[list[str], dict[str, str], str]] = {
                  {"chatkernel": "chatkernel", "floor": "pipelined"}, "telegram"),
     "whatsapp": (["bench/whatsapp_echo.py", "--rounds", "1", "--messages", "{n}",
                   "--users", "{users}", "--only", "{contender}"],
-                 {"chatkernel": "chatkernel", "floor": "floor"}, "whatsapp"),
+                 {"chatkernel": "chatkernel", "floor": "floor",
+                  "floor-journaled": "floor-journaled"}, "whatsapp"),
     "whatsapp-10": (["bench/whatsapp_echo.py", "--rounds", "1", "--messages", "{n}",
                      "--users", "{users}", "--per-notification", "10", "--only",
                      "{contender}"],
-                    {"chatkernel": "chatkernel", "floor": "floor"}, "whatsapp"),
+                    {"chatkernel": "chatkernel", "floor": "floor",
+                     "floor-journaled": "floor-journaled"}, "whatsapp"),
     "slack-events": (["bench/slack_events_echo.py", "--rounds", "1", "--messages", "{n}",
                       "--only", "{contender}"],
-                     {"chatkernel": "chatkernel", "floor": "floor"}, "slack"),
+                     {"chatkernel": "chatkernel", "floor": "floor",
+                      "floor-journaled": "floor-journaled"}, "slack"),
     "webchat": (["bench/webchat_echo.py", "--rounds", "1", "--chats", "{chats}",
                  "--per-chat", "20", "--only", "{contender}"],
-                {"chatkernel": "chatkernel", "floor": "floor"}, ""),
+                {"chatkernel": "chatkernel", "floor": "floor",
+                 "floor-journaled": "floor-journaled"}, ""),
 }
 
 _REFS = re.compile(r"I\s+refs:\s+([\d,]+)")
@@ -114,7 +118,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("paths", nargs="+", choices=tuple(PATHS))
     parser.add_argument("--only", default="chatkernel,floor",
-                        help="comma-separated: chatkernel, floor (default both)")
+                        help="comma-separated: chatkernel, floor (default both), "
+                             "floor-journaled (the webhook paths and the web chat)")
     parser.add_argument("--small", type=int, default=500)
     parser.add_argument("--large", type=int, default=2500)
     parser.add_argument("--tree", action="append", type=Path, default=[],
@@ -125,19 +130,24 @@ def main() -> None:
     wanted = [name for name in args.only.split(",") if name]
     print(f"instructions a message: ({args.large:,} messages) - ({args.small:,} messages), "
           f"divided by {args.large - args.small:,}; Python {sys.version.split()[0]}")
-    print(f"{'path':14} {'contender':11} {'tree':28} {'instructions':>13} {'x floor':>8}")
+    print(f"{'path':14} {'contender':15} {'tree':28} {'instructions':>13} {'x floor':>8} "
+          f"{'x journaled':>12}")
     for path in args.paths:
-        floor = None
-        for contender in [c for c in ("floor", "chatkernel") if c in wanted]:
+        # The ratios to each floor counted before (the floors come first).
+        floors: dict[str, float] = {}
+        contenders = ("floor", "floor-journaled", "chatkernel")
+        for contender in [c for c in contenders if c in wanted and c in PATHS[path][1]]:
             trees = [None] + (args.tree if contender == "chatkernel" else [])
             for tree in trees:
                 pythonpath = None if tree is None else tree_path(tree, PATHS[path][2])
                 count = per_message(path, contender, args.small, args.large, pythonpath)
-                if contender == "floor":
-                    floor = count
-                ratio = f"{count / floor:8.2f}" if floor else f"{'':8}"
-                print(f"{path:14} {contender:11} {str(tree or 'this checkout'):28} "
-                      f"{count:13,.0f} {ratio}", flush=True)
+                ratios = [f"{count / floors[base]:{width}.2f}" if base in floors
+                          else " " * width
+                          for base, width in (("floor", 8), ("floor-journaled", 12))]
+                if tree is None and contender != "chatkernel":
+                    floors[contender] = count
+                print(f"{path:14} {contender:15} {str(tree or 'this checkout'):28} "
+                      f"{count:13,.0f} {' '.join(ratios)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,12 @@ contender ignores them.
                  checked over the raw bytes (hmac.compare_digest), the JSON parsed, the
                  echo started (chained per conversation, so each keeps its order), 200 at
                  once; nothing journaled, nothing deduplicated
+    floor-journaled
+                 the floor with the kernel's guarantees hand-written
+                 (common.GroupJournal): each new message event journaled before its 200
+                 (one commit for the requests of one event-loop turn), a retried one not
+                 answered again, each echo claimed durably before it is sent and marked
+                 sent after; what the guarantees cost without the kernel
     chatkernel   a real kernel with chatkernel_slack in events mode and the echo agent,
                  served by the gateway's own app and listener (the HTTP guard included):
                  every event journaled (SQLite, durable) before its 200; queue mode followup,
@@ -41,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import hashlib
 import hmac
 import importlib.util
@@ -58,7 +65,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from common import percentile, serve
+from common import GroupJournal, percentile, print_beside, serve
 from profiling import append_top, make_profiler
 
 ECHO = re.compile(r"chat (\d+) msg (\d+)")
@@ -147,21 +154,41 @@ class Fake:
 # -- the contenders -----------------------------------------------------------------------
 
 
+#: The journaled floor's tables: each event by its id (a retry is a duplicate), each echo
+#: claimed before it is sent.
+JOURNAL_SCHEMA = """
+CREATE TABLE journal (id TEXT PRIMARY KEY, channel TEXT, text TEXT, done INTEGER DEFAULT 0);
+CREATE TABLE outbox (id INTEGER PRIMARY KEY, event TEXT, sent INTEGER DEFAULT 0);
+"""
+
+
 @contextlib.asynccontextmanager
-async def floor(fake: Fake, home: Path, notes: dict[str, Any]) -> AsyncIterator[str]:
-    """The least an Events API echo does: verify, parse, 200, echo."""
+async def floor(fake: Fake, home: Path, notes: dict[str, Any], *,
+                journaled: bool = False) -> AsyncIterator[str]:
+    """The least an Events API echo does: verify, parse, 200, echo. ``journaled``: and
+    the kernel's guarantees hand-written (common.GroupJournal): every new message event
+    journaled before the 200, a retried one not answered again, each echo claimed
+    durably before it is sent and marked sent after."""
     secret = fake.signing_secret.encode()
     http = aiohttp.ClientSession(headers={"Authorization": f"Bearer {fake.bot_token}"},
                                  connector=aiohttp.TCPConnector(limit=100))
     chains: dict[str, asyncio.Future[None]] = {}
     tasks: set[asyncio.Task[None]] = set()
+    store = GroupJournal(home / "floor.db", JOURNAL_SCHEMA) if journaled else None
 
-    async def echo(after: asyncio.Future[None] | None, channel: str, text: str) -> None:
+    async def echo(after: asyncio.Future[None] | None, channel: str, text: str,
+                   event_id: str) -> None:
         if after is not None:
             await after
+        if store is not None:
+            claim = store.write("INSERT INTO outbox (event) VALUES (?)", (event_id,)).lastrowid
+            await store.durable()
         async with http.post(f"{fake.api_base}chat.postMessage",
                              json={"channel": channel, "text": text}) as answer:
             await answer.read()
+        if store is not None:
+            store.write("UPDATE outbox SET sent = 1 WHERE id = ?", (claim,))
+            store.write("UPDATE journal SET done = 1 WHERE id = ?", (event_id,))
 
     async def events(request: web.Request) -> web.Response:
         raw = await request.read()
@@ -179,8 +206,14 @@ async def floor(fake: Fake, home: Path, notes: dict[str, Any]) -> AsyncIterator[
         event = payload.get("event") or {}
         if event.get("type") == "message" and not event.get("bot_id") \
                 and not event.get("subtype"):
-            channel = event["channel"]
-            task = asyncio.ensure_future(echo(chains.get(channel), channel, event["text"]))
+            channel, text, event_id = event["channel"], event["text"], payload["event_id"]
+            if store is not None:
+                new = store.write("INSERT OR IGNORE INTO journal (id, channel, text)"
+                                  " VALUES (?, ?, ?)", (event_id, channel, text)).rowcount
+                await store.durable()
+                if not new:
+                    return web.Response()  # a retry: answered once already
+            task = asyncio.ensure_future(echo(chains.get(channel), channel, text, event_id))
             chains[channel] = task
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -195,6 +228,8 @@ async def floor(fake: Fake, home: Path, notes: dict[str, Any]) -> AsyncIterator[
             for task in list(tasks):
                 task.cancel()
             await http.close()
+            if store is not None:
+                store.close()
 
 
 @contextlib.asynccontextmanager
@@ -273,8 +308,9 @@ async def slack_bolt(fake: Fake, home: Path, notes: dict[str, Any]) -> AsyncIter
         yield f"{base}/slack/events"
 
 
-CONTENDERS: dict[str, Callable[..., Any]] = {"floor": floor, "chatkernel": chatkernel,
-                                             "slack_bolt": slack_bolt}
+CONTENDERS: dict[str, Callable[..., Any]] = {
+    "floor": floor, "floor-journaled": functools.partial(floor, journaled=True),
+    "chatkernel": chatkernel, "slack_bolt": slack_bolt}
 NEEDS = {"slack_bolt": "slack_bolt"}
 
 
@@ -393,6 +429,7 @@ def main() -> None:
               f"{statistics.median(r['p99'] for r in rows) * 1000:.0f} | "
               f"{min(r['answered'] for r in rows)} | {sum(r['duplicates'] for r in rows)} | "
               f"{sum(r['order'] for r in rows)} | {sum(r['redelivered'] for r in rows)} |")
+    print_beside(results, "chatkernel", "floor-journaled")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,12 @@ another, the next once the previous was answered 202, as the page does
     floor        a minimal aiohttp POST handler: the JSON body parsed, its fields
                  checked, the message and its echo appended to an in-memory transcript,
                  202; nothing durable
+    floor-journaled
+                 the floor with the kernel's guarantees hand-written
+                 (common.GroupJournal): a new post journaled and in an SQLite transcript
+                 before its 202 (one commit for the posts of one event-loop turn), a
+                 retried ``client_message_id`` not answered twice, the echo written after;
+                 what the guarantees cost without the kernel
     chatkernel   the web chat of a real kernel with the echo agent, served by the
                  gateway's own app and listener (the HTTP guard included): the message
                  in the transcript and the journal (SQLite, durable) before its 202, the
@@ -29,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import platform
 import sqlite3
@@ -44,7 +51,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from common import serve
+from common import GroupJournal, print_beside, serve
 from profiling import append_top, make_profiler
 
 
@@ -91,9 +98,22 @@ class Served:
     settle: Callable[[], Awaitable[None]] = _settled
 
 
+#: The journaled floor's tables: each post by its chat and client id (a retried post is
+#: a duplicate), and the transcript.
+JOURNAL_SCHEMA = """
+CREATE TABLE journal (chat_id TEXT, client_id TEXT, done INTEGER DEFAULT 0,
+                      PRIMARY KEY (chat_id, client_id));
+CREATE TABLE transcript (id INTEGER PRIMARY KEY, chat_id TEXT, role TEXT, text TEXT);
+"""
+
+
 @contextlib.asynccontextmanager
-async def floor(home: Path) -> AsyncIterator[Served]:
+async def floor(home: Path, *, journaled: bool = False) -> AsyncIterator[Served]:
+    """``journaled``: the kernel's guarantees hand-written (common.GroupJournal): a new
+    post journaled and in the transcript before its 202, a retried one (the same
+    ``client_message_id``) not answered again, the echo in the transcript after."""
     transcript: Transcript = {}
+    store = GroupJournal(home / "floor.db", JOURNAL_SCHEMA) if journaled else None
 
     async def post(request: web.Request) -> web.Response:
         body = json.loads(await request.read())
@@ -101,14 +121,41 @@ async def floor(home: Path) -> AsyncIterator[Served]:
         if not isinstance(chat, str) or not isinstance(text, str) or \
                 not isinstance(body.get("user_id"), str):
             return web.json_response({"error": "chat_id, user_id and text"}, status=400)
-        lines = transcript.setdefault(chat, [])
-        lines += [("user", text), ("bot", text)]
-        return web.json_response({"message_id": str(len(lines) - 1)}, status=202)
+        if store is None:
+            lines = transcript.setdefault(chat, [])
+            lines += [("user", text), ("bot", text)]
+            return web.json_response({"message_id": str(len(lines) - 1)}, status=202)
+        client_id = str(body.get("client_message_id", ""))
+        if store.write("INSERT OR IGNORE INTO journal (chat_id, client_id) VALUES (?, ?)",
+                       (chat, client_id)).rowcount:
+            row = store.write("INSERT INTO transcript (chat_id, role, text) VALUES (?, ?, ?)",
+                              (chat, "user", text)).lastrowid
+            await store.durable()
+            store.write("INSERT INTO transcript (chat_id, role, text) VALUES (?, ?, ?)",
+                        (chat, "bot", text))
+            store.write("UPDATE journal SET done = 1 WHERE chat_id = ? AND client_id = ?",
+                        (chat, client_id))
+            return web.json_response({"message_id": str(row)}, status=202)
+        await store.durable()  # a retry: answered as the first post was, once it is kept
+        return web.json_response({"message_id": ""}, status=202)
+
+    def kept() -> Transcript:
+        assert store is not None
+        found: Transcript = {}
+        for chat, role, text in store.db.execute(
+                "SELECT chat_id, role, text FROM transcript ORDER BY id"):
+            found.setdefault(chat, []).append((role, text))
+        return found
 
     app = web.Application()
     app.router.add_post("/webchat/messages", post)
-    async with serve(app) as base:
-        yield Served(f"{base}/webchat/messages", lambda: transcript)
+    try:
+        async with serve(app) as base:
+            yield Served(f"{base}/webchat/messages",
+                         kept if store is not None else lambda: transcript)
+    finally:
+        if store is not None:
+            store.close()
 
 
 @contextlib.asynccontextmanager
@@ -162,7 +209,9 @@ async def chatkernel(home: Path) -> AsyncIterator[Served]:
             await runner.cleanup()
 
 
-CONTENDERS: dict[str, Callable[..., Any]] = {"floor": floor, "chatkernel": chatkernel}
+CONTENDERS: dict[str, Callable[..., Any]] = {
+    "floor": floor, "floor-journaled": functools.partial(floor, journaled=True),
+    "chatkernel": chatkernel}
 
 
 # -- one run --------------------------------------------------------------------------------
@@ -249,6 +298,7 @@ def main() -> None:
         print(f"| {name} | {rate:.0f} | {f'{rate / floor_rate:.2f}' if floor_rate else '—'} | "
               f"{cpu:.0f} | {f'{cpu / floor_cpu:.2f}' if floor_cpu else '—'} | "
               f"{min(r['answered'] for r in rows)} | {sum(r['wrong_chats'] for r in rows)} |")
+    print_beside(results, "chatkernel", "floor-journaled")
 
 
 if __name__ == "__main__":

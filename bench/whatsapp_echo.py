@@ -13,6 +13,12 @@ message's text back with ``POST /{phone-number-id}/messages``.
                  bytes (hmac.compare_digest), the JSON parsed, every message's echo
                  started (chained per user, so each user's stay in order), 200 at once;
                  nothing is journaled, nothing deduplicated
+    floor-journaled
+                 the floor with the kernel's guarantees hand-written
+                 (common.GroupJournal): each new message journaled before the 200 (one
+                 commit for the requests of one event-loop turn), a redelivered one not
+                 answered again, each echo claimed durably before it is sent and marked
+                 sent after; what the guarantees cost without the kernel
     chatkernel   a real kernel with the chatkernel_whatsapp plugin and the echo agent, its
                  webhook route on an aiohttp server as the gateway mounts it: every
                  message journaled (SQLite, durable) before its 200, queue mode followup
@@ -64,6 +70,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import hashlib
 import hmac
 import json
@@ -82,7 +89,7 @@ import anyio
 from aiohttp import web
 
 from chatkernel_whatsapp.fake import FakeGraph
-from common import percentile, serve
+from common import GroupJournal, percentile, print_beside, serve
 from profiling import append_top, make_profiler
 
 APP_SECRET = "bench-app-secret"
@@ -92,23 +99,44 @@ VERIFY_TOKEN = "bench-verify-token"
 # -- the contenders ---------------------------------------------------------------------------
 
 
+#: The journaled floor's tables: each message by its id (a redelivery is a duplicate),
+#: each echo claimed before it is sent.
+JOURNAL_SCHEMA = """
+CREATE TABLE journal (id TEXT PRIMARY KEY, user TEXT, text TEXT, done INTEGER DEFAULT 0);
+CREATE TABLE outbox (id INTEGER PRIMARY KEY, message TEXT, sent INTEGER DEFAULT 0);
+"""
+
+
 @contextlib.asynccontextmanager
-async def floor(graph: Target, home: Path, journal: dict[str, int]) -> AsyncIterator[str]:
-    """The least a webhook echo does: verify, parse, reply, 200."""
+async def floor(graph: Target, home: Path, journal: dict[str, int], *,
+                journaled: bool = False) -> AsyncIterator[str]:
+    """The least a webhook echo does: verify, parse, reply, 200. ``journaled``: and the
+    kernel's guarantees hand-written (common.GroupJournal): every new message journaled
+    before the 200, a redelivered one not answered again, each echo claimed durably
+    before it is sent and marked sent after."""
     secret = APP_SECRET.encode()
     url = f"{graph.base_url}/{graph.version}/{graph.phone_number_id}/messages"
     http = aiohttp.ClientSession(headers={"Authorization": f"Bearer {graph.token}"},
                                  connector=aiohttp.TCPConnector(limit=100))
     chains: dict[str, asyncio.Future[None]] = {}
     tasks: set[asyncio.Task[None]] = set()
+    store = GroupJournal(home / "floor.db", JOURNAL_SCHEMA) if journaled else None
 
-    async def echo(after: asyncio.Future[None] | None, to: str, text: str) -> None:
+    async def echo(after: asyncio.Future[None] | None, to: str, text: str,
+                   message_id: str) -> None:
         if after is not None:
             await after
+        if store is not None:
+            claim = store.write("INSERT INTO outbox (message) VALUES (?)",
+                                (message_id,)).lastrowid
+            await store.durable()
         body = {"messaging_product": "whatsapp", "recipient_type": "individual", "to": to,
                 "type": "text", "text": {"body": text}}
         async with http.post(url, json=body) as answer:
             await answer.read()
+        if store is not None:
+            store.write("UPDATE outbox SET sent = 1 WHERE id = ?", (claim,))
+            store.write("UPDATE journal SET done = 1 WHERE id = ?", (message_id,))
 
     async def webhook(request: web.Request) -> web.Response:
         raw = await request.read()
@@ -117,14 +145,23 @@ async def floor(graph: Target, home: Path, journal: dict[str, int]) -> AsyncIter
         if not hmac.compare_digest(given.encode(), expected.encode()):
             return web.Response(status=403)
         payload = json.loads(raw)
+        new = []
         for entry in payload.get("entry", []):
             for change in entry.get("changes", []):
                 for message in change.get("value", {}).get("messages", []):
                     user, text = message["from"], message["text"]["body"]
-                    task = asyncio.ensure_future(echo(chains.get(user), user, text))
-                    chains[user] = task
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
+                    if store is not None and not store.write(
+                            "INSERT OR IGNORE INTO journal (id, user, text) VALUES (?, ?, ?)",
+                            (message["id"], user, text)).rowcount:
+                        continue  # a redelivery: answered once already
+                    new.append((user, text, message["id"]))
+        if store is not None:
+            await store.durable()
+        for user, text, message_id in new:
+            task = asyncio.ensure_future(echo(chains.get(user), user, text, message_id))
+            chains[user] = task
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
         return web.json_response({"ok": True})
 
     async def handshake(request: web.Request) -> web.Response:
@@ -139,11 +176,18 @@ async def floor(graph: Target, home: Path, journal: dict[str, int]) -> AsyncIter
     app.router.add_get("/webhook", handshake)
     async with serve(app) as base:
         try:
+            commits_before = store.commits if store is not None else 0
             yield f"{base}/webhook"
+            if store is not None:
+                journal["commits"] = store.commits - commits_before
         finally:
             for task in list(tasks):
                 task.cancel()
             await http.close()
+            if store is not None:
+                journal["journaled"] = store.db.execute(
+                    "SELECT COUNT(*) FROM journal").fetchone()[0]
+                store.close()
 
 
 @contextlib.asynccontextmanager
@@ -267,8 +311,9 @@ def _installed(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
-CONTENDERS: dict[str, Callable[..., Any]] = {"floor": floor, "chatkernel": chatkernel,
-                                             "pywa": pywa}
+CONTENDERS: dict[str, Callable[..., Any]] = {
+    "floor": floor, "floor-journaled": functools.partial(floor, journaled=True),
+    "chatkernel": chatkernel, "pywa": pywa}
 #: The module a contender needs beyond the project's own (skipped when missing).
 NEEDS = {"pywa": "pywa_async"}
 
@@ -499,6 +544,8 @@ def print_table(results: dict[str, list[dict[str, Any]]]) -> None:
         ours = statistics.median(r["rate"] for r in results["chatkernel"])
         theirs = statistics.median(r["rate"] for r in results["pywa"])
         print(f"\nchatkernel / pywa: {ours / theirs:.2f}× the rate" if theirs else "")
+    print_beside(results, "chatkernel", "floor-journaled")
+
 
 
 if __name__ == "__main__":
