@@ -164,6 +164,19 @@ def test_parse_json_object_takes_an_object() -> None:
     assert parse_json_object(b'{"a": [1, 2.5, "\\ud800"]}') == {"a": [1, 2.5, "\ud800"]}
 
 
+@pytest.mark.parametrize("raw", [
+    '{"a": "é"}'.encode("utf-16"), '{"a": "é"}'.encode("utf-32-le"),
+    b'\xef\xbb\xbf{"a": "\xc3\xa9"}', '{"a": "é"}',
+])
+def test_parse_json_object_reads_bytes_and_text_as_json_loads_does(raw: bytes | str) -> None:
+    assert parse_json_object(raw) == {"a": "é"}
+
+
+def test_parse_json_object_refuses_text_that_starts_with_a_byte_order_mark() -> None:
+    with pytest.raises(RequestError, match="must be a JSON object"):
+        parse_json_object('\ufeff{"a": 1}')
+
+
 # -- Host, Origin, content type, headers ------------------------------------------------
 
 
@@ -208,6 +221,15 @@ def test_host_name_of_a_host_header(header: str, name: str | None) -> None:
 def test_which_hosts_are_the_gateways(host: str | None, allowed: bool) -> None:
     check = http_guard.HostCheck("gw.lan", frozenset({"chat.example.com"}))
     assert check.allows(host) is allowed
+
+
+def test_each_check_answers_for_its_own_names_whatever_another_answered_first() -> None:
+    # The answers are remembered by Host header: a check must not get another's.
+    lan, public = http_guard.HostCheck("gw.lan"), http_guard.HostCheck(
+        "0.0.0.0", frozenset({"chat.example.com"}))
+    for _ in range(2):
+        assert lan.allows("gw.lan:8787") and not public.allows("gw.lan:8787")
+        assert public.allows("chat.example.com") and not lan.allows("chat.example.com")
 
 
 async def test_a_request_for_a_foreign_host_is_refused_except_on_webhooks() -> None:

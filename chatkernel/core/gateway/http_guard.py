@@ -42,6 +42,7 @@
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import logging
@@ -171,19 +172,7 @@ class HostCheck:
     def allows(self, header: str | None) -> bool:
         """Whether a request's ``Host`` header names this gateway (none at all: not a
         browser, which always sends one)."""
-        if header is None:
-            return True
-        name = host_name(header)
-        if not name:
-            return False
-        if name == "localhost" or name.endswith(".localhost"):
-            return True
-        try:
-            ipaddress.ip_address(name)
-            return True  # no page can rebind an address: only a name
-        except ValueError:
-            pass
-        return name == self.listen_host or name in self.public_hosts
+        return header is None or _host_allowed(self, header)
 
     def same_site(self, origin: str, host: str | None) -> bool:
         """Whether a request's ``Origin`` is the gateway's own page: the origin the
@@ -196,6 +185,23 @@ class HostCheck:
                 _without_default_port(host.strip().lower(), parts.scheme):
             return True
         return parts.hostname.rstrip(".") in self.public_hosts
+
+
+# A page's requests all carry the same few Host headers: each is parsed once, not once a
+# request (bounded, so a client making up names only churns it).
+@functools.lru_cache(maxsize=256)
+def _host_allowed(hosts: HostCheck, header: str) -> bool:
+    name = host_name(header)
+    if not name:
+        return False
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        ipaddress.ip_address(name)
+        return True  # no page can rebind an address: only a name
+    except ValueError:
+        pass
+    return name == hosts.listen_host or name in hosts.public_hosts
 
 
 def host_name(header: str) -> str | None:
@@ -279,7 +285,11 @@ def parse_json_object(raw: bytes | str) -> dict[str, Any]:
     the parser is a bad request, not a crash.
     """
     try:
-        value = json.loads(raw, parse_constant=_not_json, parse_float=_finite)
+        if isinstance(raw, bytes):  # as json.loads reads bytes
+            raw = raw.decode(json.detect_encoding(raw), "surrogatepass")
+        if raw.startswith("\ufeff"):
+            raise ValueError("a byte order mark")  # json.loads refuses it too
+        value = _STRICT_JSON.decode(raw)
     except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
         raise RequestError(400, "the body must be a JSON object") from None
     if not isinstance(value, dict):
@@ -296,3 +306,7 @@ def _finite(text: str) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{text} is too large a number")
     return value
+
+
+#: Built once: json.loads with these hooks builds a decoder a call.
+_STRICT_JSON = json.JSONDecoder(parse_constant=_not_json, parse_float=_finite)
