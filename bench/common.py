@@ -50,19 +50,24 @@ class GroupJournal:
     """The durable state of a journaled floor, hand-written: one SQLite database in WAL
     mode with ``synchronous = NORMAL`` (the kernel's default), where every write made in
     one turn of the event loop joins one transaction, committed once on the next turn.
-    :meth:`durable` waits for the commit that holds every write made so far: what a
-    webhook awaits before its 2xx, and a send before it goes out (the kernel's outbox
-    claims a send durably first, so a crash cannot send it twice).
 
     The least the kernel's guarantees cost (journaled before the 2xx, deduplicated, no
     double answer), without the kernel: its sessions, lanes, turns, session log, delivery
-    statuses and indicators are not here."""
+    statuses and indicators are not here. A floor :meth:`add`\ s each message, awaits
+    :meth:`durable` before its 2xx, :meth:`claim`\ s each send before it goes out (as the
+    kernel's outbox does, so a crash cannot send it twice) and marks it :meth:`sent`.
+    ``schema``: the floor's tables beyond the journal and the outbox."""
 
-    def __init__(self, path: Path, schema: str) -> None:
+    SCHEMA = """
+    CREATE TABLE journal (id TEXT PRIMARY KEY, text TEXT, done INTEGER DEFAULT 0);
+    CREATE TABLE outbox (id INTEGER PRIMARY KEY, message TEXT, sent INTEGER DEFAULT 0);
+    """
+
+    def __init__(self, path: Path, schema: str = "") -> None:
         self.db = sqlite3.connect(path, isolation_level=None)
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute("PRAGMA synchronous = NORMAL")
-        self.db.executescript(schema)
+        self.db.executescript(self.SCHEMA + schema)
         self.commits = 0
         self._next: asyncio.Future[None] | None = None
 
@@ -75,6 +80,23 @@ class GroupJournal:
             loop.call_soon(self._commit)
         return self.db.execute(sql, params)
 
+    def add(self, message_id: str, text: str) -> bool:
+        """Journal a message; False when its id is there already (a redelivery)."""
+        return bool(self.write("INSERT OR IGNORE INTO journal (id, text) VALUES (?, ?)",
+                               (message_id, text)).rowcount)
+
+    async def claim(self, message_id: str) -> int:
+        """Claim the answer to a message, durably, before it is sent; its claim's id."""
+        claim = self.write("INSERT INTO outbox (message) VALUES (?)", (message_id,)).lastrowid
+        await self.durable()
+        assert claim is not None
+        return claim
+
+    def sent(self, claim: int, message_id: str) -> None:
+        """The claimed answer went out: the claim and its message are done."""
+        self.write("UPDATE outbox SET sent = 1 WHERE id = ?", (claim,))
+        self.write("UPDATE journal SET done = 1 WHERE id = ?", (message_id,))
+
     def durable(self) -> asyncio.Future[None]:
         """Done once every write made so far is committed (at once when none waits)."""
         if self._next is None:
@@ -82,6 +104,10 @@ class GroupJournal:
             done.set_result(None)
             return done
         return self._next
+
+    def journaled(self) -> int:
+        """How many messages the journal holds."""
+        return self.db.execute("SELECT COUNT(*) FROM journal").fetchone()[0]
 
     def _commit(self) -> None:
         pending, self._next = self._next, None

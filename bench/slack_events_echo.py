@@ -154,14 +154,6 @@ class Fake:
 # -- the contenders -----------------------------------------------------------------------
 
 
-#: The journaled floor's tables: each event by its id (a retry is a duplicate), each echo
-#: claimed before it is sent.
-JOURNAL_SCHEMA = """
-CREATE TABLE journal (id TEXT PRIMARY KEY, channel TEXT, text TEXT, done INTEGER DEFAULT 0);
-CREATE TABLE outbox (id INTEGER PRIMARY KEY, event TEXT, sent INTEGER DEFAULT 0);
-"""
-
-
 @contextlib.asynccontextmanager
 async def floor(fake: Fake, home: Path, notes: dict[str, Any], *,
                 journaled: bool = False) -> AsyncIterator[str]:
@@ -174,21 +166,18 @@ async def floor(fake: Fake, home: Path, notes: dict[str, Any], *,
                                  connector=aiohttp.TCPConnector(limit=100))
     chains: dict[str, asyncio.Future[None]] = {}
     tasks: set[asyncio.Task[None]] = set()
-    store = GroupJournal(home / "floor.db", JOURNAL_SCHEMA) if journaled else None
+    store = GroupJournal(home / "floor.db") if journaled else None
 
     async def echo(after: asyncio.Future[None] | None, channel: str, text: str,
                    event_id: str) -> None:
         if after is not None:
             await after
-        if store is not None:
-            claim = store.write("INSERT INTO outbox (event) VALUES (?)", (event_id,)).lastrowid
-            await store.durable()
+        claim = await store.claim(event_id) if store is not None else 0
         async with http.post(f"{fake.api_base}chat.postMessage",
                              json={"channel": channel, "text": text}) as answer:
             await answer.read()
         if store is not None:
-            store.write("UPDATE outbox SET sent = 1 WHERE id = ?", (claim,))
-            store.write("UPDATE journal SET done = 1 WHERE id = ?", (event_id,))
+            store.sent(claim, event_id)
 
     async def events(request: web.Request) -> web.Response:
         raw = await request.read()
@@ -208,8 +197,7 @@ async def floor(fake: Fake, home: Path, notes: dict[str, Any], *,
                 and not event.get("subtype"):
             channel, text, event_id = event["channel"], event["text"], payload["event_id"]
             if store is not None:
-                new = store.write("INSERT OR IGNORE INTO journal (id, channel, text)"
-                                  " VALUES (?, ?, ?)", (event_id, channel, text)).rowcount
+                new = store.add(event_id, text)
                 await store.durable()
                 if not new:
                     return web.Response()  # a retry: answered once already

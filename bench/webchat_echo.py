@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import contextlib
 import functools
+import itertools
 import json
 import platform
 import sqlite3
@@ -98,11 +99,9 @@ class Served:
     settle: Callable[[], Awaitable[None]] = _settled
 
 
-#: The journaled floor's tables: each post by its chat and client id (a retried post is
-#: a duplicate), and the transcript.
-JOURNAL_SCHEMA = """
-CREATE TABLE journal (chat_id TEXT, client_id TEXT, done INTEGER DEFAULT 0,
-                      PRIMARY KEY (chat_id, client_id));
+#: The journaled floor's transcript, beside common.GroupJournal's journal (a post by its
+#: chat and client id: a retried post is a duplicate).
+TRANSCRIPT_SCHEMA = """
 CREATE TABLE transcript (id INTEGER PRIMARY KEY, chat_id TEXT, role TEXT, text TEXT);
 """
 
@@ -113,7 +112,8 @@ async def floor(home: Path, *, journaled: bool = False) -> AsyncIterator[Served]
     post journaled and in the transcript before its 202, a retried one (the same
     ``client_message_id``) not answered again, the echo in the transcript after."""
     transcript: Transcript = {}
-    store = GroupJournal(home / "floor.db", JOURNAL_SCHEMA) if journaled else None
+    store = GroupJournal(home / "floor.db", TRANSCRIPT_SCHEMA) if journaled else None
+    unnamed = itertools.count()
 
     async def post(request: web.Request) -> web.Response:
         body = json.loads(await request.read())
@@ -125,16 +125,15 @@ async def floor(home: Path, *, journaled: bool = False) -> AsyncIterator[Served]
             lines = transcript.setdefault(chat, [])
             lines += [("user", text), ("bot", text)]
             return web.json_response({"message_id": str(len(lines) - 1)}, status=202)
-        client_id = str(body.get("client_message_id", ""))
-        if store.write("INSERT OR IGNORE INTO journal (chat_id, client_id) VALUES (?, ?)",
-                       (chat, client_id)).rowcount:
+        client_id = body.get("client_message_id")  # none: a post of its own, never a retry
+        message_id = f"{chat}:{client_id}" if client_id else f"{chat}:#{next(unnamed)}"
+        if store.add(message_id, text):
             row = store.write("INSERT INTO transcript (chat_id, role, text) VALUES (?, ?, ?)",
                               (chat, "user", text)).lastrowid
             await store.durable()
             store.write("INSERT INTO transcript (chat_id, role, text) VALUES (?, ?, ?)",
                         (chat, "bot", text))
-            store.write("UPDATE journal SET done = 1 WHERE chat_id = ? AND client_id = ?",
-                        (chat, client_id))
+            store.write("UPDATE journal SET done = 1 WHERE id = ?", (message_id,))
             return web.json_response({"message_id": str(row)}, status=202)
         await store.durable()  # a retry: answered as the first post was, once it is kept
         return web.json_response({"message_id": ""}, status=202)

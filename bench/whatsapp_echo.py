@@ -99,14 +99,6 @@ VERIFY_TOKEN = "bench-verify-token"
 # -- the contenders ---------------------------------------------------------------------------
 
 
-#: The journaled floor's tables: each message by its id (a redelivery is a duplicate),
-#: each echo claimed before it is sent.
-JOURNAL_SCHEMA = """
-CREATE TABLE journal (id TEXT PRIMARY KEY, user TEXT, text TEXT, done INTEGER DEFAULT 0);
-CREATE TABLE outbox (id INTEGER PRIMARY KEY, message TEXT, sent INTEGER DEFAULT 0);
-"""
-
-
 @contextlib.asynccontextmanager
 async def floor(graph: Target, home: Path, journal: dict[str, int], *,
                 journaled: bool = False) -> AsyncIterator[str]:
@@ -120,23 +112,19 @@ async def floor(graph: Target, home: Path, journal: dict[str, int], *,
                                  connector=aiohttp.TCPConnector(limit=100))
     chains: dict[str, asyncio.Future[None]] = {}
     tasks: set[asyncio.Task[None]] = set()
-    store = GroupJournal(home / "floor.db", JOURNAL_SCHEMA) if journaled else None
+    store = GroupJournal(home / "floor.db") if journaled else None
 
     async def echo(after: asyncio.Future[None] | None, to: str, text: str,
                    message_id: str) -> None:
         if after is not None:
             await after
-        if store is not None:
-            claim = store.write("INSERT INTO outbox (message) VALUES (?)",
-                                (message_id,)).lastrowid
-            await store.durable()
+        claim = await store.claim(message_id) if store is not None else 0
         body = {"messaging_product": "whatsapp", "recipient_type": "individual", "to": to,
                 "type": "text", "text": {"body": text}}
         async with http.post(url, json=body) as answer:
             await answer.read()
         if store is not None:
-            store.write("UPDATE outbox SET sent = 1 WHERE id = ?", (claim,))
-            store.write("UPDATE journal SET done = 1 WHERE id = ?", (message_id,))
+            store.sent(claim, message_id)
 
     async def webhook(request: web.Request) -> web.Response:
         raw = await request.read()
@@ -150,9 +138,7 @@ async def floor(graph: Target, home: Path, journal: dict[str, int], *,
             for change in entry.get("changes", []):
                 for message in change.get("value", {}).get("messages", []):
                     user, text = message["from"], message["text"]["body"]
-                    if store is not None and not store.write(
-                            "INSERT OR IGNORE INTO journal (id, user, text) VALUES (?, ?, ?)",
-                            (message["id"], user, text)).rowcount:
+                    if store is not None and not store.add(message["id"], text):
                         continue  # a redelivery: answered once already
                     new.append((user, text, message["id"]))
         if store is not None:
@@ -185,8 +171,7 @@ async def floor(graph: Target, home: Path, journal: dict[str, int], *,
                 task.cancel()
             await http.close()
             if store is not None:
-                journal["journaled"] = store.db.execute(
-                    "SELECT COUNT(*) FROM journal").fetchone()[0]
+                journal["journaled"] = store.journaled()
                 store.close()
 
 
@@ -545,7 +530,6 @@ def print_table(results: dict[str, list[dict[str, Any]]]) -> None:
         theirs = statistics.median(r["rate"] for r in results["pywa"])
         print(f"\nchatkernel / pywa: {ours / theirs:.2f}× the rate" if theirs else "")
     print_beside(results, "chatkernel", "floor-journaled")
-
 
 
 if __name__ == "__main__":
