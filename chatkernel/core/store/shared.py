@@ -37,7 +37,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
-from chatkernel.core.store.base import JournalEntry, OutboxEntry
+from chatkernel.core.store.records import JournalEntry, OutboxEntry
 from chatkernel.sdk.errors import LeaseLost, StoreError
 
 __all__ = ["INBOX_LENGTH", "LeaseLost", "SharedState", "account_lease"]
