@@ -41,7 +41,7 @@ def child(chats: int, per_chat: int) -> None:
     import chatkernel.core.inbound.pipeline as inbound
     import chatkernel.core.outbound.outbox as outbox
     import chatkernel.core.inbound.queue as queue
-    import chatkernel.core.store.sqlite as sqlite
+    import chatkernel.core.store.sqlite.commit as sqlite
 
     sys.path.insert(0, str(Path(__file__).parent))
     import pipeline

@@ -284,7 +284,7 @@ async def test_a_plain_agent_config_keeps_its_session_keys(tmp_path):
 async def test_a_store_from_before_agents_keeps_its_conversations(tmp_path):
     """A session written with the old key shape, by a schema without agents, is the
     default agent's: its history goes on."""
-    from chatkernel.core.store import sqlite as sqlite_store
+    from chatkernel.core.store.sqlite import schema as sqlite_store
 
     db = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
     before = sqlite_store.MIGRATIONS[:7]  # the schema before sessions had an agent

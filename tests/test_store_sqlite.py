@@ -25,7 +25,8 @@ from chatkernel.core.store import (
     installed_backends,
     open_store,
 )
-from chatkernel.core.store import sqlite as sqlite_module
+from chatkernel.core.store.sqlite import commit as sqlite_commit
+from chatkernel.core.store.sqlite import schema as sqlite_schema
 from chatkernel.sdk.codec import (
     encode_message,
     encode_payload,
@@ -136,7 +137,7 @@ async def test_database_newer_than_the_code_is_refused(db_path):
 async def test_new_migration_upgrades_an_existing_database(db_path, monkeypatch):
     async with SQLiteStore.at(db_path) as store:
         await store.save_session(session("k", 5.0))
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [
+    monkeypatch.setattr(sqlite_schema, "MIGRATIONS", [
         *MIGRATIONS,
         "-- 2: a note per session\nALTER TABLE sessions ADD COLUMN note TEXT;\n"
         "CREATE INDEX sessions_note ON sessions (note);",
@@ -153,7 +154,7 @@ def database_at_version(db_path: Path, version: int) -> sqlite3.Connection:
     db_path.parent.mkdir(parents=True)
     db = sqlite3.connect(db_path, isolation_level=None)
     for script in MIGRATIONS[:version]:
-        for statement in sqlite_module._statements(script):
+        for statement in sqlite_schema._statements(script):
             db.execute(statement)
     db.execute(f"PRAGMA user_version = {version}")
     return db
@@ -191,7 +192,7 @@ async def test_migration_4_rebuilds_journal_and_outbox_keeping_rows_and_ids(db_p
         with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
             store._db.execute("UPDATE inbound_journal SET status = 'lost' WHERE seq = 3")
         # what the migration is for: no temporary b-tree per row for the status CHECK
-        for sql in (sqlite_module.SQLiteStore._JOURNAL_INSERT,
+        for sql in (SQLiteStore._JOURNAL_INSERT,
                     "UPDATE outbox SET status = 'sent' WHERE id = 1"):
             ops = [row[1] for row in store._db.execute(
                 "EXPLAIN " + sql, ("c", "a", "m", "{}", 1.0) if "?" in sql else ())]
@@ -259,7 +260,7 @@ async def test_migration_5_drops_the_queued_status_keeping_rows_ids_and_dedupe_k
 async def test_failed_migration_rolls_back_entirely(db_path, monkeypatch):
     async with SQLiteStore.at(db_path):
         pass
-    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [
+    monkeypatch.setattr(sqlite_schema, "MIGRATIONS", [
         *MIGRATIONS, "CREATE TABLE half_done (x);\nINSERT INTO nowhere VALUES (1);",
     ])
     with pytest.raises(StoreError, match=f"schema migration {len(MIGRATIONS) + 1} failed"):
@@ -476,7 +477,7 @@ def test_open_store_backend_that_fails_to_load(monkeypatch):
 @pytest.mark.anyio
 async def test_a_cancelled_writer_does_not_cancel_the_commit_others_wait_for(
         store, db_path, monkeypatch):
-    monkeypatch.setattr(sqlite_module, "COMMIT_INTERVAL", 0.2)
+    monkeypatch.setattr(sqlite_commit, "COMMIT_INTERVAL", 0.2)
     store._last_commit = asyncio.get_running_loop().time()  # the next commit waits 0.2 s
     results = {}
 
