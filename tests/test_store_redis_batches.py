@@ -1,6 +1,6 @@
 """The Redis store's write batches, on a real redis-server: the hot path's writes that
 concurrent callers make in one loop turn go to the server as one request, and each
-caller still gets its own answer, or its own error (chatkernel/core/store/redis_batch.py).
+caller still gets its own answer, or its own error (chatkernel/core/store/redis/batch.py).
 
 Round trips are counted by the store's own counter, ``RedisStore.round_trips`` (what
 ``chatkernel_store_round_trips`` reports on /metrics)."""

@@ -11,8 +11,8 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+import chatkernel.core.store.sqlite.schema as schema
 from chatkernel.core.store.base import Store, StoreError
-from chatkernel.core.store.sqlite import schema
 from chatkernel.core.store.sqlite.file import DatabaseFile
 from chatkernel.core.store.sqlite.journal import SQLiteJournal
 from chatkernel.core.store.sqlite.outbox import SQLiteOutbox

@@ -7,7 +7,7 @@ costs the client more CPU (a connection taken from the pool, a command packed, a
 reply parsed, a socket write and read, a wake-up) than the server spends running
 the script. When many chats are busy at once, their writes come in the same loop
 turns: queued and sent as one call of one script (``BATCH`` in
-:mod:`chatkernel.core.store.redis_lua`) they share that cost, as SQLite's group
+:mod:`chatkernel.core.store.redis.lua`) they share that cost, as SQLite's group
 commit shares a commit.
 
 How. A write is queued as a :class:`PendingWrite` and its caller waits on its own
@@ -22,7 +22,7 @@ What each caller gets is its own: its result once the server has made its write,
 the error of its own write (a refused fence: ``LeaseLost``; a script error: a
 ``StoreError``); when the whole batch fails (the connection dies, the server does
 not answer in time) every caller in it gets a ``StoreError``, and nothing is sent
-again (see "No command is retried" in the store's docstring).
+again (see "No command is retried" in :mod:`chatkernel.core.store.redis`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ MAX_BATCH = 512
 class PendingWrite:
     """One caller's write, waiting for its batch."""
 
-    #: The write's op in the batch script (:data:`chatkernel.core.store.redis_lua.BATCH`).
+    #: The write's op in the batch script (:data:`chatkernel.core.store.redis.lua.BATCH`).
     op: str
     #: The operation, as error messages name it (``"outbox_mark"``).
     what: str

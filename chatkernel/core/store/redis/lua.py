@@ -7,7 +7,7 @@ prefix; keys are built inside the scripts, which is why the store needs one
 Redis server (or a primary), not a Redis Cluster.
 
 The hot path's writes are functions of one script, :data:`BATCH`, which makes a
-batch of them (:mod:`chatkernel.core.store.redis_batch`) in one call, each write
+batch of them (:mod:`chatkernel.core.store.redis.batch`) in one call, each write
 checked and made by itself.
 
 Numbers come in as the text Python wrote (``repr`` of a float): scripts store
@@ -309,7 +309,7 @@ end
 return out
 """
 
-#: The batched writes (:mod:`chatkernel.core.store.redis_batch`), one script call a batch.
+#: The batched writes (:mod:`chatkernel.core.store.redis.batch`), one script call a batch.
 #: ARGV: prefix, now, inbox length, the writes, the fence set count, then per set: its
 #: size, then per fence: acct, lease name, token. The writes are one JSON array of
 #: strings: per write its op, its field count, its fields (see the functions below; a
