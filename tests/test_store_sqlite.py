@@ -20,9 +20,9 @@ import pytest
 from chatkernel.core.config import ConfigError, KernelConfig, StoreConfig
 from chatkernel.sdk.models import InboundMessage, OutboundPayload, Route
 from chatkernel.core.store import (
+    BACKENDS,
     SessionRecord,
     Store,
-    installed_backends,
     open_store,
 )
 from chatkernel.core.store.sqlite import commit as sqlite_commit
@@ -421,7 +421,7 @@ async def test_sigkill_mid_stream_loses_no_acknowledged_message(db_path):
 
 @pytest.mark.anyio
 async def test_open_store_picks_sqlite_by_name(tmp_path):
-    assert "sqlite" in installed_backends()
+    assert "sqlite" in BACKENDS
     config = KernelConfig(store=StoreConfig(backend="sqlite", path=tmp_path / "x" / "s.db"))
     store = open_store(config)
     assert isinstance(store, SQLiteStore) and store.name == "sqlite"
@@ -448,7 +448,7 @@ def test_open_store_unknown_backend_fails_clearly():
     error = info.value
     assert error.key == "store.backend"
     assert "store.backend" in str(error)
-    assert "'postgres'" in str(error) and "sqlite" in str(error)
+    assert "'postgres'" in str(error) and "redis, sqlite" in str(error)
     assert error.__cause__ is None and error.__context__ is None
 
     file = Path("/etc/chatkernel/config.toml")

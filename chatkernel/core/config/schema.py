@@ -157,7 +157,7 @@ class SessionsConfig(Section):
 
 
 class StoreConfig(Section):
-    #: An installed store backend (the ``chatkernel.stores`` entry points).
+    #: A store backend: ``sqlite`` or ``redis`` (``chatkernel.core.store.BACKENDS``).
     backend: str = "sqlite"
     path: Path | None = None  # sqlite: default $CHATKERNEL_HOME/state.db
     url: str | None = None  # redis: default redis://127.0.0.1:6379/0
@@ -175,12 +175,11 @@ class StoreConfig(Section):
     @field_validator("backend")
     @classmethod
     def _installed(cls, value: str) -> str:
-        from importlib.metadata import entry_points
-
         from chatkernel.core.config.validation import did_you_mean  # it imports the models
+        from chatkernel.core.store import BACKENDS
 
         # Names only: no backend is imported to check one is there.
-        installed = sorted({ep.name for ep in entry_points(group="chatkernel.stores")})
+        installed = sorted(BACKENDS)
         if value not in installed:
             raise ValueError(f"not an installed store backend (installed: "
                              f"{', '.join(installed) or 'none'}){did_you_mean(value, installed)}")

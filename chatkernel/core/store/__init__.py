@@ -1,14 +1,18 @@
 """Durable state: the :class:`Store` interface and the choice of its backend.
 
-``open_store(config)`` builds the backend named by ``[store] backend`` from
-the stevedore driver group ``chatkernel.stores`` (``sqlite`` is built in); the
-caller then awaits ``store.open()``. Importing this package imports no backend.
+``open_store(config)`` builds the backend named by ``[store] backend``, one of
+:data:`BACKENDS` (``sqlite``, the default, or ``redis``); the caller then awaits
+``store.open()``. Importing this package imports no backend.
+
+The backends are the kernel's own, not an extension point: the store's interface
+is internal, and what rests on it (the journal's dedupe, the outbox, leases and
+fencing) are guarantees the kernel makes, not a contract a plugin could keep.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+import importlib
+from typing import TYPE_CHECKING
 
 from chatkernel.core.store.base import (
     HeartbeatState,
@@ -20,23 +24,22 @@ from chatkernel.core.store.base import (
     StoreError,
     StoreUnavailable,
 )
+from chatkernel.sdk.errors import ConfigError
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from chatkernel.core.config import KernelConfig
 
-__all__ = ["NAMESPACE", "HeartbeatState", "JournalEntry", "LogEntry", "OutboxEntry",
-           "SessionRecord", "Store", "StoreError", "StoreUnavailable", "installed_backends",
-           "open_store"]
+__all__ = ["BACKENDS", "HeartbeatState", "JournalEntry", "LogEntry", "OutboxEntry",
+           "SessionRecord", "Store", "StoreError", "StoreUnavailable", "open_store"]
 
-#: The entry-point group of store backends.
-NAMESPACE = "chatkernel.stores"
-
-
-def installed_backends() -> list[str]:
-    """The names of the installed store backends, sorted (nothing is imported)."""
-    return sorted({ep.name for ep in entry_points(group=NAMESPACE)})
+#: The store backends by name: the module and class of each, imported when chosen
+#: (``redis`` needs the ``chatkernel[redis]`` extra, and says so when it is missing).
+BACKENDS: dict[str, tuple[str, str]] = {
+    "redis": ("chatkernel.core.store.redis", "RedisStore"),
+    "sqlite": ("chatkernel.core.store.sqlite", "SQLiteStore"),
+}
 
 
 def open_store(config: KernelConfig, *, config_path: Path | None = None,
@@ -47,46 +50,21 @@ def open_store(config: KernelConfig, *, config_path: Path | None = None,
     anything (``chatkernel status``); it raises on open when there is nothing yet.
 
     Raises :class:`~chatkernel.core.config.ConfigError` (key ``store.backend``,
-    and ``config_path`` as its file when given) when no installed backend has
-    that name or the backend fails to load.
+    and ``config_path`` as its file when given) when no backend has that name or
+    the backend fails to load.
     """
-    from stevedore.driver import DriverManager
-    from stevedore.exception import MultipleMatches, NoMatches
-
-    from chatkernel.core.config import ConfigError
-
     name = config.store.backend
-    installed = installed_backends()
-
-    def unknown() -> ConfigError:
-        names = ", ".join(installed) or "none"
-        return ConfigError(f"unknown store backend {name!r} (installed backends: {names})",
-                           path=config_path, key="store.backend")
-
-    if name not in installed:  # checked first: stevedore would log a warning too
-        raise unknown()
-
-    def on_failure(_manager: Any, _entry_point: Any, exc: BaseException) -> None:
-        if isinstance(exc, ConfigError):
-            raise exc
+    if name not in BACKENDS:
+        raise ConfigError(f"unknown store backend {name!r} (the backends: "
+                          f"{', '.join(sorted(BACKENDS))})",
+                          path=config_path, key="store.backend")
+    module, attribute = BACKENDS[name]
+    try:
+        backend = getattr(importlib.import_module(module), attribute)
+        return backend(config, **({"read_only": True} if read_only else {}))
+    except ConfigError:  # the backend's own: the redis package missing, a bad URL
+        raise
+    except Exception as exc:
         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         raise ConfigError(f"store backend {name!r} failed to load: {detail}",
                           path=config_path, key="store.backend") from None
-
-    try:
-        manager = DriverManager(namespace=NAMESPACE, name=name, invoke_on_load=True,
-                                invoke_args=(config,),
-                                invoke_kwds={"read_only": True} if read_only else {},
-                                on_load_failure_callback=on_failure)
-    except NoMatches:
-        raise unknown() from None
-    except MultipleMatches:
-        raise ConfigError(f"several installed packages provide the store backend {name!r}; "
-                          "uninstall all but one",
-                          path=config_path, key="store.backend") from None
-    store = manager.driver
-    if not isinstance(store, Store):
-        raise ConfigError(f"store backend {name!r} is not a chatkernel Store "
-                          f"(got {type(store).__name__})",
-                          path=config_path, key="store.backend")
-    return store
