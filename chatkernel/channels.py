@@ -166,25 +166,3 @@ __all__ = [
     "transport_error",
     "wrap_marks",
 ]
-
-#: Names that moved out of the kernel: name -> (module, replacement to name).
-_MOVED = {
-    "SlackSignature": ("chatkernel_slack.signature", "chatkernel_slack.signature.SlackSignature "
-                       "(another platform's HMAC: chatkernel.channels.HmacSignature)"),
-    "MetaSignature": ("chatkernel_whatsapp.signature",
-                      "chatkernel_whatsapp.signature.MetaSignature (another platform's HMAC: "
-                      "chatkernel.channels.HmacSignature)"),
-}
-
-
-def __getattr__(name: str) -> object:
-    """The deprecated names: platform verifiers now in their platform's plugin."""
-    if name in _MOVED:
-        import importlib
-        import warnings
-
-        module, replacement = _MOVED[name]
-        warnings.warn(f"chatkernel.channels.{name} is deprecated: use {replacement}",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(module), name)
-    raise AttributeError(f"module 'chatkernel.channels' has no attribute {name!r}")

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
-from chatkernel.sdk import legacy
 from chatkernel.sdk.accounts import AccountConfig
 from chatkernel.sdk.context import CREDENTIALS_KEY, ChannelContext  # noqa: F401 - API
 from chatkernel.sdk.models import (
@@ -186,9 +185,10 @@ class Channel:
     limits: ClassVar[ChannelLimits] = ChannelLimits()
     capabilities: Capabilities = Capabilities()
     #: The renderer of the agent's Markdown into the platform's markup (a
-    #: :class:`chatkernel.channels.MarkdownRenderer` subclass, or the name of
-    #: one), or None to send text as it is.
-    markup: ClassVar[type["MarkdownRenderer"] | str | None] = None
+    #: :class:`chatkernel.channels.MarkdownRenderer` subclass, or the name a plugin
+    #: registered one under with the ``register_markups`` hook: an instance has the
+    #: renderer of that name in its kernel), or None to send text as it is.
+    markup: type["MarkdownRenderer"] | str | None = None
     #: Regular expressions of secrets that can show up where no config holds
     #: them (a token inside a URL): every log line is redacted with them.
     secret_patterns: ClassVar[tuple[str, ...]] = ()
@@ -205,13 +205,12 @@ class Channel:
     #: other key there is a config error, not a setting silently ignored.
     settings_keys: ClassVar[frozenset[str]] = frozenset()
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        legacy.adapt_subclass(cls)  # the attributes of the contract before this one
-
     def __init__(self, account: Account, context: ChannelContext | None = None) -> None:
-        if not isinstance(context, ChannelContext):  # made by hand, or the old signature
-            context = ChannelContext(account, settings=context)
+        if context is None:  # made by hand, as a plugin's unit test does
+            context = ChannelContext(account)
+        if isinstance(self.markup, str) and self.markup in context.markups:
+            # A named markup is this kernel's renderer of that name, never another's.
+            self.markup = context.markups[self.markup]
         #: The account this instance serves (its validated config is ``account.config``).
         self.account = account
         #: What the kernel gives the account: its state, media, health, reports.
@@ -230,9 +229,6 @@ class Channel:
     def transport(self) -> "Transport":
         """How this account receives: a transport made for this instance (the kernel
         asks once, when it builds the account). The default receives nothing."""
-        legacy_transport = legacy.transport_of(self)
-        if legacy_transport is not None:
-            return legacy_transport
         from chatkernel.sdk.transport import Transport
 
         return Transport(self)
@@ -295,19 +291,6 @@ class Channel:
 
     async def aclose(self) -> None:
         """Release clients and connections."""
-
-    # -- the contract before this one ------------------------------------------------------
-
-    def __getattr__(self, name: str) -> Any:
-        # Only for names the class does not have: the members that moved to the
-        # context, the transports or the kit, each with a warning naming the new place.
-        return legacy.moved_member(self, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in legacy.CAPABILITY_NAMES:  # `self.idempotent_sends = True` in __init__
-            legacy.set_capability(self, name, value)
-            return
-        object.__setattr__(self, name, value)
 
 
 def compiled_secret_patterns(channel_type: type[Channel]) -> list[re.Pattern[str]]:

@@ -226,8 +226,7 @@ def refusal_words(channel: "Channel", trouble: Trouble, error: Exception) -> str
     what = trouble.problem or "the platform refused the account's credentials"
     advice = trouble.advice
     if advice is None:
-        legacy = getattr(type(channel), "refused_advice", None)  # before Trouble.advice
-        advice = legacy(channel, error) if legacy is not None else default_advice(channel)
+        advice = default_advice(channel)
     return f"{what}: {advice}" if advice else what
 
 
