@@ -53,6 +53,7 @@ from chatkernel.sdk.channel import (
     Deliver,
     Polled,
     RateLimit,
+    ReadReceipts,
     Trouble,
     deliver_many,
     normalize_batch,
@@ -60,7 +61,6 @@ from chatkernel.sdk.channel import (
 )
 from chatkernel.sdk.accounts import AccountConfig
 from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
-from chatkernel.sdk.receipts import ReadReceipts
 from chatkernel.sdk.errors import ConfigError
 from chatkernel.sdk.http_client import (
     Answer,
@@ -93,10 +93,10 @@ from chatkernel.sdk.models import (
 from chatkernel.sdk.clock import ChannelClock
 from chatkernel.sdk.context import ChannelContext
 from chatkernel.sdk.receiving import refusal
-from chatkernel.sdk.sockets import Socket, SocketLink
-from chatkernel.sdk.transport import Polling, Transport
+from chatkernel.sdk.receiving.sockets import Socket, SocketLink
+from chatkernel.sdk.receiving.transport import Polling, Transport
 from chatkernel.sdk.codec import decode_json, encode_json
-from chatkernel.sdk.webhooks import (
+from chatkernel.sdk.receiving.webhooks import (
     HmacSignature,
     SecretHeader,
     Verifier,

@@ -5,7 +5,7 @@ A channel holds only what differs per platform: its identity and limits,
 :meth:`Channel.send`, :meth:`Channel.probe`, an optional typing indicator, the
 account config model, its markup and secret patterns. How an account receives
 is a transport object the channel picks in :meth:`Channel.transport`: long
-polling, a webhook or a socket (chatkernel.sdk.transport, webhooks, sockets),
+polling, a webhook or a socket (the package chatkernel.sdk.receiving),
 each owning its loop. What the kernel gives an account — its cursor and state,
 inbound media, health reports, delivery reports, the receive gate — arrives
 once, at construction, as one :class:`ChannelContext`. What only some
@@ -47,7 +47,7 @@ from chatkernel.sdk.receiving import (  # noqa: F401 - part of this module's API
 
 if TYPE_CHECKING:
     from chatkernel.sdk.markup import MarkdownRenderer
-    from chatkernel.sdk.transport import Transport
+    from chatkernel.sdk.receiving.transport import Transport
 
 log = logging.getLogger("chatkernel.channel")
 
@@ -110,7 +110,7 @@ class ChannelLimits:
     #: shows none: an indicator that its own reply would end at once changes nothing the
     #: user sees, and costs a call (Slack's working status costs two: set and clear).
     #: 0: at once. A channel whose indicator also marks the messages read mixes in
-    #: :class:`~chatkernel.sdk.receipts.ReadReceipts`: the turns that reply sooner mark
+    #: :class:`ReadReceipts`: the turns that reply sooner mark
     #: them read at that time instead, one call for all of a session's within it.
     indicator_delay: float = 0.0
 
@@ -229,7 +229,7 @@ class Channel:
     def transport(self) -> "Transport":
         """How this account receives: a transport made for this instance (the kernel
         asks once, when it builds the account). The default receives nothing."""
-        from chatkernel.sdk.transport import Transport
+        from chatkernel.sdk.receiving.transport import Transport
 
         return Transport(self)
 
@@ -291,6 +291,24 @@ class Channel:
 
     async def aclose(self) -> None:
         """Release clients and connections."""
+
+
+class ReadReceipts:
+    """The capability of marking a chat's messages read apart from the typing indicator,
+    mixed into a :class:`Channel` whose ``indicate`` marks them read as well (WhatsApp:
+    one request for the read receipt and typing).
+
+    The kernel detects it with ``isinstance`` (chatkernel.core.turns.indicators): a turn
+    that replied before its indicator was due (:attr:`ChannelLimits.indicator_delay`)
+    shows no typing, which its reply would have ended at once, and its messages are
+    marked read with :meth:`mark_read` when the indicator would have been made; the
+    session's next quick turns within that time share the one call.
+    """
+
+    async def mark_read(self, route: Route) -> None:
+        """Mark the chat's messages read, up to its latest, without a typing indicator.
+        A failure is logged at debug level and never affects a turn."""
+        raise NotImplementedError
 
 
 def compiled_secret_patterns(channel_type: type[Channel]) -> list[re.Pattern[str]]:
