@@ -10,7 +10,8 @@ internals and changes without notice — as pytest keeps ``_pytest`` behind
         InboundMessage, OutboundPayload, Route, SendResult, ProbeResult, Polled, hookimpl,
     )
 
-docs/writing-a-channel.md walks through a channel end to end.
+docs/writing-a-channel.md walks through a channel end to end; docs/api.md lists
+every name, and what is stable (a test keeps it and ``__all__`` the same).
 
 The pieces, by concern:
 
