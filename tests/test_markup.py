@@ -241,3 +241,36 @@ def test_plain_fast_path_examples():
     assert is_plain("chat 3 msg 17") and is_plain("Sure, I can do that. Anything else?")
     for text in ("**b**", "1. item", "a\n\nb", "see http://x", "a < b", " lead", "x_y"):
         assert not is_plain(text), text
+
+
+@pytest.mark.anyio
+async def test_two_kernels_in_one_process_each_give_their_channel_their_own_renderer(tmp_path):
+    from chatkernel.hookspecs import hookimpl
+    from chatkernel.sdk.models import OutboundPayload
+    from chatkernel.testing.memory import KernelHarness, MemoryChannel
+
+    class VoiceChannel(MemoryChannel):
+        markup = "test_voice"
+
+    def voice(renderer: type[MarkdownRenderer]) -> object:
+        class Plugin:
+            @staticmethod
+            @hookimpl
+            def register_markups(register):
+                register(renderer)
+
+            @staticmethod
+            @hookimpl
+            def register_channels(register):
+                register(VoiceChannel)  # the memory channel, with a named markup
+
+        return Plugin()
+
+    loud, quiet = _shouty("test_voice", str.upper), _shouty("test_voice", str.lower)
+    async with KernelHarness(tmp_path / "a", plugins=[("loud", voice(loud))]) as first, \
+            KernelHarness(tmp_path / "b", plugins=[("quiet", voice(quiet))]) as second:
+        assert first.channel.markup is loud and second.channel.markup is quiet
+        payload = OutboundPayload(text="**Hi** There")
+        assert render_payload(payload, first.channel.markup) == ("HI THERE", "test_voice")
+        assert render_payload(payload, second.channel.markup) == ("hi there", "test_voice")
+    assert VoiceChannel.markup == "test_voice"  # the class is the same in both
