@@ -59,8 +59,8 @@ _LAZY = {
     "Channel": "chatkernel.sdk.channel",
     "ChannelLimits": "chatkernel.sdk.channel",
     "RateLimit": "chatkernel.sdk.channel",
-    "AccountConfig": "chatkernel.core.config",
-    "ConfigError": "chatkernel.core.config",
+    "AccountConfig": "chatkernel.sdk.accounts",
+    "ConfigError": "chatkernel.sdk.errors",
 }
 
 

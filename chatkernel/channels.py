@@ -10,7 +10,8 @@ internals and changes without notice — as pytest keeps ``_pytest`` behind
         InboundMessage, OutboundPayload, Route, SendResult, ProbeResult, Polled, hookimpl,
     )
 
-docs/writing-a-channel.md walks through a channel end to end.
+docs/writing-a-channel.md walks through a channel end to end; docs/api.md lists
+every name, and what is stable (a test keeps it and ``__all__`` the same).
 
 The pieces, by concern:
 
@@ -53,6 +54,7 @@ from chatkernel.sdk.channel import (
     Deliver,
     Polled,
     RateLimit,
+    ReadReceipts,
     Trouble,
     deliver_many,
     normalize_batch,
@@ -60,7 +62,6 @@ from chatkernel.sdk.channel import (
 )
 from chatkernel.sdk.accounts import AccountConfig
 from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
-from chatkernel.sdk.receipts import ReadReceipts
 from chatkernel.sdk.errors import ConfigError
 from chatkernel.sdk.http_client import (
     Answer,
@@ -93,10 +94,10 @@ from chatkernel.sdk.models import (
 from chatkernel.sdk.clock import ChannelClock
 from chatkernel.sdk.context import ChannelContext
 from chatkernel.sdk.receiving import refusal
-from chatkernel.sdk.sockets import Socket, SocketLink
-from chatkernel.sdk.transport import Polling, Transport
+from chatkernel.sdk.receiving.sockets import Socket, SocketLink
+from chatkernel.sdk.receiving.transport import Polling, Transport
 from chatkernel.sdk.codec import decode_json, encode_json
-from chatkernel.sdk.webhooks import (
+from chatkernel.sdk.receiving.webhooks import (
     HmacSignature,
     SecretHeader,
     Verifier,
@@ -166,25 +167,3 @@ __all__ = [
     "transport_error",
     "wrap_marks",
 ]
-
-#: Names that moved out of the kernel: name -> (module, replacement to name).
-_MOVED = {
-    "SlackSignature": ("chatkernel_slack.signature", "chatkernel_slack.signature.SlackSignature "
-                       "(another platform's HMAC: chatkernel.channels.HmacSignature)"),
-    "MetaSignature": ("chatkernel_whatsapp.signature",
-                      "chatkernel_whatsapp.signature.MetaSignature (another platform's HMAC: "
-                      "chatkernel.channels.HmacSignature)"),
-}
-
-
-def __getattr__(name: str) -> object:
-    """The deprecated names: platform verifiers now in their platform's plugin."""
-    if name in _MOVED:
-        import importlib
-        import warnings
-
-        module, replacement = _MOVED[name]
-        warnings.warn(f"chatkernel.channels.{name} is deprecated: use {replacement}",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(module), name)
-    raise AttributeError(f"module 'chatkernel.channels' has no attribute {name!r}")

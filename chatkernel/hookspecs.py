@@ -50,6 +50,10 @@ def register_agents(register):
 def register_markups(register):
     """Register Markdown renderers that a channel's ``markup`` (or ``render``) may name.
 
+    What is registered is nameable in the kernel whose plugin manager loaded the
+    plugin (``pm.markups``, each channel's ``context.markups``), never in another
+    kernel of the same process; defining a subclass registers nothing.
+
     :param register: call ``register(renderer_class)`` for each
         :class:`chatkernel.channels.MarkdownRenderer` subclass; its ``name``
         (``"telegram_html"``) is how it is named. A channel may also set its

@@ -140,7 +140,7 @@ def test_a_baked_plugin_installs_is_listed_and_passes_its_own_tests(
                                 tmp_path / "paste", path=(bin_dir,), cwd=project)
     assert [m["text"] for m in pasted.sent()] == ["hello"], pasted.report()
 
-    # On the current channel contract: no name of the earlier one (chatkernel.sdk.legacy).
+    # Nothing it does warns of a deprecated name.
     tests = run([bin_dir / "python", "-m", "pytest", project / "tests", "-q",
                  "-p", "no:cacheprovider", "-W", "error::DeprecationWarning"],
                 cwd=project, timeout=120)

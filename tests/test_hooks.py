@@ -131,18 +131,15 @@ def test_hook_register_markups(pm, temp_plugin):
         def register_markups(self, register):
             register(NotARenderer)
 
-    try:
+    collect_channels(pm)
+    assert "test_loud" not in pm.markups
+    temp_plugin(pm, Plugin(), "test-markups")
+    collect_channels(pm)
+    assert markup.renderer_for("test_loud", pm.markups) is Loud
+    assert markup.render("**hi**", "test_loud", pm.markups) == "HI"
+    temp_plugin(pm, Bad(), "test-bad-markups")
+    with pytest.raises(TypeError, match="'test_bogus' is not a chatkernel.MarkdownRenderer"):
         collect_channels(pm)
-        assert "test_loud" not in markup.renderers()
-        temp_plugin(pm, Plugin(), "test-markups")
-        collect_channels(pm)
-        assert markup.renderer_for("test_loud") is Loud
-        assert markup.render("**hi**", "test_loud") == "HI"
-        temp_plugin(pm, Bad(), "test-bad-markups")
-        with pytest.raises(TypeError, match="'test_bogus' is not a chatkernel.MarkdownRenderer"):
-            collect_channels(pm)
-    finally:
-        markup._registry.pop("test_loud", None)
 
 
 def test_register_channels_rejects_a_class_that_is_not_a_channel(pm, temp_plugin):

@@ -15,7 +15,7 @@ import pytest
 from chatkernel.core.turns.indicators import Indicators
 from chatkernel.sdk.channel import ChannelLimits, RateLimit
 from chatkernel.sdk.models import Route
-from chatkernel.sdk.receipts import ReadReceipts
+from chatkernel.sdk.channel import ReadReceipts
 from chatkernel.testing import wait_until
 from chatkernel.testing.clock import ManualClock
 

@@ -6,20 +6,20 @@ Telegram's HTML, Slack's mrkdwn and WhatsApp's renderers are tested in their plu
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from chatkernel.sdk import markup
 from chatkernel.sdk.markup import (
+    KIT_MARKUPS,
     MarkdownRenderer,
     PlainText,
     render,
     render_payload,
     renderer_for,
-    renderers,
     to_plain,
-
 )
 from chatkernel.testing import PATHOLOGICAL_MARKDOWN, markdown_texts
 
@@ -61,7 +61,7 @@ def test_plain_examples(md: str, expected: str) -> None:
 def test_render_dispatches() -> None:
     md = "**hi** <x>"
     assert render(md, "plain") == render(md, PlainText) == to_plain(md) == "hi <x>"
-    assert "plain" in renderers()
+    assert KIT_MARKUPS["plain"] is PlainText
 
 
 @pytest.mark.parametrize("name", ["html", "markdown", "", "Plain", None, 3])
@@ -70,58 +70,79 @@ def test_render_rejects_unknown_markup(name: object) -> None:
         render("x", name)  # type: ignore[arg-type]
 
 
-def test_a_plugin_renderer_is_registered_by_its_hook_and_used_by_its_channel() -> None:
-    from chatkernel.core.plugins import PluginManager, collect_channels
+def _shouty(name: str, shout: "Callable[[str], str]") -> type[MarkdownRenderer]:
+    return type(f"Shouty_{shout.__name__}", (MarkdownRenderer,),
+                {"name": name, "text": lambda self, s: shout(s)})
+
+
+def _markup_plugin(*renderers: type[MarkdownRenderer], channel: type | None = None) -> object:
     from chatkernel.hookspecs import hookimpl
-    from chatkernel.sdk.channel import Channel
-    from chatkernel.sdk.models import OutboundPayload
-
-    class Shouty(MarkdownRenderer):
-        name = "test_shouty"
-
-        def text(self, s: str) -> str:
-            return s.upper()
-
-    class ShoutyChannel(Channel):
-        name = "shouty"
-        markup = "test_shouty"
 
     class Plugin:
         @staticmethod
         @hookimpl
         def register_markups(register):
-            register(Shouty)
+            for renderer in renderers:
+                register(renderer)
 
         @staticmethod
         @hookimpl
         def register_channels(register):
-            register(ShoutyChannel)
+            if channel is not None:
+                register(channel)
+
+    return Plugin()
+
+
+def test_a_plugin_renderer_is_registered_by_its_hook_and_used_by_its_channel() -> None:
+    from chatkernel.core.plugins import PluginManager, collect_channels
+    from chatkernel.sdk.channel import Channel
+    from chatkernel.sdk.context import ChannelContext
+    from chatkernel.sdk.models import Account, OutboundPayload
+
+    Shouty = _shouty("test_shouty", str.upper)
+
+    class ShoutyChannel(Channel):
+        name = "shouty"
+        markup = "test_shouty"
 
     pm = PluginManager()
-    pm.register(Plugin(), name="shouty")
-    try:
-        assert "test_shouty" not in renderers()  # defining the class registers nothing
-        assert collect_channels(pm) == {"shouty": ShoutyChannel}
-        assert renderer_for("test_shouty") is Shouty
-        assert render("**hi** there", "test_shouty") == "HI THERE"
-        shouty = ShoutyChannel.markup
-        assert render_payload(OutboundPayload(text="_a_ b"), shouty) == ("A B", "test_shouty")
-        assert render_payload(OutboundPayload(text="_a_", format="plain"), shouty) \
-            == ("_a_", None)
-    finally:
-        markup._registry.pop("test_shouty", None)
+    pm.register(_markup_plugin(Shouty, channel=ShoutyChannel), name="shouty")
+    with pytest.raises(ValueError, match="unknown markup 'test_shouty'"):
+        render("x", "test_shouty")  # defining the class registers nothing
+    assert collect_channels(pm) == {"shouty": ShoutyChannel}
+    assert pm.markups == {"test_shouty": Shouty}
+    assert renderer_for("test_shouty", pm.markups) is Shouty
+    assert render("**hi** there", "test_shouty", pm.markups) == "HI THERE"
+    account = Account(channel_name="shouty", name="main", config=None)
+    channel = ShoutyChannel(account, ChannelContext(account, markups=pm.markups))
+    assert channel.markup is Shouty and ShoutyChannel.markup == "test_shouty"
+    assert render_payload(OutboundPayload(text="_a_ b"), channel.markup) == ("A B", "test_shouty")
+    assert render_payload(OutboundPayload(text="_a_", format="plain"), channel.markup) \
+        == ("_a_", None)
 
 
-def test_a_renderer_named_but_never_registered_works_with_a_deprecation_warning() -> None:
-    class Legacy(MarkdownRenderer):
-        name = "test_legacy_by_import"
+def test_two_plugin_managers_in_one_process_each_see_their_own_renderer() -> None:
+    """Two kernels in one process (as tests make them) never see each other's renderers,
+    even under the same name, whichever registered first."""
+    from chatkernel.core.plugins import PluginManager, collect_channels
 
-        def text(self, s: str) -> str:
-            return s.upper()
+    loud, quiet = _shouty("test_voice", str.upper), _shouty("test_voice", str.lower)
+    first, second, bare = PluginManager(), PluginManager(), PluginManager()
+    first.register(_markup_plugin(loud), name="loud")
+    second.register(_markup_plugin(quiet), name="quiet")
+    for pm in (first, second, bare):
+        collect_channels(pm)
+    assert render("**Hi** There", "test_voice", first.markups) == "HI THERE"
+    assert render("**Hi** There", "test_voice", second.markups) == "hi there"
+    assert "test_voice" not in bare.markups
+    with pytest.raises(ValueError, match="unknown markup 'test_voice'"):
+        render("Hi There", "test_voice", bare.markups)
 
-    with pytest.warns(DeprecationWarning, match="register it with the register_markups hook"):
-        assert renderer_for("test_legacy_by_import") is Legacy
-    assert "test_legacy_by_import" not in renderers()
+
+def test_a_plugin_cannot_take_the_kits_own_name() -> None:
+    other = _shouty("plain", str.upper)
+    assert renderer_for("plain", {"plain": other}) is PlainText
 
 
 def test_fallback_escapes_when_a_renderer_fails(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,8 +176,8 @@ PROPS = settings(
 def test_renderers_never_raise(md: str) -> None:
     for renderer in RENDERERS:
         assert isinstance(renderer().render(md), str)
-    for markup_name in renderers():
-        assert isinstance(render(md, markup_name), str)
+    for markup_name, renderer in _every_renderer().items():
+        assert isinstance(render(md, renderer), str), markup_name
 
 
 # Text with nothing Markdown gives meaning to: every target shows it as is
@@ -200,11 +221,12 @@ def _every_renderer() -> dict[str, type[MarkdownRenderer]]:
     from chatkernel.core.plugins import collect_channels
     from chatkernel.core.plugins import get_plugin_manager
 
-    collect_channels(get_plugin_manager())  # the plugins' register_markups
-    found = renderers()
-    for channel in collect_channels(get_plugin_manager()).values():
+    pm = get_plugin_manager()
+    channels = collect_channels(pm)  # and the plugins' register_markups
+    found = {**pm.markups, **KIT_MARKUPS}
+    for channel in channels.values():
         if channel.markup:
-            renderer = renderer_for(channel.markup)
+            renderer = renderer_for(channel.markup, pm.markups)
             found[renderer.name] = renderer
     return found
 
@@ -219,3 +241,36 @@ def test_plain_fast_path_examples():
     assert is_plain("chat 3 msg 17") and is_plain("Sure, I can do that. Anything else?")
     for text in ("**b**", "1. item", "a\n\nb", "see http://x", "a < b", " lead", "x_y"):
         assert not is_plain(text), text
+
+
+@pytest.mark.anyio
+async def test_two_kernels_in_one_process_each_give_their_channel_their_own_renderer(tmp_path):
+    from chatkernel.hookspecs import hookimpl
+    from chatkernel.sdk.models import OutboundPayload
+    from chatkernel.testing.memory import KernelHarness, MemoryChannel
+
+    class VoiceChannel(MemoryChannel):
+        markup = "test_voice"
+
+    def voice(renderer: type[MarkdownRenderer]) -> object:
+        class Plugin:
+            @staticmethod
+            @hookimpl
+            def register_markups(register):
+                register(renderer)
+
+            @staticmethod
+            @hookimpl
+            def register_channels(register):
+                register(VoiceChannel)  # the memory channel, with a named markup
+
+        return Plugin()
+
+    loud, quiet = _shouty("test_voice", str.upper), _shouty("test_voice", str.lower)
+    async with KernelHarness(tmp_path / "a", plugins=[("loud", voice(loud))]) as first, \
+            KernelHarness(tmp_path / "b", plugins=[("quiet", voice(quiet))]) as second:
+        assert first.channel.markup is loud and second.channel.markup is quiet
+        payload = OutboundPayload(text="**Hi** There")
+        assert render_payload(payload, first.channel.markup) == ("HI THERE", "test_voice")
+        assert render_payload(payload, second.channel.markup) == ("hi there", "test_voice")
+    assert VoiceChannel.markup == "test_voice"  # the class is the same in both

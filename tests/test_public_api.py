@@ -94,3 +94,50 @@ def test_the_public_api_imports_in_a_fresh_interpreter():
 @pytest.mark.parametrize("name", chatkernel.channels.__all__)
 def test_every_public_name_is_in_the_guide_for_channel_authors(name):
     assert f"`{name}" in GUIDE.read_text(), f"docs/writing-a-channel.md does not mention {name}"
+
+
+# -- docs/api.md: the public API in one place -----------------------------------------------
+
+API_PAGE = ROOT / "docs" / "api.md"
+
+
+def listed_names(page: str, section: str) -> set[str]:
+    """The names in the first column of the tables under ``## `section` `` of ``page``."""
+    names: set[str] = set()
+    inside = False
+    for line in page.splitlines():
+        if line.startswith("## "):
+            inside = line == f"## `{section}`"
+        elif inside and line.startswith("| `"):
+            names.add(line.split("`")[1])
+    return names
+
+
+def test_the_check_reads_the_names_of_one_section_only():
+    page = ("## `a`\n\n| name | what |\n| --- | --- |\n| `One` | x |\n\n### more\n\n"
+            "| `two` | y |\n\n## `b`\n\n| `Three` | z |\n")
+    assert listed_names(page, "a") == {"One", "two"}
+    assert listed_names(page, "b") == {"Three"}
+
+
+@pytest.mark.parametrize("module", [chatkernel.channels, chatkernel],
+                         ids=lambda module: module.__name__)
+def test_the_api_page_lists_every_exported_name_and_no_other(module):
+    listed = listed_names(API_PAGE.read_text(), module.__name__)
+    exported = set(module.__all__)
+    assert (sorted(exported - listed), sorted(listed - exported)) == ([], []), (
+        "docs/api.md and __all__ differ: (exported but not listed, listed but not exported)")
+
+
+def test_the_api_page_names_every_hook_and_is_linked_from_the_plugin_guides():
+    import inspect
+
+    from chatkernel import hookspecs
+
+    page = API_PAGE.read_text()
+    hooks = [name for name, value in vars(hookspecs).items()
+             if inspect.isfunction(value) and value.__module__ == hookspecs.__name__]
+    assert len(hooks) > 10
+    assert [name for name in hooks if f"`{name}`" not in page] == []
+    for guide in ("hooks.md", "writing-a-channel.md"):
+        assert "(api.md)" in (ROOT / "docs" / guide).read_text(), guide

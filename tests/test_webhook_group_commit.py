@@ -22,7 +22,7 @@ from chatkernel import hookimpl
 from chatkernel.core.gateway.process import build_app
 from chatkernel.sdk.channel import Channel, ChannelLimits
 from chatkernel.sdk.models import InboundMessage, OutboundPayload, Route, SendResult
-from chatkernel.sdk.webhooks import HmacSignature, Webhook
+from chatkernel.sdk.receiving.webhooks import HmacSignature, Webhook
 from chatkernel.testing.contract import wait_until
 from chatkernel.testing.memory import KernelHarness
 

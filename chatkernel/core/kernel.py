@@ -369,7 +369,7 @@ class Kernel:
             account, settings, store=lambda: self._store,
             delivery_reporter=lambda: functools.partial(self.delivery_statuses.report,
                                                         account),
-            receive_gate=receive_gate, clock=self.channel_clock)
+            receive_gate=receive_gate, clock=self.channel_clock, markups=self.pm.markups)
 
     def make_agent_workspaces(self, config: cfg.KernelConfig) -> None:
         """Create each agent's workspace besides the gateway's (at start, on a reload);

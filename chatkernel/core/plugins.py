@@ -105,6 +105,9 @@ class PluginManager(pluggy.PluginManager):
         # What load() was told to leave out (see left_out).
         self._only: list[str] | None = None
         self._disabled: list[str] = []
+        #: The Markdown renderers registered through ``register_markups``, by name, as
+        #: :func:`collect_channels` last collected them: this manager's alone.
+        self.markups: dict[str, Any] = {}
 
     # -- loading ---------------------------------------------------------------
 
@@ -372,12 +375,12 @@ def collect_registered(hook: Any, kind: str, base: type | None = None) -> dict[s
 def collect_channels(pm: "PluginManager") -> "dict[str, type[Channel]]":
     """Channel types by name, from every plugin's ``register_channels``. Each type's
     :attr:`Channel.secret_patterns` join the log redaction, and the renderers of
-    ``register_markups`` become nameable."""
+    ``register_markups`` become nameable in this manager's kernel (``pm.markups``)."""
     from chatkernel.core.logs import secret_filter
     from chatkernel.sdk.channel import Channel, compiled_secret_patterns
-    from chatkernel.sdk.markup import MarkdownRenderer, register_markups
+    from chatkernel.sdk.markup import MarkdownRenderer
 
-    register_markups(collect_registered(pm.hook.register_markups, "markup", MarkdownRenderer))
+    pm.markups = collect_registered(pm.hook.register_markups, "markup", MarkdownRenderer)
     channels = collect_registered(pm.hook.register_channels, "channel", Channel)
     for channel in channels.values():
         secret_filter.add_patterns(*compiled_secret_patterns(channel))

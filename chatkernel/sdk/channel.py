@@ -5,7 +5,7 @@ A channel holds only what differs per platform: its identity and limits,
 :meth:`Channel.send`, :meth:`Channel.probe`, an optional typing indicator, the
 account config model, its markup and secret patterns. How an account receives
 is a transport object the channel picks in :meth:`Channel.transport`: long
-polling, a webhook or a socket (chatkernel.sdk.transport, webhooks, sockets),
+polling, a webhook or a socket (the package chatkernel.sdk.receiving),
 each owning its loop. What the kernel gives an account — its cursor and state,
 inbound media, health reports, delivery reports, the receive gate — arrives
 once, at construction, as one :class:`ChannelContext`. What only some
@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
-from chatkernel.sdk import legacy
 from chatkernel.sdk.accounts import AccountConfig
 from chatkernel.sdk.context import CREDENTIALS_KEY, ChannelContext  # noqa: F401 - API
 from chatkernel.sdk.models import (
@@ -48,7 +47,7 @@ from chatkernel.sdk.receiving import (  # noqa: F401 - part of this module's API
 
 if TYPE_CHECKING:
     from chatkernel.sdk.markup import MarkdownRenderer
-    from chatkernel.sdk.transport import Transport
+    from chatkernel.sdk.receiving.transport import Transport
 
 log = logging.getLogger("chatkernel.channel")
 
@@ -111,7 +110,7 @@ class ChannelLimits:
     #: shows none: an indicator that its own reply would end at once changes nothing the
     #: user sees, and costs a call (Slack's working status costs two: set and clear).
     #: 0: at once. A channel whose indicator also marks the messages read mixes in
-    #: :class:`~chatkernel.sdk.receipts.ReadReceipts`: the turns that reply sooner mark
+    #: :class:`ReadReceipts`: the turns that reply sooner mark
     #: them read at that time instead, one call for all of a session's within it.
     indicator_delay: float = 0.0
 
@@ -186,9 +185,10 @@ class Channel:
     limits: ClassVar[ChannelLimits] = ChannelLimits()
     capabilities: Capabilities = Capabilities()
     #: The renderer of the agent's Markdown into the platform's markup (a
-    #: :class:`chatkernel.channels.MarkdownRenderer` subclass, or the name of
-    #: one), or None to send text as it is.
-    markup: ClassVar[type["MarkdownRenderer"] | str | None] = None
+    #: :class:`chatkernel.channels.MarkdownRenderer` subclass, or the name a plugin
+    #: registered one under with the ``register_markups`` hook: an instance has the
+    #: renderer of that name in its kernel), or None to send text as it is.
+    markup: type["MarkdownRenderer"] | str | None = None
     #: Regular expressions of secrets that can show up where no config holds
     #: them (a token inside a URL): every log line is redacted with them.
     secret_patterns: ClassVar[tuple[str, ...]] = ()
@@ -205,13 +205,12 @@ class Channel:
     #: other key there is a config error, not a setting silently ignored.
     settings_keys: ClassVar[frozenset[str]] = frozenset()
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        legacy.adapt_subclass(cls)  # the attributes of the contract before this one
-
     def __init__(self, account: Account, context: ChannelContext | None = None) -> None:
-        if not isinstance(context, ChannelContext):  # made by hand, or the old signature
-            context = ChannelContext(account, settings=context)
+        if context is None:  # made by hand, as a plugin's unit test does
+            context = ChannelContext(account)
+        if isinstance(self.markup, str) and self.markup in context.markups:
+            # A named markup is this kernel's renderer of that name, never another's.
+            self.markup = context.markups[self.markup]
         #: The account this instance serves (its validated config is ``account.config``).
         self.account = account
         #: What the kernel gives the account: its state, media, health, reports.
@@ -230,10 +229,7 @@ class Channel:
     def transport(self) -> "Transport":
         """How this account receives: a transport made for this instance (the kernel
         asks once, when it builds the account). The default receives nothing."""
-        legacy_transport = legacy.transport_of(self)
-        if legacy_transport is not None:
-            return legacy_transport
-        from chatkernel.sdk.transport import Transport
+        from chatkernel.sdk.receiving.transport import Transport
 
         return Transport(self)
 
@@ -296,18 +292,23 @@ class Channel:
     async def aclose(self) -> None:
         """Release clients and connections."""
 
-    # -- the contract before this one ------------------------------------------------------
 
-    def __getattr__(self, name: str) -> Any:
-        # Only for names the class does not have: the members that moved to the
-        # context, the transports or the kit, each with a warning naming the new place.
-        return legacy.moved_member(self, name)
+class ReadReceipts:
+    """The capability of marking a chat's messages read apart from the typing indicator,
+    mixed into a :class:`Channel` whose ``indicate`` marks them read as well (WhatsApp:
+    one request for the read receipt and typing).
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in legacy.CAPABILITY_NAMES:  # `self.idempotent_sends = True` in __init__
-            legacy.set_capability(self, name, value)
-            return
-        object.__setattr__(self, name, value)
+    The kernel detects it with ``isinstance`` (chatkernel.core.turns.indicators): a turn
+    that replied before its indicator was due (:attr:`ChannelLimits.indicator_delay`)
+    shows no typing, which its reply would have ended at once, and its messages are
+    marked read with :meth:`mark_read` when the indicator would have been made; the
+    session's next quick turns within that time share the one call.
+    """
+
+    async def mark_read(self, route: Route) -> None:
+        """Mark the chat's messages read, up to its latest, without a typing indicator.
+        A failure is logged at debug level and never affects a turn."""
+        raise NotImplementedError
 
 
 def compiled_secret_patterns(channel_type: type[Channel]) -> list[re.Pattern[str]]:

@@ -17,7 +17,7 @@ the rest raise :class:`RuntimeError` naming what needs a running kernel.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from chatkernel.sdk.clock import SYSTEM_CLOCK, ChannelClock
@@ -42,13 +42,15 @@ class ChannelContext:
     kernel started; the receive gate only where several gateway processes share the
     store). ``clock``: the time the receive loop and the channel's timers run on
     (:mod:`chatkernel.sdk.clock`; the real clock unless a test gives its own).
+    ``markups``: the renderers the kernel's plugin manager collected, by name.
     """
 
     def __init__(self, account: Account, settings: Any = None, *,
                  store: Callable[[], Any] = lambda: None,
                  delivery_reporter: Callable[[], DeliveryReporter | None] = lambda: None,
                  receive_gate: Callable[[], Callable[[], Awaitable[None]] | None]
-                 = lambda: None, clock: ChannelClock | None = None) -> None:
+                 = lambda: None, clock: ChannelClock | None = None,
+                 markups: Mapping[str, type] | None = None) -> None:
         #: The account served (its validated config is ``account.config``).
         self.account = account
         #: The channel-wide ``[channels.<name>]`` table (a ChannelConfig), if any.
@@ -59,6 +61,9 @@ class ChannelContext:
         #: The time the receive loop waits on and the channel's own timers read
         #: (``clock.now()``, ``await clock.sleep(seconds)``): see :mod:`chatkernel.sdk.clock`.
         self.clock: ChannelClock = SYSTEM_CLOCK if clock is None else clock
+        #: The Markdown renderers this account's kernel knows by name (its plugins'
+        #: ``register_markups``), which a channel's named ``markup`` is looked up in.
+        self.markups: Mapping[str, type] = {} if markups is None else markups
 
     # -- the store ---------------------------------------------------------------------
 

@@ -27,19 +27,15 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 
-from chatkernel.sdk.models import SendError
+from chatkernel.sdk.models import ErrorKind, SendError, error_kind
 from chatkernel.sdk.codec import decode_json, encode_json, encode_json_bytes
 
 __all__ = ["Answer", "HttpClient", "PlatformError", "parse_retry_after", "transport_error"]
 
-ErrorKind = Literal["not_sent", "no_answer", "rate_limited", "unavailable", "rejected"]
-
-#: Statuses that mean the platform did not act on the request: safe to repeat.
-UNAVAILABLE = frozenset({502, 503, 504})
 _JSON = {"Content-Type": "application/json"}
 
 
@@ -73,7 +69,7 @@ class PlatformError(Exception):
         self.code = code
         self.retry_after = retry_after
         self.details: Mapping[str, Any] = details or {}
-        self.kind: ErrorKind = kind or _kind_of(status, retry_after)
+        self.kind: ErrorKind = kind or error_kind(status)
 
     @classmethod
     def from_answer(cls, answer: "Answer", description: str, *, code: str | int | None = None,
@@ -107,16 +103,6 @@ class PlatformError(Exception):
         }
         values.update(flags)
         return SendError(self.description, **values)
-
-
-def _kind_of(status: int | None, retry_after: float | None) -> ErrorKind:
-    if status is None:
-        return "no_answer"
-    if status == 429:
-        return "rate_limited"
-    if status in UNAVAILABLE:
-        return "unavailable"
-    return "rejected"
 
 
 @dataclass(slots=True)

@@ -6,9 +6,10 @@ markdown-it-py and its token stream is walked by :class:`MarkdownRenderer`,
 whose small subclasses supply a target's syntax. A channel names its renderer
 in ``Channel.markup``; a plugin defines its platform's renderer by subclassing
 :class:`MarkdownRenderer` (Telegram's HTML lives in chatkernel-telegram, Slack's
-mrkdwn in chatkernel-slack, WhatsApp's in chatkernel-whatsapp), and
-every subclass with a ``name`` can be chosen by that name. The kernel keeps the
-generic one:
+mrkdwn in chatkernel-slack, WhatsApp's in chatkernel-whatsapp). A renderer the
+plugin registers through the ``register_markups`` hook can be named in the kernels
+that loaded the plugin: each plugin manager keeps its own table (:data:`Markups`),
+never one per process. The kernel keeps the generic one:
 
 ``plain``
     The readable text with the markup removed: links as ``text (url)``, code
@@ -46,8 +47,8 @@ from __future__ import annotations
 
 import re
 import unicodedata
-import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 from markdown_it import MarkdownIt
@@ -60,10 +61,11 @@ __all__ = [
     "display_url",
     "escape_attr",
     "escape_html",
-    "register_markups",
+    "KIT_MARKUPS",
+    "Markups",
     "render",
+    "render_payload",
     "renderer_for",
-    "renderers",
     "to_plain",
     "wrap_marks",
 ]
@@ -86,9 +88,6 @@ def _make_parser() -> MarkdownIt:
 
 
 _MD = _make_parser()
-#: The renderers that can be named, by name: the kit's own, and those the plugins
-#: register through the ``register_markups`` hook (:func:`register_markups`).
-_registry: dict[str, "type[MarkdownRenderer]"] = {}
 
 
 # --------------------------------------------------------------------------
@@ -509,52 +508,31 @@ def _convert(markdown: str, renderer: type[MarkdownRenderer], fallback: Callable
 
 
 
-_registry[PlainText.name] = PlainText  # the kit's own renderer is always known
-
-
 def to_plain(markdown: str) -> str:
     """Markdown → readable plain text (markup removed, code verbatim)."""
     return PlainText.convert(markdown)
 
 
-def renderers() -> dict[str, type[MarkdownRenderer]]:
-    """Every renderer that can be named, by name: the kit's and those registered
-    through the ``register_markups`` hook."""
-    return dict(_registry)
+#: Renderers by name: what one plugin manager's ``register_markups`` hook collected
+#: (``PluginManager.markups``, given to each channel as ``context.markups``). Each
+#: kernel has its own: two kernels in one process never see each other's renderers.
+Markups = Mapping[str, type[MarkdownRenderer]]
+
+#: The renderers every kernel knows by name, whatever its plugins register.
+KIT_MARKUPS: Markups = MappingProxyType({PlainText.name: PlainText})
 
 
-def register_markups(found: dict[str, type[MarkdownRenderer]]) -> None:
-    """Make renderers nameable (the kernel passes what the ``register_markups`` hook
-    collected); a name already taken keeps its first renderer."""
-    for name, renderer in found.items():
-        _registry.setdefault(name, renderer)
-
-
-def _named_by_import(name: str) -> type[MarkdownRenderer] | None:
-    """A subclass with ``name`` that was imported but never registered."""
-    pending = list(MarkdownRenderer.__subclasses__())
-    while pending:
-        cls = pending.pop()
-        if cls.name == name:
-            return cls
-        pending += cls.__subclasses__()
-    return None
-
-
-def renderer_for(markup: "type[MarkdownRenderer] | str") -> type[MarkdownRenderer]:
-    """The renderer ``markup`` is or names; ValueError for an unknown name."""
+def renderer_for(markup: "type[MarkdownRenderer] | str",
+                 markups: Markups | None = None) -> type[MarkdownRenderer]:
+    """The renderer ``markup`` is or names: a class as it is, a name among the kit's
+    own (:data:`KIT_MARKUPS`) or ``markups``. ValueError for an unknown name."""
     if isinstance(markup, type) and issubclass(markup, MarkdownRenderer):
         return markup
-    if isinstance(markup, str) and markup in _registry:
-        return _registry[markup]
-    legacy = _named_by_import(markup) if isinstance(markup, str) and markup else None
-    if legacy is not None:
-        warnings.warn(f"markup {markup!r} is known only because {legacy.__qualname__} was "
-                      "imported: register it with the register_markups hook, or set the "
-                      "channel's markup to the class", DeprecationWarning, stacklevel=2)
-        return legacy
+    known = {**(markups or {}), **KIT_MARKUPS}  # the kit's own names cannot be taken
+    if isinstance(markup, str) and markup in known:
+        return known[markup]
     raise ValueError(f"unknown markup {markup!r}: expected a MarkdownRenderer or one of "
-                     f"{', '.join(sorted(_registry))}")
+                     f"{', '.join(sorted(known))}")
 
 
 # Text Markdown leaves alone: no character any target treats specially, no line
@@ -569,24 +547,28 @@ def is_plain(text: str) -> bool:
     return _MARKDOWN_SYNTAX.search(text) is None
 
 
-def render(markdown: str, markup: "type[MarkdownRenderer] | str") -> str:
-    """Convert ``markdown`` with ``markup``: a renderer, or a registered renderer's name."""
-    renderer = renderer_for(markup)
+def render(markdown: str, markup: "type[MarkdownRenderer] | str",
+           markups: Markups | None = None) -> str:
+    """Convert ``markdown`` with ``markup``: a renderer, or the name of one of the kit's
+    or of ``markups`` (a kernel's registered renderers, ``context.markups``)."""
+    renderer = renderer_for(markup, markups)
     if is_plain(markdown):
         return markdown  # the parse would give it back unchanged (tested)
     return renderer.convert(markdown)
 
 
-def render_payload(payload: Any, markup: "type[MarkdownRenderer] | str | None"
-                   ) -> tuple[str, str | None]:
+def render_payload(payload: Any, markup: "type[MarkdownRenderer] | str | None",
+                   markups: Markups | None = None) -> tuple[str, str | None]:
     """The text of an outbound payload to put on the wire, and the name of the markup it
     is in (None: plain).
 
     Markdown payloads are converted with ``markup`` (a channel's
     :attr:`~chatkernel.channels.Channel.markup`); plain ones (error notes, command
-    answers, a resend after the platform refused the markup) go as they are.
+    answers, a resend after the platform refused the markup) go as they are. A name
+    is looked up as :func:`render` does (a channel the kernel built has its named
+    markup resolved already).
     """
     if payload.format == "markdown" and markup:
-        renderer = renderer_for(markup)
+        renderer = renderer_for(markup, markups)
         return render(payload.text, renderer), renderer.name
     return payload.text, None

@@ -16,7 +16,7 @@ from chatkernel.sdk.calls import Calls
 
 if TYPE_CHECKING:
     from chatkernel.sdk.channel import Channel
-    from chatkernel.sdk.transport import Transport
+    from chatkernel.sdk.receiving.transport import Transport
 
 AccessLevel = Literal["readonly", "standard", "full"]
 ACCESS_LEVELS: tuple[str, ...] = ("readonly", "standard", "full")
@@ -176,10 +176,30 @@ class SendError(Exception):
         502/503/504 may be retried (after ``retry_after``), any other status was a
         refusal, and no status (None: no answer came) means delivery unknown.
         ``flags`` add what only the platform can tell (``markup_rejected``...)."""
-        from chatkernel.sdk.http_client import PlatformError
+        kind = error_kind(status)
+        values: dict[str, Any] = {"retryable": kind in ("rate_limited", "unavailable"),
+                                  "delivery_unknown": kind == "no_answer",
+                                  "retry_after": retry_after, "status": status, "code": code}
+        values.update(flags)
+        return cls(description, **values)
 
-        return PlatformError(description, status=status, code=code,
-                             retry_after=retry_after).send_error(**flags)
+
+#: What a failed platform call means (``PlatformError.kind``, which explains each).
+ErrorKind = Literal["not_sent", "no_answer", "rate_limited", "unavailable", "rejected"]
+
+#: Statuses that mean the platform did not act on the request: safe to repeat.
+UNAVAILABLE = frozenset({502, 503, 504})
+
+
+def error_kind(status: int | None) -> ErrorKind:
+    """What an HTTP answer's ``status`` means (None: no answer came)."""
+    if status is None:
+        return "no_answer"
+    if status == 429:
+        return "rate_limited"
+    if status in UNAVAILABLE:
+        return "unavailable"
+    return "rejected"
 
 
 @dataclass(slots=True)

@@ -1,8 +1,7 @@
 """The contract suite's adapter for the loopback platform (chatkernel.testing.contract).
 
 The kernel runs the suite with it against :class:`LoopbackChannel`
-(tests/test_contract_loopback.py), and a channel written against the earlier contract
-too (tests/test_legacy_channel.py); a plugin's own adapter has the same shape.
+(tests/test_contract_loopback.py); a plugin's own adapter has the same shape.
 """
 
 from __future__ import annotations

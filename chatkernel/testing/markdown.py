@@ -59,7 +59,8 @@ def registered_markups() -> dict[str, Any]:
     """The renderers a channel may name, by name, once every installed plugin's
     ``register_markups`` has run (as the kernel runs it when it collects channels)."""
     from chatkernel.core.plugins import collect_channels, get_plugin_manager
-    from chatkernel.sdk.markup import renderers
+    from chatkernel.sdk.markup import KIT_MARKUPS
 
-    collect_channels(get_plugin_manager())
-    return renderers()
+    pm = get_plugin_manager()
+    collect_channels(pm)
+    return {**pm.markups, **KIT_MARKUPS}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from chatkernel.sdk.channel import Channel, ChannelLimits, Deliver
-from chatkernel.sdk.transport import Transport
+from chatkernel.sdk.receiving.transport import Transport
 from chatkernel.core.config import KernelConfig, parse
 from chatkernel.sdk.models import (
     InboundMessage,

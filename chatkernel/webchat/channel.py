@@ -38,7 +38,7 @@ from pydantic import Field
 
 from chatkernel.sdk.channel import Channel, ChannelLimits, Deliver
 from chatkernel.sdk.errors import Backlogged
-from chatkernel.sdk.transport import Transport
+from chatkernel.sdk.receiving.transport import Transport
 from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
 from chatkernel.core.config import AccountConfig
 from chatkernel.core.gateway.http_guard import RequestError, read_json_object

@@ -23,7 +23,7 @@ the same way, made once however many messages of the session wait, and not made 
 once the session's turn has started (the turn shows its own).
 
 Where the indicator also marks the messages read (WhatsApp: one request for the read
-receipt and typing), the channel mixes in ``ReadReceipts`` (sdk/receipts.py): a turn that
+receipt and typing), the channel mixes in ``ReadReceipts`` (sdk/channel.py): a turn that
 replied before its indicator was due leaves a read mark due at that same time, which
 the session's next turns within it take over. A burst of quick turns in a chat makes
 one call, marking the newest message read (and with it every earlier one), without a
@@ -43,7 +43,7 @@ import anyio
 from chatkernel.core.outbound.ratelimit import RateLimiter, Sleep
 from chatkernel.sdk.channel import Channel, RateLimit
 from chatkernel.sdk.models import Account, Route
-from chatkernel.sdk.receipts import ReadReceipts
+from chatkernel.sdk.channel import ReadReceipts
 
 log = logging.getLogger("chatkernel.indicators")
 

@@ -52,8 +52,11 @@ def test_slack_fence_drops_language_and_escapes() -> None:
 
 
 def test_the_renderer_is_registered_by_its_name() -> None:
+    from chatkernel.testing import registered_markups
+
     md = "**hi** <x>"
-    assert render(md, "slack_mrkdwn") == render(md, SlackMrkdwn) == to_slack_mrkdwn(md) \
+    assert render(md, "slack_mrkdwn", registered_markups()) == render(md, SlackMrkdwn) \
+        == to_slack_mrkdwn(md) \
         == "*hi* &lt;x&gt;"
 
 

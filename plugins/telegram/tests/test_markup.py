@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
 from chatkernel.channels import escape_html, render
-from chatkernel.testing import PATHOLOGICAL_MARKDOWN, markdown_texts
+from chatkernel.testing import PATHOLOGICAL_MARKDOWN, markdown_texts, registered_markups
 from chatkernel_telegram.channel import TelegramChannel
 from chatkernel_telegram.markup import TelegramHTML, to_telegram_html
 
@@ -269,7 +269,8 @@ def test_telegram_long_mixed_reply_is_valid() -> None:
 def test_the_channel_renders_with_its_renderer_chosen_by_class_or_name() -> None:
     md = "**hi** <x>"
     assert TelegramChannel.markup is TelegramHTML
-    assert render(md, TelegramHTML) == render(md, "telegram_html") == "<b>hi</b> &lt;x&gt;"
+    assert render(md, TelegramHTML) == render(md, "telegram_html", registered_markups()) \
+        == "<b>hi</b> &lt;x&gt;"
 
 
 def test_fallback_escapes_when_the_renderer_fails(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -70,7 +70,7 @@ log = logging.getLogger("chatkernel.wechat")
 MB = 1024 * 1024
 #: Tencent's client pauses every call of an account this long after ``-14``.
 SESSION_PAUSE_SECONDS = 3600.0
-#: What an expired session is (followed by WeChatChannel.refused_advice).
+#: What an expired session is (followed by WeChatChannel.login_advice).
 SESSION_EXPIRED = "session expired (iLink ret=-14)"
 #: After a ``ret=-2`` the user's sends are held back this long, or until they write.
 REFUSED_HOLD_SECONDS = 600.0

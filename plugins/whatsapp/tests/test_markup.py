@@ -45,8 +45,10 @@ def test_the_renderer_is_registered_and_is_the_channels() -> None:
     from chatkernel.testing import registered_markups
 
     md = "**hi** <x>"
-    assert registered_markups()["whatsapp"] is WhatsAppText
-    assert render(md, "whatsapp") == render(md, WhatsAppText) == to_whatsapp(md) == "*hi* <x>"
+    markups = registered_markups()
+    assert markups["whatsapp"] is WhatsAppText
+    assert render(md, "whatsapp", markups) == render(md, WhatsAppText) == to_whatsapp(md) \
+        == "*hi* <x>"
     assert WhatsAppChannel.markup is WhatsAppText
     markup = WhatsAppChannel.markup
     assert render_payload(OutboundPayload(text="**a** _b_"), markup) == ("*a* _b_", "whatsapp")

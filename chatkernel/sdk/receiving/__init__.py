@@ -18,8 +18,8 @@ socket frame), the same steps follow, written once here:
   :data:`REFUSED_RETRY_SECONDS` at first, doubling to :data:`REFUSED_RETRY_MAX_SECONDS`
   (a new token comes with a restart of the gateway, which tries at once).
 
-The transports (chatkernel.sdk.transport: polling; chatkernel.sdk.webhooks;
-chatkernel.sdk.sockets) are the loops built on these pieces.
+The transports in this package (``transport``: the base and polling; ``webhooks``;
+``sockets``) are the loops built on these pieces; this module imports none of them.
 """
 
 from __future__ import annotations
@@ -226,8 +226,7 @@ def refusal_words(channel: "Channel", trouble: Trouble, error: Exception) -> str
     what = trouble.problem or "the platform refused the account's credentials"
     advice = trouble.advice
     if advice is None:
-        legacy = getattr(type(channel), "refused_advice", None)  # before Trouble.advice
-        advice = legacy(channel, error) if legacy is not None else default_advice(channel)
+        advice = default_advice(channel)
     return f"{what}: {advice}" if advice else what
 
 

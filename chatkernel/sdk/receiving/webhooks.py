@@ -39,7 +39,7 @@ from aiohttp import web
 from chatkernel.sdk.codec import decode_json
 from chatkernel.sdk.errors import Backlogged
 from chatkernel.sdk.receiving import SharedCommit
-from chatkernel.sdk.transport import Transport
+from chatkernel.sdk.receiving.transport import Transport
 
 if TYPE_CHECKING:
     from chatkernel.sdk.channel import Channel, Deliver

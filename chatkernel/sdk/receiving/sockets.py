@@ -25,7 +25,7 @@ import anyio
 
 from chatkernel.sdk.http_client import PlatformError, transport_error
 from chatkernel.sdk.receiving import Backoff
-from chatkernel.sdk.transport import Transport
+from chatkernel.sdk.receiving.transport import Transport
 
 if TYPE_CHECKING:
     from chatkernel.sdk.channel import Deliver

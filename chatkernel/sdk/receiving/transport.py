@@ -1,8 +1,8 @@
 """Transports: how an account receives, each an object that owns its loop.
 
 A channel picks its transport in :meth:`Channel.transport` — long polling
-(:class:`Polling`), a webhook (:class:`chatkernel.sdk.webhooks.Webhook`) or a
-socket (:class:`chatkernel.sdk.sockets.Socket`) — and subclasses it with the
+(:class:`Polling`), a webhook (:class:`~chatkernel.sdk.receiving.webhooks.Webhook`) or
+a socket (:class:`~chatkernel.sdk.receiving.sockets.Socket`) — and subclasses it with the
 platform's few pieces (``poll``, the webhook's verifier, the socket session).
 The kernel runs ``transport.run(deliver)`` under its supervisor, mounts
 ``transport.http_routes()`` on the gateway's server, and asks
