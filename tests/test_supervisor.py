@@ -5,7 +5,7 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from chatkernel.core.gateway.supervisor import Supervisor
+from chatkernel.core.runtime.supervisor import Supervisor
 from chatkernel.testing.contract import wait_until as wait_for
 from chatkernel.testing.memory import KernelHarness
 

@@ -30,15 +30,16 @@ from chatkernel.sdk.clock import ChannelClock
 from chatkernel.sdk.context import ChannelContext
 from chatkernel.core.accounts import build_accounts
 from chatkernel.core.plugins import collect_channels
-from chatkernel.core.gateway.cluster import Cluster
-from chatkernel.core.gateway.control import Control
-from chatkernel.core.gateway.parts import GatewayParts
-from chatkernel.core.gateway.supervisor import Supervisors
+from chatkernel.core.runtime.cluster import Cluster
+from chatkernel.core.runtime.control import Control
+from chatkernel.core.runtime.parts import GatewayParts
+from chatkernel.core.runtime.supervisor import Supervisors
 from chatkernel.core.inbound.commands import CommandGateway, collect_commands
 from chatkernel.core.outbound.deliveries import Deliveries
 from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
 from chatkernel.core.outbound.ratelimit import Pacing
 from chatkernel.core.health.probes import Health
+from chatkernel.core.heartbeat.ack import strip_stray_token
 from chatkernel.core.heartbeat.clock import Clock as HeartbeatClock
 from chatkernel.core.heartbeat.jobs import HeartbeatJobs
 from chatkernel.core.heartbeat.runner import HeartbeatRunner
@@ -63,7 +64,7 @@ from chatkernel.core.store.base import Store
 from chatkernel.core.turns.turns import Turns
 
 if TYPE_CHECKING:
-    from chatkernel.core.gateway.reload import ReloadReport
+    from chatkernel.core.runtime.reload import ReloadReport
 
 log = logging.getLogger("chatkernel.kernel")
 
@@ -141,7 +142,7 @@ class Kernel:
             metrics=self.metrics, wait_for_platforms=recover, pacing=pacing)
         #: Builds replies' payloads and queues them (a turn's Responder is given it).
         self.outbound = Outbound(pm=self.pm, metrics=self.metrics, store=self._started_store,
-                                 submit=self.outbox.submit)
+                                 submit=self.outbox.submit, strip_stray=strip_stray_token)
         #: Live replies: the agent's answer shown while it is written (core/outbound/live.py).
         # Its interval between updates keeps a preview under the platform's limits: it
         # counts in the rate limits' time (a test's ScaledClock speeds both up).
@@ -185,13 +186,13 @@ class Kernel:
         self._heartbeats: HeartbeatScheduler | None = None
         self.started_at: float | None = None
         #: What the gateway process adds (its URL, its reloader), read through functions;
-        #: empty for a kernel run in-process (see chatkernel.core.gateway.parts).
+        #: empty for a kernel run in-process (see chatkernel.core.runtime.parts).
         self.gateway_parts = gateway or GatewayParts()
         #: The receive-loop supervisors of this process, by account key (the gateway's
         #: receive loops or the cluster add them).
         self.supervisors = Supervisors(receiver=self.receiver, metrics=self.metrics)
         #: This process's part among several sharing the store (None: the only one;
-        #: see chatkernel.core.gateway.cluster), made at start when the store is shared.
+        #: see chatkernel.core.runtime.cluster), made at start when the store is shared.
         self.cluster: Cluster | None = None
         # Health, the monitor and control: the monitor probes through the health (built
         # right after it, hence the function), the health shows the monitor's settings.
@@ -399,9 +400,9 @@ class Kernel:
 
     async def reload(self, new_config: cfg.KernelConfig, **options: Any) -> "ReloadReport":
         """Apply a new config while the kernel runs: what can change live does, the
-        report names what needs a restart (see :mod:`chatkernel.core.gateway.reload`). Raises
+        report names what needs a restart (see :mod:`chatkernel.core.runtime.reload`). Raises
         ConfigError, changing nothing, when ``new_config`` fails the start-up checks."""
-        from chatkernel.core.gateway.reload import apply_config
+        from chatkernel.core.runtime.reload import apply_config
 
         return await apply_config(self, new_config, **options)
 

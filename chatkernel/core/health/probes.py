@@ -55,7 +55,7 @@ from chatkernel.core.store.base import StoreError
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from chatkernel.core.gateway.cluster import Cluster
+    from chatkernel.core.runtime.cluster import Cluster
     from chatkernel.core.health.metrics import Metrics
     from chatkernel.core.health.monitor import HealthMonitor
     from chatkernel.core.health.presence import Presence

@@ -73,7 +73,7 @@ from chatkernel.core.store.shared import LeaseLost
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from chatkernel.core.gateway.cluster import Cluster
+    from chatkernel.core.runtime.cluster import Cluster
     from chatkernel.core.health.metrics import Metrics
     from chatkernel.core.inbound.sessions import Sessions
     from chatkernel.core.outbound.deliveries import Deliveries
@@ -122,7 +122,7 @@ def idempotent(account: Account | None) -> bool:
 
 
 class _NotOurs(Exception):
-    """The account's lease went to another instance: it sends this (core/gateway/cluster.py)."""
+    """The account's lease went to another instance: it sends this (core/runtime/cluster.py)."""
 
 
 class _RowLost(Exception):
@@ -229,7 +229,7 @@ class Outbox:
         cluster = self._cluster()
         if cluster is not None and not cluster.owns(account.key):
             # Another instance owns the account: it reads these from the account's
-            # inbox and sends them (core/gateway/cluster.py).
+            # inbox and sends them (core/runtime/cluster.py).
             await self._store().outbox_add(entries, finish_journal=finish_journal)
             return reply_id
         claimed = bool(entries) and self._claim(account, session_key, route)
@@ -327,7 +327,7 @@ class Outbox:
         """After a start: restore the rate-limit windows, send what was never attempted,
         report what was in flight (or send it again, where the platform dedupes sends
         by key). ``account``: of that account only (this instance took it over from
-        another, core/gateway/cluster.py)."""
+        another, core/runtime/cluster.py)."""
         store = self._store()
         await self.restore_windows(account)
         deliveries = self._deliveries
@@ -548,7 +548,7 @@ class Outbox:
     def prepare(self, account: Account) -> None:
         """Build the account's rate limiter and retry policy from the channel's
         declared limits and the ``rate_limits`` / ``retry`` config overrides."""
-        from chatkernel.core.config import ConfigError
+        from chatkernel.sdk.errors import ConfigError
         from chatkernel.core.outbound.ratelimit import RateLimiter
 
         section = self._channel_config(account.channel_name)

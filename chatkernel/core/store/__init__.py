@@ -53,7 +53,7 @@ def open_store(config: KernelConfig, *, config_path: Path | None = None,
     from stevedore.driver import DriverManager
     from stevedore.exception import MultipleMatches, NoMatches
 
-    from chatkernel.core.config import ConfigError
+    from chatkernel.sdk.errors import ConfigError
 
     name = config.store.backend
     installed = installed_backends()
