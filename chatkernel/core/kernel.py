@@ -1,8 +1,9 @@
 """The kernel: one object wiring config, plugins, store, sessions, queue and agent.
 
-Use it as an async context manager. Channels call :meth:`Kernel.deliver`;
-the gateway (``chatkernel run``) adds receive loops and the HTTP server on
-top, and the test kit runs a kernel in-process without either.
+Use it as an async context manager. Each account's receive loop is given the kernel's
+:attr:`Kernel.receiver`, which journals a message and hands it to the inbound pipeline;
+the gateway (``chatkernel run``) runs those loops and the HTTP server on top, and the
+test kit runs a kernel in-process without either.
 """
 
 from __future__ import annotations
@@ -669,28 +670,6 @@ class Kernel:
         workspace = roster.workspace(agent) or account.workspace
         return MediaScope(workspace, roster.access_level(agent) or account.access_level)
 
-    def pause_account(self, key: str, reason: str) -> None:
-        """Pause an account (``channel:account``) until :meth:`resume_account`: its
-        receive loop is stopped and not restarted, its health is red with ``reason``,
-        the health monitor leaves it alone. (A channel pausing itself calls
-        ``Channel.pause`` and returns from ``run``.)"""
-        supervisor = self.supervisors.get(key)
-        if supervisor is not None:
-            supervisor.pause(reason)
-        else:
-            self.accounts[key].runtime.set_state("paused", time.time(), reason)
-        log.warning("%s: paused: %s", key, reason)
-
-    def resume_account(self, key: str) -> None:
-        """Let a paused account's receive loop start again."""
-        account = self.accounts[key]
-        supervisor = self.supervisors.get(key)
-        if supervisor is not None:
-            supervisor.resume()
-        elif account.runtime.state == "paused":
-            account.runtime.set_state("stopped", time.time())
-        log.info("%s: resumed", key)
-
     def pick_account(self, channel: str, account: str | None = None) -> Account:
         """The account to send from: named, or the channel's only one. LookupError says why."""
         mine = sorted(a.name for a in self.accounts.values() if a.channel_name == channel)
@@ -773,9 +752,6 @@ class Kernel:
         (``accepted`` or ``duplicate``); the pipeline goes on behind, in order per chat."""
         return await self.inbound.accept(message)
 
-    def start_indicator(self, account: Account, route: Route) -> None:
-        """Show the typing indicator now (fire and forget; failures only logged)."""
-        self.indicators.once(account, route)
 
 
 def own_presence_entry(config: cfg.KernelConfig) -> PresenceEntry:

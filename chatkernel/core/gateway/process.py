@@ -1,6 +1,7 @@
 """The gateway: a kernel, its accounts' receive loops and one HTTP server.
 
-Each account's ``Channel.run`` runs under a :class:`~chatkernel.core.runtime.supervisor.Supervisor`:
+Each account's receive loop (its transport's ``run``, given the kernel's receiver) runs
+under a :class:`~chatkernel.core.runtime.supervisor.Supervisor`:
 a crashed loop is restarted with exponential backoff, and the health monitor
 restarts one that went silent. The HTTP server carries every channel's routes,
 the control API, ``/healthz``, ``/metrics`` and ``/status``. SIGINT/SIGTERM stop
@@ -94,8 +95,6 @@ def free_port(host: str) -> int | None:
         return None
 
 
-KERNEL = web.AppKey("kernel", Kernel)
-
 #: aiohttp's settings for each connection's handler (no access log: the kernel's
 #: own lines say what happened).
 HANDLER_ARGS: dict[str, object] = {"access_log": None}
@@ -176,7 +175,6 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
                 http_guard.is_webhook_path(path, account.channel_name, account.name)]
     hosts = http_guard.HostCheck(host.lower(), frozenset(kernel.config.gateway.public_hosts))
     http_guard.install(app, hosts=hosts, webhooks=webhooks)
-    app[KERNEL] = kernel
     return app
 
 
