@@ -147,7 +147,7 @@ class Kernel:
         #: Live replies: the agent's answer shown while it is written (core/outbound/live.py).
         # Its interval between updates keeps a preview under the platform's limits: it
         # counts in the rate limits' time (a test's ScaledClock speeds both up).
-        self.live = Live(limiter=self.outbox.limiter, store=self._started_store,
+        self.live = Live(limiter=self.outbox.limits.limiter, store=self._started_store,
                          channel_config=lambda name: self.config.channels.get(name),
                          task_group=self._started_task_group, sleep=self.outbox.pacing.sleep)
         self.send_policy = SendPolicies.from_config(self.config)
@@ -439,7 +439,7 @@ class Kernel:
         self.accounts.clear()
         self._build_accounts()
         for account in self.accounts.values():
-            self.outbox.prepare(account)  # rate limits and retry policy: errors now, not later
+            self.outbox.limits.prepare(account)  # rate limits and retry policy: errors now, not later
         check_target(self.config, self.accounts.values(), path=self.config_path)
         agent_types = collect_agents(self.pm)
         config = self.config

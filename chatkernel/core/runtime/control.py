@@ -201,7 +201,8 @@ class Control:
 
     async def probe(self, body: dict[str, Any]) -> dict[str, Any]:
         """Live probes of ``target`` (``CHANNEL`` or ``CHANNEL:ACCOUNT``; all when empty)."""
-        from chatkernel.core.health.probes import ProbeInfo, select_accounts
+        from chatkernel.core.health.probes import select_accounts
+        from chatkernel.core.health.snapshot import ProbeInfo
 
         target = body.get("target")
         if target is not None and not isinstance(target, str):

@@ -206,7 +206,7 @@ async def apply_config(kernel: "Kernel", new: cfg.KernelConfig, *,
     for account in plan.added:
         _build_channel(kernel, account)
         kernel.accounts[account.key] = account
-        kernel.outbox.prepare(account)
+        kernel.outbox.limits.prepare(account)
         if loops is not None:
             loops.start(account)
     await kernel.roster.retire(replaced)  # the agents replaced that no turn runs on
