@@ -12,6 +12,7 @@ replaced without the other; the layers it breaks are drawn in docs/ARCHITECTURE.
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -79,8 +80,8 @@ def imported(source: str, module: str, known: Iterable[str], *,
     return found
 
 
-def module_edges(root: Path = ROOT) -> set[tuple[str, str]]:
-    """``(importer, imported)`` for every import of a core module by a core module."""
+@functools.cache
+def _module_edges(root: Path) -> frozenset[tuple[str, str]]:
     found = modules(root)
     edges = set()
     for name, path in found.items():
@@ -88,7 +89,12 @@ def module_edges(root: Path = ROOT) -> set[tuple[str, str]]:
                                package=path.name == "__init__.py"):
             if target in found and target != name:
                 edges.add((name, target))
-    return edges
+    return frozenset(edges)
+
+
+def module_edges(root: Path = ROOT) -> set[tuple[str, str]]:
+    """``(importer, imported)`` for every import of a core module by a core module."""
+    return set(_module_edges(root))
 
 
 def part(module: str) -> str:
