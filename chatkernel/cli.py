@@ -251,7 +251,7 @@ def _load_config(config_file: str | None):
 
 def _running_gateway():
     from chatkernel.core import config as cfg
-    from chatkernel.core.gateway.control import read_state
+    from chatkernel.core.gateway_state import read_state
 
     return read_state(cfg.home_dir())
 
@@ -341,7 +341,7 @@ def _send(config_file: str | None, body: dict[str, Any], wait: float, no_wait: b
 
 def _report_send(answer: dict[str, Any], wait: float, as_json: bool,
                  wait_delivery: float | None = None) -> None:
-    from chatkernel.core.gateway.control import send_outcome
+    from chatkernel.core.runtime.control import send_outcome
 
     outcome = answer.get("outcome") or send_outcome(answer.get("parts"))
     code = SEND_EXIT_CODES.get(outcome, 1)

@@ -4,7 +4,7 @@ seconds, and a call that works again turns it green at once, whatever failed bef
 from __future__ import annotations
 
 from chatkernel.sdk.calls import HUNG_AFTER_SECONDS, Calls
-from chatkernel.core.health.probes import account_problems
+from chatkernel.core.health.snapshot import account_problems
 from chatkernel.sdk.models import AccountRuntime, ProbeResult
 from chatkernel.testing.clock import ManualClock
 

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from chatkernel.cli import EXIT_UNHEALTHY, EXIT_UNREACHABLE, cli
-from chatkernel.core.gateway.control import write_state
+from chatkernel.core.gateway_state import write_state
 from chatkernel.testing.process import gateway_process
 
 BOT_TOKEN = "987654321:SECRETsecretSECRETsecretSECRET_ab"

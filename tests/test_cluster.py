@@ -1,4 +1,4 @@
-"""Several gateway processes on one Redis (core/gateway/cluster.py), from the kernel's side: the
+"""Several gateway processes on one Redis (core/runtime/cluster.py), from the kernel's side: the
 web chat served by every instance, and ``chatkernel status`` where no gateway runs.
 The failover tests are the plugins' (plugins/telegram/tests/test_scaleout.py,
 plugins/whatsapp/tests/test_scaleout.py)."""

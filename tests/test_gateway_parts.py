@@ -7,7 +7,9 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from chatkernel.core.gateway.control import ControlError, call, read_state
+from chatkernel.core.gateway.control import call
+from chatkernel.core.gateway_state import read_state
+from chatkernel.core.runtime.control import ControlError
 from chatkernel.testing.gateway import start_gateway
 from chatkernel.testing.memory import KernelHarness
 

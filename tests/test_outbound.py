@@ -216,7 +216,7 @@ async def test_a_payload_waiting_for_its_rate_limit_slot_stays_pending(tmp_path)
         outbox = h.kernel.outbox
         account = h.kernel.accounts["memory:main"]
         route = Route("memory", "main", "chat-1")
-        outbox.limiter(account).penalize(0.3, "chat-1")  # as after a 429 for this chat
+        outbox.limits.limiter(account).penalize(0.3, "chat-1")  # as after a 429 for this chat
 
         def statuses():
             return [row[0] for row in h.kernel.store._run(
@@ -294,7 +294,7 @@ async def test_a_claimed_payload_whose_slot_is_taken_meanwhile_waits_as_pending(
 
         store.outbox_mark = mark
         await outbox.submit(account, "k", "s", route, [OutboundPayload(text="later")])
-        assert outbox.limiter(account).try_acquire("chat-1")  # someone else's send
+        assert outbox.limits.limiter(account).try_acquire("chat-1")  # someone else's send
         with anyio.move_on_after(0.2):
             await h.settle()
         assert h.channel.texts() == []

@@ -50,7 +50,7 @@ async def queue(h, account: str, chats: int, per_chat: int) -> dict[str, list[st
 async def refused_past_the_attempts(h, account: str) -> None:
     """Until the platform of ``account`` was refused more often than a payload has
     attempts: one that spent its attempts on refusals would have failed by then."""
-    outage = h.kernel.outbox.outage(h.kernel.accounts[f"loopback:{account}"])
+    outage = h.kernel.outbox.limits.outage(h.kernel.accounts[f"loopback:{account}"])
     await wait_until(lambda: outage.tries > RETRY["attempts"], timeout=20,
                      what=f"more than {RETRY['attempts']} refused tries of {account}",
                      state=lambda: outage.tries)
@@ -317,7 +317,7 @@ async def test_sending_marks_the_store_cannot_commit_wait_in_order_until_it_can(
         route = Route("memory", "main", "chat-1")
         disk = full_disk(store)
         disk.full = False
-        outbox.limiter(account).penalize(0.3, "chat-1")  # queued: they wait their turn
+        outbox.limits.limiter(account).penalize(0.3, "chat-1")  # queued: they wait their turn
         for text in ("one", "two", "three"):
             await outbox.submit(account, "memory:main:chat-1", "s", route,
                                 [OutboundPayload(text=text, format="plain")])
@@ -351,7 +351,7 @@ async def test_a_queued_payload_whose_insert_failed_to_commit_is_sent_in_its_tur
         outbox, store = h.kernel.outbox, h.kernel.store
         account = h.kernel.accounts["memory:main"]
         route = Route("memory", "main", "chat-1")
-        outbox.limiter(account).penalize(0.05, "chat-1")  # not claimed: queued `pending`
+        outbox.limits.limiter(account).penalize(0.05, "chat-1")  # not claimed: queued `pending`
         await outbox.submit(account, "memory:main:chat-1", "s", route,
                             [OutboundPayload(text="kept", format="plain")])
         fail_next_commit(store)  # the commit of its insert fails, and is tried again

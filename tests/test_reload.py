@@ -286,7 +286,7 @@ def edited(config, **sections):
 
 
 def test_each_changed_key_is_live_or_needs_a_restart():
-    from chatkernel.core.gateway.reload import changed_keys, is_live
+    from chatkernel.core.runtime.reload import changed_keys, is_live
 
     old = {"queue": {"mode": "collect", "max_concurrent": 4}, "store": {"path": "a"},
            "agent": {"kind": "echo", "heartbeat": None},
@@ -349,7 +349,7 @@ async def test_the_send_policy_follows_a_reload(tmp_path):
 
 
 async def test_a_removed_account_finishes_its_turn_before_it_goes(tmp_path, monkeypatch):
-    from chatkernel.core.gateway import reload
+    from chatkernel.core.runtime import reload
     from chatkernel.testing.agents import agent_plugin, scripted_agent
     from chatkernel.testing.memory import KernelHarness
 

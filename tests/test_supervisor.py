@@ -1,11 +1,11 @@
-"""Supervision of receive loops: runtime state, restarts on request, pause and resume."""
+"""Supervision of receive loops: runtime state, restarts on request, a paused account."""
 
 from __future__ import annotations
 
 import anyio
 import pytest
 
-from chatkernel.core.gateway.supervisor import Supervisor
+from chatkernel.core.runtime.supervisor import Supervisor
 from chatkernel.testing.contract import wait_until as wait_for
 from chatkernel.testing.memory import KernelHarness
 
@@ -111,7 +111,7 @@ async def test_runtime_state_follows_the_loop(tmp_path):
         assert account.runtime.state == "stopped"
 
 
-async def test_a_paused_account_waits_to_be_resumed(tmp_path):
+async def test_a_paused_account_is_not_restarted(tmp_path):
     async with KernelHarness(tmp_path) as h:
         account = h.kernel.accounts["memory:main"]
         channel = account.channel
@@ -137,20 +137,8 @@ async def test_a_paused_account_waits_to_be_resumed(tmp_path):
             snapshot = await h.kernel.health.snapshot()
             entry = snapshot.channels["memory"].accounts["main"]
             assert entry.ok is False and entry.problems == ["paused: session expired: log in again"]
-            h.kernel.resume_account("memory:main")
-            await wait_until(lambda: len(runs) == 2)
-            assert account.runtime.state in ("starting", "running")
             tg.cancel_scope.cancel()
-
-
-async def test_kernel_pause_account_is_red_until_resumed(tmp_path):
-    async with KernelHarness(tmp_path) as h:
-        h.kernel.pause_account("memory:main", "maintenance")
-        snapshot = await h.kernel.health.snapshot()
-        assert snapshot.ok is False
-        assert snapshot.problems == ["memory:main: paused: maintenance"]
-        h.kernel.resume_account("memory:main")
-        assert h.kernel.accounts["memory:main"].runtime.state == "stopped"
+        assert account.runtime.state == "paused"  # stopping the loop leaves it paused
 
 
 async def test_restart_without_a_running_loop_is_refused(tmp_path):
@@ -158,29 +146,6 @@ async def test_restart_without_a_running_loop_is_refused(tmp_path):
         supervisor = supervise_here(h, h.kernel.accounts["memory:main"])
         assert await supervisor.restart("nothing to restart") is False
         assert list(h.kernel.accounts["memory:main"].runtime.restarts) == []
-
-
-async def test_pausing_from_the_kernel_stops_the_loop_until_resumed(tmp_path):
-    async with KernelHarness(tmp_path) as h:
-        account = h.kernel.accounts["memory:main"]
-        starts = []
-
-        async def run(deliver):
-            starts.append(1)
-            await anyio.sleep_forever()
-
-        account.transport.run = run
-        supervisor = h.kernel.supervisors.add(account, sleep=no_sleep)
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(supervisor.run)
-            await wait_until(lambda: supervisor.loops_running == 1)
-            h.kernel.pause_account("memory:main", "maintenance")
-            await wait_until(lambda: supervisor.loops_running == 0)
-            assert account.runtime.state == "paused" and len(starts) == 1
-            assert list(account.runtime.restarts) == []  # a pause is not a restart
-            h.kernel.resume_account("memory:main")
-            await wait_until(lambda: len(starts) == 2 and supervisor.loops_running == 1)
-            tg.cancel_scope.cancel()
 
 
 async def test_a_loop_that_ends_on_a_refused_identity_fails_with_what_to_do(tmp_path):

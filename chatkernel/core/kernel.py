@@ -1,8 +1,9 @@
 """The kernel: one object wiring config, plugins, store, sessions, queue and agent.
 
-Use it as an async context manager. Channels call :meth:`Kernel.deliver`;
-the gateway (``chatkernel run``) adds receive loops and the HTTP server on
-top, and the test kit runs a kernel in-process without either.
+Use it as an async context manager. Each account's receive loop is given the kernel's
+:attr:`Kernel.receiver`, which journals a message and hands it to the inbound pipeline;
+the gateway (``chatkernel run``) runs those loops and the HTTP server on top, and the
+test kit runs a kernel in-process without either.
 """
 
 from __future__ import annotations
@@ -30,15 +31,16 @@ from chatkernel.sdk.clock import ChannelClock
 from chatkernel.sdk.context import ChannelContext
 from chatkernel.core.accounts import build_accounts
 from chatkernel.core.plugins import collect_channels
-from chatkernel.core.gateway.cluster import Cluster
-from chatkernel.core.gateway.control import Control
-from chatkernel.core.gateway.parts import GatewayParts
-from chatkernel.core.gateway.supervisor import Supervisors
+from chatkernel.core.runtime.cluster import Cluster
+from chatkernel.core.runtime.control import Control
+from chatkernel.core.runtime.parts import GatewayParts
+from chatkernel.core.runtime.supervisor import Supervisors
 from chatkernel.core.inbound.commands import CommandGateway, collect_commands
 from chatkernel.core.outbound.deliveries import Deliveries
 from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
 from chatkernel.core.outbound.ratelimit import Pacing
 from chatkernel.core.health.probes import Health
+from chatkernel.core.heartbeat.ack import strip_stray_token
 from chatkernel.core.heartbeat.clock import Clock as HeartbeatClock
 from chatkernel.core.heartbeat.jobs import HeartbeatJobs
 from chatkernel.core.heartbeat.runner import HeartbeatRunner
@@ -63,7 +65,7 @@ from chatkernel.core.store.base import Store
 from chatkernel.core.turns.turns import Turns
 
 if TYPE_CHECKING:
-    from chatkernel.core.gateway.reload import ReloadReport
+    from chatkernel.core.runtime.reload import ReloadReport
 
 log = logging.getLogger("chatkernel.kernel")
 
@@ -141,11 +143,11 @@ class Kernel:
             metrics=self.metrics, wait_for_platforms=recover, pacing=pacing)
         #: Builds replies' payloads and queues them (a turn's Responder is given it).
         self.outbound = Outbound(pm=self.pm, metrics=self.metrics, store=self._started_store,
-                                 submit=self.outbox.submit)
+                                 submit=self.outbox.submit, strip_stray=strip_stray_token)
         #: Live replies: the agent's answer shown while it is written (core/outbound/live.py).
         # Its interval between updates keeps a preview under the platform's limits: it
         # counts in the rate limits' time (a test's ScaledClock speeds both up).
-        self.live = Live(limiter=self.outbox.limiter, store=self._started_store,
+        self.live = Live(limiter=self.outbox.limits.limiter, store=self._started_store,
                          channel_config=lambda name: self.config.channels.get(name),
                          task_group=self._started_task_group, sleep=self.outbox.pacing.sleep)
         self.send_policy = SendPolicies.from_config(self.config)
@@ -185,13 +187,13 @@ class Kernel:
         self._heartbeats: HeartbeatScheduler | None = None
         self.started_at: float | None = None
         #: What the gateway process adds (its URL, its reloader), read through functions;
-        #: empty for a kernel run in-process (see chatkernel.core.gateway.parts).
+        #: empty for a kernel run in-process (see chatkernel.core.runtime.parts).
         self.gateway_parts = gateway or GatewayParts()
         #: The receive-loop supervisors of this process, by account key (the gateway's
         #: receive loops or the cluster add them).
         self.supervisors = Supervisors(receiver=self.receiver, metrics=self.metrics)
         #: This process's part among several sharing the store (None: the only one;
-        #: see chatkernel.core.gateway.cluster), made at start when the store is shared.
+        #: see chatkernel.core.runtime.cluster), made at start when the store is shared.
         self.cluster: Cluster | None = None
         # Health, the monitor and control: the monitor probes through the health (built
         # right after it, hence the function), the health shows the monitor's settings.
@@ -399,9 +401,9 @@ class Kernel:
 
     async def reload(self, new_config: cfg.KernelConfig, **options: Any) -> "ReloadReport":
         """Apply a new config while the kernel runs: what can change live does, the
-        report names what needs a restart (see :mod:`chatkernel.core.gateway.reload`). Raises
+        report names what needs a restart (see :mod:`chatkernel.core.runtime.reload`). Raises
         ConfigError, changing nothing, when ``new_config`` fails the start-up checks."""
-        from chatkernel.core.gateway.reload import apply_config
+        from chatkernel.core.runtime.reload import apply_config
 
         return await apply_config(self, new_config, **options)
 
@@ -437,7 +439,7 @@ class Kernel:
         self.accounts.clear()
         self._build_accounts()
         for account in self.accounts.values():
-            self.outbox.prepare(account)  # rate limits and retry policy: errors now, not later
+            self.outbox.limits.prepare(account)  # rate limits and retry policy: errors now, not later
         check_target(self.config, self.accounts.values(), path=self.config_path)
         agent_types = collect_agents(self.pm)
         config = self.config
@@ -668,28 +670,6 @@ class Kernel:
         workspace = roster.workspace(agent) or account.workspace
         return MediaScope(workspace, roster.access_level(agent) or account.access_level)
 
-    def pause_account(self, key: str, reason: str) -> None:
-        """Pause an account (``channel:account``) until :meth:`resume_account`: its
-        receive loop is stopped and not restarted, its health is red with ``reason``,
-        the health monitor leaves it alone. (A channel pausing itself calls
-        ``Channel.pause`` and returns from ``run``.)"""
-        supervisor = self.supervisors.get(key)
-        if supervisor is not None:
-            supervisor.pause(reason)
-        else:
-            self.accounts[key].runtime.set_state("paused", time.time(), reason)
-        log.warning("%s: paused: %s", key, reason)
-
-    def resume_account(self, key: str) -> None:
-        """Let a paused account's receive loop start again."""
-        account = self.accounts[key]
-        supervisor = self.supervisors.get(key)
-        if supervisor is not None:
-            supervisor.resume()
-        elif account.runtime.state == "paused":
-            account.runtime.set_state("stopped", time.time())
-        log.info("%s: resumed", key)
-
     def pick_account(self, channel: str, account: str | None = None) -> Account:
         """The account to send from: named, or the channel's only one. LookupError says why."""
         mine = sorted(a.name for a in self.accounts.values() if a.channel_name == channel)
@@ -772,9 +752,6 @@ class Kernel:
         (``accepted`` or ``duplicate``); the pipeline goes on behind, in order per chat."""
         return await self.inbound.accept(message)
 
-    def start_indicator(self, account: Account, route: Route) -> None:
-        """Show the typing indicator now (fire and forget; failures only logged)."""
-        self.indicators.once(account, route)
 
 
 def own_presence_entry(config: cfg.KernelConfig) -> PresenceEntry:

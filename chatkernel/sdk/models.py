@@ -242,7 +242,7 @@ class Verdict:
 
 _ALLOWED = Verdict(True)
 
-# "elsewhere": another gateway instance sharing the store owns it (core/gateway/cluster.py).
+# "elsewhere": another gateway instance sharing the store owns it (core/runtime/cluster.py).
 AccountState = Literal["starting", "running", "stopped", "failed", "paused", "elsewhere"]
 ACCOUNT_STATES: tuple[str, ...] = ("starting", "running", "stopped", "failed", "paused",
                                    "elsewhere")

@@ -35,7 +35,7 @@ __all__ = ["GatewayInstance", "GatewayInstances", "RoundRobin", "holder_pid", "w
 
 def holder_pid(holder: str) -> int:
     """The process id in a lease holder's name (``<instance>/<pid>/<random>``, see
-    chatkernel.core.gateway.cluster)."""
+    chatkernel.core.runtime.cluster)."""
     return int(holder.split("/")[-2])
 
 

@@ -235,7 +235,7 @@ class KernelHarness:
     def send_wait(self, account_key: str, chat_id: str, *, is_group: bool = False) -> float:
         """Seconds a send to ``chat_id`` would wait for the account's rate limits now."""
         account = self.kernel.accounts[account_key]
-        return self.kernel.outbox.limiter(account).delay(chat_id, is_group=is_group)
+        return self.kernel.outbox.limits.limiter(account).delay(chat_id, is_group=is_group)
 
     @property
     def health(self) -> "Health":

@@ -13,6 +13,7 @@ The package, by concern:
 - :mod:`~chatkernel.core.config.files`: where the file is, reading and writing it;
 - :mod:`~chatkernel.core.config.env`: ``${ENV}`` references, secrets and redaction;
 - :mod:`~chatkernel.core.config.validation`: parsing and validating, errors worded;
+- :mod:`~chatkernel.core.config.hints`: the did-you-mean of an unknown name;
 - :mod:`~chatkernel.core.config.keys`: dotted keys, effective values, CLI values;
 - :mod:`~chatkernel.core.config.starter`: the file ``chatkernel config init`` writes.
 
@@ -81,9 +82,9 @@ from chatkernel.core.config.schema import (
     with_implied,
 )
 from chatkernel.core.config.starter import STARTER_HEADER, starter_config
+from chatkernel.core.config.hints import did_you_mean
 from chatkernel.core.config.validation import (
     check_channel_keys,
-    did_you_mean,
     load,
     parse,
     unknown_channel,

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from chatkernel.core.config.files import home_dir
+from chatkernel.core.config.hints import did_you_mean
 from chatkernel.sdk.accounts import HealthMonitorConfig, HeartbeatVisibility
 
 if TYPE_CHECKING:
@@ -175,7 +176,6 @@ class StoreConfig(Section):
     @field_validator("backend")
     @classmethod
     def _installed(cls, value: str) -> str:
-        from chatkernel.core.config.validation import did_you_mean  # it imports the models
         from chatkernel.core.store import BACKENDS
 
         # Names only: no backend is imported to check one is there.
@@ -484,7 +484,7 @@ class KernelConfig(Section):
 
 def listens_locally(config: KernelConfig) -> bool:
     """Whether ``gateway.listen`` is reachable from this machine only."""
-    from chatkernel.core.health.presence import is_loopback
+    from chatkernel.core.config.listen import is_loopback
 
     host = config.gateway.listen.rpartition(":")[0].strip("[]")
     return is_loopback(host)

@@ -7,7 +7,6 @@ unknown key or value. A secret's value is never shown, even when malformed.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Iterable
@@ -19,7 +18,8 @@ from pydantic import BaseModel, ValidationError
 from chatkernel.catalog import CHANNEL_DISTRIBUTIONS
 from chatkernel.core.config.env import is_secret_key, resolve_env
 from chatkernel.core.config.files import config_path, read_raw
-from chatkernel.core.config.schema import ChannelConfig, KernelConfig
+from chatkernel.core.config.hints import did_you_mean
+from chatkernel.core.config.schema import DEFAULT_AGENT, ChannelConfig, KernelConfig
 from chatkernel.sdk.errors import ConfigError
 
 
@@ -31,12 +31,6 @@ def _dotted(loc: tuple[Any, ...]) -> str:
         else:
             key += f".{part}" if key else str(part)
     return key
-
-
-def did_you_mean(name: str, known: Any) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``known``, or an empty string."""
-    close = difflib.get_close_matches(name, sorted(known), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def check_channel_keys(name: str, section: ChannelConfig, channel_keys: Iterable[str],
@@ -136,12 +130,38 @@ def validation_error(exc: ValidationError, *, path: Path | None,
     return ConfigError(f"{len(problems)} problems:\n{lines}", path=path)
 
 
+def check_bindings(config: KernelConfig, *, path: Path | None = None) -> None:
+    """Refuse a config whose agents or bindings cannot work as written: the default
+    agent defined twice, a rule naming no agent of the config (a kind instead of an
+    agent is said so), a rule that can never match because an earlier one matches the
+    same chats. The ConfigError names the rule (``bindings[2]``)."""
+    if "agent" in config.model_fields_set and DEFAULT_AGENT in config.agents:
+        raise ConfigError("the default agent is defined twice, by [agent] and by "
+                          "[agents.default]: keep one of them", path=path,
+                          key="agents.default")
+    agents = config.named_agents()
+    seen: dict[tuple[tuple[str, str], ...], int] = {}
+    for i, rule in enumerate(config.bindings):
+        if rule.agent not in agents:
+            kinds = sorted(name for name, agent in agents.items() if agent.kind == rule.agent)
+            hint = (f": a binding names an agent, not a kind (agents of kind "
+                    f"{rule.agent!r}: {', '.join(kinds)})" if kinds
+                    else did_you_mean(rule.agent, agents))
+            raise ConfigError(f"no agent named {rule.agent!r} (agents: "
+                              f"{', '.join(sorted(agents)) or 'none'}){hint}", path=path,
+                              key=f"bindings[{i}].agent")
+        keys = tuple(sorted(rule.match_keys().items()))
+        if keys in seen:
+            raise ConfigError(f"can never match: bindings[{seen[keys]}] matches the same "
+                              f"chats ({rule.describe()}) and comes first", path=path,
+                              key=f"bindings[{i}]")
+        seen[keys] = i
+
+
 def parse(data: dict[str, Any], *, path: Path | None = None,
           environ: dict[str, str] | None = None, strict_env: bool = True) -> KernelConfig:
     """Resolve ``${ENV}`` references and validate the kernel's sections (and the
-    bindings against the agents: :func:`chatkernel.core.turns.bindings.check_bindings`)."""
-    from chatkernel.core.turns.bindings import check_bindings
-
+    bindings against the agents: :func:`check_bindings`)."""
     resolved = resolve_env(data, path=path, environ=environ, strict=strict_env)
     try:
         config = KernelConfig.model_validate(resolved)

@@ -1,3 +1,3 @@
-"""The gateway process: receive-loop supervision, the HTTP server and its guard,
-health endpoints, the control API, the home lock, reload and several processes
-on one store."""
+"""The gateway process: the kernel it makes, the receive loops and one HTTP server
+(its guard, the health endpoints, the control API's routes), the home lock, signals
+and the secrets' hand-over on re-execution."""

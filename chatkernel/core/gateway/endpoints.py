@@ -29,7 +29,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from chatkernel.core.health.probes import AccountSnapshot, HealthSnapshot
+from chatkernel.core.health.snapshot import AccountSnapshot, HealthSnapshot
 
 if TYPE_CHECKING:
     from aiohttp import web

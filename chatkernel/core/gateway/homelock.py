@@ -91,7 +91,7 @@ class HomeLock:
             os.close(fd)
 
     def _in_use(self, holder: dict) -> HomeInUse:
-        from chatkernel.core.gateway.control import read_state
+        from chatkernel.core.gateway_state import read_state
 
         pid = holder.get("pid") if isinstance(holder.get("pid"), int) else None
         role = str(holder.get("role") or "another process")

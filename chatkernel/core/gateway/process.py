@@ -1,11 +1,12 @@
 """The gateway: a kernel, its accounts' receive loops and one HTTP server.
 
-Each account's ``Channel.run`` runs under a :class:`~chatkernel.core.gateway.supervisor.Supervisor`:
+Each account's receive loop (its transport's ``run``, given the kernel's receiver) runs
+under a :class:`~chatkernel.core.runtime.supervisor.Supervisor`:
 a crashed loop is restarted with exponential backoff, and the health monitor
 restarts one that went silent. The HTTP server carries every channel's routes,
 the control API, ``/healthz``, ``/metrics`` and ``/status``. SIGINT/SIGTERM stop
 the receive loops, let in-flight turns and sends drain (bounded), close the
-store and return. SIGHUP reloads the config file (chatkernel.core.gateway.reload).
+store and return. SIGHUP reloads the config file (chatkernel.core.runtime.reload).
 """
 
 from __future__ import annotations
@@ -23,16 +24,16 @@ from aiohttp import web
 from anyio.abc import TaskGroup
 
 from chatkernel.core import config as cfg
+from chatkernel.core.config.listen import check_listen, is_loopback_host, parse_listen
 from chatkernel.core.gateway import http_server
-from chatkernel.core.gateway.cluster import Cluster
+from chatkernel.core.runtime.cluster import Cluster
 from chatkernel.core.gateway.gc_tuning import tune_for_serving
 from chatkernel.core.gateway.homelock import HomeLock
 from chatkernel.core.kernel import Kernel
 from chatkernel.sdk.models import Account
-from chatkernel.core.health.presence import is_loopback
-from chatkernel.core.gateway.reload import ConfigReloader
-from chatkernel.core.gateway.parts import GatewayParts
-from chatkernel.core.gateway.supervisor import Supervisors, supervise
+from chatkernel.core.runtime.reload import ConfigReloader
+from chatkernel.core.runtime.parts import GatewayParts
+from chatkernel.core.runtime.supervisor import Supervisors, supervise
 
 __all__ = ["DRAIN_SECONDS", "Listening", "ReceiveLoops", "build_app", "check_listen",
            "check_startup", "run_gateway", "supervise"]
@@ -53,27 +54,6 @@ class Listening:
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    host, _, port = value.rpartition(":")
-    return host.strip("[]"), int(port)
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether a listen host is reachable from this machine only."""
-    return host.lower() == "localhost" or is_loopback(host)
-
-
-def check_listen(config: cfg.KernelConfig, host: str, *, config_path=None) -> None:
-    """Refuse to serve the control API beyond loopback without a token from the config."""
-    if not is_loopback_host(host) and not config.gateway.control_token:
-        raise cfg.ConfigError(
-            f"the gateway would listen on {host or 'every address'}, beyond this machine, "
-            "with a random control token: set gateway.control_token (a long random secret, "
-            "e.g. \"${CHATKERNEL_CONTROL_TOKEN}\") so the control API, /metrics and /status "
-            "need it, or listen on 127.0.0.1",
-            path=config_path, key="gateway.control_token")
 
 
 def check_startup(config: cfg.KernelConfig, *, config_path=None, listen: str | None = None,
@@ -114,8 +94,6 @@ def free_port(host: str) -> int | None:
     except OSError:
         return None
 
-
-KERNEL = web.AppKey("kernel", Kernel)
 
 #: aiohttp's settings for each connection's handler (no access log: the kernel's
 #: own lines say what happened).
@@ -197,7 +175,6 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
                 http_guard.is_webhook_path(path, account.channel_name, account.name)]
     hosts = http_guard.HostCheck(host.lower(), frozenset(kernel.config.gateway.public_hosts))
     http_guard.install(app, hosts=hosts, webhooks=webhooks)
-    app[KERNEL] = kernel
     return app
 
 
@@ -214,6 +191,7 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
     :class:`~chatkernel.core.gateway.homelock.HomeInUse` when another process has it."""
     host, port = parse_listen(listen or config.gateway.listen)
     check_listen(config, host, config_path=config_path)
+    from chatkernel.core import gateway_state
     from chatkernel.core.gateway import control
 
     token = config.gateway.control_token or control.new_token()
@@ -240,10 +218,10 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
                 listening = Listening(host, bound[1])
                 parts.url = listening.url
                 try:
-                    control.write_state(cfg.home_dir(), listening.url, token)
+                    gateway_state.write_state(cfg.home_dir(), listening.url, token)
                 except OSError as exc:
                     raise cfg.ConfigError(
-                        f"cannot write {control.state_path(cfg.home_dir())}: "
+                        f"cannot write {gateway_state.state_path(cfg.home_dir())}: "
                         f"{exc.strerror or exc}. The chatkernel commands find the running gateway "
                         "through it: make the directory writable for this user, or set "
                         "CHATKERNEL_HOME to a writable one") from None
@@ -290,7 +268,7 @@ async def run_gateway(config: cfg.KernelConfig, *, config_path=None,
             finally:
                 if restore_gc is not None:
                     restore_gc()
-                control.remove_state(cfg.home_dir())
+                gateway_state.remove_state(cfg.home_dir())
                 await runner.cleanup()
     log.info("stopped")
 

@@ -1,2 +1,2 @@
-"""Health: probes and the snapshot, the health monitor, presence, metrics and
-what status and health print."""
+"""Health: probes and the snapshot they make, the snapshot's schema, the health
+monitor, presence, metrics and what status and health print."""

@@ -37,7 +37,7 @@ from chatkernel.core.config import HealthMonitorConfig, KernelConfig
 from chatkernel.sdk.models import RESTART_WINDOW_SECONDS, Account, ProbeResult
 
 if TYPE_CHECKING:
-    from chatkernel.core.gateway.supervisor import Supervisor
+    from chatkernel.core.runtime.supervisor import Supervisor
     from chatkernel.core.health.metrics import Metrics
 
 log = logging.getLogger("chatkernel.monitor")
@@ -181,7 +181,7 @@ class HealthMonitor:
     Given by name: ``config`` (a function: a reload replaces it), the kernel's
     ``accounts`` by key (read only), ``probe`` (:meth:`Health.probe
     <chatkernel.core.health.probes.Health.probe>`), ``supervisor`` (the running
-    :class:`~chatkernel.core.gateway.supervisor.Supervisor` of an account key, None
+    :class:`~chatkernel.core.runtime.supervisor.Supervisor` of an account key, None
     when no loop runs in this process) and the metrics."""
 
     def __init__(self, *, config: Callable[[], KernelConfig],

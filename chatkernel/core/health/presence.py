@@ -12,29 +12,17 @@ talks through an SSH tunnel is still shown at 192.0.2.7.
 
 from __future__ import annotations
 
-import ipaddress
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from chatkernel.core.config.listen import is_loopback
+
 #: The fields a report may set, besides the instance id, with their length caps.
 REPORTED_FIELDS: dict[str, int] = {"host": 255, "version": 64, "platform": 128, "mode": 64,
                                    "reason": 200, "text": 500}
 MAX_INSTANCE_ID = 200
-
-
-def is_loopback(address: str | None) -> bool:
-    """Whether ``address`` is a loopback address (127.0.0.0/8, ::1, ::ffff:127.x)."""
-    if not address:
-        return False
-    try:
-        ip = ipaddress.ip_address(address.split("%", 1)[0])
-    except ValueError:
-        return address.lower() == "localhost"
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
 
 
 @dataclass(slots=True)

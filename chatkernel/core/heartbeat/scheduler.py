@@ -169,7 +169,7 @@ class HeartbeatScheduler:
 
     def stopped(self) -> None:
         """The task group given to :meth:`start` ended (another instance runs the
-        heartbeats now, core/gateway/cluster.py): forget the jobs; :meth:`start` loads them
+        heartbeats now, core/runtime/cluster.py): forget the jobs; :meth:`start` loads them
         again."""
         self._tg = None
         self.started = False

@@ -44,7 +44,7 @@ from chatkernel.sdk.errors import Backlogged
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from chatkernel.core.gateway.cluster import Cluster
+    from chatkernel.core.runtime.cluster import Cluster
     from chatkernel.core.health.metrics import Metrics
     from chatkernel.core.inbound.commands import CommandGateway
     from chatkernel.core.inbound.queue import QueueSettings, SessionQueue
@@ -374,7 +374,7 @@ class Inbound:
         """After journaling: the pipeline goes on here, unless several instances share
         the store. Then the account's owner reads every message from the account's
         inbox, even those it journaled itself: in journal order, whichever instance
-        took them (core/gateway/cluster.py)."""
+        took them (core/runtime/cluster.py)."""
         if self._cluster() is None:
             self.line_up(account, seq, message)
 
@@ -405,7 +405,7 @@ class Inbound:
         return True
 
     def forget_lined(self, account: Account) -> None:
-        """A new tenure of ``account`` (core/gateway/cluster.py): what the last one lined up is
+        """A new tenure of ``account`` (core/runtime/cluster.py): what the last one lined up is
         done or left unfinished, and is replayed."""
         self._lined.pop(account.key, None)
 
@@ -458,7 +458,7 @@ class Inbound:
         account, seq = accepted
         if cluster is not None:
             if not cluster.owns(account.key):
-                return "accepted"  # its owner runs it, from its inbox (core/gateway/cluster.py)
+                return "accepted"  # its owner runs it, from its inbox (core/runtime/cluster.py)
             if not self._mark_lined(account, seq):
                 return "accepted"  # lined up already (a takeover's replay brought it)
         return await self.process(account, message, seq)

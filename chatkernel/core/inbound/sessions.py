@@ -126,7 +126,7 @@ class Sessions:
 
     def forget(self, prefix: str) -> int:
         """Drop the cached records and routes whose key starts with ``prefix`` (another
-        instance may have changed them: core/gateway/cluster.py); returns how many records."""
+        instance may have changed them: core/runtime/cluster.py); returns how many records."""
         keys = [key for key in self._records if key.startswith(prefix)]
         for key in keys:
             del self._records[key]

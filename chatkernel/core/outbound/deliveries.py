@@ -190,7 +190,7 @@ class Deliveries:
         waiters.append(waiter)
         store = self._store()
         # With several instances the owner of the account may send it elsewhere: what
-        # became of it is read from the store every POLL_SECONDS (core/gateway/cluster.py).
+        # became of it is read from the store every POLL_SECONDS (core/runtime/cluster.py).
         poll = POLL_SECONDS if self._clustered() else None
         try:
             entries = await store.outbox_reply(reply_id)

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from chatkernel.core.outbound.deliveries import describe_payload
+from chatkernel.core.outbound.limits import SendLimits
 from chatkernel.core.lines import Lines
 from chatkernel.sdk.models import Account, OutboundPayload, Route, SendError, SendResult
 from chatkernel.core.outbound.responder import upload_failed
@@ -62,7 +63,6 @@ from chatkernel.core.outbound.retry import (
     format_delay,
     is_retryable,
     never_sent,
-    outage_reason,
     platform_down,
     repeatable_with_key,
     with_retries,
@@ -73,7 +73,7 @@ from chatkernel.core.store.shared import LeaseLost
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from chatkernel.core.gateway.cluster import Cluster
+    from chatkernel.core.runtime.cluster import Cluster
     from chatkernel.core.health.metrics import Metrics
     from chatkernel.core.inbound.sessions import Sessions
     from chatkernel.core.outbound.deliveries import Deliveries
@@ -122,7 +122,7 @@ def idempotent(account: Account | None) -> bool:
 
 
 class _NotOurs(Exception):
-    """The account's lease went to another instance: it sends this (core/gateway/cluster.py)."""
+    """The account's lease went to another instance: it sends this (core/runtime/cluster.py)."""
 
 
 class _RowLost(Exception):
@@ -142,7 +142,8 @@ class Outbox:
     - ``account(key)``: the running account ``channel:account``, or None;
     - ``send_policy()``: the send policy in effect, checked on every payload;
     - ``channel_config(name)``: a channel's config section (its ``rate_limits`` and
-      ``retry`` overrides), or None; ``config_path`` names the file in errors;
+      ``retry`` overrides), or None; ``config_path`` names the file in errors (both
+      for :class:`~chatkernel.core.outbound.limits.SendLimits`);
     - ``send``: one request to the platform (:data:`SendPayload`);
     - ``deliveries``: told each payload's final status; ``delivery_statuses``: told
       the platform's id of a payload whose fate the platform reports later;
@@ -170,8 +171,6 @@ class Outbox:
         self._cluster = cluster
         self._account = account
         self._send_policy = send_policy
-        self._channel_config = channel_config
-        self._config_path = config_path
         self._send_payload = send
         self._deliveries = deliveries
         self._delivery_statuses = delivery_statuses
@@ -189,9 +188,9 @@ class Outbox:
         # Claimed entries whose commit is over, before their sender takes them: None,
         # or the error that lost them.
         self._claim_commits: dict[int, Exception | None] = {}
-        self._limiters: dict[str, RateLimiter] = {}
-        self._policies: dict[str, RetryPolicy] = {}
-        self._outages: dict[str, Outage] = {}
+        #: Each account's rate limiter, retry policy and outage.
+        self.limits = SendLimits(channel_config=channel_config, config_path=config_path,
+                                 pacing=self.pacing)
         # Since when `sending` marks fail to commit (monotonic), and how many waited.
         self._store_down_since: float | None = None
         self._store_waited = 0
@@ -229,7 +228,7 @@ class Outbox:
         cluster = self._cluster()
         if cluster is not None and not cluster.owns(account.key):
             # Another instance owns the account: it reads these from the account's
-            # inbox and sends them (core/gateway/cluster.py).
+            # inbox and sends them (core/runtime/cluster.py).
             await self._store().outbox_add(entries, finish_journal=finish_journal)
             return reply_id
         claimed = bool(entries) and self._claim(account, session_key, route)
@@ -269,8 +268,8 @@ class Outbox:
                 or self._account(account.key) is not account
                 or not self._send_policy().check(route, self._sessions().cached(session_key))):
             return False
-        limiter = self.limiter(account)
-        return (self._outages[account.key].since is None
+        limiter = self.limits.limiter(account)
+        return (self.limits.outages[account.key].since is None
                 and limiter.is_free(route.chat_id, is_group=route.is_group))
 
     def _enqueue(self, entries: list[OutboxEntry]) -> None:
@@ -327,7 +326,7 @@ class Outbox:
         """After a start: restore the rate-limit windows, send what was never attempted,
         report what was in flight (or send it again, where the platform dedupes sends
         by key). ``account``: of that account only (this instance took it over from
-        another, core/gateway/cluster.py)."""
+        another, core/runtime/cluster.py)."""
         store = self._store()
         await self.restore_windows(account)
         deliveries = self._deliveries
@@ -377,12 +376,12 @@ class Outbox:
         Only entries queued since the longest a payload may wait for its platform
         (``unreachable_max_age``, or :data:`RESTORE_SLACK` if longer) are read.
         """
-        limiters = self._limiters
+        limiters = self.limits.limiters
         longest = max((limiter.longest_window for limiter in limiters.values()), default=0.0)
         if longest <= 0:
             return 0
         now = time.time()
-        wait = max((policy.unreachable_max_age for policy in self._policies.values()),
+        wait = max((policy.unreachable_max_age for policy in self.limits.policies.values()),
                    default=0.0)
         sends = await self._store().outbox_recent_sends(
             now - longest, queued_since=now - longest - max(wait, RESTORE_SLACK))
@@ -436,9 +435,10 @@ class Outbox:
                                       account=account)
             return
         entry.payload.key = send_key(entry)
-        limiter = self.limiter(account)
-        policy = self._policy(account)
-        outage = self._outages[account.key]
+        limits = self.limits
+        limiter = limits.limiter(account)
+        policy = limits.policy(account)
+        outage = limits.outages[account.key]
         # Waiting for the platform only where this process will live on to send (a
         # CLI command's own kernel reports a failure instead).
         holds = self._wait_for_platforms and policy.unreachable_max_age > 0
@@ -544,56 +544,6 @@ class Outbox:
         """``chunk 1/2 "Hello the…"``: which part of which message."""
         payload = entry.payload
         return f"chunk {payload.chunk_index}/{payload.chunk_count} {describe_payload(payload)}"
-
-    def prepare(self, account: Account) -> None:
-        """Build the account's rate limiter and retry policy from the channel's
-        declared limits and the ``rate_limits`` / ``retry`` config overrides."""
-        from chatkernel.core.config import ConfigError
-        from chatkernel.core.outbound.ratelimit import RateLimiter
-
-        section = self._channel_config(account.channel_name)
-        limits = account.channel.limits  # type: ignore[union-attr]
-        prefix = f"channels.{account.channel_name}"
-        try:
-            self._limiters[account.key] = RateLimiter.from_limits(
-                limits.rates, getattr(section, "rate_limits", None),
-                clock=self.pacing.clock, sleep=self.pacing.sleep)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(str(exc), path=self._config_path,
-                              key=f"{prefix}.rate_limits") from None
-        try:
-            policy = self._policies[account.key] = RetryPolicy.from_config(
-                getattr(section, "retry", None), base_delay=limits.retry_base_delay)
-        except (ValueError, TypeError) as exc:
-            raise ConfigError(str(exc), path=self._config_path,
-                              key=f"{prefix}.retry") from None
-        runtime = account.runtime
-
-        def outage_changed(error: SendError | None) -> None:
-            if error is None:
-                runtime.send_ok()
-            else:
-                runtime.send_failed(f"{outage_reason(error)}: {error}", time.time())
-
-        self._outages[account.key] = Outage(account.key, policy, on_change=outage_changed)
-
-    def limiter(self, account: Account) -> "RateLimiter":
-        """The account's rate limiter (built from its limits on first use)."""
-        if account.key not in self._limiters:
-            self.prepare(account)
-        return self._limiters[account.key]
-
-    def outage(self, account: Account) -> Outage:
-        """The account's :class:`Outage`: whether its platform is down now, and how many
-        of its probes were refused (built with its limits on first use)."""
-        if account.key not in self._outages:
-            self.prepare(account)
-        return self._outages[account.key]
-
-    def _policy(self, account: Account) -> RetryPolicy:
-        if account.key not in self._policies:
-            self.prepare(account)
-        return self._policies[account.key]
 
 
 class _Delivery:

@@ -16,9 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from chatkernel.core.turns.agents import AgentEvent
 from chatkernel.core.outbound.chunking import chunk_text
-from chatkernel.core.heartbeat.ack import strip_stray_token
 from chatkernel.core.outbound.markers import split_media
 from chatkernel.sdk.models import Account, OutboundPayload, Route, SendError, SendResult
 from chatkernel.sdk.calls import HUNG_AFTER_SECONDS, HUNG_AFTER_SECONDS_FILE
@@ -27,6 +25,7 @@ from chatkernel.core.outbound.policy import resolve_media_path
 from chatkernel.core.store.base import LogRow
 
 if TYPE_CHECKING:
+    from chatkernel.core.turns.agents import AgentEvent
     from chatkernel.core.health.metrics import Metrics
     from chatkernel.core.outbound.live import TurnPreview
     from chatkernel.core.plugins import PluginManager
@@ -86,15 +85,20 @@ class Outbound:
 
     ``pm``: the plugin manager (``outbound_send``, ``media_path_allowed``); ``metrics``:
     sends counted; ``store()``: the opened store, where sent texts are logged;
-    ``submit``: queues a reply's payloads in the outbox (:data:`Submit`).
+    ``submit``: queues a reply's payloads in the outbox (:data:`Submit`);
+    ``strip_stray``: what a turn's text goes through outside heartbeats, the heartbeat's
+    reply contract (:func:`chatkernel.core.heartbeat.ack.strip_stray_token`: the text
+    without a stray ``HEARTBEAT_OK``, None for the token alone).
     """
 
     def __init__(self, *, pm: "PluginManager", metrics: "Metrics",
-                 store: "Callable[[], Store]", submit: Submit) -> None:
+                 store: "Callable[[], Store]", submit: Submit,
+                 strip_stray: Callable[[str], str | None]) -> None:
         self._pm = pm
         self._metrics = metrics
         self._store = store
         self._submit = submit
+        self.strip_stray = strip_stray
 
     async def send_payload(self, account: Account, route: Route,
                            payload: OutboundPayload) -> SendResult:
@@ -251,7 +255,7 @@ class Responder:
             previews = await live.end_block() if live is not None else []
             text = ""
             if event.text.strip():
-                text = event.text if self._heartbeat else strip_stray_token(event.text)
+                text = event.text if self._heartbeat else self._outbound.strip_stray(event.text)
             if text:
                 self._pending.append((text, previews))
             elif previews:

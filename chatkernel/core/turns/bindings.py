@@ -5,8 +5,7 @@ Every match key a rule gives must match. Of the rules that match, the one giving
 the most keys wins, ties by list order; the agent ``default`` answers the chats no
 rule matches, and when the config has none, they go unanswered.
 
-:func:`check_bindings` is the config's own check (agents named, no rule shadowed by an
-earlier one); :func:`check_binding_targets` the start-up check that each rule's channel
+:func:`check_binding_targets` is the start-up check that each rule's channel
 and account exist; :func:`unanswered` names the accounts whose chats no agent would
 answer.
 """
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from chatkernel.core.config.hints import did_you_mean
 from chatkernel.core.config.schema import DEFAULT_AGENT, Binding
 from chatkernel.sdk.errors import ConfigError
 
@@ -102,44 +102,12 @@ class Bindings:
 # -- checks ------------------------------------------------------------------------------
 
 
-def check_bindings(config: "KernelConfig", *, path: Path | None = None) -> None:
-    """Refuse a config whose agents or bindings cannot work as written: the default
-    agent defined twice, a rule naming no agent of the config (a kind instead of an
-    agent is said so), a rule that can never match because an earlier one matches the
-    same chats. The ConfigError names the rule (``bindings[2]``)."""
-    from chatkernel.core.config.validation import did_you_mean
-
-    if "agent" in config.model_fields_set and DEFAULT_AGENT in config.agents:
-        raise ConfigError("the default agent is defined twice, by [agent] and by "
-                          "[agents.default]: keep one of them", path=path,
-                          key="agents.default")
-    agents = config.named_agents()
-    seen: dict[tuple[tuple[str, str], ...], int] = {}
-    for i, rule in enumerate(config.bindings):
-        if rule.agent not in agents:
-            kinds = sorted(name for name, agent in agents.items() if agent.kind == rule.agent)
-            hint = (f": a binding names an agent, not a kind (agents of kind "
-                    f"{rule.agent!r}: {', '.join(kinds)})" if kinds
-                    else did_you_mean(rule.agent, agents))
-            raise ConfigError(f"no agent named {rule.agent!r} (agents: "
-                              f"{', '.join(sorted(agents)) or 'none'}){hint}", path=path,
-                              key=f"bindings[{i}].agent")
-        keys = tuple(sorted(rule.match_keys().items()))
-        if keys in seen:
-            raise ConfigError(f"can never match: bindings[{seen[keys]}] matches the same "
-                              f"chats ({rule.describe()}) and comes first", path=path,
-                              key=f"bindings[{i}]")
-        seen[keys] = i
-
-
 def check_binding_targets(config: "KernelConfig", accounts: Iterable[tuple[str, str]], *,
                           path: Path | None = None) -> None:
     """Each rule's channel is one of ``accounts``' (``(channel, account)`` pairs: those the
     gateway runs, and those the config has switched off, which a rule may wait for) and
     its account one of that channel (of any channel, when the rule names none);
     ConfigError names the rule."""
-    from chatkernel.core.config.validation import did_you_mean
-
     by_channel: dict[str, set[str]] = {}
     for channel, account in accounts:
         by_channel.setdefault(channel, set()).add(account)

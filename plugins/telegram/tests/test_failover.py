@@ -1,7 +1,7 @@
 """Failover at the default lease (store.lease_seconds unset): a killed owner's account is
 answered again by the next owner within 5 s, and an owner that is merely stalled for less
 than the lease (SIGSTOP, then SIGCONT: what a long GC pause or a slow disk looks like to
-the others) keeps its account and answers nothing twice (chatkernel.core.gateway.cluster).
+the others) keeps its account and answers nothing twice (chatkernel.core.runtime.cluster).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Three real gateway processes on one Redis, a bot account on the fake Bot API: one
 poller at a time, and kill -9 of the poller mid-burst loses nothing and sends nothing
-twice (chatkernel.core.gateway.cluster)."""
+twice (chatkernel.core.runtime.cluster)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ log = logging.getLogger("chatkernel.store")
 
 def _in_use_message(path: Path, holder: dict[str, Any]) -> str:
     """A claimed database's holder, in one line: who, of which home, where it serves."""
-    from chatkernel.core.gateway.control import read_state
+    from chatkernel.core.gateway_state import read_state
 
     pid = holder.get("pid") if isinstance(holder.get("pid"), int) else None
     role = str(holder.get("role") or "another process")

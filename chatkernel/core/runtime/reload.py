@@ -43,6 +43,7 @@ import anyio
 
 from chatkernel.core import config as cfg
 from chatkernel.core.accounts import make_channel
+from chatkernel.core.config.listen import check_listen, parse_listen
 from chatkernel.sdk.models import Account
 
 if TYPE_CHECKING:
@@ -179,14 +180,18 @@ async def apply_config(kernel: "Kernel", new: cfg.KernelConfig, *,
     are added and removed without one); ``listen``: the address in use, for the
     control-token check."""
     from chatkernel.core import logs
-    from chatkernel.core.gateway.process import check_startup
 
     finishing = _finishing.setdefault(kernel, set())
     if finishing:
         raise ReloadBusy(f"an earlier reload is still finishing with {', '.join(sorted(finishing))}"
                          " (in-flight turns and sends): reload again once it is done")
 
-    checked = check_startup(new, config_path=kernel.config_path, listen=listen, pm=kernel.pm)
+    # What a start checks (gateway.process.check_startup), on a scratch kernel of the
+    # running one's class: the reload is the kernel's own operation, below the process.
+    check_listen(new, parse_listen(listen or new.gateway.listen)[0],
+                 config_path=kernel.config_path)
+    checked = type(kernel)(new, config_path=kernel.config_path, pm=kernel.pm)
+    checked.check()
     plan = _plan(kernel, new, checked.accounts)
     effective = cfg.KernelConfig.model_validate(plan.effective)
     kernel.make_agent_workspaces(effective)  # refused here, nothing has changed yet
@@ -201,7 +206,7 @@ async def apply_config(kernel: "Kernel", new: cfg.KernelConfig, *,
     for account in plan.added:
         _build_channel(kernel, account)
         kernel.accounts[account.key] = account
-        kernel.outbox.prepare(account)
+        kernel.outbox.limits.prepare(account)
         if loops is not None:
             loops.start(account)
     await kernel.roster.retire(replaced)  # the agents replaced that no turn runs on

@@ -52,7 +52,7 @@ from chatkernel.core.store.shared import account_lease
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
 
-    from chatkernel.core.gateway.supervisor import Supervisors
+    from chatkernel.core.runtime.supervisor import Supervisors
     from chatkernel.core.heartbeat.scheduler import HeartbeatScheduler
     from chatkernel.core.inbound.pipeline import Inbound, Receiver
     from chatkernel.core.inbound.sessions import Sessions

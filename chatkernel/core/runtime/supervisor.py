@@ -1,19 +1,20 @@
 """Supervision of one account's receive loop.
 
-A :class:`Supervisor` runs ``Channel.run`` and keeps it running: a loop that
-fails (or returns) is started again with exponential backoff (1 s doubling to
-60 s, back to 1 s after a loop that ran a minute). The health monitor (or an
+A :class:`Supervisor` runs the account's receive loop (``account.transport.run``, given
+the kernel's :class:`~chatkernel.core.inbound.pipeline.Receiver`) and keeps it
+running: a loop that fails (or returns) is started again with exponential backoff (1 s
+doubling to 60 s, back to 1 s after a loop that ran a minute). The health monitor (or an
 operator) can ask for a restart: the running loop's cancel scope is cancelled
 and the next loop starts only once the old one has ended, so two loops of one
 account never run at once, however long the old one takes to stop. An account
-a channel paused is not restarted until it is resumed. A loop that ended on a
+a channel paused is not restarted until the gateway is. A loop that ended on a
 refused identity (``Trouble.refused``) leaves the account ``failed`` with what to
 do, and waits at least as long as the kit's loops wait for one.
 
 The supervisor keeps the account's runtime state (``Account.runtime``): state,
 loop start, restarts with their times, last error. :class:`Supervisors` holds this
 process's supervisors by account key: the gateway's receive loops (or the cluster) add
-them, the health monitor restarts through them, the kernel pauses and resumes through them.
+them, the health monitor restarts through them.
 """
 
 from __future__ import annotations
@@ -50,17 +51,16 @@ class Supervisor:
         if account.channel is None:
             raise ValueError(f"{account.key} has no channel to run")
         self.account = account
-        self._receiver = receiver  # what Channel.run is given as `deliver`
+        self._receiver = receiver  # what transport.run is given as `deliver`
         self._metrics = metrics
         self._sleep = sleep
         self._clock = clock
         self._scope: anyio.CancelScope | None = None
         self._ended: anyio.Event | None = None
         self._restart_reason: str | None = None
-        self._resumed = anyio.Event()
         #: Receive loops of this account running right now: 0 or 1, never more.
         self.loops_running = 0
-        #: How many times ``Channel.run`` was started.
+        #: How many times ``transport.run`` was started.
         self.loops_started = 0
 
     @property
@@ -78,11 +78,11 @@ class Supervisor:
         try:
             while True:
                 if runtime.state == "paused":
-                    log.warning("%s: paused (%s); waiting to be resumed", account.key,
-                                runtime.detail)
-                    while runtime.state == "paused":
-                        self._resumed = anyio.Event()
-                        await self._resumed.wait()
+                    # Only a person can help (a new login): the loop starts again with
+                    # the gateway, the account red until then.
+                    log.warning("%s: paused (%s); not restarted until the gateway is",
+                                account.key, runtime.detail)
+                    await anyio.sleep_forever()
                 runtime.loop_started(self._clock())
                 started = anyio.current_time()
                 error: Exception | None = None
@@ -157,20 +157,6 @@ class Supervisor:
         log.error("%s: %s", account.key, message)
         runtime.error(message, self._clock())
         return False
-
-    def pause(self, reason: str) -> None:
-        """Pause the account and stop its loop (not a restart: nothing starts until
-        :meth:`resume`)."""
-        self.account.runtime.set_state("paused", self._clock(), reason)
-        if self._scope is not None:
-            self._scope.cancel()
-
-    def resume(self) -> None:
-        """Let a paused account run again."""
-        runtime = self.account.runtime
-        if runtime.state == "paused":
-            runtime.set_state("stopped", self._clock())
-        self._resumed.set()
 
 
 def _refused(channel: Channel, error: Exception | None) -> tuple[str, float] | None:

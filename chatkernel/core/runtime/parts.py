@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from chatkernel.core.gateway.reload import ConfigReloader
+    from chatkernel.core.runtime.reload import ConfigReloader
 
 
 @dataclass(slots=True)
