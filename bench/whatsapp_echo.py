@@ -339,7 +339,7 @@ async def fake_graph(args: argparse.Namespace) -> AsyncIterator[dict[str, Any]]:
     if args.fake == "inline":
         async with FakeGraph(app_secret=APP_SECRET, verify_token=VERIFY_TOKEN,
                              webhook_workers=args.workers) as graph:
-            graph.statuses = False
+            graph.statuses = args.statuses
             yield {"graph": graph, "base_url": graph.base_url, "token": graph.token,
                    "phone_number_id": graph.phone_number_id, "version": graph.version}
         return
@@ -351,7 +351,7 @@ async def fake_graph(args: argparse.Namespace) -> AsyncIterator[dict[str, Any]]:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "chatkernel_whatsapp.devserver", "--port", "0",
         "--app-secret", APP_SECRET, "--verify-token", VERIFY_TOKEN,
-        "--workers", str(args.workers), "--no-statuses",
+        "--workers", str(args.workers), *(() if args.statuses else ("--no-statuses",)),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env)
     try:
         assert process.stdout is not None
@@ -498,6 +498,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--fake", choices=("process", "inline"), default="process")
+    parser.add_argument("--statuses", action="store_true",
+                        help="the fake posts each reply's statuses (sent, delivered) to the "
+                             "webhook, as Meta does (default: none)")
     parser.add_argument("--fake-pythonpath", metavar="PATHS",
                         help="PYTHONPATH of the fake's process (default: this process's; "
                              "empty: none), so bench/compare.py runs every tree on one fake")
