@@ -74,6 +74,7 @@ import functools
 import hashlib
 import hmac
 import json
+import os
 import platform
 import sqlite3
 import statistics
@@ -200,7 +201,10 @@ async def chatkernel(graph: Target, home: Path, journal: dict[str, int], *,
     async with KernelHarness(home, config=config,
                              plugins=[("whatsapp", chatkernel_whatsapp)]) as harness:
         kernel = harness.kernel
-        transport = kernel.accounts["whatsapp:main"].transport
+        account = kernel.accounts["whatsapp:main"]
+        # bench/compare.py runs this harness on earlier commits too, where the channel
+        # was its own webhook transport (before chatkernel.sdk.receiving).
+        transport = getattr(account, "transport", None) or _OwnTransport(account.channel)
         if mount == "gateway":
             app = build_app(kernel, "bench-control-token")
             runner = web.AppRunner(app, handle_signals=False, **HANDLER_ARGS)
@@ -219,10 +223,10 @@ async def chatkernel(graph: Target, home: Path, journal: dict[str, int], *,
             tg.start_soon(transport.run, kernel.receiver)
             while not transport.accepting:
                 await anyio.sleep(0.01)
-            commits_before = kernel.store.commits
+            commits_before = getattr(kernel.store, "commits", 0)
             try:
                 yield f"{base}{transport.path}"
-                journal["commits"] = kernel.store.commits - commits_before
+                journal["commits"] = getattr(kernel.store, "commits", 0) - commits_before
                 with contextlib.suppress(TimeoutError):
                     await harness.settle(timeout=10)
                 await kernel.store.flush()
@@ -236,6 +240,28 @@ async def chatkernel(graph: Target, home: Path, journal: dict[str, int], *,
     journaled = db.execute("SELECT COUNT(*) FROM inbound_journal").fetchone()[0]
     db.close()
     journal["journaled"] = journaled
+
+
+class _OwnTransport:
+    """A channel that is its own webhook transport (commits before
+    chatkernel.sdk.receiving), seen as the transport this harness drives."""
+
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+
+    def http_routes(self) -> Any:
+        return self.channel.http_routes()
+
+    async def run(self, deliver: Any) -> None:
+        await self.channel.run(deliver)
+
+    @property
+    def accepting(self) -> bool:
+        return self.channel.webhook_deliver is not None
+
+    @property
+    def path(self) -> str:
+        return self.channel.webhook_path
 
 
 @contextlib.asynccontextmanager
@@ -313,15 +339,20 @@ async def fake_graph(args: argparse.Namespace) -> AsyncIterator[dict[str, Any]]:
     if args.fake == "inline":
         async with FakeGraph(app_secret=APP_SECRET, verify_token=VERIFY_TOKEN,
                              webhook_workers=args.workers) as graph:
-            graph.statuses = False
+            graph.statuses = args.statuses
             yield {"graph": graph, "base_url": graph.base_url, "token": graph.token,
                    "phone_number_id": graph.phone_number_id, "version": graph.version}
         return
+    env = None
+    if args.fake_pythonpath is not None:  # bench/compare.py: the same fake for every tree
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        if args.fake_pythonpath:
+            env["PYTHONPATH"] = args.fake_pythonpath
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "chatkernel_whatsapp.devserver", "--port", "0",
         "--app-secret", APP_SECRET, "--verify-token", VERIFY_TOKEN,
-        "--workers", str(args.workers), "--no-statuses",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+        "--workers", str(args.workers), *(() if args.statuses else ("--no-statuses",)),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env)
     try:
         assert process.stdout is not None
         info = json.loads(await asyncio.wait_for(process.stdout.readline(), 30))
@@ -467,6 +498,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--timeout", type=float, default=120.0)
     parser.add_argument("--fake", choices=("process", "inline"), default="process")
+    parser.add_argument("--statuses", action="store_true",
+                        help="the fake posts each reply's statuses (sent, delivered) to the "
+                             "webhook, as Meta does (default: none)")
+    parser.add_argument("--fake-pythonpath", metavar="PATHS",
+                        help="PYTHONPATH of the fake's process (default: this process's; "
+                             "empty: none), so bench/compare.py runs every tree on one fake")
     parser.add_argument("--mount", choices=("gateway", "bare"), default="gateway",
                         help="chatkernel's webhook on the gateway's app, or on a bare one")
     parser.add_argument("--only", default=",".join(CONTENDERS),

@@ -147,11 +147,13 @@ class GraphAPI:
 
     # -- messages ---------------------------------------------------------------------
 
-    async def send_message(self, to: str, kind: str, content: dict[str, Any], *,
-                           reply_to: str | None = None) -> str:
-        """Send one message; returns its ``wamid``."""
+    async def send_message(self, to: str | tuple[str, str], kind: str,
+                           content: dict[str, Any], *, reply_to: str | None = None) -> str:
+        """Send one message ``to`` a phone number, or to ``("to", phone)`` or
+        ``("recipient", BSUID)``; returns its ``wamid``."""
+        field, address = ("to", to) if isinstance(to, str) else to
         body: dict[str, Any] = {"messaging_product": "whatsapp", "recipient_type": "individual",
-                                "to": to, "type": kind, kind: content}
+                                field: address, "type": kind, kind: content}
         if reply_to:
             body["context"] = {"message_id": reply_to}
         reply = await self.call("POST", f"{self.phone_number_id}/messages", json=body,

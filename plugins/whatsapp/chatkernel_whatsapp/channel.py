@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from chatkernel import Session
 from chatkernel.channels import (
     AccountConfig,
     Capabilities,
@@ -54,6 +55,7 @@ from chatkernel_whatsapp.api import (
 )
 from chatkernel_whatsapp.markup import WhatsAppText
 from chatkernel_whatsapp.receiving import INBOUND_MEDIA, Notification, WhatsAppWebhook
+from chatkernel_whatsapp.users import Sender, Users, is_user_id, sender_of
 
 log = logging.getLogger("chatkernel.whatsapp")
 
@@ -62,6 +64,9 @@ MB = 1024 * 1024
 CAPTIONED = frozenset({"image", "video", "document"})
 #: How many chats' latest inbound message ids are kept for read receipts and typing.
 LAST_INBOUND_CHATS = 10_000
+#: System messages that say a user's ids changed (they changed their phone number, or
+#: only their BSUID changed): the new ids continue the chat of the old.
+ID_CHANGES = frozenset({"user_changed_number", "user_changed_user_id"})
 #: What a refused access token is (followed by what to do: WhatsAppChannel.receive_trouble).
 TOKEN_REFUSED = "the Graph API refused the access token (error 190: expired, revoked or invalid)"
 WINDOW_CLOSED = ("the user last wrote more than 24 hours ago, and outside that "
@@ -154,6 +159,28 @@ def _text_note(message: dict[str, Any]) -> str | None:
     return None
 
 
+def _address(who: Sender) -> dict[str, str]:
+    """What a reply to this sender is addressed by (the route's extra): the ids the
+    message carried."""
+    if who.phone and who.user_id:
+        return {"phone": who.phone, "user_id": who.user_id}
+    return {"phone": who.phone} if who.phone else {"user_id": who.user_id}
+
+
+def _recipient(route: Route) -> tuple[str, str]:
+    """Whom a send goes to: ``("to", phone)`` when the phone is known (Meta: it wins
+    over ``recipient``), else ``("recipient", BSUID)``."""
+    extra = route.extra
+    phone = extra.get("phone")
+    if phone:
+        return "to", phone
+    user_id = extra.get("user_id")
+    if user_id:
+        return "recipient", user_id
+    chat = route.chat_id
+    return ("recipient", chat) if is_user_id(chat) else ("to", chat)
+
+
 def _explained(exc: GraphError, text: str) -> SendError:
     """``exc`` as a send error, in words a person acts on, classified as it was."""
     return PlatformError(text, kind=exc.kind, status=exc.status, code=exc.code,
@@ -170,7 +197,7 @@ access_token = "${WHATSAPP_TOKEN}"            # the Cloud API's access token
 phone_number_id = "106540352242922"           # the business number's id (the Meta app's)
 app_secret = "${WHATSAPP_APP_SECRET}"         # signs every webhook POST
 verify_token = "${WHATSAPP_VERIFY_TOKEN}"     # what you typed in the webhook's settings
-allow_from = ["15551234567"]                  # phone numbers, digits only; "*" anyone
+allow_from = ["15551234567"]                  # phone numbers (digits) or user ids; "*" anyone
 """
     account_model = WhatsAppAccount
     limits = ChannelLimits(
@@ -214,6 +241,8 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
         self._read: dict[str, str] = {}
         # (path, size, mtime) -> media id: a retried send does not upload again.
         self._uploaded: dict[tuple[str, int, float], str] = {}
+        #: Each user id's chat (phones and BSUIDs), kept in the account's state.
+        self.users = Users(self._load_state, self._save_state, self._phone_chat_exists)
         _accounts[config.phone_number_id] = self
 
     # -- receiving ------------------------------------------------------------------
@@ -311,17 +340,23 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
 
     async def _message(self, data: dict[str, Any], contacts: list[Any]) -> InboundMessage | None:
         kind = data.get("type")
+        if kind == "system":
+            await self._ids_changed(data)
+            return None
         if kind in INBOUND_MEDIA:
             text = str((data.get(kind) or {}).get("caption") or "")
         else:
             text = _text_note(data)
             if text is None:  # a reaction, a system or unsupported message, an order
                 return None
-        sender = str(data.get("from") or data.get("from_user_id") or "")
-        if not sender:
+        who = sender_of(data, contacts)
+        if not who.ids:
             raise ValueError("the message names no sender")
-        names = {str(c.get("wa_id") or c.get("user_id")): (c.get("profile") or {}).get("name")
-                 for c in contacts if isinstance(c, dict)}
+        # The chat's stable id, whichever of the user's ids this payload carries; it is
+        # the sender id too (what an allowlist or a pairing records).
+        sender = await self.users.chat_of(who)
+        if "*" not in self.config.allow_from:  # an allowlist may name any of their ids
+            await self.users.aliases(sender)
         media = [await self._download(data[kind], INBOUND_MEDIA[kind], kind,
                                       voice=bool(data[kind].get("voice")))] \
             if kind in INBOUND_MEDIA and isinstance(data.get(kind), dict) else []
@@ -330,12 +365,50 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
         context = data.get("context") or {}
         return InboundMessage(
             channel=self.name, account=self.account.name, chat_id=sender,
-            message_id=message_id, sender_id=sender, sender_name=names.get(sender) or "",
-            text=text,
+            message_id=message_id, sender_id=sender, sender_name=who.name,
+            text=text, route_extra=_address(who),
             reply_to_bot=bool(self.self_id and
                               "".join(ch for ch in str(context.get("from", "")) if ch.isdigit())
                               == self.self_id),
             media=media, timestamp=float(data.get("timestamp") or time.time()))
+
+    async def _ids_changed(self, data: dict[str, Any]) -> None:
+        """A user's ids changed (``system`` messages ``user_changed_number``,
+        ``user_changed_user_id``): the new ones become aliases of the chat of the old,
+        so their next messages continue it."""
+        system = data.get("system") or {}
+        if not isinstance(system, dict) or system.get("type") not in ID_CHANGES:
+            return  # other system messages: nothing to answer, nothing to learn
+        old = Sender(str(data.get("from") or ""),
+                     str(system.get("previous_user_id") or data.get("from_user_id") or ""), "")
+        new = tuple(str(i) for i in (system.get("user_id"), system.get("wa_id")) if i)
+        if not old.ids or not new:
+            return
+        chat = await self.users.chat_of(old)
+        await self.users.link(chat, new)
+        log.info("%s: the user of chat %s is now %s", self.account.key, chat, " / ".join(new))
+
+    def user_ids(self, message: InboundMessage) -> set[str]:
+        """Every id the sender of ``message`` is known by: its chat id, the ids its
+        payload carried and the chat's aliases (an allowlist may name any of them)."""
+        return {message.sender_id, *message.route_extra.values(),
+                *self.users.known_aliases(message.sender_id)}
+
+    async def _load_state(self, key: str) -> Any:
+        return None if self.context.store is None else await self.context.get_state(key)
+
+    async def _save_state(self, key: str, value: Any) -> None:
+        if self.context.store is not None:  # without a kernel (a unit test): memory only
+            await self.context.set_state(key, value)
+
+    async def _phone_chat_exists(self, phone: str) -> bool:
+        """Whether a chat keyed by ``phone`` began before the user had a BSUID (its
+        session has a reply route): it keeps that key, the BSUID becomes its alias."""
+        store = self.context.store
+        if store is None:
+            return False
+        key = Session.make_key(self.name, self.account.name, phone, None)
+        return await store.get_route(key) is not None
 
     def _remember(self, chat_id: str, message_id: str) -> None:
         last = self._last_inbound
@@ -376,13 +449,13 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
             else:
                 text, _ = render_payload(payload, self.markup)
                 try:
-                    wamid = await self.api.send_message(route.chat_id, "text", {"body": text},
-                                                        reply_to=route.reply_to)
+                    wamid = await self.api.send_message(_recipient(route), "text",
+                                                        {"body": text}, reply_to=route.reply_to)
                 except GraphError as exc:
                     if exc.code != OUTSIDE_WINDOW or self.config.template is None:
                         raise
                     try:
-                        wamid = await self._send_template(route.chat_id, text)
+                        wamid = await self._send_template(route, text)
                     except GraphError as failed:
                         raise _explained(failed, f"not delivered: {WINDOW_CLOSED}, and "
                                                  f"the template failed too: {failed}") from None
@@ -399,7 +472,7 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
                 OutboundPayload(text=payload.caption, format=payload.format), self.markup)
         if kind == "document":
             content["filename"] = path.name
-        return await self.api.send_message(route.chat_id, kind, content,
+        return await self.api.send_message(_recipient(route), kind, content,
                                            reply_to=route.reply_to)
 
     async def _upload(self, path: Path) -> str:
@@ -409,7 +482,7 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
             self._uploaded[key] = await self.api.upload(path, media_mime(path))
         return self._uploaded[key]
 
-    async def _send_template(self, to: str, text: str) -> str:
+    async def _send_template(self, route: Route, text: str) -> str:
         """The account's approved template instead of a text the window refused; its
         body parameters filled from the text (on one line: Meta refuses a parameter
         with a newline, a tab or more than four spaces in a row)."""
@@ -422,9 +495,9 @@ allow_from = ["15551234567"]                  # phone numbers, digits only; "*" 
             content["components"] = [{"type": "body", "parameters": [
                 {"type": "text", "text": parameter.replace("{text}", line)}
                 for parameter in template.parameters]}]
-        wamid = await self.api.send_message(to, "template", content)
+        wamid = await self.api.send_message(_recipient(route), "template", content)
         log.info("%s: %s is outside the 24-hour window: sent as template %r", self.account.key,
-                 to, template.name)
+                 route.chat_id, template.name)
         return wamid
 
     def _send_error(self, exc: GraphError) -> SendError:

@@ -21,7 +21,12 @@ order per user; :meth:`FakeGraph.inject_messages` batches several messages (and
 entries, and changes) in one notification; :meth:`FakeGraph.redeliver` posts one again;
 and after every accepted send the fake posts its statuses, ``sent`` then ``delivered``
 (``read`` with :attr:`FakeGraph.auto_read`), or, for a recipient :meth:`fail_delivery`
-names, an asynchronous ``failed`` with Meta's error::
+names, an asynchronous ``failed`` with Meta's error. Users have business-scoped user ids
+(BSUIDs) as Meta gives them now: a phone's contact carries its ``user_id``
+(``user_ids=False``: as before BSUIDs), a user written as ``US.…`` has no phone at all
+(``from_user_id``, no ``from``), sends may go by ``recipient`` (``to`` wins when both are
+given), statuses carry ``recipient_user_id``, and :meth:`FakeGraph.user_id_update`
+changes a user's BSUID::
 
     async with FakeGraph() as graph:
         await graph.subscribe(f"{gateway}/whatsapp/main/webhook")
@@ -133,11 +138,14 @@ class SentMessage:
     """A message the business sent, as the fake accepted it."""
 
     wamid: str
+    #: Whom it was addressed to: ``to`` (a phone number) or, without one, ``recipient``
+    #: (a BSUID); :attr:`addressed_by` says which.
     to: str
     type: str
     body: dict[str, Any] = field(repr=False)
     media: StoredMedia | None = None
     when: float = field(default_factory=time.time)
+    addressed_by: str = "to"
 
     @property
     def content(self) -> dict[str, Any]:
@@ -242,6 +250,10 @@ class FakeGraph(FakePlatform):
         self.read_receipts: list[dict[str, Any]] = []
         #: Every inbound message id made so far, and the user who wrote it.
         self.inbound: dict[str, str] = {}
+        #: Each BSUID made for a phone number (:meth:`user_id`), and that number.
+        self.phones: dict[str, str] = {}
+        #: A user's new BSUID -> the one before (:meth:`user_id_update`).
+        self.previous_ids: dict[str, str] = {}
         self.unknown_params: list[str] = []
         #: When each user last wrote: the 24-hour customer-service window.
         self.last_user_message: dict[str, float] = {}
@@ -384,10 +396,19 @@ class FakeGraph(FakePlatform):
         return web.json_response({"success": True})
 
     def _send(self, body: dict[str, Any]) -> web.Response:
-        problems = spec.problems(body, "Message")
+        # ``recipient`` (a BSUID) is newer than the v23.0 description, which requires
+        # ``to``: checked as if it were ``to``. Both given: ``to`` wins, as Meta says.
+        addressed_by = "to" if "to" in body or "recipient" not in body else "recipient"
+        checked = {key: value for key, value in body.items() if key != "recipient"}
+        if addressed_by == "recipient":
+            checked["to"] = body["recipient"]
+        problems = spec.problems(checked, "Message")
+        if addressed_by == "recipient" and not _is_user_id(str(body["recipient"])):
+            problems.append(f"$.recipient: {body['recipient']!r} is not a business-scoped "
+                            "user id")
         if problems:
             raise invalid_parameter("; ".join(problems))
-        kind, to = body["type"], str(body["to"])
+        kind, to = body["type"], str(checked["to"])
         content = body.get(kind) or {}
         if kind == "text" and len(content.get("body") or "") > TEXT_LIMIT:
             raise GraphErrorAnswer(400, 100, "(#100) Param text['body'] must be at most "
@@ -433,11 +454,13 @@ class FakeGraph(FakePlatform):
                 raise GraphErrorAnswer(400, 130429, "Rate limit hit", details=(
                     "Cloud API message throughput has been reached."))
         wamid = self._wamid()
-        sent = SentMessage(wamid=wamid, to=to, type=kind, body=body, media=media)
+        sent = SentMessage(wamid=wamid, to=to, type=kind, body=body, media=media,
+                           addressed_by=addressed_by)
         self.record_sent(sent)
         self._after_send(sent)
-        return web.json_response({"messaging_product": "whatsapp",
-                                  "contacts": [{"input": to, "wa_id": to}],
+        contact = {"input": to, "wa_id": to} if addressed_by == "to" else \
+            {"input": to, "user_id": to}
+        return web.json_response({"messaging_product": "whatsapp", "contacts": [contact],
                                   "messages": [{"id": wamid}]})
 
     def _full(self, key: Any, rule: tuple[int, float]) -> bool:
@@ -527,27 +550,41 @@ class FakeGraph(FakePlatform):
         self.revoked.add(token)
 
     def window_open(self, wa_id: str) -> bool:
-        last = self.last_user_message.get(wa_id)
+        last = self.last_user_message.get(self.user_key(wa_id))
         return last is not None and time.time() - last < WINDOW_SECONDS
 
     def close_window(self, wa_id: str) -> None:
         """The user last wrote more than 24 hours ago."""
-        self.last_user_message[wa_id] = time.time() - WINDOW_SECONDS - 60
+        self.last_user_message[self.user_key(wa_id)] = time.time() - WINDOW_SECONDS - 60
 
     def fail_delivery(self, wa_id: str, code: int = 131026,
                       title: str = "Message undeliverable",
                       details: str = "Message Undeliverable.") -> None:
         """Messages to ``wa_id`` are accepted, then reported ``failed`` (asynchronously,
-        as Meta does: the send itself answers with an id)."""
-        self._failures[wa_id] = (code, title, details)
+        as Meta does: the send itself answers with an id). ``wa_id``: the user's phone
+        number or BSUID."""
+        self._failures[self.user_key(wa_id)] = (code, title, details)
 
     def sent(self, to: str | None = None) -> list[SentMessage]:
-        return [m for m in self.sent_messages if to is None or m.to == str(to)]
+        """What the business sent, to the user ``to`` names (their phone number or
+        BSUID, whichever the send was addressed by), or to anyone."""
+        if to is None:
+            return list(self.sent_messages)
+        user = self.user_key(str(to))
+        return [m for m in self.sent_messages if self.user_key(m.to) == user]
 
     def typing(self, wa_id: str) -> list[dict[str, Any]]:
         """The read receipts with the typing indicator sent for ``wa_id``'s messages."""
+        user = self.user_key(str(wa_id))
         return [r for r in self.read_receipts if "typing_indicator" in r
-                and self.inbound.get(r["message_id"]) == str(wa_id)]
+                and self.inbound.get(r["message_id"]) == user]
+
+    def user_key(self, user: str) -> str:
+        """One name for a user, whichever of their ids ``user`` is: their phone number
+        when they have one, else their first BSUID."""
+        while user in self.previous_ids:
+            user = self.previous_ids[user]
+        return self.phones.get(user, user)
 
     def add_media(self, data: bytes, mime_type: str, filename: str | None = None) -> str:
         """A file a user sends: its media id, for :meth:`inject_message`."""
@@ -562,9 +599,13 @@ class FakeGraph(FakePlatform):
                 timestamp: float | None = None, message_id: str | None = None,
                 **content: Any) -> dict[str, Any]:
         """An inbound message object as Meta writes it (a text, or ``kind`` with its
-        ``content``: ``image={"id": ..., "mime_type": ...}``...)."""
+        ``content``: ``image={"id": ..., "mime_type": ...}``...). ``wa_id`` is the
+        sender's phone number, or a BSUID (``US.…``) for a user Meta shows without one
+        (a username): the message then has ``from_user_id`` and no ``from``."""
         kind = kind or ("text" if not content else next(iter(content)))
-        message: dict[str, Any] = {"from": str(wa_id), "id": message_id or self._wamid(),
+        sender = {"from_user_id": str(wa_id)} if _is_user_id(str(wa_id)) else \
+            {"from": str(wa_id)}
+        message: dict[str, Any] = {**sender, "id": message_id or self._wamid(),
                                    "timestamp": str(int(timestamp if timestamp is not None
                                                         else time.time())),
                                    "type": kind}
@@ -586,12 +627,31 @@ class FakeGraph(FakePlatform):
                 "entry": [entry for entry in entry_list if entry["changes"]]}
 
     def messages_value(self, messages: list[dict[str, Any]],
-                       names: dict[str, str] | None = None) -> dict[str, Any]:
-        senders = list(dict.fromkeys(m["from"] for m in messages))
+                       names: dict[str, str] | None = None,
+                       usernames: dict[str, str] | None = None,
+                       user_ids: bool = True) -> dict[str, Any]:
+        """A change's value: the messages and a contact for each sender, as Meta writes
+        them now: ``wa_id`` (the phone, for a sender who has one) and ``user_id`` (their
+        BSUID; ``user_ids=False``: none for a phone, as before BSUIDs), and in
+        ``profile`` the ``name`` (``names``; a username-only user may have none: an
+        empty name leaves it out) and the ``username`` (``usernames``)."""
+        senders = list(dict.fromkeys(_sender(m) for m in messages))
+        contacts = []
+        for s in senders:
+            name = (names or {}).get(s, f"User {s[-4:]}")
+            profile = {"name": name} if name else {}
+            if usernames and s in usernames:
+                profile["username"] = usernames[s]
+            contact: dict[str, Any] = {"profile": profile}
+            if _is_user_id(s):
+                contact["user_id"] = s
+            else:
+                contact["wa_id"] = s
+                if user_ids:
+                    contact["user_id"] = self.user_id(s)
+            contacts.append(contact)
         return {"messaging_product": "whatsapp", "metadata": self._metadata(),
-                "contacts": [{"profile": {"name": (names or {}).get(s, f"User {s[-4:]}")},
-                              "wa_id": s, "user_id": self.user_id(s)} for s in senders],
-                "messages": messages}
+                "contacts": contacts, "messages": messages}
 
     def inject_message(self, wa_id: str, text: str | None = None, **fields: Any) -> dict[str, Any]:
         """A user writes to the business: posted to the webhook as its own
@@ -601,17 +661,52 @@ class FakeGraph(FakePlatform):
         return message
 
     def inject_messages(self, messages: list[dict[str, Any]], *, per_change: int | None = None,
-                        entries: int = 1, names: dict[str, str] | None = None) -> Notification:
+                        entries: int = 1, names: dict[str, str] | None = None,
+                        usernames: dict[str, str] | None = None,
+                        user_ids: bool = True) -> Notification:
         """Several messages in one notification: ``per_change`` messages in each change
-        (all in one by default), the changes spread over ``entries`` entries."""
+        (all in one by default), the changes spread over ``entries`` entries; the
+        contacts as :meth:`messages_value` makes them."""
         for message in messages:
-            self.inbound[message["id"]] = message["from"]
+            user = self.user_key(_sender(message))
+            self.inbound[message["id"]] = user
             if message.get("type") != "system":
-                self.last_user_message[message["from"]] = time.time()
+                self.last_user_message[user] = time.time()
         size = per_change or len(messages) or 1
-        values = [self.messages_value(messages[i:i + size], names)
+        values = [self.messages_value(messages[i:i + size], names, usernames, user_ids)
                   for i in range(0, len(messages), size)]
-        return self.post(self.notification(values, entries), user=messages[0]["from"])
+        return self.post(self.notification(values, entries),
+                         user=self.user_key(_sender(messages[0])))
+
+    def user_id_update(self, previous: str, *, phone: str | None = None) -> str:
+        """The user whose BSUID is ``previous`` (or whose phone number it is) gets a new
+        BSUID; with ``phone``, because they changed their number to it. Posted as Meta
+        does since its correction of August 2026 (``user_id_update`` is no webhook field
+        of its own): a ``system`` message, ``user_changed_number`` (with the new
+        ``wa_id``) or ``user_changed_user_id``, carrying ``previous_user_id`` and the
+        new ``user_id``, and no contacts. Returns the new BSUID; the user's later
+        messages come from it."""
+        old_phone = None if _is_user_id(previous) else previous
+        old_id = self.user_id(previous) if old_phone else previous
+        if phone is not None:  # the new number's BSUID, as its messages will carry
+            new_id = self.user_id(phone)
+        else:
+            digest = hashlib.sha256(f"{old_id}:changed".encode()).digest()
+            new_id = f"US.{int.from_bytes(digest[:8], 'big')}"
+        self.previous_ids[new_id] = old_id
+        system: dict[str, Any] = {"type": "user_changed_user_id", "user_id": new_id,
+                                  "previous_user_id": old_id,
+                                  "body": "User's business-scoped user id changed"}
+        if phone is not None:
+            system.update(type="user_changed_number", wa_id=phone,
+                          body=f"User changed from {old_phone or old_id} to {phone}")
+        message: dict[str, Any] = {"id": self._wamid(), "timestamp": str(int(time.time())),
+                                   "type": "system", "system": system}
+        message.update({"from": old_phone} if old_phone else {"from_user_id": old_id})
+        value = {"messaging_product": "whatsapp", "metadata": self._metadata(),
+                 "messages": [message]}
+        self.post(self.notification([value]), user=self.user_key(old_id))
+        return new_id
 
     def post(self, body: dict[str, Any], *, user: str = "") -> Notification:
         """Queue a notification for the webhook (posted in order per user)."""
@@ -628,8 +723,15 @@ class FakeGraph(FakePlatform):
 
     def status_value(self, sent: SentMessage, status: str,
                      error: tuple[int, str, str] | None = None) -> dict[str, Any]:
+        """A status of ``sent``: with the recipient's BSUID (``recipient_user_id``), and
+        their phone (``recipient_id``) only when the send named it."""
         item: dict[str, Any] = {"id": sent.wamid, "status": status,
-                                "timestamp": str(int(time.time())), "recipient_id": sent.to}
+                                "timestamp": str(int(time.time()))}
+        if sent.addressed_by == "to":
+            item["recipient_id"] = sent.to
+            item["recipient_user_id"] = self.user_id(sent.to)
+        else:
+            item["recipient_user_id"] = sent.to
         if error is not None:
             code, title, details = error
             item["errors"] = [{"code": code, "title": title, "message": title,
@@ -642,7 +744,7 @@ class FakeGraph(FakePlatform):
     def _after_send(self, sent: SentMessage) -> None:
         if not self.statuses:
             return
-        failure = self._failures.get(sent.to)
+        failure = self._failures.get(self.user_key(sent.to))
         order = ["sent", "failed"] if failure else ["sent", "delivered"] + (
             ["read"] if self.auto_read else [])
 
@@ -650,7 +752,8 @@ class FakeGraph(FakePlatform):
             await anyio.sleep(self.status_delay)  # after the send's answer, as Meta
             for status in order:
                 self.post(self.notification([self.status_value(
-                    sent, status, failure if status == "failed" else None)]), user=sent.to)
+                    sent, status, failure if status == "failed" else None)]),
+                    user=self.user_key(sent.to))
 
         self.start_soon(report)
 
@@ -662,7 +765,9 @@ class FakeGraph(FakePlatform):
         """The business-scoped user id Meta gives the sender ``wa_id`` in ``contacts[]``
         (``user_id``), the same for the same sender."""
         digest = hashlib.sha256(f"{self.phone_number_id}:{wa_id}".encode()).digest()
-        return f"US.{int.from_bytes(digest[:8], 'big')}"
+        user_id = f"US.{int.from_bytes(digest[:8], 'big')}"
+        self.phones[user_id] = str(wa_id)
+        return user_id
 
     def _wamid(self) -> str:
         raw = f"{self.phone_number_id}:{next(self._ids)}:{secrets.token_hex(8)}".encode()
@@ -740,6 +845,16 @@ class FakeGraph(FakePlatform):
 
     def delivered_bodies(self) -> list[bytes]:
         return [a.body for a in self.webhooks.attempts if a.ok]
+
+
+def _is_user_id(user: str) -> bool:
+    """A BSUID (``US.13491208655302741918``), not a phone number (digits only)."""
+    return "." in user
+
+
+def _sender(message: dict[str, Any]) -> str:
+    """Who wrote an inbound message: its phone number, else its BSUID."""
+    return str(message.get("from") or message.get("from_user_id"))
 
 
 def _encode(body: Any) -> bytes:

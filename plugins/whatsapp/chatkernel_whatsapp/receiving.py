@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from chatkernel.channels import Deliver, Webhook, WebhookRejected
 from chatkernel_whatsapp.signature import MetaSignature
+from chatkernel_whatsapp.users import sender_of
 
 if TYPE_CHECKING:
     from chatkernel_whatsapp.channel import WhatsAppChannel
@@ -119,7 +120,13 @@ class WhatsAppWebhook(Webhook):
                     "the rest is answered", self.channel.account.key, where, expected, shown)
 
     def event_chat(self, event: Notification) -> Any:
-        return event.data.get("from") or event.data.get("recipient_id")
+        data = event.data
+        if event.kind == "status":
+            return data.get("recipient_user_id") or data.get("recipient_id")
+        # A user's messages carry their BSUID (now, or from the start for a user with a
+        # username and no phone): it keys them alike whichever ids each one has.
+        who = sender_of(data, event.contacts)
+        return who.user_id or who.phone or None
 
     def event_has_media(self, event: Notification) -> bool:
         return event.kind == "message" and event.data.get("type") in INBOUND_MEDIA

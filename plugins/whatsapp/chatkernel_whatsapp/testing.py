@@ -58,9 +58,14 @@ class WhatsAppAdapter(PlatformAdapter):
     def channel_config(self) -> dict[str, Any]:
         return fast_pacing()
 
-    # A chat is the user: their WhatsApp id (a phone number's digits).
-    def user_id(self, n: int) -> str:
+    # A chat is the user: their business-scoped user id (BSUID), which Meta sends
+    # beside the phone number and which is the chat's id in the kernel.
+    def phone(self, n: int) -> str:
+        """User ``n``'s phone number (digits)."""
         return f"1555010{n:04d}"
+
+    def user_id(self, n: int) -> str:
+        return self.graph.user_id(self.phone(n))
 
     def direct_chat(self, n: int) -> str:
         return self.user_id(n)
@@ -68,8 +73,10 @@ class WhatsAppAdapter(PlatformAdapter):
     async def inject(self, chat_id: str, text: str, *, sender_id: str = "user-1",
                      sender_name: str = "", group: bool = False, mention: bool = False,
                      thread_id: str | None = None) -> None:
-        message = self.graph.message(sender_id, text)
-        self.graph.inject_messages([message], names={sender_id: sender_name or "User"})
+        # The user writes from their phone: Meta sends its number and their BSUID.
+        phone = self.graph.phones.get(sender_id, sender_id)
+        message = self.graph.message(phone, text)
+        self.graph.inject_messages([message], names={phone: sender_name or "User"})
 
     async def inject_own_message(self, chat_id: str, text: str) -> None:
         # What the business itself sent (from the WhatsApp Business app, on a number
@@ -99,7 +106,8 @@ class WhatsAppAdapter(PlatformAdapter):
                                         "message": "Message type unknown", "error_data": {
                                             "details": "Message type is not supported."}}]},
         }[kind]
-        graph.inject_messages([graph.message(sender_id, kind=kind, **content)])
+        phone = graph.phones.get(sender_id, sender_id)
+        graph.inject_messages([graph.message(phone, kind=kind, **content)])
 
     def sent_texts(self, chat_id: str, *, thread_id: str | None = None) -> list[str]:
         return [m.plain_text or "" for m in self.graph.sent(chat_id) if m.type == "text"]

@@ -211,7 +211,7 @@ async def test_statuses_are_counted_and_a_late_failure_surfaces(adapter, tmp_pat
                             details="The recipient's phone is not on WhatsApp anymore")
         graph.inject_message(OTHER, "hello fl1z")
         await run.wait_for_tokens(OTHER, ["fl1z"])  # accepted by Meta: it has an id
-        key = "whatsapp:main:" + OTHER
+        key = "whatsapp:main:" + graph.user_id(OTHER)  # the chat is the user's BSUID
 
         async def notes() -> list[str]:
             return [e.text for e in await run.kernel.store.read_log(key)
