@@ -349,13 +349,16 @@ class ContractRun:
     ``re: <text>``); ``deliveries`` lists ``(message, outcome)`` for every
     message the receive loop delivered to the kernel (``accepted``,
     ``duplicate``, or ``invalid`` in a batch); ``receiver`` is the
-    ``deliver`` the loop got.
+    ``deliver`` the loop got. ``harness`` is the :class:`KernelHarness` running the
+    kernel: its verbs (``run.harness.send_text(...)``, ``run.harness.session_log(...)``,
+    ``run.harness.workspace``...) are how a test drives and reads the kernel.
     """
 
     def __init__(self, adapter: PlatformAdapter, harness: KernelHarness,
                  agent: type[ScriptedAgent], replies: dict[str, str]) -> None:
         self.adapter = adapter
         self.harness = harness
+        #: The kernel's internals, for the kernel's own tests; a plugin's use ``harness``.
         self.kernel = harness.kernel
         #: The kernel's probes and health snapshots (see KernelHarness.health).
         self.health = harness.health
@@ -807,7 +810,7 @@ class ChannelContract:
         run = contract_kernel
         adapter = run.adapter
         chat = adapter.direct_chat(1)
-        folder = run.kernel.workspace / "contract-media"
+        folder = run.harness.workspace / "contract-media"
         folder.mkdir(parents=True, exist_ok=True)
         picture, notes = folder / "picture.png", folder / "notes.txt"
         picture.write_bytes(png_bytes())

@@ -77,7 +77,7 @@ async def identified_channel(home):
         "allow_from": ["*"]}}}}}
     async with KernelHarness(home, config=config, plugins=[
             ("telegram", chatkernel_telegram)]) as h:
-        channel = h.kernel.accounts["telegram:main"].channel
+        channel = h.account("telegram").channel
         channel.bot, channel.self_id = BOT, "999"
         yield channel
 
