@@ -61,38 +61,45 @@ _LAZY = {
     "WebhookAttempt": "chatkernel.testing.fake_platform",
     "WebhookPusher": "chatkernel.testing.fake_platform",
     "serve_routes": "chatkernel.testing.fake_platform",
-    # The real gateway: in-process, or as its own process.
+    # The real gateway: in-process, or as its own process, or several sharing a store.
     "gateway_config": "chatkernel.testing.gateway",
     "run_gateway": "chatkernel.testing.gateway",
     "start_gateway": "chatkernel.testing.gateway",
+    "CHATKERNEL": "chatkernel.testing.process",
+    "gateway_home": "chatkernel.testing.process",
     "gateway_process": "chatkernel.testing.process",
     "running_gateway_process": "chatkernel.testing.process",
     "wait_for_messages": "chatkernel.testing.process",
     "free_port": "chatkernel.testing.process",
+    "post_json": "chatkernel.testing.process",
+    "stop_process": "chatkernel.testing.process",
+    "devserver": "chatkernel.testing.process",
+    "GatewayInstance": "chatkernel.testing.instances",
+    "GatewayInstances": "chatkernel.testing.instances",
+    "RoundRobin": "chatkernel.testing.instances",
+    "holder_pid": "chatkernel.testing.instances",
+    "wait_for_owner": "chatkernel.testing.instances",
+    # Agents for a plugin's own end-to-end tests: by label, and a paced stream.
+    "LabelAgent": "chatkernel.testing.agents",
+    "STREAM_ANSWER": "chatkernel.testing.agents",
+    "STREAM_WORDS": "chatkernel.testing.agents",
+    "paced_stream": "chatkernel.testing.agents",
+    # Faults of the world around a gateway: the network, the disk.
+    "FaultProxy": "chatkernel.testing.faultproxy",
+    "SmallDisk": "chatkernel.testing.disk",
+    "DiskUnavailable": "chatkernel.testing.disk",
     # The starter config file, a channel's example turned on.
     "turn_on_example": "chatkernel.testing.starter",
     # A real redis-server (the fixtures redis_server and redis_prefix come with the plugin).
     "RedisServer": "chatkernel.testing.redis",
+    "RedisStore": "chatkernel.testing.redis",
 }
 
+#: The kit's public names, each listed in docs/testing.md (tests/test_testing_kit.py).
 __all__ = sorted(_LAZY)
 
 
-#: Names that moved to their platform's plugin: name -> its module there.
-_MOVED = {
-    "SlackSigner": "chatkernel_slack.fake",
-    "MetaSigner": "chatkernel_whatsapp.fake",
-}
-
-
 def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        import warnings
-
-        warnings.warn(f"chatkernel.testing.{name} is deprecated: use {_MOVED[name]}.{name}, "
-                      "or chatkernel.testing.HmacSigner for another platform's HMAC",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(_MOVED[name]), name)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'chatkernel.testing' has no attribute {name!r}")

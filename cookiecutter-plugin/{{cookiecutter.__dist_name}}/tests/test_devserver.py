@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from chatkernel.testing.process import (
+from chatkernel.testing import (
     devserver,
     gateway_home,
     gateway_process,

@@ -7,9 +7,13 @@ import time
 
 import pytest
 
-from chatkernel.testing.process import devserver as run_devserver
-from chatkernel.testing.process import gateway_home, gateway_process, wait_for_messages
-from chatkernel.testing.process import post_json as post
+from chatkernel.testing import (
+    devserver as run_devserver,
+    gateway_home,
+    gateway_process,
+    post_json as post,
+    wait_for_messages,
+)
 
 DM, CHANNEL = "D0DIRECT01", "C0GENERAL1"
 

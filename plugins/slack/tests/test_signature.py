@@ -75,9 +75,6 @@ def test_signatures_verify_their_own_body_and_no_other(secret, body, flip):
 
 def test_the_kernels_old_names_still_import_with_a_deprecation_warning():
     import chatkernel.channels
-    import chatkernel.testing
 
     with pytest.warns(DeprecationWarning, match="chatkernel_slack.signature.SlackSignature"):
         assert chatkernel.channels.SlackSignature is SlackSignature
-    with pytest.warns(DeprecationWarning, match="chatkernel_slack.fake.SlackSigner"):
-        assert chatkernel.testing.SlackSigner is SlackSigner

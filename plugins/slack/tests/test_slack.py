@@ -21,10 +21,11 @@ from chatkernel.testing import (
     ScaledClock,
     agent_plugin,
     free_port,
+    open_contract_run,
+    png_bytes,
     scripted_agent,
     wait_until,
 )
-from chatkernel.testing.contract import open_contract_run, png_bytes
 from chatkernel_slack.fake import SlackSigner
 from chatkernel_slack.api import TOKEN_PATTERNS, SlackAPI
 from chatkernel_slack.fake import FakeSlack

@@ -7,8 +7,7 @@ import anyio
 import pytest
 
 import chatkernel_telegram
-from chatkernel.testing import KernelHarness, agent_plugin
-from chatkernel.testing.agents import LabelAgent
+from chatkernel.testing import KernelHarness, LabelAgent, agent_plugin
 from chatkernel_telegram.fake import FakeBotAPI
 
 pytestmark = pytest.mark.anyio

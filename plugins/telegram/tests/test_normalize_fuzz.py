@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 
 import chatkernel_telegram
 from chatkernel.channels import InboundMessage
-from chatkernel.testing import KernelHarness
-from chatkernel.testing.fuzz import fuzz_examples
+from chatkernel.testing import KernelHarness, fuzz_examples
 
 BOT = {"id": 999, "is_bot": True, "first_name": "Bot", "username": "chatkernel_bot"}
 

@@ -10,14 +10,14 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
-from chatkernel.testing import BUSY_HINT
-from chatkernel.testing.instances import (
+from chatkernel.testing import (
+    BUSY_HINT,
     CHATKERNEL,
     GatewayInstances,
+    RedisStore,
     holder_pid,
     wait_for_owner,
 )
-from chatkernel.testing.redis import RedisStore
 from chatkernel_telegram.fake import FakeBotAPI
 
 pytestmark = pytest.mark.anyio
@@ -165,7 +165,7 @@ async def test_redis_lost_and_back_is_reported_retried_and_loses_nothing(tmp_pat
     import urllib.error
     import urllib.request
 
-    from chatkernel.testing.redis import RedisServer
+    from chatkernel.testing import RedisServer
 
     def healthz(url: str) -> tuple[int, dict]:
         try:
@@ -228,7 +228,7 @@ async def test_the_next_owner_counts_the_sends_its_predecessor_made_in_the_windo
     within it, counts those sends: it waits where a fresh limiter would send at once,
     and the fake Bot API, enforcing the same window, answers no 429."""
     import chatkernel_telegram
-    from chatkernel.testing.memory import KernelHarness
+    from chatkernel.testing import KernelHarness
 
     window = {"account": "20/10s", "chat": "off", "group": "off"}
     async with FakeBotAPI() as api:
@@ -258,7 +258,7 @@ async def test_every_instance_knows_the_webhook_secret_without_one_configured(
     secret_token configured, instances sharing the store derive the same one from the
     bot token (one process alone makes a random one per start)."""
     import chatkernel_telegram
-    from chatkernel.testing.memory import KernelHarness
+    from chatkernel.testing import KernelHarness
 
     async with FakeBotAPI() as api:
         account = {"bot_token": api.token, "api_base": api.base_url, "allow_from": ["*"],

@@ -11,9 +11,7 @@ import anyio
 import pytest
 
 import chatkernel_telegram
-from chatkernel.testing.faultproxy import FaultProxy
-from chatkernel.testing.memory import KernelHarness
-from chatkernel.testing.process import free_port
+from chatkernel.testing import FaultProxy, KernelHarness, free_port
 from chatkernel_telegram.fake import FakeBotAPI
 
 pytestmark = pytest.mark.anyio

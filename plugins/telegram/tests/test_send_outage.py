@@ -13,9 +13,7 @@ import anyio
 import pytest
 
 import chatkernel_telegram
-from chatkernel.testing import wait_until
-from chatkernel.testing.faultproxy import FaultProxy
-from chatkernel.testing.memory import KernelHarness
+from chatkernel.testing import FaultProxy, KernelHarness, wait_until
 from chatkernel_telegram.fake import FakeBotAPI
 
 pytestmark = pytest.mark.anyio
