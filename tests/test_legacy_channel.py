@@ -35,7 +35,7 @@ from chatkernel.channels import (
 from chatkernel.sdk.models import Account
 from chatkernel.testing.contract import ChannelContract
 from chatkernel.testing.loopback import LoopbackChannel
-from chatkernel.testing.loopback_contract import LoopbackAdapter
+from chatkernel.testing.loopback.contract import LoopbackAdapter
 
 
 def define_old_channel() -> type[Channel]:

@@ -42,3 +42,26 @@ def test_the_kits_names_are_those_its_guide_lists() -> None:
 def test_the_kit_keeps_no_old_names() -> None:
     for old in ("SlackSigner", "MetaSigner"):  # moved to their plugins' fakes
         assert not hasattr(kit, old), old
+
+
+KIT = Path(kit.__file__).resolve().parent
+
+
+def test_the_kit_is_grouped_by_concern() -> None:
+    """At most 15 modules side by side, and none over 800 lines: a new concern gets a
+    package of its own (contract/, fakes/, loopback/, sample/)."""
+    assert len(list(KIT.glob("*.py"))) <= 15, sorted(p.name for p in KIT.glob("*.py"))
+    long = {str(p.relative_to(KIT)): n for p in KIT.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 800}
+    assert long == {}
+
+
+def test_the_pytest_plugin_keeps_its_entry_point_path() -> None:
+    import tomllib
+
+    pyproject = tomllib.loads((KIT.parents[1] / "pyproject.toml").read_text())
+    assert pyproject["project"]["entry-points"]["pytest11"] == {
+        "chatkernel": "chatkernel.testing.plugin"}
+    import chatkernel.testing.plugin as plugin
+
+    assert callable(plugin.pytest_configure)

@@ -7,7 +7,13 @@ A plugin's tests import what they need from here, never from ``chatkernel.core``
     from chatkernel.testing import FakePlatform, Call, ErrorAnswer   # a fake's base
 
 Importing this package is cheap (pytest loads it at start-up): each name loads its
-module on first access.
+module on first access. Where they live, by concern: a kernel in-process (``memory``,
+``agents``, ``clock``), the channel contract (``contract/``: the adapter, a run, the
+suite), a platform's fake and its dev server (``fake_platform``, ``devserver``), what
+surrounds a gateway (``fakes/``: an OpenAI server, a failing network, a full disk), the
+real gateway (``gateway``, ``process``, ``instances``, ``redis``), the kernel's own
+loopback channel (``loopback/``, built on ``sample/``, the template baked) and the
+pytest plugin (``plugin``, ``slowtests``, ``fuzz``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ _LAZY = {
     "scripted_agent": "chatkernel.testing.agents",
     "ManualClock": "chatkernel.testing.clock",
     "ScaledClock": "chatkernel.testing.clock",
-    "FakeOpenAI": "chatkernel.testing.fake_openai",
+    "FakeOpenAI": "chatkernel.testing.fakes.openai",
     # The channel contract suite.
     "ChannelContract": "chatkernel.testing.contract",
     "ContractReceiver": "chatkernel.testing.contract",
@@ -85,9 +91,9 @@ _LAZY = {
     "STREAM_WORDS": "chatkernel.testing.agents",
     "paced_stream": "chatkernel.testing.agents",
     # Faults of the world around a gateway: the network, the disk.
-    "FaultProxy": "chatkernel.testing.faultproxy",
-    "SmallDisk": "chatkernel.testing.disk",
-    "DiskUnavailable": "chatkernel.testing.disk",
+    "FaultProxy": "chatkernel.testing.fakes.faultproxy",
+    "SmallDisk": "chatkernel.testing.fakes.disk",
+    "DiskUnavailable": "chatkernel.testing.fakes.disk",
     # The starter config file, a channel's example turned on.
     "turn_on_example": "chatkernel.testing.starter",
     # A real redis-server (the fixtures redis_server and redis_prefix come with the plugin).
