@@ -65,3 +65,11 @@ def test_the_pytest_plugin_keeps_its_entry_point_path() -> None:
     import chatkernel.testing.plugin as plugin
 
     assert callable(plugin.pytest_configure)
+
+
+def test_no_name_of_the_kit_is_hidden_by_a_module_of_it() -> None:
+    """``import chatkernel.testing.x`` sets the package's ``x`` to the module: a kit name
+    ``x`` would then be the module for whoever imported it after."""
+    modules = {path.stem for path in KIT.glob("*.py")} | {
+        path.name for path in KIT.iterdir() if (path / "__init__.py").exists()}
+    assert modules & set(kit.__all__) == set()

@@ -79,7 +79,6 @@ _LAZY = {
     "free_port": "chatkernel.testing.process",
     "post_json": "chatkernel.testing.process",
     "stop_process": "chatkernel.testing.process",
-    "devserver": "chatkernel.testing.process",
     "GatewayInstance": "chatkernel.testing.instances",
     "GatewayInstances": "chatkernel.testing.instances",
     "RoundRobin": "chatkernel.testing.instances",

@@ -7,13 +7,8 @@ import time
 
 import pytest
 
-from chatkernel.testing import (
-    devserver as run_devserver,
-    gateway_home,
-    gateway_process,
-    post_json as post,
-    wait_for_messages,
-)
+from chatkernel.testing import gateway_home, gateway_process, post_json as post, wait_for_messages
+from chatkernel.testing.process import devserver as run_devserver
 
 DM, CHANNEL = "D0DIRECT01", "C0GENERAL1"
 

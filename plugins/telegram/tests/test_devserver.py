@@ -4,13 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from chatkernel.testing import (
-    devserver as run_devserver,
-    gateway_home,
-    gateway_process,
-    post_json as post,
-    wait_for_messages,
-)
+from chatkernel.testing import gateway_home, gateway_process, post_json as post, wait_for_messages
+from chatkernel.testing.process import devserver as run_devserver
 
 
 def devserver():

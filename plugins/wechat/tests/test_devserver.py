@@ -13,12 +13,12 @@ import pytest
 
 from chatkernel.testing import (
     CHATKERNEL,
-    devserver as run_devserver,
     gateway_home,
     gateway_process,
-    post_json as     post,
+    post_json as post,
     wait_for_messages,
 )
+from chatkernel.testing.process import devserver as run_devserver
 
 USER = "u1@im.wechat"
 
