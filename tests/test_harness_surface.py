@@ -22,7 +22,7 @@ async def test_the_harness_probes_and_snapshots_through_h_health(tmp_path):
         snapshot = await h.health.snapshot()
         account = snapshot.channels["memory"].accounts["main"]
         assert account.probe is not None and account.probe.ok
-        one = h.health.account_snapshot(h.kernel.accounts["memory:main"], time.time())
+        one = h.health.account_snapshot(h.account("memory"), time.time())
         assert one.key == "memory:main" and one.probe is not None
 
 
