@@ -1,7 +1,7 @@
 """Live replies against the Telegram and Slack fakes: how soon the chat shows the answer
 being written, and how many calls an answer costs.
 
-A real kernel runs the openai agent against :class:`chatkernel.testing.fake_openai.FakeOpenAI`,
+A real kernel runs the openai agent against :class:`chatkernel.testing.fakes.openai.FakeOpenAI`,
 which streams an answer of ``--words`` words at ``--rate`` tokens a second (one word a
 token). Each scenario answers ``--answers`` messages, one after another, in one chat, with
 the channel's default limits and live-reply pacing (nothing lifted) and the fake
@@ -42,7 +42,7 @@ from typing import Any
 import anyio
 
 from chatkernel.testing.contract import PlatformAdapter, open_contract_run
-from chatkernel.testing.fake_openai import FakeOpenAI
+from chatkernel.testing.fakes.openai import FakeOpenAI
 
 #: Calls that show a live reply's preview, by platform.
 TELEGRAM_PREVIEW = ("sendMessageDraft", "editMessageText", "deleteMessage")

@@ -21,7 +21,7 @@ The fakes:
 - ``strict`` (default): a platform written here, in process, that counts a
   request the moment it arrives;
 - ``telegram``: the Telegram plugin's own fake Bot API (``enforce_limits``,
-  its ``latency`` before it counts), behind ``chatkernel.testing.faultproxy``
+  its ``latency`` before it counts), behind ``chatkernel.testing.fakes.faultproxy``
   on 127.0.0.1 for the jitter: real HTTP, the requests counted by a server
   this file does not control.
 
@@ -327,7 +327,7 @@ class TelegramFake:
     async def __aenter__(self) -> "TelegramFake":
         import aiohttp
 
-        from chatkernel.testing.faultproxy import FaultProxy
+        from chatkernel.testing.fakes.faultproxy import FaultProxy
         from chatkernel_telegram.fake import FakeBotAPI
 
         self.api = await FakeBotAPI(token=self.TOKEN).__aenter__()

@@ -1,4 +1,5 @@
-"""The chatkernel hook contract: the two markers and the hook specifications.
+"""The chatkernel hook contract: the two markers, the hook specifications and the
+read-only view of the config that hooks are handed (:class:`ConfigView`).
 
 Plugins implement these with ``@chatkernel.hookimpl``. An implementation may
 accept any subset of a specification's arguments, by name. Hooks that return
@@ -11,10 +12,55 @@ outbound, policy, heartbeat, health, the gateway's pages.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
 import pluggy
 
 hookspec = pluggy.HookspecMarker("chatkernel")
 hookimpl = pluggy.HookimplMarker("chatkernel")
+
+
+# -- what hooks are handed of the config ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayView:
+    """``[gateway]``, as far as a hook reads it."""
+
+    #: ``host:port`` the gateway's HTTP server listens on (``127.0.0.1:8787``).
+    listen: str
+
+
+@dataclass(frozen=True, slots=True)
+class AccountView:
+    """``[channels.<name>.accounts.<account>]``, as far as a hook reads it."""
+
+    #: False when the table says ``enabled = false``.
+    enabled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelView:
+    """``[channels.<name>]``, as far as a hook reads it."""
+
+    #: False when the table says ``enabled = false`` (every account of it is off).
+    enabled: bool = True
+    #: The accounts the table lists, by name (empty: it lists none).
+    accounts: Mapping[str, AccountView] = field(
+        default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigView:
+    """The config as a hook sees it: read-only, the same paths as ``config.toml``
+    (``config.gateway.listen``, ``config.channels["webchat"].enabled``), and only
+    what hooks need. The kernel's own config object is not part of the contract."""
+
+    gateway: GatewayView
+    #: Every ``[channels.<name>]`` table the config has (``defaults`` left out), by name.
+    channels: Mapping[str, ChannelView]
 
 
 # -- registration --------------------------------------------------------------
@@ -104,7 +150,8 @@ def implied_accounts(config):
     account; ``enabled = false`` in that table still turns them off. A config that
     lists accounts of the channel runs exactly those.
 
-    :param config: the :class:`chatkernel.core.config.KernelConfig` being read.
+    :param config: the config being read, as a read-only :class:`ConfigView`
+        (``config.channels``: its ``[channels.<name>]`` tables; ``config.gateway.listen``).
     :return: ``{channel name: {account name: its table}}`` (a table of ``{}`` takes the
         account model's defaults), or ``None``. Every implementation is called; for a
         channel two plugins imply, the one registered last wins.
@@ -245,7 +292,7 @@ def gateway_root_page(config, channel_types, loopback):
     implementation (``chatkernel.builtin.landing``, called last) says that the
     gateway runs, why its web chat is off and how to turn it on.
 
-    :param config: the gateway's config (``chatkernel.core.config.KernelConfig``).
+    :param config: the gateway's config, as a read-only :class:`ConfigView`.
     :param channel_types: the channel types plugins provide, by name.
     :param loopback: whether the gateway listens on this machine only.
     :return: the page's HTML as a ``str`` (not an awaitable: it is asked while the

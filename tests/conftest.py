@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from chatkernel.core.plugins import PluginManager, reset_plugin_manager
-from chatkernel.testing.disk import DiskUnavailable, SmallDisk
+from chatkernel.testing.fakes.disk import DiskUnavailable, SmallDisk
 
 #: Environment variables that change how the kernel loads plugins or finds its
 #: config. A developer's shell must not leak them into the tests.

@@ -30,7 +30,7 @@ from chatkernel.sdk.models import MediaRef
 from chatkernel.core.plugins import PluginManager
 from chatkernel.core.store.base import LogEntry
 from chatkernel.hookspecs import hookimpl
-from chatkernel.testing.fake_openai import FakeOpenAI, FakeReply
+from chatkernel.testing.fakes.openai import FakeOpenAI, FakeReply
 from chatkernel.testing.contract import wait_until
 
 

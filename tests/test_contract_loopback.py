@@ -15,7 +15,7 @@ import pytest
 
 from chatkernel.sdk.models import InboundMessage
 from chatkernel.testing.contract import ChannelContract, open_contract_run
-from chatkernel.testing.loopback_contract import LoopbackAdapter
+from chatkernel.testing.loopback.contract import LoopbackAdapter
 
 
 class TestLoopbackContract(ChannelContract):

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from chatkernel.testing.contract import wait_until
-from chatkernel.testing.faultproxy import FaultProxy
+from chatkernel.testing.fakes.faultproxy import FaultProxy
 
 pytestmark = pytest.mark.anyio
 

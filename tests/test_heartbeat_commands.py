@@ -187,3 +187,48 @@ async def test_status_in_a_chat_tells_the_sessions_heartbeat(tmp_path):
         assert "heartbeat: every 10m, next in 6m" in await command(h, "/status")
         await command(h, "/heartbeat pause")
         assert "heartbeat: every 10m, paused" in await command(h, "/status")
+
+
+async def test_commands_reach_a_sessions_heartbeat_through_a_view_of_it(tmp_path):
+    from chatkernel import Command, hookimpl
+
+    seen = {}
+
+    async def probe(ctx):
+        heartbeats = ctx.gateway.heartbeats
+        seen["none"] = heartbeats.status(ctx.session.key)
+        await heartbeats.set(ctx.session.key, 5 * MINUTE, "check the build")
+        seen["set"] = heartbeats.status(ctx.session.key)
+        await heartbeats.pause(ctx.session.key)
+        seen["paused"] = heartbeats.status(ctx.session.key)["paused"]
+        seen["resumed"] = await heartbeats.resume(ctx.session.key)
+        seen["now"] = heartbeats.now()
+        seen["cleared"] = (await heartbeats.clear(ctx.session.key),
+                           await heartbeats.clear(ctx.session.key))
+        return "done"
+
+    class Plugin:
+        @staticmethod
+        @hookimpl
+        def register_commands(register):
+            register(Command(name="probe", handler=probe, help="the heartbeats view"))
+
+    clock = ManualClock()
+    agent = agent_saying("HEARTBEAT_OK")
+    async with KernelHarness(tmp_path, config={"agent": {"kind": agent.name},
+                                               "heartbeat": {"every": "0"}},
+                             heartbeat_clock=clock,
+                             plugins=[("test-agent", agent_plugin(agent)),
+                                      ("test-probe", Plugin)]) as h:
+        clock.advance(MINUTE)
+        assert await command(h, "/probe") == "done"
+    assert seen["none"] is None
+    status = seen["set"]
+    assert (status["every"], status["every_seconds"], status["prompt"], status["paused"]) == (
+        "5m", 5 * MINUTE, "check the build", False)
+    assert status["next_in_seconds"] == 5 * MINUTE
+    with pytest.raises(TypeError):  # a view: what a command reads does not write back
+        status["paused"] = True
+    assert seen["paused"] is True and seen["resumed"]["paused"] is False
+    assert seen["now"] == clock.now()
+    assert seen["cleared"] == (True, False)

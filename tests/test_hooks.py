@@ -283,6 +283,37 @@ def test_hook_implied_accounts(pm, temp_plugin):
     assert effective_channels(own, pm)["kiosk"].accounts == {"desk": {}}
 
 
+def test_implied_accounts_are_asked_with_a_read_only_view_of_the_config(pm, temp_plugin):
+    import dataclasses
+
+    from chatkernel.core.config import effective_channels, parse
+    from chatkernel.hookspecs import AccountView, ChannelView, ConfigView
+
+    seen = []
+
+    class Reader:
+        @hookimpl
+        def implied_accounts(self, config):
+            seen.append(config)
+
+    temp_plugin(pm, Reader(), "test-reader")
+    effective_channels(parse({"gateway": {"listen": "127.0.0.1:9000"}, "channels": {
+        "defaults": {"heartbeat": {"show_ok": True}},
+        "webchat": {"enabled": False, "accounts": {"default": {}, "desk": {"enabled": False,
+                                                                           "text_limit": 9}}}}}),
+        pm)
+    [config] = seen
+    assert isinstance(config, ConfigView) and config.gateway.listen == "127.0.0.1:9000"
+    assert dict(config.channels) == {"webchat": ChannelView(enabled=False, accounts={
+        "default": AccountView(enabled=True), "desk": AccountView(enabled=False)})}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.gateway.listen = "0.0.0.0:80"  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        config.channels["kiosk"] = ChannelView()  # type: ignore[index]
+    with pytest.raises(TypeError):
+        config.channels["webchat"].accounts["x"] = AccountView()  # type: ignore[index]
+
+
 def test_implied_accounts_of_a_later_plugin_win_and_a_malformed_answer_is_named(
         pm, temp_plugin):
     from chatkernel.core.config import effective_channels, parse
@@ -728,8 +759,9 @@ def test_health_probe_plugin_can_replace_the_channel_probe(pm, temp_plugin):
 
 def test_hook_gateway_root_page(pm):
     from chatkernel.core.config import parse
+    from chatkernel.core.plugins import config_view
 
-    config = parse({"channels": {"webchat": {"enabled": False}}})
+    config = config_view(parse({"channels": {"webchat": {"enabled": False}}}))
     page = pm.hook.gateway_root_page(config=config, channel_types={"webchat": object},
                                      loopback=True)
     assert "The web chat is off" in page
@@ -738,6 +770,7 @@ def test_hook_gateway_root_page(pm):
 
 def test_gateway_root_page_plugin_replaces_the_built_in_page(pm, temp_plugin):
     from chatkernel.core.config import KernelConfig
+    from chatkernel.core.plugins import config_view
 
     class FrontPage:
         @hookimpl
@@ -746,6 +779,7 @@ def test_gateway_root_page_plugin_replaces_the_built_in_page(pm, temp_plugin):
 
     temp_plugin(pm, FrontPage(), "test-front-page")
     ask = pm.hook.gateway_root_page
-    assert ask(config=KernelConfig(), channel_types={}, loopback=True) == "<h1>support desk</h1>"
+    config = config_view(KernelConfig())
+    assert ask(config=config, channel_types={}, loopback=True) == "<h1>support desk</h1>"
     # None is no opinion: the built-in page is next.
-    assert "The web chat is off" in ask(config=KernelConfig(), channel_types={}, loopback=False)
+    assert "The web chat is off" in ask(config=config, channel_types={}, loopback=False)

@@ -200,33 +200,22 @@ async def test_builtin_commands_answer_without_the_agent(tmp_path):
         assert agent.requests == []
 
 
-async def test_a_plugin_command_works_through_the_gateway_facade_and_kernel_is_deprecated(
-        tmp_path):
-    seen = {}
-
+async def test_a_plugin_command_works_through_the_gateway_facade(tmp_path):
     def busy(ctx):
         running, waiting = ctx.gateway.queue_state(ctx.session.key)
         return (f"{ctx.gateway.agent_kind}: running={running} waiting={waiting} "
                 f"mode={ctx.gateway.queue_settings(ctx.session.key).mode}")
-
-    def legacy(ctx):
-        with pytest.warns(DeprecationWarning, match="use ctx.gateway"):
-            seen["kernel"] = ctx.kernel
-        return "old"
 
     class Plugin:
         @staticmethod
         @hookimpl
         def register_commands(register):
             register(Command(name="busy", handler=busy, help="queue state"))
-            register(Command(name="legacy", handler=legacy, help="ctx.kernel"))
 
     async with harness(tmp_path, plugins=[("cmds", Plugin)]) as h:
         assert await h.channel.receive("/busy") == "command"
-        assert await h.channel.receive("/legacy") == "command"
         await h.settle()
-        assert h.channel.texts() == ["echo: running=False waiting=0 mode=collect", "old"]
-        assert seen["kernel"] is h.kernel
+        assert h.channel.texts() == ["echo: running=False waiting=0 mode=collect"]
 
 
 async def test_new_starts_a_fresh_session_id(tmp_path):

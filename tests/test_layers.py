@@ -29,9 +29,7 @@ KERNEL_NAMES = {"kernel", "_kernel"}  # and any name ending in "_kernel"
 ASSEMBLED = {"gateway": 9, "health": 6, "heartbeat": 9, "inbound": 5, "outbound": 10,
              "runtime": 6}
 #: The reaches allowed, by module (each one still needed: a test fails on one left over).
-#: CommandGateway is given a function returning the kernel for the deprecated
-#: ``CommandContext.kernel`` alone (a command plugin written against it keeps working,
-#: with a DeprecationWarning); nothing else there uses it. The gateway process is the
+#: The gateway process is the
 #: composition root of a gateway: it makes the kernel and hands it its GatewayParts,
 #: then serves the app and the receive loops built from the kernel's components. A
 #: reload is the kernel's own operation (``Kernel.reload`` runs ``apply_config``, which
@@ -39,8 +37,6 @@ ASSEMBLED = {"gateway": 9, "health": 6, "heartbeat": 9, "inbound": 5, "outbound"
 #: accounts of the kernel as a whole; the gateway's ConfigReloader is given
 #: ``Kernel.reload``, not the kernel.
 ALLOWED_REACHES = {
-    "chatkernel.core.inbound.commands": {"parameter legacy_kernel",
-                                         "attribute ._legacy_kernel"},
     "chatkernel.core.gateway.process": {"imports chatkernel.core.kernel", "parameter kernel"},
     "chatkernel.core.runtime.reload": {"imports chatkernel.core.kernel", "parameter kernel"},
 }
@@ -313,14 +309,12 @@ def test_the_kernel_check_allows_the_gateway_process_alone_in_the_gateway(tmp_pa
                                             "line 2: parameter kernel"]}
 
 
-def test_the_kernel_check_allows_the_deprecated_kernel_of_commands_alone(tmp_path):
+def test_the_kernel_check_allows_commands_no_kernel(tmp_path):
     tree = tmp_path / "chatkernel" / "core" / "inbound"
     tree.mkdir(parents=True)
     legacy = ("class Gateway:\n    def __init__(self, *, legacy_kernel):\n"
               "        self._legacy_kernel = legacy_kernel\n")
-    (tree / "commands.py").write_text(legacy + "def more(kernel):\n    pass\n")
-    (tree / "pipeline.py").write_text(legacy)
+    (tree / "commands.py").write_text(legacy)
     assert kernel_reaches(tmp_path, "inbound") == {
-        "chatkernel.core.inbound.commands": ["line 4: parameter kernel"],
-        "chatkernel.core.inbound.pipeline": ["line 2: parameter legacy_kernel",
-                                              "line 3: attribute ._legacy_kernel"]}
+        "chatkernel.core.inbound.commands": ["line 2: parameter legacy_kernel",
+                                             "line 3: attribute ._legacy_kernel"]}

@@ -14,7 +14,7 @@ import pytest
 from chatkernel import SendError
 from chatkernel.sdk.models import OutboundPayload, Route
 from chatkernel.testing.contract import wait_until
-from chatkernel.testing.faultproxy import FaultProxy
+from chatkernel.testing.fakes.faultproxy import FaultProxy
 from chatkernel.testing.loopback import LoopbackPlatform, LoopbackPlugin
 from chatkernel.testing.memory import KernelHarness
 

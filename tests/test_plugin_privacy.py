@@ -5,6 +5,7 @@ kit or the test kit), since those change without notice."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,48 @@ def test_no_plugin_reaches_health_or_the_cluster_through_the_kernel():
         if found := kernel_parts_reached(trees):
             offences[package.name] = found
     assert offences == {}
+
+
+# -- plugin tests use the test kit's verbs, never the kernel behind them ----------------------
+
+#: ``h.kernel``, ``run.kernel.store``, ``x._kernel``: a reach past the harness.
+KERNEL_REACH = re.compile(r"\._?kernel\b")
+
+
+def plugin_test_files() -> list[Path]:
+    """Every test module of every plugin present under plugins/ (a new one is covered
+    as it is added) and of the template's project."""
+    folders = sorted(p / "tests" for p in (ROOT / "plugins").iterdir() if p.is_dir())
+    folders += sorted((ROOT / "cookiecutter-plugin").glob("{{*/tests"))
+    return [path for folder in folders if folder.is_dir() for path in python_files(folder)]
+
+
+def kernel_reaches(name: str, text: str) -> list[str]:
+    """``file:line text`` for each line that goes through ``.kernel`` or ``._kernel``.
+    Read as lines, not parsed: the template's tests are Jinja until baked."""
+    return [f"{name}:{number} {line.strip()}"
+            for number, line in enumerate(text.splitlines(), 1) if KERNEL_REACH.search(line)]
+
+
+def test_the_check_finds_a_reach_through_the_kernel():
+    text = ("await h.kernel.outbox.wait_idle()\n"
+            "store = run._kernel\n"
+            "deliver = h.kernel\n"
+            "import chatkernel.testing  # the kernel's kit\n"
+            "await h.outbox_idle()\n")
+    assert kernel_reaches("t.py", text) == ["t.py:1 await h.kernel.outbox.wait_idle()",
+                                            "t.py:2 store = run._kernel",
+                                            "t.py:3 deliver = h.kernel"]
+
+
+def test_no_plugin_test_reaches_through_the_kernel():
+    files = plugin_test_files()
+    plugins = {path.relative_to(ROOT).parts[1] for path in files
+               if path.relative_to(ROOT).parts[0] == "plugins"}
+    assert {"slack", "telegram", "wechat", "whatsapp"} <= plugins
+    assert any("cookiecutter-plugin" in path.parts for path in files)
+    offences = [found for path in files
+                for found in kernel_reaches(str(path.relative_to(ROOT)),
+                                            path.read_text(encoding="utf-8"))]
+    assert offences == [], ("use the test kit's verbs (KernelHarness, ContractRun: "
+                            "docs/testing.md), not the kernel behind them")

@@ -10,6 +10,7 @@ import pytest
 
 from chatkernel.core import config as cfg
 from chatkernel.core.kernel import Kernel
+from chatkernel.core.plugins import config_view
 from chatkernel.testing.contract import wait_until
 from chatkernel.testing.gateway import start_gateway
 from chatkernel.webchat.landing import webchat_off
@@ -110,7 +111,7 @@ def test_telegram_only_runs_the_web_chat_beside_it():
 def test_beyond_this_machine_the_web_chat_needs_its_table():
     accounts, config, kernel = check({}, listen="0.0.0.0:8787")
     assert accounts == []  # it admits everyone: not served to the world unasked
-    why, how = webchat_off(config, kernel.channel_types)
+    why, how = webchat_off(config_view(config), kernel.channel_types)
     assert "listens on 0.0.0.0:8787, beyond this machine" in why
     assert "add a [channels.webchat] table" in how
     accounts, _, _ = check({"channels": {"webchat": {}}}, listen="0.0.0.0:8787")
@@ -127,5 +128,5 @@ def test_beyond_this_machine_the_web_chat_needs_its_table():
 def test_the_landing_page_says_why_the_web_chat_is_off(data, why):
     accounts, config, kernel = check({"channels": data})
     assert "webchat:default" not in accounts
-    assert why in webchat_off(config, kernel.channel_types)[0]
+    assert why in webchat_off(config_view(config), kernel.channel_types)[0]
 

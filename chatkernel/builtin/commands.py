@@ -80,12 +80,11 @@ def _status(ctx) -> str:
 
 
 def _heartbeat_line(heartbeats, session_key: str) -> str:
-    job = heartbeats.session_job(session_key)
-    if job is None:
+    info = heartbeats.status(session_key)
+    if info is None:
         return "heartbeat: none in this session (/heartbeat every 30m <what to check>)"
     from chatkernel.core.durations import format_interval
 
-    info = heartbeats.describe(job)
     if info["paused"]:
         when = "paused"
     elif info["next_in_seconds"] is not None:
@@ -130,7 +129,7 @@ async def _heartbeat(ctx) -> str:
     from chatkernel.core.durations import parse_interval
     from chatkernel.core.heartbeat.jobs import HeartbeatError
 
-    scheduler = ctx.gateway.heartbeats
+    heartbeats = ctx.gateway.heartbeats
     key = ctx.session.key
     action, _, rest = ctx.args.strip().partition(" ")
     if not action.strip():  # "/heartbeat" alone, maybe followed by a newline
@@ -148,19 +147,18 @@ async def _heartbeat(ctx) -> str:
                 seconds = parse_interval(interval)
             except ValueError as exc:
                 return f"/heartbeat: {exc}. {HEARTBEAT_USAGE}"
-            replaced = scheduler.session_job(key) is not None
-            await scheduler.set_session(key, seconds, prompt)
+            replaced = heartbeats.status(key) is not None
+            await heartbeats.set(key, seconds, prompt)
             return (f"Heartbeat {'replaced' if replaced else 'set'}: every "
                     f"{_span(seconds)}, first run in {_span(seconds)}.")
         if action == "pause":
-            await scheduler.pause(key)
+            await heartbeats.pause(key)
             return "Heartbeat paused. /heartbeat resume starts it again."
         if action == "resume":
-            job = await scheduler.resume(key)
-            every = scheduler.describe(job)["every_seconds"]
+            every = (await heartbeats.resume(key))["every_seconds"]
             return f"Heartbeat resumed: next run in {_span(every)}."
         if action == "clear":
-            if await scheduler.clear(key):
+            if await heartbeats.clear(key):
                 return "Heartbeat cleared."
             return "There is no heartbeat in this session."
         if action == "tz":
@@ -177,13 +175,12 @@ def _span(seconds: float) -> str:
 
 
 def _heartbeat_status(ctx) -> str:
-    scheduler = ctx.gateway.heartbeats
-    job = scheduler.session_job(ctx.session.key)
+    heartbeats = ctx.gateway.heartbeats
+    info = heartbeats.status(ctx.session.key)
     zone = ctx.session.settings.get("timezone")
-    if job is None:
+    if info is None:
         return ("No heartbeat in this session. Set one: /heartbeat every 30m <what to check>."
                 + (f"\nTime zone: {zone}." if zone else ""))
-    info = scheduler.describe(job)
     lines = [f"Heartbeat: every {info['every']}: {info['prompt']}"]
     if info["paused"]:
         lines.append("Paused (/heartbeat resume).")
@@ -194,7 +191,7 @@ def _heartbeat_status(ctx) -> str:
     elif info["next_in_seconds"] is not None:
         lines.append(f"Next run in {_span(info['next_in_seconds'])}.")
     if info["last_run_at"] is not None:
-        ago = _span(max(0.0, scheduler.clock.now() - info["last_run_at"]))
+        ago = _span(max(0.0, heartbeats.now() - info["last_run_at"]))
         lines.append(f"Last run {ago} ago: {info['last_outcome']}.")
     if zone:
         lines.append(f"Time zone: {zone}.")

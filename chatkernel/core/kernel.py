@@ -164,8 +164,7 @@ class Kernel:
             agent_table=lambda name: self.config.named_agents().get(name),
             started_at=lambda: self.started_at, accounts=self.accounts.values,
             sessions=self._started_sessions, queue_settings=self.queue_settings,
-            queue=self._started_queue, heartbeats=self._started_heartbeats,
-            legacy_kernel=lambda: self)  # for the deprecated CommandContext.kernel only
+            queue=self._started_queue, heartbeats=self._started_heartbeats)
         self.inbound = Inbound(
             store=self._started_store, sessions=self._started_sessions,
             queue=self._started_queue, queue_settings=self.queue_settings,

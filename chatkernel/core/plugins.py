@@ -39,6 +39,7 @@ from chatkernel import hookspecs
 from chatkernel.catalog import BUILTIN_CHANNELS, BUILTIN_PLUGINS
 
 if TYPE_CHECKING:
+    from chatkernel.hookspecs import ConfigView
     from chatkernel.sdk.channel import Channel
 
 GROUP = "chatkernel"
@@ -387,13 +388,32 @@ def collect_channels(pm: "PluginManager") -> "dict[str, type[Channel]]":
     return channels
 
 
+def config_view(config: Any) -> "ConfigView":
+    """What hooks are handed of a :class:`~chatkernel.core.config.KernelConfig`: the
+    read-only :class:`chatkernel.hookspecs.ConfigView`."""
+    from types import MappingProxyType
+
+    from chatkernel.hookspecs import AccountView, ChannelView, ConfigView, GatewayView
+
+    def channel(section: Any) -> ChannelView:
+        accounts = {name: AccountView(enabled=table.get("enabled", True) is not False)
+                    for name, table in section.accounts.items()}
+        return ChannelView(enabled=section.enabled, accounts=MappingProxyType(accounts))
+
+    channels = {name: channel(section) for name, section in config.channels.items()
+                if name != "defaults"}
+    return ConfigView(gateway=GatewayView(listen=config.gateway.listen),
+                      channels=MappingProxyType(channels))
+
+
 def implied_accounts(pm: "PluginManager", config: Any) -> dict[str, dict[str, dict[str, Any]]]:
     """The accounts plugins say a gateway runs though the config lists none of them
     (the ``implied_accounts`` hook): ``{channel: {account: its table}}``, in the order
     the plugins were registered. For a channel two plugins imply, the one registered
     last wins (an installed plugin's over a built-in's)."""
     found: dict[str, dict[str, dict[str, Any]]] = {}
-    for answer in reversed(pm.hook.implied_accounts(config=config)):  # pluggy: newest first
+    hooked = pm.hook.implied_accounts(config=config_view(config))
+    for answer in reversed(hooked):  # pluggy: newest first
         if not isinstance(answer, dict) or not all(
                 isinstance(accounts, dict) and all(isinstance(table, dict)
                                                    for table in accounts.values())

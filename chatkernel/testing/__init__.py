@@ -7,7 +7,13 @@ A plugin's tests import what they need from here, never from ``chatkernel.core``
     from chatkernel.testing import FakePlatform, Call, ErrorAnswer   # a fake's base
 
 Importing this package is cheap (pytest loads it at start-up): each name loads its
-module on first access.
+module on first access. Where they live, by concern: a kernel in-process (``memory``,
+``agents``, ``clock``), the channel contract (``contract/``: the adapter, a run, the
+suite), a platform's fake and its dev server (``fake_platform``, ``devserver``), what
+surrounds a gateway (``fakes/``: an OpenAI server, a failing network, a full disk), the
+real gateway (``gateway``, ``process``, ``instances``, ``redis``), the kernel's own
+loopback channel (``loopback/``, built on ``sample/``, the template baked) and the
+pytest plugin (``plugin``, ``slowtests``, ``fuzz``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ _LAZY = {
     "scripted_agent": "chatkernel.testing.agents",
     "ManualClock": "chatkernel.testing.clock",
     "ScaledClock": "chatkernel.testing.clock",
-    "FakeOpenAI": "chatkernel.testing.fake_openai",
+    "FakeOpenAI": "chatkernel.testing.fakes.openai",
     # The channel contract suite.
     "ChannelContract": "chatkernel.testing.contract",
     "ContractReceiver": "chatkernel.testing.contract",
@@ -61,38 +67,44 @@ _LAZY = {
     "WebhookAttempt": "chatkernel.testing.fake_platform",
     "WebhookPusher": "chatkernel.testing.fake_platform",
     "serve_routes": "chatkernel.testing.fake_platform",
-    # The real gateway: in-process, or as its own process.
+    # The real gateway: in-process, or as its own process, or several sharing a store.
     "gateway_config": "chatkernel.testing.gateway",
     "run_gateway": "chatkernel.testing.gateway",
     "start_gateway": "chatkernel.testing.gateway",
+    "CHATKERNEL": "chatkernel.testing.process",
+    "gateway_home": "chatkernel.testing.process",
     "gateway_process": "chatkernel.testing.process",
     "running_gateway_process": "chatkernel.testing.process",
     "wait_for_messages": "chatkernel.testing.process",
     "free_port": "chatkernel.testing.process",
+    "post_json": "chatkernel.testing.process",
+    "stop_process": "chatkernel.testing.process",
+    "GatewayInstance": "chatkernel.testing.instances",
+    "GatewayInstances": "chatkernel.testing.instances",
+    "RoundRobin": "chatkernel.testing.instances",
+    "holder_pid": "chatkernel.testing.instances",
+    "wait_for_owner": "chatkernel.testing.instances",
+    # Agents for a plugin's own end-to-end tests: by label, and a paced stream.
+    "LabelAgent": "chatkernel.testing.agents",
+    "STREAM_ANSWER": "chatkernel.testing.agents",
+    "STREAM_WORDS": "chatkernel.testing.agents",
+    "paced_stream": "chatkernel.testing.agents",
+    # Faults of the world around a gateway: the network, the disk.
+    "FaultProxy": "chatkernel.testing.fakes.faultproxy",
+    "SmallDisk": "chatkernel.testing.fakes.disk",
+    "DiskUnavailable": "chatkernel.testing.fakes.disk",
     # The starter config file, a channel's example turned on.
     "turn_on_example": "chatkernel.testing.starter",
     # A real redis-server (the fixtures redis_server and redis_prefix come with the plugin).
     "RedisServer": "chatkernel.testing.redis",
+    "RedisStore": "chatkernel.testing.redis",
 }
 
+#: The kit's public names, each listed in docs/testing.md (tests/test_testing_kit.py).
 __all__ = sorted(_LAZY)
 
 
-#: Names that moved to their platform's plugin: name -> its module there.
-_MOVED = {
-    "SlackSigner": "chatkernel_slack.fake",
-    "MetaSigner": "chatkernel_whatsapp.fake",
-}
-
-
 def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        import warnings
-
-        warnings.warn(f"chatkernel.testing.{name} is deprecated: use {_MOVED[name]}.{name}, "
-                      "or chatkernel.testing.HmacSigner for another platform's HMAC",
-                      DeprecationWarning, stacklevel=2)
-        return getattr(importlib.import_module(_MOVED[name]), name)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'chatkernel.testing' has no attribute {name!r}")

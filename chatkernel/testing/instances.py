@@ -18,7 +18,6 @@ import collections
 import os
 import re
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +27,7 @@ import anyio
 import tomlkit
 from anyio.abc import Process
 
-CHATKERNEL = str(Path(sys.executable).with_name("chatkernel"))
+from chatkernel.testing.process import CHATKERNEL
 
 __all__ = ["GatewayInstance", "GatewayInstances", "RoundRobin", "holder_pid", "wait_for_owner"]
 

@@ -30,7 +30,10 @@ from chatkernel.sdk.models import (
 from chatkernel.hookspecs import hookimpl
 
 if TYPE_CHECKING:
+    from chatkernel.core.accounts import Account
     from chatkernel.core.health.probes import Health
+    from chatkernel.core.inbound.pipeline import Receiver
+    from chatkernel.core.store.base import LogEntry
 
 
 @dataclass(slots=True)
@@ -175,6 +178,8 @@ class KernelHarness:
         self.queue_clock = queue_clock
         #: The time the rate limits count in (e.g. a ScaledClock's ``pacing``); None: real.
         self.pacing = pacing
+        #: The kernel itself, for the kernel's own tests: its internals change without
+        #: notice, so a plugin's tests use the verbs below (tests/test_plugin_privacy.py).
         self.kernel: Any = None
         self._stack: AsyncExitStack | None = None
 
@@ -210,7 +215,79 @@ class KernelHarness:
     def channel(self) -> MemoryChannel:
         return self.account_channel("main")
 
-    # -- what a test reads (the stable surface: the kernel's internals change) ------------
+    # -- what a test drives (the stable surface: the kernel's internals change) -----------
+
+    def account(self, channel: str, name: str = "main") -> "Account":
+        """The account ``channel:name`` as the kernel runs it: its ``channel`` (the
+        plugin's object), ``transport`` (its receive loop), ``runtime`` (the state
+        ``chatkernel status`` and health show) and ``key``."""
+        return self.kernel.accounts[f"{channel}:{name}"]
+
+    @property
+    def receiver(self) -> "Receiver":
+        """What a gateway hands a receive loop as ``deliver``: ``await
+        transport.run(h.receiver)`` runs a loop of the test's own making."""
+        return self.kernel.receiver
+
+    async def receive_loop(self, channel: str, name: str = "main") -> None:
+        """Run the account's receive loop (``transport.run(receiver)``), as the
+        gateway's supervisor does, until cancelled:
+        ``tg.start_soon(h.receive_loop, "telegram")``."""
+        await self.account(channel, name).transport.run(self.kernel.receiver)
+
+    @property
+    def workspace(self) -> Path:
+        """The agent's workspace folder (``[gateway] workspace``): where a reply's
+        ``MEDIA:`` paths are read from, and inbound files are kept."""
+        return self.kernel.workspace
+
+    async def send_text(self, channel: str, chat_id: str, text: str, *,
+                        account: str | None = None, is_group: bool = False,
+                        fmt: str = "markdown") -> str | None:
+        """Queue a proactive text to ``chat_id`` as ``chatkernel send`` does: from the
+        account named (or the channel's only one), in the chat's session and on its
+        last known route; ``is_group`` for a chat the kernel has not seen yet that is a
+        group (its rate limits). ``fmt``: ``markdown`` or ``plain``. Returns the reply
+        id (None: nothing to send); :meth:`outbox_idle` waits until it was sent."""
+        found, route, key = await self.kernel.resolve_target(channel, account, chat_id)
+        if is_group and not route.is_group:
+            route = Route(route.channel, route.account, route.chat_id,
+                          thread_id=route.thread_id, reply_to=route.reply_to,
+                          is_group=True, extra=route.extra)
+        return await self.kernel.outbound.deliver_text(found, route, text, session_key=key,
+                                                       fmt=fmt)
+
+    async def outbox_idle(self) -> None:
+        """Wait until every queued payload was sent or failed for good (unbounded: wrap
+        it in ``anyio.fail_after``). Unlike :meth:`settle`, turns may still run."""
+        await self.kernel.outbox.wait_idle()
+
+    # -- what a test reads -----------------------------------------------------------------
+
+    async def session_log(self, session_key: str, *, roles: tuple[str, ...] | None = None,
+                          limit: int | None = None) -> "list[LogEntry]":
+        """The session's log, oldest first, as ``chatkernel sessions show`` reads it
+        (``roles=("notification",)``: only the notes the kernel wrote there, such as a
+        failed send's); each entry has ``role``, ``text`` and ``meta``."""
+        return await self.kernel.store.read_log(session_key, roles=roles, limit=limit)
+
+    async def session_keys(self) -> list[str]:
+        """Every session's key, the most recently active first."""
+        return [session.key for session in await self.kernel.store.list_sessions()]
+
+    async def session_route(self, session_key: str) -> Route | None:
+        """Where the session's replies go now (a migrated chat's new id, its thread),
+        or None for a session with no route yet."""
+        return await self.kernel.sessions.route(session_key)
+
+    async def sent_status(self, channel: str, platform_id: str, *,
+                          account: str = "main") -> str | None:
+        """The status of the outbox entry the platform knows as ``platform_id`` (the
+        message id its send returned), for a channel whose platform reports delivery
+        statuses (``Capabilities(delivery_statuses=True)``): ``sent``, ``failed``...;
+        None when no entry has that id."""
+        entry = await self.kernel.store.outbox_by_platform_id(channel, account, platform_id)
+        return None if entry is None else entry.status
 
     async def outbox_statuses(self) -> list[str]:
         """Every outbox entry's status (``pending``, ``sending``, ``sent``, ``failed``,
@@ -230,6 +307,7 @@ class KernelHarness:
         """A Prometheus sample of the kernel's registry, as ``/metrics`` shows it
         (``metric("chatkernel_send_retries_total", channel="telegram", account="main")``);
         None when nothing was counted under those labels."""
+        self.kernel.metrics.sync()  # the hot path's tallies, as a scrape adds them
         return self.kernel.metrics.registry.get_sample_value(name, labels)
 
     def send_wait(self, account_key: str, chat_id: str, *, is_group: bool = False) -> float:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from chatkernel.core.config import KernelConfig, listens_locally
+from chatkernel.core.config import listens_locally
+from chatkernel.hookspecs import ConfigView
 
 #: The built-in web chat's channel name.
 WEBCHAT = "webchat"
@@ -13,7 +14,7 @@ WEBCHAT = "webchat"
 WEBCHAT_ACCOUNT = "default"
 
 
-def implied_accounts(config: KernelConfig) -> dict[str, dict[str, dict[str, Any]]] | None:
+def implied_accounts(config: ConfigView) -> dict[str, dict[str, dict[str, Any]]] | None:
     """The web chat keeps its ``default`` account unless the config gives it accounts of
     its own: configuring Telegram, or a web chat setting such as ``text_limit``, does not
     switch it off; ``[channels.webchat] enabled = false`` does. It admits everyone who

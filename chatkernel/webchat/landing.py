@@ -8,11 +8,11 @@ from __future__ import annotations
 import html
 from collections.abc import Container
 
-from chatkernel.core.config import KernelConfig, with_implied
+from chatkernel.hookspecs import AccountView, ChannelView, ConfigView
 from chatkernel.webchat.accounts import WEBCHAT, WEBCHAT_ACCOUNT, implied_accounts
 
 
-def webchat_off(config: KernelConfig, installed: Container[str]) -> tuple[str, str]:
+def webchat_off(config: ConfigView, installed: Container[str]) -> tuple[str, str]:
     """``(why, how to turn it on)``: why the web chat's page is not served, in words, for
     a config the gateway runs (``installed``: the channel types plugins provide)."""
     restart = "and restart the gateway"
@@ -22,8 +22,12 @@ def webchat_off(config: KernelConfig, installed: Container[str]) -> tuple[str, s
                 f"take chatkernel.builtin.webchat out of CHATKERNEL_DISABLE_PLUGINS {restart}")
     section = config.channels.get(WEBCHAT)
     implied = (implied_accounts(config) or {}).get(WEBCHAT)
-    if implied is not None:  # what the gateway runs
-        section = with_implied(section, implied)
+    if implied is not None and (section is None or not section.accounts):
+        # What the gateway runs: the implied accounts count where the table lists none.
+        section = ChannelView(enabled=True if section is None else section.enabled,
+                              accounts={name: AccountView(table.get("enabled", True)
+                                                          is not False)
+                                        for name, table in implied.items()})
     listen = config.gateway.listen
     if section is None:  # not configured, and the gateway listens beyond this machine
         return (f"this gateway listens on {listen}, beyond this machine, and the web chat "
@@ -41,14 +45,14 @@ def webchat_off(config: KernelConfig, installed: Container[str]) -> tuple[str, s
         return (f"the config gives the web chat accounts of its own ({others}), none named "
                 f"{WEBCHAT_ACCOUNT!r}, which the page at / talks to",
                 f"add a [channels.webchat.accounts.{WEBCHAT_ACCOUNT}] table {restart}")
-    if account.get("enabled", True) is False:
+    if not account.enabled:
         return (f"the config turns it off: [channels.webchat.accounts.{WEBCHAT_ACCOUNT}] has "
                 "enabled = false", f"remove that line (or set enabled = true) {restart}")
     return ("its account did not start (chatkernel status says why)",
             f"fix what chatkernel status names {restart}")
 
 
-def render_landing_page(config: KernelConfig, installed: Container[str], *,
+def render_landing_page(config: ConfigView, installed: Container[str], *,
                         loopback: bool) -> str:
     """The page itself: small, every value escaped, no script."""
     why, how = webchat_off(config, installed)

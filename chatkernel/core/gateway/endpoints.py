@@ -115,7 +115,9 @@ def root_page(pm: "PluginManager", config: "KernelConfig",
                       for method, path, _ in account.transport.http_routes())
     if serves_root:
         return None
-    return pm.hook.gateway_root_page(config=config, channel_types=channel_types,
+    from chatkernel.core.plugins import config_view
+
+    return pm.hook.gateway_root_page(config=config_view(config), channel_types=channel_types,
                                      loopback=loopback)
 
 

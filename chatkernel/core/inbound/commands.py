@@ -8,9 +8,9 @@ agent, which may have its own.
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from chatkernel.sdk.models import Command, InboundMessage
@@ -30,11 +30,10 @@ class CommandGateway:
     ``commands``, ``agent_kind``, ``started_at``, ``sessions``, ``queue`` and
     ``heartbeats`` are functions (``agent_table(name)``: an agent's config table, None
     when the config has no such agent): what they return exists once the kernel started, or a
-    reload replaces it. ``legacy_kernel`` returns the whole kernel, for the deprecated
-    :attr:`CommandContext.kernel` alone."""
+    reload replaces it."""
 
     __slots__ = ("_commands", "_agent_kind", "_agent_table", "_started_at", "_accounts", "_sessions",
-                 "_queue_settings", "_queue", "_heartbeats", "_legacy_kernel")
+                 "_queue_settings", "_queue", "_heartbeats")
 
     def __init__(self, *, commands: Callable[[], dict[str, Command]],
                  agent_kind: Callable[[], str], started_at: Callable[[], float | None],
@@ -43,8 +42,7 @@ class CommandGateway:
                  sessions: Callable[[], "Sessions"],
                  queue_settings: Callable[[str], "QueueSettings"],
                  queue: Callable[[], "SessionQueue"],
-                 heartbeats: Callable[[], "HeartbeatScheduler"],
-                 legacy_kernel: Callable[[], Any]) -> None:
+                 heartbeats: Callable[[], "HeartbeatScheduler"]) -> None:
         self._commands = commands
         self._agent_kind = agent_kind
         self._agent_table = agent_table
@@ -53,8 +51,7 @@ class CommandGateway:
         self._sessions = sessions
         self._queue_settings = queue_settings
         self._queue = queue
-        self._heartbeats = heartbeats
-        self._legacy_kernel = legacy_kernel
+        self._heartbeats = SessionHeartbeats(heartbeats)
 
     # -- the gateway --------------------------------------------------------------------
 
@@ -110,11 +107,60 @@ class CommandGateway:
     # -- heartbeats ------------------------------------------------------------------------
 
     @property
-    def heartbeats(self) -> "HeartbeatScheduler":
-        """The heartbeat scheduler: a session's own heartbeat (``session_job``,
-        ``describe``, ``set_session``, ``pause``, ``resume``, ``clear``,
-        ``reconsider``, ``clock.now()``)."""
-        return self._heartbeats()
+    def heartbeats(self) -> "SessionHeartbeats":
+        """A session's own heartbeat, as ``/heartbeat`` sets and reads it."""
+        return self._heartbeats
+
+
+class SessionHeartbeats:
+    """What a command may do with a session's own heartbeat (``/heartbeat every 30m
+    ...``, docs/heartbeats.md): read its status, set, pause, resume or clear it.
+
+    A request that cannot be done (resuming a heartbeat the session does not have)
+    raises an error whose message says why, for the command to answer with."""
+
+    __slots__ = ("_scheduler",)
+
+    def __init__(self, scheduler: Callable[[], "HeartbeatScheduler"]) -> None:
+        self._scheduler = scheduler
+
+    def status(self, session_key: str) -> Mapping[str, Any] | None:
+        """The session's heartbeat as ``/heartbeat status`` shows it, read-only (None:
+        the session has none): ``every`` (``30m``), ``every_seconds``, ``prompt``,
+        ``paused``, ``running`` (a heartbeat turn runs now), ``waiting_for`` (due, it
+        waits for the chat to be idle), ``next_in_seconds`` (None: not scheduled),
+        ``last_run_at`` (on :meth:`now`'s clock) and ``last_outcome``."""
+        scheduler = self._scheduler()
+        job = scheduler.session_job(session_key)
+        return None if job is None else MappingProxyType(scheduler.describe(job))
+
+    async def set(self, session_key: str, every_seconds: float, prompt: str) -> None:
+        """Give the session a heartbeat every ``every_seconds`` checking ``prompt``
+        (replacing the one it had); its first run is one interval from now."""
+        await self._scheduler().set_session(session_key, every_seconds, prompt)
+
+    async def pause(self, session_key: str) -> None:
+        """Stop the session's heartbeat from running until :meth:`resume`."""
+        await self._scheduler().pause(session_key)
+
+    async def resume(self, session_key: str) -> Mapping[str, Any]:
+        """Run the paused heartbeat again, its next run one interval from now (a run
+        missed while paused does not fire); returns its :meth:`status`."""
+        scheduler = self._scheduler()
+        return MappingProxyType(scheduler.describe(await scheduler.resume(session_key)))
+
+    async def clear(self, session_key: str) -> bool:
+        """Remove the session's heartbeat; False when it had none."""
+        return await self._scheduler().clear(session_key)
+
+    def reconsider(self) -> None:
+        """Look at every heartbeat again now: after a session's settings changed (its
+        time zone), quiet hours may have ended there."""
+        self._scheduler().reconsider()
+
+    def now(self) -> float:
+        """The heartbeats' clock (a test's manual clock, else the wall clock)."""
+        return self._scheduler().clock.now()
 
 
 @dataclass(slots=True)
@@ -128,14 +174,6 @@ class CommandContext:
     session: "SessionRecord"
     name: str  # the name as typed (an alias, maybe)
     args: str
-
-    @property
-    def kernel(self) -> Any:
-        """Deprecated: the whole kernel, which changes without notice."""
-        warnings.warn("CommandContext.kernel is deprecated: use ctx.gateway, what a command "
-                      "may do (docs/hooks.md, register_commands)", DeprecationWarning,
-                      stacklevel=2)
-        return self.gateway._legacy_kernel()
 
 
 def collect_commands(pm: Any) -> dict[str, Command]:

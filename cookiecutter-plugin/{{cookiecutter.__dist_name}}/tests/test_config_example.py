@@ -9,8 +9,7 @@ import os
 import re
 import subprocess
 
-from chatkernel.testing import turn_on_example
-from chatkernel.testing.process import CHATKERNEL
+from chatkernel.testing import CHATKERNEL, turn_on_example
 from {{ cookiecutter.__package_name }}.channel import {{ P }}Channel
 
 NAME = "{{ cookiecutter.channel_name }}"

@@ -3,13 +3,8 @@
 
 from __future__ import annotations
 
-from chatkernel.testing.process import (
-    devserver,
-    gateway_home,
-    gateway_process,
-    post_json,
-    wait_for_messages,
-)
+from chatkernel.testing import gateway_home, gateway_process, post_json, wait_for_messages
+from chatkernel.testing.process import devserver
 
 MODULE = "{{ cookiecutter.__package_name }}.devserver"
 

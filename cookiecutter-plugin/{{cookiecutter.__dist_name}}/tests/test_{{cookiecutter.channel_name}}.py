@@ -11,7 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from chatkernel.channels import Account, OutboundPayload, Route, SendError
+from chatkernel.testing import open_contract_run
 from {{ cookiecutter.__package_name }}.channel import {{ P }}Account, {{ P }}Channel
+from {{ cookiecutter.__package_name }}.contract import {{ P }}Adapter
 from {{ cookiecutter.__package_name }}.fake import {{ P }}Platform
 
 pytestmark = pytest.mark.anyio
@@ -109,3 +111,18 @@ async def test_events_that_are_not_messages_are_not_normalized():
         normalized = await channel.normalize(message)
         await channel.aclose()
     assert (normalized.chat_id, normalized.text, normalized.message_id) == ("dm-1", "hi", "m2")
+
+
+async def test_a_chat_that_refuses_the_bot_gets_a_note_in_its_session(tmp_path: Path):
+    """Through a whole kernel: a proactive send (as ``chatkernel send`` makes it) to a chat
+    the platform refuses fails for good, and the session's log says why. The kernel is
+    driven and read through the test kit's verbs (``run.harness``), never its insides."""
+    async with {{ P }}Adapter() as adapter, open_contract_run(adapter, tmp_path) as run:
+        await run.harness.send_text("{{ cookiecutter.channel_name }}", "dm-1", "hello")
+        await adapter.refuse_chat("dm-2")
+        await run.harness.send_text("{{ cookiecutter.channel_name }}", "dm-2", "anyone there?")
+        await run.settle()
+        assert adapter.sent_texts("dm-1") == ["hello"] and adapter.sent_texts("dm-2") == []
+        notes = await run.harness.session_log("{{ cookiecutter.channel_name }}:main:dm-2",
+                                              roles=("notification",))
+        assert len(notes) == 1, notes

@@ -7,9 +7,8 @@ import time
 
 import pytest
 
+from chatkernel.testing import gateway_home, gateway_process, post_json as post, wait_for_messages
 from chatkernel.testing.process import devserver as run_devserver
-from chatkernel.testing.process import gateway_home, gateway_process, wait_for_messages
-from chatkernel.testing.process import post_json as post
 
 DM, CHANNEL = "D0DIRECT01", "C0GENERAL1"
 

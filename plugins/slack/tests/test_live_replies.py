@@ -10,9 +10,13 @@ import aiohttp
 import pytest
 
 from chatkernel.channels import Route
-from chatkernel.testing.agents import STREAM_ANSWER, STREAM_WORDS, paced_stream
-from chatkernel.testing import ScaledClock
-from chatkernel.testing.contract import open_contract_run
+from chatkernel.testing import (
+    STREAM_ANSWER,
+    STREAM_WORDS,
+    ScaledClock,
+    open_contract_run,
+    paced_stream,
+)
 from chatkernel_slack.fake import FakeSlack
 from slack_adapters import SlackSocketAdapter
 

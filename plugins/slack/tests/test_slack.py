@@ -14,17 +14,18 @@ import anyio
 import pytest
 
 import chatkernel_slack
-from chatkernel.channels import ConfigError, PlatformError, Route
+from chatkernel.channels import ConfigError, PlatformError
 from chatkernel.testing import (
     KernelHarness,
     ManualClock,
     ScaledClock,
     agent_plugin,
     free_port,
+    open_contract_run,
+    png_bytes,
     scripted_agent,
     wait_until,
 )
-from chatkernel.testing.contract import open_contract_run, png_bytes
 from chatkernel_slack.fake import SlackSigner
 from chatkernel_slack.api import TOKEN_PATTERNS, SlackAPI
 from chatkernel_slack.fake import FakeSlack
@@ -488,14 +489,14 @@ async def test_an_inbound_file_is_downloaded_with_the_bot_token_into_the_media_s
         [media] = run.turn_for("fi01z").media
         assert media.kind == "image" and media.path is not None
         assert media.path.read_bytes() == picture
-        assert str(run.kernel.workspace) in str(media.path)
+        assert str(run.harness.workspace) in str(media.path)
         assert "inbound" in str(media.path)
 
 
 async def test_a_file_is_sent_in_the_thread_with_the_upload_v2_flow(tmp_path):
     async with slack_run(tmp_path) as run:
         slack = run.adapter.slack
-        notes = run.kernel.workspace / "notes.txt"
+        notes = run.harness.workspace / "notes.txt"
         notes.parent.mkdir(parents=True, exist_ok=True)
         notes.write_text("the notes\n")
         run.replies["fo01z"] = f"here they are fo01z\nMEDIA: {notes}"
@@ -517,7 +518,7 @@ async def test_a_file_send_retried_after_a_429_uploads_the_bytes_once(tmp_path):
     async with slack_run(tmp_path) as run:
         slack = run.adapter.slack
         slack.fail_next_with_retry_after("files.completeUploadExternal", 1)
-        notes = run.kernel.workspace / "report.txt"
+        notes = run.harness.workspace / "report.txt"
         notes.parent.mkdir(parents=True, exist_ok=True)
         notes.write_text("report\n")
         run.replies["fr01z"] = f"MEDIA: {notes}"
@@ -535,7 +536,7 @@ async def test_a_missing_files_write_scope_is_named_in_the_chat(tmp_path):
     async with slack_run(tmp_path) as run:
         slack = run.adapter.slack
         slack.app.scopes.discard("files:write")
-        notes = run.kernel.workspace / "notes.txt"
+        notes = run.harness.workspace / "notes.txt"
         notes.parent.mkdir(parents=True, exist_ok=True)
         notes.write_text("x\n")
         run.replies["ms01z"] = f"MEDIA: {notes}"
@@ -565,7 +566,7 @@ async def test_a_post_whose_answer_was_lost_is_not_posted_again(tmp_path):
         assert len(answered(run, DM, "dp01z")) == 1
         assert len(slack.calls_to("chat.postMessage")) == 2
         assert await run.harness.outbox_statuses() == ["unknown", "sent"]
-        notes = await run.kernel.store.read_log(f"slack:main:{DM}", roles=("notification",))
+        notes = await run.harness.session_log(f"slack:main:{DM}", roles=("notification",))
         assert any("unknown" in n.text for n in notes), [n.text for n in notes]
 
 
@@ -603,8 +604,7 @@ async def test_markdown_becomes_mrkdwn_and_plain_text_is_escaped(tmp_path):
         sent = slack.sent(DM)[-1]
         assert sent.text == "*bold* and <https://example.com|a link> mk01z" and sent.mrkdwn
         # Plain text (notes, command answers) still gets Slack's escapes: no stray pings.
-        await run.kernel.outbound.deliver_text(run.account, Route("slack", "main", DM),
-                                               "ping <!channel> & co", fmt="plain")
+        await run.harness.send_text("slack", DM, "ping <!channel> & co", fmt="plain")
         await run.wait(lambda: len(slack.sent(DM)) == 2, what="the plain text")
         plain = slack.sent(DM)[-1]
         assert plain.text == "ping &lt;!channel&gt; &amp; co" and not plain.mrkdwn
@@ -795,9 +795,9 @@ async def test_tokens_never_appear_in_errors_reprs_or_logs(tmp_path, caplog):
         run.channel.api = SlackAPI(slack.bot_token, f"http://127.0.0.1:{closed}/api/")
         result = await run.probe()
         assert not result.ok and not any(s in result.detail for s in secrets)
-        await run.kernel.outbound.deliver_text(run.account, Route("slack", "main", DM), "hi")
+        await run.harness.send_text("slack", DM, "hi")
         await run.settle()
-        notes = await run.kernel.store.read_log(f"slack:main:{DM}", roles=("notification",))
+        notes = await run.harness.session_log(f"slack:main:{DM}", roles=("notification",))
         assert notes and not any(s in n.text for s in secrets for n in notes)
     assert not any(s in caplog.text for s in secrets)
 
@@ -832,8 +832,7 @@ async def test_several_workspaces_at_once_each_answer_with_their_own_app(tmp_pat
                 ("slack", chatkernel_slack), ("agent", agent_plugin(agent))]) as h:
             async with anyio.create_task_group() as tg:
                 for name in ("one", "two"):
-                    tg.start_soon(h.kernel.accounts[f"slack:{name}"].transport.run,
-                                  h.kernel.receiver)
+                    tg.start_soon(h.receive_loop, "slack", name)
                 slack.inject_message("D0DIRECTAA", "to one", user=USER)
                 slack.inject_message("D0DIRECTBB", "to two", user=USER, app=second)
                 await slack.wait_until(lambda: len(slack.sent()) == 2, timeout=10)

@@ -7,8 +7,7 @@ import anyio
 import pytest
 
 import chatkernel_telegram
-from chatkernel.testing import KernelHarness, agent_plugin
-from chatkernel.testing.agents import LabelAgent
+from chatkernel.testing import KernelHarness, LabelAgent, agent_plugin
 from chatkernel_telegram.fake import FakeBotAPI
 
 pytestmark = pytest.mark.anyio
@@ -44,8 +43,7 @@ async def test_three_agents_behind_two_bots_and_another_channel(tmp_path):
                 ("telegram", chatkernel_telegram), ("agents", agent_plugin(LabelAgent))]) as h:
             async with anyio.create_task_group() as tg:
                 for name in bots:
-                    tg.start_soon(h.kernel.accounts[f"telegram:{name}"].transport.run,
-                                  h.kernel.receiver)
+                    tg.start_soon(h.receive_loop, "telegram", name)
                 api.inject_message(42, "by channel")
                 api.inject_message(77, "by chat")
                 api.inject_message(42, "by account", token=FAMILY)

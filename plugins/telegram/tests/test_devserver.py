@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from chatkernel.testing import gateway_home, gateway_process, post_json as post, wait_for_messages
 from chatkernel.testing.process import devserver as run_devserver
-from chatkernel.testing.process import gateway_home, gateway_process, wait_for_messages
-from chatkernel.testing.process import post_json as post
 
 
 def devserver():

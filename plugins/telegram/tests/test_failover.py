@@ -12,9 +12,7 @@ import time
 import anyio
 import pytest
 
-from chatkernel.testing import wait_until
-from chatkernel.testing.instances import GatewayInstances, wait_for_owner
-from chatkernel.testing.redis import RedisStore
+from chatkernel.testing import GatewayInstances, RedisStore, wait_for_owner, wait_until
 from chatkernel_telegram.fake import FakeBotAPI
 
 pytestmark = pytest.mark.anyio

@@ -14,8 +14,7 @@ import aiohttp
 import anyio
 import pytest
 
-from chatkernel.testing import open_contract_run, wait_until
-from chatkernel.testing.faultproxy import FaultProxy
+from chatkernel.testing import FaultProxy, open_contract_run, wait_until
 from telegram_adapters import TelegramAdapter
 
 pytestmark = pytest.mark.anyio

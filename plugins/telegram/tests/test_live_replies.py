@@ -9,10 +9,14 @@ from typing import Any
 import aiohttp
 import pytest
 
-from chatkernel.testing import AgentEvent
-from chatkernel.testing.agents import STREAM_ANSWER, STREAM_WORDS, paced_stream
-from chatkernel.testing import ScaledClock
-from chatkernel.testing.contract import open_contract_run
+from chatkernel.testing import (
+    STREAM_ANSWER,
+    STREAM_WORDS,
+    AgentEvent,
+    ScaledClock,
+    open_contract_run,
+    paced_stream,
+)
 from chatkernel_telegram.fake import FakeBotAPI
 from telegram_adapters import TOKEN, TelegramAdapter
 

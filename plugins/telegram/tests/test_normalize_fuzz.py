@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 
 import chatkernel_telegram
 from chatkernel.channels import InboundMessage
-from chatkernel.testing import KernelHarness
-from chatkernel.testing.fuzz import fuzz_examples
+from chatkernel.testing import KernelHarness, fuzz_examples
 
 BOT = {"id": 999, "is_bot": True, "first_name": "Bot", "username": "chatkernel_bot"}
 
@@ -77,7 +76,7 @@ async def identified_channel(home):
         "allow_from": ["*"]}}}}}
     async with KernelHarness(home, config=config, plugins=[
             ("telegram", chatkernel_telegram)]) as h:
-        channel = h.kernel.accounts["telegram:main"].channel
+        channel = h.account("telegram").channel
         channel.bot, channel.self_id = BOT, "999"
         yield channel
 

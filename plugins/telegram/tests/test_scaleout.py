@@ -10,14 +10,14 @@ from contextlib import asynccontextmanager
 import anyio
 import pytest
 
-from chatkernel.testing import BUSY_HINT
-from chatkernel.testing.instances import (
+from chatkernel.testing import (
+    BUSY_HINT,
     CHATKERNEL,
     GatewayInstances,
+    RedisStore,
     holder_pid,
     wait_for_owner,
 )
-from chatkernel.testing.redis import RedisStore
 from chatkernel_telegram.fake import FakeBotAPI
 
 pytestmark = pytest.mark.anyio
@@ -165,7 +165,7 @@ async def test_redis_lost_and_back_is_reported_retried_and_loses_nothing(tmp_pat
     import urllib.error
     import urllib.request
 
-    from chatkernel.testing.redis import RedisServer
+    from chatkernel.testing import RedisServer
 
     def healthz(url: str) -> tuple[int, dict]:
         try:
@@ -228,8 +228,7 @@ async def test_the_next_owner_counts_the_sends_its_predecessor_made_in_the_windo
     within it, counts those sends: it waits where a fresh limiter would send at once,
     and the fake Bot API, enforcing the same window, answers no 429."""
     import chatkernel_telegram
-    from chatkernel import Route
-    from chatkernel.testing.memory import KernelHarness
+    from chatkernel.testing import KernelHarness
 
     window = {"account": "20/10s", "chat": "off", "group": "off"}
     async with FakeBotAPI() as api:
@@ -241,20 +240,16 @@ async def test_the_next_owner_counts_the_sends_its_predecessor_made_in_the_windo
                 "bot_token": api.token, "api_base": api.base_url, "allow_from": ["*"]}}}}}
         plugins = [("telegram", chatkernel_telegram)]
         async with KernelHarness(tmp_path / "first", config=config, plugins=plugins) as h:
-            account = h.kernel.accounts["telegram:main"]
-            assert h.owns(account.key)
+            assert h.owns("telegram:main")
             for chat in range(20):  # the whole window, to 20 chats
-                await h.kernel.outbound.deliver_text(
-                    account, Route("telegram", "main", str(7000 + chat)), f"first {chat}",
-                    fmt="plain")
+                await h.send_text("telegram", str(7000 + chat), f"first {chat}", fmt="plain")
             with anyio.fail_after(30):
-                await h.kernel.outbox.wait_idle()
+                await h.outbox_idle()
         assert len(api.sent()) == 20
         async with KernelHarness(tmp_path / "next", config=config, plugins=plugins) as h:
-            account = h.kernel.accounts["telegram:main"]
-            assert h.owns(account.key)  # the lease was given back
+            assert h.owns("telegram:main")  # the lease was given back
             # A new chat must wait for the first owner's sends to leave the window.
-            assert h.send_wait(account.key, "7100") > 1.0
+            assert h.send_wait("telegram:main", "7100") > 1.0
 
 
 async def test_every_instance_knows_the_webhook_secret_without_one_configured(
@@ -263,7 +258,7 @@ async def test_every_instance_knows_the_webhook_secret_without_one_configured(
     secret_token configured, instances sharing the store derive the same one from the
     bot token (one process alone makes a random one per start)."""
     import chatkernel_telegram
-    from chatkernel.testing.memory import KernelHarness
+    from chatkernel.testing import KernelHarness
 
     async with FakeBotAPI() as api:
         account = {"bot_token": api.token, "api_base": api.base_url, "allow_from": ["*"],
@@ -273,8 +268,8 @@ async def test_every_instance_knows_the_webhook_secret_without_one_configured(
         plugins = [("telegram", chatkernel_telegram)]
         async with KernelHarness(tmp_path / "a", config=config, plugins=plugins) as first, \
                 KernelHarness(tmp_path / "b", config=config, plugins=plugins) as second:
-            one = first.kernel.accounts["telegram:main"].channel
-            other = second.kernel.accounts["telegram:main"].channel
+            one = first.account("telegram").channel
+            other = second.account("telegram").channel
             assert one.secret_token == other.secret_token
             assert api.token not in one.secret_token
             other.transport().verifier().verify(
@@ -282,6 +277,6 @@ async def test_every_instance_knows_the_webhook_secret_without_one_configured(
         async with KernelHarness(tmp_path / "alone", config={
                 "channels": {"telegram": {"accounts": {"main": account}}}},
                 plugins=plugins) as alone:
-            assert alone.kernel.accounts["telegram:main"].channel.secret_token != \
+            assert alone.account("telegram").channel.secret_token != \
                 one.secret_token
 

@@ -11,10 +11,7 @@ import anyio
 import pytest
 
 import chatkernel_telegram
-from chatkernel import Route
-from chatkernel.testing.faultproxy import FaultProxy
-from chatkernel.testing.memory import KernelHarness
-from chatkernel.testing.process import free_port
+from chatkernel.testing import FaultProxy, KernelHarness, free_port
 from chatkernel_telegram.fake import FakeBotAPI
 
 pytestmark = pytest.mark.anyio
@@ -43,14 +40,12 @@ async def test_a_broadcast_through_a_jittered_network_draws_no_429(tmp_path):
                 "bot_token": api.token, "api_base": proxy.url, "allow_from": ["*"]}}}}}
             async with KernelHarness(tmp_path, config=config,
                                      plugins=[("telegram", chatkernel_telegram)]) as h:
-                account = h.kernel.accounts["telegram:main"]
                 for index in range(per_chat):  # the limits Telegram's channel declares
                     for chat in chats:
-                        await h.kernel.outbound.deliver_text(
-                            account, Route("telegram", "main", str(chat), is_group=chat < 0),
-                            f"{chat} #{index}", fmt="plain")
+                        await h.send_text("telegram", str(chat), f"{chat} #{index}",
+                                          is_group=chat < 0, fmt="plain")
                 with anyio.fail_after(120):
-                    await h.kernel.outbox.wait_idle()
+                    await h.outbox_idle()
                 statuses = set(await h.outbox_statuses())
         assert api.throttled == 0
         assert statuses == {"sent"}
@@ -69,10 +64,9 @@ async def test_an_unreachable_bot_api_holds_the_send_and_nothing_names_the_token
                               "allow_from": ["*"]}}}}}
     async with KernelHarness(tmp_path, config=config,
                              plugins=[("telegram", chatkernel_telegram)]) as h:
-        await h.kernel.outbound.deliver_text(h.kernel.accounts["telegram:main"],
-                                             Route("telegram", "main", "42"), "hello")
+        await h.send_text("telegram", "42", "hello")
         await h.settle(timeout=10)
-        notes = [e.text for e in await h.kernel.store.read_log(
+        notes = [e.text for e in await h.session_log(
             "telegram:main:42", roles=("notification",))]
     # It waited for the platform (one line as the outage began), then failed for good.
     assert "telegram:main: the platform cannot be reached" in caplog.text

@@ -13,10 +13,7 @@ import anyio
 import pytest
 
 import chatkernel_telegram
-from chatkernel import Route
-from chatkernel.testing import wait_until
-from chatkernel.testing.faultproxy import FaultProxy
-from chatkernel.testing.memory import KernelHarness
+from chatkernel.testing import FaultProxy, KernelHarness, wait_until
 from chatkernel_telegram.fake import FakeBotAPI
 
 pytestmark = pytest.mark.anyio
@@ -43,12 +40,9 @@ async def send_through_an_outage(tmp_path, fault, window: float):
                                   "allow_from": ["*"], "poll_timeout": 1}}}}}
         async with KernelHarness(tmp_path, config=config,
                                  plugins=[("telegram", chatkernel_telegram)]) as h:
-            account = h.kernel.accounts["telegram:main"]
             for index in range(PER_CHAT):
                 for chat in CHATS:
-                    await h.kernel.outbound.deliver_text(
-                        account, Route("telegram", "main", str(chat)), f"{chat} #{index}",
-                        fmt="plain")
+                    await h.send_text("telegram", str(chat), f"{chat} #{index}", fmt="plain")
             await wait_until(lambda: len(api.sent()) >= 100, timeout=30,
                              what="100 replies sent", state=lambda: len(api.sent()))
             before = len(api.sent())
@@ -58,9 +52,9 @@ async def send_through_an_outage(tmp_path, fault, window: float):
             await anyio.sleep(window)
             proxy.recover()
             with anyio.fail_after(60):
-                await h.kernel.outbox.wait_idle()
+                await h.outbox_idle()
             statuses = await h.outbox_statuses()
-            failing = account.runtime.send_failing_since
+            failing = h.account("telegram").runtime.send_failing_since
         return api, proxy, before, statuses, failing
 
 

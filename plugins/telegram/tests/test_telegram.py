@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 import chatkernel_telegram
-from chatkernel.channels import InboundMessage, PlatformError, Route
+from chatkernel.channels import InboundMessage, PlatformError
 from chatkernel.testing import (
     BUSY_HINT,
     AgentEvent,
@@ -59,11 +59,10 @@ async def telegram(tmp_path, *, agent=None, account=None, channel=None, run=True
                                   **(account or {})}}}}}
     async with KernelHarness(tmp_path, config=config, channel_clock=clock, plugins=[
             ("telegram", chatkernel_telegram), ("agent", agent_plugin(agent))]) as h:
-        account_ = h.kernel.accounts["telegram:main"]
         async with anyio.create_task_group() as tg:
             if run:
-                tg.start_soon(account_.transport.run, h.kernel.receiver)
-            yield fake, h, account_.channel, agent
+                tg.start_soon(h.receive_loop, "telegram")
+            yield fake, h, h.account("telegram").channel, agent
             tg.cancel_scope.cancel()
 
 
@@ -202,7 +201,7 @@ async def test_migrated_group_updates_the_route(tmp_path):
         agent.gate.set()
         sent = await api.wait_for_sent(1)
         assert sent[0].chat_id == -1005
-        route = await h.kernel.sessions.route("telegram:main:-5")
+        route = await h.session_route("telegram:main:-5")
         assert route.chat_id == "-1005"
 
 
@@ -238,7 +237,7 @@ async def test_a_rejected_token_fails_the_account_with_what_to_do(tmp_path):
         api.revoke_token(api.token)  # every method answers 401 Unauthorized
         clock = ManualClock()
         async with telegram(tmp_path, api=api, clock=clock) as (api, h, channel, agent):
-            runtime = h.kernel.accounts["telegram:main"].runtime
+            runtime = h.account("telegram").runtime
             await wait_until(lambda: runtime.state == "failed", timeout=5,
                              what="the account failed", state=lambda: runtime.state)
             expected = ("the Bot API rejected the token (401 Unauthorized): get a new token "
@@ -261,7 +260,7 @@ async def test_a_rejected_token_fails_the_account_with_what_to_do(tmp_path):
 async def test_health_another_poller_is_a_problem_a_restart_cannot_fix(tmp_path, monkeypatch):
     monkeypatch.setattr(telegram_channel, "CONFLICT_WAIT_SECONDS", 30)
     async with telegram(tmp_path) as (api, h, channel, agent):
-        runtime = h.kernel.accounts["telegram:main"].runtime
+        runtime = h.account("telegram").runtime
         api.fail_next("getUpdates", 409, "Conflict: terminated by other getUpdates request")
         await wait_until(lambda: runtime.problem is not None, timeout=5, what="the problem")
         # getMe still works, but the kernel's probe path reports the loop's problem,
@@ -278,22 +277,22 @@ async def test_health_another_poller_is_a_problem_a_restart_cannot_fix(tmp_path,
 @pytest.mark.slow
 async def test_health_answered_polls_are_signs_of_life_and_webhook_mode_is_quiet(tmp_path):
     async with telegram(tmp_path) as (api, h, channel, agent):
-        runtime = h.kernel.accounts["telegram:main"].runtime
+        runtime = h.account("telegram").runtime
         runtime.last_event_at = None
         # An empty poll answered is enough.
         await wait_until(lambda: runtime.last_event_at is not None, timeout=5,
                          what="a sign of life")
-        assert h.kernel.accounts["telegram:main"].transport.quiet is False
+        assert h.account("telegram").transport.quiet is False
     webhook = {"mode": "webhook", "webhook_url": "http://127.0.0.1:1/telegram/main/webhook",
                "secret_token": "s3cret"}
     async with telegram(tmp_path / "w", run=False, account=webhook) as (api, h, channel, _):
-        assert h.kernel.accounts["telegram:main"].transport.quiet is True
+        assert h.account("telegram").transport.quiet is True
 
 
 async def test_another_poller_is_reported_not_restarted(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(telegram_channel, "CONFLICT_WAIT_SECONDS", 0.05)
     async with telegram(tmp_path) as (api, h, channel, agent):
-        runtime = h.kernel.accounts["telegram:main"].runtime
+        runtime = h.account("telegram").runtime
         api.fail_next("getUpdates", 409, "Conflict: terminated by other getUpdates request; "
                       "make sure that only one bot instance is running")
         await wait_until(lambda: runtime.problem is not None, timeout=5, what="the problem")
@@ -320,10 +319,9 @@ async def test_the_token_never_appears_in_errors_or_logs(tmp_path, caplog):
         with pytest.raises(PlatformError) as info:
             await channel.api.call("sendMessage", {"chat_id": 1, "text": "x"})
         assert TOKEN not in str(info.value)
-        await h.kernel.outbound.deliver_text(h.kernel.accounts["telegram:main"],
-                                             Route("telegram", "main", "42"), "hello")
+        await h.send_text("telegram", "42", "hello")
         await h.settle()
-        notes = await h.kernel.store.read_log("telegram:main:42", roles=("notification",))
+        notes = await h.session_log("telegram:main:42", roles=("notification",))
         assert notes and all(TOKEN not in n.text for n in notes)
     assert TOKEN not in caplog.text
 
@@ -428,7 +426,7 @@ async def test_a_batch_keeps_order_within_each_chat(tmp_path):
             for chat in (1, 2, 3):
                 api.inject_message(chat, f"m{i}")
         async with anyio.create_task_group() as tg:
-            tg.start_soon(channel.transport().run, h.kernel.receiver)
+            tg.start_soon(channel.transport().run, h.receiver)
             await api.wait_until(lambda: sum(
                 text.startswith("re:") for chat in (1, 2, 3) for text in api.texts(chat)) == 30)
             tg.cancel_scope.cancel()
@@ -455,7 +453,7 @@ async def test_webhook_mode_without_a_secret_token_makes_one_per_start(tmp_path)
 async def test_failing_polls_turn_health_red_and_recovery_turns_it_green(tmp_path, monkeypatch):
     monkeypatch.setattr(TelegramPolling, "backoff", (0.01, 0.05))
     async with telegram(tmp_path) as (api, h, channel, agent):
-        runtime = h.kernel.accounts["telegram:main"].runtime
+        runtime = h.account("telegram").runtime
         api.fail_next("getUpdates", 502, "Bad Gateway", times=3)
         await wait_until(lambda: runtime.problem is not None, timeout=5, what="the problem")
         assert runtime.problem == "poll failed: Bad Gateway" and runtime.problem_restartable

@@ -11,9 +11,14 @@ import tomllib
 
 import pytest
 
-from chatkernel.testing.process import CHATKERNEL, gateway_home, gateway_process, wait_for_messages
+from chatkernel.testing import (
+    CHATKERNEL,
+    gateway_home,
+    gateway_process,
+    post_json as post,
+    wait_for_messages,
+)
 from chatkernel.testing.process import devserver as run_devserver
-from chatkernel.testing.process import post_json as post
 
 USER = "u1@im.wechat"
 

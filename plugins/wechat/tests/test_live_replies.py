@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from chatkernel.testing import AgentEvent, ScaledClock
-from chatkernel.testing.contract import open_contract_run
+from chatkernel.testing import AgentEvent, ScaledClock, open_contract_run
 from chatkernel_wechat.channel import CUT_SHORT
 from chatkernel_wechat.contract import WeChatAdapter
 

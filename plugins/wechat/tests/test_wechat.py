@@ -269,13 +269,10 @@ class TestWeChat(ChannelContract):
         ilink.faults.fail("sendmessage", __import__("chatkernel_wechat.fake", fromlist=["x"])
                           .ilink_error(-2))
         await run.adapter.inject(USER, "hello rl01z", sender_id=USER)
-        store = run.kernel.store
-
         async def notes():
-            sessions = await store.list_sessions()
             found = []
-            for session in sessions:
-                for entry in await store.read_log(session.key, limit=50):
+            for key in await run.harness.session_keys():
+                for entry in await run.harness.session_log(key, limit=50):
                     if entry.role == "notification":
                         found.append(entry.text)
             return found

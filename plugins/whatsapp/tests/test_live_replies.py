@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from chatkernel.testing import AgentEvent
-from chatkernel.testing.contract import open_contract_run
+from chatkernel.testing import AgentEvent, open_contract_run
 from chatkernel_whatsapp.testing import WhatsAppAdapter
 
 pytestmark = pytest.mark.anyio

@@ -9,9 +9,14 @@ import collections
 import anyio
 import pytest
 
-from chatkernel.testing import BUSY_HINT, wait_until
-from chatkernel.testing.instances import GatewayInstances, RoundRobin, wait_for_owner
-from chatkernel.testing.redis import RedisStore
+from chatkernel.testing import (
+    BUSY_HINT,
+    GatewayInstances,
+    RedisStore,
+    RoundRobin,
+    wait_for_owner,
+    wait_until,
+)
 from chatkernel_whatsapp.fake import FakeGraph
 from chatkernel_whatsapp.testing import APP_SECRET, VERIFY_TOKEN
 

@@ -14,7 +14,7 @@ import subprocess
 import anyio
 import pytest
 
-from chatkernel.testing.process import CHATKERNEL, running_gateway_process
+from chatkernel.testing import CHATKERNEL, running_gateway_process
 from chatkernel_whatsapp.fake import FakeGraph
 
 pytestmark = pytest.mark.anyio

@@ -36,9 +36,7 @@ async def adapter():
 
 
 def metric(run, name: str, **labels: str) -> float:
-    run.kernel.metrics.sync()
-    return run.kernel.metrics.registry.get_sample_value(
-        name, {"channel": "whatsapp", "account": "main", **labels}) or 0.0
+    return run.harness.metric(name, channel="whatsapp", account="main", **labels) or 0.0
 
 
 def journaled(run) -> list[str]:
@@ -214,7 +212,7 @@ async def test_statuses_are_counted_and_a_late_failure_surfaces(adapter, tmp_pat
         key = "whatsapp:main:" + graph.user_id(OTHER)  # the chat is the user's BSUID
 
         async def notes() -> list[str]:
-            return [e.text for e in await run.kernel.store.read_log(key)
+            return [e.text for e in await run.harness.session_log(key)
                     if e.role == "notification"]
 
         await run.wait(lambda: metric(run, "chatkernel_send_failures_total") == 1,
@@ -223,24 +221,22 @@ async def test_statuses_are_counted_and_a_late_failure_surfaces(adapter, tmp_pat
             "delivery failed: chunk 1/1 was accepted, then not delivered: Message "
             "undeliverable — The recipient's phone is not on WhatsApp anymore (code 131026)"]
         wamid = graph.sent(OTHER)[0].wamid
-        entry = await run.kernel.store.outbox_by_platform_id("whatsapp", "main", wamid)
-        assert entry.status == "failed"
+        assert await run.harness.sent_status("whatsapp", wamid) == "failed"
 
 
 # -- the 24-hour window ------------------------------------------------------------------------
 
 
 async def proactive(run, to: str, text: str) -> None:
-    account, route, key = await run.kernel.resolve_target("whatsapp", None, to)
-    await run.kernel.outbound.deliver_text(account, route, text, session_key=key)
-    await run.kernel.outbox.wait_idle()
+    await run.harness.send_text("whatsapp", to, text)
+    await run.harness.outbox_idle()
 
 
 async def test_outside_the_window_the_failure_is_explained(adapter, tmp_path):
     async with open_contract_run(adapter, tmp_path) as run:
         adapter.graph.close_window(USER)
         await proactive(run, USER, "your report is ready")
-        log = await run.kernel.store.read_log("whatsapp:main:" + USER)
+        log = await run.harness.session_log("whatsapp:main:" + USER)
         (note,) = [e.text for e in log if e.role == "notification"]
         assert "more than 24 hours ago" in note and "(error 131047)" in note
         assert "channels.whatsapp.accounts.main.template" in note
@@ -287,7 +283,7 @@ def test_mime_aliases_are_normalised():
 
 async def test_media_out_is_uploaded_with_metas_mime_type_then_sent_by_id(adapter, tmp_path):
     async with open_contract_run(adapter, tmp_path) as run:
-        workspace = run.kernel.workspace
+        workspace = run.harness.workspace
         (workspace / "voice.opus").write_bytes(b"OggS" + b"\x00" * 32)
         (workspace / "chart.png").write_bytes(PNG)
         run.replies["md1z"] = "here\nMEDIA: voice.opus\nMEDIA: chart.png"
@@ -304,7 +300,7 @@ async def test_media_out_is_uploaded_with_metas_mime_type_then_sent_by_id(adapte
 
 async def test_a_type_meta_refuses_is_reported_in_the_chat(adapter, tmp_path):
     async with open_contract_run(adapter, tmp_path) as run:
-        (run.kernel.workspace / "tune.flac").write_bytes(b"fLaC")
+        (run.harness.workspace / "tune.flac").write_bytes(b"fLaC")
         run.replies["fl2z"] = "MEDIA: tune.flac"
         adapter.graph.inject_message(USER, "play fl2z")
         await run.wait(lambda: any("upload failed" in t for t in run.texts(USER)),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chatkernel.testing.loopback import LoopbackPlatform, LoopbackPlugin
+from chatkernel.testing.loopback.channel import LoopbackPlatform, LoopbackPlugin
 from chatkernel.testing.sample.contract import SampleAdapter
 
 

@@ -4,7 +4,7 @@ A real aiohttp server on 127.0.0.1 (a free port) speaking the wire format of
 ``POST /v1/chat/completions`` (streaming server-sent events, or one JSON
 answer when ``"stream"`` is false) and ``GET /v1/models``::
 
-    from chatkernel.testing.fake_openai import FakeOpenAI, FakeReply
+    from chatkernel.testing.fakes.openai import FakeOpenAI, FakeReply
 
     async with FakeOpenAI(replies=["Hello there!"], api_key="sk-test") as fake:
         config = AgentConfig(kind="openai", base_url=fake.base_url, model="m")

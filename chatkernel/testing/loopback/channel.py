@@ -1,31 +1,13 @@
-"""The kit's loopback channel and platform, for end-to-end and crash tests.
-
-They are the sample channel (:mod:`chatkernel.testing.sample`: the plugin template's
-polling channel and its fake platform, the same files) plus only what the kernel's
-tests need. :class:`LoopbackPlatform` is a real HTTP server on 127.0.0.1 speaking the
-sample protocol (documented in :mod:`chatkernel.testing.sample.fake`): updates are
-kept until a later poll confirms them with ``offset``, so a client that crashes before
-confirming gets them again; sends are recorded in order, with injectable failures (429
-with ``retry_after``, 5xx, dropped connections, an answer held back) and deduped by
-their idempotency key, as Matrix dedupes by ``txnId``. :class:`LoopbackChannel` is the
-sample channel named ``loopback``, with tighter limits and backoff; an account with
-``idempotent_sends = true`` declares its sends idempotent. It shows live replies
-(chatkernel.sdk.live) by editing a preview message, when the account or the channel sets
-``streaming = "on"`` (off by default, so the kit's other tests see whole replies).
-
-``python -m chatkernel.testing.loopback --platform URL [--idempotent-sends]
-[--streaming] [--echo-typing-ms N]`` runs the real gateway with the loopback channel
-(``CHATKERNEL_HOME`` as usual): the crash tests kill that process.
-"""
+"""The loopback channel (the sample channel named ``loopback``, tighter limits and backoff,
+live replies) and its platform (the sample's fake platform, with injectable failures):
+see :mod:`chatkernel.testing.loopback`."""
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-import anyio
 from aiohttp import web
 from pydantic import Field
 
@@ -274,41 +256,3 @@ class LoopbackPlugin:
     @hookimpl
     def register_channels(register):
         register(LoopbackChannel)
-
-
-def main() -> None:
-    """Run the real gateway with the loopback channel (for crash tests)."""
-    from chatkernel.core import config as cfg
-    from chatkernel.core import logs
-    from chatkernel.core.gateway.process import run_gateway
-    from chatkernel.core.plugins import PluginManager
-
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--platform", required=True, help="the LoopbackPlatform's URL")
-    parser.add_argument("--listen", default="127.0.0.1:0")
-    parser.add_argument("--idempotent-sends", action="store_true",
-                        help="declare the loopback account's sends idempotent")
-    parser.add_argument("--streaming", action="store_true",
-                        help="live replies on (streaming = \"on\")")
-    parser.add_argument("--echo-typing-ms", type=int, default=0,
-                        help="the echo agent types its answer a word every N ms")
-    args = parser.parse_args()
-    config = cfg.parse({
-        "gateway": {"listen": args.listen},
-        "agent": {"echo_typing_ms": args.echo_typing_ms},
-        "queue": {"debounce_ms": 0, "mode": "followup"},
-        "channels": {"loopback": {"streaming": "on" if args.streaming else "off",
-                                  "streaming_interval_ms": 100,
-                                  "accounts": {"main": {
-                                      "base_url": args.platform, "poll_timeout": 0.5,
-                                      "idempotent_sends": args.idempotent_sends}}}},
-    })
-    logs.configure("text", "info")
-    pm = PluginManager()
-    pm.load(only=[])
-    pm.register(LoopbackPlugin, name="chatkernel.testing.loopback")
-    anyio.run(lambda: run_gateway(config, pm=pm))
-
-
-if __name__ == "__main__":
-    main()
