@@ -25,9 +25,7 @@ async def adapter():
 
 
 def metric(run, name: str, **labels: str) -> float:
-    run.kernel.metrics.sync()
-    return run.kernel.metrics.registry.get_sample_value(
-        name, {"channel": "whatsapp", "account": "main", **labels}) or 0.0
+    return run.harness.metric(name, **{"channel": "whatsapp", "account": "main", **labels}) or 0.0
 
 
 def sessions(run, *tokens: str) -> set[str]:
@@ -115,9 +113,8 @@ async def test_a_failed_status_named_by_recipient_user_id_surfaces(adapter, tmp_
                   for n in graph.notifications if '"failed"' in str(n.body).replace("'", '"')]
         assert failed and "recipient_id" not in failed[0]
         assert failed[0]["recipient_user_id"] == HIDDEN
-        entry = await run.kernel.store.outbox_by_platform_id(
-            "whatsapp", "main", graph.sent(HIDDEN)[0].wamid)
-        assert entry.status == "failed"
+        assert await run.harness.sent_status(
+            "whatsapp", graph.sent(HIDDEN)[0].wamid) == "failed"
 
 
 @pytest.mark.parametrize("listed", ["bsuid", "phone"])
