@@ -46,9 +46,10 @@ from chatkernel_telegram.api import DEFAULT_API_BASE, TOKEN_PATTERN, BotAPI
 from chatkernel_telegram.markup import TelegramHTML
 from chatkernel_telegram.receiving import (
     INBOUND_MEDIA,
-    MEDIA_FIELDS,
     TelegramPolling,
     TelegramWebhook,
+    has_media,
+    present,
 )
 
 MB = 1024 * 1024
@@ -195,12 +196,12 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
         return super().receive_trouble(error)
 
     async def normalize(self, update: dict[str, Any]) -> InboundMessage | None:
-        """An Update as an InboundMessage (None for updates that are not messages)."""
-        data = update.get("message")
+        """An Update as an InboundMessage (None for updates that are not messages).
+        A null field reads as an absent one, at any depth (:func:`present`)."""
+        data = present(update.get("message"))
         if not isinstance(data, dict) or "chat" not in data:
             return None
-        if not (data.get("text") or data.get("caption")
-                or not MEDIA_FIELDS.isdisjoint(data)):
+        if not (data.get("text") or data.get("caption") or has_media(data)):
             return None  # a service message (pinned, joined, a new title): nothing was said
         await self.identify()
         bot = self.bot or {}
@@ -213,7 +214,7 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
         reply = data.get("reply_to_message") or {}
         thread = data.get("message_thread_id") if data.get("is_topic_message") else None
         media = []
-        if not MEDIA_FIELDS.isdisjoint(data):
+        if has_media(data):
             media = [ref for ref in [await self._download(data, field, kind)
                                      for field, kind in INBOUND_MEDIA if field in data] if ref]
         return InboundMessage(
