@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import math
 import re
 import secrets
@@ -52,8 +53,15 @@ from chatkernel_telegram.receiving import (
     present,
 )
 
+log = logging.getLogger("chatkernel.telegram")
+
 MB = 1024 * 1024
 DOWNLOAD_MAX_BYTES = 20 * MB
+#: What a person may send that the channel does not read (it reads text, captions and
+#: files): such a message is logged as not answered, where a service message (a pin, a
+#: join, a new title) passes without a word. A venue carries a location too.
+UNREAD_CONTENT = ("venue", "location", "contact", "poll", "dice", "game", "invoice",
+                  "story", "paid_media", "checklist", "giveaway")
 #: How long the receive loop waits when another process polls the token, or the
 #: token was rejected, before trying again (neither is fixed by trying sooner).
 CONFLICT_WAIT_SECONDS = 30.0
@@ -202,7 +210,13 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
         if not isinstance(data, dict) or "chat" not in data:
             return None
         if not (data.get("text") or data.get("caption") or has_media(data)):
-            return None  # a service message (pinned, joined, a new title): nothing was said
+            kind = next((kind for kind in UNREAD_CONTENT if kind in data), None)
+            if kind is not None:
+                chat = data["chat"] if isinstance(data["chat"], dict) else {}
+                log.info("%s: message %s in chat %s not answered: a %s (the channel reads "
+                         "text, captions and files)", self.account.key,
+                         data.get("message_id"), chat.get("id"), kind)
+            return None  # or a service message (pinned, joined, a new title): nothing said
         await self.identify()
         bot = self.bot or {}
         chat = data["chat"]
