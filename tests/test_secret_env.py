@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import pwd
 import secrets
 import shutil
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from chatkernel.core.gateway.secret_env import is_secret_name, secret_names
-from chatkernel.testing.process import gateway_process
+from chatkernel.testing.process import CHATKERNEL, chatkernel_for, gateway_process
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads /proc and uses prctl")
@@ -65,7 +66,10 @@ def test_the_agent_reads_no_secret_of_the_gateway_and_the_gateway_keeps_them(hom
         f"command = {json.dumps(['sh', '-c', AGENT_SCRIPT])}\n"
         'pass_env = ["AGENT_PASSWORD"]\nenv = { UPSTREAM = "${CK_UPSTREAM}" }\n')
     root = os.geteuid() == 0
-    with gateway_process(home, env=env, preexec_fn=as_nobody if root else None) as gateway:
+    # As nobody, from a copy nobody can reach when the checkout is in a private folder.
+    command = chatkernel_for(pwd.getpwuid(NOBODY)) if root else CHATKERNEL
+    with gateway_process(home, env=env, preexec_fn=as_nobody if root else None,
+                         command=command) as gateway:
         pid = gateway.process.pid
         request = urllib.request.Request(
             f"{gateway.url}/webchat/messages", method="POST",

@@ -20,7 +20,7 @@ import anyio
 import pytest
 
 from chatkernel.core.store.sqlite import SQLiteStore
-from chatkernel.testing.process import CHATKERNEL
+from chatkernel.testing.process import CHATKERNEL, chatkernel_for
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX permissions")
 
@@ -59,7 +59,9 @@ def run_gateway(home: Path) -> subprocess.CompletedProcess[str]:
            "XDG_CACHE_HOME": str(cache)}
     env.pop("CHATKERNEL_CONFIG", None)
     as_user = {"user": USER.pw_uid, "group": USER.pw_gid, "extra_groups": []} if ROOT else {}
-    return subprocess.run([CHATKERNEL, "run", "--listen", "127.0.0.1:0"], env=env,
+    # As nobody, from a copy nobody can reach when the checkout is in a private folder.
+    command = chatkernel_for(USER) if ROOT else CHATKERNEL
+    return subprocess.run([command, "run", "--listen", "127.0.0.1:0"], env=env,
                           capture_output=True, text=True, timeout=60, **as_user)
 
 

@@ -128,7 +128,9 @@ class OutboundPayload:
 
 @dataclass(slots=True)
 class SendResult:
-    """What the platform answered to a successful send."""
+    """What the platform answered to a successful send. ``extra["notice"]``: something
+    the session's people should know about how it went (a live reply finished as a new
+    message), noted in the session's log."""
 
     message_id: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)

@@ -90,9 +90,11 @@ def wait_for_messages(url: str, want: int, timeout: float = 10.0) -> list[dict]:
 @contextmanager
 def gateway_process(home: Path, *args: str, start_timeout: float = 20.0,
                     env: dict[str, str] | None = None, log_file: Path | None = None,
-                    preexec_fn: Callable[[], Any] | None = None) -> Iterator[GatewayProcess]:
+                    preexec_fn: Callable[[], Any] | None = None,
+                    command: str = CHATKERNEL) -> Iterator[GatewayProcess]:
     """Start ``chatkernel run --listen 127.0.0.1:0 ARGS`` with ``CHATKERNEL_HOME=home``
-    and yield once it logs the address it bound.
+    and yield once it logs the address it bound (``command``: the ``chatkernel`` to run,
+    :func:`chatkernel_for` another user).
 
     Its log goes to a pipe read up to that line, or, with ``log_file``, to that file
     (for a test that makes it log a lot, or measures it). ``preexec_fn`` runs in the
@@ -103,7 +105,7 @@ def gateway_process(home: Path, *args: str, start_timeout: float = 20.0,
         stderr: Any = subprocess.PIPE
         if log_file is not None:
             stderr = files.enter_context(log_file.open("ab"))
-        process = subprocess.Popen([CHATKERNEL, "run", "--listen", "127.0.0.1:0", *args],
+        process = subprocess.Popen([command, "run", "--listen", "127.0.0.1:0", *args],
                                    env=environ, stderr=stderr, stdout=subprocess.DEVNULL,
                                    text=True, preexec_fn=preexec_fn)
     gateway = None
@@ -197,3 +199,81 @@ def post_json(url: str, body: object, timeout: float = 10.0) -> tuple[int, objec
             return response.status, json.load(response)
     except urllib.error.HTTPError as exc:
         return exc.code, json.load(exc)
+
+
+
+def chatkernel_for(user: Any) -> str:
+    """The ``chatkernel`` command as ``user`` (a ``pwd`` entry) can run it, for a test
+    that runs the gateway as ``nobody``: :data:`CHATKERNEL` where ``user`` can reach
+    this environment and its sources; otherwise (a checkout in a folder closed to
+    others, as anything under ``/root`` is) a copy of its packages in a temporary
+    directory open to everyone, run by the base interpreter, made once per process and
+    removed at exit. Raises ``PermissionError`` when not even the interpreter is
+    within ``user``'s reach."""
+    import ast
+    import atexit
+    import shutil
+    import sysconfig
+    import tempfile
+
+    site = Path(sysconfig.get_paths()["purelib"])
+    sources: dict[str, str] = {}  # the packages installed editable: setuptools' finders
+    for finder in site.glob("__editable___*_finder.py"):
+        for node in ast.parse(finder.read_text()).body:
+            if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", "") == "MAPPING":
+                sources.update(ast.literal_eval(node.value))  # type: ignore[arg-type]
+    if all(_reachable(Path(path), user) for path in (sys.prefix, site, *sources.values())):
+        return CHATKERNEL
+    python = Path(getattr(sys, "_base_executable", "") or sys.executable)
+    if not _reachable(python, user):
+        raise PermissionError(f"{user.pw_name} can reach neither this environment nor "
+                              f"its interpreter {python}")
+    if str(python) in _RUNNABLE:
+        return _RUNNABLE[str(python)]
+
+    def place(src: str, dst: str) -> None:  # a hard link where all may read it already
+        if os.stat(src).st_mode & 0o004:
+            try:
+                return os.link(src, dst)
+            except OSError:
+                pass
+        shutil.copyfile(src, dst)
+        os.chmod(dst, 0o644)
+
+    root = Path(tempfile.mkdtemp(prefix="chatkernel-runnable-"))
+    atexit.register(shutil.rmtree, root, True)
+    shutil.copytree(site, root / "site", copy_function=place,
+                    ignore=shutil.ignore_patterns("__editable__*"))
+    for name, source in sources.items():
+        shutil.copytree(source, root / "src" / name, copy_function=place)
+    for directory, _, _ in os.walk(root):
+        os.chmod(directory, 0o755)
+    command = root / "chatkernel"
+    # -S: neither the interpreter's own site-packages nor the copy's .pth files.
+    command.write_text(
+        f"#!/bin/sh\nPYTHONPATH='{root}/src:{root}/site' exec '{python}' -S -c "
+        "'import sys; from chatkernel.cli import main; sys.argv[0] = \"chatkernel\"; "
+        "sys.exit(main())' \"$@\"\n")
+    command.chmod(0o755)
+    _RUNNABLE[str(python)] = str(command)
+    return str(command)
+
+
+#: The commands :func:`chatkernel_for` made, by interpreter.
+_RUNNABLE: dict[str, str] = {}
+
+
+def _reachable(path: Path, user: Any) -> bool:
+    """Whether ``user`` may pass through every directory down to ``path`` (and into it)."""
+    import grp
+    import stat
+
+    groups = {user.pw_gid} | {g.gr_gid for g in grp.getgrall() if user.pw_name in g.gr_mem}
+    path = path.resolve()
+    for directory in (path if path.is_dir() else path.parent, *path.parents):
+        info = directory.stat()
+        bit = (stat.S_IXUSR if info.st_uid == user.pw_uid else
+               stat.S_IXGRP if info.st_gid in groups else stat.S_IXOTH)
+        if not info.st_mode & bit:
+            return False
+    return True

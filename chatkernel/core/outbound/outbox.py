@@ -483,6 +483,8 @@ class Outbox:
             return
         account.last_sent_at = time.time()
         deliveries.settled(entry, "sent", account=account)
+        if result is not None and result.extra.get("notice"):
+            await self._notify(entry, str(result.extra["notice"]))
         if account.channel.capabilities.delivery_statuses and result is not None and result.message_id:
             # The platform reports this message's fate later (core/outbound/delivery_statuses.py).
             self._delivery_statuses.sent_as(entry, result.message_id)

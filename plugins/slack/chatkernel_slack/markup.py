@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from chatkernel.channels import Line, MarkdownRenderer, display_url, escape_html, wrap_marks
 
 __all__ = ["SlackMrkdwn", "to_slack_mrkdwn"]
+
+#: What after a fence's opening ``` is a language tag: one word of letters, digits and
+#: ``_ + - . #`` with nothing after it (``python``, ``c++``, ``objective-c``, ``c#``).
+#: Anything else there (``def f():``) is the code's first line.
+LANGUAGE_TAG = re.compile(r"[A-Za-z0-9_+.#-]+")
 
 
 class SlackMrkdwn(MarkdownRenderer):
     """Slack's ``mrkdwn``.
 
     ``*bold*``, ``_italic_``, ``~strike~``, `` `code` ``, ``` fences (no
-    language: mrkdwn has none), ``<url|text>`` links for ``http``, ``https`` and
-    ``mailto``, ``>`` quotes. ``&``, ``<`` and ``>`` in text become ``&amp; &lt;
+    language: mrkdwn has none; text after the opening ``` that is not a language
+    tag, :data:`LANGUAGE_TAG`, is the code's first line, as Slack shows it),
+    ``<url|text>`` links for ``http``, ``https`` and ``mailto``, ``>`` quotes. ``&``, ``<`` and ``>`` in text become ``&amp; &lt;
     &gt;`` — the only escapes Slack reads — so an agent cannot produce a
     ``<!channel>`` or ``<@U123>`` mention by accident.
     """
@@ -43,6 +52,16 @@ class SlackMrkdwn(MarkdownRenderer):
         if not label or label == escape_html(display_url(href)):
             return f"<{url}>"
         return f"<{url}|{label}>"
+
+    def block(self, node: Any) -> list[Line]:
+        token = node[0]
+        info = token.info.strip() if token.type == "fence" else ""
+        if info and not LANGUAGE_TAG.fullmatch(info):
+            # Slack's own fences have no language: what a person typed after ``` is code
+            # (```def f(): ... ```), kept as the block's first line.
+            content = token.content.removesuffix("\n")
+            return self.code_block(info + ("\n" + content if content else ""), "")
+        return super().block(node)
 
     def code_block(self, content: str, lang: str) -> list[Line]:
         text = "```\n" + escape_html(content) + "\n```"

@@ -10,8 +10,10 @@ the app's signing secret. The kit supervises both: reconnects, backoff, health.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
+import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -24,6 +26,27 @@ if TYPE_CHECKING:
     from chatkernel_slack.channel import SlackChannel
 
 log = logging.getLogger("chatkernel.slack")
+
+#: How Slack posts interactivity (buttons, modals, shortcuts: ``payload=<JSON>``) and
+#: slash commands (``command=/x&text=...``).
+FORM = "application/x-www-form-urlencoded"
+#: The 415's answer: what the Events API URL takes.
+ACCEPTS = (f"this URL takes Slack's Events API as application/json; interactivity and "
+           f"slash commands ({FORM}) are answered 200 and not acted on")
+
+
+def form_kind(body: bytes) -> str:
+    """What a signed form post from Slack is, in a few words: the interactivity payload's
+    type (``block_actions``, ``view_submission``, ...) or the slash command."""
+    fields = urllib.parse.parse_qs(body.decode("utf-8", "replace"))
+    if "command" in fields:
+        return f"slash command {fields['command'][0]}"
+    try:
+        payload = json.loads(fields["payload"][0])
+    except (KeyError, ValueError):
+        return "a form post without a payload or a command"
+    kind = payload.get("type") if isinstance(payload, dict) else None
+    return f"interactivity {kind}" if isinstance(kind, str) else "interactivity of no type"
 
 
 class SlackWrappers:
@@ -102,6 +125,45 @@ class SlackEvents(SlackWrappers, Webhook):
 
     def verifier(self) -> SlackSignature:
         return SlackSignature(self.channel.config.signing_secret)
+
+    def http_routes(self) -> list[tuple[str, str, Any]]:
+        """The kit's routes, with the POST taking Slack's form posts too: an app whose
+        Interactivity or Slash Commands URL is this one posts them here, and Slack turns
+        off a URL that keeps failing. They are verified like every request, answered
+        200 with an empty body (Slack shows a body as the command's answer), and
+        logged as not supported; another content type gets 415 saying what is taken."""
+        verifier = self.verifier()
+        routes = []
+        for method, path, handler in super().http_routes():
+            if method == "POST":
+                handler = self._with_forms(handler, verifier)
+            routes.append((method, path, handler))
+        return routes
+
+    def _with_forms(self, post: Any, verifier: SlackSignature) -> Any:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            if request.content_type == "application/json":
+                return await post(request)
+            if request.content_type != FORM:
+                return web.json_response({"ok": False, "error": ACCEPTS}, status=415)
+            if (request.content_length or 0) > self.max_bytes:
+                return web.json_response(
+                    {"ok": False, "error": f"the body is over {self.max_bytes} bytes"},
+                    status=413)
+            body = await request.read()
+            try:
+                verifier.verify(request.headers, body)
+            except WebhookRejected as exc:
+                log.warning("%s: webhook request refused: %s", self.channel.account.key,
+                            exc.reason)
+                return web.json_response({"ok": False, "error": exc.reason},
+                                         status=exc.status)
+            log.warning("%s: not supported: %s (this app's Interactivity or Slash Commands "
+                        "URL is the Events API URL; answered 200, nothing is done)",
+                        self.channel.account.key, form_kind(body))
+            return web.Response(status=200)
+
+        return handle
 
     def answer(self, payload: Any) -> web.StreamResponse | None:
         if isinstance(payload, dict) and payload.get("type") == "url_verification":

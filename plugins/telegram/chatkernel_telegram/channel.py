@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import math
 import re
 import secrets
@@ -46,13 +47,21 @@ from chatkernel_telegram.api import DEFAULT_API_BASE, TOKEN_PATTERN, BotAPI
 from chatkernel_telegram.markup import TelegramHTML
 from chatkernel_telegram.receiving import (
     INBOUND_MEDIA,
-    MEDIA_FIELDS,
     TelegramPolling,
     TelegramWebhook,
+    has_media,
+    present,
 )
+
+log = logging.getLogger("chatkernel.telegram")
 
 MB = 1024 * 1024
 DOWNLOAD_MAX_BYTES = 20 * MB
+#: What a person may send that the channel does not read (it reads text, captions and
+#: files): such a message is logged as not answered, where a service message (a pin, a
+#: join, a new title) passes without a word. A venue carries a location too.
+UNREAD_CONTENT = ("venue", "location", "contact", "poll", "dice", "game", "invoice",
+                  "story", "paid_media", "checklist", "giveaway")
 #: How long the receive loop waits when another process polls the token, or the
 #: token was rejected, before trying again (neither is fixed by trying sooner).
 CONFLICT_WAIT_SECONDS = 30.0
@@ -195,13 +204,19 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
         return super().receive_trouble(error)
 
     async def normalize(self, update: dict[str, Any]) -> InboundMessage | None:
-        """An Update as an InboundMessage (None for updates that are not messages)."""
-        data = update.get("message")
+        """An Update as an InboundMessage (None for updates that are not messages).
+        A null field reads as an absent one, at any depth (:func:`present`)."""
+        data = present(update.get("message"))
         if not isinstance(data, dict) or "chat" not in data:
             return None
-        if not (data.get("text") or data.get("caption")
-                or not MEDIA_FIELDS.isdisjoint(data)):
-            return None  # a service message (pinned, joined, a new title): nothing was said
+        if not (data.get("text") or data.get("caption") or has_media(data)):
+            kind = next((kind for kind in UNREAD_CONTENT if kind in data), None)
+            if kind is not None:
+                chat = data["chat"] if isinstance(data["chat"], dict) else {}
+                log.info("%s: message %s in chat %s not answered: a %s (the channel reads "
+                         "text, captions and files)", self.account.key,
+                         data.get("message_id"), chat.get("id"), kind)
+            return None  # or a service message (pinned, joined, a new title): nothing said
         await self.identify()
         bot = self.bot or {}
         chat = data["chat"]
@@ -213,7 +228,7 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
         reply = data.get("reply_to_message") or {}
         thread = data.get("message_thread_id") if data.get("is_topic_message") else None
         media = []
-        if not MEDIA_FIELDS.isdisjoint(data):
+        if has_media(data):
             media = [ref for ref in [await self._download(data, field, kind)
                                      for field, kind in INBOUND_MEDIA if field in data] if ref]
         return InboundMessage(

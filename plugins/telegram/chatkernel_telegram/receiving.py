@@ -25,15 +25,35 @@ INBOUND_MEDIA = (("photo", "image"), ("document", "document"), ("voice", "voice"
 MEDIA_FIELDS = frozenset(field for field, _ in INBOUND_MEDIA)
 
 
+def present(value: Any) -> Any:
+    """``value`` with every ``null`` field of its objects left out, at any depth.
+
+    Telegram leaves out a field that has no value, but other senders of Updates (a
+    bridge, a library re-serializing its objects) write ``"photo": null``, and the two
+    must read the same. :meth:`TelegramChannel.normalize` reads every message through this.
+    """
+    if isinstance(value, dict):
+        return {key: present(item) for key, item in value.items() if item is not None}
+    if isinstance(value, list):
+        return [present(item) for item in value]
+    return value
+
+
+def has_media(message: dict[str, Any]) -> bool:
+    """Whether a message brings a file (a null field brings none)."""
+    return any(message.get(field) is not None for field in MEDIA_FIELDS)
+
+
 class TelegramUpdates:
-    """What a Bot API Update is to the kit, for either transport."""
+    """What a Bot API Update is to the kit, for either transport (a null field is an
+    absent one here too)."""
 
     def event_chat(self, update: dict[str, Any]) -> Any:
         return ((update.get("message") or {}).get("chat") or {}).get("id")
 
     def event_has_media(self, update: dict[str, Any]) -> bool:
         message = update.get("message")
-        return isinstance(message, dict) and not MEDIA_FIELDS.isdisjoint(message)
+        return isinstance(message, dict) and has_media(message)
 
     def describe_event(self, update: dict[str, Any]) -> str:
         return f"update {update.get('update_id')}"

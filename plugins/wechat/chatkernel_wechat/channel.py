@@ -15,7 +15,7 @@ import base64
 import logging
 import secrets
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -175,6 +175,11 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
     )
     markup = "plain"
     secret_patterns = (TOKEN_PATTERN,)
+    #: Live replies are off unless configured: whether iLink takes a FINISH after
+    #: GENERATING on one client_id is contested (one client reports ``ret=-2``, the
+    #: context_token spent; another that the message is replaced in place). When on, a
+    #: refused FINISH sends the whole answer as a new message (:meth:`replace_preview`).
+    streaming_default = False
     capabilities = Capabilities(
         # Every bot message spends the user's quota of ten: the answers get it all.
         busy_hint=False,
@@ -424,8 +429,9 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
             now = time.time()
             if exc.code == SEND_REFUSED:
                 cause = refused_cause(peer, len(encode_json(body).encode()), now)
-                peer.held_until, peer.held_reason = now + REFUSED_HOLD_SECONDS, cause
-                await self._save_peer(user, peer)
+                if not going_on:  # a live message's later state refused: that message's
+                    peer.held_until, peer.held_reason = now + REFUSED_HOLD_SECONDS, cause
+                    await self._save_peer(user, peer)
                 raise SendError(f"WeChat refused the message (sendmessage ret=-2): likely "
                                 f"{cause}; {peer.age(now)}", code=SEND_REFUSED) from None
             if exc.session_expired:
@@ -452,8 +458,20 @@ allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds th
         await self._live_state(route, payload, preview.id, GENERATING)
 
     async def replace_preview(self, route: Route, payload: OutboundPayload) -> SendResult:
-        return SendResult(message_id=await self._live_state(route, payload, payload.replaces,
-                                                            FINISH))
+        """FINISH the preview with the answer; if iLink refuses that (``ret=-2`` or any
+        error), the answer goes out whole as a new message, once, and the refusal is
+        logged and noted in the session's log: never a half answer left silently."""
+        try:
+            client_id = await self._live_state(route, payload, payload.replaces, FINISH)
+        except SendError as exc:
+            if await self.paused():
+                raise  # an expired session: a new message would be refused as well
+            notice = (f"live reply not finished: WeChat refused to finish the preview "
+                      f"({exc}); the whole answer is sent as a new message")
+            log.warning("%s: %s (chat %s)", self.account.key, notice, route.chat_id)
+            result = await self.send(route, replace(payload, replaces=None))
+            return SendResult(message_id=result.message_id, extra={"notice": notice})
+        return SendResult(message_id=client_id)
 
     async def delete_preview(self, route: Route, preview: Preview) -> None:
         # iLink cannot take a message back: a preview that is no answer is finished

@@ -18,7 +18,10 @@
   and again on one ``client_id`` with the text so far, then 2 (FINISH) with the whole:
   one message, counted once against the quota (the fake's reading: the quota counts
   messages, and the states of one ``client_id`` are one); nothing may follow a FINISH
-  on its ``client_id`` (:attr:`history` keeps the order of it all);
+  on its ``client_id`` (:attr:`history` keeps the order of it all); with
+  :attr:`refuse_finish_after_generating` it reads the other way, as one client reports
+  iLink does: the context_token was spent by the first state, so a FINISH after
+  GENERATING is answered ``ret=-2`` and the message stays half-written;
 - :meth:`expire_session` makes every call of a token answer ``-14``;
 - media both ways: AES-128-ECB, with the ciphertext's size and its plaintext's md5
   checked against what ``getuploadurl`` declared;
@@ -130,6 +133,9 @@ class FakeILink(FakePlatform):
         self.violations: list[str] = []
         self.dropped: list[Sent] = []        # tokenless sends: "success", never shown
         self.refused: list[tuple[str, str]] = []   # (user, why) of every ret=-2
+        #: Answer ret=-2 to a FINISH on a client_id that was GENERATING (the message stays
+        #: as its last GENERATING state showed it).
+        self.refuse_finish_after_generating = False
         self.typing: list[tuple[str, int]] = []
         self.uploads: dict[str, Upload] = {}       # upload_param -> declared upload
         self.files: dict[str, tuple[bytes, str]] = {}  # download param -> (ciphertext, hex key)
@@ -401,6 +407,9 @@ class FakeILink(FakePlatform):
         if ongoing is not None:  # the same message, further along
             if sent.kind != "text":
                 raise self._violation("a generating message goes on with text only")
+            if state == 2 and self.refuse_finish_after_generating:
+                self.refused.append((user, "FINISH after GENERATING on one client_id"))
+                raise ilink_error(-2)
             ongoing.text, ongoing.item, ongoing.state = sent.text, sent.item, state
             ongoing.updates += 1
             if state == 2:
