@@ -227,6 +227,11 @@ def test_health_exits_1_when_a_probe_fails_or_times_out(home, hanging_port):
 
 def test_the_redactor_hides_config_secrets_env_values_and_token_shapes(home, monkeypatch):
     from chatkernel.core.health.report import Redactor, config_secrets
+    from chatkernel.core.plugins import collect_channels, get_plugin_manager
+
+    # The token shapes come from the installed channels, as every command that redacts
+    # loads them first: without this the test passed only after another had loaded them.
+    collect_channels(get_plugin_manager())
 
     monkeypatch.setenv("CK_TEST_QUOTED", 'pa"ss\\word-123')
     raw = {"gateway": {"control_token": "literal-control-secret"},

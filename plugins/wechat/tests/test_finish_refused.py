@@ -70,8 +70,8 @@ async def test_a_refused_finish_sends_the_whole_answer_as_a_new_message_once(
             await run.wait(lambda: any(m.state == 2 for m in ilink.sent(user)),
                            what="the answer as a new message")
             await run.settle()
-            notes = await run.kernel.store.read_log(f"wechat:main:{user}",
-                                                    roles=("notification",))
+            notes = await run.harness.session_log(f"wechat:main:{user}",
+                                                  roles=("notification",))
         preview, answer = ilink.sent(user)
         assert preview.state == 1 and preview.text == "the whole"  # left as it was
         assert answer.state == 2 and answer.text == ANSWER and answer.updates == 0
