@@ -63,6 +63,7 @@ from chatkernel.core.inbound.queue import QueueSettings, SessionQueue
 from chatkernel.core.inbound.sessions import Sessions
 from chatkernel.core.store.base import Store
 from chatkernel.core.turns.turns import Turns
+from chatkernel.core.wiring import Directory, Running
 
 if TYPE_CHECKING:
     from chatkernel.core.runtime.reload import ReloadReport
@@ -123,6 +124,8 @@ class Kernel:
         self.roster: Roster | None = None
         #: With no default agent: the accounts some of whose chats no agent answers.
         self.unanswered: list[str] = []
+        # The kernel's side of the components' ports (chatkernel.core.wiring).
+        running, directory = Running(self), Directory(self)
         # The outbound subsystem, in dependency order; the store and the cluster exist
         # once the kernel started: they are read when used.
         #: What became of each payload: health, recent failures, waiting senders.
@@ -167,12 +170,7 @@ class Kernel:
             queue=self._started_queue, heartbeats=self._started_heartbeats,
             legacy_kernel=lambda: self)  # for the deprecated CommandContext.kernel only
         self.inbound = Inbound(
-            store=self._started_store, sessions=self._started_sessions,
-            queue=self._started_queue, queue_settings=self.queue_settings,
-            cluster=lambda: self.cluster, task_group=self._started_task_group,
-            account_for=self.account_for, account=self.accounts.get,
-            agent_for=self.agent_for, commands=lambda: self.commands,
-            command_gateway=self.command_gateway,
+            runtime=running, routing=directory, command_gateway=self.command_gateway,
             outbound=self.outbound, order=self.order, indicate=self.indicators.once,
             pm=self.pm, metrics=self.metrics)
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
