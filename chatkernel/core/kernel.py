@@ -136,11 +136,7 @@ class Kernel:
         self.delivery_statuses = DeliveryStatuses(
             store=self._started_store, metrics=self.metrics, deliveries=self.deliveries)
         self.outbox = Outbox(
-            store=self._started_store, sessions=self._started_sessions,
-            task_group=self._started_task_group, cluster=lambda: self.cluster,
-            account=self.accounts.get, send_policy=lambda: self.send_policy,
-            channel_config=lambda name: self.config.channels.get(name),
-            config_path=config_path,
+            runtime=running, rules=running, accounts=self.accounts, config_path=config_path,
             send=functools.partial(send_payload, self.pm, self.metrics),
             deliveries=self.deliveries, delivery_statuses=self.delivery_statuses,
             metrics=self.metrics, wait_for_platforms=recover, pacing=pacing)
@@ -151,7 +147,7 @@ class Kernel:
         # Its interval between updates keeps a preview under the platform's limits: it
         # counts in the rate limits' time (a test's ScaledClock speeds both up).
         self.live = Live(limiter=self.outbox.limits.limiter, store=self._started_store,
-                         channel_config=lambda name: self.config.channels.get(name),
+                         channel_config=running.channel_config,
                          task_group=self._started_task_group, sleep=self.outbox.pacing.sleep)
         self.send_policy = SendPolicies.from_config(self.config)
         #: Answers sent outside a turn wait for the turns of earlier messages.
