@@ -197,15 +197,12 @@ class Kernel:
                                  ttl=self.config.presence.ttl_minutes * 60,
                                  max_entries=self.config.presence.max_entries)
         self.monitor = HealthMonitor(
-            config=lambda: self.config, accounts=accounts,
+            config=running.config, accounts=accounts,
             probe=lambda due: self.health.probe(due), supervisor=self.supervisors.get,
             metrics=self.metrics)
         self.health = Health(
-            config=lambda: self.config, accounts=accounts, pm=self.pm, metrics=self.metrics,
-            monitor=self.monitor, presence=self.presence, store=self._started_store,
-            queue=self._started_queue, cluster=lambda: self.cluster,
-            task_group=self._started_task_group, started_at=lambda: self.started_at,
-            url=lambda: self.gateway_parts.url)
+            runtime=running, run=running, accounts=accounts, pm=self.pm,
+            metrics=self.metrics, monitor=self.monitor, presence=self.presence)
         #: What the control API and the CLI's own-kernel commands do.
         self.control = Control(
             health=self.health, accounts=accounts, presence=self.presence,

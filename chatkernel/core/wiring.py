@@ -28,9 +28,9 @@ if TYPE_CHECKING:
 class Running:
     """What exists once the kernel started, or a reload replaces: ``store()``,
     ``sessions()``, ``queue()``, ``task_group()`` and ``heartbeats()`` (RuntimeError
-    before the start), ``cluster()``, ``started_at()``, ``config()``, ``send_policy()``
-    and ``channel_config(name)``. The runtime ports of the pipeline, the outbox, the
-    health and the control API."""
+    before the start), ``cluster()``, ``started_at()``, the gateway's ``url()``,
+    ``config()``, ``send_policy()`` and ``channel_config(name)``. The runtime ports of
+    the pipeline, the outbox, the health and the control API."""
 
     __slots__ = ("_kernel", "store", "sessions", "queue", "task_group", "heartbeats")
 
@@ -47,6 +47,9 @@ class Running:
 
     def started_at(self) -> float | None:
         return self._kernel.started_at
+
+    def url(self) -> str | None:
+        return self._kernel.gateway_parts.url
 
     def config(self) -> cfg.KernelConfig:
         return self._kernel.config
