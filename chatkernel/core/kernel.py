@@ -208,11 +208,7 @@ class Kernel:
             health=self.health, accounts=accounts, presence=self.presence,
             outbound=self.outbound, deliveries=self.deliveries,
             delivery_statuses=self.delivery_statuses, config_path=config_path,
-            resolve_target=self.resolve_target, session_target=self.session_target,
-            sessions=self._started_sessions, heartbeats=self._started_heartbeats,
-            send_policy=lambda: self.send_policy, chat_agent=self.chat_agent,
-            started_at=lambda: self.started_at,
-            url=lambda: self.gateway_parts.url, reloader=lambda: self.gateway_parts.reloader)
+            runtime=running, targets=directory, gateway=self.gateway_parts)
         self._tg: TaskGroup | None = None
         self._queue: SessionQueue | None = None
         self._turns: Turns | None = None
