@@ -63,7 +63,7 @@ from chatkernel.core.inbound.queue import QueueSettings, SessionQueue
 from chatkernel.core.inbound.sessions import Sessions
 from chatkernel.core.store.base import Store
 from chatkernel.core.turns.turns import Turns
-from chatkernel.core.wiring import Directory, Running
+from chatkernel.core.wiring import Directory, Hosting, Running
 
 if TYPE_CHECKING:
     from chatkernel.core.runtime.reload import ReloadReport
@@ -270,13 +270,10 @@ class Kernel:
             self.cluster = Cluster(
                 store.shared, ttl=self.config.store.lease_seconds,
                 instance_id=self.presence.own.instance_id,
-                accounts=MappingProxyType(self.accounts), account_busy=self.account_busy,
-                inbound=self.inbound, outbox=self.outbox, sessions=self._started_sessions,
-                replay_unfinished=self.replay_unfinished, receiver=self.receiver,
-                supervisors=self.supervisors,
-                heartbeats=self._started_heartbeats if self.run_heartbeats else None,
-                store_committed=self.health.store_committed,
-                url=lambda: self.gateway_parts.url)
+                accounts=MappingProxyType(self.accounts), host=Hosting(self),
+                inbound=self.inbound, outbox=self.outbox, receiver=self.receiver,
+                supervisors=self.supervisors, heartbeats=self.run_heartbeats,
+                gateway=self.gateway_parts)
             self.metrics.store_round_trips.set_function(
                 lambda: getattr(store, "round_trips", 0))
         store.on_commit = self.health.store_committed  # a failed commit turns health red

@@ -82,3 +82,19 @@ class Directory:
 
     def commands(self) -> Mapping[str, Command]:
         return self._kernel.commands
+
+
+class Hosting:
+    """What the cluster asks of the kernel it runs in: ``account_busy``,
+    ``replay_unfinished``, ``sessions()``, ``heartbeats()`` and ``store_committed``
+    (the health's report of the store's writes)."""
+
+    __slots__ = ("account_busy", "replay_unfinished", "sessions", "heartbeats",
+                 "store_committed")
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.account_busy = kernel.account_busy
+        self.replay_unfinished = kernel.replay_unfinished
+        self.sessions = kernel._started_sessions
+        self.heartbeats = kernel._started_heartbeats
+        self.store_committed = kernel.health.store_committed
