@@ -159,9 +159,9 @@ class Kernel:
         # the kernel started, and a reload replaces the config and the commands.
         #: What slash commands may do (the stable surface of CommandContext.gateway).
         self.command_gateway = CommandGateway(
-            commands=lambda: self.commands, agent_kind=lambda: self.config.agent.kind,
+            commands=directory.commands, agent_kind=lambda: self.config.agent.kind,
             agent_table=lambda name: self.config.named_agents().get(name),
-            started_at=lambda: self.started_at, accounts=self.accounts.values,
+            started_at=running.started_at, accounts=self.accounts.values,
             sessions=self._started_sessions, queue_settings=self.queue_settings,
             queue=self._started_queue, heartbeats=self._started_heartbeats,
             legacy_kernel=lambda: self)  # for the deprecated CommandContext.kernel only
@@ -573,8 +573,8 @@ class Kernel:
 
     # -- accessors ---------------------------------------------------------------------
     # The parts that exist once the kernel started. The components built before then
-    # are handed these methods themselves (``store=self._started_store``), read on each
-    # use: one call, where a lambda around the property made two.
+    # are handed these methods themselves, bound (``Running.store`` of core/wiring.py
+    # is ``self._started_store``), read on each use: one call per use.
 
     def _started_store(self) -> Store:
         if self._store is None:
