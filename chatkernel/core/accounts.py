@@ -24,14 +24,6 @@ def make_channel(channel_type: type[Channel], account: Account, section: Any,
     account.channel, account.transport = channel, channel.transport()
 
 
-def account_identity(channel_type: type[Channel]) -> tuple[str, ...]:
-    """The account settings that name one platform account (``AccountConfig.identity``)."""
-    identity = channel_type.account_model.identity
-    if not identity and getattr(channel_type, "account_identity", ()):  # the old place
-        identity = channel_type.account_identity  # type: ignore[attr-defined]
-    return tuple(identity)
-
-
 #: streaming = "on" where the channel cannot show a reply in progress.
 _NO_LIVE = ('the {name} channel cannot show a reply while it is written (it declares no '
             'live replies): remove streaming = "on"; answers are sent whole')
@@ -56,7 +48,7 @@ def build_accounts(name: str, section: Any, channel_type: type[Channel], *,
                               key=f"channels.{name}.streaming")
     accounts: list[Account] = []
     seen: dict[tuple[Any, ...], str] = {}
-    keys = account_identity(channel_type)
+    keys = tuple(channel_type.account_model.identity)  # the settings naming one account
     for account_name, raw in section.accounts.items():
         settings = cfg.validate_account(channel_type.account_model, raw, channel=name,
                                         account=account_name, path=config_path)

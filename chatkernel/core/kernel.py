@@ -63,6 +63,7 @@ from chatkernel.core.inbound.queue import QueueSettings, SessionQueue
 from chatkernel.core.inbound.sessions import Sessions
 from chatkernel.core.store.base import Store
 from chatkernel.core.turns.turns import Turns
+from chatkernel.core.wiring import Directory, Hosting, Running
 
 if TYPE_CHECKING:
     from chatkernel.core.runtime.reload import ReloadReport
@@ -123,6 +124,8 @@ class Kernel:
         self.roster: Roster | None = None
         #: With no default agent: the accounts some of whose chats no agent answers.
         self.unanswered: list[str] = []
+        # The kernel's side of the components' ports (chatkernel.core.wiring).
+        running, directory = Running(self), Directory(self)
         # The outbound subsystem, in dependency order; the store and the cluster exist
         # once the kernel started: they are read when used.
         #: What became of each payload: health, recent failures, waiting senders.
@@ -133,11 +136,7 @@ class Kernel:
         self.delivery_statuses = DeliveryStatuses(
             store=self._started_store, metrics=self.metrics, deliveries=self.deliveries)
         self.outbox = Outbox(
-            store=self._started_store, sessions=self._started_sessions,
-            task_group=self._started_task_group, cluster=lambda: self.cluster,
-            account=self.accounts.get, send_policy=lambda: self.send_policy,
-            channel_config=lambda name: self.config.channels.get(name),
-            config_path=config_path,
+            runtime=running, rules=running, accounts=self.accounts, config_path=config_path,
             send=functools.partial(send_payload, self.pm, self.metrics),
             deliveries=self.deliveries, delivery_statuses=self.delivery_statuses,
             metrics=self.metrics, wait_for_platforms=recover, pacing=pacing)
@@ -148,7 +147,7 @@ class Kernel:
         # Its interval between updates keeps a preview under the platform's limits: it
         # counts in the rate limits' time (a test's ScaledClock speeds both up).
         self.live = Live(limiter=self.outbox.limits.limiter, store=self._started_store,
-                         channel_config=lambda name: self.config.channels.get(name),
+                         channel_config=running.channel_config,
                          task_group=self._started_task_group, sleep=self.outbox.pacing.sleep)
         self.send_policy = SendPolicies.from_config(self.config)
         #: Answers sent outside a turn wait for the turns of earlier messages.
@@ -160,18 +159,13 @@ class Kernel:
         # the kernel started, and a reload replaces the config and the commands.
         #: What slash commands may do (the stable surface of CommandContext.gateway).
         self.command_gateway = CommandGateway(
-            commands=lambda: self.commands, agent_kind=lambda: self.config.agent.kind,
+            commands=directory.commands, agent_kind=lambda: self.config.agent.kind,
             agent_table=lambda name: self.config.named_agents().get(name),
-            started_at=lambda: self.started_at, accounts=self.accounts.values,
+            started_at=running.started_at, accounts=self.accounts.values,
             sessions=self._started_sessions, queue_settings=self.queue_settings,
             queue=self._started_queue, heartbeats=self._started_heartbeats)
         self.inbound = Inbound(
-            store=self._started_store, sessions=self._started_sessions,
-            queue=self._started_queue, queue_settings=self.queue_settings,
-            cluster=lambda: self.cluster, task_group=self._started_task_group,
-            account_for=self.account_for, account=self.accounts.get,
-            agent_for=self.agent_for, commands=lambda: self.commands,
-            command_gateway=self.command_gateway,
+            runtime=running, routing=directory, command_gateway=self.command_gateway,
             outbound=self.outbound, order=self.order, indicate=self.indicators.once,
             pm=self.pm, metrics=self.metrics)
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
@@ -202,25 +196,18 @@ class Kernel:
                                  ttl=self.config.presence.ttl_minutes * 60,
                                  max_entries=self.config.presence.max_entries)
         self.monitor = HealthMonitor(
-            config=lambda: self.config, accounts=accounts,
+            config=running.config, accounts=accounts,
             probe=lambda due: self.health.probe(due), supervisor=self.supervisors.get,
             metrics=self.metrics)
         self.health = Health(
-            config=lambda: self.config, accounts=accounts, pm=self.pm, metrics=self.metrics,
-            monitor=self.monitor, presence=self.presence, store=self._started_store,
-            queue=self._started_queue, cluster=lambda: self.cluster,
-            task_group=self._started_task_group, started_at=lambda: self.started_at,
-            url=lambda: self.gateway_parts.url)
+            runtime=running, run=running, accounts=accounts, pm=self.pm,
+            metrics=self.metrics, monitor=self.monitor, presence=self.presence)
         #: What the control API and the CLI's own-kernel commands do.
         self.control = Control(
             health=self.health, accounts=accounts, presence=self.presence,
             outbound=self.outbound, deliveries=self.deliveries,
             delivery_statuses=self.delivery_statuses, config_path=config_path,
-            resolve_target=self.resolve_target, session_target=self.session_target,
-            sessions=self._started_sessions, heartbeats=self._started_heartbeats,
-            send_policy=lambda: self.send_policy, chat_agent=self.chat_agent,
-            started_at=lambda: self.started_at,
-            url=lambda: self.gateway_parts.url, reloader=lambda: self.gateway_parts.reloader)
+            runtime=running, targets=directory, gateway=self.gateway_parts)
         self._tg: TaskGroup | None = None
         self._queue: SessionQueue | None = None
         self._turns: Turns | None = None
@@ -282,13 +269,10 @@ class Kernel:
             self.cluster = Cluster(
                 store.shared, ttl=self.config.store.lease_seconds,
                 instance_id=self.presence.own.instance_id,
-                accounts=MappingProxyType(self.accounts), account_busy=self.account_busy,
-                inbound=self.inbound, outbox=self.outbox, sessions=self._started_sessions,
-                replay_unfinished=self.replay_unfinished, receiver=self.receiver,
-                supervisors=self.supervisors,
-                heartbeats=self._started_heartbeats if self.run_heartbeats else None,
-                store_committed=self.health.store_committed,
-                url=lambda: self.gateway_parts.url)
+                accounts=MappingProxyType(self.accounts), host=Hosting(self),
+                inbound=self.inbound, outbox=self.outbox, receiver=self.receiver,
+                supervisors=self.supervisors, heartbeats=self.run_heartbeats,
+                gateway=self.gateway_parts)
             self.metrics.store_round_trips.set_function(
                 lambda: getattr(store, "round_trips", 0))
         store.on_commit = self.health.store_committed  # a failed commit turns health red
@@ -588,8 +572,8 @@ class Kernel:
 
     # -- accessors ---------------------------------------------------------------------
     # The parts that exist once the kernel started. The components built before then
-    # are handed these methods themselves (``store=self._started_store``), read on each
-    # use: one call, where a lambda around the property made two.
+    # are handed these methods themselves, bound (``Running.store`` of core/wiring.py
+    # is ``self._started_store``), read on each use: one call per use.
 
     def _started_store(self) -> Store:
         if self._store is None:

@@ -29,7 +29,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import anyio
 
@@ -183,35 +183,60 @@ class StoreHealth:
                          failures=self.failures)
 
 
+class HealthRuntime(Protocol):
+    """The running kernel's parts the probes and the snapshot read, on each call: each
+    exists once the kernel started (RuntimeError before)."""
+
+    def store(self) -> Store:
+        """The opened store: credentials' ages, the session summary."""
+
+    def queue(self) -> SessionQueue:
+        """The session queue: running turns, queued messages."""
+
+    def task_group(self) -> TaskGroup:
+        """Where an account is probed again in the background."""
+
+    def cluster(self) -> Cluster | None:
+        """This process's part among several sharing the store (None: the only one)."""
+
+
+class RunFacts(Protocol):
+    """What a snapshot says of this run, read on each call."""
+
+    def config(self) -> cfg.KernelConfig:
+        """The config in effect (a reload replaces it): accounts, timeouts, monitor."""
+
+    def started_at(self) -> float | None:
+        """When the kernel started (None: not yet)."""
+
+    def url(self) -> str | None:
+        """The gateway's base URL (None: no HTTP server listens, or not yet)."""
+
+
 class Health:
     """Probes, the cached probe results and the snapshot of one running kernel.
 
-    Given what it reads by name: ``config``, ``store``, ``queue``, ``cluster`` (None:
-    the only instance), ``task_group``, ``started_at`` and ``url`` (None: no HTTP server)
-    are functions, for what exists once the kernel started, a reload replaces or the
-    gateway adds later; ``accounts`` is the kernel's accounts by key (read, never
-    written), ``monitor`` the health monitor whose settings a snapshot shows."""
+    Given what it reads by name: ``runtime`` (:class:`HealthRuntime`) and ``run``
+    (:class:`RunFacts`) are its ports to the kernel; ``accounts`` is the kernel's
+    accounts by key (read, never written), ``monitor`` the health monitor whose settings
+    a snapshot shows."""
 
-    def __init__(self, *, config: Callable[[], cfg.KernelConfig],
+    def __init__(self, *, runtime: HealthRuntime, run: RunFacts,
                  accounts: Mapping[str, Account], pm: "PluginManager", metrics: "Metrics",
                  monitor: "HealthMonitor", presence: "Presence",
-                 store: Callable[[], "Store"], queue: Callable[[], "SessionQueue"],
-                 cluster: Callable[[], "Cluster | None"],
-                 task_group: Callable[[], "TaskGroup"],
-                 started_at: Callable[[], float | None], url: Callable[[], str | None],
                  clock: Callable[[], float] = time.time) -> None:
-        self._config = config
+        self._config = run.config
         self._accounts = accounts
         self._pm = pm
         self._metrics = metrics
         self._monitor = monitor
         self._presence = presence
-        self._store = store
-        self._queue = queue
-        self._cluster = cluster
-        self._task_group = task_group
-        self._started_at = started_at
-        self._url = url
+        self._store = runtime.store
+        self._queue = runtime.queue
+        self._cluster = runtime.cluster
+        self._task_group = runtime.task_group
+        self._started_at = run.started_at
+        self._url = run.url
         self.clock = clock
         #: When every account was last probed (by the refresher or a live snapshot).
         self.refreshed_at: float | None = None

@@ -17,8 +17,8 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
@@ -223,39 +223,70 @@ class Receiver:
         await self._inbound.wait_for_room(channel, account)
 
 
+class InboundRuntime(Protocol):
+    """What the pipeline reads of a running kernel, on each call: each exists once the
+    kernel started (RuntimeError before)."""
+
+    def store(self) -> Store:
+        """The opened store: the journal, account state."""
+
+    def sessions(self) -> Sessions:
+        """The sessions: a message's session, its route."""
+
+    def queue(self) -> SessionQueue:
+        """The session queue a message's turn waits in."""
+
+    def task_group(self) -> TaskGroup:
+        """Where the per-chat lines run."""
+
+    def cluster(self) -> Cluster | None:
+        """This process's part among several sharing the store (None: the only one)."""
+
+
+class InboundRouting(Protocol):
+    """Where a message goes: the running accounts, the bindings, the commands and the
+    queue settings in effect (a reload replaces them)."""
+
+    def account_for(self, channel: str, account: str) -> Account:
+        """A message's running account; :class:`InvalidMessage` when none runs."""
+
+    def account(self, key: str) -> Account | None:
+        """The running account ``channel:account`` (None: none runs)."""
+
+    def agent_for(self, message: InboundMessage) -> str | None:
+        """The agent answering the message's chat (None: no agent does)."""
+
+    def commands(self) -> Mapping[str, Command]:
+        """The slash commands by name."""
+
+    def queue_settings(self, session_key: str) -> QueueSettings:
+        """A session's queue settings (its ``/queue`` override, its channel's, the
+        config's)."""
+
+
 class Inbound:
     """Runs the delivery pipeline for one kernel, given what it uses by name.
 
-    ``store``, ``sessions``, ``queue``, ``cluster`` (None: the only instance),
-    ``task_group`` and ``commands`` are functions: they exist once the kernel started,
-    or a reload replaces them. ``account_for`` finds a message's running account
-    (:class:`InvalidMessage` if none), ``account`` an account by key (None if none);
-    ``agent_for`` names the agent answering a message's chat (None: no agent does);
-    ``indicate(account, route, session_key)`` shows a waiting message's typing indicator
-    (:meth:`Indicators.once`); ``command_gateway`` is what a command handler gets
-    (:class:`CommandContext`)."""
+    ``runtime`` (:class:`InboundRuntime`) and ``routing`` (:class:`InboundRouting`) are
+    its ports to the kernel; ``indicate(account, route, session_key)`` shows a waiting
+    message's typing indicator (:meth:`Indicators.once`); ``command_gateway`` is what a
+    command handler gets (:class:`CommandContext`); ``outbound`` queues its replies,
+    ``order`` holds them behind earlier messages' turns."""
 
-    def __init__(self, *, store: Callable[[], Store], sessions: Callable[[], Sessions],
-                 queue: Callable[[], SessionQueue],
-                 queue_settings: Callable[[str], QueueSettings],
-                 cluster: Callable[[], Cluster | None],
-                 task_group: Callable[[], TaskGroup],
-                 account_for: Callable[[str, str], Account],
-                 account: Callable[[str], Account | None],
-                 agent_for: Callable[[InboundMessage], str | None],
-                 commands: Callable[[], dict[str, Command]],
+    def __init__(self, *, runtime: InboundRuntime, routing: InboundRouting,
                  command_gateway: CommandGateway, outbound: Outbound, order: OutputOrder,
                  indicate: Callable[[Account, Route, str], None], pm: PluginManager,
                  metrics: Metrics) -> None:
-        self._store = store
-        self._sessions = sessions
-        self._queue = queue
-        self._queue_settings = queue_settings
-        self._cluster = cluster
-        self._account_for = account_for
-        self._account = account
-        self._agent_for = agent_for
-        self._commands = commands
+        # The ports' calls, bound once: a call per message costs what a function did.
+        self._store = runtime.store
+        self._sessions = runtime.sessions
+        self._queue = runtime.queue
+        self._cluster = runtime.cluster
+        self._queue_settings = routing.queue_settings
+        self._account_for = routing.account_for
+        self._account = routing.account
+        self._agent_for = routing.agent_for
+        self._commands = routing.commands
         self._command_gateway = command_gateway
         self._outbound = outbound
         self._order = order
@@ -267,7 +298,7 @@ class Inbound:
         self._last_chat_dirty: set[str] = set()
         # accept(): a line per chat of journaled messages (see chatkernel.core.lines).
         self.lines: Lines[tuple[Account, InboundMessage, int]] = Lines(
-            "inbound", self._process_accepted, task_group=task_group,
+            "inbound", self._process_accepted, task_group=runtime.task_group,
             linger=LINE_LINGER_SECONDS, after=self._taken)
         self._room = anyio.Event()  # set whenever the backlog is below ACCEPT_BACKLOG
         self._room.set()

@@ -46,9 +46,9 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
     from chatkernel.core.inbound.sessions import Sessions
     from chatkernel.core.outbound.deliveries import Deliveries
     from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
-    from chatkernel.core.outbound.policy import SendPolicy
+    from chatkernel.core.outbound.policy import SendPolicies
     from chatkernel.core.outbound.ratelimit import Pacing, RateLimiter
     from chatkernel.core.store.base import Store
 
@@ -129,21 +129,45 @@ class _RowLost(Exception):
     """A payload's row was rolled back with a failed commit: it must not be sent."""
 
 
+class OutboxRuntime(Protocol):
+    """What the outbox reads of a running kernel, on each call: each exists once the
+    kernel started (RuntimeError before)."""
+
+    def store(self) -> Store:
+        """The opened store, where every payload is recorded."""
+
+    def sessions(self) -> Sessions:
+        """The sessions: a payload follows its session's current route."""
+
+    def task_group(self) -> TaskGroup:
+        """Where the senders run."""
+
+    def cluster(self) -> Cluster | None:
+        """This process's part among several sharing the store (None: the only one)."""
+
+
+class SendRules(Protocol):
+    """The config's rules for sending, in effect now (a reload replaces them)."""
+
+    def send_policy(self) -> SendPolicies:
+        """The send policies (each session's agent's), checked on every payload."""
+
+    def channel_config(self, name: str) -> Any:
+        """A channel's config section (its ``rate_limits`` and ``retry`` overrides), or
+        None."""
+
+
 class Outbox:
     """Queues payloads durably and runs one ordered sender per session.
 
-    Its collaborators, by name (the ones that exist only once the kernel started, or
-    that a reload replaces, as functions giving them when used):
+    Its collaborators, by name:
 
-    - ``store()``: the opened store, where every payload is recorded;
-    - ``sessions()``: the sessions (a payload follows its session's current route);
-    - ``task_group()``: where the senders run;
-    - ``cluster()``: this process's part among several sharing the store, or None;
-    - ``account(key)``: the running account ``channel:account``, or None;
-    - ``send_policy()``: the send policy in effect, checked on every payload;
-    - ``channel_config(name)``: a channel's config section (its ``rate_limits`` and
-      ``retry`` overrides), or None; ``config_path`` names the file in errors (both
-      for :class:`~chatkernel.core.outbound.limits.SendLimits`);
+    - ``runtime`` (:class:`OutboxRuntime`) and ``rules`` (:class:`SendRules`): its ports
+      to the kernel;
+    - ``accounts``: the running accounts by key (read, never written); a payload of an
+      account no longer there is not sent;
+    - ``config_path``: names the config file in errors (for
+      :class:`~chatkernel.core.outbound.limits.SendLimits`);
     - ``send``: one request to the platform (:data:`SendPayload`);
     - ``deliveries``: told each payload's final status; ``delivery_statuses``: told
       the platform's id of a payload whose fate the platform reports later;
@@ -153,24 +177,21 @@ class Outbox:
     - ``pacing``: the time the rate limits are counted in (real time by default).
     """
 
-    def __init__(self, *, store: "Callable[[], Store]", sessions: "Callable[[], Sessions]",
-                 task_group: "Callable[[], TaskGroup]",
-                 cluster: "Callable[[], Cluster | None]",
-                 account: Callable[[str], Account | None],
-                 send_policy: "Callable[[], SendPolicy]",
-                 channel_config: Callable[[str], Any], config_path: Path | None,
+    def __init__(self, *, runtime: OutboxRuntime, rules: SendRules,
+                 accounts: Mapping[str, Account], config_path: Path | None,
                  send: SendPayload, deliveries: "Deliveries",
                  delivery_statuses: "DeliveryStatuses", metrics: "Metrics",
                  wait_for_platforms: bool, pacing: "Pacing | None" = None) -> None:
         from chatkernel.core.outbound.ratelimit import REAL_TIME
 
-        self._store = store
+        # The ports' calls, bound once: a call per payload costs what a function did.
+        self._store = runtime.store
         #: The time the accounts' rate limiters count in.
         self.pacing = pacing or REAL_TIME
-        self._sessions = sessions
-        self._cluster = cluster
-        self._account = account
-        self._send_policy = send_policy
+        self._sessions = runtime.sessions
+        self._cluster = runtime.cluster
+        self._account = accounts.get
+        self._send_policy = rules.send_policy
         self._send_payload = send
         self._deliveries = deliveries
         self._delivery_statuses = delivery_statuses
@@ -178,7 +199,7 @@ class Outbox:
         self._wait_for_platforms = wait_for_platforms
         # One ordered sender per session (see chatkernel.core.lines).
         self.lines: Lines[OutboxEntry] = Lines(
-            "sender", self._send, task_group=task_group,
+            "sender", self._send, task_group=runtime.task_group,
             linger=SENDER_LINGER_SECONDS, after=self._sent)
         self._failed_replies: set[str] = set()
         # Sessions whose reply was claimed and is not in its line yet, and the
@@ -189,7 +210,7 @@ class Outbox:
         # or the error that lost them.
         self._claim_commits: dict[int, Exception | None] = {}
         #: Each account's rate limiter, retry policy and outage.
-        self.limits = SendLimits(channel_config=channel_config, config_path=config_path,
+        self.limits = SendLimits(channel_config=rules.channel_config, config_path=config_path,
                                  pacing=self.pacing)
         # Since when `sending` marks fail to commit (monotonic), and how many waited.
         self._store_down_since: float | None = None

@@ -41,8 +41,8 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from chatkernel.core.inbound.pipeline import Inbound, Receiver
     from chatkernel.core.inbound.sessions import Sessions
     from chatkernel.core.outbound.outbox import Outbox
+    from chatkernel.core.runtime.parts import GatewayParts
     from chatkernel.core.store.shared import SharedState
     from chatkernel.sdk.models import Account
 
@@ -91,6 +92,25 @@ class _Tenure:
         self.ended = anyio.Event()
 
 
+class ClusterHost(Protocol):
+    """What the cluster asks of the kernel it runs in."""
+
+    def account_busy(self, key: str) -> bool:
+        """Whether an account has work in flight here (it is handed over only when not)."""
+
+    async def replay_unfinished(self, account: Account) -> None:
+        """Line up an account's unfinished journal entries (it was just taken over)."""
+
+    def sessions(self) -> Sessions:
+        """The sessions (their cache of an account taken over is dropped)."""
+
+    def heartbeats(self) -> HeartbeatScheduler:
+        """The heartbeat scheduler, started while this instance holds their lease."""
+
+    def store_committed(self, error: Exception | None) -> None:
+        """Report a write to the store: it went through (None) or failed (health)."""
+
+
 class Cluster:
     """This process's part among the gateways sharing one store.
 
@@ -100,35 +120,31 @@ class Cluster:
     :meth:`release`. The kernel asks :meth:`owns` where it would otherwise act as the
     only process (claiming a send, processing a message at once).
 
-    Given by name what it acts on: the kernel's accounts by key (read only), whether an
-    account has work in flight, the inbound pipeline and the outbox (to line up and
-    adopt what the inboxes bring), the sessions, the replay of an account's unfinished
-    messages, the receiver and supervisors of the loops it runs, the heartbeat scheduler
-    (None: this process runs none), where a failing store is reported, and the
-    gateway's URL (a function: None until its server listens).
+    Given by name what it acts on: the kernel's accounts by key (read only), ``host``
+    (:class:`ClusterHost`), its port to the kernel, the inbound pipeline and the outbox
+    (to line up and adopt what the inboxes bring), the receiver and supervisors of the
+    loops it runs, whether this process runs heartbeats, and the gateway's parts (its
+    URL: None until its server listens).
     """
 
     def __init__(self, shared: "SharedState", *, ttl: float, instance_id: str,
-                 accounts: Mapping[str, "Account"], account_busy: Callable[[str], bool],
-                 inbound: "Inbound", outbox: "Outbox", sessions: Callable[[], "Sessions"],
-                 replay_unfinished: Callable[["Account"], Awaitable[None]],
-                 receiver: "Receiver", supervisors: "Supervisors",
-                 heartbeats: Callable[[], "HeartbeatScheduler"] | None,
-                 store_committed: Callable[[Exception | None], None],
-                 url: Callable[[], str | None],
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 accounts: Mapping[str, "Account"], host: ClusterHost,
+                 inbound: "Inbound", outbox: "Outbox",
+                 receiver: "Receiver", supervisors: "Supervisors", heartbeats: bool,
+                 gateway: "GatewayParts", clock: Callable[[], float] = time.monotonic) -> None:
         self.shared = shared
         self._accounts = accounts  # the kernel's, by key: read, never written
-        self._account_busy = account_busy
+        self._account_busy = host.account_busy
         self._inbound = inbound
         self._outbox = outbox
-        self._sessions = sessions
-        self._replay_unfinished = replay_unfinished
+        self._sessions = host.sessions
+        self._replay_unfinished = host.replay_unfinished
         self._receiver = receiver
         self._supervisors = supervisors
-        self._heartbeat_scheduler = heartbeats  # None: this process runs no heartbeats
-        self._store_committed = store_committed
-        self._url = url
+        # None: this process runs no heartbeats
+        self._heartbeat_scheduler = host.heartbeats if heartbeats else None
+        self._store_committed = host.store_committed
+        self._gateway = gateway
         self.ttl = ttl
         #: Shown in status; several processes may share it (the same config).
         self.instance_id = instance_id
@@ -324,7 +340,7 @@ class Cluster:
 
     async def _register(self) -> None:
         info = {"instance": self.instance_id, "host": socket.gethostname(),
-                "pid": os.getpid(), "url": self._url(), "started_at": self.started_at,
+                "pid": os.getpid(), "url": self._gateway.url, "started_at": self.started_at,
                 "owned": self.owned(), "heartbeats": self._heartbeats is not None}
         await self.shared.register_instance(self.holder, info, self.ttl)
 

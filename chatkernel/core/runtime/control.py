@@ -6,9 +6,9 @@ no gateway runs (its own kernel's).
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from chatkernel.core.health.presence import Presence
@@ -17,9 +17,9 @@ if TYPE_CHECKING:
     from chatkernel.core.inbound.sessions import Sessions
     from chatkernel.core.outbound.deliveries import Deliveries
     from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
-    from chatkernel.core.outbound.policy import SendPolicy
+    from chatkernel.core.outbound.policy import SendPolicies
     from chatkernel.core.outbound.responder import Outbound
-    from chatkernel.core.runtime.reload import ConfigReloader
+    from chatkernel.core.runtime.parts import GatewayParts
     from chatkernel.sdk.models import Account, Route
 
     #: Where a send goes: the account, the route and the session key.
@@ -84,29 +84,51 @@ def send_outcome(parts: list[dict[str, Any]] | None) -> str:
     return "sent" if statuses == {"sent"} else "pending"
 
 
+class ControlRuntime(Protocol):
+    """What the control requests read of a running kernel, on each call."""
+
+    def sessions(self) -> Sessions:
+        """The sessions (RuntimeError before the start)."""
+
+    def heartbeats(self) -> HeartbeatScheduler:
+        """The heartbeat scheduler (RuntimeError before the start)."""
+
+    def send_policy(self) -> SendPolicies:
+        """The send policies in effect (a reload replaces them)."""
+
+    def started_at(self) -> float | None:
+        """When the kernel started (None: not yet)."""
+
+
+class SendTargets(Protocol):
+    """Where a proactive send goes. LookupError says what is missing."""
+
+    async def resolve_target(self, channel: str, account: str | None, to: str, *,
+                             thread: str | None = None) -> Target:
+        """A send to a chat id, or ``last`` (the account's last active chat)."""
+
+    async def session_target(self, key: str) -> Target:
+        """A send into a session: its account and current route."""
+
+    def chat_agent(self, route: Route) -> str:
+        """The agent a chat is bound to (``default`` when none is)."""
+
+
 class Control:
     """What the control requests do, for the gateway's ``/control`` routes and for a
     CLI command that runs its own kernel when no gateway runs.
 
     Given by name what the requests read and act on: ``health``, the kernel's
     ``accounts`` by key (read only), ``presence``, ``outbound``, ``deliveries`` and
-    ``delivery_statuses``, the config file's path, and the kernel's
-    ``resolve_target`` and ``session_target``; ``sessions``, ``heartbeats``,
-    ``send_policy``, ``started_at`` (what exists once the kernel started, or a reload
-    replaces), ``url`` and ``reloader`` (the gateway's: None in a kernel of its own)
-    are functions."""
+    ``delivery_statuses``, the config file's path, ``runtime`` (:class:`ControlRuntime`)
+    and ``targets`` (:class:`SendTargets`), its ports to the kernel, and ``gateway``,
+    the gateway's parts (no URL and no reloader in a kernel of its own)."""
 
     def __init__(self, *, health: "Health", accounts: Mapping[str, Account],
                  presence: "Presence", outbound: "Outbound", deliveries: "Deliveries",
                  delivery_statuses: "DeliveryStatuses", config_path: Path | None,
-                 resolve_target: Callable[..., Awaitable[Target]],
-                 session_target: Callable[[str], Awaitable[Target]],
-                 sessions: Callable[[], "Sessions"],
-                 heartbeats: Callable[[], "HeartbeatScheduler"],
-                 send_policy: Callable[[], "SendPolicy"],
-                 chat_agent: Callable[[Route], str],
-                 started_at: Callable[[], float | None], url: Callable[[], str | None],
-                 reloader: Callable[[], "ConfigReloader | None"]) -> None:
+                 runtime: ControlRuntime, targets: SendTargets,
+                 gateway: "GatewayParts") -> None:
         self._health = health
         self._accounts = accounts
         self._presence = presence
@@ -114,15 +136,14 @@ class Control:
         self._deliveries = deliveries
         self._delivery_statuses = delivery_statuses
         self._config_path = config_path
-        self._resolve_target = resolve_target
-        self._session_target = session_target
-        self._sessions = sessions
-        self._heartbeats = heartbeats
-        self._send_policy = send_policy
-        self._chat_agent = chat_agent
-        self._started_at = started_at
-        self._url = url
-        self._reloader = reloader
+        self._resolve_target = targets.resolve_target
+        self._session_target = targets.session_target
+        self._chat_agent = targets.chat_agent
+        self._sessions = runtime.sessions
+        self._heartbeats = runtime.heartbeats
+        self._send_policy = runtime.send_policy
+        self._started_at = runtime.started_at
+        self._gateway = gateway
 
     async def status(self, body: dict[str, Any]) -> dict[str, Any]:
         """``chatkernel status``: the health snapshot, the pid and the accounts."""
@@ -155,7 +176,7 @@ class Control:
         from chatkernel.sdk.errors import ConfigError
         from chatkernel.core.runtime.reload import ReloadBusy
 
-        reloader = self._reloader()
+        reloader = self._gateway.reloader
         if reloader is None:
             raise ControlError("this kernel cannot reload its config (it is not a gateway)",
                                409)
@@ -270,13 +291,13 @@ class Control:
             allowed, reason = await self._outbound.check_media(account, path)
             if allowed is None:
                 raise ControlError(f"{path}: {reason}", 403)
-        if getattr(account.channel, "needs_http_server", False) and self._url() is None:
+        if getattr(account.channel, "needs_http_server", False) and self._gateway.url is None:
             # The web chat's page is the gateway's: with none running, nobody would see it.
             raise ControlError(f"{account.key} shows messages only on the gateway's page, and no "
                                "gateway is running: nothing was sent (start one with "
                                "`chatkernel run`, then send again)", 409)
         later = account.channel is not None and account.channel.capabilities.delivery_statuses
-        if later and wait_delivery and self._url() is None:
+        if later and wait_delivery and self._gateway.url is None:
             raise ControlError(f"{account.key} reports delivery on the gateway's webhook, and no "
                                "gateway is running: nothing was sent (start one with "
                                "`chatkernel run`, or send without --wait-delivery)", 409)

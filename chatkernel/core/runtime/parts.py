@@ -4,9 +4,9 @@ A kernel runs in a gateway (``chatkernel run``) or in-process (a CLI command, th
 kit). Two things exist only in a gateway, and only some time after the kernel is built:
 the URL its HTTP server listens at (once bound) and the config reloader (once the receive
 loops run). The gateway makes a :class:`GatewayParts` before the kernel, hands it to the
-kernel at construction and fills it as its parts come up; the components that care (the
-health snapshot, the cluster's registration, the control API) are given functions that
-read it. An in-process kernel gets an empty one: no URL, no reloader.
+kernel at construction and fills it as its parts come up; the components that care read
+it when they need it (the cluster's registration and the control API are given it, the
+health snapshot asks its port). An in-process kernel gets an empty one: no URL, no reloader.
 """
 
 from __future__ import annotations

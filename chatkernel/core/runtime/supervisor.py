@@ -170,7 +170,7 @@ def _refused(channel: Channel, error: Exception | None) -> tuple[str, float] | N
         return None
     if not trouble.refused:
         return None
-    return receiving.refusal_words(channel, trouble, error), receiving.refused_delay(trouble, 1)
+    return receiving.refusal_words(channel, trouble), receiving.refused_delay(trouble, 1)
 
 
 def _describe(error: Exception | None) -> str:

@@ -220,7 +220,7 @@ def refused_delay(trouble: Trouble, failures: int) -> float:
     return min(first * 2 ** max(0, failures - 1), max(first, REFUSED_RETRY_MAX_SECONDS))
 
 
-def refusal_words(channel: "Channel", trouble: Trouble, error: Exception) -> str:
+def refusal_words(channel: "Channel", trouble: Trouble) -> str:
     """The words for a refused identity: what was refused, then what to do (the
     trouble's ``advice``, else the channel's)."""
     what = trouble.problem or "the platform refused the account's credentials"
@@ -234,7 +234,7 @@ def refusal(channel: "Channel", error: Exception) -> str | None:
     """The words for ``error`` when the channel calls it a refused identity (the
     problem, then what to do), else None: for a probe to say what the loop says."""
     trouble = channel.receive_trouble(error)
-    return refusal_words(channel, trouble, error) if trouble.refused else None
+    return refusal_words(channel, trouble) if trouble.refused else None
 
 
 def default_advice(channel: "Channel") -> str:

@@ -175,7 +175,7 @@ class Transport:
         await self.clock.sleep(delay)
 
     async def _refused(self, exc: Exception, trouble: Trouble, failures: int) -> None:
-        reason = refusal_words(self.channel, trouble, exc)
+        reason = refusal_words(self.channel, trouble)
         delay = refused_delay(trouble, failures)
         account = self.channel.account
         runtime = account.runtime
