@@ -258,6 +258,11 @@ class AccountSnapshot(_Model):
     last_send_error_at: float | None = None
     #: The latest payloads that did not arrive, newest first.
     recent_failures: list[FailureInfo] = []
+    #: Inbound messages that failed in the pipeline since the gateway started, the last
+    #: one's reason and time.
+    inbound_failures: int = 0
+    last_inbound_failure: str | None = None
+    last_inbound_failure_at: float | None = None
     #: When a call to the platform (a send, a probe, a poll) last worked, and since when
     #: one has been out unanswered with nothing working since (None: none hangs).
     last_call_ok_at: float | None = None
@@ -588,6 +593,9 @@ class Health:
             last_send_error_at=runtime.last_send_error_at,
             recent_failures=[FailureInfo(**failure.as_dict())
                              for failure in reversed(runtime.recent_failures)],
+            inbound_failures=runtime.inbound_failures,
+            last_inbound_failure=runtime.last_inbound_failure,
+            last_inbound_failure_at=runtime.last_inbound_failure_at,
             last_call_ok_at=runtime.calls.last_ok_at,
             hanging_since=hang.since if (hang := runtime.calls.hanging(now)) else None,
             credentials_at=credentials_at,
