@@ -30,12 +30,13 @@ def pins() -> dict[str, str]:
 
 def floors() -> dict[str, tuple[str, str]]:
     """name -> (declared minimum, the project declaring it), over every direct run-time
-    dependency (extras left out); where several projects declare one, the highest floor,
+    dependency and those of the ``testing`` extras (the others left out); where several projects declare one, the highest floor,
     the lowest version all of them admit."""
     found: dict[str, tuple[str, str]] = {}
     for path in PROJECTS:
         project = tomllib.loads(path.read_text())["project"]
-        for line in project["dependencies"]:
+        testing = project.get("optional-dependencies", {}).get("testing", [])
+        for line in [*project["dependencies"], *testing]:
             requirement = Requirement(line)
             name = canonicalize_name(requirement.name)
             if name in FIRST_PARTY:

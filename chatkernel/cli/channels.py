@@ -23,9 +23,9 @@ def channels() -> None:
 
 
 def channel_types() -> list[dict[str, str]]:
-    from chatkernel.cli import _plugin_manager
     from importlib.metadata import packages_distributions
 
+    from chatkernel.cli import _plugin_manager
     from chatkernel.core.plugins import collect_channels
 
     distributions = packages_distributions()
@@ -93,9 +93,9 @@ def channels_probe(target: str | None, timeout_ms: int, as_json: bool,
 
 def _probe_directly(config_file: str | None, target: str | None, timeout: float
                     ) -> dict[str, Any]:
-    from chatkernel.cli import _plugin_manager
     import anyio
 
+    from chatkernel.cli import _plugin_manager
     from chatkernel.core import logs
 
     config, config_path = load_config(config_file)

@@ -49,10 +49,10 @@ def channel_types_for(names: set[str]) -> tuple[Any, dict[str, Any]]:
     name: the plugin whose entry point is named after the channel (this project's are)
     loads alone, a built-in channel's built-in plugin alone; any other channel, or
     CHATKERNEL_LOAD_PLUGINS set, loads them all."""
-    from chatkernel.cli import _plugin_manager
     import os
     from importlib.metadata import entry_points
 
+    from chatkernel.cli import _plugin_manager
     from chatkernel.core.plugins import (
         BUILTIN_CHANNELS,
         BUILTIN_PLUGINS,

@@ -196,8 +196,8 @@ def config_validate(config_file: str | None) -> None:
     and the listen address's control token."""
     from chatkernel.cli import _plugin_manager
     from chatkernel.core import config as cfg
-    from chatkernel.core.plugins import collect_channels
     from chatkernel.core.gateway.process import check_startup
+    from chatkernel.core.plugins import collect_channels
 
     path = cfg.config_path(config_file)
     raw = cfg.read_raw(path)

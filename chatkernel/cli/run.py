@@ -30,9 +30,9 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
     With no config at all it serves the built-in web chat on 127.0.0.1:8787,
     answered by the echo agent, with state in SQLite under $CHATKERNEL_HOME.
     """
-    from chatkernel.cli import _plugin_manager
     import anyio
 
+    from chatkernel.cli import _plugin_manager
     from chatkernel.core import config as cfg
     from chatkernel.core import logs
     from chatkernel.core.gateway.process import run_gateway
@@ -69,6 +69,15 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
         anyio.run(lambda: run_gateway(config, config_path=path, listen_origin=origin))
     except HomeInUse as exc:
         raise click.ClickException(str(exc)) from None
+    _write_modules(os.environ.get("CHATKERNEL_MODULES_AT_EXIT"))
+
+
+def _write_modules(path: str | None) -> None:
+    """``CHATKERNEL_MODULES_AT_EXIT=PATH``: once the gateway stopped, every module it
+    imported, a name a line (how a test sees that running it imports no test kit)."""
+    if path:
+        with open(path, "w", encoding="utf-8") as file:
+            file.write("".join(f"{name}\n" for name in sorted(sys.modules)))
 
 
 def _secrets_out_of_the_environment(raw: dict) -> list[str]:

@@ -71,9 +71,9 @@ def status(show_all: bool, deep: bool, as_json: bool, timeout_ms: int,
 
 
 def _diagnosis(path, raw, config, config_error, snapshot, counts) -> dict[str, Any]:
-    from chatkernel.cli import _plugin_manager
     import tomli_w
 
+    from chatkernel.cli import _plugin_manager
     from chatkernel.core import config as cfg
     from chatkernel.core.health.report import environment
 
