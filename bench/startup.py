@@ -2,7 +2,9 @@
 
 Each command runs N times (``--runs``, default 15), each time in a fresh
 subprocess, and the median is reported next to its ratio to a bare
-``import pluggy, click`` — the floor any pluggy + click CLI pays.
+``import pluggy, click`` — the floor any pluggy + click CLI pays. The commands
+take turns, one run of each a round, so a machine busy for a while slows them
+alike and the ratios hold.
 
 Target: ``chatkernel plugins --json`` takes at most 2.5x the pluggy+click
 import, with or without installed channel plugins (plugins must import their
@@ -98,20 +100,29 @@ def install_synthetic_plugins(work: Path) -> Path:
     return target
 
 
-def measure(command: list[str], env: dict[str, str], runs: int) -> list[float]:
-    """Wall times in ms of ``runs`` fresh runs, after one untimed warm-up run
-    (which fills the OS file cache and stevedore's entry-point cache)."""
-    def once() -> float:
-        start = time.perf_counter()
-        result = subprocess.run(command, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, timeout=TIMEOUT)
-        elapsed = (time.perf_counter() - start) * 1000
-        if result.returncode != 0:
-            sys.exit(f"{' '.join(command)} failed:\n{result.stderr.decode()}")
-        return elapsed
+def once(command: list[str], env: dict[str, str]) -> float:
+    """The wall time in ms of one fresh run of ``command``."""
+    start = time.perf_counter()
+    result = subprocess.run(command, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, timeout=TIMEOUT)
+    elapsed = (time.perf_counter() - start) * 1000
+    if result.returncode != 0:
+        sys.exit(f"{' '.join(command)} failed:\n{result.stderr.decode()}")
+    return elapsed
 
-    once()
-    return [once() for _ in range(runs)]
+
+def measure(cases: list[tuple[str, list[str], dict[str, str]]], runs: int
+            ) -> list[list[float]]:
+    """Wall times in ms of ``runs`` fresh runs of each case, the cases taking turns, after
+    one untimed warm-up run of each (which fills the OS file cache and stevedore's
+    entry-point cache)."""
+    for _, command, env in cases:
+        once(command, env)
+    times: list[list[float]] = [[] for _ in cases]
+    for _ in range(runs):
+        for index, (_, command, env) in enumerate(cases):
+            times[index].append(once(command, env))
+    return times
 
 
 def main() -> None:
@@ -145,11 +156,9 @@ def main() -> None:
         if missing:
             sys.exit(f"the synthetic plugins were not listed: {sorted(missing)}")
 
-        results = []
-        for label, command, env in cases:
-            times = measure(command, env, args.runs)
-            results.append({"command": label, "median_ms": statistics.median(times),
-                            "min_ms": min(times), "max_ms": max(times)})
+        results = [{"command": label, "median_ms": statistics.median(times),
+                    "min_ms": min(times), "max_ms": max(times)}
+                   for (label, _, _), times in zip(cases, measure(cases, args.runs))]
         shutil.rmtree(work / "src", ignore_errors=True)
 
     floor = results[1]["median_ms"]

@@ -161,7 +161,7 @@ def test_a_baked_plugin_installs_is_listed_and_passes_its_own_tests(
 
 
 def test_the_readme_installs_the_test_extra_which_has_what_the_tests_import(tmp_path):
-    """``pip install -e '.[test]'`` in a fresh environment gives the baked tests all they
+    """``pip install -e '.[testing]'`` in a fresh environment gives the baked tests all they
     import: pytest is not a dependency of the kernel, so without the extra
     ``python -m pytest`` fails with "No module named pytest"."""
     import re
@@ -169,13 +169,13 @@ def test_the_readme_installs_the_test_extra_which_has_what_the_tests_import(tmp_
     from importlib.metadata import requires
 
     project = bake(tmp_path, channel_name="tplextra")
-    assert "pip install -e '.[test]'" in (project / "README.md").read_text()
+    assert "pip install -e '.[testing]'" in (project / "README.md").read_text()
     meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
 
     def names(requirements) -> set[str]:
         return {re.split(r"[\s<>=!~;\[]", r, maxsplit=1)[0].lower() for r in requirements}
 
-    extra = names(meta["optional-dependencies"]["test"])
+    extra = names(meta["optional-dependencies"]["testing"])
     assert "pytest" in extra
     installed = extra | names(meta["dependencies"]) | names(requires("chatkernel") or [])
     imported = {m for path in (project / "tests").glob("*.py")
@@ -234,6 +234,6 @@ def test_a_taken_name_is_refused_at_once_in_one_line(tmp_path):
 def test_after_baking_the_next_steps_are_printed(tmp_path, capfd):
     bake(tmp_path, channel_name="nextsteps")
     out = capfd.readouterr().out
-    for step in ("cd chatkernel-nextsteps", "pip install -e '.[test]'", "chatkernel plugins",
+    for step in ("cd chatkernel-nextsteps", "pip install -e '.[testing]'", "chatkernel plugins",
                  "python -m pytest tests", "README.md"):
         assert step in out

@@ -7,7 +7,13 @@ import pytest
 
 from chatkernel.channels import Capabilities
 from chatkernel import Command, InboundMessage, MediaRef, hookimpl
-from chatkernel.core.inbound.pipeline import BUSY_HINT, InvalidMessage, envelope, validate
+from chatkernel.core.inbound.pipeline import (
+    BUSY_HINT,
+    FAILURE_NOTICE,
+    InvalidMessage,
+    envelope,
+    validate,
+)
 from chatkernel.sdk.models import (
     INBOUND_FIELD_LIMITS,
     MAX_INBOUND_MEDIA,
@@ -556,7 +562,8 @@ async def test_a_message_failing_after_accept_stays_unfinished_and_the_chat_goes
         await h.kernel.accept(incoming("boom", "x1"))
         await h.kernel.accept(incoming("after", "x2"))
         await h.settle()
-        assert h.channel.texts() == ["after"]
+        # Not silent: its chat is told (tests/test_pipeline_failures.py), then goes on.
+        assert h.channel.texts() == [FAILURE_NOTICE, "after"]
         # Replayed on the next start, not lost.
         assert [e.message.message_id for e in await h.kernel.store.unfinished_inbound()] \
             == ["x1"]

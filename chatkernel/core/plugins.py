@@ -272,7 +272,9 @@ class PluginManager(pluggy.PluginManager):
         caller = getattr(self.hook, name)
         impls = caller.get_hookimpls()
         spec = caller.spec
-        if (self._monitored or spec is None or spec.kwargdefaults or len(impls) != 1
+        # A spec argument with a default (pluggy >= 1.7 fills it in; ``kwargnames``
+        # names them in every version) needs pluggy's call.
+        if (self._monitored or spec is None or spec.kwargnames or len(impls) != 1
                 or impls[0].wrapper or impls[0].hookwrapper):
             return lambda kwargs: caller(**kwargs)
         function, wanted = impls[0].function, tuple(impls[0].argnames)
@@ -292,7 +294,14 @@ class PluginManager(pluggy.PluginManager):
 
     def register(self, plugin: Any, name: str | None = None) -> str | None:
         self._direct.clear()
-        return super().register(plugin, name)
+        try:
+            return super().register(plugin, name)
+        except pluggy.PluginValidationError:
+            # pluggy before 1.7 raises this halfway: the plugin stays registered with
+            # the hooks before the bad one. A plugin that fails validation is not loaded.
+            if self.is_registered(plugin):
+                super().unregister(plugin)
+            raise
 
     def unregister(self, plugin: Any = None, name: str | None = None) -> Any:
         self._direct.clear()

@@ -307,6 +307,11 @@ class AccountRuntime:
     #: The account's calls to its platform: those out, the last success
     #: (chatkernel.sdk.calls).
     calls: Calls = field(default_factory=Calls)
+    #: Inbound messages whose processing failed in the pipeline, the last one's reason
+    #: and time (chatkernel.core.inbound.pipeline).
+    inbound_failures: int = 0
+    last_inbound_failure: str | None = None
+    last_inbound_failure_at: float | None = None
 
     def set_state(self, state: AccountState, now: float, detail: str = "") -> None:
         if state != self.state:
@@ -392,6 +397,11 @@ class AccountRuntime:
 
     def record_failure(self, failure: Any) -> None:
         self.recent_failures.append(failure)
+
+    def inbound_failed(self, reason: str, now: float) -> None:
+        """An inbound message failed in the pipeline, for ``reason``."""
+        self.inbound_failures += 1
+        self.last_inbound_failure, self.last_inbound_failure_at = reason, now
 
     def latest_error(self) -> tuple[str | None, float | None]:
         """The most recent of the loop's error, the receive problem and the send error,

@@ -9,7 +9,7 @@ print(f"""
 Created {DIST} ({TRANSPORT} channel '{NAME}'). Next steps:
 
   cd {DIST}
-  pip install -e '.[test]'           # into the environment that has chatkernel
+  pip install -e '.[testing]'        # into the environment that has chatkernel
   chatkernel plugins                 # lists '{NAME}'
   python -m pytest tests -q          # the kernel's contract suite against the fake platform
 

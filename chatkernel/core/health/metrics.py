@@ -25,6 +25,9 @@ class Metrics:
                                   labels, registry=self.registry)
         self.rejected = Counter("chatkernel_rejected", "Inbound messages refused by policy",
                                 labels, registry=self.registry)
+        self.inbound_failures = Counter(
+            "chatkernel_inbound_failures", "Inbound messages whose processing failed"
+            " unexpectedly (their chat got a notice)", labels, registry=self.registry)
         self.messages_out = Counter("chatkernel_messages_out", "Payloads sent", labels,
                                     registry=self.registry)
         self.send_failures = Counter("chatkernel_send_failures", "Payloads that failed to send",

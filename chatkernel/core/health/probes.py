@@ -365,6 +365,9 @@ class Health:
             last_send_error_at=runtime.last_send_error_at,
             recent_failures=[FailureInfo(**failure.as_dict())
                              for failure in reversed(runtime.recent_failures)],
+            inbound_failures=runtime.inbound_failures,
+            last_inbound_failure=runtime.last_inbound_failure,
+            last_inbound_failure_at=runtime.last_inbound_failure_at,
             last_call_ok_at=runtime.calls.last_ok_at,
             hanging_since=hang.since if (hang := runtime.calls.hanging(now)) else None,
             credentials_at=credentials_at,

@@ -167,6 +167,14 @@ def failure_lines(snapshot: dict[str, Any], limit: int = 5) -> list[str]:
     return lines
 
 
+def inbound_failure_lines(snapshot: dict[str, Any]) -> list[str]:
+    """Per account, how many inbound messages failed in the pipeline, and the last reason."""
+    return [f"  {account['key']}: {account['inbound_failures']}, the last "
+            f"{ago(account.get('last_inbound_failure_at'))}: "
+            f"{account.get('last_inbound_failure') or '?'}"
+            for account in accounts_of(snapshot) if account.get("inbound_failures")]
+
+
 def sessions_lines(sessions: dict[str, Any]) -> list[str]:
     line = (f"Sessions: {sessions.get('total', 0)} ({sessions.get('active_last_hour', 0)} "
             f"active in the last hour, {sessions.get('active_last_day', 0)} in the last day)")
@@ -212,6 +220,9 @@ def render_status(snapshot: dict[str, Any]) -> str:
     failures = failure_lines(snapshot)
     if failures:
         lines += ["", "Recent delivery failures:", *failures]
+    inbound = inbound_failure_lines(snapshot)
+    if inbound:
+        lines += ["", "Messages that failed in the pipeline (their chats were told):", *inbound]
     lines += ["", *sessions_lines(snapshot.get("sessions") or {})]
     presence = snapshot.get("presence") or []
     if presence:

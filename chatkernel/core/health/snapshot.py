@@ -145,6 +145,11 @@ class AccountSnapshot(_Model):
     last_send_error_at: float | None = None
     #: The latest payloads that did not arrive, newest first.
     recent_failures: list[FailureInfo] = []
+    #: Inbound messages that failed in the pipeline since the gateway started, the last
+    #: one's reason and time.
+    inbound_failures: int = 0
+    last_inbound_failure: str | None = None
+    last_inbound_failure_at: float | None = None
     #: When a call to the platform (a send, a probe, a poll) last worked, and since when
     #: one has been out unanswered with nothing working since (None: none hangs).
     last_call_ok_at: float | None = None

@@ -12,12 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from chatkernel.core.config import HeartbeatConfig
-from chatkernel.core.store.base import HeartbeatState
-from chatkernel.sdk.models import Account
-
 if TYPE_CHECKING:
-    from chatkernel.core.config import KernelConfig
+    from chatkernel.core.config import HeartbeatConfig, KernelConfig
+    from chatkernel.core.store.base import HeartbeatState
+    from chatkernel.sdk.models import Account
 
 VISIBILITY_KEYS = ("show_ok", "show_alerts", "use_indicator")
 #: An agent's config heartbeat is ``agent:<name>`` (the default agent's is ``main``).
@@ -51,6 +49,10 @@ def merged_settings(config: "KernelConfig", override: Mapping[str, Any] | None =
                 values[key] = {**values[key], **value}
             else:
                 values[key] = value
+    # Here, not at the top: the built-in heartbeat plugin imports this module, and the
+    # config schema (pydantic) is the heaviest import of a CLI start.
+    from chatkernel.core.config import HeartbeatConfig
+
     return HeartbeatConfig.model_validate(values)
 
 

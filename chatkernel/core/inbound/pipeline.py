@@ -73,6 +73,8 @@ LINED_REMEMBERED = 100_000
 LINE_LINGER_SECONDS = 2.0
 
 BUSY_HINT = "⏳ still working on your previous message — I'll get to this one next."
+#: What a chat is told when its message failed in the pipeline (a bug, a plugin's error).
+FAILURE_NOTICE = "⚠️ Something went wrong handling your message; the operator has been told."
 UNKNOWN_SENDER_REMINDER_SECONDS = 24 * 3600
 
 
@@ -444,9 +446,26 @@ class Inbound:
         account, message, seq = item
         try:
             await self.process(account, message, seq)
-        except Exception:
+        except Exception as exc:
             # Left unfinished in the journal: the next start replays it.
             log.exception("%s: message %s failed in the pipeline", account.key,
+                          message.message_id)
+            await self._failed(account, message, exc)
+
+    async def _failed(self, account: Account, message: InboundMessage,
+                      exc: Exception) -> None:
+        """A message whose processing raised is never silent: counted, kept for
+        ``status`` (the account's count and last reason), and its chat is told once.
+        A notice that cannot be sent is logged, not tried again."""
+        text = str(exc).strip()
+        reason = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+        self._metrics.inbound_failures.labels(message.channel, message.account).inc()
+        account.runtime.inbound_failed(reason, time.time())
+        try:
+            await self._outbound.deliver_text(account, route_for(message), FAILURE_NOTICE,
+                                              fmt="plain")
+        except Exception:
+            log.exception("%s: the failure notice for message %s was not sent", account.key,
                           message.message_id)
 
     def _taken(self, item: tuple[Account, InboundMessage, int]) -> None:

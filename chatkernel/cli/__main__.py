@@ -1,0 +1,5 @@
+"""``python -m chatkernel.cli``: the ``chatkernel`` command."""
+
+from chatkernel.cli import main
+
+main()
