@@ -279,10 +279,11 @@ def test_reload_with_no_gateway_says_so(tmp_path):
 
 
 def edited(config, **sections):
-    """``config`` with some sections replaced (a dict shaped like config.toml)."""
+    """``config`` with some sections replaced (a dict shaped like config.toml): the
+    tables it sets, as its file would have them, and the new ones."""
     from chatkernel.core.config import KernelConfig
 
-    return KernelConfig.model_validate({**config.model_dump(), **sections})
+    return KernelConfig.model_validate({**config.model_dump(exclude_unset=True), **sections})
 
 
 def test_each_changed_key_is_live_or_needs_a_restart():

@@ -152,22 +152,9 @@ class KernelHarness:
                  plugins: list[tuple[str, object]] | None = None,
                  heartbeat_clock: Any = None, channel_clock: Any = None,
                  queue_clock: Any = None, pacing: Any = None) -> None:
-        data: dict[str, Any] = {
-            "gateway": {"workspace": str(home / "workspace")},
-            "store": {"path": str(home / "state.db")},
-            "queue": {"debounce_ms": 0},
-            # The web chat is a gateway's page: a kernel with no HTTP server leaves it off
-            # (a test's own [channels.webchat] table turns it on).
-            "channels": {"memory": {"accounts": {"main": {"allow_from": ["*"]}}},
-                         "webchat": {"enabled": False}},
-        }
-        for section, values in (config or {}).items():
-            if isinstance(values, dict) and isinstance(data.get(section), dict):
-                data[section] = {**data[section], **values}
-            else:
-                data[section] = values
+        self.home = home
         # As `run` reads a file: a bad value is a ConfigError naming its key.
-        self.config = parse(data, strict_env=False)
+        self.config = parse(self.config_data(config), strict_env=False)
         self.plugins = [("chatkernel.testing.memory", MemoryPlugin), *(plugins or [])]
         #: The heartbeat scheduler's clock (e.g. a chatkernel.testing.clock.ManualClock).
         self.heartbeat_clock = heartbeat_clock
@@ -182,6 +169,27 @@ class KernelHarness:
         #: notice, so a plugin's tests use the verbs below (tests/test_plugin_privacy.py).
         self.kernel: Any = None
         self._stack: AsyncExitStack | None = None
+
+    def config_data(self, config: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The config file's tables this harness runs ``config`` with (its home's
+        workspace and state, the ``memory:main`` account admitting everyone, no debounce,
+        no web chat), each of ``config``'s tables merged over its own: what a test
+        reloads the kernel with (``cfg.parse(h.config_data({...}))``)."""
+        data: dict[str, Any] = {
+            "gateway": {"workspace": str(self.home / "workspace")},
+            "store": {"path": str(self.home / "state.db")},
+            "queue": {"debounce_ms": 0},
+            # The web chat is a gateway's page: a kernel with no HTTP server leaves it off
+            # (a test's own [channels.webchat] table turns it on).
+            "channels": {"memory": {"accounts": {"main": {"allow_from": ["*"]}}},
+                         "webchat": {"enabled": False}},
+        }
+        for section, values in (config or {}).items():
+            if isinstance(values, dict) and isinstance(data.get(section), dict):
+                data[section] = {**data[section], **values}
+            else:
+                data[section] = values
+        return data
 
     async def __aenter__(self) -> "KernelHarness":
         from chatkernel.core.kernel import Kernel

@@ -128,6 +128,26 @@ def changed_keys(old: Any, new: Any, prefix: tuple[str, ...] = ()) -> list[tuple
     return [] if old == new else [prefix]
 
 
+#: The tables whose presence decides something, whatever they hold: a `[heartbeat]` (or
+#: an agent's `heartbeat`) table turns that heartbeat on, with its defaults.
+PRESENCE_MATTERS = frozenset({"heartbeat"})
+
+
+def tables_added_or_removed(old: dict[str, Any], new: dict[str, Any],
+                            prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The :data:`PRESENCE_MATTERS` tables one config sets and the other does not, from
+    dumps of what each config sets: :func:`changed_keys` compares values, and an empty
+    table's values are its defaults, the same as no table's."""
+    found: list[tuple[str, ...]] = []
+    for key in sorted(old.keys() | new.keys()):
+        here, before, after = (*prefix, key), old.get(key), new.get(key)
+        if key in PRESENCE_MATTERS and (before is None) != (after is None):
+            found.append(here)
+        elif isinstance(before, dict) and isinstance(after, dict):
+            found += tables_added_or_removed(before, after, here)
+    return found
+
+
 def is_live(path: tuple[str, ...]) -> bool | None:
     """Whether a reload applies a changed key: True, False (a restart does), or None
     for the accounts' keys, which are decided per account."""
@@ -147,13 +167,21 @@ def dotted(path: tuple[str, ...]) -> str:
 
 def _restore(data: dict[str, Any], old: dict[str, Any], path: tuple[str, ...]) -> None:
     """Put ``old``'s value at ``path`` back into ``data`` (remove it where ``old`` has none)."""
-    node, source = data, old
+    source: Any = old
     for part in path[:-1]:
         source = source.get(part, {}) if isinstance(source, dict) else {}
-        node = node.setdefault(part, {})
     if isinstance(source, dict) and path[-1] in source:
+        node = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
         node[path[-1]] = source[path[-1]]
-    else:
+        return
+    node = data  # `old` has none: take it out, making no table on the way
+    for part in path[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+        if node is None:
+            return
+    if isinstance(node, dict):
         node.pop(path[-1], None)
 
 
@@ -221,27 +249,33 @@ async def apply_config(kernel: "Kernel", new: cfg.KernelConfig, *,
 
 
 def _plan(kernel: "Kernel", new: cfg.KernelConfig, built: dict[str, Account]) -> _Plan:
+    # Values are compared whole; the effective config is built from what each config
+    # sets, since a table's presence means something (a `[heartbeat]` table turns the
+    # config heartbeat on): a reload must arrive where a start on `new` arrives.
     old_data, new_data = kernel.config.model_dump(), new.model_dump()
-    plan = _Plan(effective=new.model_dump(), report=ReloadReport())
+    old_set = kernel.config.model_dump(exclude_unset=True)
+    plan = _Plan(effective=new.model_dump(exclude_unset=True), report=ReloadReport())
     report = plan.report
-    for path in changed_keys(old_data, new_data):
+    changed = changed_keys(old_data, new_data)
+    for path in changed + [path for path in tables_added_or_removed(old_set, plan.effective)
+                           if path not in changed]:
         live = is_live(path)
         if live:
             report.applied.append(dotted(path))
         elif live is False:
             report.restart_needed.append(dotted(path))
-            _restore(plan.effective, old_data, path)
+            _restore(plan.effective, old_set, path)
     running = kernel.accounts
     for key in sorted(built.keys() | running.keys()):
         old, wanted = running.get(key), built.get(key)
         if old is not None and wanted is not None:
-            _plan_changed(plan, old_data, old, wanted)
+            _plan_changed(plan, old_set, old, wanted)
             continue
         account = old or wanted
         assert account is not None
         if serves_http(account):
             report.restart_needed.append(_where(account))
-            _keep(plan.effective, old_data, account)
+            _keep(plan.effective, old_set, account)
         elif wanted is not None:
             plan.added.append(wanted)
             report.added.append(key)
@@ -251,7 +285,7 @@ def _plan(kernel: "Kernel", new: cfg.KernelConfig, built: dict[str, Account]) ->
     return plan
 
 
-def _plan_changed(plan: _Plan, old_data: dict[str, Any], account: Account,
+def _plan_changed(plan: _Plan, old_set: dict[str, Any], account: Account,
                   wanted: Account) -> None:
     """An account in both configs: its kernel settings change in place; its channel's
     own settings make a new channel, unless the channel serves HTTP routes. A changed
@@ -270,7 +304,7 @@ def _plan_changed(plan: _Plan, old_data: dict[str, Any], account: Account,
                                                for name in kept})
         for name in sorted(kept):
             plan.report.restart_needed.append(f"{_where(account)}.{name}")
-            _keep(plan.effective, old_data, account, name)
+            _keep(plan.effective, old_set, account, name)
     if own - kept:
         plan.rebuilt.append((account, settings))
         plan.report.restarted.append(account.key)
