@@ -1600,5 +1600,9 @@ def _validate_channels(raw: dict[str, Any], path, *, strict_env: bool) -> int:
     return count
 
 
+from chatkernel.cli_security import security  # noqa: E402 - imports click alone
+cli.add_command(security)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -1,0 +1,99 @@
+"""``chatkernel security``: the security audit of a config and its home
+(chatkernel.core.health.audit, docs/security-audit.md).
+
+Imports nothing beyond click until a command runs: ``chatkernel --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+# chatkernel.cli registers this group at its end: this module imports it only when a
+# command runs, so that ``python -m chatkernel.cli`` (which loads it as __main__) works.
+
+
+def _remember_config(ctx: click.Context, param: click.Parameter, value: str | None
+                     ) -> str | None:
+    from chatkernel.cli import _remember_config
+
+    return _remember_config(ctx, param, value)
+
+
+def _config_option(command: Any) -> Any:
+    """``--config PATH`` as every command takes it (chatkernel.cli.config_option): the
+    one given nearest the command wins."""
+    import inspect
+
+    return click.option("--config", "config_file", metavar="PATH", envvar="CHATKERNEL_CONFIG",
+                        expose_value="config_file" in inspect.signature(command).parameters,
+                        callback=_remember_config,
+                        help="The config file (default $CHATKERNEL_CONFIG, else "
+                             "$CHATKERNEL_HOME/config.toml).")(command)
+
+
+@click.group()
+@_config_option
+def security() -> None:
+    """Check the config and its home for what exposes the gateway."""
+
+
+@security.command("audit")
+@click.option("--json", "as_json", is_flag=True, help="Output JSON.")
+@click.option("--fix", is_flag=True,
+              help="Tighten the modes of the files named (0600, the home 0700); nothing "
+                   "else is changed.")
+@_config_option
+def security_audit(as_json: bool, fix: bool, config_file: str | None) -> None:
+    """Find what exposes the gateway or its agent: secrets in plain text, everyone
+    admitted to an agent that runs commands, files others can read, a public listen
+    address, unsigned webhooks, the gateway's secrets handed to a command agent.
+
+    Reads the config and the files of the home; opens no connection. Exits 1 when a
+    finding is critical.
+    """
+    from chatkernel.cli import _plugin_manager, _read_config_quietly, _require_named_file
+    from chatkernel.core.config import home_dir
+    from chatkernel.core.health.audit import audit, critical, fix_modes
+
+    _require_named_file(config_file)
+    path, raw, config, config_error = _read_config_quietly(config_file)
+    if config_error and path.exists():
+        click.echo(f"warning: {config_error}; the accounts and agents are not checked",
+                   err=True)
+    pm = _plugin_manager()
+    findings = audit(path, home_dir(), raw, config, pm=pm)
+    changed = fix_modes(findings) if fix else []
+    if changed:  # what is left after the fix
+        findings = audit(path, home_dir(), raw, config, pm=pm)
+    ok = not critical(findings)
+    if as_json:
+        data = {"ok": ok, "findings": [finding.as_dict() for finding in findings]}
+        if fix:
+            data["fixed"] = [{"path": str(change.path), "old_mode": f"{change.old:04o}",
+                              "new_mode": f"{change.new:04o}"} for change in changed]
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    else:
+        for change in changed:
+            click.echo(f"fixed {change}")
+        if fix and not changed:
+            click.echo("no file mode to tighten")
+        click.echo(render(findings))
+    sys.exit(0 if ok else 1)
+
+
+def render(findings) -> str:
+    """The findings as text, one block each, then a count by severity."""
+    if not findings:
+        return "no findings"
+    lines = []
+    for finding in findings:
+        lines += [f"{finding.severity.upper():8}  {finding.check}: {finding.message}",
+                  f"{'':8}  fix: {finding.fix}"]
+    counts = {severity: sum(f.severity == severity for f in findings)
+              for severity in ("critical", "warn", "info")}
+    lines.append(", ".join(f"{count} {severity}" for severity, count in counts.items()))
+    return "\n".join(lines)
