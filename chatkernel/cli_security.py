@@ -85,6 +85,16 @@ def security_audit(as_json: bool, fix: bool, config_file: str | None) -> None:
     sys.exit(0 if ok else 1)
 
 
+def audit_summary(path: Any, raw: dict[str, Any], config: Any) -> dict[str, Any]:
+    """What ``chatkernel status`` says of the audit: the number of critical findings and
+    the command that shows them (reads files only: no connection, no change)."""
+    from chatkernel.core.config import home_dir
+    from chatkernel.core.health.audit import audit, critical
+
+    count = len(critical(audit(path, home_dir(), raw, config)))
+    return {"critical": count, "command": "chatkernel security audit"}
+
+
 def render(findings) -> str:
     """The findings as text, one block each, then a count by severity."""
     if not findings:
