@@ -56,7 +56,7 @@ def security_audit(as_json: bool, fix: bool, config_file: str | None) -> None:
     finding is critical.
     """
     from chatkernel.cli import _plugin_manager, _read_config_quietly, _require_named_file
-    from chatkernel.core.config import home_dir
+    from chatkernel.core.config import ConfigError, home_dir, read_raw
     from chatkernel.core.health.audit import audit, critical, fix_modes
 
     _require_named_file(config_file)
@@ -64,6 +64,10 @@ def security_audit(as_json: bool, fix: bool, config_file: str | None) -> None:
     if config_error and path.exists():
         click.echo(f"warning: {config_error}; the accounts and agents are not checked",
                    err=True)
+        try:  # a file that is TOML but not a valid config: its secrets are still checked
+            raw = read_raw(path)
+        except ConfigError:
+            raw = {}
     pm = _plugin_manager()
     findings = audit(path, home_dir(), raw, config, pm=pm)
     changed = fix_modes(findings) if fix else []
