@@ -323,6 +323,17 @@ def test_fix_changes_nothing_but_modes(home):
     assert found(critical(run_audit(home))) == [("allow-everyone", "critical")]
 
 
+def test_a_config_that_does_not_validate_still_has_its_files_and_secrets_checked(home):
+    write(home, f'[gateway]\nlisten = "nowhere"\ncontrol_token = "{CONTROL}"\n', 0o644)
+    result = CliRunner().invoke(cli, ["security", "audit", "--json"])
+    assert "the accounts and agents are not checked" in result.stderr
+    assert result.exit_code == 1
+    findings = json.loads(result.stdout)["findings"]
+    assert [(item["check"], item["severity"]) for item in findings] == [
+        ("file-mode", "critical"), ("secret-literal", "warn")]
+    assert CONTROL not in result.output
+
+
 # -- the command's output ------------------------------------------------------------------------
 
 

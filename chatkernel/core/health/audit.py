@@ -198,8 +198,8 @@ def _file_modes(config_path: Path, home: Path, config: KernelConfig | None, *,
         (home / GATEWAY_FILE, "the running gateway's control token file", True),
         (home / ENV_FILE, "the env file", True),
     ]
-    if config is not None and config.store.backend == "sqlite":
-        database = config.store_path()
+    if config is None or config.store.backend == "sqlite":  # unread: the default place
+        database = config.store_path() if config is not None else home / "state.db"
         files += [(Path(f"{database}{suffix}"), "the state database: every conversation",
                    False) for suffix in ("", "-wal", "-shm")]
     findings = []
