@@ -53,6 +53,7 @@ from chatkernel.cli import (  # noqa: E402, F401
     login,
     plugins,
     run,
+    security,
     send,
     sessions,
     status,

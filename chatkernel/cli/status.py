@@ -55,6 +55,9 @@ def status(show_all: bool, deep: bool, as_json: bool, timeout_ms: int,
         snapshot["gateway"]["error"] = error if info is not None else None
     for key in ("pid", "accounts", "started_at"):  # the control API's older fields
         snapshot.pop(key, None)
+    from chatkernel.cli.security import audit_summary
+
+    snapshot["security"] = audit_summary(path, raw, config)
     if show_all:
         diagnosis = _diagnosis(path, raw, config, config_error, snapshot, counts)
         from chatkernel.core.health.report import render_diagnosis

@@ -71,6 +71,14 @@ class AccountConfig(BaseModel):
     #: The least time between two updates of a live reply; unset: the channel's.
     streaming_interval_ms: int | None = Field(None, ge=100, le=60_000)
 
+    def webhook_secrets(self) -> tuple[str, ...]:
+        """The keys of this account that authenticate the platform's webhook requests
+        (a signing secret, a secret token) in the mode it is set to receive in. Without
+        one, anyone who finds the webhook's URL can post messages as any user, so
+        ``chatkernel security audit`` reports each one left unset. Empty (the default):
+        the account receives no webhook, or its platform signs nothing."""
+        return ()
+
     @field_validator("allow_from", mode="before")
     @classmethod
     def _ids_as_strings(cls, value: Any) -> Any:

@@ -200,6 +200,10 @@ def render_status(snapshot: dict[str, Any]) -> str:
         probes = "live probes" if snapshot.get("live") else "cached probes"
         lines.append(f"Health: {'ok' if snapshot['ok'] else f'{len(problems)} problem(s)'} "
                      f"({probes})")
+    security = snapshot.get("security") or {}
+    if security.get("critical"):
+        lines.append(f"Security: {security['critical']} critical finding(s): run "
+                     f"{security.get('command') or 'chatkernel security audit'}")
     rows = [["CHANNEL", "ACCOUNT", "STATE", "LAST INBOUND", "LAST SENT", "RESTARTS/H",
              "CREDENTIALS", "PROBE"]]
     for account in accounts_of(snapshot):

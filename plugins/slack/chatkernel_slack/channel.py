@@ -120,6 +120,9 @@ class SlackAccount(AccountConfig):
     #: account's health is red meanwhile.
     silent_after: float = Field(30.0, gt=0)
 
+    def webhook_secrets(self) -> tuple[str, ...]:
+        return ("signing_secret",) if self.mode == "events" else ()
+
     @model_validator(mode="before")
     @classmethod
     def _secrets(cls, data: Any) -> Any:

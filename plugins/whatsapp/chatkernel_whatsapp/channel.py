@@ -104,6 +104,9 @@ class WhatsAppAccount(AccountConfig):
     max_message_age_minutes: float = Field(240, gt=0)
     template: TemplateConfig | None = None
 
+    def webhook_secrets(self) -> tuple[str, ...]:
+        return ("app_secret",)  # every notification is a webhook POST
+
 
 # Every running account by its phone number id: one Meta app posts every number's
 # notifications to the same callback URL, whichever account's route that is.
