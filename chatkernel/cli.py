@@ -1600,5 +1600,8 @@ def _validate_channels(raw: dict[str, Any], path, *, strict_env: bool) -> int:
     return count
 
 
+from chatkernel.cli_pairing import pairing  # noqa: E402  (it imports the helpers above)
+cli.add_command(pairing)
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

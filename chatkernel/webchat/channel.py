@@ -34,13 +34,14 @@ from typing import Any
 
 import anyio
 from aiohttp import web
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from chatkernel.sdk.channel import Channel, ChannelLimits, Deliver
 from chatkernel.sdk.errors import Backlogged
 from chatkernel.sdk.receiving.transport import Transport
 from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
 from chatkernel.core.config import AccountConfig
+from chatkernel.sdk.accounts import DmPolicy
 from chatkernel.core.gateway.http_guard import RequestError, read_json_object
 from chatkernel.sdk.models import (
     INBOUND_FIELD_LIMITS,
@@ -64,11 +65,23 @@ SHARED_POLL_SECONDS = 1.0
 
 
 class WebChatAccount(AccountConfig):
-    """A web chat account. The page is local, so anyone who reaches it may talk."""
+    """A web chat account. The page is local, so anyone who reaches it may talk: its
+    ``dm_policy`` is ``"open"`` by default, not ``"pairing"``. A config that lists its
+    own ``allow_from`` (without ``"*"``) and names no policy keeps admitting exactly
+    those senders (``"allowlist"``), as it did before there were policies."""
 
     allow_from: list[str] = Field(default_factory=lambda: ["*"])
+    dm_policy: DmPolicy = "open"
     require_mention: bool = False
     history_limit: int = Field(500, ge=10)
+
+    @model_validator(mode="after")
+    def _listed_means_allowlist(self) -> "WebChatAccount":
+        fields = self.model_fields_set
+        if "allow_from" in fields and "dm_policy" not in fields \
+                and "*" not in self.allow_from:
+            self.dm_policy = "allowlist"
+        return self
 
 
 class WebChatChannel(Channel, LiveReplies):
@@ -82,7 +95,8 @@ class WebChatChannel(Channel, LiveReplies):
     config_example = """\
 [channels.webchat]                    # enabled = false here turns the web chat off
 [channels.webchat.accounts.default]   # the page at /
-allow_from = ["*"]                    # the page admits everyone who reaches it
+dm_policy = "open"                    # the page admits everyone who reaches it
+allow_from = ["*"]
 history_limit = 500                   # messages of its chat a page shows
 """
 
