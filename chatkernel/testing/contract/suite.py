@@ -288,6 +288,40 @@ class ChannelContract:
         request = run.turn_for("gr02z")
         assert f"group: {group}" in request.envelope, request.envelope
 
+    # 6b
+    @needs("groups")
+    async def test_groups_follow_the_group_policy(self, platform_adapter, tmp_path):
+        """A group not admitted gets no reply and no pairing code, even when the bot is
+        mentioned; a group listed as ``chat:<id>`` is answered when mentioned, by those
+        ``group_allow_from`` names."""
+        adapter = platform_adapter
+        self.require(adapter, "groups")
+        listed, other = adapter.group_chat(1), adapter.group_chat(2)
+        boss, intern = adapter.user_id(1), adapter.user_id(2)
+        async with self.contract_run(adapter, tmp_path / "kernel",
+                                     allow_from=[f"chat:{listed}"],
+                                     account_settings={"group_allow_from": [boss]}) as run:
+            await adapter.inject(other, "anyone gp01z", sender_id=boss, group=True,
+                                 mention=True)
+            await adapter.inject(listed, "me gp02z", sender_id=intern, group=True,
+                                 mention=True)
+            await adapter.inject(listed, "no mention gp03z", sender_id=boss, group=True)
+            await adapter.inject(listed, "answer gp04z", sender_id=boss, group=True,
+                                 mention=True)
+            await run.wait_for_tokens(listed, ["gp04z"])
+            await run.settle()
+            assert run.texts(other) == [], run.texts(other)
+            assert run.tokens_sent(listed, ["gp02z", "gp03z", "gp04z"]) == ["gp04z"], \
+                run.texts(listed)
+            assert await run.harness.pairing_requests() == []
+            assert not any(t in text for text in run.agent_texts()
+                           for t in ("gp01z", "gp02z", "gp03z")), run.agent_texts()
+        async with self.contract_run(adapter, tmp_path / "open", allow_from=[],
+                                     account_settings={"group_policy": "open"}) as run:
+            await adapter.inject(other, "open gp05z", sender_id=intern, group=True,
+                                 mention=True)
+            await run.wait_for_tokens(other, ["gp05z"])
+
     # 7
     @needs("threads")
     async def test_thread_message_is_answered_in_its_thread(self, contract_kernel):
