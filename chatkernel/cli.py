@@ -1600,8 +1600,8 @@ def _validate_channels(raw: dict[str, Any], path, *, strict_env: bool) -> int:
     return count
 
 
-from chatkernel.cli_pairing import pairing  # noqa: E402  (it imports the helpers above)
-cli.add_command(pairing)
+# `chatkernel pairing`: its module adds its group to `cli` (it imports the helpers above).
+import chatkernel.cli_pairing  # noqa: E402,F401
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from chatkernel.cli import _control_or_direct, config_option
+from chatkernel.cli import _control_or_direct, cli, config_option
 
 
 def _ask(config_file: str | None, action: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -123,3 +123,6 @@ def pairing_revoke(channel: str, sender: str, account: str | None,
     revoked = _ask(config_file, "revoke", {"channel": channel, "sender": sender,
                                            "account": account})["revoked"]
     click.echo(f"Revoked {revoked['sender']} on {revoked['channel']}:{revoked['account']}.")
+
+
+cli.add_command(pairing)

@@ -9,6 +9,7 @@ import aiohttp
 import anyio
 import pytest
 
+from chatkernel.core.inbound.access import dm_policy_of
 from chatkernel.testing.contract import wait_until
 from chatkernel.testing.gateway import start_gateway
 from chatkernel.webchat.channel import WebChatAccount
@@ -17,10 +18,10 @@ pytestmark = pytest.mark.anyio
 
 
 def test_the_web_chat_admits_everyone_unless_its_config_lists_who():
-    assert WebChatAccount().dm_policy == "open"
-    assert WebChatAccount(allow_from=["u1"]).dm_policy == "allowlist"
-    assert WebChatAccount(allow_from=["*"]).dm_policy == "open"
-    assert WebChatAccount(allow_from=["u1"], dm_policy="pairing").dm_policy == "pairing"
+    assert dm_policy_of(WebChatAccount()) == "open"
+    assert dm_policy_of(WebChatAccount(allow_from=["u1"])) == "allowlist"
+    assert dm_policy_of(WebChatAccount(allow_from=["*"])) == "open"
+    assert dm_policy_of(WebChatAccount(allow_from=["u1"], dm_policy="pairing")) == "pairing"
 
 
 async def bot_messages(http, base, chat):

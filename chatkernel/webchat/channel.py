@@ -34,7 +34,7 @@ from typing import Any
 
 import anyio
 from aiohttp import web
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from chatkernel.sdk.channel import Channel, ChannelLimits, Deliver
 from chatkernel.sdk.errors import Backlogged
@@ -66,22 +66,15 @@ SHARED_POLL_SECONDS = 1.0
 
 class WebChatAccount(AccountConfig):
     """A web chat account. The page is local, so anyone who reaches it may talk: its
-    ``dm_policy`` is ``"open"`` by default, not ``"pairing"``. A config that lists its
-    own ``allow_from`` (without ``"*"``) and names no policy keeps admitting exactly
-    those senders (``"allowlist"``), as it did before there were policies."""
+    ``dm_policy`` is ``"open"`` by default, not ``"pairing"`` (unset: open). A config that
+    lists its own ``allow_from`` (without ``"*"``) and names no policy keeps admitting
+    exactly those senders, as it did before there were policies
+    (chatkernel.core.inbound.access.dm_policy_of)."""
 
     allow_from: list[str] = Field(default_factory=lambda: ["*"])
-    dm_policy: DmPolicy = "open"
+    dm_policy: DmPolicy | None = None  # type: ignore[assignment]
     require_mention: bool = False
     history_limit: int = Field(500, ge=10)
-
-    @model_validator(mode="after")
-    def _listed_means_allowlist(self) -> "WebChatAccount":
-        fields = self.model_fields_set
-        if "allow_from" in fields and "dm_policy" not in fields \
-                and "*" not in self.allow_from:
-            self.dm_policy = "allowlist"
-        return self
 
 
 class WebChatChannel(Channel, LiveReplies):

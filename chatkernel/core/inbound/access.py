@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from chatkernel.core.store.base import ApprovedSender, PairingRequest, Store
 
 __all__ = ["CODE_ALPHABET", "CODE_LENGTH", "CODE_TTL_SECONDS", "MAX_PENDING", "Pairing",
-           "RESEND_SECONDS", "approved", "decide", "forgotten", "new_code", "offer_code"]
+           "PairingError", "RESEND_SECONDS", "approved", "decide", "dm_policy_of", "forgotten",
+           "new_code", "offer_code"]
 
 log = logging.getLogger("chatkernel.access")
 
@@ -89,7 +90,7 @@ def decide(config: Any, message: InboundMessage) -> Verdict:
         if narrowed and "*" not in narrowed and not _listed(narrowed, message):
             return Verdict.deny("sender not on group_allow_from", stranger="refused")
         return Verdict.allow()
-    policy = getattr(config, "dm_policy", "pairing")
+    policy = dm_policy_of(config)
     if policy == "disabled":
         return Verdict.deny("private messages are off (dm_policy = \"disabled\")",
                             stranger="refused")
@@ -102,6 +103,16 @@ def decide(config: Any, message: InboundMessage) -> Verdict:
                    f"the owner can add it to channels.{message.channel}.accounts."
                    f"{message.account}.allow_from."))
     return Verdict.deny("sender not paired", stranger="pair")
+
+
+def dm_policy_of(config: Any) -> str:
+    """An account's ``dm_policy`` as it applies. Unset (the web chat's default): open,
+    the page admitting everyone who reaches it, unless ``allow_from`` lists who (without
+    ``"*"``): then exactly those, as before there were policies."""
+    policy = getattr(config, "dm_policy", "pairing")
+    if policy is None:
+        return "open" if "*" in (getattr(config, "allow_from", None) or ()) else "allowlist"
+    return policy
 
 
 async def approved(store: Store, message: InboundMessage) -> bool:
@@ -194,8 +205,6 @@ class Pairing:
         """Admit the sender of request ``code`` on ``channel`` and tell them so in their
         chat; returns the request and what became of the notice (``sent``, ``failed``...,
         ``queued`` when not waited for: ``wait`` seconds at most)."""
-        from chatkernel.core.runtime.control import send_outcome
-
         request = await self._resolve(channel, code, account, approve=True)
         log.info("%s:%s: %s approved by pairing (code %s)", request.channel, request.account,
                  request.sender, request.code)
@@ -206,8 +215,10 @@ class Pairing:
         reply_id = await self._outbound.deliver_text(found, route, APPROVED_TEXT, fmt="plain")
         if reply_id is None or not wait:
             return request, "queued"
-        entries = await self._deliveries.wait(reply_id, wait)
-        return request, send_outcome([{"status": entry.status} for entry in entries])
+        statuses = {entry.status for entry in await self._deliveries.wait(reply_id, wait)}
+        if statuses == {"sent"}:
+            return request, "sent"
+        return request, "failed" if "failed" in statuses else "not confirmed yet"
 
     async def deny(self, channel: str, code: str, *,
                    account: str | None = None) -> PairingRequest:
