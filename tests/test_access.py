@@ -288,3 +288,15 @@ async def test_a_thousand_strangers_leave_three_requests_and_no_growth(tmp_path)
         assert len(h.channel.sent) == MAX_PENDING  # three codes, nothing else
         journal = db.execute("SELECT message FROM inbound_journal").fetchall()
         assert len(journal) == 1000 and not any("spam" in row[0] for row in journal)
+
+
+async def test_status_mentions_the_pending_requests(tmp_path):
+    from chatkernel.core.health.report import render_status
+
+    async with harness(tmp_path) as h:
+        await h.channel.receive("hi", sender_id="s1", chat_id="c1")
+        await h.settle()
+        snapshot = (await h.health.snapshot()).model_dump(mode="json")
+        assert snapshot["sessions"]["pairing_pending"] == 1
+        assert "Pairing: 1 request(s) waiting for your approval (chatkernel pairing list)" \
+            in render_status(snapshot)
