@@ -198,7 +198,7 @@ phone_number_id = "106540352242922"           # the business number's id (the Me
 app_secret = "${WHATSAPP_APP_SECRET}"         # signs every webhook POST
 verify_token = "${WHATSAPP_VERIFY_TOKEN}"     # what you typed in the webhook's settings
 allow_from = ["15551234567"]                  # phone numbers (digits) or user ids; "*" anyone
-dm_policy = "pairing"                         # others get a code: chatkernel pairing approve whatsapp CODE
+dm_policy = "pairing"                         # others get a code you approve (docs/access.md)
 """
     account_model = WhatsAppAccount
     limits = ChannelLimits(
