@@ -51,6 +51,7 @@ from chatkernel.cli import (  # noqa: E402, F401
     config,
     heartbeat,
     login,
+    pairing,
     plugins,
     run,
     security,
