@@ -47,6 +47,7 @@ import pytest
 from chatkernel.core.turns.agents import AgentEvent
 from chatkernel.sdk.models import InboundMessage, ProbeResult
 from chatkernel.testing.agents import ScriptedAgent, agent_plugin, scripted_agent
+from chatkernel.testing.contract_faults import FaultChecks
 from chatkernel.testing.memory import KernelHarness
 
 __all__ = ["ChannelContract", "ContractReceiver", "ContractRun", "PlatformAdapter", "needs",
@@ -611,7 +612,7 @@ def needs(capability: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 
-class ChannelContract:
+class ChannelContract(FaultChecks):
     """The tests every channel passes against its fake platform.
 
     Subclass it as ``Test<Channel>Contract`` and set :attr:`adapter_class`
