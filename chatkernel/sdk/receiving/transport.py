@@ -51,6 +51,12 @@ __all__ = ["Polling", "Transport"]
 
 log = logging.getLogger("chatkernel.channel")
 
+#: How long past its own wait (``Polling.poll_wait``) a long poll may go unanswered
+#: before the platform counts as hung.
+POLL_MARGIN_SECONDS = 5.0
+#: ``PlatformError.code`` of a long poll abandoned that way.
+POLL_HUNG = "poll_hung"
+
 
 class Transport:
     """How one account receives: the loop, its HTTP routes, and what its events are.
@@ -233,6 +239,42 @@ class Polling(Transport):
         :class:`PlatformError` when it fails."""
         raise NotImplementedError(f"{type(self).__name__} does not poll")
 
+    @property
+    def poll_wait(self) -> float | None:
+        """Seconds the platform may hold one poll before it answers (the long poll's
+        own timeout): the channel's ``config.poll_timeout`` by default (the template's
+        and Telegram's setting); None: the loop sets no deadline of its own.
+
+        A poll still unanswered :data:`POLL_MARGIN_SECONDS` after that is a hung
+        platform: it is abandoned, counted as a failed call at once (the account's
+        health says so) and made again, rather than waiting out the client's own
+        timeout (``poll_timeout + 15`` s and more) while nothing is received."""
+        config = getattr(self.channel, "config", None)
+        wait = getattr(config, "poll_timeout", None)
+        return float(wait) if isinstance(wait, (int, float)) else None
+
+    async def _poll_within(self, cursor: str | None) -> Polled:
+        """:meth:`poll`, abandoned once it is :data:`POLL_MARGIN_SECONDS` past
+        :attr:`poll_wait` (on the loop's clock)."""
+        wait = self.poll_wait
+        if wait is None:
+            return await self.poll(cursor)
+        limit = wait + POLL_MARGIN_SECONDS
+        polled: list[Polled] = []
+        async with anyio.create_task_group() as tg:
+            async def deadline() -> None:
+                await self.clock.sleep(limit)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(deadline)
+            polled.append(await self.poll(cursor))
+            tg.cancel_scope.cancel()
+        if not polled:
+            raise PlatformError(f"the long poll got no answer within {limit:g}s (the "
+                                f"platform holds one {wait:g}s); abandoned and made again",
+                                kind="no_answer", code=POLL_HUNG)
+        return polled[0]
+
     async def prepare(self) -> None:
         """Called once before the first poll (Telegram removes a leftover webhook)."""
 
@@ -247,9 +289,13 @@ class Polling(Transport):
         while True:
             await context.receive_gate()
             try:
-                polled = await self.poll(cursor)
+                polled = await self._poll_within(cursor)
             except PlatformError as exc:
                 failures += 1
+                if exc.code == POLL_HUNG:
+                    # The platform took the poll and hangs: no passing failure, and the
+                    # next one would take as long to tell. Reported at once.
+                    failures = max(failures, 2)
                 await self.failed(exc, backoff, failures, "poll")
                 continue
             calls.succeeded()  # an answered call (sdk/calls.py)
