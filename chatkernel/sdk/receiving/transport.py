@@ -54,6 +54,10 @@ log = logging.getLogger("chatkernel.channel")
 #: How long past its own wait (``Polling.poll_wait``) a long poll may go unanswered
 #: before the platform counts as hung.
 POLL_MARGIN_SECONDS = 5.0
+#: A batch the store could not commit is tried again after this long, doubling to the
+#: cap (as the outbox waits for the store to take its marks).
+STORE_RETRY_FIRST_SECONDS = 0.05
+STORE_RETRY_MAX_SECONDS = 5.0
 #: ``PlatformError.code`` of a long poll abandoned that way.
 POLL_HUNG = "poll_hung"
 
@@ -72,6 +76,10 @@ class Transport:
     quiet: ClassVar[bool] = False
     #: Backoff after a failed call: first delay and cap, in seconds.
     backoff: ClassVar[tuple[float, float]] = (1.0, 30.0)
+    #: A batch the store cannot commit (a full disk) is tried again in place until it
+    #: can (:meth:`receive`). False where the platform sends it again by itself once
+    #: refused (a webhook's request answered 5xx).
+    store_waits_in_place: ClassVar[bool] = True
 
     def __init__(self, channel: "Channel") -> None:
         #: The channel whose account this transport receives for.
@@ -137,10 +145,39 @@ class Transport:
             events, channel.normalize, chat_of=self.event_chat,
             downloads=self.event_has_media, describe=self.describe_event,
             account=channel.account.key, self_id=channel.self_id, unreadable=unreadable)
-        await deliver_many(deliver, messages)
+        if self.store_waits_in_place:
+            await self._journal_when_possible(deliver, messages)
+        else:
+            await deliver_many(deliver, messages)
         for event, reason in unreadable:
             await self._journal_rejected(event, reason)
         return len(messages)
+
+    async def _journal_when_possible(self, deliver: "Deliver",
+                                     messages: list[InboundMessage]) -> None:
+        """Journal ``messages``, waiting in place while the store cannot commit (a full
+        disk): the loop neither dies nor moves on, so nothing is acknowledged before it
+        is recorded and the platform's order is kept. (What a failed commit journaled
+        of the batch is deduplicated when it is delivered again.)"""
+        wait: float | None = None
+        key = self.channel.account.key
+        while True:
+            try:
+                await deliver_many(deliver, messages)
+            except LeaseLost:
+                raise  # another instance owns the account now
+            except StoreError as exc:
+                if wait is None:
+                    log.warning("%s: the state database cannot commit (%s): receiving waits "
+                                "here, in order, until it can", key, exc)
+                    wait = STORE_RETRY_FIRST_SECONDS
+                else:
+                    wait = min(wait * 2, STORE_RETRY_MAX_SECONDS)
+                await self.clock.sleep(wait)
+                continue
+            if wait is not None:
+                log.info("%s: the state database commits again; receiving goes on", key)
+            return
 
     async def _journal_rejected(self, event: Any, reason: str) -> None:
         event_id = event_trait(self.event_id, event)
