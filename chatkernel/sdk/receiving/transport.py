@@ -298,14 +298,20 @@ class Polling(Transport):
             return await self.poll(cursor)
         limit = wait + POLL_MARGIN_SECONDS
         polled: list[Polled] = []
+        failed: list[Exception] = []
         async with anyio.create_task_group() as tg:
             async def deadline() -> None:
                 await self.clock.sleep(limit)
                 tg.cancel_scope.cancel()
 
             tg.start_soon(deadline)
-            polled.append(await self.poll(cursor))
+            try:
+                polled.append(await self.poll(cursor))
+            except Exception as exc:  # raised as it is below, not in an exception group
+                failed.append(exc)
             tg.cancel_scope.cancel()
+        if failed:
+            raise failed[0]
         if not polled:
             raise PlatformError(f"the long poll got no answer within {limit:g}s (the "
                                 f"platform holds one {wait:g}s); abandoned and made again",
