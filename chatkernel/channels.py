@@ -95,7 +95,7 @@ from chatkernel.sdk.clock import ChannelClock
 from chatkernel.sdk.context import ChannelContext
 from chatkernel.sdk.receiving import refusal
 from chatkernel.sdk.receiving.sockets import Socket, SocketLink
-from chatkernel.sdk.receiving.transport import Polling, Transport
+from chatkernel.sdk.receiving.transport import POLL_MARGIN_SECONDS, Polling, Transport
 from chatkernel.sdk.codec import decode_json, encode_json
 from chatkernel.sdk.receiving.webhooks import (
     HmacSignature,
@@ -134,6 +134,7 @@ __all__ = [
     "OutboundPayload",
     "PlatformError",
     "Polled",
+    "POLL_MARGIN_SECONDS",
     "Polling",
     "Preview",
     "ProbeResult",

@@ -9,10 +9,14 @@ get subtly wrong, so they are written once here:
 - timeouts per call;
 - the account's secrets (a token in the URL, a bearer header) redacted from every
   error this module raises, so nothing built from one can leak them;
-- failures classified for the retry policy (:class:`PlatformError`): refused
-  before the request was written (safe to repeat), no answer after it may have
-  arrived (never repeated blindly: a duplicate is a bug like a loss), rate
-  limited (``Retry-After``), the platform unavailable (502/503/504), rejected;
+- failures classified for the retry policy (:class:`PlatformError`, a
+  :class:`~chatkernel.SendError`): refused before the request was written (safe
+  to repeat), no answer after it may have arrived (never repeated blindly: a
+  duplicate is a bug like a loss), rate limited (``Retry-After``), the platform
+  unavailable (502/503/504, whatever the body: a load balancer's HTML page, an
+  empty one, the platform's JSON), rejected. Whatever transport failure escapes a
+  channel's ``send`` is classified the same way (:func:`as_send_error`), so no
+  plugin can turn an outage into failed replies by catching too little;
 - multipart uploads from files, and streamed downloads with a size cap.
 
 The plugin keeps only its platform's call shape: which URL, which body, how its
@@ -22,25 +26,36 @@ answers say "ok" and which error codes mean what.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
-from collections.abc import AsyncIterator, Iterable, Mapping
+import socket
+from collections.abc import AsyncIterator, Awaitable, Iterable, Mapping
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import aiohttp
 
 from chatkernel.sdk.models import ErrorKind, SendError, error_kind
 from chatkernel.sdk.codec import decode_json, encode_json, encode_json_bytes
 
-__all__ = ["Answer", "HttpClient", "PlatformError", "parse_retry_after", "transport_error"]
+__all__ = ["Answer", "HttpClient", "PlatformError", "as_send_error", "classified",
+           "parse_retry_after", "transport_error"]
+
+T = TypeVar("T")
 
 _JSON = {"Content-Type": "application/json"}
+#: The kinds of failure after which the request may be made again.
+_REPEATABLE = frozenset({"not_sent", "rate_limited", "unavailable"})
 
 
-class PlatformError(Exception):
+class PlatformError(SendError):
     """A platform call that failed, classified.
+
+    It is a :class:`~chatkernel.SendError` whose flags follow from :attr:`kind`, so
+    one that escapes a channel's ``send`` is retried, waited out or reported as the
+    failure it is (:meth:`send_error` gives a plain one with flags added).
 
     :attr:`kind` says what the failure means:
 
@@ -63,13 +78,19 @@ class PlatformError(Exception):
                  status: int | None = None, code: str | int | None = None,
                  retry_after: float | None = None,
                  details: Mapping[str, Any] | None = None) -> None:
-        super().__init__(description)
+        kind = kind or error_kind(status)
+        super().__init__(description, retryable=kind in _REPEATABLE,
+                         delivery_unknown=kind == "no_answer", retry_after=retry_after,
+                         status=status, code=code)
         self.description = description
-        self.status = status
-        self.code = code
-        self.retry_after = retry_after
         self.details: Mapping[str, Any] = details or {}
-        self.kind: ErrorKind = kind or error_kind(status)
+        self.kind: ErrorKind = kind
+
+    @property
+    def not_sent(self) -> bool:
+        """Whether the request is known not to have reached the platform (what the
+        outbox waits out as an outage rather than counting it an attempt)."""
+        return self.kind == "not_sent"
 
     @classmethod
     def from_answer(cls, answer: "Answer", description: str, *, code: str | int | None = None,
@@ -86,7 +107,7 @@ class PlatformError(Exception):
     @property
     def repeatable(self) -> bool:
         """Whether repeating the request cannot deliver twice."""
-        return self.kind in ("not_sent", "rate_limited", "unavailable")
+        return self.kind in _REPEATABLE
 
     def send_error(self, **flags: Any) -> SendError:
         """This failure as the :class:`chatkernel.SendError` a channel's ``send`` raises.
@@ -166,6 +187,11 @@ class HttpClient:
     ``timeout`` is the default per call, in seconds; ``platform`` names it in
     errors ("cannot connect to the Bot API").
     """
+
+    #: The longest any call but a long poll waits for its answer, whatever its own
+    #: timeout (None: no cap): a test kit's setting, so a hung platform's calls end
+    #: within a test as they would after their real timeout.
+    longest_call: ClassVar[float | None] = None
 
     def __init__(self, base_url: str = "", *, secrets: Iterable[str] = (),
                  headers: Mapping[str, str] | None = None, timeout: float = 30.0,
@@ -264,7 +290,10 @@ class HttpClient:
         if params:
             kwargs["params"] = {k: v if isinstance(v, str) else encode_json(v)
                                 for k, v in params.items() if v is not None}
-        limit = _timeout(timeout or self.timeout)
+        total = timeout or self.timeout
+        if self.longest_call is not None and not long_poll:
+            total = min(total, self.longest_call)
+        limit = _timeout(total)
         session = self.poll_session if long_poll else self.session
         try:
             async with session.request(method, self.url(path), timeout=limit,
@@ -307,22 +336,73 @@ class HttpClient:
 
 def transport_error(exc: BaseException, what: str, timeout: float | None = None,
                     redact: Any = None, platform: str = "the platform") -> PlatformError:
-    """The :class:`PlatformError` for an aiohttp failure that left no answer.
+    """The :class:`PlatformError` for a failure that left no answer (aiohttp's, or the
+    socket's own ``OSError``).
 
-    A connection that could not be opened is ``not_sent``; a timeout or a
-    connection lost after the request was written is ``no_answer``. For clients
-    that are not an :class:`HttpClient` (an SDK on aiohttp) as well.
+    A connection that could not be opened (refused, no route, DNS, a connect that
+    timed out) is ``not_sent``; a timeout or a connection lost (reset, closed) after
+    the request was written is ``no_answer``: it may have reached the platform. An
+    aiohttp ``ClientResponseError`` (an SDK's ``raise_for_status``) is classified by
+    its status. For clients that are not an :class:`HttpClient` (an SDK on aiohttp)
+    as well.
     """
+    def scrub(text: str) -> str:
+        return redact(text) if redact is not None else text
+
+    if isinstance(exc, aiohttp.ClientResponseError):
+        return PlatformError(scrub(f"{what}: HTTP {exc.status} {exc.message}".rstrip()),
+                             status=exc.status)
     if isinstance(exc, aiohttp.ClientConnectorError):
-        reason = str(exc.os_error or exc)
-        if redact is not None:
-            reason = redact(reason)
+        reason = scrub(str(exc.os_error or exc))
         return PlatformError(f"{what}: cannot connect to {platform} ({reason})",
+                             kind="not_sent")
+    if isinstance(exc, aiohttp.ConnectionTimeoutError):
+        within = f" within {timeout:g}s" if timeout else ""
+        return PlatformError(f"{what}: cannot connect to {platform} (no connection{within})",
+                             kind="not_sent")
+    if isinstance(exc, (ConnectionRefusedError, socket.gaierror)) or (
+            type(exc) is OSError and exc.errno in _UNREACHABLE):
+        return PlatformError(f"{what}: cannot connect to {platform} ({scrub(str(exc))})",
                              kind="not_sent")
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         within = f" within {timeout:g}s" if timeout else ""
         return PlatformError(f"{what}: no answer{within}", kind="no_answer")
     return PlatformError(f"{what}: connection failed ({type(exc).__name__})", kind="no_answer")
+
+
+#: ``OSError`` numbers of a connection that could not be opened at all.
+_UNREACHABLE = frozenset({errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH,
+                          errno.EADDRNOTAVAIL})
+
+
+def as_send_error(exc: BaseException, what: str = "send",
+                  platform: str = "the platform") -> SendError | None:
+    """What a failure that escaped a channel's ``send`` means to the retry policy.
+
+    A :class:`~chatkernel.SendError` (a :class:`PlatformError` too) is itself; a
+    transport failure the channel let through (aiohttp's, a socket's ``OSError``, a
+    timeout) is classified by :func:`transport_error`; anything else (a bug, a
+    ``ValueError``) is None: the payload fails with it as it is.
+    """
+    if isinstance(exc, SendError):
+        return exc
+    if isinstance(exc, (aiohttp.ClientError, asyncio.TimeoutError, TimeoutError, OSError)):
+        return transport_error(exc, what, platform=platform)
+    return None
+
+
+async def classified(sending: Awaitable[T], what: str = "send",
+                     platform: str = "the platform") -> T:
+    """Await a channel's ``send`` (``sending``) with whatever transport failure escapes
+    it raised as the classified :class:`~chatkernel.SendError` it is
+    (:func:`as_send_error`): what the kit's ``outbound_send`` hands the outbox."""
+    try:
+        return await sending
+    except Exception as exc:
+        error = as_send_error(exc, what, platform)
+        if error is None or error is exc:
+            raise
+        raise error from exc
 
 
 def _too_large(max_bytes: int) -> PlatformError:

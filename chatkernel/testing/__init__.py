@@ -91,6 +91,7 @@ _LAZY = {
     "paced_stream": "chatkernel.testing.agents",
     # Faults of the world around a gateway: the network, the disk.
     "FaultProxy": "chatkernel.testing.fakes.faultproxy",
+    "faulty_platform": "chatkernel.testing.contract.faults",
     "SmallDisk": "chatkernel.testing.fakes.disk",
     "DiskUnavailable": "chatkernel.testing.fakes.disk",
     # The starter config file, a channel's example turned on.

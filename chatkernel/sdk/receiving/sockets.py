@@ -11,7 +11,8 @@ Mode websocket, which slack_sdk runs). The socket itself is the plugin's (its
   calls :meth:`SocketLink.alive` for every frame it gets (events, hellos,
   pongs). A socket that stays open but silent for ``silent_after`` seconds is
   closed and opened again, and the account's health says so meanwhile — an open
-  socket that delivers nothing is the failure users never see otherwise.
+  socket that delivers nothing is the failure users never see otherwise. So are
+  sockets that open and close without a word, one after the other, for as long.
 """
 
 from __future__ import annotations
@@ -129,10 +130,21 @@ class Socket(Transport):
         backoff = Backoff(*self.backoff)
         failures = 0
         key = self.channel.account.key
+        heard = self.clock.monotonic()  # when the platform last said something
         while True:
             link = SocketLink(self, deliver)
             error = await _run_session(self.session, link, self.silent_after)
-            lasted = self.clock.monotonic() - link.started
+            now = self.clock.monotonic()
+            lasted = now - link.started
+            if link.silent or error is not None:
+                heard = now  # reported below: the silence counts afresh
+            elif link.frames:
+                heard = link.last_traffic
+            elif now - heard >= self.silent_after:
+                # Sockets that open and close without a word, one after the other, are
+                # as silent as one that stays open.
+                link.silent = True
+                heard = now
             if link.frames and lasted >= SETTLED_SECONDS:
                 backoff.reset()
                 failures = 0

@@ -51,6 +51,16 @@ __all__ = ["Polling", "Transport"]
 
 log = logging.getLogger("chatkernel.channel")
 
+#: How long past its own wait (``Polling.poll_wait``) a long poll may go unanswered
+#: before the platform counts as hung.
+POLL_MARGIN_SECONDS = 5.0
+#: A batch the store could not commit is tried again after this long, doubling to the
+#: cap (as the outbox waits for the store to take its marks).
+STORE_RETRY_FIRST_SECONDS = 0.05
+STORE_RETRY_MAX_SECONDS = 5.0
+#: ``PlatformError.code`` of a long poll abandoned that way.
+POLL_HUNG = "poll_hung"
+
 
 class Transport:
     """How one account receives: the loop, its HTTP routes, and what its events are.
@@ -66,6 +76,10 @@ class Transport:
     quiet: ClassVar[bool] = False
     #: Backoff after a failed call: first delay and cap, in seconds.
     backoff: ClassVar[tuple[float, float]] = (1.0, 30.0)
+    #: A batch the store cannot commit (a full disk) is tried again in place until it
+    #: can (:meth:`receive`). False where the platform sends it again by itself once
+    #: refused (a webhook's request answered 5xx).
+    store_waits_in_place: ClassVar[bool] = True
 
     def __init__(self, channel: "Channel") -> None:
         #: The channel whose account this transport receives for.
@@ -131,10 +145,39 @@ class Transport:
             events, channel.normalize, chat_of=self.event_chat,
             downloads=self.event_has_media, describe=self.describe_event,
             account=channel.account.key, self_id=channel.self_id, unreadable=unreadable)
-        await deliver_many(deliver, messages)
+        if self.store_waits_in_place:
+            await self._journal_when_possible(deliver, messages)
+        else:
+            await deliver_many(deliver, messages)
         for event, reason in unreadable:
             await self._journal_rejected(event, reason)
         return len(messages)
+
+    async def _journal_when_possible(self, deliver: "Deliver",
+                                     messages: list[InboundMessage]) -> None:
+        """Journal ``messages``, waiting in place while the store cannot commit (a full
+        disk): the loop neither dies nor moves on, so nothing is acknowledged before it
+        is recorded and the platform's order is kept. (What a failed commit journaled
+        of the batch is deduplicated when it is delivered again.)"""
+        wait: float | None = None
+        key = self.channel.account.key
+        while True:
+            try:
+                await deliver_many(deliver, messages)
+            except LeaseLost:
+                raise  # another instance owns the account now
+            except StoreError as exc:
+                if wait is None:
+                    log.warning("%s: the state database cannot commit (%s): receiving waits "
+                                "here, in order, until it can", key, exc)
+                    wait = STORE_RETRY_FIRST_SECONDS
+                else:
+                    wait = min(wait * 2, STORE_RETRY_MAX_SECONDS)
+                await self.clock.sleep(wait)
+                continue
+            if wait is not None:
+                log.info("%s: the state database commits again; receiving goes on", key)
+            return
 
     async def _journal_rejected(self, event: Any, reason: str) -> None:
         event_id = event_trait(self.event_id, event)
@@ -233,6 +276,48 @@ class Polling(Transport):
         :class:`PlatformError` when it fails."""
         raise NotImplementedError(f"{type(self).__name__} does not poll")
 
+    @property
+    def poll_wait(self) -> float | None:
+        """Seconds the platform may hold one poll before it answers (the long poll's
+        own timeout): the channel's ``config.poll_timeout`` by default (the template's
+        and Telegram's setting); None: the loop sets no deadline of its own.
+
+        A poll still unanswered :data:`POLL_MARGIN_SECONDS` after that is a hung
+        platform: it is abandoned, counted as a failed call at once (the account's
+        health says so) and made again, rather than waiting out the client's own
+        timeout (``poll_timeout + 15`` s and more) while nothing is received."""
+        config = getattr(self.channel, "config", None)
+        wait = getattr(config, "poll_timeout", None)
+        return float(wait) if isinstance(wait, (int, float)) else None
+
+    async def _poll_within(self, cursor: str | None) -> Polled:
+        """:meth:`poll`, abandoned once it is :data:`POLL_MARGIN_SECONDS` past
+        :attr:`poll_wait` (on the loop's clock)."""
+        wait = self.poll_wait
+        if wait is None:
+            return await self.poll(cursor)
+        limit = wait + POLL_MARGIN_SECONDS
+        polled: list[Polled] = []
+        failed: list[Exception] = []
+        async with anyio.create_task_group() as tg:
+            async def deadline() -> None:
+                await self.clock.sleep(limit)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(deadline)
+            try:
+                polled.append(await self.poll(cursor))
+            except Exception as exc:  # raised as it is below, not in an exception group
+                failed.append(exc)
+            tg.cancel_scope.cancel()
+        if failed:
+            raise failed[0]
+        if not polled:
+            raise PlatformError(f"the long poll got no answer within {limit:g}s (the "
+                                f"platform holds one {wait:g}s); abandoned and made again",
+                                kind="no_answer", code=POLL_HUNG)
+        return polled[0]
+
     async def prepare(self) -> None:
         """Called once before the first poll (Telegram removes a leftover webhook)."""
 
@@ -247,9 +332,13 @@ class Polling(Transport):
         while True:
             await context.receive_gate()
             try:
-                polled = await self.poll(cursor)
+                polled = await self._poll_within(cursor)
             except PlatformError as exc:
                 failures += 1
+                if exc.code == POLL_HUNG:
+                    # The platform took the poll and hangs: no passing failure, and the
+                    # next one would take as long to tell. Reported at once.
+                    failures = max(failures, 2)
                 await self.failed(exc, backoff, failures, "poll")
                 continue
             calls.succeeded()  # an answered call (sdk/calls.py)

@@ -181,6 +181,10 @@ class Webhook(Transport):
     (:meth:`serve_elsewhere`) requests are journaled for the owner to answer.
     """
 
+    #: A request the store cannot take (a full disk) is answered 5xx: the platform
+    #: sends it again, rather than the request being held past its timeout.
+    store_waits_in_place = False
+
     quiet = True  # it waits for the platform to call
     #: The largest body taken (413 beyond) and the content types taken (415 others).
     max_bytes: ClassVar[int] = 1024 * 1024

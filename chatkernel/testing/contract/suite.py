@@ -17,6 +17,7 @@ import pytest
 
 from chatkernel.core.turns.agents import AgentEvent
 from chatkernel.testing.contract.adapter import PlatformAdapter
+from chatkernel.testing.contract.faults import FaultChecks
 from chatkernel.testing.contract.run import ContractRun, open_contract_run
 
 
@@ -62,7 +63,7 @@ def needs(capability: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
 
-class ChannelContract:
+class ChannelContract(FaultChecks):
     """The tests every channel passes against its fake platform.
 
     Subclass it as ``Test<Channel>Contract`` and set :attr:`adapter_class`

@@ -23,6 +23,10 @@ client never holds an idle connection that a stop would cut). The faults:
   jitter moves the moments it counts away from the moments the client sent.
   ``keep_alive=True`` serves many requests per connection (for jitter alone).
 
+A websocket's upgrade request is passed on to the target and the connection tunnelled
+both ways once it is open (refused while stopped, answered the :meth:`FaultProxy.fail`
+status, held while held, as any request).
+
 Requests must carry a ``Content-Length`` body (what aiohttp's client sends for
 JSON and form bodies); ``Transfer-Encoding: chunked`` is answered 501.
 """
@@ -157,7 +161,11 @@ class FaultProxy:
         reader, writer = await asyncio.open_connection(sock=conn)
         try:
             while True:
-                status, reason, headers, body = await self._forward(reader)
+                answer = await self._forward(reader)
+                if isinstance(answer, bytes):  # a websocket's upgrade: tunnelled
+                    await self._tunnel(answer, reader, writer)
+                    break
+                status, reason, headers, body = answer
                 if self.back is not None:
                     await anyio.sleep(self.back())
                 head = [f"HTTP/1.1 {status} {reason}", f"Content-Length: {len(body)}",
@@ -175,7 +183,7 @@ class FaultProxy:
                 await writer.wait_closed()
 
     async def _forward(self, reader: asyncio.StreamReader
-                       ) -> tuple[int, str, list[tuple[str, str]], bytes]:
+                       ) -> tuple[int, str, list[tuple[str, str]], bytes] | bytes:
         head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1")
         request_line, *lines = head.split("\r\n")
         method, path, _ = request_line.split(" ", 2)
@@ -197,10 +205,36 @@ class FaultProxy:
         if self._fault is not None:
             self.failed += 1
             return self._fault
+        if names.get("upgrade", "").lower() == "websocket":
+            return head.encode("latin-1") + body  # the caller tunnels it to the target
         try:
             return await self._ask(method, path, headers, body)
         except aiohttp.ClientError as exc:  # the target itself is gone
             return 502, "Bad Gateway", [], f"the proxy's target failed: {exc!r}".encode()
+
+    async def _tunnel(self, upgrade: bytes, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> None:
+        """A websocket's upgrade, passed to the target as it came, then its bytes both
+        ways until either side closes (a stop does not cut a socket already open)."""
+        from urllib.parse import urlsplit
+
+        target = urlsplit(self.target)
+        up_reader, up_writer = await asyncio.open_connection(target.hostname, target.port)
+        up_writer.write(upgrade)
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError):
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            tg.cancel_scope.cancel()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(pipe, reader, up_writer)
+                tg.start_soon(pipe, up_reader, writer)
+        finally:
+            up_writer.close()
 
     async def _ask(self, method: str, path: str, headers: list[tuple[str, ...]],
                    body: bytes) -> tuple[int, str, list[tuple[str, str]], bytes]:

@@ -279,6 +279,12 @@ dm_policy = "pairing"                 # others get a code: chatkernel pairing ap
                                advice=self._token_advice(error))
             if error.code == "missing_scope":
                 return Trouble(str(error), wait=REFUSED_WAIT_SECONDS, restartable=False)
+            from chatkernel_slack.socket_mode import SOCKET_DISCONNECTED
+
+            if error.code == SOCKET_DISCONNECTED:
+                # The socket is gone and cannot be opened again: nothing is received
+                # until it can, whatever the other calls do. Red at once, with that.
+                return Trouble(str(error))
         return super().receive_trouble(error)
 
     def _token_advice(self, error: PlatformError) -> str:

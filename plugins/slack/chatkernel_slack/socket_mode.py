@@ -31,6 +31,14 @@ does not do, and this module does:
   alive (``link.alive()``): the client's websocket class is wrapped to see
   them. A socket that stays open but says nothing is closed and reopened by the
   kit, and the account's health is red meanwhile.
+- **A closed socket is the kit's to reopen.** slack_sdk reconnects on its own when
+  the socket closes, and while ``apps.connections.open`` is refused it only logs and
+  tries again every few seconds, the session still looking alive. Instead the
+  session ends the moment its socket closes, and the kit opens a new one: one whose
+  ``apps.connections.open`` cannot be made turns the account's health red at once
+  ("Socket Mode is disconnected: apps.connections.open refused (…)"). A socket
+  still open that slack_sdk replaces (Slack asked it to, or it went stale) is
+  slack_sdk's, as before.
 - **A shared app token.** ``hello`` says how many connections the app token has;
   more than one means another process shares it, and Slack gives each event to
   one connection at random: a warning, in the log and in the probe's detail.
@@ -45,7 +53,13 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import anyio
 
-from chatkernel.channels import PlatformError, SocketLink, decode_json, encode_json
+from chatkernel.channels import (
+    PlatformError,
+    SocketLink,
+    decode_json,
+    encode_json,
+    transport_error,
+)
 from chatkernel_slack.api import slack_error
 from chatkernel_slack.events import message_key
 
@@ -68,7 +82,7 @@ def _watched(on_frame: Any) -> type[aiohttp.ClientWebSocketResponse]:
     class WatchedWebSocket(aiohttp.ClientWebSocketResponse):
         async def receive(self, timeout: float | None = None) -> aiohttp.WSMessage:
             message = await super().receive(timeout)
-            on_frame(message)
+            on_frame(self, message)
             return message
 
     return WatchedWebSocket
@@ -91,11 +105,45 @@ def _client_class() -> type:
                 if self.chatkernel_session.take_text(message):
                     await super().enqueue_message(message)
 
+            #: slack_sdk is replacing a socket that is still open (Slack asked it
+            #: to, or the socket went stale): the old one's close is no loss.
+            chatkernel_replacing = False
+
+            async def connect_to_new_endpoint(self, force: bool = False) -> None:
+                socket = self.current_session
+                if socket is None or socket.closed:
+                    # Closed under us: the session ends and the kit opens the next one
+                    # (see the module docstring).
+                    self.chatkernel_session.lost()
+                    return
+                self.chatkernel_replacing = True
+                try:
+                    await super().connect_to_new_endpoint(force)
+                finally:
+                    self.chatkernel_replacing = False
+
         _Client = Client
     return _Client
 
 
 _Client: type | None = None
+
+
+#: What a websocket receives once it is closed, or as it closes.
+_GONE = frozenset({aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING,
+                   aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR})
+#: ``PlatformError.code`` of a socket that cannot be opened again (its health says so at
+#: once: see SlackChannel.receive_trouble).
+SOCKET_DISCONNECTED = "socket_disconnected"
+
+
+def disconnected(exc: BaseException, redact: Any = None) -> PlatformError:
+    """``apps.connections.open`` could not be made: Socket Mode is down until it can."""
+    error = transport_error(exc, "apps.connections.open", redact=redact, platform="Slack")
+    how = "refused" if error.kind == "not_sent" else "unanswered"
+    detail = error.description.removeprefix("apps.connections.open: ")
+    return PlatformError(f"Socket Mode is disconnected: apps.connections.open {how} "
+                         f"({detail})", kind=error.kind, code=SOCKET_DISCONNECTED)
 
 
 class SocketSession:
@@ -105,19 +153,31 @@ class SocketSession:
         self.transport = transport
         self.channel = transport.channel
         self.link = link
-        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        #: Envelopes in arrival order; None once the socket is lost (the session ends).
+        self.inbox: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         #: Envelopes taken, how many of them were redeliveries, and how many the second
         #: event of a message already journaled (acknowledged, not journaled again).
         self.envelopes = 0
         self.redelivered = 0
         self.twins = 0
+        #: slack_sdk's client, once the session made it.
+        self.client: Any = None
 
     # -- frames, in the client's receive loop (must never raise or wait) ---------------------
 
-    def _frame(self, message: aiohttp.WSMessage) -> None:
+    def _frame(self, socket: aiohttp.ClientWebSocketResponse,
+               message: aiohttp.WSMessage) -> None:
         if message.type in (aiohttp.WSMsgType.TEXT, aiohttp.WSMsgType.BINARY,
                             aiohttp.WSMsgType.PONG, aiohttp.WSMsgType.PING):
             self.link.alive()
+        elif message.type in _GONE and self._current(socket):
+            self.lost()  # at once, not at slack_sdk's next ping
+
+    def _current(self, socket: aiohttp.ClientWebSocketResponse) -> bool:
+        """Whether ``socket`` is the session's, not one slack_sdk is replacing."""
+        client = self.client
+        return (client is not None and socket is client.current_session
+                and not client.chatkernel_replacing)
 
     def take_text(self, data: str) -> bool:
         """A text frame from Slack; returns whether slack_sdk must see it too."""
@@ -141,6 +201,11 @@ class SocketSession:
                      frame.get("reason"))
         return True
 
+    def lost(self) -> None:
+        """slack_sdk would reconnect now: the session ends once the envelopes taken
+        before are through."""
+        self.inbox.put_nowait(None)
+
     # -- the session -----------------------------------------------------------------
 
     async def run(self) -> None:
@@ -151,6 +216,7 @@ class SocketSession:
         client = _client_class()(self, app_token=config.app_token, logger=sdk_log,
                                  web_client=api.web_client(token=config.app_token),
                                  ping_interval=config.ping_interval)
+        self.client = client
         try:
             # Its own session cannot show us pongs: one whose websockets report every frame.
             await client.aiohttp_client_session.close()
@@ -162,12 +228,18 @@ class SocketSession:
                 client.wss_uri = await client.issue_new_wss_url()
             except SlackApiError as exc:
                 raise slack_error(exc, "apps.connections.open", api.redact) from None
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+                raise disconnected(exc, api.redact) from None
             await client.connect()
             while True:
                 batch = [await self.inbox.get()]
                 while not self.inbox.empty():
                     batch.append(self.inbox.get_nowait())
-                await self._take(client, batch)
+                taken = [envelope for envelope in batch if envelope is not None]
+                if taken:
+                    await self._take(client, taken)
+                if len(taken) < len(batch):
+                    return  # the socket is lost: the kit opens a new one
         finally:
             with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
                 await client.close()
