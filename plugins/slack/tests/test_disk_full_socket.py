@@ -32,7 +32,7 @@ async def test_a_full_disk_is_waited_out_in_place_and_order_is_kept(disk):
         await adapter.inject(chat, "before df00z", sender_id=user)
         await run.wait_for_tokens(chat, ["df00z"])
         await run.settle()
-        store_health = run.kernel.health.store
+        store_health = run.harness.health.store
         disk.fill()
         tokens: list[str] = []
         while store_health.failing_since is None:
