@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -159,9 +159,13 @@ def check_bindings(config: KernelConfig, *, path: Path | None = None) -> None:
 
 
 def parse(data: dict[str, Any], *, path: Path | None = None,
-          environ: dict[str, str] | None = None, strict_env: bool = True) -> KernelConfig:
+          environ: Mapping[str, str] | None = None,
+          strict_env: bool | Collection[str] = True) -> KernelConfig:
     """Resolve ``${ENV}`` references and validate the kernel's sections (and the
-    bindings against the agents: :func:`check_bindings`)."""
+    bindings against the agents: :func:`check_bindings`). ``strict_env``: where a
+    reference to a variable that is not set is an error (:func:`~chatkernel.core.config.
+    env.must_resolve`); elsewhere it is left as written: a command resolves only what it
+    uses."""
     resolved = resolve_env(data, path=path, environ=environ, strict=strict_env)
     try:
         config = KernelConfig.model_validate(resolved)
