@@ -56,9 +56,11 @@ from chatkernel.core.config.files import (
 )
 from chatkernel.core.config.keys import (
     Effective,
+    as_typed,
     effective_values,
     format_value,
     get_key,
+    guessed_key,
     inline_value,
     key_field,
     parse_value,
@@ -94,6 +96,7 @@ from chatkernel.core.config.schema import (
 from chatkernel.core.config.starter import STARTER_HEADER, starter_config
 from chatkernel.core.config.hints import did_you_mean
 from chatkernel.core.config.validation import (
+    all_problems,
     check_channel_keys,
     load,
     parse,
@@ -110,12 +113,13 @@ __all__ = [
     "ConfigError", "DropPolicy", "Effective", "EnvNotSet", "GatewayConfig", "HealthConfig",
     "HealthMonitorConfig", "HeartbeatConfig", "HeartbeatVisibility", "KernelConfig",
     "PresenceConfig", "QueueConfig", "QueueMode", "Section", "SendPolicyConfig", "SendRule",
-    "SessionsConfig", "StoreConfig", "check_channel_keys", "check_timezone", "config_path",
+    "SessionsConfig", "StoreConfig", "all_problems", "as_typed", "check_channel_keys", "check_timezone", "config_path",
     "did_you_mean", "effective_accounts", "effective_channels", "effective_values",
-    "env_file_path", "env_name_for", "env_values", "format_env", "format_value", "get_key", "holds_env_reference",
-    "home_dir", "inline_value", "is_secret_field", "is_secret_key", "kernel_secrets",
-    "key_field", "listens_locally", "load", "load_env_file", "must_resolve", "os_reason",
-    "parse", "parse_env", "parse_value", "read_document", "read_env_file", "read_raw", "redact", "resolve_env", "secret_values", "set_key",
-    "split_key", "starter_config", "takes_text", "unknown_channel", "unset_key",
+    "env_file_path", "env_name_for", "env_values", "format_env", "format_value", "get_key",
+    "guessed_key", "holds_env_reference", "home_dir", "inline_value", "is_secret_field",
+    "is_secret_key", "kernel_secrets", "key_field", "listens_locally", "load",
+    "load_env_file", "must_resolve", "os_reason", "parse", "parse_env", "parse_value",
+    "read_document", "read_env_file", "read_raw", "redact", "resolve_env", "secret_values",
+    "set_key", "split_key", "starter_config", "takes_text", "unknown_channel", "unset_key",
     "validate_account", "validation_error", "with_implied", "write_raw",
 ]

@@ -123,11 +123,39 @@ def validation_error(exc: ValidationError, *, path: Path | None,
     (``model``: the one validated, whose keys an unknown key is matched against)."""
     problems = [(_dotted(prefix + tuple(err["loc"])), _expected(err, model))
                 for err in exc.errors()]
+    return _worded(problems, path)
+
+
+def _worded(problems: list[tuple[str | None, str]], path: Path | None) -> ConfigError:
+    """One ConfigError for ``(key, message)`` problems; its ``problems`` keeps them."""
     if len(problems) == 1:
         key, message = problems[0]
-        return ConfigError(message, path=path, key=key)
-    lines = "\n".join(f"  {key}: {message}" for key, message in problems)
-    return ConfigError(f"{len(problems)} problems:\n{lines}", path=path)
+        error = ConfigError(message, path=path, key=key)
+    else:
+        lines = "\n".join(f"  {key}: {message}" if key else f"  {message}"
+                          for key, message in problems)
+        error = ConfigError(f"{len(problems)} problems:\n{lines}", path=path)
+    error.problems = problems  # type: ignore[attr-defined]
+    return error
+
+
+def problems_of(error: ConfigError) -> list[tuple[str | None, str]]:
+    """The ``(key, message)`` problems a ConfigError names (one, or each of several)."""
+    return getattr(error, "problems", None) or [(error.key, error.message)]
+
+
+def all_problems(errors: Iterable[ConfigError], *, path: Path | None) -> ConfigError | None:
+    """One ConfigError naming every problem of ``errors`` in order, a key's first only
+    (an unset variable, not then the pattern its reference fails); None for none: how
+    ``config validate`` reports them all at once."""
+    problems: list[tuple[str | None, str]] = []
+    keys: set[str] = set()
+    for key, message in (problem for error in errors for problem in problems_of(error)):
+        if key is None or key not in keys:
+            problems.append((key, message))
+        if key is not None:
+            keys.add(key)
+    return _worded(problems, path) if problems else None
 
 
 def check_bindings(config: KernelConfig, *, path: Path | None = None) -> None:
