@@ -60,6 +60,12 @@ poll_timeout = 1
     return home
 
 
+#: Telegram's refusal, and what it means (the Telegram channel says it).
+CHAT_NOT_FOUND = ("Bad Request: chat not found: the user has not started the bot (a bot "
+                  "writes to a person only once they sent it /start or a message), or the "
+                  "chat id is wrong")
+
+
 @pytest.mark.slow
 async def test_through_the_gateway_the_outcome_is_reported_and_is_the_exit_status(
         home, bot_api):
@@ -74,11 +80,11 @@ async def test_through_the_gateway_the_outcome_is_reported_and_is_the_exit_statu
         result = await cli(home, "send", "--channel", "telegram", "--to", "999", "anyone?")
         assert result.returncode == 1
         assert "not sent to telegram:main → 999" in result.stderr
-        assert "part 1/1: failed: Bad Request: chat not found" in result.stderr
+        assert f"part 1/1: failed: {CHAT_NOT_FOUND}" in result.stderr
         answer = json.loads((await cli(home, "send", "--channel", "telegram", "--to", "999",
                                        "--json", "again?")).stdout)
         assert answer["outcome"] == "failed" and answer["via"] == "gateway"
-        assert answer["parts"] == [{"status": "failed", "error": "Bad Request: chat not found"}]
+        assert answer["parts"] == [{"status": "failed", "error": CHAT_NOT_FOUND}]
 
         # The sessions a send made are listed, and their history says what went wrong.
         sessions = json.loads((await cli(home, "sessions", "list", "--json")).stdout)
@@ -119,7 +125,7 @@ async def test_through_the_gateway_the_outcome_is_reported_and_is_the_exit_statu
 async def test_without_a_gateway_the_send_is_made_here_and_reported_the_same(home, bot_api):
     result = await cli(home, "send", "--channel", "telegram", "--to", "999", "anyone?")
     assert result.returncode == 1
-    assert "part 1/1: failed: Bad Request: chat not found" in result.stderr
+    assert f"part 1/1: failed: {CHAT_NOT_FOUND}" in result.stderr
     # status, from the state database, lists it too.
     status = (await cli(home, "status")).stdout
     assert "Gateway: not running" in status and "Recent delivery failures:" in status

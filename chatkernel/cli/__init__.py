@@ -15,11 +15,20 @@ from chatkernel.cli.options import KernelGroup, config_option
 @click.group(cls=KernelGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="chatkernel")
 @config_option
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """chatkernel: a gateway between chat platforms and a bot or AI agent.
 
     Channels are plugins: `pip install chatkernel-telegram` enables Telegram.
     """
+    # Every command reads the secrets' home, $CHATKERNEL_HOME/.env, as the gateway does;
+    # `run` reads it itself, once its secrets are out of its environment block, and
+    # `plugins` reads neither config nor secrets (its start-up is benchmarked: it
+    # imports no config).
+    if ctx.invoked_subcommand not in ("run", "plugins"):
+        from chatkernel.core.config import load_env_file
+
+        load_env_file()
 
 
 #: Set when chatkernel runs as its own program (not as a library, in a test's

@@ -8,8 +8,12 @@ import sys
 import click
 
 from chatkernel.cli import cli
-from chatkernel.cli.local import load_config, with_store
+from chatkernel.cli.local import STORE, load_config, with_store
 from chatkernel.cli.options import config_option
+
+
+#: Where an agent's workspace comes from: what `agents list` shows of each.
+WORKSPACES = ("gateway.workspace", "agent.workspace", "agents.*.workspace")
 
 
 @cli.group()
@@ -27,7 +31,7 @@ def agents_list(config_file: str | None, as_json: bool) -> None:
 
     from chatkernel.core.turns.bindings import Bindings
 
-    config, _ = load_config(config_file)
+    config, _ = load_config(config_file, uses=(*STORE, *WORKSPACES))
     records = with_store(config_file, lambda store: store.list_sessions())
     sessions = collections.Counter(record.agent for record in records)
     bindings = Bindings.from_config(config)
@@ -64,7 +68,7 @@ def agents_which(config_file: str | None, channel: str, account: str, chat: str,
     """Which agent answers a chat, and by which binding."""
     from chatkernel.core.turns.bindings import Bindings, Chat
 
-    config, _ = load_config(config_file)
+    config, _ = load_config(config_file, uses=("bindings",))
     match = Bindings.from_config(config).match(Chat(channel, account, chat, is_group, thread))
     why = match.why(config.bindings)
     if as_json:

@@ -9,30 +9,47 @@ import click
 
 
 def validate_channels(raw: dict[str, Any], path, *, strict_env: bool) -> int:
-    """Validate ``[channels.*]`` with the installed channel plugins' account models."""
+    """Validate ``[channels.*]`` with the installed channel plugins' account models; the
+    accounts checked. A ConfigError names every problem found."""
+    from chatkernel.core import config as cfg
+
+    count, errors = channel_problems(raw, path, strict_env=strict_env)
+    error = cfg.all_problems(errors, path=path)
+    if error is not None:
+        raise error
+    return count
+
+
+def channel_problems(raw: dict[str, Any], path, *, strict_env: bool):
+    """``(accounts checked, errors)``: every channel's accounts checked with their
+    plugin's model, none of them left out for an earlier one's error."""
     from chatkernel.cli import _plugin_manager
     from chatkernel.core import config as cfg
     from chatkernel.core.plugins import collect_channels
 
     tables = raw.get("channels") or {}
     if not tables:
-        return 0
+        return 0, []
     pm = _plugin_manager()
     channels = collect_channels(pm)
-    count = 0
+    count, errors = 0, []
     for name, table in tables.items():
         if name == "defaults":
             continue
         if name not in channels:
-            raise cfg.unknown_channel(name, channels, path=path,
-                                      left_out=pm.channel_left_out(name))
+            errors.append(cfg.unknown_channel(name, channels, path=path,
+                                              left_out=pm.channel_left_out(name)))
+            continue
         for account, data in (table.get("accounts") or {}).items():
-            resolved = cfg.resolve_env(data, key=f"channels.{name}.accounts.{account}",
-                                       path=path, strict=strict_env)
-            cfg.validate_account(channels[name].account_model, resolved, channel=name,
-                                 account=account, path=path)
-            count += 1
-    return count
+            try:
+                resolved = cfg.resolve_env(data, key=f"channels.{name}.accounts.{account}",
+                                           path=path, strict=strict_env)
+                cfg.validate_account(channels[name].account_model, resolved, channel=name,
+                                     account=account, path=path)
+                count += 1
+            except cfg.ConfigError as exc:
+                errors.append(exc)
+    return count, errors
 
 
 def leaves(key: str, value: Any):
@@ -123,7 +140,9 @@ def _with_together_hint(error, raw: dict[str, Any], channel: str, model,
                    or re.search(rf"\b{name}\b[^;.:]*\brequired", error.message))]
     if not wanted:
         return error
-    given = [key for key in keys if key.startswith(table + ".")]
+    # A key that is no key of the account is given as the one it was likely meant to be.
+    given = [cfg.guessed_key(key, {channel: model}) or key for key in keys
+             if key.startswith(table + ".")]
     words = " ".join(f"{key} VALUE" for key in given + [f"{table}.{name}" for name in wanted])
     message = error.message.rstrip(".")
     joint = "\n" if "\n" in message else "; "

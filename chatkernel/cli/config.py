@@ -8,7 +8,12 @@ import click
 
 from chatkernel.cli import cli
 from chatkernel.cli.channels import channel_types
-from chatkernel.cli.checks import channel_types_for, check_channel_table, leaves, validate_channels
+from chatkernel.cli.checks import (
+    channel_problems,
+    channel_types_for,
+    check_channel_table,
+    leaves,
+)
 from chatkernel.cli.options import config_option
 
 
@@ -140,15 +145,20 @@ def config_set(config_file: str | None, pairs: tuple[str, ...]) -> None:
         heartbeat_before = True  # the file is broken already: say nothing about it
     written = []
     for key, text in edits:
-        value = cfg.parse_value(text, text_field=cfg.takes_text(cfg.key_field(key, models)))
+        value = cfg.as_typed(key, cfg.parse_value(
+            text, text_field=cfg.takes_text(cfg.key_field(key, models))), models)
         cfg.set_key(document, key, value, path=path)
         written.append((key, value))
     raw = document.unwrap()
-    # ${ENV} references need not resolve here: the variable may only exist where
-    # the gateway runs.
-    config = cfg.parse(raw, path=path, strict_env=False)
-    for name in sorted(named):
-        check_channel_table(config, raw, name, channels, path, [key for key, _ in edits], pm)
+    try:
+        # ${ENV} references need not resolve here: the variable may only exist where
+        # the gateway runs.
+        config = cfg.parse(raw, path=path, strict_env=False)
+        for name in sorted(named):
+            check_channel_table(config, raw, name, channels, path, [key for key, _ in edits],
+                                pm)
+    except cfg.ConfigError as exc:
+        raise _with_guessed_keys(exc, edits, models) from None
     cfg.write_raw(path, document)
     shown = ", ".join(
         f"{key} = {cfg.inline_value(cfg.redact(value, key.rsplit('.', 1)[-1]))}"
@@ -172,6 +182,22 @@ def config_set(config_file: str | None, pairs: tuple[str, ...]) -> None:
             click.echo(f"note: this turns the config heartbeat on: an agent turn every "
                        f"{every}, each a paid turn with a paid model (heartbeat.every = "
                        f'"0" keeps manual wakes only; docs/heartbeats.md)', err=True)
+
+
+def _with_guessed_keys(error, edits: list[tuple[str, str]], models):
+    """``error`` with, when a key set is no key of its table but close to one, the
+    command that sets the key it was likely meant to be."""
+    import shlex
+
+    from chatkernel.core import config as cfg
+
+    guesses = {key: cfg.guessed_key(key, models) for key, _ in edits}
+    if not any(guesses.values()) or "chatkernel config set" in error.message:
+        return error  # (a command it suggests already names the keys guessed)
+    meant = ", ".join(guess for guess in guesses.values() if guess)
+    words = " ".join(f"{guesses[key] or key} {shlex.quote(text)}" for key, text in edits)
+    return cfg.ConfigError(f"{error.message}\ndid you mean {meant}? chatkernel config set "
+                           f"{words}", path=error.path, key=error.key)
 
 
 @config.command("unset")
@@ -201,8 +227,20 @@ def config_validate(config_file: str | None) -> None:
 
     path = cfg.config_path(config_file)
     raw = cfg.read_raw(path)
-    config = cfg.parse(raw, path=path)
-    validate_channels(raw, path, strict_env=True)
+    # Every problem at once: the unset variables, the kernel's sections, every account.
+    errors, config = [], None
+    try:
+        cfg.resolve_env(raw, path=path)
+    except cfg.EnvNotSet as exc:
+        errors.append(exc)
+    try:
+        config = cfg.parse(raw, path=path, strict_env=False)
+    except cfg.ConfigError as exc:
+        errors.append(exc)
+    errors.extend(channel_problems(raw, path, strict_env=False)[1])
+    error = cfg.all_problems(errors, path=path)
+    if error is not None:
+        raise error
     pm = _plugin_manager()
     checked = check_startup(config, config_path=path, pm=pm)
     if checked.unanswered:

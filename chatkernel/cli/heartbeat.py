@@ -9,9 +9,13 @@ import click
 
 from chatkernel.cli import cli
 from chatkernel.cli.client import running_gateway
-from chatkernel.cli.local import load_config, with_store
+from chatkernel.cli.local import STORE, load_config, with_store
 from chatkernel.cli.options import config_option
 from chatkernel.cli.render import ago
+
+
+#: The tables a heartbeat's settings come from.
+HEARTBEATS = ("heartbeat", "agent.heartbeat", "agents.*.heartbeat")
 
 
 @cli.group()
@@ -34,7 +38,7 @@ def _local_heartbeats(config_file: str | None) -> dict[str, Any]:
     )
     from chatkernel.core.store.base import HeartbeatState
 
-    config, _ = load_config(config_file)
+    config, _ = load_config(config_file, uses=(*STORE, *HEARTBEATS))
     states = with_store(config_file, lambda store: store.list_heartbeats())
     agents = {AGENT_PREFIX + name for name in config.agent_heartbeats()}
     # Not the stored state of an agent whose table no longer asks for a heartbeat...

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 
-def load_config(config_file: str | None):
-    """``(config, path)``: the config file parsed (a ConfigError names what is wrong)."""
+#: The ``${ENV}`` references a command that reads the state database resolves: the
+#: store's (a Redis URL and its password). A channel's token, the control token or an
+#: agent's key is for talking to others: a shell without them still reads the state.
+STORE = ("store",)
+
+
+def load_config(config_file: str | None, *, uses: bool | Collection[str] = True):
+    """``(config, path)``: the config file parsed (a ConfigError names what is wrong).
+    ``uses``: the keys whose ``${ENV}`` references must resolve (True: all of them, as
+    for a command that talks to the platforms), as ``cfg.parse``'s ``strict_env``."""
     from chatkernel.core import config as cfg
 
     path = cfg.config_path(config_file)
-    return cfg.parse(cfg.read_raw(path), path=path), path
+    return cfg.parse(cfg.read_raw(path), path=path, strict_env=uses), path
 
 
 def read_config_quietly(config_file: str | None):
@@ -26,12 +35,13 @@ def read_config_quietly(config_file: str | None):
 
 
 def with_store(config_file: str | None, action):
-    """``action(store)``'s answer, on the config's state database opened for it."""
+    """``action(store)``'s answer, on the config's state database opened for it (only
+    the store's ``${ENV}`` references need resolve)."""
     import anyio
 
     from chatkernel.core.store import open_store
 
-    config, path = load_config(config_file)
+    config, path = load_config(config_file, uses=STORE)
 
     async def run():
         store = open_store(config, config_path=path)

@@ -40,6 +40,8 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
     path = cfg.config_path(config_file)
     raw = cfg.read_raw(path)
     moved = _secrets_out_of_the_environment(raw)
+    # Read here, not before: what the file holds never enters an environment block.
+    from_file = cfg.load_env_file()
     config = cfg.parse(raw, path=path)
     if listen is not None:
         from pydantic import ValidationError
@@ -56,6 +58,9 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
         logging.getLogger("chatkernel.gateway").info(
             "kept out of the process's environment block (in memory only): %s",
             ", ".join(moved))
+    if from_file:
+        logging.getLogger("chatkernel.gateway").info(
+            "read from %s: %s", cfg.env_file_path(), ", ".join(from_file))
     _plugin_manager()
     from chatkernel.core.gateway.homelock import HomeInUse
 

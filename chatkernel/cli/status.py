@@ -59,7 +59,8 @@ def status(show_all: bool, deep: bool, as_json: bool, timeout_ms: int,
 
     snapshot["security"] = audit_summary(path, raw, config)
     if show_all:
-        diagnosis = _diagnosis(path, raw, config, config_error, snapshot, counts)
+        diagnosis = _diagnosis(path, raw, config, config_error, snapshot, counts,
+                               running=answer is not None)
         from chatkernel.core.health.report import render_diagnosis
 
         show(diagnosis, None if as_json else render_diagnosis(diagnosis), redact, as_json)
@@ -73,7 +74,8 @@ def status(show_all: bool, deep: bool, as_json: bool, timeout_ms: int,
         sys.exit(1)
 
 
-def _diagnosis(path, raw, config, config_error, snapshot, counts) -> dict[str, Any]:
+def _diagnosis(path, raw, config, config_error, snapshot, counts, *,
+               running: bool) -> dict[str, Any]:
     import tomli_w
 
     from chatkernel.cli import _plugin_manager
@@ -82,9 +84,12 @@ def _diagnosis(path, raw, config, config_error, snapshot, counts) -> dict[str, A
 
     problems = [config_error] if config_error else []
     if config is not None:
+        # With no gateway, an unset ${ENV} reference is a problem: a start would fail on
+        # it. A running gateway resolved them in its own environment, not this shell's.
+        strict = not running
         try:
-            cfg.parse(raw, path=path)  # strict: an unset ${ENV} reference is a problem
-            validate_channels(raw, path, strict_env=True)
+            cfg.parse(raw, path=path, strict_env=strict)
+            validate_channels(raw, path, strict_env=strict)
         except cfg.ConfigError as exc:
             problems.append(str(exc))
     pm = _plugin_manager()

@@ -31,7 +31,7 @@ tells and the config snippet::
 and the plugin's ``devserver.py`` is a declaration::
 
     server = DevServer(
-        prog="python -m chatkernel_mychat.devserver", port=8083,
+        prog="python -m chatkernel_mychat.devserver", port=8090,
         platform=lambda args: MyChatPlatform(token=args.token),
         options={"--token": {"default": "dev-token"}})
     main = server.main

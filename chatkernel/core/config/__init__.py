@@ -12,6 +12,7 @@ The package, by concern:
 - :mod:`~chatkernel.core.config.schema`: the sections' models, the channels a gateway runs;
 - :mod:`~chatkernel.core.config.files`: where the file is, reading and writing it;
 - :mod:`~chatkernel.core.config.env`: ``${ENV}`` references, secrets and redaction;
+- :mod:`~chatkernel.core.config.envfile`: ``$CHATKERNEL_HOME/.env``, where the secrets live;
 - :mod:`~chatkernel.core.config.validation`: parsing and validating, errors worded;
 - :mod:`~chatkernel.core.config.hints`: the did-you-mean of an unknown name;
 - :mod:`~chatkernel.core.config.keys`: dotted keys, effective values, CLI values;
@@ -26,15 +27,24 @@ from __future__ import annotations
 
 from chatkernel.core.config.env import (
     REDACTED,
+    EnvNotSet,
     env_name_for,
     env_values,
     holds_env_reference,
     is_secret_field,
     is_secret_key,
     kernel_secrets,
+    must_resolve,
     redact,
     resolve_env,
     secret_values,
+)
+from chatkernel.core.config.envfile import (
+    env_file_path,
+    format_env,
+    load_env_file,
+    parse_env,
+    read_env_file,
 )
 from chatkernel.core.config.files import (
     config_path,
@@ -46,9 +56,11 @@ from chatkernel.core.config.files import (
 )
 from chatkernel.core.config.keys import (
     Effective,
+    as_typed,
     effective_values,
     format_value,
     get_key,
+    guessed_key,
     inline_value,
     key_field,
     parse_value,
@@ -84,6 +96,7 @@ from chatkernel.core.config.schema import (
 from chatkernel.core.config.starter import STARTER_HEADER, starter_config
 from chatkernel.core.config.hints import did_you_mean
 from chatkernel.core.config.validation import (
+    all_problems,
     check_channel_keys,
     load,
     parse,
@@ -97,15 +110,16 @@ from chatkernel.sdk.errors import ConfigError
 __all__ = [
     "REDACTED", "STARTER_HEADER",
     "AccountConfig", "ActiveHours", "AgentConfig", "ChannelConfig", "ChannelQueueConfig",
-    "ConfigError", "DropPolicy", "Effective", "GatewayConfig", "HealthConfig",
+    "ConfigError", "DropPolicy", "Effective", "EnvNotSet", "GatewayConfig", "HealthConfig",
     "HealthMonitorConfig", "HeartbeatConfig", "HeartbeatVisibility", "KernelConfig",
     "PresenceConfig", "QueueConfig", "QueueMode", "Section", "SendPolicyConfig", "SendRule",
-    "SessionsConfig", "StoreConfig", "check_channel_keys", "check_timezone", "config_path",
+    "SessionsConfig", "StoreConfig", "all_problems", "as_typed", "check_channel_keys", "check_timezone", "config_path",
     "did_you_mean", "effective_accounts", "effective_channels", "effective_values",
-    "env_name_for", "env_values", "format_value", "get_key", "holds_env_reference",
-    "home_dir", "inline_value", "is_secret_field", "is_secret_key", "kernel_secrets",
-    "key_field", "listens_locally", "load", "os_reason", "parse", "parse_value",
-    "read_document", "read_raw", "redact", "resolve_env", "secret_values", "set_key",
-    "split_key", "starter_config", "takes_text", "unknown_channel", "unset_key",
+    "env_file_path", "env_name_for", "env_values", "format_env", "format_value", "get_key",
+    "guessed_key", "holds_env_reference", "home_dir", "inline_value", "is_secret_field",
+    "is_secret_key", "kernel_secrets", "key_field", "listens_locally", "load",
+    "load_env_file", "must_resolve", "os_reason", "parse", "parse_env", "parse_value",
+    "read_document", "read_env_file", "read_raw", "redact", "resolve_env", "secret_values",
+    "set_key", "split_key", "starter_config", "takes_text", "unknown_channel", "unset_key",
     "validate_account", "validation_error", "with_implied", "write_raw",
 ]

@@ -4,8 +4,10 @@ out of logs and agent output."""
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,38 +19,77 @@ if TYPE_CHECKING:
 ENV_REFERENCE = re.compile(r"\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
+class EnvNotSet(ConfigError):
+    """``${NAME}`` references to variables that are not set: ``missing`` holds each
+    one's ``(key, NAME)``, in the file's order."""
+
+    def __init__(self, missing: list[tuple[str, str]], *, path: Path | None = None,
+                 where: str = "", hint: str = "") -> None:
+        self.missing = missing
+        self.problems = [(key or None, _not_set(name, where)) for key, name in missing]
+        if len(missing) == 1:
+            message = self.problems[0][1] + (f": {hint}" if hint else "")
+            super().__init__(message, path=path, key=missing[0][0] or None)
+        else:
+            lines = "\n".join(f"  {key}: {message}" for key, message in self.problems)
+            message = f"{len(missing)} problems:\n{lines}" + (f"\n{hint}" if hint else "")
+            super().__init__(message, path=path)
+
+
+def _not_set(name: str, where: str) -> str:
+    return f"environment variable {name} is not set{where} (referenced as ${{{name}}})"
+
+
+def must_resolve(key: str, strict: bool | Collection[str]) -> bool:
+    """Whether a reference at ``key`` must resolve: ``strict`` is True (all must),
+    False (none), or the dotted keys whose references must, each covering the keys
+    under it (``*`` for any one part: ``agents.*.workspace``)."""
+    if isinstance(strict, bool):
+        return strict
+    parts = re.sub(r"\[\d+\]", "", key).split(".")
+    return any(len(pattern.split(".")) <= len(parts) and all(
+        fnmatch.fnmatchcase(part, wanted) for part, wanted in zip(parts, pattern.split(".")))
+        for pattern in strict)
+
+
 def resolve_env(value: Any, *, key: str = "", path: Path | None = None,
-                environ: dict[str, str] | None = None, strict: bool = True) -> Any:
+                environ: Mapping[str, str] | None = None,
+                strict: bool | Collection[str] = True) -> Any:
     """Replace ``${NAME}`` with the environment's value, recursively.
 
-    ``$$`` is a literal ``$``. A missing variable is an error when ``strict``;
-    otherwise the reference is left as written.
+    ``$$`` is a literal ``$``. A reference to a variable that is not set is left as
+    written, and an error (:class:`EnvNotSet`, naming every such one) where it must
+    resolve (:func:`must_resolve`: everywhere when ``strict`` is True).
     """
     env = os.environ if environ is None else environ
-    if isinstance(value, str):
-        if "$" not in value:
-            return value
+    missing: list[tuple[str, str]] = []
 
-        def substitute(match: re.Match[str]) -> str:
-            name = match[1]
-            if name is None:
-                return "$"
-            if name in env:
-                return env[name]
-            if strict:
-                raise ConfigError(
-                    f"environment variable {name} is not set (referenced as ${{{name}}})",
-                    path=path, key=key or None)
-            return match[0]
+    def walk(value: Any, key: str) -> Any:
+        if isinstance(value, str):
+            if "$" not in value:
+                return value
 
-        return ENV_REFERENCE.sub(substitute, value)
-    if isinstance(value, dict):
-        return {k: resolve_env(v, key=f"{key}.{k}" if key else k, path=path,
-                               environ=environ, strict=strict) for k, v in value.items()}
-    if isinstance(value, list):
-        return [resolve_env(v, key=f"{key}[{i}]", path=path, environ=environ, strict=strict)
-                for i, v in enumerate(value)]
-    return value
+            def substitute(match: re.Match[str]) -> str:
+                name = match[1]
+                if name is None:
+                    return "$"
+                if name in env:
+                    return env[name]
+                if must_resolve(key, strict):
+                    missing.append((key, name))
+                return match[0]
+
+            return ENV_REFERENCE.sub(substitute, value)
+        if isinstance(value, dict):
+            return {k: walk(v, f"{key}.{k}" if key else k) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v, f"{key}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    resolved = walk(value, key)
+    if missing:
+        raise EnvNotSet(missing, path=path)
+    return resolved
 
 
 # -- secrets -------------------------------------------------------------------------

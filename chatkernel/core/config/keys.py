@@ -15,6 +15,7 @@ from pydantic_core import PydanticUndefined
 
 from chatkernel.core.config.files import keep_notes_in_place
 from chatkernel.core.config.schema import ChannelConfig, KernelConfig, effective_channels
+from chatkernel.core.config.hints import closest
 from chatkernel.core.config.validation import did_you_mean, keys_beside, model_in, parse
 from chatkernel.sdk.accounts import AccountConfig
 from chatkernel.sdk.errors import ConfigError
@@ -212,6 +213,20 @@ def parse_value(text: str, *, text_field: bool = False) -> Any:
     return value
 
 
+def as_typed(key: str, value: Any,
+             account_models: dict[str, type[BaseModel]] | None = None) -> Any:
+    """``value`` for ``key`` as its field takes it, inside a table too: a whole number
+    given for a field that holds text is its digits (``{phone_number_id =
+    106540352242922}`` sets the id ``"106540352242922"``)."""
+    if isinstance(value, dict):
+        return {name: as_typed(f"{key}.{name}", item, account_models)
+                for name, item in value.items()}
+    if isinstance(value, int) and not isinstance(value, bool) and \
+            takes_text(key_field(key, account_models)):
+        return str(value)
+    return value
+
+
 def key_field(key: str, account_models: dict[str, type[BaseModel]] | None = None) -> Any:
     """The pydantic field a dotted key names (a kernel section's, a channel's, an
     account's with ``account_models`` by channel name), or None."""
@@ -222,6 +237,25 @@ def key_field(key: str, account_models: dict[str, type[BaseModel]] | None = None
             return None if model is None else _field_in(model, parts[4:])
         return _field_in(ChannelConfig, parts[2:])
     return _field_in(KernelConfig, parts)
+
+
+def guessed_key(key: str, account_models: dict[str, type[BaseModel]] | None = None
+                ) -> str | None:
+    """The key ``key`` was likely meant to be when its last part is no key of its table
+    (``channels.telegram.accounts.main.allow_fron``: ``...allow_from``); None when it is
+    one, when its table is not known (a channel's own settings), or when none is close."""
+    parts = key.split(".")
+    if key_field(key, account_models) is not None:
+        return None
+    if parts[0] == "channels":
+        model = (account_models or {}).get(parts[1]) if len(parts) >= 3 else None
+        if len(parts) < 5 or parts[2] != "accounts" or model is None:
+            return None
+        beside = keys_beside(model, tuple(parts[4:]))
+    else:
+        beside = keys_beside(KernelConfig, tuple(parts))
+    guess = closest(parts[-1], beside)
+    return ".".join([*parts[:-1], guess]) if guess else None
 
 
 def _field_in(model: type[BaseModel] | None, parts: list[str]) -> Any:

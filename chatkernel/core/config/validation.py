@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Any, get_args, get_origin
 
@@ -123,11 +123,39 @@ def validation_error(exc: ValidationError, *, path: Path | None,
     (``model``: the one validated, whose keys an unknown key is matched against)."""
     problems = [(_dotted(prefix + tuple(err["loc"])), _expected(err, model))
                 for err in exc.errors()]
+    return _worded(problems, path)
+
+
+def _worded(problems: list[tuple[str | None, str]], path: Path | None) -> ConfigError:
+    """One ConfigError for ``(key, message)`` problems; its ``problems`` keeps them."""
     if len(problems) == 1:
         key, message = problems[0]
-        return ConfigError(message, path=path, key=key)
-    lines = "\n".join(f"  {key}: {message}" for key, message in problems)
-    return ConfigError(f"{len(problems)} problems:\n{lines}", path=path)
+        error = ConfigError(message, path=path, key=key)
+    else:
+        lines = "\n".join(f"  {key}: {message}" if key else f"  {message}"
+                          for key, message in problems)
+        error = ConfigError(f"{len(problems)} problems:\n{lines}", path=path)
+    error.problems = problems  # type: ignore[attr-defined]
+    return error
+
+
+def problems_of(error: ConfigError) -> list[tuple[str | None, str]]:
+    """The ``(key, message)`` problems a ConfigError names (one, or each of several)."""
+    return getattr(error, "problems", None) or [(error.key, error.message)]
+
+
+def all_problems(errors: Iterable[ConfigError], *, path: Path | None) -> ConfigError | None:
+    """One ConfigError naming every problem of ``errors`` in order, a key's first only
+    (an unset variable, not then the pattern its reference fails); None for none: how
+    ``config validate`` reports them all at once."""
+    problems: list[tuple[str | None, str]] = []
+    keys: set[str] = set()
+    for key, message in (problem for error in errors for problem in problems_of(error)):
+        if key is None or key not in keys:
+            problems.append((key, message))
+        if key is not None:
+            keys.add(key)
+    return _worded(problems, path) if problems else None
 
 
 def check_bindings(config: KernelConfig, *, path: Path | None = None) -> None:
@@ -159,9 +187,13 @@ def check_bindings(config: KernelConfig, *, path: Path | None = None) -> None:
 
 
 def parse(data: dict[str, Any], *, path: Path | None = None,
-          environ: dict[str, str] | None = None, strict_env: bool = True) -> KernelConfig:
+          environ: Mapping[str, str] | None = None,
+          strict_env: bool | Collection[str] = True) -> KernelConfig:
     """Resolve ``${ENV}`` references and validate the kernel's sections (and the
-    bindings against the agents: :func:`check_bindings`)."""
+    bindings against the agents: :func:`check_bindings`). ``strict_env``: where a
+    reference to a variable that is not set is an error (:func:`~chatkernel.core.config.
+    env.must_resolve`); elsewhere it is left as written: a command resolves only what it
+    uses."""
     resolved = resolve_env(data, path=path, environ=environ, strict=strict_env)
     try:
         config = KernelConfig.model_validate(resolved)

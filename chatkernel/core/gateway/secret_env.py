@@ -16,6 +16,8 @@ to every process of the same user. The command agent runs as that user. So
 3. in the new image, reads the values back into ``os.environ`` and closes the file
    (:func:`take_over`): the config resolves, ``agent.pass_env`` passes, reloads read
    them as before, and ``/proc/<pid>/environ`` holds none of them, even for root;
+   only then is ``$CHATKERNEL_HOME/.env`` read (:mod:`chatkernel.core.config.envfile`),
+   into ``os.environ`` alone: its values never enter an environment block;
 4. makes itself non-dumpable (:func:`make_non_dumpable`, ``prctl(PR_SET_DUMPABLE,
    0)`` on Linux): no process of the same user may read its ``/proc`` files
    (environ, mem, fd) or attach a debugger, and it leaves no core dump.

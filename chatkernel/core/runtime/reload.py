@@ -434,10 +434,23 @@ class ConfigReloader:
     async def reload(self) -> ReloadReport:
         """Read the file and apply it; ConfigError (nothing applied) when it is invalid."""
         async with self._lock:
-            new = cfg.load(self.path)
+            new = self._read()
             if new.gateway.listen == self._file_listen:  # the command line's stands
                 new.gateway.listen = self._listen_in_effect()
             return await self._apply(new, loops=self.loops, listen=self.listen)
+
+    def _read(self) -> cfg.KernelConfig:
+        """The config file, its references resolved in this process's environment, with
+        the env file read again (what changed there applies; the real environment wins)."""
+        env_file = cfg.env_file_path()
+        cfg.load_env_file()
+        try:
+            return cfg.load(self.path)
+        except cfg.EnvNotSet as exc:  # the reload's shell has no say: say whose it is
+            raise cfg.EnvNotSet(
+                exc.missing, path=exc.path, where=" in the running gateway's environment",
+                hint=f"add it to {env_file}, which a reload reads again, or restart the "
+                     "gateway with it set") from None
 
     async def reload_and_log(self) -> None:
         """What SIGHUP runs: the outcome goes to the log."""

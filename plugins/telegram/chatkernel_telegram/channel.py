@@ -38,6 +38,7 @@ from chatkernel.channels import (
     ProbeResult,
     RateLimit,
     Route,
+    SendError,
     SendResult,
     Trouble,
     refusal,
@@ -127,6 +128,21 @@ def _display_name(user: dict[str, Any]) -> str:
 GROUP_LIVE_INTERVAL = 3.0
 #: Telegram's answer to an edit that changes nothing: the message shows it already.
 NOT_MODIFIED = "message is not modified"
+#: What a refusal means where Telegram's words do not say it: added to the send's error
+#: (what `chatkernel send`, the outbox and `status` show).
+REFUSAL_MEANINGS = {
+    "chat not found": "the user has not started the bot (a bot writes to a person only "
+                      "once they sent it /start or a message), or the chat id is wrong",
+}
+
+
+def explained(error: SendError) -> SendError:
+    """``error`` with what the refusal means, where :data:`REFUSAL_MEANINGS` knows it."""
+    for words, meaning in REFUSAL_MEANINGS.items():
+        if words in str(error):
+            error.args = (f"{error}: {meaning}",)
+            break
+    return error
 
 
 class TelegramChannel(Channel, LiveReplies):
@@ -308,10 +324,10 @@ dm_policy = "pairing"                 # others get a code: chatkernel pairing ap
             result = await self.api.call(method, params, files=files)
         except PlatformError as exc:
             moved = exc.details.get("migrate_to_chat_id")
-            raise exc.send_error(
+            raise explained(exc.send_error(
                 moved_to=str(moved) if moved is not None else None,
                 markup_rejected=exc.status == 400 and "can't parse entities" in str(exc)
-            ) from None
+            )) from None
         return SendResult(message_id=str(result.get("message_id")) if result else None)
 
     # -- live replies: drafts in private chats, edits in groups -------------------------

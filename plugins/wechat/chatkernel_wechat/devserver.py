@@ -11,7 +11,7 @@ from chatkernel.testing.devserver import DevServer
 from chatkernel_wechat.fake import FakeILink
 
 server = DevServer(
-    prog="python -m chatkernel_wechat.devserver", port=8082,
+    prog="python -m chatkernel_wechat.devserver", port=8084,
     description="Run the fake iLink gateway (API and CDN) as a server, to try the channel "
                 "offline.",
     platform=lambda args: FakeILink(poll_timeout_ms=30_000))

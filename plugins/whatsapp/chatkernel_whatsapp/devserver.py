@@ -9,7 +9,7 @@ from chatkernel.testing.devserver import DevServer
 from chatkernel_whatsapp.fake import DEFAULT_TOKEN, FakeGraph
 
 server = DevServer(
-    prog="python -m chatkernel_whatsapp.devserver", port=8082,
+    prog="python -m chatkernel_whatsapp.devserver", port=8083,
     description="Run the fake Graph API as a server, to develop and try a WhatsApp bot offline.",
     platform=lambda args: FakeGraph(
         token=args.token, app_secret=args.app_secret, verify_token=args.verify_token,
