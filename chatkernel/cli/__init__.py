@@ -12,6 +12,10 @@ from chatkernel import __version__
 from chatkernel.cli.options import KernelGroup, config_option
 
 
+#: The commands that still run when the home's env file is refused: they report it.
+DIAGNOSING = frozenset({"security", "doctor"})
+
+
 @click.group(cls=KernelGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="chatkernel")
 @config_option
@@ -26,9 +30,15 @@ def cli(ctx: click.Context) -> None:
     # `plugins` reads neither config nor secrets (its start-up is benchmarked: it
     # imports no config).
     if ctx.invoked_subcommand not in ("run", "plugins"):
-        from chatkernel.core.config import load_env_file
+        from chatkernel.core.config import ConfigError, load_env_file
 
-        load_env_file()
+        try:
+            load_env_file()
+        except ConfigError:
+            # The commands that diagnose the home report a refused file themselves
+            # (its mode, its lines) instead of refusing to look.
+            if ctx.invoked_subcommand not in DIAGNOSING:
+                raise
 
 
 #: Set when chatkernel runs as its own program (not as a library, in a test's
