@@ -18,6 +18,7 @@ from chatkernel.core.config.hints import did_you_mean
 from chatkernel.sdk.accounts import HealthMonitorConfig, HeartbeatVisibility
 
 if TYPE_CHECKING:
+    from chatkernel.core.config.jobs import JobConfig, TriggerConfig
     from chatkernel.core.plugins import PluginManager
 
 
@@ -401,6 +402,17 @@ class KernelConfig(Section):
     presence: PresenceConfig = Field(default_factory=PresenceConfig)
     send_policy: SendPolicyConfig = Field(default_factory=SendPolicyConfig)
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
+    #: Scheduled jobs and inbound triggers (docs/jobs.md): their models are in
+    #: config/jobs.py, resolved when the package is imported (config/__init__.py).
+    jobs: dict[str, JobConfig] = Field(default_factory=dict)
+    triggers: dict[str, TriggerConfig] = Field(default_factory=dict)
+
+    @field_validator("jobs", "triggers")
+    @classmethod
+    def _job_names(cls, value: dict[str, Any], info: Any) -> dict[str, Any]:
+        from chatkernel.core.config.jobs import check_names
+
+        return check_names(value, "job" if info.field_name == "jobs" else "trigger")
 
     @field_validator("channels")
     @classmethod
