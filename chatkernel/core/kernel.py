@@ -47,6 +47,10 @@ from chatkernel.core.heartbeat.runner import HeartbeatRunner
 from chatkernel.core.heartbeat.scheduler import HeartbeatScheduler
 from chatkernel.core.heartbeat.targets import Targets, check_target
 from chatkernel.core.inbound.pipeline import Inbound, InvalidMessage, Receiver
+from chatkernel.core.jobs.checks import check_jobs
+from chatkernel.core.jobs.control import JobsControl
+from chatkernel.core.jobs.runner import JobRunner
+from chatkernel.core.jobs.scheduler import JobScheduler
 from chatkernel.core.turns.indicators import Indicators
 from chatkernel.core.logs import SecretFilter
 from chatkernel.core.health.metrics import Metrics
@@ -163,7 +167,8 @@ class Kernel:
             agent_table=lambda name: self.config.named_agents().get(name),
             started_at=running.started_at, accounts=self.accounts.values,
             sessions=self._started_sessions, queue_settings=self.queue_settings,
-            queue=self._started_queue, heartbeats=self._started_heartbeats)
+            queue=self._started_queue, heartbeats=self._started_heartbeats,
+            jobs=self._started_jobs)
         self.inbound = Inbound(
             runtime=running, routing=directory, command_gateway=self.command_gateway,
             outbound=self.outbound, order=self.order, indicate=self.indicators.once,
@@ -178,6 +183,10 @@ class Kernel:
         #: monotonic clock.
         self._queue_clock = queue_clock
         self._heartbeats: HeartbeatScheduler | None = None
+        self._jobs: JobScheduler | None = None
+        #: What ``chatkernel jobs`` and ``triggers`` ask (core/jobs/control.py).
+        self.jobs_control = JobsControl(scheduler=self._started_jobs,
+                                        config=lambda: self.config, store=self._started_store)
         self.started_at: float | None = None
         #: What the gateway process adds (its URL, its reloader), read through functions;
         #: empty for a kernel run in-process (see chatkernel.core.runtime.parts).
@@ -313,6 +322,14 @@ class Kernel:
             session_busy=session_busy, pm=self.pm, metrics=self.metrics,
             workspace=lambda agent: self.config.agent_workspace(agent),
             clock=self._heartbeat_clock)
+        # Scheduled jobs and triggers: on the heartbeats' clock (a test's ManualClock).
+        self._jobs = jobs = JobScheduler(
+            config=lambda: self.config, store=self._started_store,
+            runner=JobRunner(store=self._started_store, agents=lambda: roster,
+                             sessions=self._started_sessions,
+                             resolve_target=self.resolve_target, responder=responder),
+            clock=self._heartbeat_clock, holder=self._holder,
+            live_holders=self._live_holders)
         timing = {} if self._queue_clock is None else {
             "clock": self._queue_clock.now, "sleep_until": self._queue_clock.sleep_until}
         self._queue = SessionQueue(self._tg, turns.run, self.queue_settings,
@@ -334,10 +351,13 @@ class Kernel:
             if self.recover:
                 stack.push_async_callback(self.cluster.release)  # before the tasks end
                 await self.cluster.join(self._tg)
+            # Every instance schedules the jobs: a slot's claim in the store runs it once.
+            await jobs.start(self._tg, loop=self.run_heartbeats)
             return
         if self.recover:
             await self.outbox.recover()
             await self.replay_unfinished()
+        await jobs.start(self._tg, loop=self.run_heartbeats)
         if self.run_heartbeats:
             await heartbeats.start(self._tg)
 
@@ -447,6 +467,9 @@ class Kernel:
         check_binding_targets(config, configured | {(a.channel_name, a.name)
                                                     for a in self.accounts.values()},
                               path=self.config_path)
+        check_jobs(config, self.channel_types, configured | {(a.channel_name, a.name)
+                                                             for a in self.accounts.values()},
+                   path=self.config_path)
         self.unanswered = unanswered(config, self.accounts.values())
         for i, rule in enumerate(self.config.send_policy.rules):
             if rule.channel != "*" and rule.channel not in self.channel_types:
@@ -595,6 +618,23 @@ class Kernel:
             raise RuntimeError("the kernel is not started")
         return self._heartbeats
 
+    def _started_jobs(self) -> JobScheduler:
+        if self._jobs is None:
+            raise RuntimeError("the kernel is not started")
+        return self._jobs
+
+    def _holder(self) -> str:
+        """Who this process is in a job run's record: its lease holder where gateways
+        share the store."""
+        cluster = self.cluster
+        return cluster.holder if cluster is not None else f"{self.presence.own.instance_id}" \
+            f"/{os.getpid()}"
+
+    async def _live_holders(self) -> set[str] | None:
+        """The live gateway processes on a shared store (None: this one alone)."""
+        cluster = self.cluster
+        return None if cluster is None else set(await cluster.shared.instances())
+
     def _started_task_group(self) -> TaskGroup:
         if self._tg is None:
             raise RuntimeError("the kernel is not started")
@@ -605,6 +645,7 @@ class Kernel:
     queue = property(_started_queue, doc="The session queue (once started).")
     heartbeats = property(_started_heartbeats,
                           doc="The heartbeat scheduler, built at start with what it uses.")
+    jobs = property(_started_jobs, doc="The job scheduler (docs/jobs.md), once started.")
     task_group = property(_started_task_group, doc="The kernel's task group (once started).")
 
     def _session_in_use(self, key: str) -> bool:

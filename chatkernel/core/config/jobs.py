@@ -18,10 +18,10 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from chatkernel.core.config.schema import ActiveHours, Section, check_timezone
+from chatkernel.core.config.schema import JOB_NAME, ActiveHours, Section, check_timezone
 
-#: A job's or a trigger's name: it is a key in the store and a part of a URL.
-JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+__all__ = ["JOB_NAME", "JobConfig", "TriggerConfig", "check_cron", "parse_at", "parse_target",
+           "template_fields"]
 #: A prompt template's placeholder: a top-level field of the JSON body.
 FIELD_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 
@@ -201,11 +201,3 @@ class TriggerConfig(_Targets):
                              "token (a bearer token); write it as ${ENV}")
         return self
 
-
-def check_names(table: dict[str, Any], what: str) -> dict[str, Any]:
-    """The keys of ``[jobs]`` / ``[triggers]`` are names a store key and a URL can hold."""
-    for name in table:
-        if not JOB_NAME.fullmatch(name):
-            raise ValueError(f"{name!r} is not a {what} name: expected letters, digits, "
-                             "-, _ and . (such as morning-alerts)")
-    return table

@@ -346,6 +346,8 @@ class SendPolicyConfig(Section):
 
 #: An agent's name: ``[agents.<name>]``, a binding's ``agent``, part of a session key.
 AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+#: A job's or a trigger's name (config/jobs.py).
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: The agent that answers the chats no binding matches.
 DEFAULT_AGENT = "default"
 #: A binding's match keys, in the order they are shown.
@@ -410,9 +412,12 @@ class KernelConfig(Section):
     @field_validator("jobs", "triggers")
     @classmethod
     def _job_names(cls, value: dict[str, Any], info: Any) -> dict[str, Any]:
-        from chatkernel.core.config.jobs import check_names
-
-        return check_names(value, "job" if info.field_name == "jobs" else "trigger")
+        what = "job" if info.field_name == "jobs" else "trigger"
+        for name in value:  # a key in the store, a part of a URL
+            if not JOB_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a {what} name: expected letters, "
+                                 "digits, -, _ and . (such as morning-alerts)")
+        return value
 
     @field_validator("channels")
     @classmethod
