@@ -355,6 +355,21 @@ class KernelHarness:
                     await self.kernel.store.flush()
                     return
 
+    async def jobs_settled(self, timeout: float = 5.0) -> None:
+        """Wait until the job scheduler has acted on its clock (the heartbeats' clock:
+        every due slot claimed, no job or trigger run going on) and everything queued was
+        sent (docs/jobs.md)."""
+        scheduler = self.kernel.jobs
+        with anyio.fail_after(timeout):
+            while True:
+                await anyio.sleep(0)
+                if scheduler.quiescent():
+                    await self.settle(timeout)
+                    if scheduler.quiescent():
+                        return
+                else:
+                    await anyio.sleep(0.002)
+
     async def heartbeats_settled(self, timeout: float = 5.0) -> None:
         """Wait until the heartbeat scheduler has acted on its clock (nothing due is
         left undecided, no heartbeat turn runs) and everything queued was sent."""

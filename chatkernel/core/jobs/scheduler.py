@@ -333,6 +333,10 @@ class JobScheduler:
                 await event.wait()
         return await self._store().job_run(run.run_id) or run
 
+    async def run_of(self, run_id: str) -> JobRun | None:
+        """The run with that id, as the store has it (None: no such run)."""
+        return await self._store().job_run(run_id)
+
     def _known(self) -> str:
         names = ", ".join(self.book.names())
         return f"jobs: {names}" if names else "there are no jobs"
