@@ -50,6 +50,7 @@ from chatkernel.cli import (  # noqa: E402, F401
     channels,
     config,
     heartbeat,
+    jobs,
     login,
     plugins,
     run,
@@ -57,6 +58,7 @@ from chatkernel.cli import (  # noqa: E402, F401
     send,
     sessions,
     status,
+    triggers,
 )
 from chatkernel.cli.run import EXIT_NO_GATEWAY, EXIT_RELOAD_REFUSED  # noqa: E402
 from chatkernel.cli.send import SEND_EXIT_CODES  # noqa: E402
