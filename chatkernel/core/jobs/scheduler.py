@@ -370,7 +370,7 @@ class JobScheduler:
         if not text:
             raise JobError("say what to remind of: /remind 20m check the oven")
         if not 0 < seconds <= MAX_REMINDER_SECONDS:
-            raise JobError("a reminder is set from a minute to a year ahead")
+            raise JobError("a reminder is set at most a year ahead")
         origin = "chat:" + session_key
         if len(self.book.reminders(origin)) >= MAX_REMINDERS:
             raise JobError(f"this chat has {MAX_REMINDERS} reminders waiting, the most it "
