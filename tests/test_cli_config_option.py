@@ -90,6 +90,12 @@ ARGS = {
     "chatkernel config set": ["queue.cap", "5"],
     "chatkernel config unset": ["queue.cap"],
     "chatkernel agents which": ["--channel", "webchat", "--account", "default", "--chat", "x"],
+    "chatkernel jobs add": ["j", "--every", "1h", "--prompt", "p"],
+    "chatkernel jobs show": ["j"],
+    "chatkernel jobs remove": ["j"],
+    "chatkernel jobs run": ["j"],
+    "chatkernel jobs history": ["j"],
+    "chatkernel triggers test": ["t"],
 }
 #: Commands a missing file is no error for: init writes it, path names where it goes.
 MAY_BE_MISSING = {"chatkernel config init", "chatkernel config path"}
