@@ -247,9 +247,9 @@ async def test_three_agents_answer_the_chats_their_bindings_name(tmp_path):
                             "loopback:main:g1#home": "home", "loopback:alt:c1#home": "home",
                             "memory:main:chat-1": "default"}
         # A proactive send to a chat goes in the session of the agent the chat is bound to.
-        assert (await h.kernel.resolve_target("loopback", "main", "fam"))[2] == \
+        assert (await h.kernel.directory.resolve_target("loopback", "main", "fam"))[2] == \
             "loopback:main:fam#family"
-        assert (await h.kernel.resolve_target("memory", "main", "x"))[2] == "memory:main:x"
+        assert (await h.kernel.directory.resolve_target("memory", "main", "x"))[2] == "memory:main:x"
 
 
 async def test_without_a_default_agent_an_unbound_chat_is_refused_and_said(tmp_path, caplog):

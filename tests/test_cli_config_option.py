@@ -93,6 +93,12 @@ ARGS = {
     "chatkernel pairing approve": ["telegram", "ABCD2345"],
     "chatkernel pairing deny": ["telegram", "ABCD2345"],
     "chatkernel pairing revoke": ["telegram", "42"],
+    "chatkernel jobs add": ["j", "--every", "1h", "--prompt", "p"],
+    "chatkernel jobs show": ["j"],
+    "chatkernel jobs remove": ["j"],
+    "chatkernel jobs run": ["j"],
+    "chatkernel jobs history": ["j"],
+    "chatkernel triggers test": ["t"],
 }
 #: Commands a missing file is no error for: init writes it, path names where it goes.
 MAY_BE_MISSING = {"chatkernel config init", "chatkernel config path"}

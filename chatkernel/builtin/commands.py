@@ -1,4 +1,4 @@
-"""Built-in slash commands: /help, /status, /new, /queue, /heartbeat, /whoami."""
+"""Built-in slash commands: /help, /status, /new, /queue, /heartbeat, /remind, /whoami."""
 
 from __future__ import annotations
 
@@ -227,6 +227,43 @@ def _whoami(ctx) -> str:
     return "\n".join(lines)
 
 
+REMIND_USAGE = "Usage: /remind <in> <what> (such as /remind 20m check the oven), " \
+               "/remind list, /remind cancel <id>"
+
+
+async def _remind(ctx) -> str:
+    """``/remind``: a one-shot job delivered to this chat (docs/jobs.md)."""
+    from chatkernel.core.durations import parse_interval
+    from chatkernel.core.jobs.book import JobError
+
+    reminders = ctx.gateway.reminders
+    key = ctx.session.key
+    action, _, rest = ctx.args.strip().partition(" ")
+    if action in ("", "list"):
+        waiting = reminders.list(key)
+        if not waiting:
+            return f"No reminders in this chat. {REMIND_USAGE}"
+        now = reminders.now()
+        return "\n".join(["Reminders:"] + [
+            f"{item['id']}  in {_span(max(0.0, item['at'] - now))}: {item['text']}"
+            for item in waiting])
+    if action == "cancel":
+        if await reminders.cancel(key, rest.strip()):
+            return "Reminder cancelled."
+        return f"This chat has no reminder {rest.strip()!r} (/remind list)."
+    try:
+        seconds = parse_interval(action)
+    except ValueError as exc:
+        return f"/remind: {exc}. {REMIND_USAGE}"
+    message = ctx.message
+    target = f"{message.channel}:{message.account}:{message.chat_id}"
+    try:
+        added = await reminders.add(key, target, seconds, rest)
+    except JobError as exc:
+        return f"/remind: {exc}."
+    return f"Reminder {added['id']} set: in {_span(seconds)}, {added['text']}."
+
+
 BUILTIN_COMMANDS = (
     Command("help", _help, "list the commands"),
     Command("status", _status, "gateway and session status, without the agent"),
@@ -237,6 +274,8 @@ BUILTIN_COMMANDS = (
     Command("heartbeat", _heartbeat, "a periodic check in this chat: /heartbeat every "
             "<interval> <what to check>, /heartbeat [status|pause|resume|clear|tz <zone>]",
             aliases=("hb",)),
+    Command("remind", _remind, "a reminder in this chat: /remind 20m <what>, /remind list, "
+            "/remind cancel <id>"),
     Command("whoami", _whoami, "your sender id (for allowlists) and this chat"),
 )
 

@@ -69,6 +69,7 @@ from chatkernel.cli import (  # noqa: E402, F401
     channels,
     config,
     heartbeat,
+    jobs,
     login,
     pairing,
     plugins,
@@ -77,6 +78,7 @@ from chatkernel.cli import (  # noqa: E402, F401
     send,
     sessions,
     status,
+    triggers,
 )
 from chatkernel.cli.run import EXIT_NO_GATEWAY, EXIT_RELOAD_REFUSED  # noqa: E402
 from chatkernel.cli.send import SEND_EXIT_CODES  # noqa: E402

@@ -58,6 +58,9 @@ def status(show_all: bool, deep: bool, as_json: bool, timeout_ms: int,
     from chatkernel.cli.security import audit_summary
 
     snapshot["security"] = audit_summary(path, raw, config)
+    from chatkernel.cli.jobs import status_lines, status_summary
+
+    snapshot["jobs"] = status_summary(config_file, config)
     if show_all:
         diagnosis = _diagnosis(path, raw, config, config_error, snapshot, counts,
                                running=answer is not None)
@@ -67,7 +70,9 @@ def status(show_all: bool, deep: bool, as_json: bool, timeout_ms: int,
     else:
         from chatkernel.core.health.report import render_status
 
-        show(snapshot, None if as_json else render_status(snapshot), redact, as_json)
+        text = None if as_json else "\n".join([render_status(snapshot),
+                                                *status_lines(snapshot["jobs"])])
+        show(snapshot, text, redact, as_json)
     if deep and answer is None:
         click.echo(f"error: --deep needs a running gateway for live probes ({redact(error)}); "
                    "chatkernel channels probe checks credentials without one", err=True)

@@ -48,6 +48,10 @@ from chatkernel.core.heartbeat.runner import HeartbeatRunner
 from chatkernel.core.heartbeat.scheduler import HeartbeatScheduler
 from chatkernel.core.heartbeat.targets import Targets, check_target
 from chatkernel.core.inbound.pipeline import Inbound, InvalidMessage, Receiver
+from chatkernel.core.jobs.checks import check_jobs
+from chatkernel.core.jobs.control import JobsControl
+from chatkernel.core.jobs.runner import JobRunner
+from chatkernel.core.jobs.scheduler import JobScheduler
 from chatkernel.core.turns.indicators import Indicators
 from chatkernel.core.logs import SecretFilter
 from chatkernel.core.health.metrics import Metrics
@@ -127,6 +131,9 @@ class Kernel:
         self.unanswered: list[str] = []
         # The kernel's side of the components' ports (chatkernel.core.wiring).
         running, directory = Running(self), Directory(self)
+        #: Who and what a message or a send is for (core/wiring.py): the accounts, the
+        #: agent answering a chat, a proactive send's target.
+        self.directory = directory
         # The outbound subsystem, in dependency order; the store and the cluster exist
         # once the kernel started: they are read when used.
         #: What became of each payload: health, recent failures, waiting senders.
@@ -164,7 +171,8 @@ class Kernel:
             agent_table=lambda name: self.config.named_agents().get(name),
             started_at=running.started_at, accounts=self.accounts.values,
             sessions=self._started_sessions, queue_settings=self.queue_settings,
-            queue=self._started_queue, heartbeats=self._started_heartbeats)
+            queue=self._started_queue, heartbeats=self._started_heartbeats,
+            jobs=self._started_jobs)
         self.inbound = Inbound(
             runtime=running, routing=directory, command_gateway=self.command_gateway,
             outbound=self.outbound, order=self.order, indicate=self.indicators.once,
@@ -179,6 +187,10 @@ class Kernel:
         #: monotonic clock.
         self._queue_clock = queue_clock
         self._heartbeats: HeartbeatScheduler | None = None
+        self._jobs: JobScheduler | None = None
+        #: What ``chatkernel jobs`` and ``triggers`` ask (core/jobs/control.py).
+        self.jobs_control = JobsControl(scheduler=self._started_jobs,
+                                        config=lambda: self.config, store=self._started_store)
         self.started_at: float | None = None
         #: What the gateway process adds (its URL, its reloader), read through functions;
         #: empty for a kernel run in-process (see chatkernel.core.runtime.parts).
@@ -315,10 +327,18 @@ class Kernel:
                                    metrics=self.metrics),
             targets=Targets(sessions=self._sessions, accounts=self.accounts, store=store,
                             remembered_chat=self.inbound.last_chat,
-                            resolve_target=self.resolve_target),
+                            resolve_target=self.directory.resolve_target),
             session_busy=session_busy, pm=self.pm, metrics=self.metrics,
             workspace=lambda agent: self.config.agent_workspace(agent),
             clock=self._heartbeat_clock)
+        # Scheduled jobs and triggers: on the heartbeats' clock (a test's ManualClock).
+        self._jobs = jobs = JobScheduler(
+            config=lambda: self.config, store=self._started_store,
+            runner=JobRunner(store=self._started_store, agents=lambda: roster,
+                             sessions=self._started_sessions,
+                             resolve_target=self.directory.resolve_target, responder=responder),
+            clock=self._heartbeat_clock, holder=self._holder,
+            live_holders=self._live_holders)
         timing = {} if self._queue_clock is None else {
             "clock": self._queue_clock.now, "sleep_until": self._queue_clock.sleep_until}
         self._queue = SessionQueue(self._tg, turns.run, self.queue_settings,
@@ -340,10 +360,13 @@ class Kernel:
             if self.recover:
                 stack.push_async_callback(self.cluster.release)  # before the tasks end
                 await self.cluster.join(self._tg)
+            # Every instance schedules the jobs: a slot's claim in the store runs it once.
+            await jobs.start(self._tg, loop=self.run_heartbeats)
             return
         if self.recover:
             await self.outbox.recover()
             await self.replay_unfinished()
+        await jobs.start(self._tg, loop=self.run_heartbeats)
         if self.run_heartbeats:
             await heartbeats.start(self._tg)
 
@@ -453,6 +476,9 @@ class Kernel:
         check_binding_targets(config, configured | {(a.channel_name, a.name)
                                                     for a in self.accounts.values()},
                               path=self.config_path)
+        check_jobs(config, self.channel_types, configured | {(a.channel_name, a.name)
+                                                             for a in self.accounts.values()},
+                   path=self.config_path)
         self.unanswered = unanswered(config, self.accounts.values())
         for i, rule in enumerate(self.config.send_policy.rules):
             if rule.channel != "*" and rule.channel not in self.channel_types:
@@ -602,6 +628,23 @@ class Kernel:
             raise RuntimeError("the kernel is not started")
         return self._heartbeats
 
+    def _started_jobs(self) -> JobScheduler:
+        if self._jobs is None:
+            raise RuntimeError("the kernel is not started")
+        return self._jobs
+
+    def _holder(self) -> str:
+        """Who this process is in a job run's record: its lease holder where gateways
+        share the store."""
+        cluster = self.cluster
+        return cluster.holder if cluster is not None else f"{self.presence.own.instance_id}" \
+            f"/{os.getpid()}"
+
+    async def _live_holders(self) -> set[str] | None:
+        """The live gateway processes on a shared store (None: this one alone)."""
+        cluster = self.cluster
+        return None if cluster is None else set(await cluster.shared.instances())
+
     def _started_task_group(self) -> TaskGroup:
         if self._tg is None:
             raise RuntimeError("the kernel is not started")
@@ -612,6 +655,7 @@ class Kernel:
     queue = property(_started_queue, doc="The session queue (once started).")
     heartbeats = property(_started_heartbeats,
                           doc="The heartbeat scheduler, built at start with what it uses.")
+    jobs = property(_started_jobs, doc="The job scheduler (docs/jobs.md), once started.")
     task_group = property(_started_task_group, doc="The kernel's task group (once started).")
 
     def _session_in_use(self, key: str) -> bool:
@@ -659,60 +703,6 @@ class Kernel:
             return MediaScope.of(account)
         workspace = roster.workspace(agent) or account.workspace
         return MediaScope(workspace, roster.access_level(agent) or account.access_level)
-
-    def pick_account(self, channel: str, account: str | None = None) -> Account:
-        """The account to send from: named, or the channel's only one. LookupError says why."""
-        mine = sorted(a.name for a in self.accounts.values() if a.channel_name == channel)
-        if not mine:
-            known = ", ".join(sorted({a.channel_name for a in self.accounts.values()})) or "none"
-            raise LookupError(f"no running account of channel {channel!r} (channels: {known})")
-        if account is None:
-            if len(mine) > 1:
-                raise LookupError(f"channel {channel!r} has several accounts "
-                                  f"({', '.join(mine)}): name one with --account")
-            account = mine[0]
-        found = self.accounts.get(f"{channel}:{account}")
-        if found is None:
-            raise LookupError(f"no account {account!r} in channel {channel!r} "
-                              f"(accounts: {', '.join(mine)})")
-        return found
-
-    async def resolve_target(self, channel: str, account: str | None, to: str, *,
-                             thread: str | None = None) -> tuple[Account, Route, str]:
-        """A proactive send's (account, route, session key). ``to`` is a chat id or
-        ``last`` (the account's last active chat). LookupError says what is missing."""
-        if not to:
-            raise LookupError("no target: give a chat id or 'last'")
-        found = self.pick_account(channel, account)
-        if to == "last":
-            last = self.inbound.last_chat(found) or await self.store.get_account_state(
-                found.channel_name, found.name, "last_chat")
-            if not last:
-                raise LookupError(f"{found.key} has no last active chat yet")
-            chat_id, thread, is_group = last["chat_id"], last.get("thread_id"), \
-                bool(last.get("is_group"))
-        else:
-            chat_id, is_group = to, False
-        # The chat's session with the agent it is bound to: the send is part of it.
-        agent = self.chat_agent(Route(found.channel_name, found.name, chat_id,
-                                      thread_id=thread, is_group=is_group))
-        key = Session.make_key(found.channel_name, found.name, chat_id, thread, agent)
-        known = await self.sessions.route(key)
-        route = known or Route(found.channel_name, found.name, chat_id, thread_id=thread,
-                               is_group=is_group)
-        return found, route, key
-
-    async def session_target(self, key: str) -> tuple[Account, Route, str]:
-        """Where ``sessions send KEY`` goes: the session's account and current route."""
-        record = await self.sessions.get(key)
-        if record is None:
-            raise LookupError(f"no session {key!r} (chatkernel sessions list shows them)")
-        found = self.pick_account(record.channel, record.account)
-        route = await self.sessions.route(key)
-        if route is None:
-            route = Route(record.channel, record.account, record.chat_id,
-                          thread_id=record.thread_id)
-        return found, route, key
 
     def queue_settings(self, session_key: str) -> QueueSettings:
         """Session override (``/queue``) > channel ``queue`` table > ``[queue]``."""

@@ -17,12 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from chatkernel.sdk.models import Route, Session
+
 if TYPE_CHECKING:
     from chatkernel.core import config as cfg
     from chatkernel.core.kernel import Kernel
     from chatkernel.core.outbound.policy import SendPolicies
     from chatkernel.core.runtime.cluster import Cluster
-    from chatkernel.sdk.models import Command
+    from chatkernel.sdk.models import Account, Command
 
 
 class Running:
@@ -64,11 +66,11 @@ class Running:
 class Directory:
     """Who and what a message or a send is for: ``account_for``, ``account``,
     ``agent_for``, ``commands()`` and ``queue_settings`` (the pipeline's routing),
-    ``chat_agent``, ``resolve_target`` and ``session_target`` (the control API's send
-    targets)."""
+    ``chat_agent``, ``resolve_target`` and ``session_target`` (the send targets of the
+    control API, heartbeats and jobs), ``pick_account``."""
 
     __slots__ = ("_kernel", "account_for", "account", "agent_for", "queue_settings",
-                 "chat_agent", "resolve_target", "session_target")
+                 "chat_agent")
 
     def __init__(self, kernel: Kernel) -> None:
         self._kernel = kernel
@@ -77,11 +79,63 @@ class Directory:
         self.agent_for = kernel.agent_for
         self.queue_settings = kernel.queue_settings
         self.chat_agent = kernel.chat_agent
-        self.resolve_target = kernel.resolve_target
-        self.session_target = kernel.session_target
 
     def commands(self) -> Mapping[str, Command]:
         return self._kernel.commands
+
+    def pick_account(self, channel: str, account: str | None = None) -> Account:
+        """The account to send from: named, or the channel's only one. LookupError says why."""
+        mine = sorted(a.name for a in self._kernel.accounts.values() if a.channel_name == channel)
+        if not mine:
+            known = ", ".join(sorted({a.channel_name for a in self._kernel.accounts.values()})) or "none"
+            raise LookupError(f"no running account of channel {channel!r} (channels: {known})")
+        if account is None:
+            if len(mine) > 1:
+                raise LookupError(f"channel {channel!r} has several accounts "
+                                  f"({', '.join(mine)}): name one with --account")
+            account = mine[0]
+        found = self._kernel.accounts.get(f"{channel}:{account}")
+        if found is None:
+            raise LookupError(f"no account {account!r} in channel {channel!r} "
+                              f"(accounts: {', '.join(mine)})")
+        return found
+
+    async def resolve_target(self, channel: str, account: str | None, to: str, *,
+                             thread: str | None = None) -> tuple[Account, Route, str]:
+        """A proactive send's (account, route, session key). ``to`` is a chat id or
+        ``last`` (the account's last active chat). LookupError says what is missing."""
+        if not to:
+            raise LookupError("no target: give a chat id or 'last'")
+        found = self.pick_account(channel, account)
+        if to == "last":
+            last = self._kernel.inbound.last_chat(found) or await self._kernel.store.get_account_state(
+                found.channel_name, found.name, "last_chat")
+            if not last:
+                raise LookupError(f"{found.key} has no last active chat yet")
+            chat_id, thread, is_group = last["chat_id"], last.get("thread_id"), \
+                bool(last.get("is_group"))
+        else:
+            chat_id, is_group = to, False
+        # The chat's session with the agent it is bound to: the send is part of it.
+        agent = self._kernel.chat_agent(Route(found.channel_name, found.name, chat_id,
+                                      thread_id=thread, is_group=is_group))
+        key = Session.make_key(found.channel_name, found.name, chat_id, thread, agent)
+        known = await self._kernel.sessions.route(key)
+        route = known or Route(found.channel_name, found.name, chat_id, thread_id=thread,
+                               is_group=is_group)
+        return found, route, key
+
+    async def session_target(self, key: str) -> tuple[Account, Route, str]:
+        """Where ``sessions send KEY`` goes: the session's account and current route."""
+        record = await self._kernel.sessions.get(key)
+        if record is None:
+            raise LookupError(f"no session {key!r} (chatkernel sessions list shows them)")
+        found = self.pick_account(record.channel, record.account)
+        route = await self._kernel.sessions.route(key)
+        if route is None:
+            route = Route(record.channel, record.account, record.chat_id,
+                          thread_id=record.thread_id)
+        return found, route, key
 
 
 class Hosting:

@@ -257,7 +257,7 @@ class KernelHarness:
         last known route; ``is_group`` for a chat the kernel has not seen yet that is a
         group (its rate limits). ``fmt``: ``markdown`` or ``plain``. Returns the reply
         id (None: nothing to send); :meth:`outbox_idle` waits until it was sent."""
-        found, route, key = await self.kernel.resolve_target(channel, account, chat_id)
+        found, route, key = await self.kernel.directory.resolve_target(channel, account, chat_id)
         if is_group and not route.is_group:
             route = Route(route.channel, route.account, route.chat_id,
                           thread_id=route.thread_id, reply_to=route.reply_to,
@@ -386,6 +386,21 @@ class KernelHarness:
                         and not self.kernel.inbound.backlog():
                     await self.kernel.store.flush()
                     return
+
+    async def jobs_settled(self, timeout: float = 5.0) -> None:
+        """Wait until the job scheduler has acted on its clock (the heartbeats' clock:
+        every due slot claimed, no job or trigger run going on) and everything queued was
+        sent (docs/jobs.md)."""
+        scheduler = self.kernel.jobs
+        with anyio.fail_after(timeout):
+            while True:
+                await anyio.sleep(0)
+                if scheduler.quiescent():
+                    await self.settle(timeout)
+                    if scheduler.quiescent():
+                        return
+                else:
+                    await anyio.sleep(0.002)
 
     async def heartbeats_settled(self, timeout: float = 5.0) -> None:
         """Wait until the heartbeat scheduler has acted on its clock (nothing due is

@@ -93,6 +93,7 @@ from chatkernel.core.config.schema import (
     listens_locally,
     with_implied,
 )
+from chatkernel.core.config.jobs import JobConfig, TriggerConfig
 from chatkernel.core.config.starter import STARTER_HEADER, starter_config
 from chatkernel.core.config.hints import did_you_mean
 from chatkernel.core.config.validation import (
@@ -106,6 +107,10 @@ from chatkernel.core.config.validation import (
 )
 from chatkernel.sdk.accounts import AccountConfig, HealthMonitorConfig, HeartbeatVisibility
 from chatkernel.sdk.errors import ConfigError
+
+# [jobs] and [triggers] are annotated by name in the schema (config/jobs.py imports it).
+KernelConfig.model_rebuild(_types_namespace={"JobConfig": JobConfig,
+                                             "TriggerConfig": TriggerConfig})
 
 __all__ = [
     "REDACTED", "STARTER_HEADER",
@@ -122,4 +127,5 @@ __all__ = [
     "read_document", "read_env_file", "read_raw", "redact", "resolve_env", "secret_values",
     "set_key", "split_key", "starter_config", "takes_text", "unknown_channel", "unset_key",
     "validate_account", "validation_error", "with_implied", "write_raw",
+    "JobConfig", "TriggerConfig",
 ]

@@ -18,6 +18,7 @@ from chatkernel.core.config.hints import did_you_mean
 from chatkernel.sdk.accounts import HealthMonitorConfig, HeartbeatVisibility
 
 if TYPE_CHECKING:
+    from chatkernel.core.config.jobs import JobConfig, TriggerConfig
     from chatkernel.core.plugins import PluginManager
 
 
@@ -345,6 +346,8 @@ class SendPolicyConfig(Section):
 
 #: An agent's name: ``[agents.<name>]``, a binding's ``agent``, part of a session key.
 AGENT_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
+#: A job's or a trigger's name (config/jobs.py).
+JOB_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: The agent that answers the chats no binding matches.
 DEFAULT_AGENT = "default"
 #: A binding's match keys, in the order they are shown.
@@ -401,6 +404,20 @@ class KernelConfig(Section):
     presence: PresenceConfig = Field(default_factory=PresenceConfig)
     send_policy: SendPolicyConfig = Field(default_factory=SendPolicyConfig)
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
+    #: Scheduled jobs and inbound triggers (docs/jobs.md): their models are in
+    #: config/jobs.py, resolved when the package is imported (config/__init__.py).
+    jobs: dict[str, JobConfig] = Field(default_factory=dict)
+    triggers: dict[str, TriggerConfig] = Field(default_factory=dict)
+
+    @field_validator("jobs", "triggers")
+    @classmethod
+    def _job_names(cls, value: dict[str, Any], info: Any) -> dict[str, Any]:
+        what = "job" if info.field_name == "jobs" else "trigger"
+        for name in value:  # a key in the store, a part of a URL
+            if not JOB_NAME.fullmatch(name):
+                raise ValueError(f"{name!r} is not a {what} name: expected letters, "
+                                 "digits, -, _ and . (such as morning-alerts)")
+        return value
 
     @field_validator("channels")
     @classmethod

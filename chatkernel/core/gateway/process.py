@@ -153,7 +153,7 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
     listen host)."""
     from chatkernel.core.gateway import control
     from chatkernel.core.gateway import endpoints as health_http
-    from chatkernel.core.gateway import http_guard
+    from chatkernel.core.gateway import hooks, http_guard
 
     app = web.Application(client_max_size=http_guard.MAX_BODY_BYTES,
                           middlewares=[http_server.track_requests])
@@ -162,6 +162,9 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
              if account.transport is not None for route in account.transport.http_routes()]
     owned += [(None, route) for route in control.routes(kernel.control, control_token,
                                                         PairingControl(kernel.pairing))]
+    owned += [(None, route) for route in [
+        *hooks.hook_routes(lambda: kernel.jobs, lambda: kernel.config),
+        *hooks.control_routes(kernel.jobs_control, control_token)]]
     page = health_http.root_page(kernel.pm, kernel.config, kernel.channel_types,
                                  kernel.accounts.values(), loopback=loopback)
     owned += [(None, route) for route in health_http.routes(
@@ -175,6 +178,7 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
         app.router.add_route(method, path, handler)
     webhooks = [path for account, (_, path, _) in owned if account is not None and
                 http_guard.is_webhook_path(path, account.channel_name, account.name)]
+    webhooks += hooks.HOOK_PATHS  # triggers' callers: their credential is the check
     hosts = http_guard.HostCheck(host.lower(), frozenset(kernel.config.gateway.public_hosts))
     http_guard.install(app, hosts=hosts, webhooks=webhooks)
     return app

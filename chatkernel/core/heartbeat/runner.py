@@ -37,6 +37,29 @@ log = logging.getLogger("chatkernel.heartbeat")
 MAX_RUNNING = 2
 
 
+async def collect_turn(agents: "Roster", name: str, request: TurnRequest,
+                       what: str) -> tuple[list[str], list[str]]:
+    """Run agent ``name``'s turn on ``request`` outside the session queue (a heartbeat's,
+    a scheduled job's): its final texts and its errors (an agent that failed is one,
+    logged as ``what``'s)."""
+    texts: list[str] = []
+    errors: list[str] = []
+    agent = agents.get(name)
+    try:
+        if agent is None:
+            raise LookupError(f"the config has no agent {name!r}")
+        async with agents.using(agent), contextlib.aclosing(agent.turn(request)) as events:
+            async for event in events:
+                if event.kind == "text" and event.final and event.text.strip():
+                    texts.append(event.text)
+                elif event.kind == "error":
+                    errors.append(event.text)
+    except Exception as exc:
+        log.exception("%s: the agent failed", what)
+        errors.append(f"the agent failed: {exc}")
+    return texts, errors
+
+
 class HeartbeatRunner:
     """Runs heartbeat turns for one kernel and handles their answers."""
 
@@ -80,20 +103,8 @@ class HeartbeatRunner:
                         envelope=self.envelope(fired_at, settings, destination),
                         heartbeat=True, log_seq=seq,
                         meta={"heartbeat": heartbeat, "tasks": list(prompt.tasks)})
-                    agent = self._agents.get(destination.agent)
-                    try:
-                        if agent is None:
-                            raise LookupError(f"the config has no agent {destination.agent!r}")
-                        async with self._agents.using(agent), \
-                                contextlib.aclosing(agent.turn(request)) as events:
-                            async for event in events:
-                                if event.kind == "text" and event.final and event.text.strip():
-                                    texts.append(event.text)
-                                elif event.kind == "error":
-                                    errors.append(event.text)
-                    except Exception as exc:
-                        log.exception("heartbeat %s: the agent failed", heartbeat)
-                        errors.append(f"the agent failed: {exc}")
+                    texts, errors = await collect_turn(self._agents, destination.agent,
+                                                       request, f"heartbeat {heartbeat}")
         finally:
             if typing and not self._session_busy(key):  # a user turn's indicator stays
                 self._indicators.end(key)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from chatkernel.core.heartbeat.scheduler import HeartbeatScheduler
     from chatkernel.core.inbound.queue import QueueSettings, SessionQueue
     from chatkernel.core.inbound.sessions import Sessions
+    from chatkernel.core.jobs.scheduler import JobScheduler
     from chatkernel.sdk.models import Account
     from chatkernel.core.store.base import SessionRecord
 
@@ -33,7 +34,7 @@ class CommandGateway:
     reload replaces it."""
 
     __slots__ = ("_commands", "_agent_kind", "_agent_table", "_started_at", "_accounts", "_sessions",
-                 "_queue_settings", "_queue", "_heartbeats")
+                 "_queue_settings", "_queue", "_heartbeats", "_reminders")
 
     def __init__(self, *, commands: Callable[[], dict[str, Command]],
                  agent_kind: Callable[[], str], started_at: Callable[[], float | None],
@@ -42,7 +43,8 @@ class CommandGateway:
                  sessions: Callable[[], "Sessions"],
                  queue_settings: Callable[[str], "QueueSettings"],
                  queue: Callable[[], "SessionQueue"],
-                 heartbeats: Callable[[], "HeartbeatScheduler"]) -> None:
+                 heartbeats: Callable[[], "HeartbeatScheduler"],
+                 jobs: Callable[[], "JobScheduler"] | None = None) -> None:
         self._commands = commands
         self._agent_kind = agent_kind
         self._agent_table = agent_table
@@ -52,6 +54,7 @@ class CommandGateway:
         self._queue_settings = queue_settings
         self._queue = queue
         self._heartbeats = SessionHeartbeats(heartbeats)
+        self._reminders = ChatReminders(jobs)
 
     # -- the gateway --------------------------------------------------------------------
 
@@ -110,6 +113,46 @@ class CommandGateway:
     def heartbeats(self) -> "SessionHeartbeats":
         """A session's own heartbeat, as ``/heartbeat`` sets and reads it."""
         return self._heartbeats
+
+    @property
+    def reminders(self) -> "ChatReminders":
+        """A chat's reminders, as ``/remind`` sets, lists and cancels them."""
+        return self._reminders
+
+
+class ChatReminders:
+    """What a command may do with a chat's reminders (``/remind 20m check the oven``,
+    docs/jobs.md): one-shot jobs delivered to the chat, at most
+    :data:`~chatkernel.core.jobs.scheduler.MAX_REMINDERS` waiting per chat. A request that
+    cannot be done raises an error whose message says why."""
+
+    __slots__ = ("_scheduler",)
+
+    def __init__(self, scheduler: Callable[[], "JobScheduler"] | None) -> None:
+        self._scheduler = scheduler
+
+    def _jobs(self) -> "JobScheduler":
+        if self._scheduler is None:
+            raise RuntimeError("this kernel runs no jobs")
+        return self._scheduler()
+
+    async def add(self, session_key: str, target: str, seconds: float, text: str
+                  ) -> Mapping[str, Any]:
+        """Remind the chat (``target``: ``channel:account:chat``) of ``text`` in
+        ``seconds``; returns the reminder (``id``, ``at``, ``text``)."""
+        return await self._jobs().add_reminder(session_key, target, seconds, text)
+
+    def list(self, session_key: str) -> list[Mapping[str, Any]]:
+        """The chat's waiting reminders, soonest first."""
+        return self._jobs().reminders(session_key)
+
+    async def cancel(self, session_key: str, reminder_id: str) -> bool:
+        """Cancel one of the chat's reminders; False when it has none by that id."""
+        return await self._jobs().cancel_reminder(session_key, reminder_id)
+
+    def now(self) -> float:
+        """The jobs' clock (a test's manual clock, else the wall clock)."""
+        return self._jobs().clock.now()
 
 
 class SessionHeartbeats:

@@ -17,6 +17,7 @@ not apply (those need a restart). Live:
 - ``[heartbeat]``, ``[agent.heartbeat]``, a channel's ``heartbeat`` table
   (rescheduled);
 - ``[send_policy]``;
+- ``[jobs.*]`` (a changed schedule starts again from the reload) and ``[triggers.*]``;
 - ``[agent]``, ``[agents.*]`` and ``[[bindings]]``: a changed agent gets a new instance
   for the next turns (a turn running on the old one finishes on it, which is then
   closed), and the next message of a chat goes to the agent its bindings name now (a
@@ -158,7 +159,8 @@ def is_live(path: tuple[str, ...]) -> bool | None:
         return rest[1] in ("queue", "heartbeat")
     if head == "queue":
         return not rest or rest[0] != "max_concurrent"
-    return head in ("heartbeat", "send_policy", "agent", "agents", "bindings")
+    return head in ("heartbeat", "send_policy", "agent", "agents", "bindings", "jobs",
+                    "triggers")
 
 
 def dotted(path: tuple[str, ...]) -> str:
@@ -231,6 +233,7 @@ async def apply_config(kernel: "Kernel", new: cfg.KernelConfig, *,
     for account, settings in plan.in_place:
         account.config, account.access_level = settings, settings.access_level
     kernel.heartbeats.reschedule()
+    kernel.jobs.reschedule()  # a changed schedule starts afresh: no old slot fires
     for account in plan.added:
         _build_channel(kernel, account)
         kernel.accounts[account.key] = account

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from chatkernel.sdk.errors import ConfigError, StoreError
 from chatkernel.sdk.models import InboundMessage, Route
+from chatkernel.core.store.jobs import JobDefinition, JobPosition, JobRun, JobStore
 from chatkernel.core.store.records import (
     JOURNAL_STATUSES,
     OUTBOX_STATUSES,
@@ -33,8 +34,9 @@ if TYPE_CHECKING:
     from chatkernel.core.store.shared import SharedState
 
 __all__ = ["JOURNAL_STATUSES", "OUTBOX_STATUSES", "ApprovedSender", "HeartbeatState",
-           "JournalEntry", "LogEntry", "LogRow", "OutboxEntry", "PairingRequest", "RecentSend",
-           "SessionRecord", "Store", "StoreError", "StoreUnavailable", "TranscriptEntry"]
+           "JobDefinition", "JobPosition", "JobRun", "JournalEntry", "LogEntry", "LogRow",
+           "OutboxEntry", "PairingRequest", "RecentSend", "SessionRecord", "Store", "StoreError",
+           "StoreUnavailable", "TranscriptEntry"]
 
 
 class StoreUnavailable(StoreError, ConfigError):
@@ -43,8 +45,9 @@ class StoreUnavailable(StoreError, ConfigError):
     line says it in one line instead of a traceback."""
 
 
-class Store(abc.ABC):
-    """Durable state. Every method is safe to call concurrently from one event loop."""
+class Store(JobStore, abc.ABC):
+    """Durable state. Every method is safe to call concurrently from one event loop.
+    (Jobs' and triggers' methods: :class:`~chatkernel.core.store.jobs.JobStore`.)"""
 
     name: str = "?"
     #: Told of every commit: ``None`` when it succeeded, the error when it failed (the

@@ -270,6 +270,38 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (channel, account, sender)
     ) WITHOUT ROWID;
     """,
+    # 10: scheduled jobs and inbound triggers (docs/jobs.md): the jobs added at run time,
+    # where each job's schedule stands, and every run, keyed by job and slot (a due
+    # time, a trigger request's signature): the key is what makes a slot run once.
+    """
+    CREATE TABLE jobs (
+        name        TEXT PRIMARY KEY,
+        spec        TEXT NOT NULL,  -- JSON object: the [jobs.<name>] keys
+        origin      TEXT NOT NULL,
+        created_at  REAL NOT NULL
+    );
+    CREATE TABLE job_positions (
+        name        TEXT PRIMARY KEY,
+        spec_hash   TEXT NOT NULL,
+        cursor      REAL NOT NULL
+    );
+    CREATE TABLE job_runs (
+        job          TEXT NOT NULL,
+        slot         TEXT NOT NULL,
+        run_id       TEXT NOT NULL UNIQUE,
+        status       TEXT NOT NULL,
+        due_at       REAL NOT NULL,
+        holder       TEXT NOT NULL,
+        started_at   REAL,
+        finished_at  REAL,
+        outcome      TEXT NOT NULL DEFAULT '',
+        request      TEXT NOT NULL DEFAULT '{}',  -- JSON object
+        PRIMARY KEY (job, slot)
+    );
+    CREATE INDEX job_runs_due ON job_runs (job, due_at);
+    CREATE INDEX job_runs_unfinished ON job_runs (due_at)
+        WHERE status = 'queued' OR status = 'running';
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -15,6 +15,7 @@ import chatkernel.core.store.sqlite.schema as schema
 from chatkernel.core.store.base import Store, StoreError
 from chatkernel.core.store.sqlite.access import SQLiteAccess
 from chatkernel.core.store.sqlite.file import DatabaseFile
+from chatkernel.core.store.sqlite.jobs import SQLiteJobs
 from chatkernel.core.store.sqlite.journal import SQLiteJournal
 from chatkernel.core.store.sqlite.outbox import SQLiteOutbox
 from chatkernel.core.store.sqlite.schema import SchemaMigrations
@@ -32,7 +33,8 @@ log = logging.getLogger("chatkernel.store")
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
-class SQLiteStore(SQLiteJournal, SQLiteOutbox, SQLiteState, SQLiteAccess, SchemaMigrations,
+class SQLiteStore(SQLiteJournal, SQLiteOutbox, SQLiteState, SQLiteAccess, SQLiteJobs,
+                  SchemaMigrations,
                   DatabaseFile, Store):
     """The store in one SQLite file (see :mod:`chatkernel.core.store.sqlite` for durability).
 

@@ -1,0 +1,165 @@
+"""Inbound triggers and the web chat's /remind, through a gateway run in this process
+(docs/jobs.md): a signed request delivers to two chats once each; a replayed, unsigned,
+stale, oversized or incomplete one is refused with a 4xx saying why, and nothing runs."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+
+import aiohttp
+import anyio
+import pytest
+
+from chatkernel.core import config as cfg
+from chatkernel.core.gateway.process import run_gateway
+from chatkernel.core.jobs.triggers import fill_prompt, sign
+from chatkernel.testing.contract import wait_until
+
+pytestmark = pytest.mark.anyio
+
+SECRET = "s3cret-for-tests-only"
+
+
+@pytest.fixture
+def config(tmp_path):
+    return cfg.parse({"gateway": {"workspace": str(tmp_path / "workspace"),
+                                  "listen": "127.0.0.1:0"},
+                      "store": {"path": str(tmp_path / "state.db")},
+                      "queue": {"debounce_ms": 0},
+                      "triggers": {
+                          "ci": {"secret": SECRET, "prompt": "Build {status} of {repo}",
+                                 "deliver_to": ["webchat:default:ops",
+                                                "webchat:default:dev"],
+                                 "max_body_bytes": 200},
+                          "alert": {"token": "tok-for-tests", "prompt": "Alert: {what}",
+                                    "deliver_to": ["webchat:default:ops"],
+                                    "per_minute": 2}}})
+
+
+class Gateway:
+    """One run of the gateway in this process: ``async with Gateway(config) as base``."""
+
+    def __init__(self, config) -> None:
+        self.config = config
+
+    async def __aenter__(self) -> str:
+        self._tg = await anyio.create_task_group().__aenter__()
+        ready, self.stop, where = anyio.Event(), anyio.Event(), {}
+
+        def on_ready(listening):
+            where["url"] = listening.url
+            ready.set()
+
+        self._tg.start_soon(lambda: run_gateway(self.config, on_ready=on_ready,
+                                                stop=self.stop, handle_signals=False))
+        with anyio.fail_after(10):
+            await ready.wait()
+        return where["url"]
+
+    async def __aexit__(self, *exc_info) -> None:
+        self.stop.set()
+        await self._tg.__aexit__(*exc_info)
+
+
+async def messages(http, base, chat_id, want) -> list[dict]:
+    found: list[dict] = []
+
+    async def enough() -> bool:
+        nonlocal found
+        async with http.get(f"{base}/webchat/messages", params={"chat_id": chat_id}) as r:
+            found = (await r.json())["messages"]
+        return len(found) >= want
+
+    await wait_until(enough, timeout=10, what=f"{want} messages in {chat_id}",
+                     state=lambda: found)
+    return found
+
+
+def openssl_style_signature(body: bytes, timestamp: str) -> str:
+    """The header as docs/jobs.md's curl example makes it (openssl dgst -sha256 -hmac),
+    spelled apart from the gateway's verifier."""
+    digest = hmac.new(SECRET.encode(), f"v1:{timestamp}:".encode() + body, hashlib.sha256)
+    return "v1=" + digest.hexdigest()
+
+
+@pytest.mark.slow
+async def test_a_signed_trigger_delivers_to_two_chats_once_and_refusals_run_nothing(config):
+    body = json.dumps({"status": "green", "repo": "chatkernel"}).encode()
+    now = str(int(time.time()))
+    signed = {"X-Chatkernel-Timestamp": now,
+              "X-Chatkernel-Signature": openssl_style_signature(body, now),
+              "Content-Type": "application/json"}
+    async with aiohttp.ClientSession() as http, Gateway(config) as base:
+        url = f"{base}/hooks/ci"
+        async with http.post(url, data=body, headers=signed) as r:
+            assert r.status == 202
+            taken = await r.json()
+        refusals = {
+            "replayed": (signed, body),
+            "unsigned": ({"Content-Type": "application/json"}, body),
+            "stale": (sign(SECRET, body, int(time.time()) - 600), body),
+            "wrong": ({**signed, "X-Chatkernel-Signature": "v1=" + "0" * 64}, body),
+            "oversized": (sign(SECRET, b"{" + b" " * 300 + b"}", now), b"{" + b" " * 300 + b"}"),
+            "incomplete": (sign(SECRET, b'{"status": "red"}', now), b'{"status": "red"}'),
+        }
+        answers = {}
+        for what, (headers, data) in refusals.items():
+            async with http.post(url, data=data, headers=headers) as r:
+                answers[what] = (r.status, (await r.json())["error"])
+        assert answers["replayed"][0] == 409 and "replay" in answers["replayed"][1]
+        assert answers["unsigned"][0] == 401 and "missing" in answers["unsigned"][1]
+        assert answers["stale"][0] == 401 and "old" in answers["stale"][1]
+        assert answers["wrong"][0] == 401
+        assert answers["oversized"] == (413, "the body is over 200 bytes")
+        assert answers["incomplete"][0] == 400 and "repo" in answers["incomplete"][1]
+        # The one taken ran once, to each chat.
+        assert [m["text"] for m in await messages(http, base, "ops", 1)] == [
+            "Build green of chatkernel"]
+        assert [m["text"] for m in await messages(http, base, "dev", 1)] == [
+            "Build green of chatkernel"]
+        status_headers = sign(SECRET, b"", int(time.time()))
+        async def done() -> bool:
+            async with http.get(f"{base}{taken['status_url']}", headers=status_headers) as r:
+                return (await r.json())["status"] == "done"
+        await wait_until(done, timeout=10, what="the run is done")
+        async with http.get(f"{base}{taken['status_url']}") as r:  # the credential is asked
+            assert r.status == 401
+        async with http.get(f"{base}/hooks/ci/runs/{taken['run_id']}",
+                            headers=status_headers) as r:
+            run = await r.json()
+        assert run["outcome"] == "sent to webchat:default:ops, webchat:default:dev"
+        # Nothing else ran: one run in the trigger's history.
+        async with http.post(f"{base}/hooks/alert", json={"what": "disk"},
+                             headers={"Authorization": "Bearer nope"}) as r:
+            assert r.status == 401
+        for _ in range(2):
+            async with http.post(f"{base}/hooks/alert", json={"what": "disk"},
+                                 headers={"Authorization": "Bearer tok-for-tests"}) as r:
+                assert r.status == 202
+        async with http.post(f"{base}/hooks/alert", json={"what": "disk"},
+                             headers={"Authorization": "Bearer tok-for-tests"}) as r:
+            assert r.status == 429 and int(r.headers["Retry-After"]) >= 1
+        assert len(await messages(http, base, "ops", 3)) == 3
+        await anyio.sleep(0.2)  # real time: a second delivery of the ci run would show now
+        async with http.get(f"{base}/webchat/messages", params={"chat_id": "dev"}) as r:
+            assert len((await r.json())["messages"]) == 1
+
+
+@pytest.mark.slow
+async def test_remind_on_the_web_chat(config):
+    async with aiohttp.ClientSession() as http, Gateway(config) as base:
+        async with http.post(f"{base}/webchat/messages",
+                             json={"chat_id": "kitchen", "user_id": "u1",
+                                   "text": "/remind 1s check the oven"}) as r:
+            assert r.status == 202
+        found = await messages(http, base, "kitchen", 3)  # the command, its answer, then it
+        texts = [m["text"] for m in found]
+        assert texts[1].startswith("Reminder ") and texts[2] == "Reminder: check the oven"
+
+
+def test_a_prompt_is_filled_from_the_top_level_fields():
+    body = json.dumps({"status": "red", "jobs": [1, 2], "extra": "ignored"}).encode()
+    assert fill_prompt("{status}: {jobs}", body) == "red: [1, 2]"
