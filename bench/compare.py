@@ -16,6 +16,11 @@ CPU: below 1 is cheaper).
     .venv/bin/python bench/compare.py --against d28b3db
     .venv/bin/python bench/compare.py --against main --channels whatsapp,slack_events \\
         --messages 2000 --rounds 5
+    .venv/bin/python bench/compare.py --against d28b3db --channels gateway --rounds 5
+
+``gateway`` is not a channel's in-process bench but bench/gateway_echo.py: the WhatsApp
+echo through a real ``chatkernel run`` process of each tree's code (its CPU read from
+/proc), the bench and its fake on the working tree's code.
 
 A bench of this tree that cannot drive REF's kernel (an API it needs is not there yet)
 fails on REF: its error is printed and that channel is skipped.
@@ -50,6 +55,9 @@ class Bench:
     line: re.Pattern[str]
     #: The option that points the fake's own process at the working tree's code.
     fake_path_option: str | None = None
+    #: The bench runs a gateway process of a tree's code itself (``--tree DIR --alone``):
+    #: the bench, and its fake, on the working tree's code.
+    runs_tree: bool = False
 
 
 ROUND_LINE = re.compile(r"round 1 chatkernel\s+(?P<rate>[\d.]+) msg/s.*?"
@@ -61,6 +69,9 @@ BENCHES: dict[str, Bench] = {
     "slack_events": Bench("slack_events_echo.py",
                           ("--only", "chatkernel", "--rounds", "1", "--messages", "{n}"),
                           ROUND_LINE),
+    "gateway": Bench("gateway_echo.py", ("--rounds", "1", "--messages", "{n}"),
+                     re.compile(r"round 1\s+\S+\s+(?P<rate>[\d.]+) msg/s\s+"
+                                r"cpu\s+(?P<cpu>[\d.]+) us/msg"), runs_tree=True),
     "telegram": Bench("telegram_echo.py",
                       ("--only", "chatkernel", "--alone", "--rounds", "1", "--updates", "{n}",
                        "--latency", "0"),
@@ -107,7 +118,9 @@ def run_once(bench: Bench, tree: Tree, work: Tree, messages: int,
                *(option.format(n=messages) for option in bench.options)]
     if bench.fake_path_option:
         command += [bench.fake_path_option, work.pythonpath]
-    env = {**os.environ, "PYTHONPATH": tree.pythonpath}
+    if bench.runs_tree:
+        command += ["--tree", str(tree.root), "--alone"]
+    env = {**os.environ, "PYTHONPATH": (work if bench.runs_tree else tree).pythonpath}
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     found = bench.line.search(done.stdout)
     if done.returncode != 0 or found is None:

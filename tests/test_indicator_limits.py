@@ -240,9 +240,9 @@ async def test_a_turn_due_after_the_resting_refresher_wakes_is_served_then_witho
         assert await clock.sleeper() == start + 0.5  # the refresher rests until then
         clock.advance(0.2)
         indicators.begin(slow, "test:slow:second")  # due at 0.7: after that wake-up
-        assert not indicators._wake.is_set(), "a turn due later woke the refresher"
+        assert not indicators._nudged, "a turn due later woke the refresher"
         indicators.begin(quick, "test:quick:now")  # due now: before it
-        assert indicators._wake.is_set()
+        assert indicators._nudged
         assert await prompt.next_call() == (start + 0.2, "now")
         await clock.sleeper(after=start + 0.2)
         clock.advance(0.3)

@@ -107,7 +107,11 @@ class Indicators:
         self._waiting: dict[object, _Waiting] = {}
         # session key -> the read mark its quick turns left (channels with mark_read)
         self._unread: dict[str, _Unread] = {}
-        self._wake = anyio.Event()
+        # Something came due sooner than the refresher's rest ends (or while it was at
+        # work): it looks again before it rests.
+        self._nudged = False
+        # The refresher's rest, cancelled to wake it (None: it is at work, not resting).
+        self._rest_scope: anyio.CancelScope | None = None
         # When the resting refresher wakes by itself (None: it is at work, not resting):
         # what is due by then needs no wake-up.
         self._resting_until: float | None = None
@@ -115,7 +119,9 @@ class Indicators:
     def _nudge(self, due: float) -> None:
         """Wake the refresher for something due at ``due``, unless it wakes by then."""
         if self._resting_until is None or due < self._resting_until:
-            self._wake.set()
+            self._nudged = True
+            if self._rest_scope is not None:
+                self._rest_scope.cancel()
 
     def begin(self, account: Account, session_key: str) -> None:
         """A turn started: indicate now (or after the channel's ``indicator_delay``) and
@@ -157,8 +163,8 @@ class Indicators:
     async def run(self) -> None:
         """The refresher: runs until cancelled."""
         while True:
-            # A fresh event before the work: a begin() during an await below wakes us.
-            self._wake = anyio.Event()
+            # Cleared before the work: a begin() during an await below makes us look again.
+            self._nudged = False
             now = self._clock()
             next_due = math.inf
             for key, waiting in list(self._waiting.items()):
@@ -192,18 +198,20 @@ class Indicators:
 
     async def _rest(self, delay: float) -> None:
         """Until a begin() or once() wakes the refresher, or ``delay`` seconds of its
-        clock have passed."""
-        if math.isinf(delay):
-            await self._wake.wait()
+        clock have passed. One sleep in a cancel scope that a wake-up cancels: a turn's
+        read mark or indicator costs the refresher no task and no cancellation of its
+        own (a wake-up is needed only when something comes due before the rest ends)."""
+        if self._nudged:
             return
-        async with anyio.create_task_group() as tg:
-            async def alarm() -> None:
-                await self._sleep(max(0.0, delay))
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(alarm)
-            await self._wake.wait()
-            tg.cancel_scope.cancel()
+        with anyio.CancelScope() as scope:
+            self._rest_scope = scope
+            try:
+                if math.isinf(delay):
+                    await anyio.sleep_forever()
+                else:
+                    await self._sleep(max(0.0, delay))
+            finally:
+                self._rest_scope = None
 
     async def _refresh(self, key: str, entry: _Entry, now: float) -> float:
         """Indicate for a running turn (unless skipped); returns when to next."""

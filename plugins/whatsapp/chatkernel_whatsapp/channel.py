@@ -54,7 +54,12 @@ from chatkernel_whatsapp.api import (
     media_mime,
 )
 from chatkernel_whatsapp.markup import WhatsAppText
-from chatkernel_whatsapp.receiving import INBOUND_MEDIA, Notification, WhatsAppWebhook
+from chatkernel_whatsapp.receiving import (
+    INBOUND_MEDIA,
+    Notification,
+    WhatsAppWebhook,
+    previous_user_id,
+)
 from chatkernel_whatsapp.users import Sender, Users, is_user_id, sender_of
 
 log = logging.getLogger("chatkernel.whatsapp")
@@ -314,6 +319,9 @@ dm_policy = "pairing"                         # others get a code you approve (d
         if event.kind == "status":
             await owner._status(event.data)
             return None
+        if event.kind == "user_id_update":
+            await owner._user_id_updated(event.data)
+            return None
         return await owner._message(event.data, event.contacts)
 
     def _owner(self, event: Notification) -> "WhatsAppChannel | None":
@@ -351,7 +359,13 @@ dm_policy = "pairing"                         # others get a code you approve (d
             text = str((data.get(kind) or {}).get("caption") or "")
         else:
             text = _text_note(data)
-            if text is None:  # a reaction, a system or unsupported message, an order
+            if text is None:  # a reaction, an order, an unsupported or unknown kind
+                what = str(kind or "message without a type")
+                log.info("%s: message %s from %s not answered: %s %s (the channel reads "
+                         "text, replies to buttons and lists, locations, contacts and "
+                         "files)", self.account.key, data.get("id"),
+                         data.get("from") or data.get("from_user_id"),
+                         "an" if what[0] in "aeiou" else "a", what)
                 return None
         who = sender_of(data, contacts)
         if not who.ids:
@@ -384,13 +398,31 @@ dm_policy = "pairing"                         # others get a code you approve (d
     async def _ids_changed(self, data: dict[str, Any]) -> None:
         """A user's ids changed (``system`` messages ``user_changed_number``,
         ``user_changed_user_id``): the new ones become aliases of the chat of the old,
-        so their next messages continue it."""
+        so their next messages continue it. Other system messages are logged, not
+        answered."""
         system = data.get("system") or {}
-        if not isinstance(system, dict) or system.get("type") not in ID_CHANGES:
-            return  # other system messages: nothing to answer, nothing to learn
+        kind = system.get("type") if isinstance(system, dict) else None
+        if kind not in ID_CHANGES:  # other system messages: nothing to learn
+            log.info("%s: message %s from %s not answered: a system message (%s)",
+                     self.account.key, data.get("id"),
+                     data.get("from") or data.get("from_user_id"), kind or "of no type")
+            return
         old = Sender(str(data.get("from") or ""),
                      str(system.get("previous_user_id") or data.get("from_user_id") or ""), "")
-        new = tuple(str(i) for i in (system.get("user_id"), system.get("wa_id")) if i)
+        await self._move_user(old, (system.get("user_id"), system.get("wa_id")))
+
+    async def _user_id_updated(self, update: dict[str, Any]) -> None:
+        """A ``user_id_update`` change's item (``{"wa_id", "user_id": {"previous",
+        "current"}}``): as the ``system`` message ``user_changed_user_id``, the new BSUID
+        (and the phone it names) continue the chat of the previous one."""
+        ids = update.get("user_id") if isinstance(update.get("user_id"), dict) else {}
+        await self._move_user(Sender("", previous_user_id(update), ""),
+                              (ids.get("current"), update.get("wa_id")))
+
+    async def _move_user(self, old: Sender, new_ids: tuple[Any, ...]) -> None:
+        """The user known by ``old``'s ids is now (also) known by ``new_ids``: they become
+        aliases of the chat of the old."""
+        new = tuple(str(i) for i in new_ids if i)
         if not old.ids or not new:
             return
         chat = await self.users.chat_of(old)

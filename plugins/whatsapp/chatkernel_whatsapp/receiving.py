@@ -4,7 +4,8 @@
 Meta's signature over the body and its GET verification (chatkernel_whatsapp.signature),
 and a notification read into its messages and statuses (:class:`Notification`), every
 change of every entry, in order. The channel reads each of those
-(``WhatsAppChannel.normalize``).
+(``WhatsAppChannel.normalize``). A ``user_id_update`` change (a user's BSUID changed)
+is read into its updates too; every other change field is nothing to answer.
 """
 
 from __future__ import annotations
@@ -22,6 +23,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("chatkernel.whatsapp")
 
+#: The change fields read, and the (kind, key) of the items each carries: a ``messages``
+#: change's messages and statuses; a ``user_id_update`` change's id updates (a user's
+#: BSUID changed: ``user_id``'s ``previous`` and ``current``, and their ``wa_id``), which
+#: integrators and Meta's BSUID guide name beside the ``system`` messages that say the same.
+CHANGE_FIELDS: dict[Any, tuple[tuple[str, str], ...]] = {
+    "messages": (("message", "messages"), ("status", "statuses")),
+    "user_id_update": (("user_id_update", "user_id_update"),),
+}
 #: Inbound message types that carry a file, and the media kind each is saved as.
 INBOUND_MEDIA = {"image": "image", "video": "video", "document": "document",
                  "audio": "audio", "sticker": "image"}
@@ -31,7 +40,7 @@ INBOUND_MEDIA = {"image": "image", "video": "video", "document": "document",
 class Notification:
     """One message or status out of a webhook notification."""
 
-    kind: str                      # "message" | "status"
+    kind: str                      # "message" | "status" | "user_id_update"
     data: dict[str, Any]
     phone_number_id: str | None
     contacts: list[Any] = field(default_factory=list)
@@ -77,13 +86,16 @@ class WhatsAppWebhook(Webhook):
                 if not isinstance(change, dict):
                     self._malformed(where, "an object", change)
                     continue
-                if change.get("field") != "messages":
+                keys = CHANGE_FIELDS.get(change.get("field"))
+                if keys is None:
                     continue  # message echoes, templates, account updates: nothing to answer
-                found.extend(self._change_events(change.get("value"), f"{where}.value"))
+                found.extend(self._change_events(change.get("value"), f"{where}.value", keys))
         return found
 
-    def _change_events(self, value: Any, where: str) -> list[Notification]:
-        """The messages and statuses of one change's ``value`` (see :meth:`events`)."""
+    def _change_events(self, value: Any, where: str,
+                       keys: tuple[tuple[str, str], ...]) -> list[Notification]:
+        """The items of one change's ``value`` under ``keys`` (kind, key): its messages
+        and statuses, or its user id updates (see :meth:`events`)."""
         if value is None:
             return []
         if not isinstance(value, dict):
@@ -100,7 +112,7 @@ class WhatsAppWebhook(Webhook):
             self._malformed(f"{where}.contacts", "a list", contacts)
             contacts = []
         found: list[Notification] = []
-        for kind, key in (("message", "messages"), ("status", "statuses")):
+        for kind, key in keys:
             items = value.get(key) or []
             if not isinstance(items, list):
                 self._malformed(f"{where}.{key}", "a list", items)
@@ -123,6 +135,8 @@ class WhatsAppWebhook(Webhook):
         data = event.data
         if event.kind == "status":
             return data.get("recipient_user_id") or data.get("recipient_id")
+        if event.kind == "user_id_update":  # in line with the user's earlier messages
+            return previous_user_id(data) or data.get("wa_id") or None
         # A user's messages carry their BSUID (now, or from the start for a user with a
         # username and no phone): it keys them alike whichever ids each one has.
         who = sender_of(data, event.contacts)
@@ -132,4 +146,12 @@ class WhatsAppWebhook(Webhook):
         return event.kind == "message" and event.data.get("type") in INBOUND_MEDIA
 
     def describe_event(self, event: Notification) -> str:
+        if event.kind == "user_id_update":
+            return f"user_id_update of {previous_user_id(event.data)}"
         return f"{event.kind} {event.data.get('id')}"
+
+
+def previous_user_id(update: dict[str, Any]) -> str:
+    """The BSUID a ``user_id_update`` item changes (``user_id.previous``), or ""."""
+    ids = update.get("user_id")
+    return str(ids.get("previous") or "") if isinstance(ids, dict) else ""
