@@ -89,4 +89,7 @@ def routes(control: "Control", token: str) -> list[tuple[str, str, Any]]:
             ("POST", "/control/sessions/policy", handler(session_policy)),
             ("POST", "/control/heartbeat/status", handler(control.heartbeat_status)),
             ("POST", "/control/heartbeat/wake", handler(control.wake_heartbeat)),
-            ("POST", "/control/reload", handler(reload))]
+            ("POST", "/control/reload", handler(reload)),
+            ("POST", "/control/deliveries/list", handler(control.deliveries)),
+            ("POST", "/control/deliveries/retry", handler(control.retry_delivery)),
+            ("POST", "/control/deliveries/discard", handler(control.discard_delivery))]

@@ -10,6 +10,7 @@ import chatkernel.core.store.redis.lua as lua
 from chatkernel.core.store.base import Store
 from chatkernel.core.store.redis.batch import WriteBatches
 from chatkernel.core.store.redis.coordination import RedisCoordination
+from chatkernel.core.store.redis.failed import RedisFailedSends
 from chatkernel.core.store.redis.journal import RedisJournal
 from chatkernel.core.store.redis.outbox import RedisOutbox
 from chatkernel.core.store.redis.state import RedisState
@@ -45,7 +46,8 @@ def safe_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
-class RedisStore(RedisJournal, RedisOutbox, RedisState, RedisCoordination, Store, SharedState):
+class RedisStore(RedisJournal, RedisFailedSends, RedisOutbox, RedisState, RedisCoordination,
+                 Store, SharedState):
     """The store on a Redis server (see :mod:`chatkernel.core.store.redis`).
 
     ``RedisStore(config)`` uses ``[store] url`` (default ``redis://127.0.0.1:6379/0``)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import chatkernel.core.store.sqlite.schema as schema
 from chatkernel.core.store.base import Store, StoreError
+from chatkernel.core.store.sqlite.failed import SQLiteFailedSends
 from chatkernel.core.store.sqlite.file import DatabaseFile
 from chatkernel.core.store.sqlite.journal import SQLiteJournal
 from chatkernel.core.store.sqlite.outbox import SQLiteOutbox
@@ -31,8 +32,8 @@ log = logging.getLogger("chatkernel.store")
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
-class SQLiteStore(SQLiteJournal, SQLiteOutbox, SQLiteState, SchemaMigrations, DatabaseFile,
-                  Store):
+class SQLiteStore(SQLiteJournal, SQLiteFailedSends, SQLiteOutbox, SQLiteState,
+                  SchemaMigrations, DatabaseFile, Store):
     """The store in one SQLite file (see :mod:`chatkernel.core.store.sqlite` for durability).
 
     ``SQLiteStore(config)`` uses ``config.store_path()``; ``SQLiteStore.at(path)``
