@@ -67,7 +67,7 @@ def health_class(account: dict[str, Any]) -> str:
 
 
 def session_account(key: str) -> str:
-    """``telegram:main`` of a session or outbox key ``telegram:main:<chat>...``."""
+    """``<channel>:<account>`` of a session or outbox key ``<channel>:<account>:<chat>...``."""
     return ":".join(key.split(":", 2)[:2])
 
 
@@ -94,14 +94,17 @@ class Console:
         self._store = self._running.store
         self._token = token
         self.gate = Gate(token)
+        #: What every answer, stream and log line passes: the kernel's secrets, and the
+        #: token (which a gateway adds to them, a test's app may not).
+        self.redact = lambda text: kernel.secrets.redact(text).replace(token, "***")
         self._stopping = anyio.Event()
-        self.logs = LogBuffer(lambda text: kernel.secrets.redact(logs.secret_filter.redact(text)),
+        self.logs = LogBuffer(lambda text: self.redact(logs.secret_filter.redact(text)),
                               lambda: kernel.channel_types)
         self.watch = Watch(self._look)
         self.logins = Logins(flows=self._flows, config_path=self._config_path,
                              store=self._store,
                              reload=lambda: kernel.control.reload(None),
-                             redact=kernel.secrets.redact,
+                             redact=self.redact,
                              changed=lambda: self.watch.bump("logins", "overview"))
         self._peers: dict[str, tuple[float, list[dict[str, Any]]]] = {}
 
@@ -209,7 +212,7 @@ class Console:
     def _json(self, data: Any, *, status: int = 200,
               headers: dict[str, str] | None = None) -> web.Response:
         # The last net: whatever a value held, no secret the kernel knows leaves.
-        text = self._kernel.secrets.redact(json.dumps(data, ensure_ascii=False, default=str))
+        text = self.redact(json.dumps(data, ensure_ascii=False, default=str))
         return web.Response(text=text, status=status, content_type="application/json",
                             headers={"Cache-Control": "no-store", **(headers or {})})
 
@@ -234,9 +237,8 @@ class Console:
         if not self.gate.use_ticket(request.query.get("ticket")):
             return self._json({"error": "no valid ticket: POST /api/events/ticket with the "
                                         "token for one"}, status=401)
-        redact = self._kernel.secrets.redact
         return await stream(request, watch=self.watch, logs=self.logs,
-                            redact=lambda data: redact(data.decode()).encode(),
+                            redact=lambda data: self.redact(data.decode()).encode(),
                             stopping=self._stopping,
                             hello={"instance": self._instance(), "version": __version__})
 
@@ -492,10 +494,14 @@ class Console:
     async def login_start(self, request: web.Request) -> dict[str, Any]:
         body = await self._body(request)
         channel, account = body.get("channel"), body.get("account") or "main"
-        if not isinstance(channel, str) or not isinstance(account, str):
-            raise RequestError(400, "'channel' and 'account' must be strings")
+        api_base = body.get("api_base") or None
+        if not isinstance(channel, str) or not isinstance(account, str) or \
+                not isinstance(api_base, (str, type(None))):
+            raise RequestError(400, "'channel', 'account' and 'api_base' must be strings")
+        if api_base is not None and not api_base.startswith(("http://", "https://")):
+            raise RequestError(400, "'api_base' must be an http:// or https:// URL")
         try:
-            run = self.logins.start(channel, account)
+            run = self.logins.start(channel, account, api_base)
         except LookupError as exc:
             raise _Refused(404, str(exc)) from None
         except ValueError as exc:

@@ -5,7 +5,8 @@ time. A client address that sends wrong tokens is slowed down: after
 :data:`FREE_FAILURES` wrong ones, each further request from it is refused (429, with
 ``Retry-After``) for a time that doubles with each wrong token, up to
 :data:`MAX_LOCK_SECONDS`, the right token included (or guessing would go on meanwhile).
-A right token clears the address's count. What is remembered is bounded: the
+A right token clears the address's count; a request with no token at all
+counts for nothing. What is remembered is bounded: the
 :data:`MAX_CLIENTS` addresses seen last.
 
 The live stream cannot send a header (a browser's ``EventSource`` has no way to), so
@@ -74,6 +75,8 @@ class Gate:
             if known is not None:
                 del self._clients[address]
             return Verdict(True)
+        if not given:
+            return Verdict(False, 401)  # no token at all: no guess to slow down
         if known is None:
             known = self._clients[address] = _Client()
             while len(self._clients) > MAX_CLIENTS:

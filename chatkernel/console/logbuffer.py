@@ -58,8 +58,9 @@ class LogBuffer(logging.Handler):
             listener(line)
 
     def _channel_of(self, logger: str, text: str) -> str | None:
-        """The channel a line is about: its logger's (``chatkernel_telegram...``,
-        ``chatkernel.webchat``) or the account key it starts with (``telegram:main: ...``)."""
+        """The channel a line is about: one its logger's name holds (``chatkernel_<name>``,
+        ``chatkernel.<name>``), or that of the account key it starts with
+        (``<channel>:<account>: ...``)."""
         known = set(self._channels())
         for part in re.split(r"[._]", logger):
             if part in known:

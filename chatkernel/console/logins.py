@@ -85,8 +85,9 @@ class Logins:
         if self._tasks:
             await asyncio.wait(self._tasks)
 
-    def start(self, channel: str, account: str) -> LoginRun:
-        """Start a login (LookupError: no flow; ValueError: one runs for the account)."""
+    def start(self, channel: str, account: str, api_base: str | None = None) -> LoginRun:
+        """Start a login (LookupError: no flow; ValueError: one runs for the account).
+        ``api_base``: the platform's API host, when not the default (``--api-base``)."""
         flow = self._flows().get(channel)
         if flow is None:
             known = ", ".join(sorted(self._flows())) or "none installed"
@@ -105,7 +106,7 @@ class Logins:
                 break
             self.runs.popitem(last=False)
         # A task of its own: the request that started it returns at once.
-        task = asyncio.get_running_loop().create_task(self._run(flow, run),
+        task = asyncio.get_running_loop().create_task(self._run(flow, run, api_base),
                                                       name=f"login {channel}:{account}")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -133,7 +134,7 @@ class Logins:
             self._set(run, step.state, step.message)
         return progress
 
-    async def _run(self, flow: "Login", run: LoginRun) -> None:
+    async def _run(self, flow: "Login", run: LoginRun, api_base: str | None) -> None:
         from chatkernel.core import config as cfg
         from chatkernel.sdk.login import LoginFailed, LoginRequest
 
@@ -152,7 +153,7 @@ class Logins:
                     run.lines.append(self._redact(line))
 
                 request = LoginRequest(channel=run.channel, account=run.account,
-                                       current=dict(current) if isinstance(current, dict)
+                                       api_base=api_base, current=dict(current) if isinstance(current, dict)
                                        else {}, echo=echo, progress=self._progress(run))
                 result = await flow.run(request)
                 self._set(run, "confirmed", result.detail and f"logged in: {result.detail}")

@@ -275,11 +275,15 @@ function logins(api) {
       forms.replaceChildren(...(data.channels.length ? data.channels.map((c) => {
         const account = h('input', {value: c.accounts[0] || 'main', 'aria-label': `${c.channel} account`,
                                     name: 'account', size: 12});
+        const base = h('input', {placeholder: 'default', 'aria-label': `${c.channel} API host`,
+                                 name: 'api_base', size: 28});
         const button = h('button', {class: 'primary', 'data-channel': c.channel}, `Log in to ${c.channel}`);
         button.addEventListener('click', () => act(button, () => api.post('/api/logins/start',
-          {channel: c.channel, account: account.value.trim() || 'main'}), () => refresh()));
+          {channel: c.channel, account: account.value.trim() || 'main',
+           api_base: base.value.trim() || null}), () => refresh()));
         return h('section', {}, h('h2', {}, c.channel), h('p', {class: 'muted'}, c.description),
-          h('div', {class: 'row'}, h('label', {}, 'Account ', account), button));
+          h('div', {class: 'row'}, h('label', {}, 'Account ', account),
+            h('label', {}, 'API host ', base), button));
       }) : [h('section', {}, h('p', {class: 'muted'}, 'No installed channel has a login flow.'))]));
     }
     return data.logins.map((run) => {
