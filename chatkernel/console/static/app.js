@@ -26,6 +26,7 @@ function askForToken(message) {
   api = null;
   sessionStorage.removeItem(KEY);
   nav.hidden = true;
+  liveBadge.hidden = true;
   main.replaceChildren();
   form.hidden = false;
   document.getElementById('login-error').textContent = message || '';
@@ -44,6 +45,7 @@ async function start(token) {
   sessionStorage.setItem(KEY, token);
   form.hidden = true;
   nav.hidden = false;
+  liveBadge.hidden = false;
   live = new Live(api, {
     onChanged: (topics) => current && current.page.changed &&
       (topics.includes('*') || topics.some((t) => current.page.topics.includes(t))) &&
