@@ -35,3 +35,11 @@ def test_its_layers_name_every_package_of_the_core():
     missing = [name for name in packages if f"{name}/" not in layers]
     missing += [name for name in modules if name not in layers]
     assert missing == []
+
+
+def test_no_module_of_the_kernel_distribution_is_over_800_lines():
+    """One concern a module: past 800 lines a module holds several (cli.py held the
+    click wiring, a gateway client, rendering and config checks at 1,604)."""
+    long = {str(path.relative_to(ROOT)): n for path in (ROOT / "chatkernel").rglob("*.py")
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 800}
+    assert long == {}

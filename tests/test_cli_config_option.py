@@ -90,6 +90,9 @@ ARGS = {
     "chatkernel config set": ["queue.cap", "5"],
     "chatkernel config unset": ["queue.cap"],
     "chatkernel agents which": ["--channel", "webchat", "--account", "default", "--chat", "x"],
+    "chatkernel pairing approve": ["telegram", "ABCD2345"],
+    "chatkernel pairing deny": ["telegram", "ABCD2345"],
+    "chatkernel pairing revoke": ["telegram", "42"],
 }
 #: Commands a missing file is no error for: init writes it, path names where it goes.
 MAY_BE_MISSING = {"chatkernel config init", "chatkernel config path"}

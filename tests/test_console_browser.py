@@ -82,7 +82,7 @@ control_token = "{TOKEN}"
 [channels.telegram.accounts.main]
 bot_token = "{fake['token']}"
 api_base = "{base}"
-allow_from = ["*"]
+allow_from = ["777"]
 
 [channels.telegram.accounts.down]
 bot_token = "{DOWN_TOKEN}"
@@ -137,7 +137,8 @@ api_base = "http://127.0.0.1:1"
             assert "the reply that failed overnight" in row.text
             assert "chat not found" in row.find_element(By.CSS_SELECTOR, ".reason").text
             screenshot(browser, "deliveries")
-            assert post(f"{base}/_fake/messages", {"chat_id": 777, "text": "I am here"})[0] == 200
+            assert post(f"{base}/_fake/messages", {"chat_id": 777, "from_id": 777,
+                                                    "text": "I am here"})[0] == 200
             wait_for_messages(f"{base}/_fake/sent?chat_id=777", 1, timeout=10)  # the echo
             entry_id = int(row.get_attribute("data-id"))
             row.find_element(By.XPATH, ".//button[text()='Retry']").click()
@@ -163,6 +164,22 @@ api_base = "http://127.0.0.1:1"
                 By.ID, "transcript").text)
             screenshot(browser, "sessions")
 
+            # Pairing: a stranger's request shows up by itself; approved, they are answered.
+            click_link(browser, "Pairing")
+            wait(browser, lambda b: b.find_element(By.ID, "pairing").text)
+            post(f"{base}/_fake/messages", {"chat_id": 888, "from_id": 888, "text": "let me in"})
+            request = wait(browser, lambda b: (css(b, "#requests tr[data-code]") or [False])[0], 3)
+            code = request.get_attribute("data-code")
+            notice = wait_for_messages(f"{base}/_fake/sent?chat_id=888", 1, timeout=10)
+            assert code in notice[0]["text"]
+            screenshot(browser, "pairing")
+            request.find_element(By.XPATH, ".//button[text()='Approve']").click()
+            wait(browser, lambda b: css(b, '#allowed tr[data-sender="888"]'))
+            assert wait_for_messages(f"{base}/_fake/sent?chat_id=888", 2, timeout=10)
+            post(f"{base}/_fake/messages", {"chat_id": 888, "from_id": 888, "text": "hello bot"})
+            answered = wait_for_messages(f"{base}/_fake/sent?chat_id=888", 3, timeout=10)
+            assert answered[-1]["text"] == "hello bot"  # the echo agent answers them now
+
             # Config and logs: secrets masked, the audit's findings, live lines.
             click_link(browser, "Config")
             wait(browser, lambda b: b.find_element(By.ID, "validation").text.startswith("valid"))
@@ -170,7 +187,6 @@ api_base = "http://127.0.0.1:1"
             screenshot(browser, "config")
             click_link(browser, "Logs")
             wait(browser, lambda b: "ready on" in b.find_element(By.ID, "log-lines").text)
-            post(f"{base}/_fake/messages", {"chat_id": 778, "text": "a new chat"})
             screenshot(browser, "logs")
             for page in ("overview", "sessions", "deliveries", "config", "logs", "pairing"):
                 browser.get(f"{url}/ui/#{page}")

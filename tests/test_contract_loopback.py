@@ -81,7 +81,7 @@ def test_absent_capabilities_are_skipped_by_name_and_the_rest_still_runs(pyteste
             adapter_class = PartialAdapter
     """)
     result = pytester.runpytest_inprocess("-rs", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=13, skipped=6)
+    result.assert_outcomes(passed=15, skipped=6)  # with the pairing and group-policy tests
     for capability in ("threads", "media_out", "revoke", "own_messages",
                        "non_message_events", "chat_refusal"):
         result.stdout.fnmatch_lines(

@@ -348,6 +348,7 @@ def accept(pm, message, account) -> Verdict:
 
 def test_hook_inbound_accept(pm):
     account = make_account(allow_from=["42"])
+    account.config.dm_policy = "allowlist"  # the policy that tells a stranger their id
     assert accept(pm, make_message(sender_id="42"), account).allowed
 
     denied = accept(pm, make_message(sender_id="777"), account)

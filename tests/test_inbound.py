@@ -158,7 +158,8 @@ async def test_a_message_over_a_cap_is_refused_before_it_is_recorded(tmp_path):
 
 async def test_unknown_sender_told_their_id_once_and_agent_never_called(tmp_path):
     agent = scripted_agent()
-    config = {"channels": {"memory": {"accounts": {"main": {"allow_from": ["owner"]}}}}}
+    config = {"channels": {"memory": {"accounts": {"main": {"allow_from": ["owner"],
+                                                            "dm_policy": "allowlist"}}}}}
     async with harness(tmp_path, agent, config) as h:
         assert await h.channel.receive("let me in", sender_id="stranger") == "rejected"
         assert await h.channel.receive("please", sender_id="stranger") == "rejected"

@@ -40,6 +40,7 @@ def account(name, token, api, allow_from, poll_timeout=1):
 bot_token = "{token}"
 api_base = "{api.base_url}"
 allow_from = {json.dumps([str(user) for user in allow_from])}
+dm_policy = "allowlist"   # a stranger is told their id ("not allowed"), no pairing code
 poll_timeout = {poll_timeout}
 """
 

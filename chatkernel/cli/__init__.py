@@ -53,6 +53,7 @@ from chatkernel.cli import (  # noqa: E402, F401
     deliveries,
     heartbeat,
     login,
+    pairing,
     plugins,
     run,
     security,

@@ -32,6 +32,7 @@ from chatkernel.console.events import Watch, stream
 from chatkernel.console.logbuffer import LogBuffer
 from chatkernel.console.logins import Logins
 from chatkernel.core.gateway.http_guard import RequestError, read_json_object
+from chatkernel.core.runtime.pairing_control import PairingControl
 
 if TYPE_CHECKING:
     from chatkernel.core.kernel import Kernel
@@ -107,6 +108,8 @@ class Console:
                              redact=self.redact,
                              changed=lambda: self.watch.bump("logins", "overview"))
         self._peers: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        #: The owner's side of pairing, as ``chatkernel pairing`` asks it.
+        self._pairing = PairingControl(kernel.pairing)
 
     # -- the app's lifetime ------------------------------------------------------------
 
@@ -416,34 +419,17 @@ class Console:
 
     # -- pairing ----------------------------------------------------------------------------
 
-    def _pairing_control(self):
-        pairing = getattr(self._kernel, "pairing", None)
-        if pairing is None:
-            return None
-        from chatkernel.core.runtime.pairing_control import PairingControl
-
-        return PairingControl(pairing)
-
-    async def _pairing_pending(self) -> int | None:
-        control = self._pairing_control()
-        if control is None:
-            return None
-        return len((await control.list({}))["requests"])
+    async def _pairing_pending(self) -> int:
+        return len((await self._pairing.list({}))["requests"])
 
     async def pairing(self, request: web.Request) -> dict[str, Any]:
-        control = self._pairing_control()
-        if control is None:
-            return {"available": False, "requests": [], "allowed": []}
-        return {"available": True, "requests": (await control.list({}))["requests"],
-                "allowed": (await control.allowed({}))["allowed"]}
+        return {"requests": (await self._pairing.list({}))["requests"],
+                "allowed": (await self._pairing.allowed({}))["allowed"]}
 
     def pairing_action(self, name: str):
         async def act(request: web.Request) -> dict[str, Any]:
-            control = self._pairing_control()
-            if control is None:
-                raise _Refused(501, "pairing is not part of this gateway")
             body = await self._body(request)
-            answer = await self._control(getattr(control, name), body)
+            answer = await self._control(getattr(self._pairing, name), body)
             self.watch.bump("pairing", "overview")
             return answer
         return act

@@ -27,7 +27,7 @@ from chatkernel.core.turns.agents import Agent, collect_agents
 from chatkernel.core.turns.bindings import Chat, check_binding_targets, unanswered
 from chatkernel.core.turns.roster import Roster
 from chatkernel.sdk.channel import Channel, compiled_secret_patterns
-from chatkernel.sdk.clock import ChannelClock
+from chatkernel.sdk.clock import SYSTEM_CLOCK, ChannelClock
 from chatkernel.sdk.context import ChannelContext
 from chatkernel.core.accounts import build_accounts
 from chatkernel.core.plugins import collect_channels
@@ -36,6 +36,7 @@ from chatkernel.core.runtime.control import Control
 from chatkernel.core.runtime.parts import GatewayParts
 from chatkernel.core.runtime.supervisor import Supervisors
 from chatkernel.core.inbound.commands import CommandGateway, collect_commands
+from chatkernel.core.inbound.access import Pairing
 from chatkernel.core.outbound.deliveries import Deliveries
 from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
 from chatkernel.core.outbound.ratelimit import Pacing
@@ -202,6 +203,11 @@ class Kernel:
         self.health = Health(
             runtime=running, run=running, accounts=accounts, pm=self.pm,
             metrics=self.metrics, monitor=self.monitor, presence=self.presence)
+        #: The owner's side of pairing (``chatkernel pairing``): codes expire in the
+        #: channels' time, as they were given out.
+        self.pairing = Pairing(store=self._started_store, accounts=accounts,
+                               outbound=self.outbound, deliveries=self.deliveries,
+                               clock=lambda: (self.channel_clock or SYSTEM_CLOCK).now())
         #: What the control API and the CLI's own-kernel commands do.
         self.control = Control(
             health=self.health, accounts=accounts, presence=self.presence,
@@ -548,6 +554,7 @@ class Kernel:
         retention = self.config.store.journal_retention_days * 86400
         cutoff = (now or time.time()) - retention
         pruned = await self.store.prune_journal(cutoff) + await self.store.prune_outbox(cutoff)
+        await self.store.prune_pairing((self.channel_clock or SYSTEM_CLOCK).now())
         if pruned:
             log.info("pruned %d finished journal and outbox entries older than %g days",
                      pruned, self.config.store.journal_retention_days)

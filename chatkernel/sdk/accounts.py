@@ -13,7 +13,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from chatkernel.sdk.models import AccessLevel
 
-__all__ = ["AccountConfig", "HealthMonitorConfig", "HeartbeatVisibility"]
+__all__ = ["AccountConfig", "DmPolicy", "GroupPolicy", "HealthMonitorConfig",
+           "HeartbeatVisibility"]
+
+#: Who may write to the bot in private (docs/access.md): strangers offered a pairing code
+#: the owner approves, only the listed and approved, anyone, or nobody.
+DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
+#: Which groups the bot answers in: those listed (``chat:<id>`` in ``allow_from``), any,
+#: or none.
+GroupPolicy = Literal["allowlist", "open", "disabled"]
 
 
 class _Strict(BaseModel):
@@ -46,8 +54,11 @@ class HealthMonitorConfig(_Strict):
 class AccountConfig(BaseModel):
     """The settings every channel account has; channel plugins subclass it.
 
-    ``allow_from`` is an allowlist, on by default: an empty list lets nobody
-    in. ``"*"`` lets anyone in.
+    Who may talk to the bot (docs/access.md): ``allow_from`` is the static list under
+    every policy (sender ids, ``chat:<id>`` for a group; ``"*"`` lets anyone in);
+    ``dm_policy`` says what becomes of a private message from anyone else (by default
+    they are offered a pairing code the owner approves), ``group_policy`` which groups
+    are answered, ``group_allow_from`` who in them may trigger the bot.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -60,6 +71,10 @@ class AccountConfig(BaseModel):
 
     enabled: bool = True
     allow_from: list[str] = Field(default_factory=list)
+    dm_policy: DmPolicy = "pairing"
+    group_policy: GroupPolicy = "allowlist"
+    #: Who in an admitted group may trigger the bot (empty: anyone in the group).
+    group_allow_from: list[str] = Field(default_factory=list)
     access_level: AccessLevel = "standard"
     require_mention: bool = True  # in groups: answer only when mentioned or replied to
     max_inbound_media_mb: float = Field(20, gt=0)
@@ -79,7 +94,7 @@ class AccountConfig(BaseModel):
         the account receives no webhook, or its platform signs nothing."""
         return ()
 
-    @field_validator("allow_from", mode="before")
+    @field_validator("allow_from", "group_allow_from", mode="before")
     @classmethod
     def _ids_as_strings(cls, value: Any) -> Any:
         if isinstance(value, list):

@@ -179,7 +179,7 @@ def media_from_dict(data: dict[str, Any]) -> MediaRef:
 
 def message_to_dict(message: InboundMessage) -> dict[str, Any]:
     """The message as a dict of JSON values (media paths as strings)."""
-    return {
+    data: dict[str, Any] = {
         "channel": message.channel,
         "account": message.account,
         "chat_id": message.chat_id,
@@ -195,6 +195,9 @@ def message_to_dict(message: InboundMessage) -> dict[str, Any]:
         "timestamp": message.timestamp,
         "route_extra": message.route_extra,
     }
+    if message.sender_aliases:  # most messages have none: no key, as before
+        data["sender_aliases"] = list(message.sender_aliases)
+    return data
 
 
 def message_from_dict(data: dict[str, Any]) -> InboundMessage:
@@ -213,6 +216,7 @@ def message_from_dict(data: dict[str, Any]) -> InboundMessage:
         reply_to_bot=data.get("reply_to_bot", False),
         media=[media_from_dict(item) for item in data.get("media") or ()],
         route_extra=data.get("route_extra") or {},
+        sender_aliases=tuple(data.get("sender_aliases") or ()),
     )
     if "timestamp" in data:  # else keep the dataclass default (now)
         message.timestamp = data["timestamp"]

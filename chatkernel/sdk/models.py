@@ -49,6 +49,9 @@ INBOUND_FIELD_LIMITS: dict[str, int] = {
     "thread_id": 256,
     "text": 100_000,
 }
+#: The most other ids (``InboundMessage.sender_aliases``) one message may name its
+#: sender by; each is capped as ``sender_id`` is.
+MAX_SENDER_ALIASES = 16
 #: The most media files one inbound message may carry.
 MAX_INBOUND_MEDIA = 32
 #: The most characters each text field of a :class:`MediaRef` may hold.
@@ -82,6 +85,10 @@ class InboundMessage:
     timestamp: float = field(default_factory=time.time)
     # Per-message credentials a reply must echo (WeChat's context_token...).
     route_extra: dict[str, Any] = field(default_factory=dict)
+    #: Other ids the platform knows the same sender by (a WhatsApp user's phone beside
+    #: their user id): the access policy admits the sender when any of them is listed
+    #: or approved (docs/access.md).
+    sender_aliases: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -222,21 +229,33 @@ class ProbeResult:
     restartable: bool = True
 
 
+#: How an access refusal treats a sender the account does not know (``Verdict.stranger``).
+Stranger = Literal["", "refused", "approvable", "pair"]
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """A decision of a policy hook: allowed or not, and why."""
+    """A decision of a policy hook: allowed or not, and why.
+
+    ``stranger`` marks a refusal of a sender the account's access policy does not know
+    (docs/access.md), whose message's text the kernel does not keep: ``"refused"``
+    outright; ``"approvable"``: admitted after all if the owner approved them by
+    pairing, else sent ``reply``; ``"pair"``: the same, else offered a pairing code.
+    Empty for any other decision."""
 
     allowed: bool
     reason: str = ""
     reply: str | None = None  # a short text for the sender, when denied
+    stranger: Stranger = ""
 
     @classmethod
     def allow(cls, reason: str = "") -> "Verdict":
         return cls(True, reason) if reason else _ALLOWED  # frozen: one instance will do
 
     @classmethod
-    def deny(cls, reason: str, reply: str | None = None) -> "Verdict":
-        return cls(False, reason, reply)
+    def deny(cls, reason: str, reply: str | None = None, *,
+             stranger: Stranger = "") -> "Verdict":
+        return cls(False, reason, reply, stranger)
 
     def __bool__(self) -> bool:
         return self.allowed

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from chatkernel.core.accounts import Account
     from chatkernel.core.health.probes import Health
     from chatkernel.core.inbound.pipeline import Receiver
-    from chatkernel.core.store.base import LogEntry
+    from chatkernel.core.store.base import ApprovedSender, LogEntry, PairingRequest
 
 
 @dataclass(slots=True)
@@ -270,7 +270,39 @@ class KernelHarness:
         it in ``anyio.fail_after``). Unlike :meth:`settle`, turns may still run."""
         await self.kernel.outbox.wait_idle()
 
+    async def pairing_approve(self, channel: str, code: str, *,
+                              account: str | None = None) -> "PairingRequest":
+        """Approve a stranger's pairing request, as ``chatkernel pairing approve`` does:
+        the sender is admitted at once and told so in their chat (queued: see
+        :meth:`outbox_idle`). A wrong or expired code raises ``LookupError``."""
+        request, _ = await self.kernel.pairing.approve(channel, code, account=account)
+        return request
+
+    async def pairing_deny(self, channel: str, code: str, *,
+                           account: str | None = None) -> "PairingRequest":
+        """Drop a pairing request, as ``chatkernel pairing deny`` does (``LookupError``
+        for a wrong or expired code)."""
+        return await self.kernel.pairing.deny(channel, code, account=account)
+
+    async def pairing_revoke(self, channel: str, sender: str, *,
+                             account: str | None = None) -> str:
+        """Withdraw a sender's approval, as ``chatkernel pairing revoke`` does; returns
+        the account (``LookupError`` when they were not approved)."""
+        return await self.kernel.pairing.revoke(channel, sender, account=account)
+
     # -- what a test reads -----------------------------------------------------------------
+
+    async def pairing_requests(self, channel: str | None = None) -> "list[PairingRequest]":
+        """The strangers' pairing requests pending now (of ``channel``, or all), oldest
+        first, as ``chatkernel pairing list`` shows them: each has ``code``, ``channel``,
+        ``account``, ``sender``, ``name``, ``chat`` and its times (on the channels' clock:
+        ``channel_clock``)."""
+        return await self.kernel.pairing.requests(channel)
+
+    async def approved_senders(self, channel: str | None = None) -> "list[ApprovedSender]":
+        """The senders approved by pairing (``channel``, ``account``, ``sender``,
+        ``approved_at``), as ``chatkernel pairing allowed`` shows them."""
+        return await self.kernel.pairing.allowed(channel)
 
     async def session_log(self, session_key: str, *, roles: tuple[str, ...] | None = None,
                           limit: int | None = None) -> "list[LogEntry]":

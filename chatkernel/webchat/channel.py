@@ -41,6 +41,7 @@ from chatkernel.sdk.errors import Backlogged
 from chatkernel.sdk.receiving.transport import Transport
 from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
 from chatkernel.core.config import AccountConfig
+from chatkernel.sdk.accounts import DmPolicy
 from chatkernel.core.gateway.http_guard import RequestError, read_json_object
 from chatkernel.sdk.models import (
     INBOUND_FIELD_LIMITS,
@@ -64,9 +65,14 @@ SHARED_POLL_SECONDS = 1.0
 
 
 class WebChatAccount(AccountConfig):
-    """A web chat account. The page is local, so anyone who reaches it may talk."""
+    """A web chat account. The page is local, so anyone who reaches it may talk: its
+    ``dm_policy`` is ``"open"`` by default, not ``"pairing"`` (unset: open). A config that
+    lists its own ``allow_from`` (without ``"*"``) and names no policy keeps admitting
+    exactly those senders, as it did before there were policies
+    (chatkernel.core.inbound.access.dm_policy_of)."""
 
     allow_from: list[str] = Field(default_factory=lambda: ["*"])
+    dm_policy: DmPolicy | None = None  # type: ignore[assignment]
     require_mention: bool = False
     history_limit: int = Field(500, ge=10)
 
@@ -82,7 +88,8 @@ class WebChatChannel(Channel, LiveReplies):
     config_example = """\
 [channels.webchat]                    # enabled = false here turns the web chat off
 [channels.webchat.accounts.default]   # the page at /
-allow_from = ["*"]                    # the page admits everyone who reaches it
+dm_policy = "open"                    # the page admits everyone who reaches it
+allow_from = ["*"]
 history_limit = 500                   # messages of its chat a page shows
 """
 

@@ -177,10 +177,6 @@ function pairing(api) {
   let refresh;
   const load = async () => {
     const data = await api.get('/api/pairing');
-    if (!data.available) {
-      return h('section', {}, h('h1', {}, 'Pairing'),
-        h('p', {class: 'muted'}, 'This gateway has no pairing.'));
-    }
     const pending = data.requests.map((r) => {
       const body = {channel: r.channel, account: r.account, code: r.code};
       const approve = h('button', {class: 'primary'}, 'Approve');

@@ -16,6 +16,12 @@ STARTER_HEADER = """\
 # gateway's environment when it starts (never written here). Check the file with
 # `chatkernel config validate`; `chatkernel config get KEY` shows any key's effective
 # value, defaults included.
+#
+# Who may talk to a bot is set per account (docs/access.md): `allow_from` lists who is
+# let in, and `dm_policy` (default "pairing") gives anyone else a code you approve with
+# `chatkernel pairing approve CHANNEL CODE`; "allowlist" admits the list alone, "open"
+# everyone, "disabled" no private message. Groups: `group_policy` (default "allowlist":
+# those listed as "chat:<id>"). The web chat's page admits everyone (dm_policy "open").
 
 [gateway]
 listen = "127.0.0.1:8787"             # HOST:PORT; port 0 picks a free one

@@ -19,6 +19,7 @@ from chatkernel.core.runtime.control import ControlError, strings
 
 if TYPE_CHECKING:
     from chatkernel.core.runtime.control import Control
+    from chatkernel.core.runtime.pairing_control import PairingControl
 
 #: The largest control request body (a send's text and file paths, a few settings).
 MAX_BODY_BYTES = 1024 * 1024
@@ -47,9 +48,10 @@ def call(info: GatewayInfo, path: str, body: dict[str, Any], timeout: float = 30
             return exc.code, {"error": exc.reason}
 
 
-def routes(control: "Control", token: str) -> list[tuple[str, str, Any]]:
+def routes(control: "Control", token: str, pairing: "PairingControl | None" = None
+           ) -> list[tuple[str, str, Any]]:
     """The ``/control`` routes of the gateway's HTTP app, each answering through
-    ``control``."""
+    ``control`` (``/control/pairing/*`` through ``pairing``)."""
     from aiohttp import web
 
     from chatkernel.core.gateway.endpoints import bearer_ok
@@ -92,4 +94,6 @@ def routes(control: "Control", token: str) -> list[tuple[str, str, Any]]:
             ("POST", "/control/reload", handler(reload)),
             ("POST", "/control/deliveries/list", handler(control.deliveries)),
             ("POST", "/control/deliveries/retry", handler(control.retry_delivery)),
-            ("POST", "/control/deliveries/discard", handler(control.discard_delivery))]
+            ("POST", "/control/deliveries/discard", handler(control.discard_delivery)),
+            *((method, path, handler(action)) for method, path, action in
+              (pairing.routes() if pairing is not None else ()))]

@@ -33,6 +33,7 @@ from chatkernel.core.kernel import Kernel
 from chatkernel.sdk.models import Account
 from chatkernel.core.runtime.reload import ConfigReloader
 from chatkernel.core.runtime.parts import GatewayParts
+from chatkernel.core.runtime.pairing_control import PairingControl
 from chatkernel.core.runtime.supervisor import Supervisors, supervise
 
 __all__ = ["DRAIN_SECONDS", "Listening", "ReceiveLoops", "build_app", "check_listen",
@@ -159,7 +160,8 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
     seen: set[tuple[str, str]] = set()
     owned = [(account, route) for account in kernel.accounts.values()
              if account.transport is not None for route in account.transport.http_routes()]
-    owned += [(None, route) for route in control.routes(kernel.control, control_token)]
+    owned += [(None, route) for route in control.routes(kernel.control, control_token,
+                                                        PairingControl(kernel.pairing))]
     page = health_http.root_page(kernel.pm, kernel.config, kernel.channel_types,
                                  kernel.accounts.values(), loopback=loopback)
     owned += [(None, route) for route in health_http.routes(

@@ -159,8 +159,9 @@ def _raw_monitor_override(raw: dict) -> cfg.HealthMonitorConfig | None:
 async def session_summary(store: "Store", now: float, *, running_turns: int | None = None,
                           queued: int | None = None) -> SessionSummary:
     records = await store.list_sessions()
+    pending = await store.pairing_requests(now=now)
     return SessionSummary(
-        total=len(records),
+        pairing_pending=len(pending), total=len(records),
         active_last_hour=sum(1 for r in records if r.last_active_at >= now - 3600),
         active_last_day=sum(1 for r in records if r.last_active_at >= now - 86400),
         running_turns=running_turns, queued_messages=queued,

@@ -228,6 +228,10 @@ def render_status(snapshot: dict[str, Any]) -> str:
     if inbound:
         lines += ["", "Messages that failed in the pipeline (their chats were told):", *inbound]
     lines += ["", *sessions_lines(snapshot.get("sessions") or {})]
+    pending = (snapshot.get("sessions") or {}).get("pairing_pending")
+    if pending:
+        lines += ["", f"Pairing: {pending} request(s) waiting for your approval "
+                      "(chatkernel pairing list)"]
     presence = snapshot.get("presence") or []
     if presence:
         lines += ["", f"Presence: {len(presence)} instance(s)"]

@@ -179,6 +179,8 @@ class SessionSummary(_Model):
     running_turns: int | None = None
     queued_messages: int | None = None
     recent: list[RecentSession] = []
+    #: Strangers' pairing requests waiting for the owner (docs/access.md).
+    pairing_pending: int = 0
 
 
 class GatewayInfo(_Model):

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Protocol
 
 import anyio
 
+from chatkernel.core.inbound import access
 from chatkernel.core.inbound.commands import CommandContext, parse_command
 from chatkernel.core.lines import Lines
 from chatkernel.sdk.models import (
     INBOUND_FIELD_LIMITS,
     MAX_INBOUND_MEDIA,
+    MAX_SENDER_ALIASES,
     MAX_ROUTE_EXTRA_BYTES,
     MEDIA_FIELD_LIMITS,
     Account,
@@ -119,6 +121,19 @@ def validate(message: InboundMessage) -> None:
         _validate_media(message.media)
     if message.route_extra:
         _validate_route_extra(message.route_extra)
+    if message.sender_aliases:
+        _validate_aliases(message.sender_aliases)
+
+
+def _validate_aliases(aliases: object) -> None:
+    if not isinstance(aliases, tuple) or len(aliases) > MAX_SENDER_ALIASES:
+        raise InvalidMessage(f"inbound message field 'sender_aliases' must be a tuple of at "
+                             f"most {MAX_SENDER_ALIASES} ids, got {_shown(aliases)}")
+    for alias in aliases:
+        if not isinstance(alias, str) or not alias:
+            raise InvalidMessage(f"inbound message field 'sender_aliases' holds "
+                                 f"{_shown(alias)}, not a non-empty string")
+        _check_length("sender_aliases", alias, INBOUND_FIELD_LIMITS["sender_id"])
 
 
 def _validate_media(media: object) -> None:
@@ -540,7 +555,9 @@ class Inbound:
         if verdict is None or verdict:  # the channel may only refuse; the policy decides
             verdict = await await_maybe(self._pm.call("inbound_accept", message=message,
                                                        account=account))
-        if verdict is not None and not verdict:
+        if verdict is not None and not verdict and not (
+                verdict.stranger in ("approvable", "pair")
+                and await access.approved(store, message)):
             await self._reject(account, message, verdict, seq)
             return "rejected"
 
@@ -600,7 +617,12 @@ class Inbound:
         log.info("%s: message from %s refused: %s", account.key, message.sender_id,
                  verdict.reason)
         if seq is not None:
-            await store.set_journal_status(seq, "rejected")
+            # A stranger's words are not kept: their entry stays for the dedupe alone.
+            await store.set_journal_status(
+                seq, "rejected", message=access.forgotten(message) if verdict.stranger else None)
+        if verdict.stranger == "pair":  # dm_policy "pairing": a code instead of their id
+            await access.offer_code(store, self._outbound, account, message)
+            return
         if not verdict.reply:
             return
         # One reply per sender and day, so a stranger cannot make the bot spam.

@@ -17,11 +17,13 @@ from chatkernel.sdk.models import InboundMessage, Route
 from chatkernel.core.store.records import (
     JOURNAL_STATUSES,
     OUTBOX_STATUSES,
+    ApprovedSender,
     HeartbeatState,
     JournalEntry,
     LogEntry,
     LogRow,
     OutboxEntry,
+    PairingRequest,
     RecentSend,
     SessionRecord,
     TranscriptEntry,
@@ -30,9 +32,9 @@ from chatkernel.core.store.records import (
 if TYPE_CHECKING:
     from chatkernel.core.store.shared import SharedState
 
-__all__ = ["JOURNAL_STATUSES", "OUTBOX_STATUSES", "HeartbeatState", "JournalEntry",
-           "LogEntry", "LogRow", "OutboxEntry", "RecentSend", "SessionRecord", "Store",
-           "StoreError", "StoreUnavailable", "TranscriptEntry"]
+__all__ = ["JOURNAL_STATUSES", "OUTBOX_STATUSES", "ApprovedSender", "HeartbeatState",
+           "JournalEntry", "LogEntry", "LogRow", "OutboxEntry", "PairingRequest", "RecentSend",
+           "SessionRecord", "Store", "StoreError", "StoreUnavailable", "TranscriptEntry"]
 
 
 class StoreUnavailable(StoreError, ConfigError):
@@ -109,8 +111,11 @@ class Store(abc.ABC):
         return await self.journal_inbound_many(messages)
 
     @abc.abstractmethod
-    async def set_journal_status(self, seq: int, status: str) -> None:
-        """Finish a journaled message: ``done`` or ``rejected``."""
+    async def set_journal_status(self, seq: int, status: str, *,
+                                 message: InboundMessage | None = None) -> None:
+        """Finish a journaled message: ``done`` or ``rejected``. ``message``: what the
+        entry keeps instead of the message journaled (a refused stranger's, without its
+        text: the entry stays for the dedupe alone)."""
 
     @abc.abstractmethod
     async def prune_journal(self, older_than: float) -> int:
@@ -307,3 +312,53 @@ class Store(abc.ABC):
     @abc.abstractmethod
     async def list_heartbeats(self) -> list[HeartbeatState]:
         """Every heartbeat's state, by id."""
+
+    # -- access: pairing requests and approved senders (docs/access.md) ----------------------
+
+    @abc.abstractmethod
+    async def pairing_request(self, request: PairingRequest, *, resend_after: float,
+                              max_pending: int) -> tuple[str, PairingRequest | None]:
+        """A stranger asks, at ``request.created_at`` (now), with a fresh code: first the
+        account's expired requests go, then, in one step, the answer is one of
+        :data:`~chatkernel.core.store.records.PAIRING_OUTCOMES` and the sender's pending
+        request:
+
+        - ``("new", request)``: they had none and the account has fewer than
+          ``max_pending``: ``request`` is kept, its code is to be sent;
+        - ``("resend", pending)``: theirs was last sent ``resend_after`` seconds ago or
+          more: its ``last_sent_at`` is now, it is to be sent again;
+        - ``("quiet", pending)``: theirs was sent lately: nothing changes;
+        - ``("full", None)``: ``max_pending`` others are pending: nothing is kept;
+        - ``("taken", None)``: a pending request of the channel has that code: nothing
+          is kept (draw another)."""
+
+    @abc.abstractmethod
+    async def pairing_requests(self, channel: str | None = None, *,
+                               now: float) -> list[PairingRequest]:
+        """The requests pending at ``now`` (of ``channel``, or all), oldest first.
+        Writes nothing (``chatkernel status`` reads them from a read-only store)."""
+
+    @abc.abstractmethod
+    async def pairing_resolve(self, channel: str, code: str, *, approve: bool, now: float,
+                              account: str | None = None) -> PairingRequest | None:
+        """Take the request of ``channel`` with ``code`` (on ``account``, if given) out
+        of the pending ones; ``approve``: its sender is approved on its account at
+        ``now``, in the same write. None when no such request is pending at ``now``
+        (a wrong code, another account's, or one that expired)."""
+
+    @abc.abstractmethod
+    async def approved_senders(self, channel: str | None = None) -> list[ApprovedSender]:
+        """The senders approved by pairing (on ``channel``, or all), by account."""
+
+    @abc.abstractmethod
+    async def is_approved(self, channel: str, account: str, senders: Sequence[str]) -> bool:
+        """Whether any of ``senders`` (a sender's id and its aliases) is approved on the
+        account: asked for each message from a sender ``allow_from`` does not name."""
+
+    @abc.abstractmethod
+    async def revoke_sender(self, channel: str, account: str, sender: str) -> bool:
+        """Withdraw a sender's approval; False when they had none."""
+
+    @abc.abstractmethod
+    async def prune_pairing(self, now: float) -> int:
+        """Delete the requests expired at ``now``; returns how many."""

@@ -1,5 +1,5 @@
 """The records a store keeps and hands back: journal and outbox entries, sessions,
-log lines, transcript entries, heartbeat state.
+log lines, transcript entries, heartbeat state, pairing requests and approved senders.
 
 Plain values, apart from the :class:`~chatkernel.core.store.base.Store` interface, so
 that :mod:`chatkernel.core.store.shared` names them without importing the interface
@@ -13,9 +13,9 @@ from typing import Any, NamedTuple
 
 from chatkernel.sdk.models import InboundMessage, OutboundPayload, Route
 
-__all__ = ["JOURNAL_STATUSES", "OUTBOX_STATUSES", "HeartbeatState", "JournalEntry",
-           "LogEntry", "LogRow", "OutboxEntry", "RecentSend", "SessionRecord",
-           "TranscriptEntry"]
+__all__ = ["JOURNAL_STATUSES", "OUTBOX_STATUSES", "PAIRING_OUTCOMES", "ApprovedSender",
+           "HeartbeatState", "JournalEntry", "LogEntry", "LogRow", "OutboxEntry",
+           "PairingRequest", "RecentSend", "SessionRecord", "TranscriptEntry"]
 
 
 #: A journal entry is ``received`` until its turn finishes (``done``) or it is refused.
@@ -145,3 +145,34 @@ class HeartbeatState:
     last_outcome: str | None = None
     task_runs: dict[str, float] = field(default_factory=dict)
     wake_texts: list[str] = field(default_factory=list)
+
+
+#: What :meth:`~chatkernel.core.store.base.Store.pairing_request` answers (see there).
+PAIRING_OUTCOMES: tuple[str, ...] = ("new", "resend", "quiet", "full", "taken")
+
+
+@dataclass(slots=True)
+class PairingRequest:
+    """A stranger's pending request to talk to an account (docs/access.md): the code the
+    owner approves it by, who asked, where (``chat``: the private chat the code went to),
+    and when. Times are Unix times; ``last_sent_at`` is when the code was last sent."""
+
+    code: str
+    channel: str
+    account: str
+    sender: str
+    name: str
+    chat: str
+    created_at: float
+    expires_at: float
+    last_sent_at: float
+
+
+@dataclass(slots=True)
+class ApprovedSender:
+    """A sender the owner let in by pairing, on one account (``approved_at``: a Unix time)."""
+
+    channel: str
+    account: str
+    sender: str
+    approved_at: float

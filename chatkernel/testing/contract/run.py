@@ -255,6 +255,7 @@ class ContractRun:
 @contextlib.asynccontextmanager
 async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
                             allow_from: Iterable[str] = ("*",), loop: bool = True,
+                            account_settings: dict[str, Any] | None = None,
                             extra_config: dict[str, Any] | None = None,
                             channel_settings: dict[str, Any] | None = None,
                             channel_clock: Any = None, pacing: Any = None
@@ -267,7 +268,8 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
     it serves once the kernel has started. ``loop``: start the receive loop
     too. On exit the receive loop stops, then the gateway's HTTP server, then
     the kernel. A second run on the same ``home`` reuses the same store (a
-    restart). ``channel_settings``: more keys of ``[channels.<name>]``.
+    restart). ``channel_settings``: more keys of ``[channels.<name>]``;
+    ``account_settings``: more keys of the account (``{"dm_policy": "allowlist"}``).
     ``channel_clock``: the clock the channel's receive loop and timers run on (a
     :class:`~chatkernel.testing.clock.ManualClock` the test advances; default: real time).
     ``pacing``: the time the kernel's rate limits count in (see
@@ -284,7 +286,8 @@ async def open_contract_run(adapter: PlatformAdapter, home: Path, *,
         await adapter.attach_gateway(f"http://127.0.0.1:{listener.getsockname()[1]}")
         section = {**adapter.channel_config(), **(channel_settings or {}),
                    "accounts": {ACCOUNT: {**adapter.account_config(),
-                                          "allow_from": list(allow_from)}}}
+                                          "allow_from": list(allow_from),
+                                          **(account_settings or {})}}}
         config: dict[str, Any] = {
             "agent": {"kind": "contract"},
             "queue": {"mode": "followup", "debounce_ms": 0},

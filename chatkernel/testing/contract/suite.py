@@ -202,7 +202,8 @@ class ChannelContract:
     async def test_unknown_sender_is_refused_with_their_id(self, platform_adapter, tmp_path):
         adapter = platform_adapter
         stranger, friend = adapter.user_id(1), adapter.user_id(2)
-        async with self.contract_run(adapter, tmp_path / "kernel", allow_from=[friend]) as run:
+        async with self.contract_run(adapter, tmp_path / "kernel", allow_from=[friend],
+                                     account_settings={"dm_policy": "allowlist"}) as run:
             await adapter.inject(adapter.direct_chat(1), "let me in us01z", sender_id=stranger)
             await run.wait(lambda: any(stranger in t for t in run.texts(adapter.direct_chat(1))),
                            what=f"a refusal naming {stranger!r}",
@@ -214,6 +215,61 @@ class ChannelContract:
             refused = run.texts(adapter.direct_chat(1))
             assert len(refused) == 1 and "us01z" not in refused[0], refused
             assert not any("us01z" in text for text in run.agent_texts()), run.agent_texts()
+
+    # 5b
+    async def test_a_stranger_pairs_with_a_code_the_owner_approves(self, platform_adapter,
+                                                                   tmp_path):
+        """Under ``dm_policy = "pairing"`` (the default): a stranger gets one reply with
+        a code and never reaches the agent; the code is sent again at most once a minute;
+        three strangers at most are pending, a fourth gets nothing; once approved, the
+        sender is told so and gets in, and a revoked one is out again."""
+        from chatkernel.testing.clock import ManualClock
+
+        adapter, clock = platform_adapter, ManualClock()
+        owner = adapter.user_id(9)
+        async with self.contract_run(adapter, tmp_path / "kernel", allow_from=[owner],
+                                     account_settings={"dm_policy": "pairing"},
+                                     channel_clock=clock) as run:
+            chats = [adapter.direct_chat(n) for n in (1, 2, 3, 4)]
+            users = [adapter.user_id(n) for n in (1, 2, 3, 4)]
+            for n, (chat, user) in enumerate(zip(chats[:3], users), 1):
+                await adapter.inject(chat, f"let me in pa0{n}z", sender_id=user)
+                await run.wait(lambda: run.texts(chat), what=f"a pairing code for {user}",
+                               state=lambda: [run.texts(chat) for chat in chats])
+            await adapter.inject(chats[3], "me too pa04z", sender_id=users[3])
+            await adapter.inject(chats[0], "again pa05z", sender_id=users[0])
+            await run.settle()
+            assert run.texts(chats[3]) == [], run.texts(chats[3])  # the fourth: nothing
+            assert len(run.texts(chats[0])) == 1, run.texts(chats[0])  # not twice a minute
+            requests = {r.sender: r for r in await run.harness.pairing_requests()}
+            assert sorted(requests) == sorted(users[:3]), requests
+            code = requests[users[0]].code
+            assert code in run.texts(chats[0])[0], run.texts(chats[0])
+            assert not any("pa0" in text for text in run.agent_texts()), run.agent_texts()
+            clock.advance(60)
+            await adapter.inject(chats[0], "still here pa06z", sender_id=users[0])
+
+            def sent_again() -> bool:
+                if len(run.texts(chats[0])) < 2:
+                    # A socket closed for the minute's silence (on this clock) reconnects
+                    # after a backoff on it too: time goes on while the test waits.
+                    clock.advance(1)
+                return len(run.texts(chats[0])) == 2
+
+            await run.wait(sent_again, what="the same code, a minute later",
+                           state=lambda: run.texts(chats[0]))
+            assert code in run.texts(chats[0])[1], run.texts(chats[0])
+            await run.harness.pairing_approve(adapter.channel_name, code)
+            await run.wait(lambda: any("You're in" in t for t in run.texts(chats[0])),
+                           what="the approved sender told so",
+                           state=lambda: run.texts(chats[0]))
+            await adapter.inject(chats[0], "hello pa07z", sender_id=users[0])
+            await run.wait_for_tokens(chats[0], ["pa07z"])
+            await run.harness.pairing_revoke(adapter.channel_name, users[0])
+            await adapter.inject(chats[0], "and now pa08z", sender_id=users[0])
+            await run.settle()
+            assert not any(t in text for text in run.agent_texts()
+                           for t in ("pa01z", "pa05z", "pa06z", "pa08z")), run.agent_texts()
 
     # 6
     @needs("groups")
@@ -231,6 +287,40 @@ class ChannelContract:
         assert not any("gr01z" in text for text in run.agent_texts()), run.agent_texts()
         request = run.turn_for("gr02z")
         assert f"group: {group}" in request.envelope, request.envelope
+
+    # 6b
+    @needs("groups")
+    async def test_groups_follow_the_group_policy(self, platform_adapter, tmp_path):
+        """A group not admitted gets no reply and no pairing code, even when the bot is
+        mentioned; a group listed as ``chat:<id>`` is answered when mentioned, by those
+        ``group_allow_from`` names."""
+        adapter = platform_adapter
+        self.require(adapter, "groups")
+        listed, other = adapter.group_chat(1), adapter.group_chat(2)
+        boss, intern = adapter.user_id(1), adapter.user_id(2)
+        async with self.contract_run(adapter, tmp_path / "kernel",
+                                     allow_from=[f"chat:{listed}"],
+                                     account_settings={"group_allow_from": [boss]}) as run:
+            await adapter.inject(other, "anyone gp01z", sender_id=boss, group=True,
+                                 mention=True)
+            await adapter.inject(listed, "me gp02z", sender_id=intern, group=True,
+                                 mention=True)
+            await adapter.inject(listed, "no mention gp03z", sender_id=boss, group=True)
+            await adapter.inject(listed, "answer gp04z", sender_id=boss, group=True,
+                                 mention=True)
+            await run.wait_for_tokens(listed, ["gp04z"])
+            await run.settle()
+            assert run.texts(other) == [], run.texts(other)
+            assert run.tokens_sent(listed, ["gp02z", "gp03z", "gp04z"]) == ["gp04z"], \
+                run.texts(listed)
+            assert await run.harness.pairing_requests() == []
+            assert not any(t in text for text in run.agent_texts()
+                           for t in ("gp01z", "gp02z", "gp03z")), run.agent_texts()
+        async with self.contract_run(adapter, tmp_path / "open", allow_from=[],
+                                     account_settings={"group_policy": "open"}) as run:
+            await adapter.inject(other, "open gp05z", sender_id=intern, group=True,
+                                 mention=True)
+            await run.wait_for_tokens(other, ["gp05z"])
 
     # 7
     @needs("threads")

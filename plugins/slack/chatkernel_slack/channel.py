@@ -205,7 +205,8 @@ class SlackChannel(Channel, LiveReplies):
 [channels.slack.accounts.main]
 bot_token = "${SLACK_BOT_TOKEN}"      # the Bot User OAuth Token, xoxb-…
 app_token = "${SLACK_APP_TOKEN}"      # an app-level token, xapp-…: Socket Mode
-allow_from = ["U0123ABCD"]            # Slack user ids; "*" anyone in the workspace
+allow_from = ["U0123ABCD"]            # Slack user ids; "chat:C0123ABCD" a channel; "*" anyone
+dm_policy = "pairing"                 # others get a code: chatkernel pairing approve slack CODE
 """
     account_model = SlackAccount
     limits = ChannelLimits(

@@ -137,6 +137,7 @@ class TelegramChannel(Channel, LiveReplies):
 [channels.telegram.accounts.main]
 bot_token = "${TELEGRAM_BOT_TOKEN}"   # the token @BotFather gave
 allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a group; "*" anyone
+dm_policy = "pairing"                 # others get a code: chatkernel pairing approve telegram CODE
 """
     account_model = TelegramAccount
     limits = ChannelLimits(

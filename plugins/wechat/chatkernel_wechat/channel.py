@@ -158,7 +158,8 @@ class WeChatChannel(Channel, LiveReplies):
     config_example = """\
 [channels.wechat.accounts.main]       # chatkernel login wechat writes this table for you
 bot_token = "${WECHAT_BOT_TOKEN}"     # what the QR login gave
-allow_from = ["*"]                    # WeChat user ids; "*" anyone who finds the bot
+allow_from = []                       # WeChat user ids; "*" anyone who finds the bot
+dm_policy = "pairing"                 # others get a code: chatkernel pairing approve wechat CODE
 """
     account_model = WeChatAccount
     limits = ChannelLimits(

@@ -201,6 +201,7 @@ phone_number_id = "106540352242922"           # the business number's id (the Me
 app_secret = "${WHATSAPP_APP_SECRET}"         # signs every webhook POST
 verify_token = "${WHATSAPP_VERIFY_TOKEN}"     # what you typed in the webhook's settings
 allow_from = ["15551234567"]                  # phone numbers (digits) or user ids; "*" anyone
+dm_policy = "pairing"                         # others get a code you approve (docs/access.md)
 """
     account_model = WhatsAppAccount
     limits = ChannelLimits(
@@ -358,8 +359,13 @@ allow_from = ["15551234567"]                  # phone numbers (digits) or user i
         # The chat's stable id, whichever of the user's ids this payload carries; it is
         # the sender id too (what an allowlist or a pairing records).
         sender = await self.users.chat_of(who)
-        if "*" not in self.config.allow_from:  # an allowlist may name any of their ids
-            await self.users.aliases(sender)
+        # The user's other ids (phones, earlier BSUIDs): an allowlist or an approval may
+        # name any of them. Nobody asks when anyone is let in.
+        aliases: tuple[str, ...] = ()
+        if "*" not in self.config.allow_from and self.config.dm_policy != "open":
+            known = {*who.ids, *await self.users.aliases(sender)}
+            known.discard(sender)
+            aliases = tuple(sorted(known))
         media = [await self._download(data[kind], INBOUND_MEDIA[kind], kind,
                                       voice=bool(data[kind].get("voice")))] \
             if kind in INBOUND_MEDIA and isinstance(data.get(kind), dict) else []
@@ -369,7 +375,7 @@ allow_from = ["15551234567"]                  # phone numbers (digits) or user i
         return InboundMessage(
             channel=self.name, account=self.account.name, chat_id=sender,
             message_id=message_id, sender_id=sender, sender_name=who.name,
-            text=text, route_extra=_address(who),
+            sender_aliases=aliases, text=text, route_extra=_address(who),
             reply_to_bot=bool(self.self_id and
                               "".join(ch for ch in str(context.get("from", "")) if ch.isdigit())
                               == self.self_id),
@@ -390,12 +396,6 @@ allow_from = ["15551234567"]                  # phone numbers (digits) or user i
         chat = await self.users.chat_of(old)
         await self.users.link(chat, new)
         log.info("%s: the user of chat %s is now %s", self.account.key, chat, " / ".join(new))
-
-    def user_ids(self, message: InboundMessage) -> set[str]:
-        """Every id the sender of ``message`` is known by: its chat id, the ids its
-        payload carried and the chat's aliases (an allowlist may name any of them)."""
-        return {message.sender_id, *message.route_extra.values(),
-                *self.users.known_aliases(message.sender_id)}
 
     async def _load_state(self, key: str) -> Any:
         return None if self.context.store is None else await self.context.get_state(key)

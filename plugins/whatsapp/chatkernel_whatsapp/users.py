@@ -135,10 +135,6 @@ class Users:
             known = self._aliases[chat] = set(await self._load(f"user:{chat}") or ())
         return known
 
-    def known_aliases(self, chat: str) -> set[str]:
-        """:meth:`aliases` as far as this process has read them (no store access)."""
-        return self._aliases.get(chat, set())
-
     def _remember(self, user_id: str, chat: str) -> None:
         chats = self._chats
         chats[user_id] = chat

@@ -122,7 +122,8 @@ async def test_allow_from_admits_a_user_by_their_bsuid_or_their_phone(adapter, t
                                                                        listed):
     bsuid = adapter.graph.user_id(BOTH)
     allowed = {"bsuid": bsuid, "phone": BOTH}[listed]
-    async with open_contract_run(adapter, tmp_path, allow_from=[allowed, HIDDEN]) as run:
+    async with open_contract_run(adapter, tmp_path, allow_from=[allowed, HIDDEN],
+                                 account_settings={"dm_policy": "allowlist"}) as run:
         graph = adapter.graph
         graph.inject_messages([graph.message(HIDDEN, "let me in af01z")])
         graph.inject_messages([graph.message(BOTH, "me too af02z")])

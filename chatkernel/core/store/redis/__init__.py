@@ -40,7 +40,8 @@ trips") has the key layout and the round trips of each operation.
 The store is :class:`RedisStore` (``store``), put together from one class per
 concern: the calls to the server, their errors and the key layout's check
 (``connection``), and the operations by key family (``journal``, ``outbox``,
-``state``, and ``coordination`` for :class:`~chatkernel.core.store.shared.SharedState`);
+``state``, ``access`` for pairing, and ``coordination`` for
+:class:`~chatkernel.core.store.shared.SharedState`);
 ``keys`` builds key parts and script arguments.
 """
 

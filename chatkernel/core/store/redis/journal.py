@@ -36,13 +36,17 @@ class RedisJournal(RedisConnection):
         seqs = await self._batched("j", "journal_inbound", args)
         return [int(seq) or None for seq in seqs]
 
-    async def set_journal_status(self, seq: int, status: str) -> None:
+    async def set_journal_status(self, seq: int, status: str, *,
+                                 message: InboundMessage | None = None) -> None:
         """Advance a journaled message; KeyError for a seq not in the journal."""
         if status not in JOURNAL_STATUSES:
             raise ValueError(f"journal status must be one of {', '.join(JOURNAL_STATUSES)}, "
                              f"not {status!r}")
         self._writable("set_journal_status")
-        if not await self._batched("js", "set_journal_status", [int(seq), status]):
+        args: list[Any] = [int(seq), status]
+        if message is not None:
+            args.append(encode_message(message))
+        if not await self._batched("js", "set_journal_status", args):
             raise KeyError(f"no journal entry with seq {seq}")
 
     async def unfinished_inbound(self, *, account: tuple[str, str] | None = None

@@ -101,6 +101,105 @@ end
 return #seqs
 """
 
+#: ARGV: prefix, acct, sender, request id (`<channel part>:<code>`), request JSON,
+#: created_at (now), expires_at, resend_after, max_pending. The account's expired
+#: requests go first. Returns {outcome, request JSON, last sent at} (see
+#: Store.pairing_request; `full` and `taken` with no request).
+PAIRING_REQUEST = r"""
+local index, sender, rid, now = P .. 'pairing:of:' .. ARGV[2], ARGV[3], ARGV[4], ARGV[6]
+local flat = redis.call('HGETALL', index)
+for i = 1, #flat, 2 do
+  local key = P .. 'pairing:req:' .. flat[i + 1]
+  local expires = redis.call('HGET', key, 'e')
+  if not expires or tonumber(expires) <= tonumber(now) then
+    redis.call('HDEL', index, flat[i])
+    redis.call('DEL', key)
+    redis.call('ZREM', P .. 'pairing:all', flat[i + 1])
+  end
+end
+local mine = redis.call('HGET', index, sender)
+if mine then
+  local key = P .. 'pairing:req:' .. mine
+  local row = redis.call('HMGET', key, 'j', 'l')
+  if tonumber(now) - tonumber(row[2]) < tonumber(ARGV[8]) then
+    return {'quiet', row[1], row[2]}
+  end
+  redis.call('HSET', key, 'l', now)
+  return {'resend', row[1], now}
+end
+if redis.call('HLEN', index) >= tonumber(ARGV[9]) then
+  return {'full'}
+end
+local key = P .. 'pairing:req:' .. rid
+if redis.call('EXISTS', key) == 1 then
+  return {'taken'}
+end
+redis.call('HSET', key, 'a', ARGV[2], 's', sender, 'j', ARGV[5], 'e', ARGV[7], 'l', now)
+redis.call('HSET', index, sender, rid)
+redis.call('ZADD', P .. 'pairing:all', now, rid)
+return {'new', ARGV[5], now}
+"""
+
+#: ARGV: prefix, request id prefix (`<channel part>:`, '' for all), now. Flat request
+#: JSON, last sent at of the requests pending at `now`, oldest first. Writes nothing.
+PAIRING_LIST = r"""
+local out = {}
+for _, rid in ipairs(redis.call('ZRANGE', P .. 'pairing:all', 0, -1)) do
+  if ARGV[2] == '' or string.sub(rid, 1, #ARGV[2]) == ARGV[2] then
+    local row = redis.call('HMGET', P .. 'pairing:req:' .. rid, 'j', 'l', 'e')
+    if row[1] and tonumber(row[3]) > tonumber(ARGV[3]) then
+      out[#out + 1] = row[1]
+      out[#out + 1] = row[2]
+    end
+  end
+end
+return out
+"""
+
+#: ARGV: prefix, request id, acct ('' for any), '1' to approve, now. Takes the request
+#: out; when approving, its sender is approved on its account at `now`. Returns
+#: {request JSON, last sent at}, or {} when no such request is pending at `now`.
+PAIRING_RESOLVE = r"""
+local rid, now = ARGV[2], ARGV[5]
+local key = P .. 'pairing:req:' .. rid
+local row = redis.call('HMGET', key, 'a', 's', 'j', 'l', 'e')
+if not row[1] or (ARGV[3] ~= '' and row[1] ~= ARGV[3]) then
+  return {}
+end
+local index = P .. 'pairing:of:' .. row[1]
+if redis.call('HGET', index, row[2]) == rid then
+  redis.call('HDEL', index, row[2])
+end
+redis.call('DEL', key)
+redis.call('ZREM', P .. 'pairing:all', rid)
+if tonumber(row[5]) <= tonumber(now) then
+  return {}
+end
+if ARGV[4] == '1' then
+  redis.call('HSET', P .. 'approved:' .. row[1], row[2], now)
+  redis.call('SADD', P .. 'approved', row[1])
+end
+return {row[3], row[4]}
+"""
+
+#: ARGV: prefix, now. Deletes the requests expired at `now`; returns how many.
+PAIRING_PRUNE = r"""
+local count = 0
+for _, rid in ipairs(redis.call('ZRANGE', P .. 'pairing:all', 0, -1)) do
+  local key = P .. 'pairing:req:' .. rid
+  local row = redis.call('HMGET', key, 'a', 's', 'e')
+  if not row[3] or tonumber(row[3]) <= tonumber(ARGV[2]) then
+    if row[1] and redis.call('HGET', P .. 'pairing:of:' .. row[1], row[2]) == rid then
+      redis.call('HDEL', P .. 'pairing:of:' .. row[1], row[2])
+    end
+    redis.call('DEL', key)
+    redis.call('ZREM', P .. 'pairing:all', rid)
+    count = count + 1
+  end
+end
+return count
+"""
+
 #: ARGV: prefix, acct, platform id. Returns the entry's row (see outbox_rows).
 OUTBOX_BY_PLATFORM_ID = r"""
 local id = redis.call('HGET', P .. 'o:platform:' .. ARGV[2], ARGV[3])
@@ -490,9 +589,14 @@ local function journal(A)
   return out
 end
 
--- A: seq, status. 1, or 0 when there is no such entry.
+-- A: seq, status, and the message JSON the entry keeps instead (optional: a refused
+-- stranger's, without its text). 1, or 0 when there is no such entry.
 local function journal_status(A)
-  return finish_journal(A[1], A[2])
+  local found = finish_journal(A[1], A[2])
+  if found == 1 and A[3] then
+    redis.call('HSET', P .. 'j:' .. A[1], 'm', A[3])
+  end
+  return found
 end
 
 -- A: fence set, entry count, finish count, then per entry: acct, reply_id, session_key,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import chatkernel.core.store.redis.lua as lua
 from chatkernel.core.store.base import Store
+from chatkernel.core.store.redis.access import RedisAccess
 from chatkernel.core.store.redis.batch import WriteBatches
 from chatkernel.core.store.redis.coordination import RedisCoordination
 from chatkernel.core.store.redis.failed import RedisFailedSends
@@ -46,8 +47,8 @@ def safe_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
-class RedisStore(RedisJournal, RedisFailedSends, RedisOutbox, RedisState, RedisCoordination,
-                 Store, SharedState):
+class RedisStore(RedisJournal, RedisFailedSends, RedisOutbox, RedisState, RedisAccess,
+                 RedisCoordination, Store, SharedState):
     """The store on a Redis server (see :mod:`chatkernel.core.store.redis`).
 
     ``RedisStore(config)`` uses ``[store] url`` (default ``redis://127.0.0.1:6379/0``)
@@ -115,7 +116,8 @@ class RedisStore(RedisJournal, RedisFailedSends, RedisOutbox, RedisState, RedisC
             "OPEN", "BATCH", "JOURNAL_UNFINISHED", "JOURNAL_PRUNE", "OUTBOX_BY_PLATFORM_ID",
             "OUTBOX_ROWS", "OUTBOX_FAILURES", "OUTBOX_RECENT", "OUTBOX_PRUNE", "CURSOR_FENCED",
             "SESSIONS", "LOG_READ", "TRANSCRIPT_ADD", "LEASE_ACQUIRE", "LEASE_RENEW",
-            "LEASES", "INSTANCES")}
+            "LEASES", "INSTANCES", "PAIRING_REQUEST", "PAIRING_LIST", "PAIRING_RESOLVE",
+            "PAIRING_PRUNE")}
         # The hot path's writes, batched per loop turn (see batch.py).
         self._batches = WriteBatches(self._send_batch, name=f"redis at {self.safe_url}")
 

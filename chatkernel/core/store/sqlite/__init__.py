@@ -23,7 +23,7 @@ still recognized.
 The store is :class:`SQLiteStore` (``store``), put together from one class per
 concern: the database file and its lock (``file``), the schema and its migrations
 (``schema``), the connection's writes and their group commit (``commit``), and the
-queries by table family (``journal``, ``outbox``, ``state``).
+queries by table family (``journal``, ``outbox``, ``state``, ``access``).
 """
 
 from __future__ import annotations

@@ -65,14 +65,19 @@ class SQLiteJournal(GroupCommit):
             await self._journal_waiter()
         return seqs
 
-    async def set_journal_status(self, seq: int, status: str) -> None:
+    async def set_journal_status(self, seq: int, status: str, *,
+                                 message: InboundMessage | None = None) -> None:
         """Advance a journaled message; KeyError for a seq not in the journal."""
         if status not in JOURNAL_STATUSES:
             raise ValueError(f"journal status must be one of {', '.join(JOURNAL_STATUSES)}, "
                              f"not {status!r}")
         self._done_marks.discard(seq)  # this status supersedes a coalesced `done`
-        cursor = self._write("UPDATE inbound_journal SET status = ? WHERE seq = ?",
-                             (status, seq))
+        if message is None:
+            cursor = self._write("UPDATE inbound_journal SET status = ? WHERE seq = ?",
+                                 (status, seq))
+        else:
+            cursor = self._write("UPDATE inbound_journal SET status = ?, message = ?"
+                                 " WHERE seq = ?", (status, encode_message(message), seq))
         if cursor.rowcount == 0:
             raise KeyError(f"no journal entry with seq {seq}")
 

@@ -244,6 +244,32 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE sessions ADD COLUMN agent TEXT NOT NULL DEFAULT 'default';
     """,
+    # 9: access control (docs/access.md): strangers' pending pairing requests, at most a
+    # few per account, each with a code unique in its channel; and the senders the owner
+    # approved, per channel and account.
+    """
+    CREATE TABLE pairing_requests (
+        channel       TEXT NOT NULL,
+        account       TEXT NOT NULL,
+        sender        TEXT NOT NULL,
+        code          TEXT NOT NULL,
+        name          TEXT NOT NULL DEFAULT '',
+        chat          TEXT NOT NULL,
+        created_at    REAL NOT NULL,
+        expires_at    REAL NOT NULL,
+        last_sent_at  REAL NOT NULL,
+        PRIMARY KEY (channel, account, sender)
+    ) WITHOUT ROWID;
+    CREATE UNIQUE INDEX pairing_requests_code ON pairing_requests (channel, code);
+
+    CREATE TABLE approved_senders (
+        channel      TEXT NOT NULL,
+        account      TEXT NOT NULL,
+        sender       TEXT NOT NULL,
+        approved_at  REAL NOT NULL,
+        PRIMARY KEY (channel, account, sender)
+    ) WITHOUT ROWID;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

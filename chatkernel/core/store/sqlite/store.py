@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import chatkernel.core.store.sqlite.schema as schema
 from chatkernel.core.store.base import Store, StoreError
+from chatkernel.core.store.sqlite.access import SQLiteAccess
 from chatkernel.core.store.sqlite.failed import SQLiteFailedSends
 from chatkernel.core.store.sqlite.file import DatabaseFile
 from chatkernel.core.store.sqlite.journal import SQLiteJournal
@@ -32,7 +33,7 @@ log = logging.getLogger("chatkernel.store")
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
-class SQLiteStore(SQLiteJournal, SQLiteFailedSends, SQLiteOutbox, SQLiteState,
+class SQLiteStore(SQLiteJournal, SQLiteFailedSends, SQLiteOutbox, SQLiteState, SQLiteAccess,
                   SchemaMigrations, DatabaseFile, Store):
     """The store in one SQLite file (see :mod:`chatkernel.core.store.sqlite` for durability).
 
