@@ -93,6 +93,8 @@ ARGS = {
     "chatkernel pairing approve": ["telegram", "ABCD2345"],
     "chatkernel pairing deny": ["telegram", "ABCD2345"],
     "chatkernel pairing revoke": ["telegram", "42"],
+    "chatkernel deliveries retry": ["1"],
+    "chatkernel deliveries discard": ["1"],
 }
 #: Commands a missing file is no error for: init writes it, path names where it goes.
 MAY_BE_MISSING = {"chatkernel config init", "chatkernel config path"}

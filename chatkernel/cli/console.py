@@ -7,7 +7,7 @@ import sys
 import click
 
 from chatkernel.cli import cli
-from chatkernel.cli.options import config_option
+from chatkernel.cli.options import _require_named_file, config_option
 from chatkernel.cli.status import EXIT_UNREACHABLE
 
 
@@ -38,6 +38,7 @@ def console(print_url: bool, config_file: str | None) -> None:
     """
     from chatkernel.cli.client import running_gateway
 
+    _require_named_file(config_file)  # a typo'd --config is an error, as everywhere
     info = running_gateway()
     if info is None:
         click.echo("no gateway is running: start one with `chatkernel run`, then run "
