@@ -39,7 +39,8 @@ The pieces, by concern:
   markup), :func:`render`, :func:`render_payload`, :func:`escape_html`, :func:`escape_attr`, :func:`display_url`,
   :func:`wrap_marks`;
 - logins behind ``chatkernel login <channel>`` (the ``register_logins`` hook):
-  :class:`Login`, :class:`LoginRequest`, :class:`LoginResult`, :class:`LoginFailed`;
+  :class:`Login`, :class:`LoginRequest`, :class:`LoginResult`, :class:`LoginFailed`,
+  :class:`LoginStep`;
 - JSON with the kernel's codec: :func:`encode_json`, :func:`decode_json`.
 
 Importing this module loads aiohttp and pydantic: import it inside hook bodies
@@ -105,7 +106,7 @@ from chatkernel.sdk.receiving.webhooks import (
     WebhookRejected,
 )
 from chatkernel.hookspecs import hookimpl
-from chatkernel.sdk.login import Login, LoginFailed, LoginRequest, LoginResult
+from chatkernel.sdk.login import Login, LoginFailed, LoginRequest, LoginResult, LoginStep
 
 __all__ = [
     "Account",
@@ -129,6 +130,7 @@ __all__ = [
     "LoginFailed",
     "LoginRequest",
     "LoginResult",
+    "LoginStep",
     "MarkdownRenderer",
     "MediaRef",
     "OutboundPayload",

@@ -99,6 +99,8 @@ ARGS = {
     "chatkernel jobs run": ["j"],
     "chatkernel jobs history": ["j"],
     "chatkernel triggers test": ["t"],
+    "chatkernel deliveries retry": ["1"],
+    "chatkernel deliveries discard": ["1"],
 }
 #: Commands a missing file is no error for: init writes it, path names where it goes.
 MAY_BE_MISSING = {"chatkernel config init", "chatkernel config path"}

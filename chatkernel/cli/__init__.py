@@ -68,6 +68,8 @@ from chatkernel.cli import (  # noqa: E402, F401
     agents,
     channels,
     config,
+    console,
+    deliveries,
     heartbeat,
     jobs,
     login,

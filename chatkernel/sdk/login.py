@@ -14,6 +14,19 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class LoginStep:
+    """Where a login is, for a screen that draws it (the console's Logins page): its
+    ``state`` (``waiting``, ``scanned``, ``confirmed``, ``expired``, or the flow's own
+    word), a line for the person, and with a new QR code what it encodes and its
+    modules: rows of booleans, dark ``True``, quiet zone included."""
+
+    state: str
+    message: str = ""
+    qr_text: str | None = None
+    qr_modules: tuple[tuple[bool, ...], ...] | None = None
+
+
+@dataclass(frozen=True)
 class LoginRequest:
     """What the person asked for: ``chatkernel login <channel> --account <account>``."""
 
@@ -25,6 +38,14 @@ class LoginRequest:
     current: dict[str, Any] = field(default_factory=dict)
     #: Print a line on the person's terminal (never pass it a secret).
     echo: Callable[[str], None] = print
+    #: Told each step (a new QR code, a state change) when a screen draws the login
+    #: rather than a terminal (never pass it a secret); None: the terminal only.
+    progress: Callable[[LoginStep], None] | None = None
+
+    def step(self, step: LoginStep) -> None:
+        """Tell ``progress`` of a step, when there is one."""
+        if self.progress is not None:
+            self.progress(step)
 
 
 @dataclass(frozen=True)

@@ -92,5 +92,8 @@ def routes(control: "Control", token: str, pairing: "PairingControl | None" = No
             ("POST", "/control/heartbeat/status", handler(control.heartbeat_status)),
             ("POST", "/control/heartbeat/wake", handler(control.wake_heartbeat)),
             ("POST", "/control/reload", handler(reload)),
+            ("POST", "/control/deliveries/list", handler(control.deliveries)),
+            ("POST", "/control/deliveries/retry", handler(control.retry_delivery)),
+            ("POST", "/control/deliveries/discard", handler(control.discard_delivery)),
             *((method, path, handler(action)) for method, path, action in
               (pairing.routes() if pairing is not None else ()))]

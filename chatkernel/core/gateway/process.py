@@ -169,6 +169,11 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
                                  kernel.accounts.values(), loopback=loopback)
     owned += [(None, route) for route in health_http.routes(
         kernel.health, kernel.metrics, control_token, loopback=loopback, root_page=page)]
+    # The operator's console at /ui/, its API at /api/ (chatkernel.console).
+    from chatkernel.console.api import Console
+
+    console = Console(kernel, control_token)
+    owned += [(None, route) for route in console.routes()]
     for account, (method, path, handler) in owned:
         if (method, path) in seen:
             where = f"channels.{account.channel_name}" if account else "gateway"
@@ -181,6 +186,7 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
     webhooks += hooks.HOOK_PATHS  # triggers' callers: their credential is the check
     hosts = http_guard.HostCheck(host.lower(), frozenset(kernel.config.gateway.public_hosts))
     http_guard.install(app, hosts=hosts, webhooks=webhooks)
+    console.install(app)
     return app
 
 

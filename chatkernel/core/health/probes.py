@@ -431,6 +431,8 @@ class Health:
             summary = await reads(functools.partial(
                 session_summary, self._store(), now, queued=queue.depth(),
                 running_turns=running)) or summary
+        failed = (await reads(functools.partial(self._store().outbox_failed_count, now - 3600))
+                  if sessions else None)
         ok, problems = overall(channels, judged=True, store=store)  # after the store's reads
         started_at = self._started_at()
         gateway = GatewayInfo(reachable=True, pid=os.getpid(), url=self._url(),
@@ -442,7 +444,7 @@ class Health:
             ok=ok, ts=now, duration_ms=round((time.perf_counter() - started) * 1000, 1),
             live=live, gateway=gateway, channels=channels, sessions=summary, store=store,
             cluster=cluster, presence=[entry.as_dict() for entry in self._presence.entries()],
-            problems=problems)
+            problems=problems, failed_sends_last_hour=failed)
 
     async def _cluster_info(self, cluster: "Cluster", reads: "_StoreReads"
                             ) -> ClusterInfo | None:

@@ -299,6 +299,10 @@ def render_health(snapshot: dict[str, Any], *, verbose: bool = False) -> str:
         if failures:
             lines += ["  Recent delivery failures:", *("  " + line for line in failures)]
     lines.append("  " + sessions_lines(snapshot.get("sessions") or {})[0])
+    failed = snapshot.get("failed_sends_last_hour")
+    if failed is not None:
+        lines.append(f"  {failed} send(s) failed in the last hour"
+                     + (": chatkernel deliveries list" if failed else ""))
     return "\n".join(lines)
 
 

@@ -210,6 +210,9 @@ class HealthSnapshot(_Model):
     cluster: ClusterInfo | None = None
     presence: list[dict[str, Any]] = []
     problems: list[str] = []
+    #: Sends that ended ``failed`` in the last hour, from the store (so a restart keeps
+    #: them); None when not counted (``/healthz``, a store that did not answer).
+    failed_sends_last_hour: int | None = None
 
     def accounts(self) -> list[AccountSnapshot]:
         return [a for c in self.channels.values() for a in c.accounts.values()]

@@ -192,6 +192,12 @@ class Outbound:
                                            {"kind": "send"})
         return await self._submit(account, key, session_id, route, payloads)
 
+    async def requeue(self, account: Account, session_key: str, session_id: str,
+                      route: Route, payloads: list[OutboundPayload]) -> str:
+        """Queue payloads built before (a failed send retried) as a new reply of the
+        session, behind what it holds; returns the reply id."""
+        return await self._submit(account, session_key, session_id, route, payloads)
+
     async def queue_reply(self, account: Account, session_key: str, session_id: str,
                           route: Route, text: str, payloads: list[OutboundPayload], *,
                           log: list[LogRow], finish_journal: list[int]) -> str:

@@ -6,9 +6,12 @@ no gateway runs (its own kernel's).
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from chatkernel.core.outbound.failed import FailedSends, NotFailed
 
 if TYPE_CHECKING:
     from chatkernel.core.health.presence import Presence
@@ -20,6 +23,7 @@ if TYPE_CHECKING:
     from chatkernel.core.outbound.policy import SendPolicies
     from chatkernel.core.outbound.responder import Outbound
     from chatkernel.core.runtime.parts import GatewayParts
+    from chatkernel.core.store.base import Store
     from chatkernel.sdk.models import Account, Route
 
     #: Where a send goes: the account, the route and the session key.
@@ -62,6 +66,17 @@ def strings(body: dict[str, Any], *names: str) -> dict[str, str | None]:
     return {name: body.get(name) for name in names}
 
 
+def entry_id(body: dict[str, Any]) -> int:
+    """The outbox entry ``id`` of a request (a whole number; its digits will do)."""
+    value = body.get("id")
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 18:
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ControlError("'id' must be an outbox entry id (chatkernel deliveries list "
+                           "shows them)")
+    return value
+
+
 #: What ``chatkernel send`` reports (see :func:`send_outcome`; ``nothing``: the text
 #: made no payload). On a channel that reports delivery later (WhatsApp), a reply the
 #: platform took is ``accepted``, then ``delivered`` or ``failed`` once the platform
@@ -98,6 +113,9 @@ class ControlRuntime(Protocol):
 
     def started_at(self) -> float | None:
         """When the kernel started (None: not yet)."""
+
+    def store(self) -> Store:
+        """The opened store (RuntimeError before the start)."""
 
 
 class SendTargets(Protocol):
@@ -144,6 +162,9 @@ class Control:
         self._send_policy = runtime.send_policy
         self._started_at = runtime.started_at
         self._gateway = gateway
+        #: The failed sends, from the store (``chatkernel deliveries``).
+        self.failed_sends = FailedSends(store=runtime.store, accounts=accounts,
+                                        requeue=outbound.requeue)
 
     async def status(self, body: dict[str, Any]) -> dict[str, Any]:
         """``chatkernel status``: the health snapshot, the pid and the accounts."""
@@ -210,6 +231,32 @@ class Control:
             raise ControlError(str(exc), 404 if "no heartbeat" in str(exc) else 400) \
                 from None
         return {"heartbeat": heartbeats.describe(job), "mode": mode}
+
+    async def deliveries(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``chatkernel deliveries list``: the failed sends, newest first (``limit``), and
+        how many failed in the last hour."""
+        limit = body.get("limit", 100)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ControlError("'limit' must be a whole number, 1 or more")
+        failed = self.failed_sends
+        return {"failed": await failed.list(limit),
+                "failed_last_hour": await failed.count_since(time.time() - 3600)}
+
+    async def retry_delivery(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``chatkernel deliveries retry ID``: queue a failed send again, once."""
+        try:
+            return await self.failed_sends.retry(entry_id(body))
+        except NotFailed as exc:
+            raise ControlError(str(exc), 404) from None
+        except LookupError as exc:
+            raise ControlError(str(exc), 409) from None
+
+    async def discard_delivery(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``chatkernel deliveries discard ID``: forget a failed send."""
+        try:
+            return await self.failed_sends.discard(entry_id(body))
+        except NotFailed as exc:
+            raise ControlError(str(exc), 404) from None
 
     def report_presence(self, client: dict[str, Any], remote: str | None) -> None:
         """Record the caller in the gateway's presence table (``client.instance_id``...)."""

@@ -226,6 +226,24 @@ class Store(JobStore, abc.ABC):
         backend that cannot tell returns ``[]`` (the default)."""
         return []
 
+    # -- failed sends: what an operator lists, retries and discards ----------------------
+
+    async def outbox_failed(self, *, limit: int = 100) -> list[tuple[OutboxEntry, float]]:
+        """The newest ``limit`` entries that ended ``failed``, newest first, each with when
+        it did (chatkernel.core.outbound.failed). A backend that cannot tell returns
+        ``[]`` (the default)."""
+        return []
+
+    async def outbox_failed_count(self, since: float) -> int:
+        """How many entries ended ``failed`` at or after ``since`` (a Unix time)."""
+        return 0
+
+    async def outbox_take_failed(self, entry_ids: list[int]) -> list[OutboxEntry]:
+        """Delete those of the entries that are still ``failed``, in one atomic step, and
+        return them: of two callers taking one entry, one gets it (a retry queues it
+        again once, never twice). Entries that are not ``failed`` (any more) are left."""
+        return []
+
     # -- per-account state (last active chat, context tokens, ...) ----------------------
 
     @abc.abstractmethod

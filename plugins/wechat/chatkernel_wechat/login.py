@@ -16,7 +16,14 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from chatkernel.channels import Login, LoginFailed, LoginRequest, LoginResult, PlatformError
+from chatkernel.channels import (
+    Login,
+    LoginFailed,
+    LoginRequest,
+    LoginResult,
+    LoginStep,
+    PlatformError,
+)
 from chatkernel_wechat.api import DEFAULT_API_BASE, ILinkAPI
 
 MAX_REFRESHES = 3
@@ -24,17 +31,27 @@ MAX_REFRESHES = 3
 POLL_INTERVAL = 1.0
 
 
-def render_qr(text: str) -> str:
-    """The QR code of ``text`` as terminal text (the library loads only here)."""
-    import io
-
-    import qrcode
+def _qr(text: str):
+    import qrcode  # loads only for a login
 
     qr = qrcode.QRCode(border=1)
     qr.add_data(text)
+    return qr
+
+
+def render_qr(text: str) -> str:
+    """The QR code of ``text`` as terminal text."""
+    import io
+
     out = io.StringIO()
-    qr.print_ascii(out=out, invert=True)
+    _qr(text).print_ascii(out=out, invert=True)
     return out.getvalue()
+
+
+def qr_modules(text: str) -> tuple[tuple[bool, ...], ...]:
+    """The QR code of ``text`` as its modules (dark ``True``), quiet zone included: what
+    a screen draws (the console)."""
+    return tuple(tuple(row) for row in _qr(text).get_matrix())
 
 
 class WeChatLogin(Login):
@@ -62,6 +79,11 @@ class WeChatLogin(Login):
         code, image = reply.get("qrcode"), reply.get("qrcode_img_content")
         if not code or not image:
             raise LoginFailed("iLink answered no QR code: try again later")
+        if request.progress is not None:  # a screen draws it
+            request.step(LoginStep("waiting", "Scan this QR code with WeChat (Me → Scan), "
+                                   "then confirm on the phone", qr_text=image,
+                                   qr_modules=qr_modules(image)))
+            return code
         request.echo("Scan this QR code with WeChat (Me → Scan), then confirm on the phone:")
         request.echo(render_qr(image))
         request.echo(f"or open: {image}")
@@ -93,6 +115,9 @@ class WeChatLogin(Login):
                            "wait": "waiting for the scan…"}.get(status)
                 if message:
                     request.echo(message)
+                if status in ("wait", "scaned", "confirmed"):
+                    request.step(LoginStep({"wait": "waiting", "scaned": "scanned"}.get(
+                        status, status), message or "confirmed on the phone"))
             if status == "confirmed":
                 return self._result(reply, status_base)
             if status == "expired":
@@ -102,6 +127,8 @@ class WeChatLogin(Login):
                                       "run `chatkernel login wechat` again when ready")
                 request.echo(f"the QR code expired: here is a new one ({refreshes}/"
                              f"{MAX_REFRESHES})")
+                request.step(LoginStep("expired", f"the QR code expired: a new one comes "
+                                                  f"({refreshes}/{MAX_REFRESHES})"))
                 code = await self._qr(api, request)
                 said = None
                 continue

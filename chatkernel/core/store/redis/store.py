@@ -12,6 +12,7 @@ from chatkernel.core.store.redis.access import RedisAccess
 from chatkernel.core.store.redis.batch import WriteBatches
 from chatkernel.core.store.redis.coordination import RedisCoordination
 from chatkernel.core.store.redis.jobs import RedisJobs
+from chatkernel.core.store.redis.failed import RedisFailedSends
 from chatkernel.core.store.redis.journal import RedisJournal
 from chatkernel.core.store.redis.outbox import RedisOutbox
 from chatkernel.core.store.redis.state import RedisState
@@ -47,9 +48,8 @@ def safe_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
-class RedisStore(RedisJournal, RedisOutbox, RedisState, RedisAccess, RedisJobs,
-                 RedisCoordination, Store,
-                 SharedState):
+class RedisStore(RedisJournal, RedisFailedSends, RedisOutbox, RedisState, RedisAccess,
+                 RedisJobs, RedisCoordination, Store, SharedState):
     """The store on a Redis server (see :mod:`chatkernel.core.store.redis`).
 
     ``RedisStore(config)`` uses ``[store] url`` (default ``redis://127.0.0.1:6379/0``)

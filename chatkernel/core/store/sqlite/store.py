@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import chatkernel.core.store.sqlite.schema as schema
 from chatkernel.core.store.base import Store, StoreError
 from chatkernel.core.store.sqlite.access import SQLiteAccess
+from chatkernel.core.store.sqlite.failed import SQLiteFailedSends
 from chatkernel.core.store.sqlite.file import DatabaseFile
 from chatkernel.core.store.sqlite.jobs import SQLiteJobs
 from chatkernel.core.store.sqlite.journal import SQLiteJournal
@@ -33,9 +34,8 @@ log = logging.getLogger("chatkernel.store")
 Synchronous = Literal["OFF", "NORMAL", "FULL", "EXTRA"]
 
 
-class SQLiteStore(SQLiteJournal, SQLiteOutbox, SQLiteState, SQLiteAccess, SQLiteJobs,
-                  SchemaMigrations,
-                  DatabaseFile, Store):
+class SQLiteStore(SQLiteJournal, SQLiteFailedSends, SQLiteOutbox, SQLiteState, SQLiteAccess,
+                  SQLiteJobs, SchemaMigrations, DatabaseFile, Store):
     """The store in one SQLite file (see :mod:`chatkernel.core.store.sqlite` for durability).
 
     ``SQLiteStore(config)`` uses ``config.store_path()``; ``SQLiteStore.at(path)``
