@@ -250,22 +250,28 @@ class ChannelContract(FaultChecks):
             clock.advance(60)
             await adapter.inject(chats[0], "still here pa06z", sender_id=users[0])
 
-            def sent_again() -> bool:
-                if len(run.texts(chats[0])) < 2:
-                    # A socket closed for the minute's silence (on this clock) reconnects
-                    # after a backoff on it too: time goes on while the test waits.
+            def with_time_going_on(done: Callable[[], bool]) -> Callable[[], bool]:
+                """A socket closed for the minute's silence (on this clock) reconnects
+                after a backoff on it too: time goes on while the test waits."""
+                def check() -> bool:
+                    if done():
+                        return True
                     clock.advance(1)
-                return len(run.texts(chats[0])) == 2
+                    return False
+                return check
 
-            await run.wait(sent_again, what="the same code, a minute later",
+            await run.wait(with_time_going_on(lambda: len(run.texts(chats[0])) == 2),
+                           what="the same code, a minute later",
                            state=lambda: run.texts(chats[0]))
             assert code in run.texts(chats[0])[1], run.texts(chats[0])
             await run.harness.pairing_approve(adapter.channel_name, code)
-            await run.wait(lambda: any("You're in" in t for t in run.texts(chats[0])),
-                           what="the approved sender told so",
-                           state=lambda: run.texts(chats[0]))
+            await run.wait(with_time_going_on(
+                lambda: any("You're in" in t for t in run.texts(chats[0]))),
+                what="the approved sender told so", state=lambda: run.texts(chats[0]))
             await adapter.inject(chats[0], "hello pa07z", sender_id=users[0])
-            await run.wait_for_tokens(chats[0], ["pa07z"])
+            await run.wait(with_time_going_on(
+                lambda: bool(run.tokens_sent(chats[0], ["pa07z"]))),
+                what="the approved sender answered", state=lambda: run.texts(chats[0]))
             await run.harness.pairing_revoke(adapter.channel_name, users[0])
             await adapter.inject(chats[0], "and now pa08z", sender_id=users[0])
             await run.settle()
