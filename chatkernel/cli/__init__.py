@@ -49,6 +49,7 @@ from chatkernel.cli import (  # noqa: E402, F401
     agents,
     channels,
     config,
+    doctor,
     heartbeat,
     login,
     plugins,

@@ -395,7 +395,8 @@ allow_from = ["123456789"]            # Telegram user ids; "chat:-100123" a grou
                                restartable=refused is None)
         self.self_id = str(me.get("id"))
         return ProbeResult(ok=True, detail=f"@{me.get('username')}",
-                           extra={"username": me.get("username"), "id": me.get("id")})
+                           extra={"username": me.get("username"), "id": me.get("id"),
+                                  "server_date": self.api.http.server_date()})
 
     async def aclose(self) -> None:
         await self.api.close()
