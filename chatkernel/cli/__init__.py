@@ -56,6 +56,7 @@ from chatkernel.cli import (  # noqa: E402, F401
     run,
     security,
     send,
+    service,
     sessions,
     status,
 )
