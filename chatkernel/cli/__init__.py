@@ -52,6 +52,7 @@ from chatkernel.cli import (  # noqa: E402, F401
     doctor,
     heartbeat,
     login,
+    logs,
     plugins,
     run,
     security,

@@ -283,6 +283,27 @@ class HealthConfig(Section):
     store_timeout_ms: int = Field(1_000, gt=0)
 
 
+class LoggingConfig(Section):
+    """``[logging]``: the gateway's log file in ``$CHATKERNEL_HOME/logs/`` (stderr keeps
+    its lines whatever this says; docs/operations.md)."""
+
+    file: bool = True
+    max_bytes: int = Field(10 * 1024 ** 2, ge=10_000)
+    backups: int = Field(5, ge=1, le=1000)
+    max_age_days: float = Field(14, gt=0)
+
+
+class TelemetryConfig(Section):
+    """``[telemetry]``: traces over OTLP/HTTP (``chatkernel[otel]``; docs/operations.md).
+    Off, and nothing of OpenTelemetry imported, without the table."""
+
+    otlp_endpoint: str = Field(pattern=r"^https?://[^/\s]+(/\S*)?$")
+    service_name: str = Field("chatkernel", min_length=1)
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    #: Message text and agent output on spans: off, since a trace store is read by others.
+    capture_content: bool = False
+
+
 class PresenceConfig(Section):
     """``[presence]``: the gateway's list of running instances and clients."""
 
@@ -400,6 +421,8 @@ class KernelConfig(Section):
     health: HealthConfig = Field(default_factory=HealthConfig)
     presence: PresenceConfig = Field(default_factory=PresenceConfig)
     send_policy: SendPolicyConfig = Field(default_factory=SendPolicyConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    telemetry: TelemetryConfig | None = None
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
 
     @field_validator("channels")
