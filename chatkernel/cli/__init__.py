@@ -47,6 +47,7 @@ def _plugin_manager():
 # The commands, each registering itself on the group. (After the group: they import it.)
 from chatkernel.cli import (  # noqa: E402, F401
     agents,
+    backup,
     channels,
     config,
     doctor,
