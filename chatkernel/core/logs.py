@@ -63,9 +63,8 @@ def _keep_first_group(match: re.Match[str]) -> str:
 
 
 #: What a record may carry (``extra={...}``) that a JSON line shows: the account's
-#: channel and key (``chatkernel logs --channel`` filters on them), the trace and span
-#: ids of the message being handled (set by chatkernel.core.telemetry when it is on).
-EXTRA_FIELDS = ("channel", "account", "trace_id", "span_id")
+#: channel and key (``chatkernel logs --channel`` filters on them).
+EXTRA_FIELDS = ("channel", "account")
 
 
 class JsonFormatter(logging.Formatter):
@@ -224,8 +223,8 @@ def _parse(text: str) -> dict[str, Any] | None:
 def read_lines(home: Path, since: float | None = None, level: str | None = None,
                channel: str | None = None) -> Iterator[dict[str, Any]]:
     """The gateway's log lines in ``home``, oldest first, each a dict (``ts``,
-    ``level``, ``logger``, ``message``, and ``channel``, ``account``, ``trace_id``,
-    ``exc`` where known): those at or after ``since`` (a Unix time), at ``level`` or
+    ``level``, ``logger``, ``message``, and ``channel``, ``account``, ``exc`` where
+    known): those at or after ``since`` (a Unix time), at ``level`` or
     above, about ``channel`` (a channel's name, or an account key ``telegram:main``)."""
     path = log_dir(home) / LOG_NAME
     matches = _matcher(since, level, channel)

@@ -293,17 +293,6 @@ class LoggingConfig(Section):
     max_age_days: float = Field(14, gt=0)
 
 
-class TelemetryConfig(Section):
-    """``[telemetry]``: traces over OTLP/HTTP (``chatkernel[otel]``; docs/operations.md).
-    Off, and nothing of OpenTelemetry imported, without the table."""
-
-    otlp_endpoint: str = Field(pattern=r"^https?://[^/\s]+(/\S*)?$")
-    service_name: str = Field("chatkernel", min_length=1)
-    sample_ratio: float = Field(1.0, ge=0, le=1)
-    #: Message text and agent output on spans: off, since a trace store is read by others.
-    capture_content: bool = False
-
-
 class PresenceConfig(Section):
     """``[presence]``: the gateway's list of running instances and clients."""
 
@@ -422,7 +411,6 @@ class KernelConfig(Section):
     presence: PresenceConfig = Field(default_factory=PresenceConfig)
     send_policy: SendPolicyConfig = Field(default_factory=SendPolicyConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
-    telemetry: TelemetryConfig | None = None
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
 
     @field_validator("channels")
