@@ -90,6 +90,7 @@ ARGS = {
     "chatkernel config set": ["queue.cap", "5"],
     "chatkernel config unset": ["queue.cap"],
     "chatkernel agents which": ["--channel", "webchat", "--account", "default", "--chat", "x"],
+    "chatkernel restore": ["backup.tar.gz"],
 }
 #: Commands a missing file is no error for: init writes it, path names where it goes.
 MAY_BE_MISSING = {"chatkernel config init", "chatkernel config path"}

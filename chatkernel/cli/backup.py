@@ -41,18 +41,24 @@ def backup(path: Path | None, config_file: str | None) -> None:
 
 
 @cli.command()
-@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@config_option(may_be_missing=True)
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@config_option
 def restore(path: Path, config_file: str | None) -> None:
     """Restore an archive `chatkernel backup` wrote into this home, with no gateway
     running. What it replaces is kept beside it (NAME.before-restore-<time>). Refuses
-    a newer schema and a checksum that does not match."""
+    a newer schema and a checksum that does not match.
+
+    The config goes where --config names (a file that must exist, as for every
+    command), else to $CHATKERNEL_HOME/config.toml.
+    """
     import anyio
 
     from chatkernel.core import config as cfg
     from chatkernel.core.gateway.homelock import HomeInUse, HomeLock
     from chatkernel.core.store import backup as backups
 
+    if not path.is_file():
+        raise click.ClickException(f"{path}: no such backup")
     home = cfg.home_dir()
     config_path = cfg.config_path(config_file)
 

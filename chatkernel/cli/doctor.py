@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import sys
 from typing import Any
 
@@ -33,14 +35,39 @@ def doctor(as_json: bool, fix: bool, offline: bool, timeout_ms: int,
 
     Exit status 0 when no check failed, 1 otherwise (as `health`).
     """
+    with _quiet_logs():
+        answer, found = _doctor(config_file, fix, offline, timeout_ms)
+    if as_json:
+        click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
+    else:
+        click.echo(render(found, answer["ok"]))
+    sys.exit(0 if answer["ok"] else 1)
+
+
+@contextlib.contextmanager
+def _quiet_logs():
+    """Errors only, redacted, while the checks run (what goes wrong is a check, not a
+    log line); the logging set-up as it was afterwards."""
+    from chatkernel.core import logs
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    logs.configure("text", "error")
+    try:
+        yield
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+def _doctor(config_file: str | None, fix: bool, offline: bool, timeout_ms: int):
+    """``(report, checks)``: every check, the fixes made first."""
     from chatkernel.cli import _plugin_manager
     from chatkernel.cli.local import read_config_quietly
-    from chatkernel.core import logs
     from chatkernel.core.config import home_dir
     from chatkernel.core.health import doctor as checks
     from chatkernel.core.health.audit import audit, fix_modes
 
-    logs.configure("text", "error")  # what goes wrong is a check, not a log line
     path, raw, config, error = read_config_quietly(config_file)
     raw = _raw_anyway(path, raw)
     pm = _plugin_manager()
@@ -68,12 +95,7 @@ def doctor(as_json: bool, fix: bool, offline: bool, timeout_ms: int,
             fixed += more
     found += checks.audit_checks(findings)
     found += [checks.Check("fixed", "ok", line) for line in fixed]
-    answer = checks.report(found)
-    if as_json:
-        click.echo(json.dumps(answer, indent=2, ensure_ascii=False))
-    else:
-        click.echo(render(found, answer["ok"]))
-    sys.exit(0 if answer["ok"] else 1)
+    return checks.report(found), found
 
 
 def render(found, ok: bool) -> str:

@@ -9,6 +9,7 @@ import time
 import click
 
 from chatkernel.cli import cli
+from chatkernel.cli.options import config_option
 
 
 @cli.command("logs")
@@ -20,6 +21,7 @@ from chatkernel.cli import cli
 @click.option("--channel", metavar="C",
               help="Only lines about channel C (telegram) or account C (telegram:main).")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON lines as stored.")
+@config_option
 def logs_command(since: str | None, follow: bool, level: str | None, channel: str | None,
                  as_json: bool) -> None:
     """Show the gateway's log (what `chatkernel run` wrote to its home's logs/)."""

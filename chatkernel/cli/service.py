@@ -28,6 +28,7 @@ dry_run_option = click.option("--dry-run", is_flag=True,
 
 
 @cli.group()
+@config_option
 def service() -> None:
     """Run the gateway as a systemd service."""
 
@@ -162,6 +163,7 @@ def service_install(user: bool, dry_run: bool, config_file: str | None) -> None:
 @service.command("uninstall")
 @user_option
 @dry_run_option
+@config_option
 def service_uninstall(user: bool, dry_run: bool) -> None:
     """Stop and disable the unit, then remove it."""
     path = unit_path(user)
@@ -179,6 +181,7 @@ def service_uninstall(user: bool, dry_run: bool) -> None:
 
 @service.command("status")
 @user_option
+@config_option
 def service_status(user: bool) -> None:
     """Whether the unit is installed, and systemd's account of it."""
     path = unit_path(user)
