@@ -101,6 +101,7 @@ ARGS = {
     "chatkernel triggers test": ["t"],
     "chatkernel deliveries retry": ["1"],
     "chatkernel deliveries discard": ["1"],
+    "chatkernel restore": ["backup.tar.gz"],
 }
 #: Commands a missing file is no error for: init writes it, path names where it goes.
 MAY_BE_MISSING = {"chatkernel config init", "chatkernel config path"}

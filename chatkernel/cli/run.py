@@ -51,9 +51,14 @@ def run(config_file: str | None, listen: str | None, log_json: bool,
         except ValidationError as exc:
             message = exc.errors()[0]["msg"].removeprefix("Value error, ")
             raise click.BadParameter(message, param_hint="--listen") from None
+    settings = config.logging
     logs.configure("json" if log_json else config.gateway.log_format,
                    log_level or config.gateway.log_level,
-                   secrets=cfg.secret_values(cfg.resolve_env(raw, strict=False)))
+                   secrets=cfg.secret_values(cfg.resolve_env(raw, strict=False)),
+                   file=logs.LogFile(cfg.home_dir(), max_bytes=settings.max_bytes,
+                                     backups=settings.backups,
+                                     max_age_days=settings.max_age_days)
+                   if settings.file else None)
     if moved:
         logging.getLogger("chatkernel.gateway").info(
             "kept out of the process's environment block (in memory only): %s",

@@ -1,13 +1,20 @@
-"""Logging set-up: readable lines by default, JSON lines on request, secrets redacted."""
+"""Logging set-up: readable lines by default, JSON lines on request, secrets redacted;
+the gateway's log file in ``$CHATKERNEL_HOME/logs/`` (one JSON object a line, rotated by
+size and age, 0600) and its reader (:func:`read_lines`, :func:`follow`), which
+``chatkernel logs`` and the console use."""
 
 from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
+import os
 import re
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
 
 class SecretFilter(logging.Filter):
     """Replaces known secret values, and whatever matches a channel's secret
@@ -55,8 +62,14 @@ def _keep_first_group(match: re.Match[str]) -> str:
     return (match[1] or "") + "***" if match.re.groups else "***"
 
 
+#: What a record may carry (``extra={...}``) that a JSON line shows: the account's
+#: channel and key (``chatkernel logs --channel`` filters on them).
+EXTRA_FIELDS = ("channel", "account")
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, message (and exc)."""
+    """One JSON object per line: ts, level, logger, message (and exc, and the
+    :data:`EXTRA_FIELDS` a record carries)."""
 
     def format(self, record: logging.LogRecord) -> str:
         data = {
@@ -65,6 +78,10 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
+        for name in EXTRA_FIELDS:
+            value = record.__dict__.get(name)
+            if value is not None:
+                data[name] = value
         if record.exc_text:
             data["exc"] = record.exc_text
         return json.dumps(data, ensure_ascii=False)
@@ -75,8 +92,10 @@ TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)s: %(message)s"
 secret_filter = SecretFilter()
 
 
-def configure(fmt: str = "text", level: str = "info", secrets: Iterable[str] = ()) -> None:
-    """Install one stderr handler on the root logger."""
+def configure(fmt: str = "text", level: str = "info", secrets: Iterable[str] = (), *,
+              file: LogFile | None = None) -> None:
+    """Install one stderr handler on the root logger, and with ``file`` the log file's
+    (JSON lines, whatever ``fmt`` says: its reader filters them)."""
     secret_filter.add(*secrets)
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(secret_filter)
@@ -92,3 +111,170 @@ def configure(fmt: str = "text", level: str = "info", secrets: Iterable[str] = (
     root.addHandler(handler)
     root.setLevel(level.upper())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    if file is not None:
+        try:
+            root.addHandler(file.handler())
+        except OSError as exc:  # the home cannot be written: its own error comes next
+            logging.getLogger("chatkernel.logs").warning(
+                "cannot write the log file %s (%s): logging to stderr only", file.path,
+                exc.strerror or exc)
+
+
+# -- the log file ------------------------------------------------------------------------------
+
+#: The log file's name in ``$CHATKERNEL_HOME/logs/``; its backups add ``.1``, ``.2``...
+LOG_NAME = "gateway.log"
+LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+def log_dir(home: Path) -> Path:
+    return home / "logs"
+
+
+class LogFile:
+    """Where and how the gateway keeps its log (``[logging]``): the file in
+    ``<home>/logs/``, rotated past ``max_bytes`` keeping ``backups`` older files, none
+    older than ``max_age_days``."""
+
+    def __init__(self, home: Path, *, max_bytes: int = 10 * 1024 ** 2, backups: int = 5,
+                 max_age_days: float = 14.0) -> None:
+        self.path = log_dir(home) / LOG_NAME
+        self.max_bytes, self.backups, self.max_age_days = max_bytes, backups, max_age_days
+
+    def handler(self) -> logging.Handler:
+        """The file's handler: JSON lines, secrets redacted as on stderr."""
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        handler = _RotatingFile(self.path, self.max_bytes, self.backups,
+                                self.max_age_days * 86400)
+        handler.addFilter(secret_filter)
+        handler.setFormatter(JsonFormatter())
+        return handler
+
+
+class _RotatingFile(logging.handlers.RotatingFileHandler):
+    """Rotated by size; a backup older than ``max_age`` seconds is removed at start and
+    at each rotation; every file created 0600 (a log names chats and senders)."""
+
+    def __init__(self, path: Path, max_bytes: int, backups: int, max_age: float) -> None:
+        self.max_age = max_age
+        old = os.umask(0o077)
+        try:
+            super().__init__(path, maxBytes=max_bytes, backupCount=max(backups, 1),
+                             encoding="utf-8")
+        finally:
+            os.umask(old)
+        os.chmod(path, 0o600)
+        self._prune()
+
+    def doRollover(self) -> None:
+        old = os.umask(0o077)
+        try:
+            super().doRollover()
+        finally:
+            os.umask(old)
+        self._prune()
+
+    def _prune(self) -> None:
+        cutoff = time.time() - self.max_age
+        for path in _backups(Path(self.baseFilename)):
+            try:
+                if path.stat().st_mtime < cutoff:
+                    path.unlink()
+            except FileNotFoundError:
+                pass
+
+
+def _backups(path: Path) -> list[Path]:
+    """The rotated files of ``path``, oldest first."""
+    found = []
+    for candidate in path.parent.glob(path.name + ".*"):
+        suffix = candidate.name[len(path.name) + 1:]
+        if suffix.isdigit():
+            found.append((int(suffix), candidate))
+    return [candidate for _, candidate in sorted(found, reverse=True)]
+
+
+def _matcher(since: float | None, level: str | None, channel: str | None
+             ) -> Callable[[dict[str, Any]], bool]:
+    floor = LEVELS.index(level.lower()) if level else 0
+
+    def matches(line: dict[str, Any]) -> bool:
+        if since is not None and float(line.get("ts") or 0) < since:
+            return False
+        found = str(line.get("level") or "info").lower()
+        if floor and (LEVELS.index(found) if found in LEVELS else 1) < floor:
+            return False
+        if channel and line.get("channel") != channel and \
+                f"{channel}:" not in str(line.get("message", "")):
+            return False
+        return True
+
+    return matches
+
+
+def _parse(text: str) -> dict[str, Any] | None:
+    try:
+        line = json.loads(text)
+    except ValueError:  # a line cut by a crash, or not ours
+        return None
+    return line if isinstance(line, dict) else None
+
+
+def read_lines(home: Path, since: float | None = None, level: str | None = None,
+               channel: str | None = None) -> Iterator[dict[str, Any]]:
+    """The gateway's log lines in ``home``, oldest first, each a dict (``ts``,
+    ``level``, ``logger``, ``message``, and ``channel``, ``account``, ``exc`` where
+    known): those at or after ``since`` (a Unix time), at ``level`` or
+    above, about ``channel`` (a channel's name, or an account key ``telegram:main``)."""
+    path = log_dir(home) / LOG_NAME
+    matches = _matcher(since, level, channel)
+    for file in [*_backups(path), path]:
+        try:
+            handle = open(file, encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            continue
+        with handle:
+            for text in handle:
+                line = _parse(text)
+                if line is not None and matches(line):
+                    yield line
+
+
+def follow(home: Path, since: float | None = None, level: str | None = None,
+           channel: str | None = None, *, poll: float = 0.5,
+           stop: Callable[[], bool] = lambda: False,
+           sleep: Callable[[float], None] = time.sleep) -> Iterator[dict[str, Any]]:
+    """:func:`read_lines`, then each new line as it is written (across rotations), until
+    ``stop()`` says so; between reads it waits ``poll`` seconds through ``sleep``."""
+    yield from read_lines(home, since, level, channel)
+    path = log_dir(home) / LOG_NAME
+    matches = _matcher(None, level, channel)
+    try:
+        handle, inode = open(path, encoding="utf-8", errors="replace"), path.stat().st_ino
+        handle.seek(0, os.SEEK_END)
+    except FileNotFoundError:
+        handle, inode = None, None
+    pending = ""
+    try:
+        while not stop():
+            text = handle.readline() if handle is not None else ""
+            if text:
+                pending += text
+                if pending.endswith("\n"):
+                    line, pending = _parse(pending), ""
+                    if line is not None and matches(line):
+                        yield line
+                continue
+            try:  # rotated (a new file under the name), or created: read it from its start
+                current = path.stat().st_ino
+            except FileNotFoundError:
+                current = None
+            if current is not None and current != inode:
+                if handle is not None:
+                    handle.close()
+                handle, inode = open(path, encoding="utf-8", errors="replace"), current
+                continue
+            sleep(poll)
+    finally:
+        if handle is not None:
+            handle.close()

@@ -204,6 +204,7 @@ class HttpClient:
         self._secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
         self._session: aiohttp.ClientSession | None = None
         self._poll_session: aiohttp.ClientSession | None = None
+        self._last_headers: Mapping[str, str] = {}
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -225,6 +226,11 @@ class HttpClient:
             if session is not None:
                 await session.close()
         self._session = self._poll_session = None
+
+    def server_date(self) -> str | None:
+        """The ``Date`` header of the platform's last answer (its clock, to the second),
+        for a probe to report as ``extra["server_date"]`` (``chatkernel doctor``)."""
+        return self._last_headers.get("Date")
 
     # -- redaction ------------------------------------------------------------------------
 
@@ -299,6 +305,7 @@ class HttpClient:
             async with session.request(method, self.url(path), timeout=limit,
                                        **kwargs) as response:
                 body = await response.read()
+                self._last_headers = response.headers
                 return Answer(response.status, response.headers, body, what)
         except (aiohttp.ClientError, asyncio.TimeoutError, TimeoutError) as exc:
             raise transport_error(exc, what, limit.total, self.redact, self.platform) from None

@@ -284,6 +284,16 @@ class HealthConfig(Section):
     store_timeout_ms: int = Field(1_000, gt=0)
 
 
+class LoggingConfig(Section):
+    """``[logging]``: the gateway's log file in ``$CHATKERNEL_HOME/logs/`` (stderr keeps
+    its lines whatever this says; docs/operations.md)."""
+
+    file: bool = True
+    max_bytes: int = Field(10 * 1024 ** 2, ge=10_000)
+    backups: int = Field(5, ge=1, le=1000)
+    max_age_days: float = Field(14, gt=0)
+
+
 class PresenceConfig(Section):
     """``[presence]``: the gateway's list of running instances and clients."""
 
@@ -403,6 +413,7 @@ class KernelConfig(Section):
     health: HealthConfig = Field(default_factory=HealthConfig)
     presence: PresenceConfig = Field(default_factory=PresenceConfig)
     send_policy: SendPolicyConfig = Field(default_factory=SendPolicyConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
     #: Scheduled jobs and inbound triggers (docs/jobs.md): their models are in
     #: config/jobs.py, resolved when the package is imported (config/__init__.py).

@@ -614,8 +614,10 @@ class Inbound:
                       seq: int | None) -> None:
         store = self._store()
         self._metrics.rejected.labels(message.channel, message.account).inc()
-        log.info("%s: message from %s refused: %s", account.key, message.sender_id,
-                 verdict.reason)
+        log.info("%s: message from %s refused: %s (to let them in: add %s to "
+                 "channels.%s.accounts.%s.allow_from, then chatkernel reload)", account.key,
+                 message.sender_id, verdict.reason, message.sender_id, account.channel_name,
+                 account.name, extra={"channel": account.channel_name, "account": account.key})
         if seq is not None:
             # A stranger's words are not kept: their entry stays for the dedupe alone.
             await store.set_journal_status(

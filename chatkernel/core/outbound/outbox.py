@@ -543,8 +543,11 @@ class Outbox:
             detail += f" ({later} later part(s) not sent)"
         if unknown:
             detail = f"delivery unknown: {detail}"
-        log.warning("%s: delivery failed in %s: %s", entry.channel + ":" + entry.account,
-                    entry.session_key, detail)
+        key = f"{entry.channel}:{entry.account}"
+        log.warning("%s: delivery failed in %s: %s (chatkernel status lists the failed "
+                    "deliveries; chatkernel channels probe %s checks the account)", key,
+                    entry.session_key, detail, key,
+                    extra={"channel": entry.channel, "account": key})
         if account is not None:
             metrics = self._metrics
             metrics.child(metrics.send_failures, account.channel_name, account.name).inc()

@@ -247,7 +247,9 @@ async def apply_config(kernel: "Kernel", new: cfg.KernelConfig, *,
     report = plan.report
     if jobs:
         report.pending += await _settle(kernel, jobs, finishing)
-    log.info("config reloaded: %s", "; ".join(report.lines()))
+    log.info("config reloaded: %s%s", "; ".join(report.lines()),
+             " (a restart applies the rest: systemctl restart chatkernel under the "
+             "service, else stop and start chatkernel run)" if report.restart_needed else "")
     return report
 
 
@@ -460,6 +462,7 @@ class ConfigReloader:
         try:
             await self.reload()  # apply_config logs what it did
         except (cfg.ConfigError, ReloadBusy) as exc:
-            log.error("config reload refused, the running config stays: %s", exc)
+            log.error("config reload refused, the running config stays: %s (chatkernel "
+                      "config validate shows the problems; fix them and reload again)", exc)
         except Exception:
             log.exception("config reload failed")

@@ -412,7 +412,8 @@ dm_policy = "pairing"                 # others get a code: chatkernel pairing ap
                                restartable=refused is None)
         self.self_id = str(me.get("id"))
         return ProbeResult(ok=True, detail=f"@{me.get('username')}",
-                           extra={"username": me.get("username"), "id": me.get("id")})
+                           extra={"username": me.get("username"), "id": me.get("id"),
+                                  "server_date": self.api.http.server_date()})
 
     async def aclose(self) -> None:
         await self.api.close()

@@ -97,6 +97,17 @@ class TelegramWebhook(TelegramUpdates, Webhook):
             "url": config.webhook_url, "secret_token": self.channel.secret_token,
             "allowed_updates": config.allowed_updates})
 
+    async def webhook_status(self) -> tuple[bool, str]:
+        """Whether Telegram posts to this account's ``webhook_url`` (``chatkernel
+        doctor``; ``--fix`` registers it again when not)."""
+        info = await self.channel.api.call("getWebhookInfo")
+        url, wanted = info.get("url") or "", self.channel.config.webhook_url
+        if url != wanted:
+            return False, f"Telegram posts to {url or 'no webhook'}, not {wanted}"
+        error = info.get("last_error_message")
+        return True, f"webhook registered at {url}" + (f" (last error: {error})"
+                                                       if error else "")
+
     def events(self, payload: Any) -> list[Any]:
         if not isinstance(payload, dict):
             raise WebhookRejected(400, "the body must be an Update")
