@@ -39,7 +39,7 @@ fake), so they see the same machine load:
   ``retry_after`` on a 429;
 - **kernel outbox (all of it)**: a real kernel (outbox, per-chat senders,
   retry policy, limiter; with ``--fake telegram`` the Telegram plugin itself),
-  the broadcast queued with ``Outbound.deliver_text`` as ``chatkernel send``
+  the broadcast queued with ``Replies.send_text`` as ``chatkernel send``
   would.
 
 Reported per row: messages delivered and lost, 429s, the most send attempts
@@ -284,7 +284,7 @@ async def kernel_broadcast(run: Run, channel: str, plugin: object, account: dict
             run.started = time.monotonic()
             for seq in range(per_chat):
                 for chat_id, is_group in chats:
-                    await h.kernel.outbound.deliver_text(
+                    await h.kernel.replies.send_text(
                         sender, Route(channel, "main", chat_id, is_group=is_group),
                         f"{chat_id} {seq}", fmt="plain")
             await h.kernel.outbox.wait_idle()

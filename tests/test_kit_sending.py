@@ -52,7 +52,7 @@ async def test_media_kinds_follow_the_size_caps_and_too_big_is_refused(tmp_path,
         for name, size in (("small.jpg", 100), ("big.jpg", 11 * MB), ("huge.bin", 51 * MB)):
             with open(folder / name, "wb") as handle:
                 handle.truncate(size)
-        payloads = await h.kernel.outbound.payloads(
+        payloads = await h.kernel.replies.payloads(
             account, "MEDIA: small.jpg\nMEDIA: big.jpg\nMEDIA: huge.bin")
         assert [(p.media_path.name if p.media_path else None, p.media_kind)
                 for p in payloads] == [("small.jpg", "photo"), ("big.jpg", "document"),

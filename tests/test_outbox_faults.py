@@ -42,7 +42,7 @@ async def queue(h, account: str, chats: int, per_chat: int) -> dict[str, list[st
     sender = h.kernel.accounts[f"loopback:{account}"]
     for i in range(per_chat):
         for chat, texts in expected.items():
-            await h.kernel.outbound.deliver_text(sender, Route("loopback", account, chat),
+            await h.kernel.replies.send_text(sender, Route("loopback", account, chat),
                                                  texts[i], fmt="plain")
     return expected
 
@@ -157,7 +157,7 @@ async def test_a_payload_unreachable_past_its_max_age_is_reported_failed(tmp_pat
             proxy.start()
             # failed means not sent, ever: the chat's next reply is the first to go out
             account = h.kernel.accounts["loopback:main"]
-            await h.kernel.outbound.deliver_text(account, Route("loopback", "main", "main-c0"),
+            await h.kernel.replies.send_text(account, Route("loopback", "main", "main-c0"),
                                                  "after", fmt="plain")
             await h.settle(timeout=10)
             assert platform.texts() == ["after"]
@@ -180,7 +180,7 @@ async def test_a_kernel_that_does_not_recover_fails_an_unreachable_send(tmp_path
         pm = PluginManager().load(only=[], disabled=[], strict=True)
         pm.register(LoopbackPlugin, name="loopback")
         async with Kernel(config, pm=pm, recover=False) as kernel:
-            reply = await kernel.outbound.deliver_text(
+            reply = await kernel.replies.send_text(
                 kernel.accounts["loopback:main"], Route("loopback", "main", "c1"), "hi",
                 fmt="plain")
             with anyio.fail_after(10):
@@ -222,7 +222,7 @@ async def test_a_payload_waiting_to_be_retried_is_pending_and_resent_after_a_cra
         store.outbox_mark = mark
         h.channel.fail_next = [refusal]
         route = Route("memory", "main", "chat-1")
-        await h.kernel.outbound.deliver_text(h.kernel.accounts["memory:main"], route,
+        await h.kernel.replies.send_text(h.kernel.accounts["memory:main"], route,
                                              "refused once", fmt="plain")
         await wait_until(lambda: not h.channel.fail_next, timeout=5,
                          what="the first request refused", interval=0.005)
@@ -250,7 +250,7 @@ async def test_every_retry_is_marked_sending_again_right_before_it_goes(tmp_path
         channel.fail_next = [SendError("Bad Gateway", retryable=True, status=502),
                              SendError("Too Many Requests", retryable=True, status=429,
                                        retry_after=0.05)]
-        await h.kernel.outbound.deliver_text(h.kernel.accounts["memory:main"],
+        await h.kernel.replies.send_text(h.kernel.accounts["memory:main"],
                                              Route("memory", "main", "chat-1"), "third time",
                                              fmt="plain")
         await h.settle()
@@ -284,7 +284,7 @@ async def test_sends_before_and_after_a_restart_keep_the_windows(tmp_path):
         account = h.kernel.accounts["memory:main"]
         for i in range(2):
             for chat in ("a", "b", "c"):
-                await h.kernel.outbound.deliver_text(account, Route("memory", "main", chat),
+                await h.kernel.replies.send_text(account, Route("memory", "main", chat),
                                                      f"{chat}{i}", fmt="plain")
 
     async with harness() as h:

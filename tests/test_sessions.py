@@ -69,7 +69,7 @@ async def test_an_evicted_session_comes_back_from_the_store_intact(tmp_path):
         assert kernel.queue_settings(key).mode == "followup"
         # ...and the session's own send setting still holds for a proactive send.
         sent = len(h.channel.sent)
-        await kernel.outbound.deliver_text(kernel.accounts["memory:main"], route_before,
+        await kernel.replies.send_text(kernel.accounts["memory:main"], route_before,
                                            "not to be sent",
                                            session_key=key, session_id=again.session_id)
         await h.settle()

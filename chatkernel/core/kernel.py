@@ -58,7 +58,8 @@ from chatkernel.core.health.metrics import Metrics
 from chatkernel.sdk.models import Account, Command, InboundMessage, Route, Session
 from chatkernel.core.health.monitor import HealthMonitor
 from chatkernel.core.outbound.order import OutputOrder
-from chatkernel.core.outbound.responder import MediaScope, Outbound, Responder, send_payload
+from chatkernel.core.outbound.replies import MediaScope, Replies, send_payload
+from chatkernel.core.outbound.responder import Responder
 from chatkernel.core.outbound.live import Live
 from chatkernel.core.outbound.outbox import Outbox
 from chatkernel.core.outbound.policy import SendPolicies
@@ -149,7 +150,7 @@ class Kernel:
             deliveries=self.deliveries, delivery_statuses=self.delivery_statuses,
             metrics=self.metrics, wait_for_platforms=recover, pacing=pacing)
         #: Builds replies' payloads and queues them (a turn's Responder is given it).
-        self.outbound = Outbound(pm=self.pm, metrics=self.metrics, store=self._started_store,
+        self.replies = Replies(pm=self.pm, metrics=self.metrics, store=self._started_store,
                                  submit=self.outbox.submit, strip_stray=strip_stray_token)
         #: Live replies: the agent's answer shown while it is written (core/outbound/live.py).
         # Its interval between updates keeps a preview under the platform's limits: it
@@ -175,7 +176,7 @@ class Kernel:
             jobs=self._started_jobs)
         self.inbound = Inbound(
             runtime=running, routing=directory, command_gateway=self.command_gateway,
-            outbound=self.outbound, order=self.order, indicate=self.indicators.once,
+            replies=self.replies, order=self.order, indicate=self.indicators.once,
             pm=self.pm, metrics=self.metrics)
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
         self.receiver = Receiver(self.inbound)
@@ -218,12 +219,12 @@ class Kernel:
         #: The owner's side of pairing (``chatkernel pairing``): codes expire in the
         #: channels' time, as they were given out.
         self.pairing = Pairing(store=self._started_store, accounts=accounts,
-                               outbound=self.outbound, deliveries=self.deliveries,
+                               replies=self.replies, deliveries=self.deliveries,
                                clock=lambda: (self.channel_clock or SYSTEM_CLOCK).now())
         #: What the control API and the CLI's own-kernel commands do.
         self.control = Control(
             health=self.health, accounts=accounts, presence=self.presence,
-            outbound=self.outbound, deliveries=self.deliveries,
+            replies=self.replies, deliveries=self.deliveries,
             delivery_statuses=self.delivery_statuses, config_path=config_path,
             runtime=running, targets=directory, gateway=self.gateway_parts)
         self._tg: TaskGroup | None = None
@@ -308,7 +309,7 @@ class Kernel:
         stack.callback(self._close_queue)  # runs after the task group ended: no worker left
         self._tg = await stack.enter_async_context(anyio.create_task_group())
         stack.callback(self._tg.cancel_scope.cancel)  # runs first on exit: stop turns
-        # A turn's or a heartbeat's Responder queues its replies through the Outbound.
+        # A turn's or a heartbeat's Responder queues its replies through the Replies.
         responder = self._responder
         self._turns = turns = Turns(
             store=store, sessions=self._sessions, agents=roster,
@@ -690,7 +691,7 @@ class Kernel:
                    **options: Any) -> Responder:
         """The Responder of one turn of ``agent`` (its media judged by the agent's
         workspace, and its access level where its table sets one)."""
-        return Responder(self.outbound, account, session_key, session_id, route,
+        return Responder(self.replies, account, session_key, session_id, route,
                          journal_seqs, scope=self.media_scope(account, agent), **options)
 
     def media_scope(self, account: Account, agent: str) -> MediaScope:

@@ -1,6 +1,6 @@
 """Whether an account's calls to its platform are answered: what health reads at once.
 
-Every send (``Outbound.send_payload``) and every probe is a :class:`Calls` entry while
+Every send (``Replies.send_payload``) and every probe is a :class:`Calls` entry while
 it is out; an answered poll of the kit's loops (``receiving``) is a success with nothing
 out (a long poll waits by design: it is not counted as out). Events the platform pushes
 (a webhook, a websocket frame) are not answers to the account's calls and count for

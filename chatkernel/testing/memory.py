@@ -262,7 +262,7 @@ class KernelHarness:
             route = Route(route.channel, route.account, route.chat_id,
                           thread_id=route.thread_id, reply_to=route.reply_to,
                           is_group=True, extra=route.extra)
-        return await self.kernel.outbound.deliver_text(found, route, text, session_key=key,
+        return await self.kernel.replies.send_text(found, route, text, session_key=key,
                                                        fmt=fmt)
 
     async def outbox_idle(self) -> None:

@@ -26,7 +26,7 @@ from chatkernel.sdk.models import Account, InboundMessage, Route, Verdict
 
 if TYPE_CHECKING:
     from chatkernel.core.outbound.deliveries import Deliveries
-    from chatkernel.core.outbound.responder import Outbound
+    from chatkernel.core.outbound.replies import Replies
     from chatkernel.core.store.base import ApprovedSender, PairingRequest, Store
 
 __all__ = ["CODE_ALPHABET", "CODE_LENGTH", "CODE_TTL_SECONDS", "MAX_PENDING", "Pairing",
@@ -140,7 +140,7 @@ def code_text(channel: str, code: str) -> str:
             f"chatkernel pairing approve {channel} {code}")
 
 
-async def offer_code(store: Store, outbound: Outbound, account: Account,
+async def offer_code(store: Store, replies: Replies, account: Account,
                      message: InboundMessage) -> str:
     """Under ``dm_policy = "pairing"``: record the stranger's request and send them its
     code, or their pending one again (at most once a :data:`RESEND_SECONDS`), or
@@ -168,7 +168,7 @@ async def offer_code(store: Store, outbound: Outbound, account: Account,
         log.warning("%s: pairing request from %s in chat %s: code %s; approve it with "
                     "`chatkernel pairing approve %s %s`", account.key, who, pending.chat,
                     pending.code, pending.channel, pending.code)
-    await outbound.deliver_text(account, route_for(message),
+    await replies.send_text(account, route_for(message),
                                 code_text(message.channel, pending.code), fmt="plain")
     return outcome
 
@@ -184,15 +184,15 @@ class Pairing:
     CLI kernel of its own.
 
     ``store`` is a function (it exists once the kernel started); ``accounts`` the
-    kernel's by key (read only); ``outbound`` queues the approval's notice, which
+    kernel's by key (read only); ``replies`` queues the approval's notice, which
     ``deliveries`` waits for; ``clock`` is the time codes expire in (the channels')."""
 
     def __init__(self, *, store: Callable[[], Store], accounts: Mapping[str, Account],
-                 outbound: Outbound, deliveries: Deliveries,
+                 replies: Replies, deliveries: Deliveries,
                  clock: Callable[[], float]) -> None:
         self._store = store
         self._accounts = accounts
-        self._outbound = outbound
+        self._replies = replies
         self._deliveries = deliveries
         self._clock = clock
 
@@ -212,7 +212,7 @@ class Pairing:
         if found is None:
             return request, "not sent: the account is not running"
         route = Route(request.channel, request.account, request.chat)
-        reply_id = await self._outbound.deliver_text(found, route, APPROVED_TEXT, fmt="plain")
+        reply_id = await self._replies.send_text(found, route, APPROVED_TEXT, fmt="plain")
         if reply_id is None or not wait:
             return request, "queued"
         statuses = {entry.status for entry in await self._deliveries.wait(reply_id, wait)}

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from chatkernel.core.inbound.queue import QueueSettings, SessionQueue
     from chatkernel.core.inbound.sessions import Sessions
     from chatkernel.core.outbound.order import OutputOrder
-    from chatkernel.core.outbound.responder import Outbound
+    from chatkernel.core.outbound.replies import Replies
     from chatkernel.core.plugins import PluginManager
     from chatkernel.core.store.base import Store
     from chatkernel.sdk.models import Command, Route
@@ -287,11 +287,11 @@ class Inbound:
     ``runtime`` (:class:`InboundRuntime`) and ``routing`` (:class:`InboundRouting`) are
     its ports to the kernel; ``indicate(account, route, session_key)`` shows a waiting
     message's typing indicator (:meth:`Indicators.once`); ``command_gateway`` is what a
-    command handler gets (:class:`CommandContext`); ``outbound`` queues its replies,
+    command handler gets (:class:`CommandContext`); ``replies`` queues its replies,
     ``order`` holds them behind earlier messages' turns."""
 
     def __init__(self, *, runtime: InboundRuntime, routing: InboundRouting,
-                 command_gateway: CommandGateway, outbound: Outbound, order: OutputOrder,
+                 command_gateway: CommandGateway, replies: Replies, order: OutputOrder,
                  indicate: Callable[[Account, Route, str], None], pm: PluginManager,
                  metrics: Metrics) -> None:
         # The ports' calls, bound once: a call per message costs what a function did.
@@ -305,7 +305,7 @@ class Inbound:
         self._agent_for = routing.agent_for
         self._commands = routing.commands
         self._command_gateway = command_gateway
-        self._outbound = outbound
+        self._replies = replies
         self._order = order
         self._indicate = indicate
         self._pm = pm
@@ -477,7 +477,7 @@ class Inbound:
         self._metrics.inbound_failures.labels(message.channel, message.account).inc()
         account.runtime.inbound_failed(reason, time.time())
         try:
-            await self._outbound.deliver_text(account, route_for(message), FAILURE_NOTICE,
+            await self._replies.send_text(account, route_for(message), FAILURE_NOTICE,
                                               fmt="plain")
         except Exception:
             log.exception("%s: the failure notice for message %s was not sent", account.key,
@@ -591,7 +591,7 @@ class Inbound:
                     self._queue_settings(record.key).mode != "interrupt" and \
                     (account.channel is None or account.channel.capabilities.busy_hint):
                 lane.busy_hint_sent = True
-                await self._outbound.deliver_text(account, route, BUSY_HINT, fmt="plain",
+                await self._replies.send_text(account, route, BUSY_HINT, fmt="plain",
                                                   session_key=record.key,
                                                   session_id=record.session_id)
         if queue.is_busy(record.key) and not queue.lane(record.key).running:
@@ -623,7 +623,7 @@ class Inbound:
             await store.set_journal_status(
                 seq, "rejected", message=access.forgotten(message) if verdict.stranger else None)
         if verdict.stranger == "pair":  # dm_policy "pairing": a code instead of their id
-            await access.offer_code(store, self._outbound, account, message)
+            await access.offer_code(store, self._replies, account, message)
             return
         if not verdict.reply:
             return
@@ -634,7 +634,7 @@ class Inbound:
         if isinstance(last, (int, float)) and now - last < UNKNOWN_SENDER_REMINDER_SECONDS:
             return
         await store.set_account_state(account.channel_name, account.name, key, now)
-        await self._outbound.deliver_text(account, route_for(message), verdict.reply,
+        await self._replies.send_text(account, route_for(message), verdict.reply,
                                           fmt="plain")
 
     async def _unanswered(self, account: Account, message: InboundMessage,
@@ -702,7 +702,7 @@ class Inbound:
             # It runs now, in arrival order, but its answer waits for the turns of the
             # messages before it (chatkernel.core.outbound.order).
             async def answer() -> None:
-                await self._outbound.deliver_text(account, route, reply,
+                await self._replies.send_text(account, route, reply,
                                                   session_key=record.key,
                                                   session_id=record.session_id, fmt="plain")
 

@@ -56,7 +56,7 @@ from chatkernel.core.outbound.deliveries import describe_payload
 from chatkernel.core.outbound.limits import SendLimits
 from chatkernel.core.lines import Lines
 from chatkernel.sdk.models import Account, OutboundPayload, Route, SendError, SendResult
-from chatkernel.core.outbound.responder import upload_failed
+from chatkernel.core.outbound.replies import upload_failed
 from chatkernel.core.outbound.retry import (
     Outage,
     RetryPolicy,

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from chatkernel.core.outbound.deliveries import Deliveries
     from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
     from chatkernel.core.outbound.policy import SendPolicies
-    from chatkernel.core.outbound.responder import Outbound
+    from chatkernel.core.outbound.replies import Replies
     from chatkernel.core.runtime.parts import GatewayParts
     from chatkernel.core.store.base import Store
     from chatkernel.sdk.models import Account, Route
@@ -137,20 +137,20 @@ class Control:
     CLI command that runs its own kernel when no gateway runs.
 
     Given by name what the requests read and act on: ``health``, the kernel's
-    ``accounts`` by key (read only), ``presence``, ``outbound``, ``deliveries`` and
+    ``accounts`` by key (read only), ``presence``, ``replies``, ``deliveries`` and
     ``delivery_statuses``, the config file's path, ``runtime`` (:class:`ControlRuntime`)
     and ``targets`` (:class:`SendTargets`), its ports to the kernel, and ``gateway``,
     the gateway's parts (no URL and no reloader in a kernel of its own)."""
 
     def __init__(self, *, health: "Health", accounts: Mapping[str, Account],
-                 presence: "Presence", outbound: "Outbound", deliveries: "Deliveries",
+                 presence: "Presence", replies: "Replies", deliveries: "Deliveries",
                  delivery_statuses: "DeliveryStatuses", config_path: Path | None,
                  runtime: ControlRuntime, targets: SendTargets,
                  gateway: "GatewayParts") -> None:
         self._health = health
         self._accounts = accounts
         self._presence = presence
-        self._outbound = outbound
+        self._replies = replies
         self._deliveries = deliveries
         self._delivery_statuses = delivery_statuses
         self._config_path = config_path
@@ -164,7 +164,7 @@ class Control:
         self._gateway = gateway
         #: The failed sends, from the store (``chatkernel deliveries``).
         self.failed_sends = FailedSends(store=runtime.store, accounts=accounts,
-                                        requeue=outbound.requeue)
+                                        requeue=replies.requeue)
 
     async def status(self, body: dict[str, Any]) -> dict[str, Any]:
         """``chatkernel status``: the health snapshot, the pid and the accounts."""
@@ -335,7 +335,7 @@ class Control:
         except LookupError as exc:
             raise ControlError(str(exc), 404) from None
         for path in media:  # the sender hears of a refused file now, not the chat later
-            allowed, reason = await self._outbound.check_media(account, path)
+            allowed, reason = await self._replies.check_media(account, path)
             if allowed is None:
                 raise ControlError(f"{path}: {reason}", 403)
         if getattr(account.channel, "needs_http_server", False) and self._gateway.url is None:
@@ -355,7 +355,7 @@ class Control:
             raise ControlError(f"not sent to {key}: {verdict.reason}", 403)
         if session is None:  # a first send to this chat: a session it shows in
             session = await sessions.open(key, route, self._chat_agent(route))
-        reply_id = await self._outbound.deliver_text(
+        reply_id = await self._replies.send_text(
             account, route, text, session_key=key, session_id=session.session_id, media=media,
             log=True)
         answer: dict[str, Any] = {"reply_id": reply_id, "session": key, "account": account.key,
