@@ -40,7 +40,7 @@ from chatkernel.core.inbound.access import Pairing
 from chatkernel.core.outbound.deliveries import Deliveries
 from chatkernel.core.outbound.delivery_statuses import DeliveryStatuses
 from chatkernel.core.outbound.ratelimit import Pacing
-from chatkernel.core.health.probes import Health
+from chatkernel.core.health.probes import HealthProbes
 from chatkernel.core.heartbeat.ack import strip_stray_token
 from chatkernel.core.heartbeat.clock import Clock as HeartbeatClock
 from chatkernel.core.heartbeat.jobs import HeartbeatJobs
@@ -213,7 +213,7 @@ class Kernel:
             config=running.config, accounts=accounts,
             probe=lambda due: self.health.probe(due), supervisor=self.supervisors.get,
             metrics=self.metrics)
-        self.health = Health(
+        self.health = HealthProbes(
             runtime=running, run=running, accounts=accounts, pm=self.pm,
             metrics=self.metrics, monitor=self.monitor, presence=self.presence)
         #: The owner's side of pairing (``chatkernel pairing``): codes expire in the

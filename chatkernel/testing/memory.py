@@ -31,7 +31,7 @@ from chatkernel.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from chatkernel.core.accounts import Account
-    from chatkernel.core.health.probes import Health
+    from chatkernel.core.health.probes import HealthProbes
     from chatkernel.core.inbound.pipeline import Receiver
     from chatkernel.core.store.base import ApprovedSender, LogEntry, PairingRequest
 
@@ -356,7 +356,7 @@ class KernelHarness:
         return self.kernel.outbox.limits.limiter(account).delay(chat_id, is_group=is_group)
 
     @property
-    def health(self) -> "Health":
+    def health(self) -> "HealthProbes":
         """The kernel's probes and health snapshots: ``await h.health.probe()`` (every
         account's :class:`~chatkernel.ProbeResult` by key, or of the accounts given),
         ``await h.health.snapshot()`` (what ``chatkernel health --json`` shows),

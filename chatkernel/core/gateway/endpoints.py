@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from chatkernel.core.config import KernelConfig
     from chatkernel.core.health.metrics import Metrics
-    from chatkernel.core.health.probes import Health
+    from chatkernel.core.health.probes import HealthProbes
     from chatkernel.core.plugins import PluginManager
     from chatkernel.sdk.channel import Channel
     from chatkernel.sdk.models import Account
@@ -50,7 +50,7 @@ def bearer_ok(request: "web.Request", token: str) -> bool:
     return secrets.compare_digest(given.encode(), f"Bearer {token}".encode())
 
 
-def routes(health: "Health", metrics: "Metrics", token: str, *, loopback: bool,
+def routes(health: "HealthProbes", metrics: "Metrics", token: str, *, loopback: bool,
            root_page: str | None = None) -> list[tuple[str, str, Any]]:
     """The ``/healthz``, ``/metrics``, ``/status`` and ``/favicon.ico`` routes of the
     gateway's app, and ``/`` when given its page (see :func:`root_page`)."""

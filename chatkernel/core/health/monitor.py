@@ -179,8 +179,8 @@ class HealthMonitor:
     """Runs :func:`judge` on every account when its check is due, and restarts.
 
     Given by name: ``config`` (a function: a reload replaces it), the kernel's
-    ``accounts`` by key (read only), ``probe`` (:meth:`Health.probe
-    <chatkernel.core.health.probes.Health.probe>`), ``supervisor`` (the running
+    ``accounts`` by key (read only), ``probe`` (:meth:`HealthProbes.probe
+    <chatkernel.core.health.probes.HealthProbes.probe>`), ``supervisor`` (the running
     :class:`~chatkernel.core.runtime.supervisor.Supervisor` of an account key, None
     when no loop runs in this process) and the metrics."""
 

@@ -1,7 +1,7 @@
 """Health: probes with a timeout, and the snapshot made and cached.
 
 Probes go through the ``health_probe`` hook (the channel's own probe by
-default: Telegram ``getMe``...). :meth:`Health.probe` runs them side by side,
+default: Telegram ``getMe``...). :meth:`HealthProbes.probe` runs them side by side,
 each under its own timeout (``health.probe_timeout_ms``, 10 s), so a slow or
 hung probe only ever costs its own result ("no answer within 10 s"), never
 another account's. A probe that raises is a failed probe, not a crash; one
@@ -214,7 +214,7 @@ class RunFacts(Protocol):
         """The gateway's base URL (None: no HTTP server listens, or not yet)."""
 
 
-class Health:
+class HealthProbes:
     """Probes, the cached probe results and the snapshot of one running kernel.
 
     Given what it reads by name: ``runtime`` (:class:`HealthRuntime`) and ``run``
@@ -558,4 +558,4 @@ async def local_snapshot(config: cfg.KernelConfig, store: "Store | None", *,
                           problems=problems)
 
 
-__all__ = ["Health", "StoreHealth", "local_snapshot", "probe_account", "select_accounts"]
+__all__ = ["HealthProbes", "StoreHealth", "local_snapshot", "probe_account", "select_accounts"]

@@ -15,7 +15,7 @@ from chatkernel.core.outbound.failed import FailedSends, NotFailed
 
 if TYPE_CHECKING:
     from chatkernel.core.health.presence import Presence
-    from chatkernel.core.health.probes import Health
+    from chatkernel.core.health.probes import HealthProbes
     from chatkernel.core.heartbeat.scheduler import HeartbeatScheduler
     from chatkernel.core.inbound.sessions import Sessions
     from chatkernel.core.outbound.deliveries import Deliveries
@@ -142,7 +142,7 @@ class Control:
     and ``targets`` (:class:`SendTargets`), its ports to the kernel, and ``gateway``,
     the gateway's parts (no URL and no reloader in a kernel of its own)."""
 
-    def __init__(self, *, health: "Health", accounts: Mapping[str, Account],
+    def __init__(self, *, health: "HealthProbes", accounts: Mapping[str, Account],
                  presence: "Presence", replies: "Replies", deliveries: "Deliveries",
                  delivery_statuses: "DeliveryStatuses", config_path: Path | None,
                  runtime: ControlRuntime, targets: SendTargets,
