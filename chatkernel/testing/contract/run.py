@@ -55,7 +55,7 @@ async def wait_until(predicate: Callable[[], bool | Awaitable[bool]], *,
 
 class ContractReceiver:
     """What the receive loop gets as ``deliver``: the kernel's receiver
-    (``kernel.receiver``, which a gateway hands to ``Channel.run``), one message at a
+    (``kernel.receiver``, which a gateway hands to the transport's ``run``), one message at a
     time or a batch (``many``, or ``many_shared`` for a webhook's), recording each
     outcome in ``run.deliveries`` and crashing where
     :meth:`ContractRun.crash_before_delivering` says."""
