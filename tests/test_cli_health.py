@@ -13,7 +13,8 @@ from contextlib import contextmanager
 import pytest
 from click.testing import CliRunner
 
-from chatkernel.cli import EXIT_UNHEALTHY, EXIT_UNREACHABLE, cli
+from chatkernel.cli import cli
+from chatkernel.cli.status import EXIT_UNHEALTHY, EXIT_UNREACHABLE
 from chatkernel.core.gateway_state import write_state
 from chatkernel.testing.process import gateway_process
 

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from chatkernel.cli import EXIT_UNHEALTHY
+from chatkernel.cli.status import EXIT_UNHEALTHY
 from chatkernel.testing.process import CHATKERNEL, gateway_process
 from chatkernel.testing.redis import RedisServer
 

@@ -41,3 +41,20 @@ def test_listing_the_plugins_imports_none_of_the_run_time_stack(tmp_path):
     heavy = sorted(name for name in found["modules"]
                    if any(name == h or name.startswith(h + ".") for h in HEAVY))
     assert heavy == [], f"`chatkernel plugins --json` imported {heavy}"
+
+
+def test_every_command_is_named_where_the_cli_finds_it_lazily():
+    """Each command module is imported only when its command is asked for: the group's
+    table names every command and the module that defines it, a new one included."""
+    import importlib
+    import pkgutil
+
+    import chatkernel.cli as package
+
+    for module in pkgutil.iter_modules(package.__path__):
+        if module.name != "__main__":  # `python -m chatkernel.cli` runs the CLI
+            importlib.import_module(f"chatkernel.cli.{module.name}")
+    defined = {name: command.callback.__module__
+               for name, command in package.cli.commands.items()}
+    assert defined == {name: f"chatkernel.cli.{module}"
+                       for name, module in package.cli.lazy.items()}

@@ -63,32 +63,16 @@ def _plugin_manager():
     return pm
 
 
-# The commands, each registering itself on the group. (After the group: they import it.)
-from chatkernel.cli import (  # noqa: E402, F401
-    agents,
-    backup,
-    channels,
-    config,
-    console,
-    deliveries,
-    doctor,
-    heartbeat,
-    jobs,
-    login,
-    logs,
-    pairing,
-    plugins,
-    run,
-    security,
-    send,
-    service,
-    sessions,
-    status,
-    triggers,
-)
-from chatkernel.cli.run import EXIT_NO_GATEWAY, EXIT_RELOAD_REFUSED  # noqa: E402
-from chatkernel.cli.send import SEND_EXIT_CODES  # noqa: E402
-from chatkernel.cli.status import EXIT_UNHEALTHY, EXIT_UNREACHABLE  # noqa: E402
+# The commands by module, each imported when its command runs (or --help lists it) and
+# registering itself on the group: listing plugins imports none of the others.
+cli.lazy = {
+    "agents": "agents", "backup": "backup", "restore": "backup", "channels": "channels",
+    "config": "config", "console": "console", "deliveries": "deliveries",
+    "doctor": "doctor", "health": "status", "heartbeat": "heartbeat", "jobs": "jobs",
+    "login": "login", "logs": "logs", "pairing": "pairing", "plugins": "plugins",
+    "reload": "run", "run": "run", "security": "security", "send": "send",
+    "service": "service", "sessions": "sessions", "status": "status",
+    "triggers": "triggers",
+}
 
-__all__ = ["EXIT_NO_GATEWAY", "EXIT_RELOAD_REFUSED", "EXIT_UNHEALTHY", "EXIT_UNREACHABLE",
-           "SEND_EXIT_CODES", "cli", "config_option", "main"]
+__all__ = ["cli", "config_option", "main"]

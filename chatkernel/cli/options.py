@@ -9,7 +9,23 @@ import click
 
 
 class KernelGroup(click.Group):
-    """Turns the kernel's user-facing errors into one clear line, never a traceback."""
+    """Turns the kernel's user-facing errors into one clear line, never a traceback.
+
+    ``lazy``: command name -> the module of :mod:`chatkernel.cli` that defines it,
+    imported when the command is asked for (a command's module registers it on the
+    group), so ``chatkernel plugins`` imports none of the other commands."""
+
+    lazy: dict[str, str] = {}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self.lazy:
+            import importlib
+
+            importlib.import_module(f"chatkernel.cli.{self.lazy[cmd_name]}")
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         from chatkernel.sdk.errors import ConfigError
