@@ -575,14 +575,16 @@ local function journal(A)
     else
       local seq = redis.call('INCR', P .. 'j:seq')
       redis.call('HSET', dedupe, message_id, seq)
+      -- The entry keeps its inbox entry's id (`x`), so a refused stranger's can go with
+      -- their text (journal_status): a field of the same HSET, no command more.
+      local inboxed = redis.call('XADD', P .. 'inbox:' .. acct, 'MAXLEN', '~', inbox_length,
+                                 '*', 'seq', seq, 'm', message, 't', now)
       redis.call('HSET', P .. 'j:' .. seq, 'a', acct, 'id', message_id, 'm', message,
-                 's', 'received', 't', now)
+                 's', 'received', 't', now, 'x', inboxed)
       zadd(P .. 'j:unfinished', seq, seq)
       zadd(P .. 'j:unfinished:' .. acct, seq, seq)
       know_account(acct, who)
       raise_to(P .. 'activity:in', acct, now)
-      redis.call('XADD', P .. 'inbox:' .. acct, 'MAXLEN', '~', inbox_length, '*',
-                 'seq', seq, 'm', message, 't', now)
       out[#out + 1] = seq
     end
   end
@@ -590,11 +592,20 @@ local function journal(A)
 end
 
 -- A: seq, status, and the message JSON the entry keeps instead (optional: a refused
--- stranger's, without its text). 1, or 0 when there is no such entry.
+-- stranger's, without its text). The message it replaces goes from the account's inbox
+-- too: its stream entry is deleted (a reader's XREAD passes over it; an entry journaled
+-- before `x` was kept stays until the stream is trimmed). 1, or 0 when there is no such
+-- entry.
 local function journal_status(A)
   local found = finish_journal(A[1], A[2])
   if found == 1 and A[3] then
-    redis.call('HSET', P .. 'j:' .. A[1], 'm', A[3])
+    local key = P .. 'j:' .. A[1]
+    local row = redis.call('HMGET', key, 'a', 'x')
+    redis.call('HSET', key, 'm', A[3])
+    if row[2] then
+      redis.call('XDEL', P .. 'inbox:' .. row[1], row[2])
+      redis.call('HDEL', key, 'x')
+    end
   end
   return found
 end
