@@ -38,7 +38,11 @@ class RedisJournal(RedisConnection):
 
     async def set_journal_status(self, seq: int, status: str, *,
                                  message: InboundMessage | None = None) -> None:
-        """Advance a journaled message; KeyError for a seq not in the journal."""
+        """Advance a journaled message; KeyError for a seq not in the journal.
+
+        With ``message`` (a refused stranger's, without their words) the entry keeps it
+        instead, and the entry the journaled one made in the account's inbox stream is
+        deleted in the same script: no key keeps what it replaced."""
         if status not in JOURNAL_STATUSES:
             raise ValueError(f"journal status must be one of {', '.join(JOURNAL_STATUSES)}, "
                              f"not {status!r}")
