@@ -57,6 +57,7 @@ def test_a_backup_taken_under_load_restores_to_a_gateway_answering_each_message_
     (first / "config.toml").write_text('[queue]\nmode = "followup"\ndebounce_ms = 0\n'
                                        'cap = 200\n\n[agent]\necho_typing_ms = 100\n')
     (first / ".env").write_text("SOME_TOKEN=abc\n")
+    (first / ".env").chmod(0o600)  # the gateway refuses an env file others may read
     archive = tmp_path / "saved.tar.gz"
     chats = [f"load-{n}" for n in range(4)]
     with gateway_process(first) as gateway:
@@ -92,6 +93,7 @@ def test_a_backup_taken_under_load_restores_to_a_gateway_answering_each_message_
     result = invoke("restore", str(archive))
     assert result.exit_code == 0, result.output
     assert (second / ".env").read_text() == "SOME_TOKEN=abc\n"
+    assert stat.S_IMODE((second / ".env").stat().st_mode) == 0o600
     replayed = 0
     with gateway_process(second) as gateway:
         for chat in chats:
