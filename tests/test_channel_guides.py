@@ -21,6 +21,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,11 +54,13 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def localized(block: str) -> str:
-    """The block as it runs here: the venv's binaries, a free port for each of its ports."""
+def localized(block: str, ports: dict[str, int] | None = None) -> str:
+    """The block as it runs here: the venv's binaries, a free port for each of its ports
+    (``ports``: the guide's port → the one to use instead, for a port the test holds)."""
     block = block.replace(".venv/bin/", f"{BIN}/")
     for port in dict.fromkeys(_PORT.findall(block)):
-        block = re.sub(rf"(--port |127\.0\.0\.1:){port}\b", rf"\g<1>{free_port()}", block)
+        chosen = (ports or {}).get(port) or free_port()
+        block = re.sub(rf"(--port |127\.0\.0\.1:){port}\b", rf"\g<1>{chosen}", block)
     return block
 
 
@@ -108,8 +112,21 @@ def paste(guide: str, tmp_path: Path) -> Pasted:
 
 def paste_block(block: str, tmp_path: Path, *, path: tuple[Path, ...] = (),
                 cwd: Path = ROOT) -> Pasted:
-    """Run ``block`` as one bash script in ``cwd``, with ``path`` first on PATH."""
-    block = localized(block)
+    """Run ``block`` as one bash script in ``cwd``, with ``path`` first on PATH; fail
+    unless it ran to its end and said nothing of a failure."""
+    pasted = run_block(block, tmp_path, path=path, cwd=cwd)
+    assert pasted.returncode == 0, pasted.report()
+    for bad in ("Traceback", "home in use", "Connection refused", "No such job",
+                "no such job", "Couldn't connect"):
+        assert bad not in pasted.output, pasted.report() + f"\n--- says {bad!r}"
+    return pasted
+
+
+def run_block(block: str, tmp_path: Path, *, path: tuple[Path, ...] = (), cwd: Path = ROOT,
+              ports: dict[str, int] | None = None) -> Pasted:
+    """Run ``block`` as one bash script (:func:`localized` with ``ports``), whatever its
+    exit status; fail if it overruns or leaves a process."""
+    block = localized(block, ports)
     env = {key: value for key, value in os.environ.items() if not key.startswith("CHATKERNEL_")}
     # A shell outside the venv: a bare `python` or `chatkernel` is not the venv's.
     env["PATH"] = ":".join([*map(str, path), *(
@@ -137,10 +154,6 @@ def paste_block(block: str, tmp_path: Path, *, path: tuple[Path, ...] = (),
     pasted = Pasted(block, shell.returncode, stdout, stderr, home)
     leftovers = _stop_group(shell.pid)
     assert not leftovers, pasted.report() + f"\n--- left running: {leftovers}"
-    assert pasted.returncode == 0, pasted.report()
-    for bad in ("Traceback", "home in use", "Connection refused", "No such job",
-                "no such job", "Couldn't connect"):
-        assert bad not in pasted.output, pasted.report() + f"\n--- says {bad!r}"
     return pasted
 
 
@@ -230,3 +243,59 @@ def test_the_wechat_guide(tmp_path):
     assert "bot_token" in config and 'cdn_base = "http://127.0.0.1:' in config
     assert f"bot_token stored under channels.wechat.accounts.main in {pasted.home}/" \
         "config.toml" in pasted.output
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("guide", ["telegram.md", "slack.md", "whatsapp.md", "wechat.md"])
+def test_a_block_whose_dev_server_cannot_listen_stops_saying_so(tmp_path, guide):
+    block = shell_block(GUIDES / guide)
+    channel, port = re.search(r"chatkernel_(\w+)\.devserver --port (\d+)", block).groups()
+    taken = free_port()
+    # The port is another dev server's: the same guide's, left running by an earlier paste.
+    other = subprocess.Popen([sys.executable, "-m", f"chatkernel_{channel}.devserver",
+                              "--port", str(taken)], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        first = json.loads(other.stdout.readline())  # printed once it listens
+        pasted = run_block(block, tmp_path, ports={port: taken})
+        with urllib.request.urlopen(f"{first['base_url']}/_fake/sent", timeout=10) as answer:
+            sent = json.load(answer)["messages"]
+    finally:
+        other.terminate()
+        other.wait(timeout=10)
+    assert pasted.returncode == 1, pasted.report()
+    assert f"stopped: 127.0.0.1:{taken} is not this dev server" in pasted.stderr, \
+        pasted.report()
+    # Nothing after the check ran against the other dev server: no gateway, no user.
+    assert "Traceback" not in pasted.output, pasted.report()
+    assert not (pasted.home / "state.db").exists(), pasted.report()
+    assert sent == [] and "/_fake/messages" not in pasted.output
+
+
+def test_the_ready_route_answers_only_as_the_process_asked_for(tmp_path):
+    from chatkernel_telegram.devserver import server
+
+    other = subprocess.Popen([sys.executable, "-m", "chatkernel_telegram.devserver",
+                              "--port", "0"], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL, text=True)
+    try:
+        first = json.loads(other.stdout.readline())
+        ready = f"{first['base_url']}/_fake/ready"
+
+        def get(url: str) -> tuple[int, dict]:
+            try:
+                with urllib.request.urlopen(url, timeout=10) as answer:
+                    return answer.status, json.load(answer)
+            except urllib.error.HTTPError as refused:
+                return refused.code, json.load(refused)
+
+        assert get(ready) == (200, first)
+        assert get(f"{ready}?pid={other.pid}") == (200, first)  # itself
+        assert get(f"{ready}?pid={os.getpid()}") == (200, first)  # what started it
+        status, body = get(f"{ready}?pid=1")  # neither
+        assert status == 409 and "not process 1: another process has the port" in body["error"]
+        assert server.prog in body["error"]
+        assert get(f"{ready}?pid=x")[0] == 400
+    finally:
+        other.terminate()
+        other.wait(timeout=10)

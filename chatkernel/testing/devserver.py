@@ -45,7 +45,10 @@ What every dev server then does alike:
   Nothing else goes to stdout. The config snippet (the fake's ``config_snippet()``) and
   any log go to stderr.
 - ``GET /_fake/ready`` answers the same JSON, so a shell can wait for the server
-  (``curl --retry-connrefused``).
+  (``curl --retry-connrefused``). With ``?pid=N`` (the shell's ``$!``) it answers
+  409 unless it is that process (or a process that one started): a shell whose dev
+  server could not listen, because another process has the port, is told so by the
+  process that has it, rather than carrying on against it (``curl --fail``).
 - ``?wait=SECONDS`` on a developer route that uses :func:`wait_until` (or
   :func:`listing`) holds the answer until there is something to show (at most that
   long, at most :data:`MAX_WAIT`); ``?after=N`` on a :func:`listing` route leaves out
@@ -63,6 +66,7 @@ import argparse
 import contextlib
 import errno
 import json
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -230,6 +234,15 @@ class DevServer:
 
     def _routes(self, announced: dict[str, Any]) -> Routes:
         async def ready(request: web.Request) -> web.Response:
+            raw = request.query.get("pid")
+            if raw is None:
+                return web.json_response(announced)
+            if not raw.isdigit():
+                raise bad_request(f"pid must be a process id, not {raw!r}")
+            if int(raw) not in (os.getpid(), os.getppid()):
+                return web.json_response(
+                    {"error": f"this is {self.prog} with pid {os.getpid()}, not process "
+                              f"{raw}: another process has the port"}, status=409)
             return web.json_response(announced)
 
         def make(fake: FakePlatform) -> list[web.RouteDef]:

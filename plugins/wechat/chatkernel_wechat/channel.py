@@ -145,6 +145,13 @@ def refused_cause(peer: Peer, size: int, now: float) -> str:
     return "; ".join(causes)
 
 
+def unread_item(item: dict[str, Any]) -> str:
+    """An item the channel found nothing in, in a few words for the log."""
+    if item.get("type") == TEXT_ITEM:
+        return "a text item with no text"
+    return f"an item of type {item.get('type')!r}"
+
+
 #: iLink's ``message_state`` of a message being written (a live reply), and of one done.
 GENERATING, FINISH = 1, 2
 #: What a live reply's preview ends with when it turned out to be no answer.
@@ -279,6 +286,9 @@ dm_policy = "pairing"                 # others get a code: chatkernel pairing ap
         said)."""
         if message.get("message_type") == 2:  # the bot's own
             return None
+        items = message.get("item_list") or ()
+        if not items:
+            return None  # nothing said, whoever it names as its sender
         sender = message.get("from_user_id")
         if not sender or not isinstance(sender, str):
             raise ValueError("it has no from_user_id")
@@ -288,7 +298,7 @@ dm_policy = "pairing"                 # others get a code: chatkernel pairing ap
             raise ValueError("it has no message_id")
         texts: list[str] = []
         media: list[MediaRef] = []
-        for item in message.get("item_list") or ():
+        for item in items:
             kind = item.get("type")
             if kind == TEXT_ITEM:
                 text = (item.get("text_item") or {}).get("text")
@@ -303,6 +313,9 @@ dm_policy = "pairing"                 # others get a code: chatkernel pairing ap
                 if ref is not None:
                     media.append(ref)
         if not texts and not media:
+            log.info("%s: message %s from %s not answered: %s (the channel reads text, "
+                     "images, voice, files and videos)", self.account.key, message_id, sender,
+                     ", ".join(unread_item(item) for item in items))
             return None
         created = message.get("create_time_ms")
         timestamp = float(created) / 1000 if created else time.time()

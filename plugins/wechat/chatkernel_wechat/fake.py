@@ -339,6 +339,20 @@ class FakeILink(FakePlatform):
             "message_type": message_type or (2 if from_bot else 1), "message_state": 2,
             "item_list": item_list, "context_token": token})
 
+    def inject_captured(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Serve a message captured elsewhere (a client's test data) as it is, but for the
+        ``seq`` and ``message_id`` the gateway gives every message it serves, added where
+        it has none. Its ``context_token``, if any, is its sender's latest."""
+        message = dict(message)
+        message.setdefault("seq", len(self.updates) + 1)
+        message.setdefault("message_id", next(self._ids))
+        sender, token = message.get("from_user_id"), message.get("context_token")
+        if isinstance(sender, str) and sender and token and message.get("message_type") != 2:
+            peer = self.peers.setdefault(sender, Peer())
+            peer.tokens.append(str(token))
+            peer.last_wrote, peer.sent_since = self.now(), 0
+        return self._push(message)
+
     def inject_media(self, user: str, kind: str, data: bytes, *, filename: str = "file.bin",
                      key_format: str = "hex", text: str | None = None) -> dict[str, Any]:
         """A user sends a file: encrypted with a fresh key and put on the CDN.
