@@ -11,7 +11,8 @@ The actions are the CLI's: a send is ``chatkernel sessions send``'s, a policy sw
 ``sessions policy``'s, a retry ``deliveries retry``'s, through the kernel's ``Control``;
 with several gateways on one store they reach the account's owner the way the CLI's
 do (the store, the account's inbox). The Overview asks the other instances for their
-own accounts with the same token (``gateway.control_token``, which a cluster shares).
+own accounts with the same token (``gateway.control_token``, which the gateways of one
+store share); an account whose owner refuses it says so in its row.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import anyio
 from aiohttp import web
 
 from chatkernel import __version__
-from chatkernel.console.auth import Gate
+from chatkernel.console.auth import FORGET_SECONDS, Gate
 from chatkernel.console.events import Watch, stream
 from chatkernel.console.logbuffer import LogBuffer
 from chatkernel.console.logins import Logins
@@ -50,6 +51,14 @@ PAGE_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src
                "'none'")
 #: Seconds an answer of another instance is kept.
 PEER_SECONDS = 2.0
+#: Seconds another instance's refusal of this gateway's token is kept. Asked sooner, it
+#: would count each ask as a wrong guess and lock this gateway's address out of its
+#: console (chatkernel.console.auth), operators at that address included. An instance
+#: started again (a new holder, its token perhaps put right) is asked at once.
+REFUSED_SECONDS = FORGET_SECONDS
+#: What an account's row says when its owner refuses this gateway's token.
+TOKEN_REFUSED = ("its console refused this gateway's token: the gateways sharing a store "
+                 "need the same gateway.control_token")
 HOUR = 3600.0
 
 
@@ -107,7 +116,9 @@ class Console:
                              reload=lambda: kernel.control.reload(None),
                              redact=self.redact,
                              changed=lambda: self.watch.bump("logins", "overview"))
-        self._peers: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        #: The last answer of each other instance (by holder): when, its accounts, and
+        #: why it gave none (None when it did).
+        self._peers: dict[str, tuple[float, list[dict[str, Any]], str | None]] = {}
         #: The owner's side of pairing, as ``chatkernel pairing`` asks it.
         self._pairing = PairingControl(kernel.pairing)
 
@@ -334,40 +345,65 @@ class Console:
     async def _with_peers(self, accounts: list[dict[str, Any]], cluster: dict[str, Any],
                           request: web.Request) -> list[dict[str, Any]]:
         """The accounts other instances own, as those instances see them (asked with this
-        gateway's token; an instance that does not answer leaves its accounts as
-        ``elsewhere``)."""
+        gateway's token). An instance that does not answer leaves its accounts as
+        ``elsewhere``, their ``detail`` saying why, and ``peer`` how: ``refused`` (the
+        token is not its token) or ``unreachable``."""
         by_key = {a["key"]: a for a in accounts}
         elsewhere = {a["key"] for a in accounts if a["state"] == "elsewhere"}
         for instance in cluster.get("instances", []):
             url = instance.get("url")
-            if instance.get("is_self") or not url or not elsewhere & set(instance.get("owned")
-                                                                        or ()):
+            owned = elsewhere & set(instance.get("owned") or ())
+            if instance.get("is_self") or not url or not owned:
                 continue
-            for account in await self._peer_accounts(url):
-                if account["key"] in elsewhere and account.get("state") != "elsewhere":
-                    by_key[account["key"]] = {**account, "instance": instance.get("instance")
-                                              or instance["holder"]}
+            name = instance.get("instance") or instance["holder"]
+            found, problem = await self._peer_accounts(instance["holder"], url)
+            for account in found:
+                if account["key"] in owned and account.get("state") != "elsewhere":
+                    by_key[account["key"]] = {**account, "instance": name}
+            if problem is not None:
+                for key in owned:
+                    account = by_key[key]
+                    by_key[key] = {**account, "instance": name,
+                                   "peer": "refused" if problem == TOKEN_REFUSED
+                                   else "unreachable",
+                                   "detail": "; ".join(filter(None, (account["detail"], problem)))}
         return sorted(by_key.values(), key=lambda a: a["key"])
 
-    async def _peer_accounts(self, url: str) -> list[dict[str, Any]]:
+    async def _peer_accounts(self, holder: str, url: str
+                             ) -> tuple[list[dict[str, Any]], str | None]:
+        """The accounts the instance ``holder`` at ``url`` serves itself, and why there
+        are none when it gave none (None when it answered)."""
         now = time.monotonic()
-        cached = self._peers.get(url)
-        if cached is not None and now - cached[0] < PEER_SECONDS:
-            return cached[1]
+        cached = self._peers.get(holder)
+        if cached is not None and now - cached[0] < (
+                REFUSED_SECONDS if cached[2] == TOKEN_REFUSED else PEER_SECONDS):
+            return cached[1], cached[2]
         import aiohttp
 
         found: list[dict[str, Any]] = []
+        problem: str | None = None
         try:
             timeout = aiohttp.ClientTimeout(total=2.0)
             async with aiohttp.ClientSession(timeout=timeout) as client, client.get(
                     f"{url}/api/overview?local=1",
                     headers={"Authorization": f"Bearer {self._token}"}) as response:
-                if response.status == 200:
+                if response.status in (401, 429):  # 429: wrong tokens before this one
+                    problem = TOKEN_REFUSED
+                    log.warning("console: the instance at %s refused this gateway's token: "
+                                "give the gateways sharing the store the same "
+                                "gateway.control_token to see its accounts here", url)
+                elif response.status != 200:
+                    problem = f"its console at {url} answered {response.status}"
+                else:
                     found = (await response.json()).get("accounts") or []
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             log.debug("console: instance at %s did not answer: %s", url, exc)
-        self._peers[url] = (now, found)
-        return found
+            problem = f"its console at {url} did not answer"
+        for gone in [key for key, (at, _, _) in self._peers.items()
+                     if now - at >= REFUSED_SECONDS]:
+            del self._peers[gone]  # instances long gone (each start is a new holder)
+        self._peers[holder] = (now, found, problem)
+        return found, problem
 
     # -- sessions ---------------------------------------------------------------------------
 
