@@ -138,6 +138,25 @@ async def test_approve_admits_at_once_and_revoke_removes_at_once(tmp_path):
             await h.pairing_revoke("memory", "alice")
 
 
+async def test_a_message_refused_while_pending_never_reaches_the_agent_later(tmp_path):
+    """A platform that sends a refused message again (a socket reconnecting with it not
+    acknowledged, a webhook retried) after the owner approved its sender: the refused
+    entry is kept for the dedupe, so the agent never gets it."""
+    agent, clock = scripted_agent(), ManualClock()
+    async with harness(tmp_path, agent=agent, clock=clock) as h:
+        assert await h.channel.receive("still here", sender_id="alice", chat_id="dm-a",
+                                       message_id="m-1") == "rejected"
+        await h.settle()
+        (request,) = await h.pairing_requests()
+        await h.pairing_approve("memory", request.code)
+        assert await h.channel.receive("still here", sender_id="alice", chat_id="dm-a",
+                                       message_id="m-1") == "duplicate"
+        assert await h.channel.receive("hello", sender_id="alice", chat_id="dm-a",
+                                       message_id="m-2") == "started"
+        await h.settle()
+        assert [r.text for r in agent.requests] == ["hello"]
+
+
 async def test_an_expired_code_cannot_be_approved(tmp_path):
     clock = ManualClock()
     async with harness(tmp_path, clock=clock) as h:

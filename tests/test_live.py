@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+from chatkernel.core.outbound import live
 from chatkernel.core.outbound.live import close_markup, streaming_setting
 from chatkernel.core.turns.agents import AgentEvent
 from chatkernel.testing.contract import PlatformAdapter, open_contract_run
@@ -180,6 +181,56 @@ async def test_a_block_that_never_became_an_answer_is_deleted(tmp_path):
             await run.settle()
         assert platform.sent[0].deleted
         assert platform.texts(CHAT) == ["⚠️ the agent failed: the model went away"]
+
+
+async def test_a_preview_still_being_started_as_the_turn_fails_is_deleted_too(tmp_path):
+    """The turn ends while the platform has made the preview but not yet answered the
+    call: the call is let finish, so the preview it made is known and deleted."""
+    async with Adapter() as adapter:
+        platform = adapter.platform
+        platform.faults.stall("preview")  # it takes effect; its answer is held
+
+        async def script(request):
+            yield AgentEvent("text", "half a tho", final=False)
+            await run.wait(lambda: platform.sent, what="the preview made")
+            raise RuntimeError("the model went away")
+            yield  # pragma: no cover
+
+        async with await live_run(tmp_path, adapter) as run:
+            run.agent.script = script
+            await adapter.inject(CHAT, "go")
+            await run.wait(lambda: run.agent.requests and not run.agent.running,
+                           what="the turn failed")
+            platform.release()  # the preview's answer, now the turn is ending
+            await run.wait(lambda: any("failed" in t for t in platform.texts(CHAT)),
+                           what="the error note", state=lambda: platform.texts(CHAT))
+            await run.settle()
+        assert platform.sent[0].deleted, platform.timeline
+        assert platform.texts(CHAT) == ["⚠️ the agent failed: the model went away"]
+
+
+async def test_a_preview_call_that_never_answers_is_cut_short_and_said(tmp_path, caplog,
+                                                                       monkeypatch):
+    monkeypatch.setattr(live, "CLEANUP_SECONDS", 0.2)
+    async with Adapter() as adapter:
+        platform = adapter.platform
+        platform.faults.stall("preview")  # never answered while the turn ends
+
+        async def script(request):
+            yield AgentEvent("text", "half a tho", final=False)
+            await run.wait(lambda: platform.sent, what="the preview made")
+            raise RuntimeError("the model went away")
+            yield  # pragma: no cover
+
+        async with await live_run(tmp_path, adapter) as run:
+            run.agent.script = script
+            await adapter.inject(CHAT, "go")
+            await run.wait(lambda: any("failed" in t for t in platform.texts(CHAT)),
+                           what="the error note", state=lambda: platform.texts(CHAT))
+            await run.settle()
+            platform.release()
+        assert "a live reply call in session" in caplog.text
+        assert "cut short, a preview it started may stay unfinished" in caplog.text
 
 
 async def test_an_interrupting_message_stops_the_preview_where_it_is(tmp_path):

@@ -28,7 +28,8 @@ are not yet handed to the outbox. When the turn runs again after a restart, its
 stale previews are deleted before its first preview shows (or as it ends), and the
 answer is delivered whole, once. The store is read for that once per session and
 process, and written only while a preview message exists. A preview that is no answer
-(the turn failed, or the block never became final) is deleted too; an interrupted
+(the turn failed, or the block never became final) is deleted too, one still being
+made as the turn ends included (the call in flight is let finish); an interrupted
 turn's preview stops where it is.
 """
 
@@ -277,7 +278,16 @@ class TurnPreview:
             return
         with anyio.CancelScope(shield=True):  # the updates end here, whatever ends the turn
             if self._scope is not None:
-                self._scope.cancel()
+                # A call in flight is let finish, as end_block does: a preview it is
+                # starting exists on the platform once it answers, and is ended below.
+                with anyio.move_on_after(CLEANUP_SECONDS) as waited:
+                    async with self._lock:
+                        self._scope.cancel()
+                if waited.cancelled_caught:
+                    log.warning("%s: a live reply call in session %s still had no answer "
+                                "after %gs; cut short, a preview it started may stay "
+                                "unfinished", self.account.key, self._key, CLEANUP_SECONDS)
+                    self._scope.cancel()
             await self._stopped.wait()
             await self._close(interrupted=exc_type is not None and issubclass(
                 exc_type, anyio.get_cancelled_exc_class()))
@@ -393,7 +403,7 @@ class TurnPreview:
         """Stop or delete a preview: best-effort, bounded, waiting for a rate-limit
         slot (it must happen, unlike an update)."""
         chat, group = self.route.chat_id, self.route.is_group
-        with anyio.move_on_after(CLEANUP_SECONDS):
+        with anyio.move_on_after(CLEANUP_SECONDS) as bounded:
             await self._limiter.acquire(chat, is_group=group, hold=True)
             try:
                 self.calls += 1
@@ -403,6 +413,10 @@ class TurnPreview:
                             self.account.key, self._key, exc)
             finally:
                 self._limiter.release(chat, is_group=group)
+        if bounded.cancelled_caught:
+            log.warning("%s: a live reply preview in session %s could not be ended within "
+                        "%gs (no rate-limit slot, or no answer)", self.account.key, self._key,
+                        CLEANUP_SECONDS)
 
     # -- what a restart finds ------------------------------------------------------------
 

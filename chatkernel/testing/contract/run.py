@@ -231,6 +231,22 @@ class ContractRun:
                         what=f"replies containing {tokens} in chat {where}",
                         state=lambda: self.texts(chat_id, thread_id=thread_id))
 
+    def delivered(self, tokens: Iterable[str]) -> list[str]:
+        """The tokens found in the messages the receive loop handed the kernel so far."""
+        tokens = list(tokens)
+        return [token for message, _ in self.deliveries for token in tokens
+                if token in message.text]
+
+    async def wait_delivered(self, tokens: Iterable[str]) -> None:
+        """Wait until a message containing each token reached the kernel. A platform
+        pushes events in its own time (a socket, a webhook): :meth:`settle` waits only
+        for what the kernel holds, so a test about what a message did *not* cause
+        waits for the message first."""
+        tokens = list(tokens)
+        await self.wait(lambda: set(tokens) <= set(self.delivered(tokens)),
+                        what=f"messages containing {tokens} delivered to the kernel",
+                        state=lambda: [message.text for message, _ in self.deliveries])
+
     async def settle(self) -> None:
         """Wait until every turn finished and every queued payload was sent."""
         await self.harness.settle(timeout=self.timeout)

@@ -239,6 +239,8 @@ class ChannelContract(FaultChecks):
                                state=lambda: [run.texts(chat) for chat in chats])
             await adapter.inject(chats[3], "me too pa04z", sender_id=users[3])
             await adapter.inject(chats[0], "again pa05z", sender_id=users[0])
+            # Both within the minute: what they did not cause is seen once they are in.
+            await run.wait_delivered(["pa04z", "pa05z"])
             await run.settle()
             assert run.texts(chats[3]) == [], run.texts(chats[3])  # the fourth: nothing
             assert len(run.texts(chats[0])) == 1, run.texts(chats[0])  # not twice a minute
@@ -274,6 +276,9 @@ class ChannelContract(FaultChecks):
                 what="the approved sender answered", state=lambda: run.texts(chats[0]))
             await run.harness.pairing_revoke(adapter.channel_name, users[0])
             await adapter.inject(chats[0], "and now pa08z", sender_id=users[0])
+            await run.wait(with_time_going_on(lambda: bool(run.delivered(["pa08z"]))),
+                           what="the revoked sender's message delivered",
+                           state=lambda: [m.text for m, _ in run.deliveries])
             await run.settle()
             assert not any(t in text for text in run.agent_texts()
                            for t in ("pa01z", "pa05z", "pa06z", "pa08z")), run.agent_texts()
