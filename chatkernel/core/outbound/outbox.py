@@ -69,6 +69,7 @@ from chatkernel.core.outbound.retry import (
 )
 from chatkernel.core.store.base import OutboxEntry
 from chatkernel.core.store.shared import LeaseLost
+from chatkernel.core.telemetry import NO_SPAN, OFF, Span, Tracer
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -174,14 +175,16 @@ class Outbox:
     - ``metrics``: failures, retries and throttling counted;
     - ``wait_for_platforms``: a payload waits for an unreachable platform (a gateway
       lives on to send it); False: it fails at once (a CLI command's own kernel);
-    - ``pacing``: the time the rate limits are counted in (real time by default).
+    - ``pacing``: the time the rate limits are counted in (real time by default);
+    - ``tracer``: each send a span of the trace that queued it (core/telemetry.py).
     """
 
     def __init__(self, *, runtime: OutboxRuntime, rules: SendRules,
                  accounts: Mapping[str, Account], config_path: Path | None,
                  send: SendPayload, deliveries: "Deliveries",
                  delivery_statuses: "DeliveryStatuses", metrics: "Metrics",
-                 wait_for_platforms: bool, pacing: "Pacing | None" = None) -> None:
+                 wait_for_platforms: bool, pacing: "Pacing | None" = None,
+                 tracer: Tracer = OFF) -> None:
         from chatkernel.core.outbound.ratelimit import REAL_TIME
 
         # The ports' calls, bound once: a call per payload costs what a function did.
@@ -197,6 +200,8 @@ class Outbox:
         self._delivery_statuses = delivery_statuses
         self._metrics = metrics
         self._wait_for_platforms = wait_for_platforms
+        self._tracer = tracer
+        self._tracing = tracer.on
         # One ordered sender per session (see chatkernel.core.lines).
         self.lines: Lines[OutboxEntry] = Lines(
             "sender", self._send, task_group=runtime.task_group,
@@ -246,6 +251,10 @@ class Outbox:
                         channel=account.channel_name, account=account.name, route=route,
                         payload=payload, status="pending", error=None, created_at=0.0)
             for payload in payloads]
+        if self._tracing:  # sent in the trace of the turn (or the message) queueing them
+            trace = self._tracer.current()
+            for entry in entries:
+                entry.trace = trace
         cluster = self._cluster()
         if cluster is not None and not cluster.owns(account.key):
             # Another instance owns the account: it reads these from the account's
@@ -426,6 +435,35 @@ class Outbox:
         return self.lines.reap_idle(now)
 
     async def _send(self, entry: OutboxEntry) -> None:
+        if not self._tracing:
+            return await self._send_entry(entry, NO_SPAN)
+        tracer = self._tracer
+        payload = entry.payload
+        attributes = {
+            "messaging.system": entry.channel, "messaging.operation.type": "send",
+            "messaging.operation.name": "send",
+            "messaging.destination.name": entry.route.chat_id,
+            "chatkernel.account": f"{entry.channel}:{entry.account}",
+            "chatkernel.outbox.id": entry.id, "chatkernel.reply.id": entry.reply_id,
+            "chatkernel.chunk.index": payload.chunk_index,
+            "chatkernel.chunk.count": payload.chunk_count,
+            "chatkernel.payload.kind": "media" if payload.is_media else "text"}
+        if not payload.is_media:
+            attributes["messaging.message.body.size"] = len(payload.text.encode())
+            if tracer.capture_content:
+                attributes["chatkernel.message.text"] = payload.text
+        span = tracer.start(f"send {entry.channel}", kind="producer", parent=entry.trace,
+                            root=entry.trace is None, attributes=attributes)
+        try:
+            with tracer.use(span):
+                await self._send_entry(entry, span)
+        except BaseException as exc:
+            span.fail(exc)
+            raise
+        finally:
+            span.end()
+
+    async def _send_entry(self, entry: OutboxEntry, span: Span) -> None:
         store = self._store()
         sessions = self._sessions()
         deliveries = self._deliveries
@@ -436,11 +474,12 @@ class Outbox:
         if entry.reply_id in self._failed_replies:
             await store.outbox_mark(entry.id, "failed", EARLIER_CHUNK_FAILED)
             deliveries.settled(entry, "failed", EARLIER_CHUNK_FAILED, why="earlier part")
+            span.set("chatkernel.delivery.status", "failed")
             return
         account = self._account(f"{entry.channel}:{entry.account}")
         if account is None or account.channel is None:
             await self._fail(entry, None, SendError(f"account {entry.channel}:{entry.account} "
-                                                    "is not running"))
+                                                    "is not running"), span)
             return
         route = await sessions.route(entry.session_key) or entry.route
         # The session decides (its own setting, its agent's policy): read it if a restart
@@ -454,6 +493,7 @@ class Outbox:
             await self._notify(entry, f"not sent: {self._part(entry)}: {verdict.reason}")
             deliveries.settled(entry, "failed", verdict.reason, why="policy",
                                       account=account)
+            span.set("chatkernel.delivery.status", "failed")
             return
         entry.payload.key = send_key(entry)
         limits = self.limits
@@ -464,7 +504,7 @@ class Outbox:
         # CLI command's own kernel reports a failure instead).
         holds = self._wait_for_platforms and policy.unreachable_max_age > 0
         delivery = _Delivery(self, entry, account, route, limiter, policy,
-                             outage if holds else None)
+                             outage if holds else None, span)
         if claimed:
             # Stored `sending` at submit: take the slot right before the request, once
             # the row is committed; a slot taken meanwhile sends it back to `pending`.
@@ -493,7 +533,7 @@ class Outbox:
                      entry.id)
             return
         except Exception as exc:
-            await self._fail(entry, account, exc)
+            await self._fail(entry, account, exc, span)
             return
         try:
             await store.outbox_mark(entry.id, "sent")
@@ -504,11 +544,14 @@ class Outbox:
             return
         account.last_sent_at = time.time()
         deliveries.settled(entry, "sent", account=account)
+        if span.recording:
+            span.set("chatkernel.delivery.status", "sent")
+            span.set("messaging.message.id", result.message_id if result is not None else None)
         if result is not None and result.extra.get("notice"):
             await self._notify(entry, str(result.extra["notice"]))
         if account.channel.capabilities.delivery_statuses and result is not None and result.message_id:
             # The platform reports this message's fate later (core/outbound/delivery_statuses.py).
-            self._delivery_statuses.sent_as(entry, result.message_id)
+            self._delivery_statuses.sent_as(entry, result.message_id, span)
             await store.outbox_sent_as(entry.id, result.message_id)
 
     def _store_failing(self, error: Exception) -> None:
@@ -528,9 +571,12 @@ class Outbox:
             self._store_waited = 0
 
     async def _fail(self, entry: OutboxEntry, account: Account | None,
-                    exc: BaseException) -> None:
+                    exc: BaseException, span: Span = NO_SPAN) -> None:
         store = self._store()
         unknown = isinstance(exc, SendError) and exc.delivery_unknown
+        if span.recording:
+            span.set("chatkernel.delivery.status", "unknown" if unknown else "failed")
+            span.fail(exc)
         reason = str(exc) or type(exc).__name__
         await store.outbox_mark(entry.id, "unknown" if unknown else "failed", reason)
         self._failed_replies.add(entry.reply_id)
@@ -584,10 +630,11 @@ class _Delivery:
     """
 
     __slots__ = ("outbox", "entry", "account", "route", "limiter", "policy", "outage",
-                 "marked", "slot", "probe")
+                 "marked", "slot", "probe", "span")
 
     def __init__(self, outbox: Outbox, entry: OutboxEntry, account: Account, route: Route,
-                 limiter: "RateLimiter", policy: RetryPolicy, outage: Outage | None) -> None:
+                 limiter: "RateLimiter", policy: RetryPolicy, outage: Outage | None,
+                 span: Span = NO_SPAN) -> None:
         self.outbox = outbox
         self.entry = entry
         self.account = account
@@ -598,6 +645,7 @@ class _Delivery:
         self.marked = False
         self.slot: tuple[str, bool] | None = None
         self.probe = False  # this payload is the outage's probe
+        self.span = span  # its send's, where traced: its waits and retries are recorded
 
     async def attempt(self) -> SendResult:
         """One attempt of the retry policy (the markup fallback and a moved chat are
@@ -669,7 +717,7 @@ class _Delivery:
             if self.slot is None:
                 if not self.limiter.try_acquire(chat_id, is_group=is_group, hold=True):
                     await self._unmark()  # it waits: nothing is out
-                    await self.limiter.acquire(chat_id, is_group=is_group, hold=True)
+                    await self._wait_for_slot(chat_id, is_group)
                 self.slot = (chat_id, is_group)
             if self.marked:
                 break
@@ -699,6 +747,19 @@ class _Delivery:
                 self.outbox._store_works()
             break
 
+    async def _wait_for_slot(self, chat_id: str, is_group: bool) -> None:
+        """Wait for the rate limiter's slot (a span of the send's trace, where traced)."""
+        if not self.span.recording:
+            await self.limiter.acquire(chat_id, is_group=is_group, hold=True)
+            return
+        wait = self.outbox._tracer.start("rate limit wait", parent=self.span, attributes={
+            "chatkernel.account": self.account.key,
+            "messaging.destination.name": chat_id})
+        try:
+            await self.limiter.acquire(chat_id, is_group=is_group, hold=True)
+        finally:
+            wait.end()
+
     async def _check_row(self, error: Exception) -> None:
         """After a failed commit: the entry's row must still be there (its insert may
         have been in that commit, rolled back with the journal entries it answers,
@@ -726,6 +787,7 @@ class _Delivery:
         self._release_slot()
         await self._unmark()
         self.outbox._resting.add(self.entry.session_key)
+        self.span.event("platform wait", {"chatkernel.reason": "the account's outage"})
         left = self.entry.created_at + self.policy.unreachable_max_age - time.time()
         self.probe = await outage.turn(self.entry.id, time.monotonic() + left)
         if not self.probe and outage.active:
@@ -745,6 +807,7 @@ class _Delivery:
         unless it is too old by now."""
         metrics = self.outbox._metrics
         metrics.child(metrics.retries, self.account.channel_name, self.account.name).inc()
+        self.span.event("platform wait", _error_attributes(error))
         await self._unmark()
         self.outbox._resting.add(self.entry.session_key)
         if time.time() - self.entry.created_at >= self.policy.unreachable_max_age:
@@ -762,6 +825,10 @@ class _Delivery:
         metrics = self.outbox._metrics
         account = self.account
         metrics.child(metrics.retries, account.channel_name, account.name).inc()
+        if self.span.recording:
+            self.span.event("retry", {"chatkernel.retry": retry,
+                                      "chatkernel.retry.delay_s": round(delay, 3),
+                                      **_error_attributes(error)})
         if error.status == 429 or error.retry_after:
             # The platform throttled us: hold this chat back for as long as it asked.
             metrics.child(metrics.throttled, account.channel_name, account.name).inc()
@@ -782,3 +849,11 @@ class _Delivery:
         self.route = dataclasses.replace(self.route, chat_id=chat_id)
         if sessions.cached(self.entry.session_key) is not None:
             await sessions.set_route(self.entry.session_key, self.route)
+
+
+def _error_attributes(error: SendError) -> dict[str, str | int]:
+    """A failed request, as a span event's attributes."""
+    found: dict[str, str | int] = {"error.type": type(error).__qualname__}
+    if error.status is not None:
+        found["http.response.status_code"] = error.status
+    return found
