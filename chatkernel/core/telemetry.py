@@ -98,6 +98,15 @@ class Tracer:
         id of the log lines written meanwhile."""
         yield
 
+    @contextlib.contextmanager
+    def during(self, name: str, *, parent: Span | None, kind: str = "internal",
+               attributes: Attributes | None = None, current: bool = False
+               ) -> Iterator[Span]:
+        """A span for the block, a child of ``parent`` (None: the root of a trace), failed
+        by an exception leaving it; ``current``: the current one meanwhile (see
+        :meth:`use`). Nothing where ``parent`` records nothing."""
+        yield NO_SPAN
+
     def http_middleware(self) -> Callable[..., Any] | None:
         """An aiohttp middleware that lets a request's messages make its server span
         (None: off)."""
@@ -131,6 +140,32 @@ def tracer_for(settings: "TelemetryConfig | None",
         raise TelemetryUnavailable(
             f"[telemetry] needs OpenTelemetry, which is not installed ({exc.name or exc}): "
             "pip install 'chatkernel[otel]', or remove the [telemetry] table") from None
+
+
+def send_attributes(entry: Any, capture_content: bool = False) -> dict[str, Any]:
+    """The attributes of an outbox entry's ``send`` span (messaging's conventions)."""
+    payload = entry.payload
+    found = {
+        "messaging.system": entry.channel, "messaging.operation.type": "send",
+        "messaging.operation.name": "send", "messaging.destination.name": entry.route.chat_id,
+        "chatkernel.account": f"{entry.channel}:{entry.account}",
+        "chatkernel.outbox.id": entry.id, "chatkernel.reply.id": entry.reply_id,
+        "chatkernel.chunk.index": payload.chunk_index,
+        "chatkernel.chunk.count": payload.chunk_count,
+        "chatkernel.payload.kind": "media" if payload.is_media else "text"}
+    if not payload.is_media:
+        found["messaging.message.body.size"] = len(payload.text.encode())
+        if capture_content:
+            found["chatkernel.message.text"] = payload.text
+    return found
+
+
+def error_attributes(error: Any) -> dict[str, Any]:
+    """A failed platform request (a ``SendError``), as a span event's attributes."""
+    found: dict[str, Any] = {"error.type": type(error).__qualname__}
+    if getattr(error, "status", None) is not None:
+        found["http.response.status_code"] = error.status
+    return found
 
 
 def log_ids() -> tuple[str, str] | None:
@@ -278,6 +313,27 @@ class _OtelTracer(Tracer):
             yield
         finally:
             self._context.detach(token)
+
+    @contextlib.contextmanager
+    def during(self, name: str, *, parent: Span | None, kind: str = "internal",
+               attributes: Attributes | None = None, current: bool = False
+               ) -> Iterator[Span]:
+        if parent is not None and not parent.recording:
+            yield NO_SPAN
+            return
+        span = self.start(name, kind=kind, parent=parent, root=parent is None,
+                          attributes=attributes)
+        try:
+            if current:
+                with self.use(span):
+                    yield span
+            else:
+                yield span
+        except BaseException as exc:
+            span.fail(exc)
+            raise
+        finally:
+            span.end()
 
     def http_middleware(self) -> Callable[..., Any]:
         from aiohttp import web

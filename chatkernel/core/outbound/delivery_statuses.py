@@ -126,13 +126,12 @@ class DeliveryStatuses:
         for event in self._waiting.get(reply_id or "", ()):
             event.set()
 
-    def sent_as(self, entry: "OutboxEntry", platform_id: str, trace: Any = None) -> None:
-        """The outbox sent ``entry``, which the platform knows as ``platform_id``
-        (``trace``: its send's span, where traced)."""
+    def sent_as(self, entry: "OutboxEntry", platform_id: str) -> None:
+        """The outbox sent ``entry``, which the platform knows as ``platform_id``."""
         fate = self._fate(platform_id)
         fate.reply_id, fate.part = entry.reply_id, entry.payload.chunk_index
-        if trace is not None and trace.recording:
-            fate.trace = trace
+        if entry.trace is not None and entry.trace.recording:  # its send's span
+            fate.trace = entry.trace
         self._changed(entry.reply_id)
 
     async def wait(self, reply_id: str, count: int, timeout: float) -> DeliveryWait:

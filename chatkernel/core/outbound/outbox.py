@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import itertools
 import logging
 import time
@@ -62,14 +61,16 @@ from chatkernel.core.outbound.retry import (
     RetryPolicy,
     format_delay,
     is_retryable,
+    idempotent,
     never_sent,
     platform_down,
     repeatable_with_key,
+    send_key,
     with_retries,
 )
 from chatkernel.core.store.base import OutboxEntry
 from chatkernel.core.store.shared import LeaseLost
-from chatkernel.core.telemetry import NO_SPAN, OFF, Span, Tracer
+from chatkernel.core.telemetry import OFF, Tracer, error_attributes, send_attributes
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -100,26 +101,6 @@ STORE_RETRY_MAX = 5.0
 RESTORE_SLACK = 3600.0
 #: Outbox ids remembered per account as queued here (several instances, see adopt).
 KNOWN_REMEMBERED = 100_000
-
-
-def send_key(entry: OutboxEntry) -> str:
-    """The idempotency key of an entry's sends (``OutboundPayload.key``).
-
-    Derived from what the store keeps of the entry, so it is the same on every
-    attempt and after a restart: its channel, account and id (unique in a store:
-    SQLite's AUTOINCREMENT never reuses one, Redis counts with INCR), and the exact
-    time it was queued (both stores read it back bit for bit), so that a new
-    database, whose ids start again at 1, makes no key the platform saw before.
-    24 hex characters: safe in a URL path, within Discord's 25-character nonce.
-    """
-    seed = f"{entry.channel}\0{entry.account}\0{entry.id}\0{entry.created_at!r}"
-    return hashlib.sha256(seed.encode()).hexdigest()[:24]
-
-
-def idempotent(account: Account | None) -> bool:
-    """Whether the platform dedupes the account's sends by key (Capabilities.idempotent_sends)."""
-    return account is not None and account.channel is not None \
-        and account.channel.capabilities.idempotent_sends
 
 
 class _NotOurs(Exception):
@@ -436,34 +417,14 @@ class Outbox:
 
     async def _send(self, entry: OutboxEntry) -> None:
         if not self._tracing:
-            return await self._send_entry(entry, NO_SPAN)
-        tracer = self._tracer
-        payload = entry.payload
-        attributes = {
-            "messaging.system": entry.channel, "messaging.operation.type": "send",
-            "messaging.operation.name": "send",
-            "messaging.destination.name": entry.route.chat_id,
-            "chatkernel.account": f"{entry.channel}:{entry.account}",
-            "chatkernel.outbox.id": entry.id, "chatkernel.reply.id": entry.reply_id,
-            "chatkernel.chunk.index": payload.chunk_index,
-            "chatkernel.chunk.count": payload.chunk_count,
-            "chatkernel.payload.kind": "media" if payload.is_media else "text"}
-        if not payload.is_media:
-            attributes["messaging.message.body.size"] = len(payload.text.encode())
-            if tracer.capture_content:
-                attributes["chatkernel.message.text"] = payload.text
-        span = tracer.start(f"send {entry.channel}", kind="producer", parent=entry.trace,
-                            root=entry.trace is None, attributes=attributes)
-        try:
-            with tracer.use(span):
-                await self._send_entry(entry, span)
-        except BaseException as exc:
-            span.fail(exc)
-            raise
-        finally:
-            span.end()
+            return await self._send_entry(entry)
+        tracer = self._tracer  # the send is a span, its entry's while it lasts
+        with tracer.during(f"send {entry.channel}", kind="producer", parent=entry.trace,
+                           attributes=send_attributes(entry, tracer.capture_content),
+                           current=True) as entry.trace:
+            await self._send_entry(entry)
 
-    async def _send_entry(self, entry: OutboxEntry, span: Span) -> None:
+    async def _send_entry(self, entry: OutboxEntry) -> None:
         store = self._store()
         sessions = self._sessions()
         deliveries = self._deliveries
@@ -474,12 +435,11 @@ class Outbox:
         if entry.reply_id in self._failed_replies:
             await store.outbox_mark(entry.id, "failed", EARLIER_CHUNK_FAILED)
             deliveries.settled(entry, "failed", EARLIER_CHUNK_FAILED, why="earlier part")
-            span.set("chatkernel.delivery.status", "failed")
             return
         account = self._account(f"{entry.channel}:{entry.account}")
         if account is None or account.channel is None:
             await self._fail(entry, None, SendError(f"account {entry.channel}:{entry.account} "
-                                                    "is not running"), span)
+                                                    "is not running"))
             return
         route = await sessions.route(entry.session_key) or entry.route
         # The session decides (its own setting, its agent's policy): read it if a restart
@@ -493,7 +453,6 @@ class Outbox:
             await self._notify(entry, f"not sent: {self._part(entry)}: {verdict.reason}")
             deliveries.settled(entry, "failed", verdict.reason, why="policy",
                                       account=account)
-            span.set("chatkernel.delivery.status", "failed")
             return
         entry.payload.key = send_key(entry)
         limits = self.limits
@@ -504,7 +463,7 @@ class Outbox:
         # CLI command's own kernel reports a failure instead).
         holds = self._wait_for_platforms and policy.unreachable_max_age > 0
         delivery = _Delivery(self, entry, account, route, limiter, policy,
-                             outage if holds else None, span)
+                             outage if holds else None)
         if claimed:
             # Stored `sending` at submit: take the slot right before the request, once
             # the row is committed; a slot taken meanwhile sends it back to `pending`.
@@ -533,7 +492,7 @@ class Outbox:
                      entry.id)
             return
         except Exception as exc:
-            await self._fail(entry, account, exc, span)
+            await self._fail(entry, account, exc)
             return
         try:
             await store.outbox_mark(entry.id, "sent")
@@ -544,14 +503,13 @@ class Outbox:
             return
         account.last_sent_at = time.time()
         deliveries.settled(entry, "sent", account=account)
-        if span.recording:
-            span.set("chatkernel.delivery.status", "sent")
-            span.set("messaging.message.id", result.message_id if result is not None else None)
+        if entry.trace is not None and result is not None:
+            entry.trace.set("messaging.message.id", result.message_id)
         if result is not None and result.extra.get("notice"):
             await self._notify(entry, str(result.extra["notice"]))
         if account.channel.capabilities.delivery_statuses and result is not None and result.message_id:
             # The platform reports this message's fate later (core/outbound/delivery_statuses.py).
-            self._delivery_statuses.sent_as(entry, result.message_id, span)
+            self._delivery_statuses.sent_as(entry, result.message_id)
             await store.outbox_sent_as(entry.id, result.message_id)
 
     def _store_failing(self, error: Exception) -> None:
@@ -571,12 +529,9 @@ class Outbox:
             self._store_waited = 0
 
     async def _fail(self, entry: OutboxEntry, account: Account | None,
-                    exc: BaseException, span: Span = NO_SPAN) -> None:
+                    exc: BaseException) -> None:
         store = self._store()
         unknown = isinstance(exc, SendError) and exc.delivery_unknown
-        if span.recording:
-            span.set("chatkernel.delivery.status", "unknown" if unknown else "failed")
-            span.fail(exc)
         reason = str(exc) or type(exc).__name__
         await store.outbox_mark(entry.id, "unknown" if unknown else "failed", reason)
         self._failed_replies.add(entry.reply_id)
@@ -630,11 +585,10 @@ class _Delivery:
     """
 
     __slots__ = ("outbox", "entry", "account", "route", "limiter", "policy", "outage",
-                 "marked", "slot", "probe", "span")
+                 "marked", "slot", "probe")
 
     def __init__(self, outbox: Outbox, entry: OutboxEntry, account: Account, route: Route,
-                 limiter: "RateLimiter", policy: RetryPolicy, outage: Outage | None,
-                 span: Span = NO_SPAN) -> None:
+                 limiter: "RateLimiter", policy: RetryPolicy, outage: Outage | None) -> None:
         self.outbox = outbox
         self.entry = entry
         self.account = account
@@ -645,7 +599,6 @@ class _Delivery:
         self.marked = False
         self.slot: tuple[str, bool] | None = None
         self.probe = False  # this payload is the outage's probe
-        self.span = span  # its send's, where traced: its waits and retries are recorded
 
     async def attempt(self) -> SendResult:
         """One attempt of the retry policy (the markup fallback and a moved chat are
@@ -717,7 +670,8 @@ class _Delivery:
             if self.slot is None:
                 if not self.limiter.try_acquire(chat_id, is_group=is_group, hold=True):
                     await self._unmark()  # it waits: nothing is out
-                    await self._wait_for_slot(chat_id, is_group)
+                    with self.outbox._tracer.during("rate limit wait", parent=self.entry.trace):
+                        await self.limiter.acquire(chat_id, is_group=is_group, hold=True)
                 self.slot = (chat_id, is_group)
             if self.marked:
                 break
@@ -747,19 +701,6 @@ class _Delivery:
                 self.outbox._store_works()
             break
 
-    async def _wait_for_slot(self, chat_id: str, is_group: bool) -> None:
-        """Wait for the rate limiter's slot (a span of the send's trace, where traced)."""
-        if not self.span.recording:
-            await self.limiter.acquire(chat_id, is_group=is_group, hold=True)
-            return
-        wait = self.outbox._tracer.start("rate limit wait", parent=self.span, attributes={
-            "chatkernel.account": self.account.key,
-            "messaging.destination.name": chat_id})
-        try:
-            await self.limiter.acquire(chat_id, is_group=is_group, hold=True)
-        finally:
-            wait.end()
-
     async def _check_row(self, error: Exception) -> None:
         """After a failed commit: the entry's row must still be there (its insert may
         have been in that commit, rolled back with the journal entries it answers,
@@ -787,7 +728,8 @@ class _Delivery:
         self._release_slot()
         await self._unmark()
         self.outbox._resting.add(self.entry.session_key)
-        self.span.event("platform wait", {"chatkernel.reason": "the account's outage"})
+        if self.entry.trace is not None:
+            self.entry.trace.event("platform wait", {"chatkernel.reason": "outage"})
         left = self.entry.created_at + self.policy.unreachable_max_age - time.time()
         self.probe = await outage.turn(self.entry.id, time.monotonic() + left)
         if not self.probe and outage.active:
@@ -807,7 +749,8 @@ class _Delivery:
         unless it is too old by now."""
         metrics = self.outbox._metrics
         metrics.child(metrics.retries, self.account.channel_name, self.account.name).inc()
-        self.span.event("platform wait", _error_attributes(error))
+        if self.entry.trace is not None:
+            self.entry.trace.event("platform wait", error_attributes(error))
         await self._unmark()
         self.outbox._resting.add(self.entry.session_key)
         if time.time() - self.entry.created_at >= self.policy.unreachable_max_age:
@@ -825,10 +768,9 @@ class _Delivery:
         metrics = self.outbox._metrics
         account = self.account
         metrics.child(metrics.retries, account.channel_name, account.name).inc()
-        if self.span.recording:
-            self.span.event("retry", {"chatkernel.retry": retry,
-                                      "chatkernel.retry.delay_s": round(delay, 3),
-                                      **_error_attributes(error)})
+        if self.entry.trace is not None:
+            self.entry.trace.event("retry", {"chatkernel.retry": retry, **error_attributes(
+                error), "chatkernel.retry.delay_s": round(delay, 3)})
         if error.status == 429 or error.retry_after:
             # The platform throttled us: hold this chat back for as long as it asked.
             metrics.child(metrics.throttled, account.channel_name, account.name).inc()
@@ -849,11 +791,3 @@ class _Delivery:
         self.route = dataclasses.replace(self.route, chat_id=chat_id)
         if sessions.cached(self.entry.session_key) is not None:
             await sessions.set_route(self.entry.session_key, self.route)
-
-
-def _error_attributes(error: SendError) -> dict[str, str | int]:
-    """A failed request, as a span event's attributes."""
-    found: dict[str, str | int] = {"error.type": type(error).__qualname__}
-    if error.status is not None:
-        found["http.response.status_code"] = error.status
-    return found
