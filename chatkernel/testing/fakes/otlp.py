@@ -9,6 +9,7 @@ comes with the OTLP exporter: the ``otel`` extra) and keeps every span::
         ...  # run a gateway with it, send a message, stop it (its spans are sent)
         [turn] = otlp.named("turn")
         assert otlp.parent(turn).name == "process webchat"
+        print(otlp.tree(turn.trace_id))  # the trace's spans by name, children indented
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ class ReceivedSpan:
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     #: (trace id, span id) of each link.
     links: list[tuple[str, str]] = field(default_factory=list)
-    #: "unset", "ok" or "error".
+    #: "unset", "ok" or "error", and the status's description.
     status: str = "unset"
+    status_message: str = ""
     start_ns: int = 0
     end_ns: int = 0
     #: The attributes of the resource it came with (``service.name``...).
@@ -113,7 +115,38 @@ class OtlpReceiver:
         return [span for span in self.spans if span.trace_id == trace_id]
 
     def children(self, span: ReceivedSpan) -> list[ReceivedSpan]:
-        return [other for other in self.spans if other.parent_id == span.span_id]
+        """The span's children, in the order they started."""
+        return sorted((other for other in self.spans if other.parent_id == span.span_id),
+                      key=lambda other: (other.start_ns, other.name))
+
+    def tree(self, trace_id: str) -> str:
+        """A trace as text: a line per span, its name indented two spaces below its
+        parent, siblings in the order they started (a span whose parent was not
+        received is shown as a root)."""
+        spans = self.trace(trace_id)
+        ids = {span.span_id for span in spans}
+        lines: list[str] = []
+
+        def show(span: ReceivedSpan, depth: int) -> None:
+            lines.append("  " * depth + span.name)
+            for child in self.children(span):
+                show(child, depth + 1)
+
+        for root in sorted((span for span in spans if span.parent_id not in ids),
+                           key=lambda span: span.start_ns):
+            show(root, 0)
+        return "\n".join(lines)
+
+    def texts(self) -> list[str]:
+        """Every string the spans carry: names, attribute and event values, statuses'
+        descriptions (to check that no message text was sent)."""
+        found: list[str] = []
+        for span in self.spans:
+            values = [*span.attributes.values(),
+                      *(value for _, attributes in span.events for value in attributes.values())]
+            found += [value for value in values if isinstance(value, str)]
+            found += [span.name, span.status_message]
+        return found
 
 
 def _span(span: Any, resource: dict[str, Any]) -> ReceivedSpan:
@@ -124,6 +157,7 @@ def _span(span: Any, resource: dict[str, Any]) -> ReceivedSpan:
         events=[(event.name, _attributes(event.attributes)) for event in span.events],
         links=[(link.trace_id.hex(), link.span_id.hex()) for link in span.links],
         status={0: "unset", 1: "ok", 2: "error"}.get(span.status.code, "unset"),
+        status_message=span.status.message,
         start_ns=span.start_time_unix_nano, end_ns=span.end_time_unix_nano,
         resource=resource)
 
