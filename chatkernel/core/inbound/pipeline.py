@@ -499,7 +499,10 @@ class Inbound:
                                 ) -> None:
         account, message, seq, trace = item
         try:
-            await self._processed(account, message, seq, trace)
+            if self._tracing:
+                await self._traced(account, message, seq, trace)
+            else:
+                await self.process(account, message, seq)
         except Exception as exc:
             # Left unfinished in the journal: the next start replays it.
             log.exception("%s: message %s failed in the pipeline", account.key,
@@ -522,12 +525,10 @@ class Inbound:
             log.exception("%s: the failure notice for message %s was not sent", account.key,
                           message.message_id)
 
-    async def _processed(self, account: Account, message: InboundMessage, seq: int | None,
-                         trace: Span | None) -> str:
-        """:meth:`process`, in its ``process`` span when tracing (a child of ``trace``,
-        the message's ``receive`` span; a replayed message's is a trace's root)."""
-        if not self._tracing:
-            return await self.process(account, message, seq)
+    async def _traced(self, account: Account, message: InboundMessage, seq: int | None,
+                      trace: Span | None) -> str:
+        """:meth:`process` in its ``process`` span (tracing on): a child of ``trace``, the
+        message's ``receive`` span; a replayed message's is a trace's root."""
         tracer = self._tracer
         span = tracer.start(f"process {message.channel}", kind="consumer", parent=trace,
                             root=trace is None, attributes={
@@ -594,8 +595,8 @@ class Inbound:
                 return "accepted"  # lined up already (a takeover's replay brought it)
         if not self._tracing:
             return await self.process(account, message, seq)
-        trace = self._received(message, seq, started)
-        return await self._processed(account, message, seq, trace)
+        return await self._traced(account, message, seq,
+                                  self._received(message, seq, started))
 
     async def _journal(self, message: InboundMessage) -> tuple[Account, int] | None:
         """Validate, dedupe and journal (durably); None for a duplicate."""

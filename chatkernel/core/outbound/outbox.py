@@ -185,7 +185,8 @@ class Outbox:
         self._tracing = tracer.on
         # One ordered sender per session (see chatkernel.core.lines).
         self.lines: Lines[OutboxEntry] = Lines(
-            "sender", self._send, task_group=runtime.task_group,
+            "sender", self._traced_send if tracer.on else self._send,
+            task_group=runtime.task_group,
             linger=SENDER_LINGER_SECONDS, after=self._sent)
         self._failed_replies: set[str] = set()
         # Sessions whose reply was claimed and is not in its line yet, and the
@@ -415,16 +416,14 @@ class Outbox:
         """End the senders that lingered with nothing to send (see :class:`Lines`)."""
         return self.lines.reap_idle(now)
 
-    async def _send(self, entry: OutboxEntry) -> None:
-        if not self._tracing:
-            return await self._send_entry(entry)
+    async def _traced_send(self, entry: OutboxEntry) -> None:
         tracer = self._tracer  # the send is a span, its entry's while it lasts
         with tracer.during(f"send {entry.channel}", kind="producer", parent=entry.trace,
                            attributes=send_attributes(entry, tracer.capture_content),
                            current=True) as entry.trace:
-            await self._send_entry(entry)
+            await self._send(entry)
 
-    async def _send_entry(self, entry: OutboxEntry) -> None:
+    async def _send(self, entry: OutboxEntry) -> None:
         store = self._store()
         sessions = self._sessions()
         deliveries = self._deliveries
