@@ -579,6 +579,7 @@ async def test_openai_accepts_a_json_answer():
         finally:
             await agent.aclose()
     assert events == [AgentEvent("thinking", "hmm"), AgentEvent("tool", 'lookup({"q": 1})'),
+                      AgentEvent.usage(model="test-model", input_tokens=6, output_tokens=2),
                       AgentEvent.reply("plain answer")]
 
 

@@ -68,6 +68,7 @@ from chatkernel.core.health.presence import Presence, PresenceEntry
 from chatkernel.core.inbound.queue import QueueSettings, SessionQueue
 from chatkernel.core.inbound.sessions import Sessions
 from chatkernel.core.store.base import Store
+from chatkernel.core.telemetry import TelemetryUnavailable, tracer_for
 from chatkernel.core.turns.turns import Turns
 from chatkernel.core.wiring import Directory, Hosting, Running
 
@@ -122,6 +123,12 @@ class Kernel:
         #: The secrets this kernel knows; no agent output carries one to a chat or the
         #: session log (see :func:`chatkernel.core.turns.agents.redact_turns`).
         self.secrets = SecretFilter(cfg.kernel_secrets(self.config))
+        #: Each message's trace, with ``[telemetry]`` (core/telemetry.py); a restart
+        #: applies a change of it, as a reload leaves it.
+        try:
+            self.tracer = tracer = tracer_for(self.config.telemetry, self.secrets.redact)
+        except TelemetryUnavailable as exc:
+            raise cfg.ConfigError(str(exc), path=config_path, key="telemetry") from None
         self.workspace = self.config.workspace()
         self.channel_types: dict[str, type[Channel]] = {}
         self.commands: dict[str, Command] = {}
@@ -143,12 +150,13 @@ class Kernel:
             clustered=lambda: self.cluster is not None)
         #: Statuses channels report for messages already sent (core/outbound/delivery_statuses.py).
         self.delivery_statuses = DeliveryStatuses(
-            store=self._started_store, metrics=self.metrics, deliveries=self.deliveries)
+            store=self._started_store, metrics=self.metrics, deliveries=self.deliveries,
+            tracer=tracer)
         self.outbox = Outbox(
             runtime=running, rules=running, accounts=self.accounts, config_path=config_path,
             send=functools.partial(send_payload, self.pm, self.metrics),
             deliveries=self.deliveries, delivery_statuses=self.delivery_statuses,
-            metrics=self.metrics, wait_for_platforms=recover, pacing=pacing)
+            metrics=self.metrics, wait_for_platforms=recover, pacing=pacing, tracer=tracer)
         #: Builds replies' payloads and queues them (a turn's Responder is given it).
         self.replies = Replies(pm=self.pm, metrics=self.metrics, store=self._started_store,
                                  submit=self.outbox.submit, strip_stray=strip_stray_token)
@@ -177,7 +185,7 @@ class Kernel:
         self.inbound = Inbound(
             runtime=running, routing=directory, command_gateway=self.command_gateway,
             replies=self.replies, order=self.order, indicate=self.indicators.once,
-            pm=self.pm, metrics=self.metrics)
+            pm=self.pm, metrics=self.metrics, tracer=tracer)
         #: What receive loops get as ``deliver`` (see :class:`Receiver`).
         self.receiver = Receiver(self.inbound)
         self._heartbeat_clock = heartbeat_clock
@@ -269,6 +277,10 @@ class Kernel:
                 "its parent directory writable for this user, or set gateway.workspace to a "
                 "writable directory", path=self.config_path, key="gateway.workspace") from None
         agent_types = self.check()
+        if self.tracer.on:
+            self.tracer.open()
+            # Last on the way out: what the stop's sends made is in the batch sent.
+            stack.push_async_callback(anyio.to_thread.run_sync, self.tracer.shutdown)
         if self.unanswered:  # said at each start (config validate says it too)
             log.warning("no default agent: the chats no binding matches go unanswered in %s "
                         "(add [agents.default], or bindings for them)",
@@ -315,7 +327,7 @@ class Kernel:
             store=store, sessions=self._sessions, agents=roster,
             account_for=self.account_for, responder=responder,
             indicators=self.indicators, metrics=self.metrics, order=self.order,
-            live=self.live.preview)
+            live=self.live.preview, tracer=self.tracer)
 
         def session_busy(key: str) -> bool:  # the queue is built next, told of heartbeats
             return self.queue.is_busy(key)

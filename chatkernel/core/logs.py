@@ -16,6 +16,9 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from chatkernel.core.telemetry import log_ids
+
+
 class SecretFilter(logging.Filter):
     """Replaces known secret values, and whatever matches a channel's secret
     patterns (a token inside a URL that no config holds), in every record.
@@ -68,8 +71,9 @@ EXTRA_FIELDS = ("channel", "account")
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: ts, level, logger, message (and exc, and the
-    :data:`EXTRA_FIELDS` a record carries)."""
+    """One JSON object per line: ts, level, logger, message (and exc, the
+    :data:`EXTRA_FIELDS` a record carries, and ``trace_id`` and ``span_id`` while a
+    traced span runs: core/telemetry.py)."""
 
     def format(self, record: logging.LogRecord) -> str:
         data = {
@@ -84,6 +88,9 @@ class JsonFormatter(logging.Formatter):
                 data[name] = value
         if record.exc_text:
             data["exc"] = record.exc_text
+        ids = log_ids()
+        if ids is not None:
+            data["trace_id"], data["span_id"] = ids
         return json.dumps(data, ensure_ascii=False)
 
 

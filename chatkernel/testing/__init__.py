@@ -36,6 +36,7 @@ _LAZY = {
     "ManualClock": "chatkernel.testing.clock",
     "ScaledClock": "chatkernel.testing.clock",
     "FakeOpenAI": "chatkernel.testing.fakes.openai",
+    "OtlpReceiver": "chatkernel.testing.fakes.otlp",
     # The channel contract suite.
     "ChannelContract": "chatkernel.testing.contract",
     "ContractReceiver": "chatkernel.testing.contract",

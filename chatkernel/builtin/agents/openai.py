@@ -240,6 +240,9 @@ class OpenAIAgent(Agent):
             function = call.get("function") or {}
             yield AgentEvent("tool", f"{function.get('name', '?')}"
                                      f"({function.get('arguments', '')})", True)
+        usage = _usage(data)
+        if usage is not None:
+            yield usage
         yield AgentEvent.reply(_content_text(message.get("content")))
 
     async def _from_stream(self, response: Any, within: Any) -> AsyncIterator[AgentEvent]:
@@ -264,10 +267,11 @@ def _chunk_events(data: str, parts: list[str],
         return []
     if chunk.get("error"):
         raise _StreamError(_error_detail(data.encode()))
+    usage = _usage(chunk)  # the last chunk's, where the endpoint sends one
+    events: list[AgentEvent] = [usage] if usage is not None else []
     choices = chunk.get("choices") or []
     if not choices or not isinstance(choices[0], dict):
-        return []  # e.g. the usage chunk
-    events: list[AgentEvent] = []
+        return events  # e.g. the usage chunk
     delta = choices[0].get("delta") or choices[0].get("message") or {}
     reasoning = delta.get("reasoning_content") or delta.get("reasoning")
     if isinstance(reasoning, str) and reasoning:
@@ -290,6 +294,21 @@ def _chunk_events(data: str, parts: list[str],
         parts.append(content)
         events.append(AgentEvent("text", content, False))
     return events
+
+
+def _usage(data: dict) -> AgentEvent | None:
+    """The tokens an answer (or a stream's chunk) reports it used, if it does."""
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    model = data.get("model")
+    return AgentEvent.usage(model=model if isinstance(model, str) else None,
+                            input_tokens=_count(usage.get("prompt_tokens")),
+                            output_tokens=_count(usage.get("completion_tokens")))
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 async def _sse_data(response: Any, within: Any) -> AsyncIterator[str]:

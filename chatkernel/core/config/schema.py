@@ -294,6 +294,33 @@ class LoggingConfig(Section):
     max_age_days: float = Field(14, gt=0)
 
 
+class TelemetryConfig(Section):
+    """``[telemetry]``: OpenTelemetry traces sent over OTLP/HTTP (the ``otel`` extra;
+    docs/operations.md, "Telemetry"). Without the table nothing of OpenTelemetry is
+    imported. A restart applies a change."""
+
+    #: The collector's OTLP/HTTP base URL; spans go to ``<otlp_endpoint>/v1/traces``.
+    otlp_endpoint: str = "http://127.0.0.1:4318"
+    #: The ``service.name`` of the spans' resource.
+    service_name: str = Field("chatkernel", min_length=1, max_length=200)
+    #: The share of messages traced (0 to 1), decided on each trace's root span.
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+    #: Put message text into the spans (the inbound text, the agent's prompt and its
+    #: answer): off, since a trace store is seldom kept as private as the chats.
+    capture_content: bool = False
+
+    @field_validator("otlp_endpoint")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        url = value.strip().rstrip("/")
+        if not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", url):
+            raise ValueError(f"expected the collector's OTLP/HTTP URL such as "
+                             f"http://127.0.0.1:4318, got {value!r}")
+        if url.endswith("/v1/traces"):  # given whole: the exporter's path is added once
+            url = url[:-len("/v1/traces")]
+        return url
+
+
 class PresenceConfig(Section):
     """``[presence]``: the gateway's list of running instances and clients."""
 
@@ -414,6 +441,8 @@ class KernelConfig(Section):
     presence: PresenceConfig = Field(default_factory=PresenceConfig)
     send_policy: SendPolicyConfig = Field(default_factory=SendPolicyConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    #: OpenTelemetry traces (None: no ``[telemetry]`` table, off).
+    telemetry: TelemetryConfig | None = None
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
     #: Scheduled jobs and inbound triggers (docs/jobs.md): their models are in
     #: config/jobs.py, resolved when the package is imported (config/__init__.py).

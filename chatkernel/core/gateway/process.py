@@ -155,8 +155,11 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
     from chatkernel.core.gateway import endpoints as health_http
     from chatkernel.core.gateway import hooks, http_guard
 
-    app = web.Application(client_max_size=http_guard.MAX_BODY_BYTES,
-                          middlewares=[http_server.track_requests])
+    middlewares = [http_server.track_requests]
+    traced = kernel.tracer.http_middleware()  # a webhook's request: its message's trace
+    if traced is not None:
+        middlewares.append(traced)
+    app = web.Application(client_max_size=http_guard.MAX_BODY_BYTES, middlewares=middlewares)
     seen: set[tuple[str, str]] = set()
     owned = [(account, route) for account in kernel.accounts.values()
              if account.transport is not None for route in account.transport.http_routes()]

@@ -40,6 +40,7 @@ from chatkernel.core.plugins import await_maybe
 from chatkernel.core.inbound.queue import QueuedMessage
 from chatkernel.core.inbound.sessions import route_for
 from chatkernel.core.store.base import StoreError
+from chatkernel.core.telemetry import OFF, Span, Tracer
 from chatkernel.sdk.codec import encode_json_bytes
 from chatkernel.sdk.errors import Backlogged
 
@@ -293,7 +294,7 @@ class Inbound:
     def __init__(self, *, runtime: InboundRuntime, routing: InboundRouting,
                  command_gateway: CommandGateway, replies: Replies, order: OutputOrder,
                  indicate: Callable[[Account, Route, str], None], pm: PluginManager,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, tracer: Tracer = OFF) -> None:
         # The ports' calls, bound once: a call per message costs what a function did.
         self._store = runtime.store
         self._sessions = runtime.sessions
@@ -310,11 +311,15 @@ class Inbound:
         self._indicate = indicate
         self._pm = pm
         self._metrics = metrics
+        #: Each message's trace (core/telemetry.py); ``_tracing`` is read per message.
+        self._tracer = tracer
+        self._tracing = tracer.on
         self._observed = True  # anyone implementing inbound_delivered? (asked on start)
         self._last_chat: dict[str, dict] = {}
         self._last_chat_dirty: set[str] = set()
-        # accept(): a line per chat of journaled messages (see chatkernel.core.lines).
-        self.lines: Lines[tuple[Account, InboundMessage, int]] = Lines(
+        # accept(): a line per chat of journaled messages (see chatkernel.core.lines),
+        # each with the span of its trace it is at (None: tracing off, or replayed).
+        self.lines: Lines[tuple[Account, InboundMessage, int, Span | None]] = Lines(
             "inbound", self._process_accepted, task_group=runtime.task_group,
             linger=LINE_LINGER_SECONDS, after=self._taken)
         self._room = anyio.Event()  # set whenever the backlog is below ACCEPT_BACKLOG
@@ -344,11 +349,14 @@ class Inbound:
         messages are already waiting.
         """
         await self._wait_for_room(None)
+        started = time.time_ns() if self._tracing else 0
         accepted = await self._journal(message)
+        trace = self._received(message, accepted[1] if accepted else None, started) \
+            if self._tracing else None
         if accepted is None:
             return "duplicate"
         account, seq = accepted
-        self._line_up_if_owned(account, seq, message)
+        self._line_up_if_owned(account, seq, message, trace)
         return "accepted"
 
     async def accept_many(self, messages: list[InboundMessage], *,
@@ -382,13 +390,40 @@ class Inbound:
             outcomes.append("accepted")
         store = self._store()
         journal = store.journal_inbound_shared if shared else store.journal_inbound_many
+        started = time.time_ns() if self._tracing else 0
         seqs = await journal([m for _, _, m in valid])
         for (index, account, message), seq in zip(valid, seqs):
+            trace = self._received(message, seq, started) if self._tracing else None
             if self._counted(account, message, seq) is None:
                 outcomes[index] = "duplicate"
             else:
-                self._line_up_if_owned(account, seq, message)
+                self._line_up_if_owned(account, seq, message, trace)
         return outcomes
+
+    def _received(self, message: InboundMessage, seq: int | None, started: int) -> Span:
+        """A journaled message's trace begins (tracing on): its ``receive`` span, from
+        ``started`` (``time.time_ns()``) to now, with the journal write's below it; a
+        batch's messages, journaled in one write, each get the write in their trace."""
+        tracer = self._tracer
+        attributes = {
+            "messaging.system": message.channel, "messaging.operation.type": "receive",
+            "messaging.operation.name": "receive",
+            "messaging.destination.name": f"{message.channel}:{message.account}",
+            "messaging.message.id": message.message_id,
+            "messaging.message.conversation_id": message.chat_id,
+            "messaging.message.body.size": len(message.text.encode()),
+            "chatkernel.media.count": len(message.media)}
+        if tracer.capture_content:
+            attributes["chatkernel.message.text"] = message.text
+        span = tracer.inbound(f"receive {message.channel}", attributes, started)
+        journal = tracer.start("journal", parent=span, start_ns=started, attributes={
+            "db.system.name": self._store().name, "db.operation.name": "journal_inbound"})
+        journal.set("chatkernel.journal.seq", seq)
+        journal.set("chatkernel.duplicate", seq is None)
+        journal.end()
+        span.set("chatkernel.outcome", "duplicate" if seq is None else "accepted")
+        span.end()
+        return span
 
     async def wait_for_room(self, channel: str, account: str) -> None:
         """A webhook's wait for room (see :meth:`Receiver.room`)."""
@@ -418,16 +453,19 @@ class Inbound:
         raise Backlogged(f"the gateway has {ACCEPT_BACKLOG} messages waiting: send it again",
                          retry_after=BACKLOGGED_RETRY_AFTER)
 
-    def _line_up_if_owned(self, account: Account, seq: int, message: InboundMessage) -> None:
+    def _line_up_if_owned(self, account: Account, seq: int, message: InboundMessage,
+                          trace: Span | None = None) -> None:
         """After journaling: the pipeline goes on here, unless several instances share
         the store. Then the account's owner reads every message from the account's
         inbox, even those it journaled itself: in journal order, whichever instance
         took them (core/runtime/cluster.py)."""
         if self._cluster() is None:
-            self.line_up(account, seq, message)
+            self.line_up(account, seq, message, trace)
 
-    def line_up(self, account: Account, seq: int, message: InboundMessage) -> None:
-        """Queue a journaled message behind its chat's earlier ones.
+    def line_up(self, account: Account, seq: int, message: InboundMessage,
+                trace: Span | None = None) -> None:
+        """Queue a journaled message behind its chat's earlier ones (``trace``: the span
+        of its trace it is at, see core/telemetry.py).
 
         With several instances, a message may come both from the account's unfinished
         journal and its inbox when an instance takes it over: it is lined up once."""
@@ -438,7 +476,7 @@ class Inbound:
                 return
             if not self._mark_lined(account, seq):
                 return
-        self.lines.put(_chat_key(message), (account, message, seq))
+        self.lines.put(_chat_key(message), (account, message, seq, trace))
         if len(self.lines) == ACCEPT_BACKLOG:
             self._room = anyio.Event()
 
@@ -457,10 +495,14 @@ class Inbound:
         done or left unfinished, and is replayed."""
         self._lined.pop(account.key, None)
 
-    async def _process_accepted(self, item: tuple[Account, InboundMessage, int]) -> None:
-        account, message, seq = item
+    async def _process_accepted(self, item: tuple[Account, InboundMessage, int, Span | None]
+                                ) -> None:
+        account, message, seq, trace = item
         try:
-            await self.process(account, message, seq)
+            if self._tracing:
+                await self._traced(account, message, seq, trace)
+            else:
+                await self.process(account, message, seq)
         except Exception as exc:
             # Left unfinished in the journal: the next start replays it.
             log.exception("%s: message %s failed in the pipeline", account.key,
@@ -483,7 +525,31 @@ class Inbound:
             log.exception("%s: the failure notice for message %s was not sent", account.key,
                           message.message_id)
 
-    def _taken(self, item: tuple[Account, InboundMessage, int]) -> None:
+    async def _traced(self, account: Account, message: InboundMessage, seq: int | None,
+                      trace: Span | None) -> str:
+        """:meth:`process` in its ``process`` span (tracing on): a child of ``trace``, the
+        message's ``receive`` span; a replayed message's is a trace's root."""
+        tracer = self._tracer
+        span = tracer.start(f"process {message.channel}", kind="consumer", parent=trace,
+                            root=trace is None, attributes={
+                                "messaging.system": message.channel,
+                                "messaging.operation.type": "process",
+                                "messaging.operation.name": "process",
+                                "messaging.message.id": message.message_id,
+                                "chatkernel.replayed": trace is None})
+        try:
+            with tracer.use(span):
+                outcome = await self.process(account, message, seq)
+        except BaseException as exc:
+            span.fail(exc)
+            raise
+        else:
+            span.set("chatkernel.outcome", outcome)
+        finally:
+            span.end()
+        return outcome
+
+    def _taken(self, item: tuple[Account, InboundMessage, int, Span | None]) -> None:
         if len(self.lines) == ACCEPT_BACKLOG - 1:
             self._room.set()
 
@@ -503,6 +569,7 @@ class Inbound:
         (``started``, ``queued``, ``steered``, ``interrupted``, ``refused``).
         """
         cluster = self._cluster()
+        started = time.time_ns() if self._tracing else 0
         if cluster is None:
             accepted = await self._journal(message)
         else:
@@ -526,7 +593,10 @@ class Inbound:
                 return "accepted"  # its owner runs it, from its inbox (core/runtime/cluster.py)
             if not self._mark_lined(account, seq):
                 return "accepted"  # lined up already (a takeover's replay brought it)
-        return await self.process(account, message, seq)
+        if not self._tracing:
+            return await self.process(account, message, seq)
+        return await self._traced(account, message, seq,
+                                  self._received(message, seq, started))
 
     async def _journal(self, message: InboundMessage) -> tuple[Account, int] | None:
         """Validate, dedupe and journal (durably); None for a duplicate."""
@@ -602,7 +672,8 @@ class Inbound:
         # between would cost a write and change nothing a restart does.
         if seq is not None:
             self._order.opened(record.key, seq)  # answers sent after this one wait for it
-        outcome = await queue.enqueue(record.key, QueuedMessage(message, seq))
+        outcome = await queue.enqueue(record.key, QueuedMessage(
+            message, seq, self._tracer.current() if self._tracing else None))
         if outcome == "steered" and seq is not None:  # the running turn answers it
             await self._order.closed(record.key, [seq])
         if self._observed:

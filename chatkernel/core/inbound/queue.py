@@ -88,10 +88,12 @@ def parse_queue_args(args: str) -> dict[str, Any]:
 
 @dataclass(slots=True)
 class QueuedMessage:
-    """A message waiting in a lane, with its journal seq."""
+    """A message waiting in a lane, with its journal seq, and the span of its trace it
+    is at (core/telemetry.py; None: tracing off)."""
 
     message: InboundMessage
     seq: int | None
+    trace: Any = None
 
 
 @dataclass(slots=True)

@@ -148,6 +148,10 @@ class Deliveries:
         when the caller has it at hand)."""
         if account is None:
             account = self._account(f"{entry.channel}:{entry.account}")
+        if entry.trace is not None:  # its send's span (core/telemetry.py)
+            entry.trace.set("chatkernel.delivery.status", status)
+            if status != "sent":
+                entry.trace.fail(exc if exc is not None else why or status)
         if status == "sent":  # every payload comes here: the short way
             if account is not None:
                 account.runtime.send_ok()

@@ -28,10 +28,11 @@ import logging
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from chatkernel.core.telemetry import OFF, Tracer
 from chatkernel.sdk.models import SendError
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ class Fate:
     part: int = 0
     status: str | None = None
     reason: str | None = None
+    #: The send's span (core/telemetry.py): the statuses are its children.
+    trace: Any = None
 
     @property
     def final(self) -> bool:
@@ -98,12 +101,14 @@ class DeliveryStatuses:
 
     ``store()`` is the opened store (the outbox's entries, the session logs);
     ``metrics`` counts the statuses and failed deliveries; ``deliveries`` is told of
-    a payload that failed after it was sent, like one the send itself reported.
+    a payload that failed after it was sent, like one the send itself reported;
+    ``tracer``: each status a span, a child of its message's send (core/telemetry.py).
     """
 
     def __init__(self, *, store: "Callable[[], Store]", metrics: "Metrics",
-                 deliveries: "Deliveries") -> None:
+                 deliveries: "Deliveries", tracer: Tracer = OFF) -> None:
         self._store = store
+        self._tracer = tracer
         self._metrics = metrics
         self._deliveries = deliveries
         self._fates: OrderedDict[str, Fate] = OrderedDict()  # by the platform's id
@@ -125,6 +130,8 @@ class DeliveryStatuses:
         """The outbox sent ``entry``, which the platform knows as ``platform_id``."""
         fate = self._fate(platform_id)
         fate.reply_id, fate.part = entry.reply_id, entry.payload.chunk_index
+        if entry.trace is not None and entry.trace.recording:  # its send's span
+            fate.trace = entry.trace
         self._changed(entry.reply_id)
 
     async def wait(self, reply_id: str, count: int, timeout: float) -> DeliveryWait:
@@ -146,6 +153,27 @@ class DeliveryStatuses:
                 del self._waiting[reply_id]
         return self._found(reply_id, count)
 
+    def _traced(self, account: "Account", platform_id: str, status: str,
+                code: str | int | None) -> None:
+        """A status as a span in its message's trace, a child of the send (a message
+        sent before a restart, or untraced: the root of a trace of its own), linked to
+        the request that brought it."""
+        tracer = self._tracer
+        fate = self._fates.get(platform_id)
+        parent = fate.trace if fate is not None else None
+        carrier = tracer.request()
+        span = tracer.start(
+            f"delivery status {account.channel_name}", kind="consumer", parent=parent,
+            root=parent is None, links=[carrier] if carrier is not None else [], attributes={
+                "messaging.system": account.channel_name,
+                "messaging.operation.type": "receive",
+                "messaging.operation.name": "delivery_status",
+                "messaging.message.id": platform_id, "chatkernel.account": account.key,
+                "chatkernel.delivery.status": status})
+        if status == "failed":
+            span.fail(str(code) if code is not None else "failed")
+        span.end()
+
     def _found(self, reply_id: str, count: int) -> DeliveryWait:
         parts = {fate.part: fate for fate in self._fates.values()
                  if fate.reply_id == reply_id and fate.status is not None}
@@ -162,6 +190,8 @@ class DeliveryStatuses:
         if status not in STATUSES:
             raise ValueError(f"delivery status must be one of {', '.join(STATUSES)}, "
                              f"not {status!r}")
+        if self._tracer.on:
+            self._traced(account, platform_id, status, code)
         metrics = self._metrics
         metrics.child(metrics.delivery_statuses, account.channel_name, account.name,
                       status).inc()

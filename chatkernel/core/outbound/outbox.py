@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import itertools
 import logging
 import time
@@ -62,13 +61,16 @@ from chatkernel.core.outbound.retry import (
     RetryPolicy,
     format_delay,
     is_retryable,
+    idempotent,
     never_sent,
     platform_down,
     repeatable_with_key,
+    send_key,
     with_retries,
 )
 from chatkernel.core.store.base import OutboxEntry
 from chatkernel.core.store.shared import LeaseLost
+from chatkernel.core.telemetry import OFF, Tracer, error_attributes, send_attributes
 
 if TYPE_CHECKING:
     from anyio.abc import TaskGroup
@@ -99,26 +101,6 @@ STORE_RETRY_MAX = 5.0
 RESTORE_SLACK = 3600.0
 #: Outbox ids remembered per account as queued here (several instances, see adopt).
 KNOWN_REMEMBERED = 100_000
-
-
-def send_key(entry: OutboxEntry) -> str:
-    """The idempotency key of an entry's sends (``OutboundPayload.key``).
-
-    Derived from what the store keeps of the entry, so it is the same on every
-    attempt and after a restart: its channel, account and id (unique in a store:
-    SQLite's AUTOINCREMENT never reuses one, Redis counts with INCR), and the exact
-    time it was queued (both stores read it back bit for bit), so that a new
-    database, whose ids start again at 1, makes no key the platform saw before.
-    24 hex characters: safe in a URL path, within Discord's 25-character nonce.
-    """
-    seed = f"{entry.channel}\0{entry.account}\0{entry.id}\0{entry.created_at!r}"
-    return hashlib.sha256(seed.encode()).hexdigest()[:24]
-
-
-def idempotent(account: Account | None) -> bool:
-    """Whether the platform dedupes the account's sends by key (Capabilities.idempotent_sends)."""
-    return account is not None and account.channel is not None \
-        and account.channel.capabilities.idempotent_sends
 
 
 class _NotOurs(Exception):
@@ -174,14 +156,16 @@ class Outbox:
     - ``metrics``: failures, retries and throttling counted;
     - ``wait_for_platforms``: a payload waits for an unreachable platform (a gateway
       lives on to send it); False: it fails at once (a CLI command's own kernel);
-    - ``pacing``: the time the rate limits are counted in (real time by default).
+    - ``pacing``: the time the rate limits are counted in (real time by default);
+    - ``tracer``: each send a span of the trace that queued it (core/telemetry.py).
     """
 
     def __init__(self, *, runtime: OutboxRuntime, rules: SendRules,
                  accounts: Mapping[str, Account], config_path: Path | None,
                  send: SendPayload, deliveries: "Deliveries",
                  delivery_statuses: "DeliveryStatuses", metrics: "Metrics",
-                 wait_for_platforms: bool, pacing: "Pacing | None" = None) -> None:
+                 wait_for_platforms: bool, pacing: "Pacing | None" = None,
+                 tracer: Tracer = OFF) -> None:
         from chatkernel.core.outbound.ratelimit import REAL_TIME
 
         # The ports' calls, bound once: a call per payload costs what a function did.
@@ -197,9 +181,12 @@ class Outbox:
         self._delivery_statuses = delivery_statuses
         self._metrics = metrics
         self._wait_for_platforms = wait_for_platforms
+        self._tracer = tracer
+        self._tracing = tracer.on
         # One ordered sender per session (see chatkernel.core.lines).
         self.lines: Lines[OutboxEntry] = Lines(
-            "sender", self._send, task_group=runtime.task_group,
+            "sender", self._traced_send if tracer.on else self._send,
+            task_group=runtime.task_group,
             linger=SENDER_LINGER_SECONDS, after=self._sent)
         self._failed_replies: set[str] = set()
         # Sessions whose reply was claimed and is not in its line yet, and the
@@ -246,6 +233,10 @@ class Outbox:
                         channel=account.channel_name, account=account.name, route=route,
                         payload=payload, status="pending", error=None, created_at=0.0)
             for payload in payloads]
+        if self._tracing:  # sent in the trace of the turn (or the message) queueing them
+            trace = self._tracer.current()
+            for entry in entries:
+                entry.trace = trace
         cluster = self._cluster()
         if cluster is not None and not cluster.owns(account.key):
             # Another instance owns the account: it reads these from the account's
@@ -425,6 +416,13 @@ class Outbox:
         """End the senders that lingered with nothing to send (see :class:`Lines`)."""
         return self.lines.reap_idle(now)
 
+    async def _traced_send(self, entry: OutboxEntry) -> None:
+        tracer = self._tracer  # the send is a span, its entry's while it lasts
+        with tracer.during(f"send {entry.channel}", kind="producer", parent=entry.trace,
+                           attributes=send_attributes(entry, tracer.capture_content),
+                           current=True) as entry.trace:
+            await self._send(entry)
+
     async def _send(self, entry: OutboxEntry) -> None:
         store = self._store()
         sessions = self._sessions()
@@ -504,6 +502,8 @@ class Outbox:
             return
         account.last_sent_at = time.time()
         deliveries.settled(entry, "sent", account=account)
+        if entry.trace is not None and result is not None:
+            entry.trace.set("messaging.message.id", result.message_id)
         if result is not None and result.extra.get("notice"):
             await self._notify(entry, str(result.extra["notice"]))
         if account.channel.capabilities.delivery_statuses and result is not None and result.message_id:
@@ -669,7 +669,8 @@ class _Delivery:
             if self.slot is None:
                 if not self.limiter.try_acquire(chat_id, is_group=is_group, hold=True):
                     await self._unmark()  # it waits: nothing is out
-                    await self.limiter.acquire(chat_id, is_group=is_group, hold=True)
+                    with self.outbox._tracer.during("rate limit wait", parent=self.entry.trace):
+                        await self.limiter.acquire(chat_id, is_group=is_group, hold=True)
                 self.slot = (chat_id, is_group)
             if self.marked:
                 break
@@ -726,6 +727,8 @@ class _Delivery:
         self._release_slot()
         await self._unmark()
         self.outbox._resting.add(self.entry.session_key)
+        if self.entry.trace is not None:
+            self.entry.trace.event("platform wait", {"chatkernel.reason": "outage"})
         left = self.entry.created_at + self.policy.unreachable_max_age - time.time()
         self.probe = await outage.turn(self.entry.id, time.monotonic() + left)
         if not self.probe and outage.active:
@@ -745,6 +748,8 @@ class _Delivery:
         unless it is too old by now."""
         metrics = self.outbox._metrics
         metrics.child(metrics.retries, self.account.channel_name, self.account.name).inc()
+        if self.entry.trace is not None:
+            self.entry.trace.event("platform wait", error_attributes(error))
         await self._unmark()
         self.outbox._resting.add(self.entry.session_key)
         if time.time() - self.entry.created_at >= self.policy.unreachable_max_age:
@@ -762,6 +767,9 @@ class _Delivery:
         metrics = self.outbox._metrics
         account = self.account
         metrics.child(metrics.retries, account.channel_name, account.name).inc()
+        if self.entry.trace is not None:
+            self.entry.trace.event("retry", {"chatkernel.retry": retry, **error_attributes(
+                error), "chatkernel.retry.delay_s": round(delay, 3)})
         if error.status == 429 or error.retry_after:
             # The platform throttled us: hold this chat back for as long as it asked.
             metrics.child(metrics.throttled, account.channel_name, account.name).inc()

@@ -23,6 +23,7 @@ attempts; a run of them is an outage of the whole account.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import logging
 import math
@@ -30,12 +31,16 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from chatkernel.core.durations import format_interval, parse_interval
 from chatkernel.sdk.models import SendError
+
+if TYPE_CHECKING:
+    from chatkernel.core.store.base import OutboxEntry
+    from chatkernel.sdk.models import Account
 
 log = logging.getLogger("chatkernel.retry")
 
@@ -137,6 +142,26 @@ def repeatable_with_key(exc: BaseException) -> bool:
     if isinstance(exc, SendError):
         return exc.retryable or exc.delivery_unknown
     return False
+
+
+def send_key(entry: "OutboxEntry") -> str:
+    """The idempotency key of an entry's sends (``OutboundPayload.key``).
+
+    Derived from what the store keeps of the entry, so it is the same on every
+    attempt and after a restart: its channel, account and id (unique in a store:
+    SQLite's AUTOINCREMENT never reuses one, Redis counts with INCR), and the exact
+    time it was queued (both stores read it back bit for bit), so that a new
+    database, whose ids start again at 1, makes no key the platform saw before.
+    24 hex characters: safe in a URL path, within Discord's 25-character nonce.
+    """
+    seed = f"{entry.channel}\0{entry.account}\0{entry.id}\0{entry.created_at!r}"
+    return hashlib.sha256(seed.encode()).hexdigest()[:24]
+
+
+def idempotent(account: "Account | None") -> bool:
+    """Whether the platform dedupes the account's sends by key (Capabilities.idempotent_sends)."""
+    return account is not None and account.channel is not None \
+        and account.channel.capabilities.idempotent_sends
 
 
 def never_sent(exc: BaseException) -> bool:

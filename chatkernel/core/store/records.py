@@ -88,6 +88,8 @@ class OutboxEntry:
     status: str
     error: str | None
     created_at: float
+    #: The span of the trace that queued it (core/telemetry.py): in memory, never stored.
+    trace: Any = field(default=None, compare=False, repr=False)
 
 
 class RecentSend(NamedTuple):

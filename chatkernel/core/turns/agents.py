@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from chatkernel.sdk.models import MediaRef
     from chatkernel.core.store.base import Store
 
-EventKind = Literal["text", "tool", "thinking", "error", "system"]
+EventKind = Literal["text", "tool", "thinking", "error", "system", "usage"]
 
 
 @dataclass(slots=True)
@@ -31,6 +31,8 @@ class AgentEvent:
     kind: EventKind
     text: str = ""
     final: bool = True  # for "text": a complete block that may be sent
+    #: For "usage": what the model reported (``model``, ``input_tokens``, ``output_tokens``).
+    meta: dict[str, Any] | None = None
 
     @classmethod
     def reply(cls, text: str) -> "AgentEvent":
@@ -39,6 +41,14 @@ class AgentEvent:
     @classmethod
     def error(cls, text: str) -> "AgentEvent":
         return cls("error", text)
+
+    @classmethod
+    def usage(cls, *, model: str | None = None, input_tokens: int | None = None,
+              output_tokens: int | None = None) -> "AgentEvent":
+        """What a model call of the turn used, as the model reported it: never sent,
+        it goes into the turn's trace (``gen_ai.usage.*``, core/telemetry.py)."""
+        meta = {"model": model, "input_tokens": input_tokens, "output_tokens": output_tokens}
+        return cls("usage", meta={k: v for k, v in meta.items() if v is not None})
 
 
 @dataclass(slots=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -37,6 +37,7 @@ from chatkernel.core.inbound.queue import Batch, QueuedMessage
 from chatkernel.core.inbound.sessions import Sessions
 from chatkernel.core.store.base import LogRow, SessionRecord, Store
 from chatkernel.core.store.shared import LeaseLost
+from chatkernel.core.telemetry import OFF, Span, Tracer
 
 if TYPE_CHECKING:
     from chatkernel.core.outbound.live import TurnPreview
@@ -65,7 +66,7 @@ class Turns:
     def __init__(self, *, store: Store, sessions: Sessions, agents: Roster,
                  account_for: Callable[[str, str], Account], responder: ResponderFactory,
                  indicators: Indicators, metrics: Metrics, order: OutputOrder,
-                 live: LivePreviews | None = None) -> None:
+                 live: LivePreviews | None = None, tracer: Tracer = OFF) -> None:
         self._store = store
         self._sessions = sessions
         self._agents = agents
@@ -75,6 +76,8 @@ class Turns:
         self._metrics = metrics
         self._order = order
         self._live = live
+        self._tracer = tracer
+        self._tracing = tracer.on
         #: The responder and agent of each session's running turn (steered messages
         #: join it).
         self._running: dict[str, tuple[Responder, Agent]] = {}
@@ -87,11 +90,36 @@ class Turns:
         """One agent turn for a session, then the command answers that waited for it
         (see chatkernel.core.outbound.order)."""
         try:
-            await self._turn(key, batch)
+            if self._tracing:
+                await self._traced_turn(key, batch)
+            else:
+                await self._turn(key, batch)
         finally:
             if self._order.close(key, [item.seq for item in batch.items]):
                 with anyio.CancelScope(shield=True):  # an interrupted turn is over too
                     await self._order.release(key)
+
+    async def _traced_turn(self, key: str, batch: Batch) -> None:
+        """:meth:`_turn` in its span: in the trace of its first message, linked to the
+        others' (a collected turn answers several), current while it runs so that its
+        replies' sends are its children."""
+        traces = [item.trace for item in batch.items if item.trace is not None]
+        tracer = self._tracer
+        span = tracer.start("turn", parent=traces[0] if traces else None, root=not traces,
+                            links=traces[1:], attributes={
+                                "chatkernel.session.key": key,
+                                "chatkernel.turn.messages": len(batch.items)})
+        try:
+            with tracer.use(span):
+                await self._turn(key, batch)
+        except anyio.get_cancelled_exc_class():
+            span.set("chatkernel.outcome", "interrupted")
+            raise
+        except BaseException as exc:
+            span.fail(exc)
+            raise
+        finally:
+            span.end()
 
     async def _turn(self, key: str, batch: Batch) -> None:
         """Ask the agent, queue its replies, log the turn."""
@@ -142,6 +170,8 @@ class Turns:
             # The preview's updates run beside the agent, and end with the turn.
             async with preview if preview is not None else contextlib.nullcontext():
                 events = agent.turn(request)
+                if self._tracing:
+                    events = self._traced_agent(agent, request, events)
                 try:
                     async for event in events:
                         await responder.handle(event)
@@ -172,6 +202,42 @@ class Turns:
             unlogged, unfinished = responder.unlogged(), responder.unfinished_journal()
             if (unlogged or unfinished) and not lost:
                 await self._finish(key, record.session_id, unlogged, unfinished)
+
+    async def _traced_agent(self, agent: Agent, request: TurnRequest,
+                            events: AsyncIterator[AgentEvent]) -> AsyncIterator[AgentEvent]:
+        """The agent's events, its call a span of the turn (gen_ai's conventions): the
+        model and the tokens where the agent reports them (``AgentEvent.usage``)."""
+        tracer = self._tracer
+        model = getattr(agent.config, "model", "") or ""
+        operation = "chat" if model else "invoke_agent"
+        attributes = {"gen_ai.operation.name": operation, "gen_ai.system": agent.name,
+                      "gen_ai.agent.name": agent.name}
+        if model:
+            attributes["gen_ai.request.model"] = model
+        if tracer.capture_content:
+            attributes["chatkernel.agent.input"] = request.prompt
+        span = tracer.start(f"{operation} {model or agent.name}", kind="client",
+                            attributes=attributes)
+        tokens = {"input_tokens": 0, "output_tokens": 0}
+        answer: list[str] = []
+        try:
+            async for event in events:
+                if event.kind == "usage" and event.meta:
+                    _add_usage(span, tokens, event.meta)
+                elif event.kind == "text" and event.final and tracer.capture_content:
+                    answer.append(event.text)
+                elif event.kind == "error":
+                    span.set("error.type", "agent_error")
+                yield event
+        except BaseException as exc:
+            if not isinstance(exc, (GeneratorExit, anyio.get_cancelled_exc_class())):
+                span.fail(exc)
+            raise
+        finally:
+            if answer:
+                span.set("chatkernel.agent.output", "\n\n".join(answer))
+            span.end()
+            await events.aclose()  # type: ignore[attr-defined]
 
     async def _finish(self, key: str, session_id: str, log_rows: list[LogRow],
                       journal_seqs: list[int]) -> None:
@@ -214,6 +280,17 @@ class Turns:
                                [user_log_row(item.message)] if record else [],
                                [item.seq] if item.seq is not None else [])
         return True
+
+
+def _add_usage(span: Span, tokens: dict[str, int], usage: dict) -> None:
+    """A usage report on the agent's span: tokens add up over the turn's model calls."""
+    if usage.get("model"):
+        span.set("gen_ai.response.model", str(usage["model"]))
+    for name in ("input_tokens", "output_tokens"):
+        value = usage.get(name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            tokens[name] += value
+            span.set(f"gen_ai.usage.{name}", tokens[name])
 
 
 def user_log_row(message: InboundMessage) -> LogRow:
