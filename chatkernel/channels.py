@@ -32,9 +32,12 @@ The pieces, by concern:
   :func:`refusal`, :func:`deliver_many`, :func:`normalize_batch`, :func:`per_chat`;
   webhooks: :class:`Verifier`, :class:`SecretHeader`, :class:`HmacSignature`
   (Slack's and Meta's schemes live in their plugins), :class:`WebhookRejected`;
-  sockets: :class:`SocketLink`;
+  sockets: :class:`SocketLink`; websocket gateways: :class:`Heartbeat` (beats, their
+  acknowledgements and :class:`MissedHeartbeat`), :class:`JitteredBackoff`;
 - the platform's HTTP API: :class:`HttpClient`, :class:`Answer`,
-  :class:`PlatformError`, :func:`transport_error`, :func:`parse_retry_after`;
+  :class:`PlatformError`, :func:`transport_error`, :func:`parse_retry_after`, and the
+  rate-limit buckets a platform announces in its headers, :class:`RouteBuckets` (each
+  request's :class:`BucketSlot`);
 - formatting: :class:`MarkdownRenderer` (subclass it for the platform's
   markup), :func:`render`, :func:`render_payload`, :func:`escape_html`, :func:`escape_attr`, :func:`display_url`,
   :func:`wrap_marks`;
@@ -61,6 +64,7 @@ from chatkernel.sdk.channel import (
     per_chat,
 )
 from chatkernel.sdk.accounts import AccountConfig
+from chatkernel.sdk.buckets import BucketSlot, RouteBuckets
 from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
 from chatkernel.sdk.errors import ConfigError
 from chatkernel.sdk.http_client import (
@@ -94,6 +98,7 @@ from chatkernel.sdk.models import (
 from chatkernel.sdk.clock import ChannelClock
 from chatkernel.sdk.context import ChannelContext
 from chatkernel.sdk.receiving import refusal
+from chatkernel.sdk.receiving.gateway import Heartbeat, JitteredBackoff, MissedHeartbeat
 from chatkernel.sdk.receiving.sockets import Socket, SocketLink
 from chatkernel.sdk.receiving.transport import Polling, Transport
 from chatkernel.sdk.codec import decode_json, encode_json
@@ -112,6 +117,7 @@ __all__ = [
     "AccountConfig",
     "Answer",
     "BatchDeliver",
+    "BucketSlot",
     "Capabilities",
     "Channel",
     "ChannelClock",
@@ -119,9 +125,11 @@ __all__ = [
     "ChannelLimits",
     "ConfigError",
     "Deliver",
+    "Heartbeat",
     "HmacSignature",
     "HttpClient",
     "InboundMessage",
+    "JitteredBackoff",
     "Line",
     "LiveMode",
     "LiveReplies",
@@ -131,6 +139,7 @@ __all__ = [
     "LoginResult",
     "MarkdownRenderer",
     "MediaRef",
+    "MissedHeartbeat",
     "OutboundPayload",
     "PlatformError",
     "Polled",
@@ -140,6 +149,7 @@ __all__ = [
     "RateLimit",
     "ReadReceipts",
     "Route",
+    "RouteBuckets",
     "SecretHeader",
     "SendError",
     "SendResult",
