@@ -1,33 +1,62 @@
-"""What is specific to the discord platform: its account config,
-its error answers, its probe. Examples to grow: test every error code your platform
-documents, and every failure the platform is known for."""
+"""What is specific to Discord: the account config, messages in servers, threads and DMs,
+replies and mentions, files, rate limits, and how the channel reads Discord's errors."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from pathlib import Path
 
+import anyio
 import pytest
 from pydantic import ValidationError
 
 from chatkernel.channels import Account, OutboundPayload, Route, SendError
-from chatkernel.testing import open_contract_run
-from chatkernel_discord.channel import DiscordAccount, DiscordChannel
+from chatkernel.testing import ManualClock, fast_pacing, long_text, open_contract_run
+from chatkernel_discord.channel import (
+    DiscordAccount,
+    DiscordChannel,
+    allowed_mentions,
+)
 from chatkernel_discord.contract import DiscordAdapter
-from chatkernel_discord.fake import DiscordPlatform
+from chatkernel_discord.fake import FakeDiscord
 
 pytestmark = pytest.mark.anyio
+USER = "300000000000000001"
 
 
-def make_channel(platform: DiscordPlatform, **config) -> DiscordChannel:
-    settings = {"token": platform.token, "base_url": platform.base_url,
-                **config}
-    account = Account(channel_name="discord", name="main",
-                      config=DiscordAccount(**settings))
-    return DiscordChannel(account)
+@contextlib.asynccontextmanager
+async def discord_run(tmp_path: Path, *, account=None, channel=None, accounts=None,
+                      clock=None, pacing=None, allow_from=("*",)):
+    """A kernel with the Discord channel against a fresh fake (an open_contract_run);
+    ``accounts``: more accounts beside ``main`` (their loops are the test's to start)."""
+    async with DiscordAdapter() as adapter:
+        adapter.account_extra.update(account or {})
+        adapter.channel_extra.update(channel or {})
+        extra = None
+        if accounts:
+            section = {**adapter.channel_config(), "accounts": {
+                "main": {**adapter.account_config(), "allow_from": list(allow_from)},
+                **{name: {"api_base": adapter.discord.api_base, **table}
+                   for name, table in accounts.items()}}}
+            extra = {"channels": {"discord": section}}
+        async with open_contract_run(adapter, tmp_path / "kernel", allow_from=allow_from,
+                                     extra_config=extra, channel_clock=clock,
+                                     pacing=pacing) as run:
+            yield run
 
 
-def route(chat_id: str = "dm-1") -> Route:
-    return Route(channel="discord", account="main", chat_id=chat_id)
+def make_channel(discord: FakeDiscord, **config) -> DiscordChannel:
+    settings = {"token": discord.bot.token, "api_base": discord.api_base, **config}
+    return DiscordChannel(Account(channel_name="discord", name="main",
+                                  config=DiscordAccount(**settings)))
+
+
+def replies(run, chat: str, token: str, thread: str | None = None) -> list[str]:
+    return [t for t in run.adapter.sent_texts(chat, thread_id=thread) if token in t]
+
+
+# -- the account's config ------------------------------------------------------------------
 
 
 def test_an_account_needs_a_token():
@@ -35,90 +64,334 @@ def test_an_account_needs_a_token():
         DiscordAccount(token="")
 
 
-async def test_a_text_reaches_the_chat_with_the_platforms_message_id():
-    async with DiscordPlatform() as platform:
-        channel = make_channel(platform)
+def test_the_default_intents_are_guilds_messages_dms_and_message_content():
+    account = DiscordAccount(token="t")
+    assert account.intents_value == (1 << 0) | (1 << 9) | (1 << 12) | (1 << 15)
+    assert account.api_base == "https://discord.com/api/v10"
+    assert DiscordAccount(token="t", intents=["guilds", "DIRECT_MESSAGES"]).intents_value == \
+        (1 << 0) | (1 << 12)
+    assert DiscordAccount(token="t", intents=513).intents_value == 513
+
+
+@pytest.mark.parametrize(("intents", "words"), [
+    (["GUILD_MESAGES"], "unknown intent 'GUILD_MESAGES'"), (1 << 30, "no gateway intent")])
+def test_an_intent_that_does_not_exist_is_refused_by_name(intents, words):
+    with pytest.raises(ValidationError, match=words):
+        DiscordAccount(token="t", intents=intents)
+
+
+# -- servers, threads, DMs ------------------------------------------------------------------
+
+
+async def test_ten_channels_and_three_dms_are_answered_once_each_and_in_order(tmp_path):
+    async with discord_run(tmp_path) as run:
+        adapter, discord = run.adapter, run.adapter.discord
+        channels = [adapter.group_chat(n) for n in range(1, 11)]
+        dms = [adapter.direct_chat(n) for n in range(1, 4)]
+        await adapter.connected()
+        for i in range(3):
+            for n, chat in enumerate(channels):
+                discord.inject_message(chat, f"m{i} c{n} or01z", author=adapter.user_id(n),
+                                       mention=True)
+            for n, chat in enumerate(dms):
+                discord.inject_message(chat, f"m{i} d{n} or01z", author=adapter.user_id(20 + n),
+                                       dm=True)
+        every = channels + dms
+        await run.wait(lambda: all(len(replies(run, c, "or01z")) >= 3 for c in every),
+                       what="three answers in every chat",
+                       state=lambda: {c: len(replies(run, c, "or01z")) for c in every})
+        await run.settle()
+        for chat in every:
+            got = replies(run, chat, "or01z")
+            assert [t.split()[1] for t in got] == ["m0", "m1", "m2"], (chat, got)
+        assert discord.rate_limited_calls == []
+
+
+async def test_a_server_message_counts_only_with_a_mention_which_is_stripped(tmp_path):
+    async with discord_run(tmp_path) as run:
+        adapter, discord = run.adapter, run.adapter.discord
+        chat = adapter.group_chat(1)
+        await adapter.connected()
+        discord.inject_message(chat, "not for the bot mn01z", author=USER)
+        discord.inject_message(chat, "for the bot mn02z", author=USER, mention=True)
+        await run.wait_for_tokens(chat, ["mn02z"])
+        await run.settle()
+        assert replies(run, chat, "mn01z") == []
+        # The agent reads the text without the mention; the reply quotes the message and
+        # pings nobody.
+        assert any(t.startswith("for the bot mn02z") for t in run.agent_texts()), \
+            run.agent_texts()
+        sent = discord.sent(chat)[-1]
+        assert sent.allowed_mentions == {"parse": [], "replied_user": False}
+
+
+async def test_a_reply_to_the_bot_counts_as_a_mention(tmp_path):
+    async with discord_run(tmp_path) as run:
+        adapter, discord = run.adapter, run.adapter.discord
+        chat = adapter.group_chat(1)
+        await adapter.connected()
+        discord.inject_message(chat, "first rp01z", author=USER, mention=True)
+        await run.wait_for_tokens(chat, ["rp01z"])
+        bot_message = discord.sent(chat)[-1].id
+        discord.inject_message(chat, "and then rp02z", author=USER, reply_to=bot_message)
+        await run.wait_for_tokens(chat, ["rp02z"])
+
+
+async def test_other_bots_and_system_messages_are_not_answered(tmp_path):
+    async with discord_run(tmp_path) as run:
+        adapter, discord = run.adapter, run.adapter.discord
+        chat = adapter.direct_chat(1)
+        await adapter.connected()
+        discord.inject_message(chat, "a bot bt01z", author="399", author_is_bot=True, dm=True,
+                               dm_user=USER)
+        discord.inject_message(chat, "pinned bt02z", author=USER, dm=True, kind=6)
+        discord.inject_message(chat, "a person bt03z", author=USER, dm=True)
+        await run.wait_for_tokens(chat, ["bt03z"])
+        await run.settle()
+        assert [t for t in run.agent_texts() if "bt0" in t] == ["a person bt03z"]
+
+
+async def test_a_thread_is_a_session_of_its_own_answered_in_the_thread(tmp_path):
+    async with discord_run(tmp_path) as run:
+        adapter, discord = run.adapter, run.adapter.discord
+        chat, thread = adapter.group_chat(1), adapter.thread_id(1)
+        await adapter.connected()
+        discord.inject_message(chat, "in the channel th01z", author=USER, mention=True)
+        discord.inject_message(thread, "in the thread th02z", author=USER, thread_of=chat,
+                               mention=True)
+        await run.wait_for_tokens(chat, ["th01z"])
+        await run.wait(lambda: replies(run, chat, "th02z", thread), what="the thread's reply")
+        assert replies(run, chat, "th02z") == []  # not in the channel itself
+        keys = await run.harness.session_keys()
+        assert any(thread in key for key in keys) and any(
+            chat in key and thread not in key for key in keys), keys
+
+
+async def test_an_attachment_reaches_the_agent_as_media(tmp_path):
+    async with discord_run(tmp_path) as run:
+        adapter, discord = run.adapter, run.adapter.discord
+        chat = adapter.direct_chat(1)
+        await adapter.connected()
+        discord.inject_message(chat, "look at this at01z", author=USER, dm=True,
+                               attachments=[("cat.png", b"\x89PNG not really", "image/png")])
+        await run.wait_for_tokens(chat, ["at01z"])
+        request = run.turn_for("at01z")
+        (media,) = request.media
+        assert media.kind == "image" and media.filename == "cat.png" and media.note is None
+        assert media.path is not None and media.path.read_bytes() == b"\x89PNG not really"
+
+
+async def test_without_the_message_content_intent_only_mentions_have_text(tmp_path):
+    async with discord_run(tmp_path, account={
+            "intents": ["GUILDS", "GUILD_MESSAGES", "DIRECT_MESSAGES"]}) as run:
+        adapter, discord = run.adapter, run.adapter.discord
+        chat = adapter.group_chat(1)
+        await adapter.connected()
+        discord.inject_message(chat, "no mention ic01z", author=USER)
+        discord.inject_message(chat, "mentioned ic02z", author=USER, mention=True)
+        await run.wait_for_tokens(chat, ["ic02z"])
+        await run.settle()
+        assert len(run.agent.requests) == 1
+
+
+# -- sending ------------------------------------------------------------------------------------
+
+
+async def test_a_3000_character_answer_arrives_as_two_messages(tmp_path):
+    async with discord_run(tmp_path) as run:
+        adapter = run.adapter
+        chat = adapter.direct_chat(1)
+        answer = long_text(2000, 1.5)[:3000].rstrip()
+        assert 2990 <= len(answer) <= 3000
+        run.replies["lg01z"] = answer
+        await adapter.inject(chat, "say a lot lg01z", sender_id=USER)
+        await run.wait(lambda: len(adapter.sent_texts(chat)) >= 2, what="two messages")
+        await run.settle()
+        sent = adapter.sent_texts(chat)
+        assert len(sent) == 2 and all(len(text) <= 2000 for text in sent), \
+            [len(t) for t in sent]
+        assert " ".join(sent).split() == answer.split()
+
+
+def test_allowed_mentions_ping_only_whom_the_text_names():
+    assert allowed_mentions("hello @everyone and @here") == {"parse": [],
+                                                             "replied_user": False}
+    assert allowed_mentions("<@123> and <@!123> and <@&77>") == {
+        "parse": [], "replied_user": False, "users": ["123"], "roles": ["77"]}
+
+
+async def test_a_group_reply_quotes_the_message_it_answers(tmp_path):
+    async with discord_run(tmp_path) as run:
+        adapter, discord = run.adapter, run.adapter.discord
+        chat = adapter.group_chat(1)
+        await adapter.connected()
+        asked = discord.inject_message(chat, "quote me qt01z", author=USER, mention=True)
+        await run.wait_for_tokens(chat, ["qt01z"])
+        assert discord.sent(chat)[-1].reference == asked["id"]
+
+
+async def test_a_send_to_a_user_opens_the_dm_channel_first(tmp_path):
+    async with FakeDiscord() as discord:
+        channel = make_channel(discord)
         try:
-            result = await channel.send(route(), OutboundPayload(text="hello"))
+            route = Route(channel="discord", account="main", chat_id=f"user:{USER}")
+            await channel.send(route, OutboundPayload(text="hi dm01z"))
+            await channel.send(route, OutboundPayload(text="again dm02z"))
         finally:
             await channel.aclose()
-    assert platform.texts("dm-1") == ["hello"]
-    assert result.message_id == "1"
+        (dm,) = [c for c in discord.channels.values() if c["type"] == 1]
+        assert discord.texts(dm["id"]) == ["hi dm01z", "again dm02z"]
+        assert len(discord.calls_to("createDM")) == 1
 
 
 async def test_a_send_repeated_with_its_key_makes_one_message():
-    """The kernel's retries and a resend after a crash carry the payload's key."""
-    async with DiscordPlatform() as platform:
-        channel = make_channel(platform)
+    """The kernel's retries and a resend after a crash carry the payload's key: Discord's
+    nonce with enforce_nonce."""
+    async with FakeDiscord() as discord:
+        channel = make_channel(discord)
+        discord.text_channel("500000000000000001")
+        route = Route(channel="discord", account="main", chat_id="500000000000000001")
         try:
-            first = await channel.send(route(), OutboundPayload(text="hello", key="k-1"))
-            again = await channel.send(route(), OutboundPayload(text="hello", key="k-1"))
+            first = await channel.send(route, OutboundPayload(text="hello", key="a" * 24))
+            again = await channel.send(route, OutboundPayload(text="hello", key="a" * 24))
         finally:
             await channel.aclose()
-    assert platform.texts("dm-1") == ["hello"] and platform.deduped == 1
-    assert again.message_id == first.message_id
+        assert discord.texts("500000000000000001") == ["hello"]
+        assert again.message_id == first.message_id
 
 
-async def test_a_429_is_retryable_after_the_platforms_delay():
-    async with DiscordPlatform() as platform:
-        platform.fail_next(429, retry_after=7)
-        channel = make_channel(platform)
+async def test_a_file_over_discords_limit_is_refused_with_the_reason(tmp_path):
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"x" * 2048)
+    async with FakeDiscord() as discord:
+        discord.upload_limit = 1024
+        channel = make_channel(discord)
+        discord.text_channel("500000000000000001")
+        route = Route(channel="discord", account="main", chat_id="500000000000000001")
         try:
             with pytest.raises(SendError) as caught:
-                await channel.send(route(), OutboundPayload(text="hello"))
+                await channel.send(route, OutboundPayload(media_path=big, media_kind="file"))
         finally:
             await channel.aclose()
-    assert caught.value.retryable and caught.value.retry_after == 7
-    assert platform.texts() == []
+    assert not caught.value.retryable and "Request entity too large" in str(caught.value)
+    assert DiscordChannel.limits.media_refusal(11 * 1024 * 1024) == \
+        "larger than the platform's 10 MB limit for files"
 
 
-async def test_a_file_is_sent_with_its_kind_and_name(tmp_path: Path):
+async def test_a_file_goes_as_multipart_with_its_caption(tmp_path):
     photo = tmp_path / "cat.png"
     photo.write_bytes(b"\x89PNG not really")
-    async with DiscordPlatform() as platform:
-        channel = make_channel(platform)
+    async with FakeDiscord() as discord:
+        channel = make_channel(discord)
+        discord.text_channel("500000000000000001")
+        route = Route(channel="discord", account="main", chat_id="500000000000000001")
         try:
-            await channel.send(route(), OutboundPayload(media_path=photo, media_kind="image",
-                                                        caption="a cat"))
+            await channel.send(route, OutboundPayload(media_path=photo, media_kind="file",
+                                                      caption="a cat"))
         finally:
             await channel.aclose()
-    assert platform.media("dm-1") == [("image", "cat.png")]
+        (sent,) = discord.sent("500000000000000001")
+        assert sent.content == "a cat"
+        assert [(a["filename"], a["size"]) for a in sent.attachments] == [("cat.png", 15)]
 
 
-async def test_a_revoked_token_fails_the_probe_without_showing_the_token():
-    async with DiscordPlatform(token="s3cret-token") as platform:
-        channel = make_channel(platform)
+# -- rate limits -------------------------------------------------------------------------------
+
+
+async def test_a_forced_429_is_waited_out_with_no_early_request(tmp_path):
+    clock = ManualClock()
+    async with discord_run(tmp_path, clock=clock, pacing=clock.pacing) as run:
+        adapter, discord = run.adapter, run.adapter.discord
+        chat = adapter.direct_chat(1)
+        discord.fail_next("createMessage", 429, retry_after=3.0)
+        await adapter.inject(chat, "hold on rl01z", sender_id=USER)
+        await run.wait(lambda: discord.rate_limited_calls, what="the 429")
+        refused_at = len(discord.calls_to("createMessage"))
+        # Nothing goes out before the 3 s Discord asked for have passed.
+        for _ in range(5):
+            await anyio.sleep(0.05)  # real time: time for an early request to show
+            clock.advance(0.5)
+        assert len(discord.calls_to("createMessage")) == refused_at
+        clock.advance(1.0)
+        await run.wait_for_tokens(chat, ["rl01z"])
+        assert len(discord.rate_limited_calls) == 1
+
+
+async def test_a_bucket_announced_empty_holds_the_next_request_until_it_resets():
+    clock = ManualClock()
+    async with FakeDiscord() as discord:
+        discord.rates.clock = clock.monotonic
+        channel = make_channel(discord)
+        channel.api.buckets.clock = clock
+        discord.text_channel("500000000000000001")
+        route = Route(channel="discord", account="main", chat_id="500000000000000001")
         try:
-            assert (await channel.probe()).ok
-            platform.revoke()
+            for n in range(5):
+                await channel.send(route, OutboundPayload(text=f"m{n}"))
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(channel.send, route, OutboundPayload(text="sixth"))
+                deadline = await clock.sleeper()
+                assert deadline == pytest.approx(clock.now() + 5.0)
+                assert len(discord.calls_to("createMessage")) == 5
+                clock.advance(5.0)
+        finally:
+            await channel.aclose()
+        assert discord.texts("500000000000000001")[-1] == "sixth"
+        assert discord.rate_limited_calls == []
+
+
+async def test_a_revoked_token_stops_every_call_after_the_first_401():
+    async with FakeDiscord() as discord:
+        channel = make_channel(discord)
+        discord.text_channel("500000000000000001")
+        route = Route(channel="discord", account="main", chat_id="500000000000000001")
+        discord.revoke()
+        try:
+            for _ in range(20):
+                with pytest.raises(SendError):
+                    await channel.send(route, OutboundPayload(text="hello"))
             probe = await channel.probe()
         finally:
             await channel.aclose()
-    assert not probe.ok and not probe.restartable
-    assert "401" in probe.detail and "s3cret-token" not in probe.detail
+        assert len([c for c in discord.calls if c.status == 401]) == 1
+        assert not probe.ok and "token" in probe.detail and "Reset Token" in probe.detail
 
 
-async def test_events_that_are_not_messages_are_not_normalized():
-    async with DiscordPlatform() as platform:
-        channel = make_channel(platform)
-        edit = platform.inject("dm-1", "edited", kind="edit")
-        message = platform.inject("dm-1", "hi")
-        assert await channel.normalize(edit) is None
-        normalized = await channel.normalize(message)
-        await channel.aclose()
-    assert (normalized.chat_id, normalized.text, normalized.message_id) == ("dm-1", "hi", "m2")
+# -- health ----------------------------------------------------------------------------------------
 
 
-async def test_a_chat_that_refuses_the_bot_gets_a_note_in_its_session(tmp_path: Path):
-    """Through a whole kernel: a proactive send (as ``chatkernel send`` makes it) to a chat
-    the platform refuses fails for good, and the session's log says why. The kernel is
-    driven and read through the test kit's verbs (``run.harness``), never its insides."""
-    async with DiscordAdapter() as adapter, open_contract_run(adapter, tmp_path) as run:
-        await run.harness.send_text("discord", "dm-1", "hello")
-        await adapter.refuse_chat("dm-2")
-        await run.harness.send_text("discord", "dm-2", "anyone there?")
-        await run.settle()
-        assert adapter.sent_texts("dm-1") == ["hello"] and adapter.sent_texts("dm-2") == []
-        notes = await run.harness.session_log("discord:main:dm-2",
-                                              roles=("notification",))
-        assert len(notes) == 1, notes
+async def test_the_probe_names_the_bot_and_the_gateways_heartbeat(tmp_path):
+    clock = ManualClock()
+    async with discord_run(tmp_path, clock=clock) as run:
+        discord = run.adapter.discord
+        await run.adapter.connected()
+        clock.advance(41.25)  # the first beat is due by now, jitter whatever it was
+        await run.wait(lambda: run.channel.gateway.latency is not None, what="an ACK")
+        result = await run.probe()
+        assert result.ok, result
+        assert f"@chatkernel-bot ({discord.bot.id})" in result.detail
+        assert "gateway ready, heartbeat" in result.detail and " ms" in result.detail
+
+
+async def test_a_bad_token_turns_that_account_red_and_leaves_the_others_working(tmp_path,
+                                                                               caplog):
+    caplog.set_level(logging.DEBUG)
+    bad = "MTIzNDU2Nzg5MDEyMzQ1Njc4.GfAkE1.thisisnotthetokenofanybotatallxxxxxxx"
+    async with discord_run(tmp_path, accounts={"other": {
+            "token": bad, "allow_from": ["*"]}}) as run:
+        adapter = run.adapter
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run.harness.receive_loop, "discord", "other")
+            other = run.harness.account("discord", "other")
+            await run.wait(lambda: other.runtime.state == "failed", what="the refusal",
+                           state=lambda: (other.runtime.state, other.runtime.detail))
+            detail = other.runtime.detail
+            assert "Discord refused the bot token" in detail
+            assert "channels.discord.accounts.other.token" in detail
+            chat = adapter.direct_chat(1)
+            await adapter.inject(chat, "still here bt01z", sender_id=USER)
+            await run.wait_for_tokens(chat, ["bt01z"])
+            assert run.account.runtime.state == "running"
+            tg.cancel_scope.cancel()
+    text = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
+    assert bad not in text and adapter.discord.bot.token not in text
