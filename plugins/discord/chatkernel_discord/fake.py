@@ -60,7 +60,7 @@ import anyio
 from aiohttp import web
 
 from chatkernel.testing import Call, ErrorAnswer, FakePlatform
-from chatkernel.testing.devserver import fields, json_body, listing
+from chatkernel.testing.devserver import fields, json_body, listing, wait_until
 
 API = "/api/v10"
 DISCORD_EPOCH_MS = 1_420_070_400_000
@@ -227,6 +227,8 @@ class FakeDiscord(FakePlatform):
         self.attachments: dict[str, bytes] = {}
         #: Resumes to answer by dropping the connection (a resume that fails).
         self.failing_resumes = 0
+        #: A close code every IDENTIFY is answered with (4010–4013 are hard to cause).
+        self.identify_close: int | None = None
 
     # -- ids, users, channels ----------------------------------------------------------------
 
@@ -809,6 +811,9 @@ class FakeDiscord(FakePlatform):
             await self._close(connection, 4002)
             return
         connection.identify = data
+        if self.identify_close is not None:
+            await self._close(connection, self.identify_close)
+            return
         bot = self.bots.get(str(data.get("token")))
         if bot is None or bot.token.startswith("revoked."):
             await self._close(connection, 4004)
@@ -820,7 +825,7 @@ class FakeDiscord(FakePlatform):
         if any(intents & bit and name not in bot.privileged for name, bit in PRIVILEGED.items()):
             await self._close(connection, 4014)
             return
-        now = time.monotonic()
+        now = self.rates.clock()
         bot.identified_at = [t for t in bot.identified_at if t > now - 5.0]
         if len(bot.identified_at) >= bot.max_concurrency or bot.starts_left <= 0:
             connection.push({"op": 9, "d": False})
@@ -901,7 +906,9 @@ class FakeDiscord(FakePlatform):
             "#   curl '" + base + "/_fake/sent?wait=10'"])
 
     def developer_routes(self) -> list[web.RouteDef]:
-        """``POST /_fake/messages`` ``{"text", "user_id"?, "channel_id"?, "dm"?,
+        """``GET /_fake/session`` (``?wait=SECONDS``): whether the bot has a gateway
+        session (a message sent before it has one is lost, as on Discord);
+        ``POST /_fake/messages`` ``{"text", "user_id"?, "channel_id"?, "dm"?,
         "mention"?}``: a user writes (a DM by default); ``GET /_fake/sent``
         (``?channel_id=``, ``&wait=``, ``&after=``): what the bot sent."""
 
@@ -925,4 +932,11 @@ class FakeDiscord(FakePlatform):
                 {"id": m.id, "channel_id": m.channel_id, "content": m.content}
                 for m in found]})
 
-        return [web.post("/_fake/messages", messages), web.get("/_fake/sent", sent)]
+        async def session(request: web.Request) -> web.Response:
+            await wait_until(request, self, lambda: self.session_of() is not None)
+            current = self.session_of()
+            return web.json_response({"connected": current is not None,
+                                      "session_id": current.id if current else None})
+
+        return [web.post("/_fake/messages", messages), web.get("/_fake/sent", sent),
+                web.get("/_fake/session", session)]

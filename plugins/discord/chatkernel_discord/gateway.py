@@ -168,6 +168,8 @@ class DiscordGateway(Transport):
         self.replayed = 0
         self._wait: float = 0.0
         self._wait_reason = ""
+        #: Every wait before a reconnect so far, with its reason (the latest 100).
+        self.waited: list[tuple[float, str]] = []
         self._recent: OrderedDict[str, None] = OrderedDict()
         self._restored = False
         self._http: aiohttp.ClientSession | None = None
@@ -236,6 +238,7 @@ class DiscordGateway(Transport):
         wait, self._wait = self._wait, 0.0
         if wait <= 0:
             return
+        self.waited = [*self.waited[-99:], (wait, self._wait_reason)]
         self.state = "reconnecting"
         count = self.reconnects.attempts
         reason = f"reconnecting ({count}): {self._wait_reason}" if count else \

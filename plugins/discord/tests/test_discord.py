@@ -3,7 +3,6 @@ replies and mentions, files, rate limits, and how the channel reads Discord's er
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from pathlib import Path
 
@@ -11,49 +10,13 @@ import anyio
 import pytest
 from pydantic import ValidationError
 
-from chatkernel.channels import Account, OutboundPayload, Route, SendError
-from chatkernel.testing import ManualClock, fast_pacing, long_text, open_contract_run
-from chatkernel_discord.channel import (
-    DiscordAccount,
-    DiscordChannel,
-    allowed_mentions,
-)
-from chatkernel_discord.contract import DiscordAdapter
+from chatkernel.channels import OutboundPayload, Route, SendError
+from chatkernel.testing import ManualClock, long_text
+from chatkernel_discord.channel import DiscordAccount, DiscordChannel, allowed_mentions
 from chatkernel_discord.fake import FakeDiscord
+from discord_runs import USER, discord_run, make_channel, replies
 
 pytestmark = pytest.mark.anyio
-USER = "300000000000000001"
-
-
-@contextlib.asynccontextmanager
-async def discord_run(tmp_path: Path, *, account=None, channel=None, accounts=None,
-                      clock=None, pacing=None, allow_from=("*",)):
-    """A kernel with the Discord channel against a fresh fake (an open_contract_run);
-    ``accounts``: more accounts beside ``main`` (their loops are the test's to start)."""
-    async with DiscordAdapter() as adapter:
-        adapter.account_extra.update(account or {})
-        adapter.channel_extra.update(channel or {})
-        extra = None
-        if accounts:
-            section = {**adapter.channel_config(), "accounts": {
-                "main": {**adapter.account_config(), "allow_from": list(allow_from)},
-                **{name: {"api_base": adapter.discord.api_base, **table}
-                   for name, table in accounts.items()}}}
-            extra = {"channels": {"discord": section}}
-        async with open_contract_run(adapter, tmp_path / "kernel", allow_from=allow_from,
-                                     extra_config=extra, channel_clock=clock,
-                                     pacing=pacing) as run:
-            yield run
-
-
-def make_channel(discord: FakeDiscord, **config) -> DiscordChannel:
-    settings = {"token": discord.bot.token, "api_base": discord.api_base, **config}
-    return DiscordChannel(Account(channel_name="discord", name="main",
-                                  config=DiscordAccount(**settings)))
-
-
-def replies(run, chat: str, token: str, thread: str | None = None) -> list[str]:
-    return [t for t in run.adapter.sent_texts(chat, thread_id=thread) if token in t]
 
 
 # -- the account's config ------------------------------------------------------------------
@@ -298,23 +261,44 @@ async def test_a_file_goes_as_multipart_with_its_caption(tmp_path):
 # -- rate limits -------------------------------------------------------------------------------
 
 
-async def test_a_forced_429_is_waited_out_with_no_early_request(tmp_path):
+async def test_a_forced_429_is_waited_out_with_no_early_request():
+    """The 429's retry_after blocks its bucket: the channel's next request to it waits
+    that long (the kernel's retry honours it too, below), on the account's clock."""
     clock = ManualClock()
-    async with discord_run(tmp_path, clock=clock, pacing=clock.pacing) as run:
+    async with FakeDiscord() as discord:
+        discord.rates.clock = clock.monotonic
+        channel = make_channel(discord)
+        channel.api.buckets.clock = clock
+        discord.text_channel("500000000000000001")
+        route = Route(channel="discord", account="main", chat_id="500000000000000001")
+        discord.fail_next("createMessage", 429, retry_after=3.0)
+        try:
+            with pytest.raises(SendError) as caught:
+                await channel.send(route, OutboundPayload(text="first"))
+            assert caught.value.retryable and caught.value.retry_after == 3.0
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(channel.send, route, OutboundPayload(text="again"))
+                assert await clock.sleeper() == pytest.approx(clock.now() + 3.0)
+                clock.advance(2.9)
+                assert await clock.sleeper() == pytest.approx(clock.now() + 0.1)
+                assert len(discord.calls_to("createMessage")) == 1  # nothing early
+                clock.advance(0.1)
+        finally:
+            await channel.aclose()
+        assert discord.texts("500000000000000001") == ["again"]
+        assert len(discord.rate_limited_calls) == 1
+
+
+async def test_a_429_on_a_reply_is_retried_once_after_it(tmp_path):
+    async with discord_run(tmp_path) as run:
         adapter, discord = run.adapter, run.adapter.discord
         chat = adapter.direct_chat(1)
-        discord.fail_next("createMessage", 429, retry_after=3.0)
+        discord.fail_next("createMessage", 429, retry_after=0.2)
         await adapter.inject(chat, "hold on rl01z", sender_id=USER)
-        await run.wait(lambda: discord.rate_limited_calls, what="the 429")
-        refused_at = len(discord.calls_to("createMessage"))
-        # Nothing goes out before the 3 s Discord asked for have passed.
-        for _ in range(5):
-            await anyio.sleep(0.05)  # real time: time for an early request to show
-            clock.advance(0.5)
-        assert len(discord.calls_to("createMessage")) == refused_at
-        clock.advance(1.0)
         await run.wait_for_tokens(chat, ["rl01z"])
+        await run.settle()
         assert len(discord.rate_limited_calls) == 1
+        assert len(replies(run, chat, "rl01z")) == 1
 
 
 async def test_a_bucket_announced_empty_holds_the_next_request_until_it_resets():
