@@ -64,7 +64,7 @@ from chatkernel.sdk.channel import (
     per_chat,
 )
 from chatkernel.sdk.accounts import AccountConfig
-from chatkernel.sdk.buckets import BucketSlot, RouteBuckets
+from chatkernel.sdk.receiving.buckets import BucketSlot, RouteBuckets
 from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
 from chatkernel.sdk.errors import ConfigError
 from chatkernel.sdk.http_client import (

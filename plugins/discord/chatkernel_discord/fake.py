@@ -13,7 +13,8 @@ google`` and ``Content-Type: application/json`` exactly, and the rate-limit head
 
 - ``GET /gateway/bot`` → ``{"url", "shards": 1, "session_start_limit": {"total",
   "remaining", "reset_after", "max_concurrency"}}``;
-- ``GET /users/@me`` → the bot's user;
+- ``GET /users/@me`` → the bot's user; ``GET /oauth2/applications/@me`` → its
+  application (discord.py asks as it logs in);
 - ``POST /channels/{id}/messages``: JSON, or multipart ``payload_json`` + ``files[n]``;
   ``content`` ≤ 2,000 characters (else 400, code 50035), not empty (50006), a file ≤
   :attr:`FakeDiscord.upload_limit` (413, 40005); ``nonce`` with ``enforce_nonce``
@@ -474,6 +475,7 @@ class FakeDiscord(FakePlatform):
         return [
             web.get(f"{API}/gateway/bot", self._gateway_bot),
             web.get(f"{API}/users/@me", self._me),
+            web.get(f"{API}/oauth2/applications/@me", self._application),
             web.post(f"{API}/users/@me/channels", self._create_dm),
             web.post(f"{API}/channels/{{channel}}/messages", self._create_message),
             web.patch(f"{API}/channels/{{channel}}/messages/{{message}}", self._edit_message),
@@ -546,6 +548,15 @@ class FakeDiscord(FakePlatform):
                           "locale": "en-US"})
 
         return await self._serve(request, "getCurrentUser", {}, answer)
+
+    async def _application(self, request: web.Request) -> web.StreamResponse:
+        async def answer(bot: Bot) -> web.Response:
+            return _json({"id": bot.id, "name": bot.username, "icon": None, "description": "",
+                          "summary": "", "bot_public": True, "bot_require_code_grant": False,
+                          "verify_key": "0" * 64, "flags": 0, "team": None,
+                          "owner": self.user("300000000000000000", "owner"), "bot": bot.user()})
+
+        return await self._serve(request, "getCurrentApplication", {}, answer)
 
     async def _create_dm(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
@@ -839,10 +850,13 @@ class FakeDiscord(FakePlatform):
         self.sessions[session.id] = session
         connection.session = session
         session.connection = connection
-        self._dispatch(session, "READY", {
+        ready = {
             "v": 10, "user": bot.user(), "guilds": [{"id": self.guild_id, "unavailable": True}],
             "session_id": session.id, "resume_gateway_url": self.resume_url(),
-            "application": {"id": bot.id, "flags": 0}, "_trace": ["fake-gateway"]})
+            "application": {"id": bot.id, "flags": 0}, "_trace": ["fake-gateway"]}
+        if "shard" in data:  # echoed when the client sent it
+            ready["shard"] = data["shard"]
+        self._dispatch(session, "READY", ready)
         guild_channels = [c for c in self.channels.values() if c.get("guild_id")]
         self._dispatch(session, "GUILD_CREATE", {
             "id": self.guild_id, "name": "Fake Server", "unavailable": False,

@@ -470,8 +470,7 @@ class Connection:
         self._tasks: Any = None
         #: A close that must not be answered with a reconnect, or a refused token.
         self.fatal: PlatformError | None = None
-        self._send, self._receive = anyio.create_memory_object_stream[
-            tuple[int | None, str, Any]](max_buffer_size=float("inf"))
+        self._send, self._receive = anyio.create_memory_object_stream(float("inf"))
 
     def end(self, ending: Ending) -> None:
         """The connection is over for ``ending``'s reason (only the first counts)."""

@@ -20,6 +20,10 @@ keeps those buckets for one account, on the account's clock:
 - a 429 blocks what it names for its ``retry_after``: the bucket, or every request of
   the account when the platform says the limit was its global one.
 
+It sits with the receive loops because the platforms that announce buckets this way are
+those with a gateway whose loop calls the same API (Discord's ``GET /gateway/bot``), and
+every call of the account, sent or received, counts in one global window.
+
 The buckets are the platform's own count, so they hold across processes: whichever
 gateway process sends for the account next reads what is left from the next answer.
 The global window counts each request from the moment it leaves until its answer
