@@ -15,10 +15,14 @@ from __future__ import annotations
 from chatkernel.testing.devserver import DevServer
 from chatkernel_discord.fake import FakeDiscord
 
+#: The dev server's bot token: fixed, so a guide can export it.
+DEV_TOKEN = "MTAwMDAwMDAwMDAwMDAwMDAx.GfAkE1.DEVSERVER-offline-bot-token-000000000"
+
 server = DevServer(
     prog="python -m chatkernel_discord.devserver", port=8900,
     description="Run the fake Discord (REST and gateway) as a server.",
-    platform=lambda args: FakeDiscord())
+    platform=lambda args: FakeDiscord(token=args.token),
+    options={"--token": {"default": DEV_TOKEN, "help": "the bot's token"}})
 main = server.main
 
 if __name__ == "__main__":

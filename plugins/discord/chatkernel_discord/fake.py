@@ -199,13 +199,14 @@ class FakeDiscord(FakePlatform):
     #: Seconds a session with no connection stays resumable.
     session_kept = 300.0
 
-    def __init__(self, *, seed: int = 0, heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS
-                 ) -> None:
+    def __init__(self, *, seed: int = 0, heartbeat_interval_ms: int = HEARTBEAT_INTERVAL_MS,
+                 token: str | None = None) -> None:
         super().__init__(seed=seed)
         self.heartbeat_interval_ms = heartbeat_interval_ms
         self._ids = itertools.count(1)
         self.bots: dict[str, Bot] = {}
-        self.bot = self.add_bot("chatkernel-bot")
+        #: The first bot (``token``: its token, else one made like Discord's).
+        self.bot = self.add_bot("chatkernel-bot", token=token)
         self.guild_id = self.new_id()
         #: Channel id -> channel object (guild channels, threads, DM channels).
         self.channels: dict[str, dict[str, Any]] = {}
@@ -236,9 +237,10 @@ class FakeDiscord(FakePlatform):
     def new_id(self) -> str:
         return snowflake(time.time() * 1000, next(self._ids))
 
-    def add_bot(self, username: str, *, privileged: set[str] | None = None) -> Bot:
+    def add_bot(self, username: str, *, privileged: set[str] | None = None,
+                token: str | None = None) -> Bot:
         bot_id = self.new_id()
-        bot = Bot(bot_id, username, make_token(bot_id, username),
+        bot = Bot(bot_id, username, token or make_token(bot_id, username),
                   privileged={"MESSAGE_CONTENT"} if privileged is None else privileged)
         self.bots[bot.token] = bot
         return bot
