@@ -4,6 +4,7 @@ replies and mentions, files, rate limits, and how the channel reads Discord's er
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import anyio
@@ -11,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from chatkernel.channels import OutboundPayload, Route, SendError
-from chatkernel.testing import ManualClock, long_text
+from chatkernel.testing import ManualClock, ScaledClock, long_text, wait_until
 from chatkernel_discord.channel import DiscordAccount, DiscordChannel, allowed_mentions
 from chatkernel_discord.fake import FakeDiscord
 from discord_runs import USER, discord_run, make_channel, replies
@@ -379,3 +380,50 @@ async def test_a_bad_token_turns_that_account_red_and_leaves_the_others_working(
             tg.cancel_scope.cancel()
     text = "\n".join(r.getMessage() + (r.exc_text or "") for r in caplog.records)
     assert bad not in text and adapter.discord.bot.token not in text
+
+
+class ScaledChannelClock:
+    """A ScaledClock as a channel's clock (which also reads the wall time)."""
+
+    def __init__(self, scaled: ScaledClock) -> None:
+        self.scaled = scaled
+
+    def now(self) -> float:
+        return time.time()
+
+    def monotonic(self) -> float:
+        return self.scaled.monotonic()
+
+    async def sleep(self, seconds: float) -> None:
+        await self.scaled.sleep(seconds)
+
+
+@pytest.mark.slow
+async def test_1000_replies_to_20_channels_get_no_429(tmp_path):
+    """Discord's limits enforced by the fake (5 messages per 5 s in a channel, fixed
+    windows, and 50 requests a second) with the channel's own pacing and buckets: 1,000
+    replies over 20 channels, none refused. The kernel, the channel and the fake count on
+    one clock 25 times faster than real time (a minute of Discord's in a few seconds)."""
+    scaled = ScaledClock(25)
+    # The channel's own pacing (no test override), and room for 50 waiting messages a chat.
+    async with discord_run(tmp_path, channel={"rate_limits": None, "queue": {"cap": 60}},
+                           clock=ScaledChannelClock(scaled), pacing=scaled.pacing) as run:
+        adapter, discord = run.adapter, run.adapter.discord
+        discord.rates.clock = scaled.monotonic
+        chats = [adapter.direct_chat(n) for n in range(1, 21)]
+        await adapter.connected()
+        for i in range(50):
+            for n, chat in enumerate(chats):
+                discord.inject_message(chat, f"m{i:02d} bu01z", author=adapter.user_id(n),
+                                       dm=True)
+
+        def answered() -> int:
+            return sum(len(replies(run, chat, "bu01z")) for chat in chats)
+
+        await wait_until(lambda: answered() >= 1000, what="1,000 replies", timeout=120,
+                         state=answered, check=run.check_loop)
+        await run.settle()
+        assert discord.rate_limited_calls == [] and discord.throttled == 0
+        for chat in chats:
+            got = [t.split()[1] for t in replies(run, chat, "bu01z")]
+            assert got == [f"m{i:02d}" for i in range(50)], (chat, got[:5])

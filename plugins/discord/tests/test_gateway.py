@@ -224,11 +224,18 @@ async def test_a_gateway_host_that_stopped_answering_is_asked_for_again(tmp_path
 # -- the fatal closes -------------------------------------------------------------------------
 
 
-async def test_4004_turns_the_account_red_naming_the_token_and_does_not_loop(tmp_path):
+async def test_4004_turns_the_account_red_naming_the_token_and_does_not_loop(tmp_path,
+                                                                            caplog):
+    caplog.set_level(logging.DEBUG)
     clock = ManualClock()
     async with discord_run(tmp_path, clock=clock) as run:
         adapter, discord = run.adapter, run.adapter.discord
-        await adapter.connected()
+        token = discord.bot.token
+        chat = adapter.direct_chat(1)
+        await adapter.inject(chat, "before tk01z", sender_id=USER)
+        await run.wait_for_tokens(chat, ["tk01z"])
+        discord.reconnect()
+        await run.wait(lambda: len(discord.resumes()) == 1, what="the resume")
         discord.revoke()  # the token was reset: the gateway closes 4004, REST answers 401
         runtime = run.account.runtime
         await run.wait(lambda: runtime.state == "failed", what="the refusal",
@@ -245,6 +252,11 @@ async def test_4004_turns_the_account_red_naming_the_token_and_does_not_loop(tmp
         # The next try asks REST whether the token works before opening the gateway.
         assert len(discord.connections) == connections
         assert await clock.sleeper(after=clock.now()) - clock.now() >= 60
+    # Through a whole run (IDENTIFY, RESUME, a 401 and a 4004), no log line holds the token.
+    assert caplog.records
+    for record in caplog.records:
+        text = record.getMessage() + (record.exc_text or "") + repr(record.args)
+        assert token not in text and token.split(".")[2] not in text, record.getMessage()
 
 
 async def test_4014_names_the_message_content_intent_and_where_to_turn_it_on(tmp_path):
