@@ -8,6 +8,8 @@ import os
 import re
 import subprocess
 
+import pytest
+
 from chatkernel.testing import CHATKERNEL, turn_on_example
 from chatkernel_discord.channel import DiscordChannel
 
@@ -21,6 +23,7 @@ def chatkernel(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
                           env={**os.environ, "CHATKERNEL_LOAD_PLUGINS": NAME, **(env or {})})
 
 
+@pytest.mark.slow
 def test_the_config_example_turned_on_validates(chatkernel_home):
     assert chatkernel("config", "init").returncode == 0
     config = chatkernel_home / "config.toml"

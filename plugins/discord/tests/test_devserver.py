@@ -31,6 +31,7 @@ def test_the_gateway_answers_a_user_of_the_dev_server(tmp_path):
         assert [m["content"] for m in messages] == ["hello"]
 
 
+@pytest.mark.slow
 def test_the_dev_server_names_what_is_wrong_with_a_message():
     with devserver(MODULE) as fake:
         status, answer = post_json(f"{fake['base_url']}/_fake/messages", {"txt": "hi"})
