@@ -109,7 +109,11 @@ class DiscordAPI:
         except BaseException:
             slot.release()
             raise
-        body = answer.json() if answer.body else None
+        try:
+            body = answer.json() if answer.body else None
+        except PlatformError:  # not JSON (a proxy's HTML page): classified by its status
+            slot.learn(answer.headers, answer.status)
+            raise
         error = body if isinstance(body, dict) else {}
         retry_after = _seconds(error.get("retry_after")) if answer.status == 429 else None
         slot.learn(answer.headers, answer.status, retry_after=retry_after,

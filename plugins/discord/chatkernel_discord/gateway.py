@@ -245,7 +245,7 @@ class DiscordGateway(Transport):
             f"reconnecting: {self._wait_reason}"
         if count >= 2:
             self.context.report_problem(reason, restartable=True)
-        log.info("%s: %s; next try in %.1fs", self.channel.account.key, self._wait_reason, wait)
+        log.info("%s: %s; next try in %.1fs", self.channel.account.key, reason, wait)
         await self.clock.sleep(wait)
 
     def _next(self, reason: str, wait: float | None = None) -> None:

@@ -427,3 +427,30 @@ async def test_1000_replies_to_20_channels_get_no_429(tmp_path):
         for chat in chats:
             got = [t.split()[1] for t in replies(run, chat, "bu01z")]
             assert got == [f"m{i:02d}" for i in range(50)], (chat, got[:5])
+
+
+@pytest.mark.slow
+async def test_an_answer_that_is_not_json_frees_its_slot_and_is_classified_by_status():
+    from chatkernel.testing import ErrorAnswer
+
+    async with FakeDiscord() as discord:
+        channel = make_channel(discord)
+
+        class Html(ErrorAnswer):
+            def response(self):
+                from aiohttp import web
+
+                return web.Response(status=502, text="<html>bad gateway</html>",
+                                    content_type="text/html")
+
+        # More than the global window's 50 slots: a slot kept by an unreadable answer
+        # would leave the last probe waiting for ever.
+        discord.faults.fail("getCurrentUser", Html(502, None), times=60)
+        try:
+            for _ in range(60):
+                result = await channel.probe()
+                assert not result.ok and "502" in result.detail
+            with anyio.fail_after(5):
+                assert (await channel.probe()).ok
+        finally:
+            await channel.aclose()

@@ -18,8 +18,11 @@ INTERVAL = 41.25  # the fake's heartbeat interval, seconds
 
 
 async def advance_until(run, clock: ManualClock, done, what: str, steps: int = 40) -> list[float]:
-    """Move the clock to each next sleeper's deadline until ``done()``; the waits seen."""
+    """Move the clock to each next sleeper's deadline until ``done()``; the waits seen.
+    After each move, a heartbeat that went out is given its (real-time) ACK before the
+    clock moves on: a clock faster than the loopback would make every connection a zombie."""
     waits = []
+    gateway = run.channel.gateway
     for _ in range(steps):
         if done():
             return waits
@@ -27,6 +30,8 @@ async def advance_until(run, clock: ManualClock, done, what: str, steps: int = 4
         waits.append(deadline - clock.now())
         clock.set(deadline)
         await run.settle()
+        await run.wait(lambda: gateway.heartbeat is None or gateway.heartbeat.acked
+                       or gateway.state == "reconnecting", what="the heartbeat's ACK")
     assert done(), f"not {what} after {steps} waits: {waits}"
     return waits
 
@@ -128,9 +133,10 @@ async def test_a_restart_of_the_gateway_resumes_the_session_it_kept(tmp_path):
 # -- the peers' failures --------------------------------------------------------------------
 
 
-async def test_failed_resumes_back_off_with_jitter_then_identify_afresh(tmp_path):
+async def test_failed_resumes_back_off_with_jitter_then_identify_afresh(tmp_path, caplog):
     """openclaw#20668 and others: RESUME retried every second for hours after a 1006,
     never falling back to IDENTIFY, the bot online and deaf."""
+    caplog.set_level(logging.INFO, logger="chatkernel.discord")
     clock = ManualClock()
     async with discord_run(tmp_path, clock=clock) as run:
         adapter, discord = run.adapter, run.adapter.discord
@@ -140,19 +146,16 @@ async def test_failed_resumes_back_off_with_jitter_then_identify_afresh(tmp_path
         await run.wait_for_tokens(chat, ["rl01z"])
         discord.failing_resumes = 1000  # every RESUME dropped, as a 1006
         discord.close(None)
-        problems = []
-
-        def identified() -> bool:
-            problems.append(run.account.runtime.problem)
-            return len(discord.identifies()) == 2
-
-        await advance_until(run, clock, identified, "identified afresh")
+        await advance_until(run, clock, lambda: len(discord.identifies()) == 2,
+                            "identified afresh")
         waits = [wait for wait, _ in run.channel.gateway.waited]
         assert len(discord.resumes()) == 3  # a few tries, then a new session
         # Each wait after the first quick one is jittered and longer than the one before.
         assert 0.5 <= waits[0] <= 1.0 and 1.0 <= waits[1] <= 2.0 and 2.0 <= waits[2] <= 4.0, \
             waits
-        assert any(p and p.startswith("reconnecting (") for p in problems), problems
+        # Meanwhile health said so, with the count (reported from the second try on).
+        said = [r.getMessage() for r in caplog.records if "reconnecting (" in r.getMessage()]
+        assert any("reconnecting (2)" in line for line in said), said
         await adapter.inject(chat, "after rl02z", sender_id=USER)
         await answered_once(run, chat, ["rl01z", "rl02z"])
 
