@@ -30,6 +30,7 @@ BUILTIN_CHANNELS: dict[str, str] = {"webchat": "chatkernel.builtin.webchat"}
 #: distribution of each. Only these are ever suggested for installing: naming a
 #: package from whatever was typed would send a typo to whoever registered it.
 CHANNEL_DISTRIBUTIONS: dict[str, str] = {
+    "discord": "chatkernel-discord",
     "slack": "chatkernel-slack",
     "telegram": "chatkernel-telegram",
     "whatsapp": "chatkernel-whatsapp",

@@ -32,9 +32,12 @@ The pieces, by concern:
   :func:`refusal`, :func:`deliver_many`, :func:`normalize_batch`, :func:`per_chat`;
   webhooks: :class:`Verifier`, :class:`SecretHeader`, :class:`HmacSignature`
   (Slack's and Meta's schemes live in their plugins), :class:`WebhookRejected`;
-  sockets: :class:`SocketLink`;
+  sockets: :class:`SocketLink`; websocket gateways: :class:`Heartbeat` (beats, their
+  acknowledgements and :class:`MissedHeartbeat`), :class:`JitteredBackoff`;
 - the platform's HTTP API: :class:`HttpClient`, :class:`Answer`,
-  :class:`PlatformError`, :func:`transport_error`, :func:`parse_retry_after`;
+  :class:`PlatformError`, :func:`transport_error`, :func:`parse_retry_after`, and the
+  rate-limit buckets a platform announces in its headers, :class:`RouteBuckets` (each
+  request's :class:`BucketSlot`);
 - formatting: :class:`MarkdownRenderer` (subclass it for the platform's
   markup), :func:`render`, :func:`render_payload`, :func:`escape_html`, :func:`escape_attr`, :func:`display_url`,
   :func:`wrap_marks`;
@@ -62,6 +65,7 @@ from chatkernel.sdk.channel import (
     per_chat,
 )
 from chatkernel.sdk.accounts import AccountConfig
+from chatkernel.sdk.receiving.buckets import BucketSlot, RouteBuckets
 from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
 from chatkernel.sdk.errors import ConfigError
 from chatkernel.sdk.http_client import (
@@ -95,6 +99,7 @@ from chatkernel.sdk.models import (
 from chatkernel.sdk.clock import ChannelClock
 from chatkernel.sdk.context import ChannelContext
 from chatkernel.sdk.receiving import refusal
+from chatkernel.sdk.receiving.gateway import Heartbeat, JitteredBackoff, MissedHeartbeat
 from chatkernel.sdk.receiving.sockets import Socket, SocketLink
 from chatkernel.sdk.receiving.transport import POLL_MARGIN_SECONDS, Polling, Transport
 from chatkernel.sdk.codec import decode_json, encode_json
@@ -113,6 +118,7 @@ __all__ = [
     "AccountConfig",
     "Answer",
     "BatchDeliver",
+    "BucketSlot",
     "Capabilities",
     "Channel",
     "ChannelClock",
@@ -120,9 +126,11 @@ __all__ = [
     "ChannelLimits",
     "ConfigError",
     "Deliver",
+    "Heartbeat",
     "HmacSignature",
     "HttpClient",
     "InboundMessage",
+    "JitteredBackoff",
     "Line",
     "LiveMode",
     "LiveReplies",
@@ -133,6 +141,7 @@ __all__ = [
     "LoginStep",
     "MarkdownRenderer",
     "MediaRef",
+    "MissedHeartbeat",
     "OutboundPayload",
     "PlatformError",
     "Polled",
@@ -143,6 +152,7 @@ __all__ = [
     "RateLimit",
     "ReadReceipts",
     "Route",
+    "RouteBuckets",
     "SecretHeader",
     "SendError",
     "SendResult",

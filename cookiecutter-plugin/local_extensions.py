@@ -16,7 +16,8 @@ from jinja2.ext import Extension
 
 #: Channels the kernel ships (built in, or its test kit's) and the first-party plugins:
 #: a second plugin registering one of these names would clash with it.
-TAKEN = {"webchat", "memory", "loopback", "telegram", "slack", "whatsapp", "wechat"}
+TAKEN = {"webchat", "memory", "loopback", "telegram", "slack", "whatsapp", "wechat",
+         "discord"}
 
 
 class BadChannelName(click.ClickException):

@@ -220,6 +220,21 @@ def test_the_slack_guide(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_discord_guide(tmp_path):
+    pasted = paste("discord.md", tmp_path)
+    assert_throwaway_home(pasted)
+    assert "2 channel account(s): discord:main, webchat:default" in pasted.stdout
+    assert {"connected": True} in [{k: v for k, v in line.items() if k == "connected"}
+                                   for line in pasted.json_lines()]
+    assert [m["content"] for m in pasted.sent()] == ["hello"]
+    assert "not sent to discord:main → 999" in pasted.stderr
+    assert "Unknown Channel" in pasted.stderr
+    config = (pasted.home / "config.toml").read_text()
+    assert 'token = "${DISCORD_BOT_TOKEN}"' in config
+    assert 'token = "${DISCORD_BOT_TOKEN}"' in pasted.stderr  # the dev server's snippet
+
+
+@pytest.mark.slow
 def test_the_whatsapp_guide(tmp_path):
     pasted = paste("whatsapp.md", tmp_path)
     assert_throwaway_home(pasted)
