@@ -56,3 +56,30 @@ async def test_fail_answers_the_status_hold_answers_nothing_and_recover_forwards
             assert (await call("three"))[0] == 200 and seen == ["two", "three"]
     finally:
         await runner.cleanup()
+
+
+async def test_a_connection_the_target_drops_is_dropped_not_answered_502():
+    """A platform that took a request and lost its answer: the client sees the drop it
+    would see without the proxy, never a 502 that invites it to send again."""
+    seen: list[str] = []
+
+    async def lose_the_answer(request: web.Request) -> web.Response:
+        seen.append(await request.text())
+        request.transport.close()  # the effect happened; no answer goes back
+        return web.Response()
+
+    app = web.Application()
+    app.router.add_post("/call", lose_the_answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    listener = socket.create_server(("127.0.0.1", 0))
+    await web.SockSite(runner, listener).start()
+    target = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        async with FaultProxy(target) as proxy, aiohttp.ClientSession() as http:
+            with pytest.raises(aiohttp.ServerDisconnectedError):
+                async with http.post(f"{proxy.url}/call", data="once") as answer:
+                    await answer.read()
+            assert seen == ["once"] and proxy.forwarded == 0
+    finally:
+        await runner.cleanup()

@@ -23,6 +23,11 @@ client never holds an idle connection that a stop would cut). The faults:
   jitter moves the moments it counts away from the moments the client sent.
   ``keep_alive=True`` serves many requests per connection (for jitter alone).
 
+A request whose connection the target drops without an answer (a fake's
+``drop(after_processing=True)``: the platform took it, the answer is lost) loses the
+client's connection too, as a plain network path would; a target that cannot be
+reached at all is answered 502.
+
 A websocket's upgrade request is passed on to the target and the connection tunnelled
 both ways once it is open (refused while stopped, answered the :meth:`FaultProxy.fail`
 status, held while held, as any request).
@@ -125,13 +130,16 @@ class FaultProxy:
              headers: dict[str, str] | None = None) -> None:
         """Answer every request ``status`` (with ``headers``, e.g. a ``Retry-After``),
         not forwarded, until :meth:`recover`. The default body is an HTML page, as a
-        load balancer in front of a platform sends."""
+        load balancer in front of a platform sends, and ``text/html`` its type unless
+        ``headers`` name another (a platform's own JSON error: ``application/json``)."""
         from http import HTTPStatus
 
         reason = reason or HTTPStatus(status).phrase
         if body is None:
             body = f"<html><body><h1>{status} {reason}</h1></body></html>".encode()
-        kept = [("Content-Type", "text/html"), *(headers or {}).items()]
+        given = list((headers or {}).items())
+        typed = any(name.lower() == "content-type" for name, _ in given)
+        kept = ([] if typed else [("Content-Type", "text/html")]) + given
         self._fault = (status, reason, kept, body)
 
     def hold(self) -> None:
@@ -209,6 +217,11 @@ class FaultProxy:
             return head.encode("latin-1") + body  # the caller tunnels it to the target
         try:
             return await self._ask(method, path, headers, body)
+        except aiohttp.ServerDisconnectedError:
+            # The target took the request and dropped the connection (a fake's lost
+            # answer): the client's is dropped too, as on a plain network path. A 502
+            # instead would tell the client to send again what may have taken effect.
+            raise ConnectionResetError("the target dropped the connection") from None
         except aiohttp.ClientError as exc:  # the target itself is gone
             return 502, "Bad Gateway", [], f"the proxy's target failed: {exc!r}".encode()
 
