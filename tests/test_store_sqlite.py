@@ -470,15 +470,42 @@ def test_open_store_backend_that_fails_to_load(monkeypatch):
     assert info.value.__suppress_context__
 
 
-# -- property: any message round-trips -------------------------------------------------------------
+# -- group commit ----------------------------------------------------------------------------------
 
-# JSON values as the codec stores them exactly (NaN, infinities and integers beyond 64
-# bits are the codec's own tests, tests/test_codec.py).
+@pytest.mark.anyio
+async def test_a_lone_writer_is_committed_on_the_next_loop_turn(store, monkeypatch):
+    # One webhook request at a time: waiting for company that is not coming would add
+    # the interval to every answer (the interval here would hold the test an hour).
+    monkeypatch.setattr(sqlite_commit, "COMMIT_INTERVAL", 3600.0)
+    with anyio.fail_after(30):
+        for name in ("first", "second", "third"):
+            await store.journal_inbound(msg(name))
+    assert store.commits == 3
+
+
+@pytest.mark.anyio
+async def test_writers_that_come_together_wait_the_interval_for_more(store, monkeypatch):
+    monkeypatch.setattr(sqlite_commit, "COMMIT_INTERVAL", 3600.0)
+    async with anyio.create_task_group() as tg:  # two writers share one commit
+        tg.start_soon(store.journal_inbound, msg("a"))
+        tg.start_soon(store.journal_inbound, msg("b"))
+    assert store.commits == 1
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.journal_inbound, msg("c"))
+        await wait_until(lambda: store._journal_waiters, timeout=5,
+                         what="the next writer waiting", interval=0.001)
+        # Its commit is put off by the interval, for more writers to share it.
+        assert isinstance(store._commit_handle, asyncio.TimerHandle)
+        assert store.commits == 1
+        tg.cancel_scope.cancel()  # the store's close commits it
+
+
 @pytest.mark.anyio
 async def test_a_cancelled_writer_does_not_cancel_the_commit_others_wait_for(
         store, db_path, monkeypatch):
     monkeypatch.setattr(sqlite_commit, "COMMIT_INTERVAL", 0.2)
-    store._last_commit = asyncio.get_running_loop().time()  # the next commit waits 0.2 s
+    # As after a commit several writers shared: the next one waits 0.2 s for company.
+    store._last_commit, store._last_shared = asyncio.get_running_loop().time(), True
     results = {}
 
     async def journal(name: str) -> None:
@@ -765,6 +792,7 @@ async def test_the_wal_is_checkpointed_from_a_thread_not_inside_a_commit(store, 
     assert store._db.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
     for n in range(50):
         await store.journal_inbound(msg(f"m{n}"))
+    await store.checkpoint()  # the one those commits started has ended
     store._last_checkpoint = -float("inf")  # due: the next commit starts one
     await store.journal_inbound(msg("due"))
     assert store._last_checkpoint > -float("inf")  # that commit started one, aside
