@@ -113,6 +113,11 @@ class ChannelLimits:
     #: :class:`ReadReceipts`: the turns that reply sooner mark
     #: them read at that time instead, one call for all of a session's within it.
     indicator_delay: float = 0.0
+    #: Seconds after a quick turn's reply before its messages are marked read, on a
+    #: channel that mixes in :class:`ReadReceipts`: the reply already shows the message
+    #: was seen, and the chat's next quick turns within the delay share the one call
+    #: (never before ``indicator_delay``; 0: at it).
+    read_mark_delay: float = 0.0
 
     def media_kind(self, path: str | PurePath, size: int | None = None) -> str:
         """The kind a file is sent as: by extension, then by the kind's size cap."""

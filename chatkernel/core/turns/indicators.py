@@ -3,7 +3,9 @@
 Platforms show "typing…" for a few seconds per request (Telegram 5 s), so a
 running turn's indicator is refreshed every ``ChannelLimits.indicator_interval``.
 One long-lived task serves every turn: a task per turn would cost more than
-the indicator is worth on a busy gateway. Indicator failures are logged at
+the indicator is worth on a busy gateway. What comes due next is kept in a heap, so
+a wake-up costs what is due then, not a look at every chat with a turn, a waiting
+message or a read mark pending (hundreds on a busy WhatsApp number). Indicator failures are logged at
 debug level and never affect the turn.
 
 Indicator calls count in the platform's rate windows like sends do: a channel declares
@@ -24,18 +26,23 @@ once the session's turn has started (the turn shows its own).
 
 Where the indicator also marks the messages read (WhatsApp: one request for the read
 receipt and typing), the channel mixes in ``ReadReceipts`` (sdk/channel.py): a turn that
-replied before its indicator was due leaves a read mark due at that same time, which
-the session's next turns within it take over. A burst of quick turns in a chat makes
-one call, marking the newest message read (and with it every earlier one), without a
-typing indicator that the reply would have ended at once.
+replied before its indicator was due leaves a read mark due ``read_mark_delay`` after
+its reply (not before its indicator would have been), which the session's next turns
+within it take over. A burst of quick turns in a chat makes one call, marking the newest
+message read (and with it every earlier one), without a typing indicator that the reply
+would have ended at once; its first reply is marked read within the delay however long
+the burst goes on.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 from dataclasses import dataclass
 
 import anyio
@@ -70,6 +77,9 @@ class _Entry:
     due: float
     #: An indicator call was made for the turn (its messages are marked read).
     shown: bool = False
+    #: When the read mark the session's earlier quick turns left was due (None: none
+    #: was pending): this turn's, if it is quick too, is due no later.
+    read_due: float | None = None
 
 
 @dataclass(slots=True)
@@ -107,6 +117,11 @@ class Indicators:
         self._waiting: dict[object, _Waiting] = {}
         # session key -> the read mark its quick turns left (channels with mark_read)
         self._unread: dict[str, _Unread] = {}
+        # (due, tie-breaker, item, key) for each of the above, earliest first. An item
+        # replaced or removed from its table (or given a new due) leaves its row behind,
+        # skipped when it comes up (see _current).
+        self._due: list[tuple[float, int, _Entry | _Waiting | _Unread, object]] = []
+        self._order = itertools.count()
         # Something came due sooner than the refresher's rest ends (or while it was at
         # work): it looks again before it rests.
         self._nudged = False
@@ -115,6 +130,21 @@ class Indicators:
         # When the resting refresher wakes by itself (None: it is at work, not resting):
         # what is due by then needs no wake-up.
         self._resting_until: float | None = None
+
+    def _schedule(self, item: _Entry | _Waiting | _Unread, key: object) -> None:
+        """Put ``item`` (in its table under ``key``) in line for its due time."""
+        heapq.heappush(self._due, (item.due, next(self._order), item, key))
+
+    def _current(self, due: float, item: _Entry | _Waiting | _Unread, key: object) -> bool:
+        """Whether a row of the heap still stands for its item: the item is in its table
+        and due when the row says."""
+        if isinstance(item, _Entry):
+            table: dict[Any, Any] = self._active
+        elif isinstance(item, _Waiting):
+            table = self._waiting
+        else:
+            table = self._unread
+        return table.get(key) is item and item.due == due
 
     def _nudge(self, due: float) -> None:
         """Wake the refresher for something due at ``due``, unless it wakes by then."""
@@ -131,20 +161,29 @@ class Indicators:
             due = self._clock() + delay
             # The turn shows its own, not later than its waiting message's or its read
             # mark's would have been.
-            for held in (self._waiting.pop(session_key, None),
-                         self._unread.pop(session_key, None)):
+            unread = self._unread.pop(session_key, None)
+            for held in (self._waiting.pop(session_key, None), unread):
                 if held is not None:
                     due = min(due, held.due)
-            self._active[session_key] = _Entry(account, due)
+            entry = self._active[session_key] = _Entry(
+                account, due, read_due=unread.due if unread is not None else None)
+            self._schedule(entry, session_key)
             self._nudge(due)
 
     def end(self, session_key: str) -> None:
         """The turn ended. One that showed no indicator yet leaves its read mark, where the
-        channel makes one, due when its indicator would have been."""
+        channel makes one, due ``read_mark_delay`` after its reply (not before its
+        indicator would have been), or when the session's pending one was."""
         entry = self._active.pop(session_key, None)
         if entry is not None and not entry.shown and marks_read(entry.account):
-            # The refresher already waits for entry.due at the latest: no wake-up needed.
-            self._unread[session_key] = _Unread(entry.account, entry.due)
+            if entry.read_due is not None:
+                due = entry.read_due
+            else:
+                delay = entry.account.channel.limits.read_mark_delay  # type: ignore
+                due = max(entry.due, self._clock() + delay)
+            unread = self._unread[session_key] = _Unread(entry.account, due)
+            self._schedule(unread, session_key)
+            self._nudge(due)
 
     def once(self, account: Account, route: Route, session_key: str | None = None) -> None:
         """Indicate once (a message waits for its turn), after the channel's
@@ -157,44 +196,48 @@ class Indicators:
             if key not in self._waiting and key not in self._active:
                 delay = account.channel.limits.indicator_delay  # type: ignore[union-attr]
                 due = self._clock() + delay
-                self._waiting[key] = _Waiting(account, route, due)
+                waiting = self._waiting[key] = _Waiting(account, route, due)
+                self._schedule(waiting, key)
                 self._nudge(due)
 
     async def run(self) -> None:
         """The refresher: runs until cancelled."""
+        due = self._due
         while True:
             # Cleared before the work: a begin() during an await below makes us look again.
             self._nudged = False
             now = self._clock()
-            next_due = math.inf
-            for key, waiting in list(self._waiting.items()):
-                if waiting.due > now:
-                    next_due = min(next_due, waiting.due)
-                elif self._waiting.get(key) is waiting:  # no turn took its place meanwhile
-                    del self._waiting[key]
-                    if not (isinstance(key, str) and self._skipped(waiting.account, key)):
-                        await self._indicate(waiting.account, waiting.route)
-            for key, unread in list(self._unread.items()):
-                if unread.due > now:
-                    next_due = min(next_due, unread.due)
-                elif self._unread.get(key) is unread:  # no turn took it over meanwhile
-                    del self._unread[key]
-                    route = await self._route(key)
-                    if route is not None:
-                        wait = await self._indicate(unread.account, route, read=True)
-                        if wait > 0 and key not in self._active:  # its window is full
-                            unread.due = now + min(wait, RETRY_SECONDS)
-                            self._unread.setdefault(key, unread)
-                            next_due = min(next_due, unread.due)
-            for key, entry in list(self._active.items()):
-                if entry.due <= now:
-                    entry.due = await self._refresh(key, entry, now)
-                next_due = min(next_due, entry.due)
-            self._resting_until = next_due
+            while due and due[0][0] <= now:
+                when, _, item, key = heapq.heappop(due)
+                if self._current(when, item, key):
+                    await self._serve(item, key, now)
+            self._resting_until = due[0][0] if due else math.inf
             try:
-                await self._rest(next_due - self._clock())
+                await self._rest(self._resting_until - self._clock())
             finally:
                 self._resting_until = None
+
+    async def _serve(self, item: _Entry | _Waiting | _Unread, key: Any, now: float) -> None:
+        """What came due: a waiting message's indicator, a read mark, a running turn's
+        refresh."""
+        if isinstance(item, _Waiting):
+            del self._waiting[key]
+            if not (isinstance(key, str) and self._skipped(item.account, key)):
+                await self._indicate(item.account, item.route)
+        elif isinstance(item, _Unread):
+            del self._unread[key]
+            route = await self._route(key)
+            if route is None:
+                return
+            wait = await self._indicate(item.account, route, read=True)
+            if wait > 0 and key not in self._active and key not in self._unread:
+                item.due = now + min(wait, RETRY_SECONDS)  # its window is full
+                self._unread[key] = item
+                self._schedule(item, key)
+        else:
+            item.due = await self._refresh(key, item, now)
+            if self._active.get(key) is item:  # the turn goes on
+                self._schedule(item, key)
 
     async def _rest(self, delay: float) -> None:
         """Until a begin() or once() wakes the refresher, or ``delay`` seconds of its

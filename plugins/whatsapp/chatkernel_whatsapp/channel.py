@@ -227,9 +227,11 @@ dm_policy = "pairing"                         # others get a code you approve (d
         # The typing indicator lasts 25 s (or until the reply): refreshed before that.
         indicator_interval=20.0,
         # A turn that replies within half a second shows no typing (the reply would end
-        # it at once); its messages are marked read then (mark_read), one request for
-        # all of a chat's quick turns within it.
+        # it at once); its messages are marked read (mark_read) two seconds after the
+        # reply (which showed they were seen), one Graph API request for all of a chat's
+        # quick turns within them.
         indicator_delay=0.5,
+        read_mark_delay=2.0,
     )
     capabilities = Capabilities(delivery_statuses=True, recipient_error_codes=RECIPIENT_CODES)
     markup = WhatsAppText

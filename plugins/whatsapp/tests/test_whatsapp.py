@@ -382,12 +382,36 @@ async def test_quick_turns_mark_their_messages_read_in_one_request_without_typin
         await run.wait_for_tokens(USER, ["qk0z", "qk1z", "qk2z"])
         await run.settle()
         assert graph.read_receipts == []  # the replies went first
-        clock.advance(WhatsAppChannel.limits.indicator_delay)
+        limits = WhatsAppChannel.limits
+        clock.advance(limits.indicator_delay)
+        await run.settle()
+        assert graph.read_receipts == []  # the replies show they were seen: not yet
+        clock.advance(limits.read_mark_delay - limits.indicator_delay)
         await run.wait(lambda: graph.read_receipts, what="a read receipt")
         clock.advance(60.0)  # nothing else was due
         await run.settle()
         assert graph.read_receipts == [{"messaging_product": "whatsapp", "status": "read",
                                         "message_id": messages[-1]["id"]}]
+
+
+async def test_a_chat_that_keeps_writing_is_marked_read_within_the_delay(adapter, tmp_path):
+    """A quick turn's read mark waits read_mark_delay for the chat's next quick turns to
+    share it, but the next turns do not put it off: a chat writing on without a pause
+    still sees its messages marked read within the delay of the first reply."""
+    clock = ManualClock()
+    async with open_contract_run(adapter, tmp_path, pacing=clock.pacing) as run:
+        graph = adapter.graph
+        step = WhatsAppChannel.limits.read_mark_delay / 4
+        sent = []
+        for i in range(4):  # a message every quarter of the delay, each answered at once
+            sent.append(graph.inject_message(USER, f"on and on {i} oo{i}z"))
+            await run.wait_for_tokens(USER, [f"oo{i}z"])
+            await run.settle()
+            assert graph.read_receipts == []
+            clock.advance(step)
+        await run.wait(lambda: graph.read_receipts, what="the burst's read receipt")
+        assert graph.read_receipts == [{"messaging_product": "whatsapp", "status": "read",
+                                        "message_id": sent[-1]["id"]}]
 
 
 # -- errors, limits, health -------------------------------------------------------------------
