@@ -484,9 +484,9 @@ async def test_a_lone_writer_is_committed_on_the_next_loop_turn(store, monkeypat
 
 
 @pytest.mark.anyio
-async def test_writers_that_come_together_wait_the_interval_for_more(store, monkeypatch):
+async def test_messages_that_come_together_wait_the_interval_for_more(store, monkeypatch):
     monkeypatch.setattr(sqlite_commit, "COMMIT_INTERVAL", 3600.0)
-    async with anyio.create_task_group() as tg:  # two writers share one commit
+    async with anyio.create_task_group() as tg:  # two messages share one commit
         tg.start_soon(store.journal_inbound, msg("a"))
         tg.start_soon(store.journal_inbound, msg("b"))
     assert store.commits == 1
@@ -504,7 +504,7 @@ async def test_writers_that_come_together_wait_the_interval_for_more(store, monk
 async def test_a_cancelled_writer_does_not_cancel_the_commit_others_wait_for(
         store, db_path, monkeypatch):
     monkeypatch.setattr(sqlite_commit, "COMMIT_INTERVAL", 0.2)
-    # As after a commit several writers shared: the next one waits 0.2 s for company.
+    # As after a commit several messages shared: the next one waits 0.2 s for company.
     store._last_commit, store._last_shared = asyncio.get_running_loop().time(), True
     results = {}
 

@@ -2,12 +2,13 @@
 commit, coalesced status marks, a failed commit tried again, WAL checkpoints.
 
 Group commit. A write runs at once inside an open transaction whose commit
-is scheduled for the next turn of the event loop (and, while commits are shared
-by several waiting writers, no sooner than ``COMMIT_INTERVAL`` after the
-previous one), so every write made by every task meanwhile shares one commit,
-and writes are committed in the order they were made. A lone writer (one
-webhook request at a time) is never held back: waiting for company that is not
-coming only adds the interval to every request's answer. The writes a caller's durability rests on —
+is scheduled for the next turn of the event loop (and, while inbound messages
+arrive together, no sooner than ``COMMIT_INTERVAL`` after the previous one), so
+every write made by every task meanwhile shares one commit, and writes are
+committed in the order they were made. "Together" means the last commit carried
+several journal entries: a lone message (one webhook request at a time) is never
+held back, since waiting for company that is not coming only adds the interval
+to every request's answer. The writes a caller's durability rests on —
 ``journal_inbound`` (a receive loop advances its platform cursor after it) and
 ``set_cursor`` — return only after their commit; the others return at once and
 are committed with it (``await store.flush()`` waits for everything written so
@@ -59,9 +60,9 @@ __all__ = ["CHECKPOINT_INTERVAL", "COMMIT_INTERVAL", "GroupCommit", "RETRY_FIRST
 
 log = logging.getLogger("chatkernel.store")
 
-#: The shortest time between two commits while writers come together (the last
-#: commit released several): under load more writes share a commit; a lone writer
-#: and an idle store still commit on the next loop turn.
+#: The shortest time between two commits while messages arrive together (the last
+#: commit carried several journal entries): under load more writes share a commit; a
+#: lone message and an idle store still commit on the next loop turn.
 COMMIT_INTERVAL: float = 0.002
 #: Seconds between WAL checkpoints. SQLite's automatic checkpoint would run inside a
 #: commit, on the event loop, fsync included (stalls of 10+ ms under load); the store
@@ -182,11 +183,13 @@ class GroupCommit:
         """Schedule the commit of the open transaction (callers check it is not yet)."""
         loop = self._commit_loop = asyncio.get_running_loop()
         self._commit_scheduled = True
-        # Idle or one writer at a time: commit on the next loop turn. Writers
-        # coming together (the last commit released several): at most one commit
-        # per COMMIT_INTERVAL, so more writes share each (a commit costs more
-        # than several inserts). PostgreSQL's commit_delay waits only with
-        # commit_siblings active for the same reason.
+        # Idle or one message at a time: commit on the next loop turn. Messages
+        # arriving together (the last commit carried several journal entries): at
+        # most one commit per COMMIT_INTERVAL, so more writes share each (a commit
+        # costs more than several inserts). PostgreSQL's commit_delay waits only
+        # with commit_siblings active for the same reason. (The gateway's own
+        # writes, its marks and outbox rows, follow the messages: they are no sign
+        # of company to come.)
         delay = self._last_commit + COMMIT_INTERVAL - loop.time()
         if delay > 0 and self._last_shared:
             self._commit_handle = loop.call_later(delay, self._commit)
@@ -311,7 +314,7 @@ class GroupCommit:
         loop = asyncio.get_running_loop()  # always called on the loop: a callback or a method
         if scheduled:
             self._last_commit = loop.time()
-            self._last_shared = len(journal_waiters) + len(self._commit_waiters) > 1
+            self._last_shared = len(journal_waiters) > 1
         conn = self._conn
         error = None
         try:

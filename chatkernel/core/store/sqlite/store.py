@@ -80,8 +80,8 @@ class SQLiteStore(SQLiteJournal, SQLiteFailedSends, SQLiteOutbox, SQLiteState, S
         self._commit_callbacks: list[Callable[[Exception | None], None]] = []
         self._writer: sqlite3.Cursor | None = None  # see _write
         self._last_commit = -math.inf
-        # Whether the last commit released several waiters (then the next one waits
-        # out COMMIT_INTERVAL for more company: see commit.py).
+        # Whether the last commit carried several journal entries (then the next one
+        # waits out COMMIT_INTERVAL for more company: see commit.py).
         self._last_shared = False
         #: Transactions committed since the store opened (the group commit's measure:
         #: writes per commit).
