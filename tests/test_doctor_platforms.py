@@ -146,3 +146,48 @@ async def test_a_slack_token_s_missing_scopes_fail_the_report(chatkernel_home):
     assert checks["account.slack:main.scope.files:read"]["status"] == "warn"
     assert checks["account.slack:main.scope.connections:write"]["status"] == "ok"
     assert checks["clock"]["message"].startswith("clock within")  # Slack's Date header
+
+
+def test_a_public_url_that_gets_no_http_answer_fails_saying_why():
+    """Not HTTP on the other end, or no URL urllib can request: a failed check, never a
+    crash of the report."""
+    import http.server
+    import socket
+    import threading
+
+    from chatkernel.core.gateway_state import GatewayInfo
+    from chatkernel.core.health.doctor import PublicURL, webhook_url_checks
+
+    class Gateway(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            self.send_response(404)
+            self.send_header(GATEWAY_HEADER, "m4rk")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Gateway) as gateway, \
+            socket.create_server(("127.0.0.1", 0)) as garbage:
+        threading.Thread(target=gateway.serve_forever, daemon=True).start()
+
+        def answer_garbage():
+            conn, _ = garbage.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"SSH-2.0-OpenSSH\r\n\r\n")
+
+        threading.Thread(target=answer_garbage, daemon=True).start()
+        info = GatewayInfo(0, f"http://127.0.0.1:{gateway.server_port}", "t", 0.0)
+        urls = [PublicURL("x:a", f"http://127.0.0.1:{garbage.getsockname()[1]}/w"),
+                PublicURL("x:b", "nowhere/w", "channels.x.accounts.b.webhook_url"),
+                PublicURL("x:c", f"{info.url}/x/c/webhook")]
+        checks = {check.id: check for check in webhook_url_checks(urls, info, timeout=5)}
+        gateway.shutdown()
+    assert checks["webhook.x:a.url"].status == "fail"
+    assert "cannot connect: " in checks["webhook.x:a.url"].message
+    assert checks["webhook.x:b.url"].status == "fail"
+    assert "unknown url type" in checks["webhook.x:b.url"].message
+    assert "(or correct channels.x.accounts.b.webhook_url)" in checks["webhook.x:b.url"].fix
+    assert checks["webhook.x:c.url"].status == "ok"

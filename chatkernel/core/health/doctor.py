@@ -16,6 +16,7 @@ optional methods (docs/writing-a-channel.md).
 from __future__ import annotations
 
 import email.utils
+import http.client
 import os
 import secrets
 import shutil
@@ -511,7 +512,7 @@ def webhook_url_checks(urls: Iterable[PublicURL], gateway: GatewayInfo | None, *
                                         "chatkernel doctor again") for item in urls]
     try:
         own = _answer_of(f"{gateway.url.rstrip('/')}/healthz", timeout)[0]
-    except OSError as exc:
+    except NO_ANSWER as exc:
         own, why = None, _reason(exc)
     else:
         why = "it answered without its mark"
@@ -526,7 +527,7 @@ def webhook_url_checks(urls: Iterable[PublicURL], gateway: GatewayInfo | None, *
         check = f"webhook.{item.account}.url"
         try:
             mark, status, server = _answer_of(item.url, timeout)
-        except OSError as exc:
+        except NO_ANSWER as exc:
             checks.append(Check(
                 check, "fail", f"{item.account}: {item.url}: cannot connect: {_reason(exc)}",
                 f"make {item.url} reach this gateway at {gateway.url} (its DNS name, the "
@@ -547,9 +548,15 @@ def webhook_url_checks(urls: Iterable[PublicURL], gateway: GatewayInfo | None, *
     return checks
 
 
+#: What a request that got no HTTP answer raises: no connection, a timeout, a TLS
+#: failure (OSError), a URL urllib cannot request (ValueError), something that is not
+#: HTTP on the other end (HTTPException).
+NO_ANSWER = (OSError, ValueError, http.client.HTTPException)
+
+
 def _answer_of(url: str, timeout: float) -> tuple[str | None, int, str]:
     """``(the gateway's mark or None, the status, the Server header)`` of a GET of
-    ``url``, whatever its status; OSError when no answer came."""
+    ``url``, whatever its status; one of :data:`NO_ANSWER` when no answer came."""
     request = urllib.request.Request(url, headers={"User-Agent": "chatkernel-doctor"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -560,12 +567,12 @@ def _answer_of(url: str, timeout: float) -> tuple[str | None, int, str]:
     return headers.get(GATEWAY_HEADER), status, headers.get("Server") or ""
 
 
-def _reason(exc: OSError) -> str:
+def _reason(exc: Exception) -> str:
     """Why a request got no answer, in the words of the error that says it."""
     reason = getattr(exc, "reason", None) or exc
     if isinstance(reason, OSError) and reason.strerror:
         return reason.strerror
-    return str(reason) or type(reason).__name__
+    return str(reason).strip() or type(reason).__name__
 
 
 # -- the security audit ----------------------------------------------------------------------
