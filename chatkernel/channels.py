@@ -17,8 +17,9 @@ The pieces, by concern:
 
 - the channel: :class:`Channel` (the platform contract), :class:`ChannelLimits`,
   :class:`RateLimit`, :class:`Capabilities`, :class:`AccountConfig` (the base of
-  an account's config model), :class:`ChannelContext` (what the kernel gives an
-  account; its ``clock`` is a :class:`ChannelClock`), :class:`LiveReplies` (the
+  an account's config model; :class:`Deprecated` its keys on their way out),
+  :class:`ChannelContext` (what the kernel gives an account; its ``clock`` is a
+  :class:`ChannelClock`), :class:`LiveReplies` (the
   capability of showing a reply while it is written, with :class:`Preview` and
   :data:`LiveMode`), :class:`ReadReceipts` (marking messages read apart from the typing
   indicator), :class:`ConfigError`;
@@ -64,7 +65,7 @@ from chatkernel.sdk.channel import (
     normalize_batch,
     per_chat,
 )
-from chatkernel.sdk.accounts import AccountConfig
+from chatkernel.sdk.accounts import AccountConfig, Deprecated
 from chatkernel.sdk.receiving.buckets import BucketSlot, RouteBuckets
 from chatkernel.sdk.live import LiveMode, LiveReplies, Preview
 from chatkernel.sdk.errors import ConfigError
@@ -126,6 +127,7 @@ __all__ = [
     "ChannelLimits",
     "ConfigError",
     "Deliver",
+    "Deprecated",
     "Heartbeat",
     "HmacSignature",
     "HttpClient",

@@ -72,11 +72,11 @@ def _doctor(config_file: str | None, fix: bool, offline: bool, timeout_ms: int):
     raw = _raw_anyway(path, raw)
     pm = _plugin_manager()
     found = checks.version_checks(pm) + checks.config_checks(path, raw, error)
+    found += _deprecation_checks(path, raw, pm)
     fixed: list[str] = []
-    starts = False
+    checked = None  # the kernel a start would run (its accounts built, nothing open)
     if config is not None:
-        start = _startup_check(config, path, raw, pm)
-        starts = start.status == "ok"
+        start, checked = _startup_check(config, path, raw, pm)
         found.append(start)
     findings = audit(path, home_dir(), raw, config, pm=pm)
     if fix:
@@ -89,9 +89,12 @@ def _doctor(config_file: str | None, fix: bool, offline: bool, timeout_ms: int):
             fixed += _fix_wal(config, gateway)
         found += _store_checks(config)
         found.append(checks.listen_check(config.gateway.listen, gateway))
-        if not offline and starts:
+        if not offline and checked is not None:
             probes, webhooks, more = _probe(config, path, pm, timeout_ms / 1000, fix=fix)
-            found += checks.account_checks(probes) + webhooks + checks.clock_checks(probes)
+            found += checks.account_checks(probes) + checks.finding_checks(probes)
+            found += webhooks + checks.webhook_url_checks(
+                _public_urls(checked), gateway, timeout=timeout_ms / 1000)
+            found += checks.clock_checks(probes)
             fixed += more
     found += checks.audit_checks(findings)
     found += [checks.Check("fixed", "ok", line) for line in fixed]
@@ -130,9 +133,20 @@ def _running_gateway():
     return running_gateway()
 
 
+def _deprecation_checks(path, raw, pm) -> list:
+    """The deprecated keys the config holds, the kernel's and each channel's."""
+    from chatkernel.core.config.deprecations import find_deprecated
+    from chatkernel.core.health.doctor import deprecation_checks
+    from chatkernel.core.plugins import collect_channels
+
+    models = {name: channel.account_model for name, channel in collect_channels(pm).items()}
+    return deprecation_checks(find_deprecated(raw, models), path)
+
+
 def _startup_check(config, path, raw, pm):
-    """What a start checks before it opens anything (the listen address, every account
-    built); not run while a ``${ENV}`` reference is unset (its own check says so)."""
+    """``(check, kernel or None)``: what a start checks before it opens anything (the
+    listen address, every account built), and the kernel it built (nothing open); not
+    run while a ``${ENV}`` reference is unset (its own check says so)."""
     import os
 
     from chatkernel.core import config as cfg
@@ -143,13 +157,32 @@ def _startup_check(config, path, raw, pm):
     if unset:
         return Check("config.start", "warn", "not checked whole: "
                      + ", ".join(f"${{{name}}}" for name in sorted(unset)) + " unset",
-                     "set them, then run chatkernel doctor again")
+                     "set them, then run chatkernel doctor again"), None
     try:
-        check_startup(config, config_path=path, pm=pm)
+        kernel = check_startup(config, config_path=path, pm=pm)
     except cfg.ConfigError as exc:
         return Check("config.start", "fail", str(exc),
-                     f"edit {path} (chatkernel config validate checks it)")
-    return Check("config.start", "ok", "a start would accept it (accounts built)")
+                     f"edit {path} (chatkernel config validate checks it)"), None
+    return Check("config.start", "ok", "a start would accept it (accounts built)"), kernel
+
+
+def _public_urls(kernel) -> list:
+    """The public URL of each webhook account that has one: its transport's optional
+    ``public_url``, else its ``webhook_url`` setting (docs/writing-a-channel.md)."""
+    from chatkernel.channels import Webhook
+    from chatkernel.core.health.doctor import PublicURL
+
+    urls = []
+    for account in kernel.accounts.values():
+        if not isinstance(account.transport, Webhook):
+            continue
+        url = getattr(account.transport, "public_url", None)
+        key = ""
+        if not url and getattr(account.config, "webhook_url", None):
+            url, key = account.config.webhook_url, account.config_key("webhook_url")
+        if isinstance(url, str) and url:
+            urls.append(PublicURL(account.key, url, key))
+    return urls
 
 
 def _store_checks(config) -> list:
@@ -182,10 +215,12 @@ def _probe(config, path, pm, timeout: float, *, fix: bool):
     info, answer, _ = ask_gateway("/control/channels/probe",
                                   {"timeout_ms": int(timeout * 1000)}, timeout + 5)
     if answer is not None:
+        from chatkernel.core.health.doctor import FINDINGS
         from chatkernel.sdk.models import ProbeResult
 
         return ({key: ProbeResult(ok=probe["ok"], detail=probe.get("detail") or "",
-                                  restartable=probe.get("restartable", True))
+                                  restartable=probe.get("restartable", True),
+                                  extra={FINDINGS: probe.get(FINDINGS) or []})
                  for key, probe in answer.get("probes", {}).items()}, [], [])
     if info is not None:  # a gateway runs but did not answer: probing here would race it
         from chatkernel.core.health.doctor import Check

@@ -7,13 +7,15 @@ model, and the kit, need nothing of the kernel's config module.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from chatkernel.sdk.models import AccessLevel
 
-__all__ = ["AccountConfig", "DmPolicy", "GroupPolicy", "HealthMonitorConfig",
+__all__ = ["AccountConfig", "Deprecated", "DmPolicy", "GroupPolicy", "HealthMonitorConfig",
            "HeartbeatVisibility"]
 
 #: Who may write to the bot in private (docs/access.md): strangers offered a pairing code
@@ -22,6 +24,22 @@ DmPolicy = Literal["pairing", "allowlist", "open", "disabled"]
 #: Which groups the bot answers in: those listed (``chat:<id>`` in ``allow_from``), any,
 #: or none.
 GroupPolicy = Literal["allowlist", "open", "disabled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Deprecated:
+    """A config key still read but on its way out: loading the config takes it with one
+    warning, and ``chatkernel doctor`` reports it with the change that fixes it.
+
+    ``since``: the version that deprecated it (``"chatkernel 0.9"``, ``"chatkernel-slack
+    1.2"``). ``replacement``: the key that takes its value now, written as the old key
+    is (from the same table); None when the key is dropped, ``reason`` then saying why
+    and what to do instead.
+    """
+
+    since: str
+    replacement: str | None = None
+    reason: str = ""
 
 
 class _Strict(BaseModel):
@@ -68,6 +86,12 @@ class AccountConfig(BaseModel):
     #: platform account configured twice, which would receive every message twice or
     #: fight over it, so the config is refused.
     identity: ClassVar[tuple[str, ...]] = ()
+    #: Keys of the account's table that are deprecated, dotted from the table (``old_key``,
+    #: ``table.old_key``), each with what replaces it: loading moves the value to the
+    #: replacement (the replacement wins when both are set) or drops a key that has none,
+    #: with one warning each, and ``chatkernel doctor`` reports them. A subclass's table
+    #: adds to its bases'.
+    deprecated_keys: ClassVar[Mapping[str, Deprecated]] = {}
 
     enabled: bool = True
     allow_from: list[str] = Field(default_factory=list)

@@ -15,6 +15,7 @@ The package, by concern:
 - :mod:`~chatkernel.core.config.envfile`: ``$CHATKERNEL_HOME/.env``, where the secrets live;
 - :mod:`~chatkernel.core.config.validation`: parsing and validating, errors worded;
 - :mod:`~chatkernel.core.config.hints`: the did-you-mean of an unknown name;
+- :mod:`~chatkernel.core.config.deprecations`: keys still read on their way out;
 - :mod:`~chatkernel.core.config.keys`: dotted keys, effective values, CLI values;
 - :mod:`~chatkernel.core.config.starter`: the file ``chatkernel config init`` writes.
 

@@ -16,6 +16,7 @@ from typing import Any, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from chatkernel.catalog import CHANNEL_DISTRIBUTIONS
+from chatkernel.core.config.deprecations import DEPRECATED, account_deprecations, upgrade
 from chatkernel.core.config.env import is_secret_key, resolve_env
 from chatkernel.core.config.files import config_path, read_raw
 from chatkernel.core.config.hints import did_you_mean
@@ -193,7 +194,9 @@ def parse(data: dict[str, Any], *, path: Path | None = None,
     bindings against the agents: :func:`check_bindings`). ``strict_env``: where a
     reference to a variable that is not set is an error (:func:`~chatkernel.core.config.
     env.must_resolve`); elsewhere it is left as written: a command resolves only what it
-    uses."""
+    uses. A deprecated key (:mod:`~chatkernel.core.config.deprecations`) is taken as its
+    replacement, with a warning."""
+    data = upgrade(data, DEPRECATED, path=path)
     resolved = resolve_env(data, path=path, environ=environ, strict=strict_env)
     try:
         config = KernelConfig.model_validate(resolved)
@@ -212,7 +215,10 @@ def load(path: str | os.PathLike[str] | None = None, *,
 
 def validate_account(model: type[BaseModel], data: dict[str, Any], *, channel: str,
                      account: str, path: Path | None = None) -> BaseModel:
-    """Validate one ``[channels.<channel>.accounts.<account>]`` table with its model."""
+    """Validate one ``[channels.<channel>.accounts.<account>]`` table with its model (its
+    deprecated keys taken as their replacements, with a warning)."""
+    data = upgrade(data, account_deprecations(model),
+                   prefix=f"channels.{channel}.accounts.{account}", path=path)
     try:
         return model.model_validate(data)
     except ValidationError as exc:

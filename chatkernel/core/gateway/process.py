@@ -190,6 +190,10 @@ def build_app(kernel: Kernel, control_token: str, *, loopback: bool = True,
     hosts = http_guard.HostCheck(host.lower(), frozenset(kernel.config.gateway.public_hosts))
     http_guard.install(app, hosts=hosts, webhooks=webhooks)
     console.install(app)
+    # Every answer says it is this process's: doctor checks a webhook's public URL with it.
+    from chatkernel.core.health.doctor import mark_answers
+
+    mark_answers(app)
     return app
 
 

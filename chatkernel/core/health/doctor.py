@@ -7,17 +7,25 @@ files and servers they name; the CLI (chatkernel.cli.doctor) runs the kernel's o
 and the live probes and hands their answers in. :func:`checkpoint_wal` is the one fix
 this module makes itself; the file modes are the audit's (:func:`~chatkernel.core.health.
 audit.fix_modes`).
+
+No channel is named here: a channel tells doctor what only it knows through its probe's
+``ProbeResult.extra`` (:data:`SERVER_DATE`, :data:`FINDINGS`) and its transport's
+optional methods (docs/writing-a-channel.md).
 """
 
 from __future__ import annotations
 
 import email.utils
+import http.client
 import os
+import secrets
 import shutil
 import socket
 import sqlite3
 import sys
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +35,9 @@ from chatkernel import __version__
 from chatkernel.core.config.env import ENV_REFERENCE
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
+    from chatkernel.core.config.deprecations import DeprecatedKey
     from chatkernel.core.config.schema import KernelConfig
     from chatkernel.core.gateway_state import GatewayInfo
     from chatkernel.core.health.audit import Finding
@@ -51,6 +62,16 @@ REDIS_MAJOR = 7
 #: The optional key of ``ProbeResult.extra`` a channel's probe may fill with its
 #: platform's ``Date`` header (docs/writing-a-channel.md): the clock check reads it.
 SERVER_DATE = "server_date"
+#: The optional key of ``ProbeResult.extra`` where a channel's probe lists what it found
+#: besides the probe's own answer, each a check of doctor's: ``{"check": "scopes",
+#: "status": "ok" | "warn" | "fail", "message": ..., "fix": ...}`` (docs/writing-a-
+#: channel.md): the scopes a token lacks, a token near its end.
+FINDINGS = "findings"
+#: The header the gateway's HTTP server puts on every answer: a mark made at random when
+#: the gateway starts, by which doctor tells this gateway's answers through a public URL
+#: from a proxy's or another server's (:func:`webhook_url_checks`). It says nothing about
+#: the gateway: it only matches what the same process answers on its own address.
+GATEWAY_HEADER = "X-Chatkernel-Gateway"
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +218,13 @@ def unset_references(raw: Mapping[str, Any], environ: Mapping[str, str]
     return found
 
 
+def deprecation_checks(found: Iterable[DeprecatedKey], path: Path) -> list[Check]:
+    """A warning for each deprecated key the config holds (loading takes it, as its
+    replacement, for now), with the command that replaces it."""
+    return [Check(f"config.deprecated.{item.key}", "warn", item.message, item.fix(path))
+            for item in found]
+
+
 # -- the accounts and their platforms' clocks ----------------------------------------------
 
 
@@ -215,6 +243,23 @@ def account_checks(probes: Mapping[str, ProbeResult | None]) -> list[Check]:
                    f"chatkernel channels probe {key} once the platform is reachable")
             checks.append(Check(f"account.{key}", "fail",
                                 f"{key}: probe failed: {result.detail}", fix))
+    return checks
+
+
+def finding_checks(probes: Mapping[str, ProbeResult | None]) -> list[Check]:
+    """What each account's probe found besides its own answer (``extra["findings"]``: a
+    token's missing scopes, its age), one check each, ``account.<key>.<check>``."""
+    checks = []
+    for key, result in sorted(probes.items()):
+        found = result.extra.get(FINDINGS) if result is not None else None
+        for item in found if isinstance(found, list) else ():
+            if not isinstance(item, Mapping) or not item.get("check"):
+                continue
+            status = item.get("status")
+            checks.append(Check(f"account.{key}.{item['check']}",
+                                status if status in ("ok", "warn", "fail") else "warn",
+                                f"{key}: {item.get('message') or item['check']}",
+                                str(item.get("fix") or "")))
     return checks
 
 
@@ -423,6 +468,111 @@ def listen_check(listen: str, gateway: GatewayInfo | None) -> Check:
                      "gateway.listen to a free address (chatkernel config set gateway.listen "
                      "127.0.0.1:PORT)")
     return Check("listen", "ok", f"{listen} is free")
+
+
+# -- the webhooks' public URLs ------------------------------------------------------------
+
+
+def mark_answers(app: web.Application) -> str:
+    """Put :data:`GATEWAY_HEADER` on every answer of the gateway's ``app``: a mark made
+    at random for this process, which it returns."""
+    mark = secrets.token_hex(8)
+
+    async def marked(request: web.Request, response: web.StreamResponse) -> None:
+        response.headers[GATEWAY_HEADER] = mark
+
+    app.on_response_prepare.append(marked)
+    return mark
+
+
+@dataclass(frozen=True, slots=True)
+class PublicURL:
+    """A webhook account's public URL, where its platform posts, and the config key
+    that sets it ("" when the channel makes it up)."""
+
+    account: str
+    url: str
+    key: str = ""
+
+
+def webhook_url_checks(urls: Iterable[PublicURL], gateway: GatewayInfo | None, *,
+                       timeout: float) -> list[Check]:
+    """Each webhook account's public URL requested from this machine (a GET; the
+    platform POSTs, but any answer of the gateway carries its mark): ok when this home's
+    running gateway answered it, as its own address shows (:data:`GATEWAY_HEADER`); a
+    failure when something else answers (a proxy pointing elsewhere) or nothing does.
+    With no gateway running it cannot be told: a warning."""
+    urls = sorted(urls, key=lambda item: item.account)
+    if not urls:
+        return []
+    if gateway is None:
+        return [Check(f"webhook.{item.account}.url", "warn",
+                      f"{item.account}: no gateway runs, so whether {item.url} reaches it "
+                      "cannot be told", "start the gateway (chatkernel run), then run "
+                                        "chatkernel doctor again") for item in urls]
+    try:
+        own = _answer_of(f"{gateway.url.rstrip('/')}/healthz", timeout)[0]
+    except NO_ANSWER as exc:
+        own, why = None, _reason(exc)
+    else:
+        why = "it answered without its mark"
+    if own is None:
+        return [Check(f"webhook.{item.account}.url", "warn",
+                      f"{item.account}: cannot tell whether {item.url} reaches the gateway: "
+                      f"the gateway at {gateway.url} did not answer ({why})",
+                      "chatkernel health --verbose") for item in urls]
+    checks = []
+    for item in urls:
+        where = f" (or correct {item.key})" if item.key else ""
+        check = f"webhook.{item.account}.url"
+        try:
+            mark, status, server = _answer_of(item.url, timeout)
+        except NO_ANSWER as exc:
+            checks.append(Check(
+                check, "fail", f"{item.account}: {item.url}: cannot connect: {_reason(exc)}",
+                f"make {item.url} reach this gateway at {gateway.url} (its DNS name, the "
+                f"reverse proxy or tunnel in front of it, the firewall){where}: the platform "
+                "posts there"))
+            continue
+        if mark == own:
+            checks.append(Check(check, "ok", f"{item.account}: {item.url} reaches this "
+                                             "gateway"))
+            continue
+        who = (f"another chatkernel gateway (not the one at {gateway.url})" if mark else
+               f"HTTP {status}" + (f" from {server}" if server else ""))
+        checks.append(Check(
+            check, "fail", f"{item.account}: {item.url} answers, but not from this gateway "
+                           f"(a proxy pointing elsewhere?): {who}",
+            f"point the reverse proxy or tunnel for {item.url} at this gateway's address, "
+            f"{gateway.url}{where}"))
+    return checks
+
+
+#: What a request that got no HTTP answer raises: no connection, a timeout, a TLS
+#: failure (OSError), a URL urllib cannot request (ValueError), something that is not
+#: HTTP on the other end (HTTPException).
+NO_ANSWER = (OSError, ValueError, http.client.HTTPException)
+
+
+def _answer_of(url: str, timeout: float) -> tuple[str | None, int, str]:
+    """``(the gateway's mark or None, the status, the Server header)`` of a GET of
+    ``url``, whatever its status; one of :data:`NO_ANSWER` when no answer came."""
+    request = urllib.request.Request(url, headers={"User-Agent": "chatkernel-doctor"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            headers, status = response.headers, response.status
+    except urllib.error.HTTPError as exc:  # an answer all the same
+        headers, status = exc.headers, exc.code
+        exc.close()
+    return headers.get(GATEWAY_HEADER), status, headers.get("Server") or ""
+
+
+def _reason(exc: Exception) -> str:
+    """Why a request got no answer, in the words of the error that says it."""
+    reason = getattr(exc, "reason", None) or exc
+    if isinstance(reason, OSError) and reason.strerror:
+        return reason.strerror
+    return str(reason).strip() or type(reason).__name__
 
 
 # -- the security audit ----------------------------------------------------------------------

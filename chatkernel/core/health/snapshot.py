@@ -35,15 +35,22 @@ class ProbeInfo(_Model):
     #: It failed, and the platform has answered the receive loop since: not counted
     #: (a fresh probe is on its way).
     superseded: bool = False
+    #: What the channel's probe found besides its answer, for ``chatkernel doctor``
+    #: (``extra["findings"]``: ``{"check", "status", "message", "fix"}`` each).
+    findings: list[dict[str, str]] = []
 
     @classmethod
     def of(cls, result: ProbeResult | None, at: float | None, *,
            superseded: bool = False) -> "ProbeInfo | None":
         if result is None:
             return None
+        found = result.extra.get("findings")
         return cls(ok=result.ok, detail=result.detail, latency_ms=result.latency_ms, at=at,
                    timed_out=bool(result.extra.get("timed_out")),
-                   restartable=result.restartable, superseded=superseded)
+                   restartable=result.restartable, superseded=superseded,
+                   findings=[{key: str(value) for key, value in item.items()}
+                             for item in found if isinstance(item, dict)]
+                   if isinstance(found, list) else [])
 
 
 class FailureInfo(_Model):

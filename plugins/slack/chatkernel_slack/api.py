@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -164,6 +164,12 @@ class SlackAPI:
                    ) -> dict[str, Any]:
         """Run one slack_sdk call (``request(client)``) and return the answer's data;
         raises :class:`PlatformError`, classified, with every token redacted."""
+        data, _ = await self.answer(method, request)
+        return data
+
+    async def answer(self, method: str, request: Callable[[AsyncWebClient], Awaitable[Any]],
+                     ) -> tuple[dict[str, Any], Mapping[str, str]]:
+        """:meth:`call`'s answer and its HTTP headers (``x-oauth-scopes``, ``Date``)."""
         from slack_sdk.errors import SlackApiError, SlackClientError
 
         try:
@@ -175,7 +181,7 @@ class SlackAPI:
         except SlackClientError as exc:  # a request slack_sdk refused to make
             raise PlatformError(self.redact(f"{method}: {exc}"), kind="not_sent") from None
         data = response.data
-        return data if isinstance(data, dict) else {"ok": True}
+        return (data if isinstance(data, dict) else {"ok": True}), response.headers or {}
 
     async def post(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """One Web API call with the bot token as a JSON POST on the kit's client (see

@@ -39,7 +39,7 @@ from chatkernel.channels import (
     refusal,
     render_payload,
 )
-from chatkernel_slack import events
+from chatkernel_slack import events, scopes
 from chatkernel_slack.api import DEFAULT_API_BASE, TOKEN_ERRORS, TOKEN_PATTERNS, SlackAPI
 from chatkernel_slack.markup import SlackMrkdwn
 from chatkernel_slack.receiving import SlackEvents, SlackSocket
@@ -243,6 +243,11 @@ dm_policy = "pairing"                 # others get a code: chatkernel pairing ap
         self.bot_id: str | None = None
         #: Connections the app token has, as the last ``hello`` said.
         self.connections = 1
+        #: A socket opened (a ``hello`` came): the app token has connections:write.
+        self.socket_opened = False
+        #: What apps.connections.open said of the app token, asked once by the probe
+        #: (a Tier 1 method: not at every probe).
+        self._app_token: dict[str, Any] | None = None
         self._last_ts: dict[str, str] = _Bounded()       # chat -> last message ts
         self._bot_threads: dict[tuple[str, str], bool] = _Bounded()
         self._status_on: dict[tuple[str, str], bool] = _Bounded()
@@ -537,8 +542,12 @@ dm_policy = "pairing"                 # others get a code: chatkernel pairing ap
     # -- health ---------------------------------------------------------------------------
 
     async def probe(self) -> ProbeResult:
+        """``auth.test``: the bot token, its workspace and bot user; the scopes it lacks
+        for what the account does (its answer's ``x-oauth-scopes``) and, in socket mode,
+        the app-level token's, as ``extra["findings"]`` (``chatkernel doctor``); Slack's
+        clock as ``extra["server_date"]``."""
         try:
-            me = await self.api.call("auth.test", lambda client: client.auth_test())
+            me, headers = await self.api.answer("auth.test", lambda client: client.auth_test())
         except PlatformError as exc:
             refused = refusal(self, exc)
             if refused is not None:  # restarting cannot help: a person must act
@@ -548,10 +557,39 @@ dm_policy = "pairing"                 # others get a code: chatkernel pairing ap
         detail = f"{me.get('team')} as @{me.get('user')}"
         if self.config.mode == "socket" and self.connections > 1:
             detail += f"; warning: {self.shared_token_warning(self.connections)}"
+        findings = scopes.bot_findings(scopes.granted(headers), self.config)
+        if self.config.mode == "socket":
+            app_token = await self._app_token_finding()
+            if app_token is not None:
+                findings.append(app_token)
+        lacking = [item["check"].removeprefix("scope.") for item in findings
+                   if item["status"] != "ok"]
+        if lacking:
+            detail += f"; warning: missing scopes {', '.join(lacking)} (chatkernel doctor)"
+        date = next((value for key, value in headers.items() if key.lower() == "date"), None)
         return ProbeResult(ok=True, detail=detail, extra={
             "team": me.get("team"), "team_id": me.get("team_id"), "user": me.get("user"),
             "user_id": me.get("user_id"), "bot_id": me.get("bot_id"),
-            "mode": self.config.mode, "connections": self.connections})
+            "mode": self.config.mode, "connections": self.connections,
+            "findings": findings, **({"server_date": date} if date else {})})
+
+    async def _app_token_finding(self) -> dict[str, Any] | None:
+        """Whether the app-level token has connections:write: proven by an open socket,
+        else asked of ``apps.connections.open`` once (None: Slack could not be asked)."""
+        if self.socket_opened:
+            return scopes.app_token_finding(None)
+        if self._app_token is None:
+            token = self.config.app_token or ""
+            try:
+                await self.api.call("apps.connections.open", lambda _: self.api.web_client(
+                    token=token).apps_connections_open(app_token=token))
+            except PlatformError as exc:
+                if exc.kind != "rejected":  # a 429, Slack down: the next probe asks again
+                    return None
+                self._app_token = scopes.app_token_finding(str(exc.code))
+            else:
+                self._app_token = scopes.app_token_finding(None)
+        return self._app_token
 
     async def aclose(self) -> None:
         await self.api.close()

@@ -17,7 +17,12 @@ windows, latency, the signed webhook pusher):
   thread; appending to a stopped one is ``message_not_in_streaming_state``), with their
   rate tiers when limits are enforced (:data:`METHOD_TIERS`); the
   answers' shapes follow Slack's published OpenAPI spec (the tests check them against
-  it). Private files at ``url_private_download`` need the bot token.
+  it). Private files at ``url_private_download`` need the bot token. Every answer to a
+  known token names its granted scopes in ``x-oauth-scopes`` (and the method's in
+  ``x-accepted-oauth-scopes``), as Slack does; a method whose scope the token lacks is
+  ``missing_scope``. A test takes a scope away with ``slack.app.scopes.discard(...)``
+  (the bot token's, :data:`BOT_SCOPES` at first) or ``slack.app.app_scopes`` (the
+  app-level token's: ``connections:write``).
 - **Socket Mode** over a real websocket: ``apps.connections.open`` (app-level token)
   answers ``ws://127.0.0.1:<port>/link/?ticket=...``; a connection gets ``hello`` (with
   ``num_connections``), then ``events_api`` envelopes, each given to one of the app's
@@ -125,6 +130,8 @@ METHOD_SCOPES = {"chat.postMessage": "chat:write", "chat.update": "chat:write",
                  "files.getUploadURLExternal": "files:write",
                  "files.completeUploadExternal": "files:write",
                  "assistant.threads.setStatus": "chat:write"}
+#: ... and with the app-level token.
+APP_TOKEN_SCOPES = {"apps.connections.open": "connections:write"}
 BOT_SCOPES = frozenset({"app_mentions:read", "channels:history", "groups:history",
                         "im:history", "mpim:history", "chat:write", "files:read",
                         "files:write"})
@@ -241,6 +248,8 @@ class App:
     mode: str = "socket"               # "socket" (Socket Mode) or "events" (Events API)
     request_url: str | None = None     # events mode: where events are POSTed
     scopes: set[str] = field(default_factory=lambda: set(BOT_SCOPES))
+    #: The app-level token's scopes.
+    app_scopes: set[str] = field(default_factory=lambda: {"connections:write"})
     revoked: bool = False
     #: No frames at all (hello, envelopes, pongs) while True: an open but dead socket.
     frozen: bool = False
@@ -998,14 +1007,30 @@ class FakeSlack(FakePlatform):
 
         async def answer() -> web.StreamResponse:
             app = self._app_for(token, method)
-            scope = METHOD_SCOPES.get(method)
-            if scope and scope not in app.scopes:
+            scopes = self._granted(token) or set()
+            scope = (APP_TOKEN_SCOPES if token == app.app_token else METHOD_SCOPES).get(method)
+            if scope and scope not in scopes:
                 raise SlackError("missing_scope", needed=scope,
-                                 provided=",".join(sorted(app.scopes)))
+                                 provided=",".join(sorted(scopes)))
             handler = getattr(self, "_api_" + method.replace(".", "_"))
             return web.json_response({"ok": True, **await handler(app, params)})
 
-        return await self.serve_call(request, call, answer)
+        response = await self.serve_call(request, call, answer)
+        granted = self._granted(token)
+        if granted is not None:
+            response.headers["x-oauth-scopes"] = ",".join(sorted(granted))
+            response.headers["x-accepted-oauth-scopes"] = \
+                {**METHOD_SCOPES, **APP_TOKEN_SCOPES}.get(method, "")
+        return response
+
+    def _granted(self, token: str | None) -> set[str] | None:
+        """The scopes of a token the fake knows (None: an unknown or revoked one)."""
+        for app in self.apps.values():
+            if not app.revoked and token == app.bot_token:
+                return app.scopes
+            if not app.revoked and token == app.app_token:
+                return app.app_scopes
+        return None
 
     # -- methods ---------------------------------------------------------------------------
 

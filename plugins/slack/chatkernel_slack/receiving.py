@@ -93,6 +93,7 @@ class SlackSocket(SlackWrappers, Socket):
             log.warning("%s: %s", channel.account.key, warning)
             channel.account.runtime.error(warning, time.time())
         channel.connections = count
+        channel.socket_opened = True
 
 
 class SlackEvents(SlackWrappers, Webhook):

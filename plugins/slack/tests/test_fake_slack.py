@@ -386,3 +386,24 @@ def test_the_clients_post_parameters_are_in_the_spec():
     # metadata, markdown_text and container_id); the channel only sends documented ones.
     assert spec_params("chat.postMessage") <= METHOD_PARAMS["chat.postMessage"]
     assert {"channel", "text", "thread_ts", "mrkdwn"} <= spec_params("chat.postMessage")
+
+
+async def test_every_answer_names_the_token_s_scopes_and_a_taken_one_is_missing():
+    """Slack's ``x-oauth-scopes`` header: the scopes granted to the token the call used
+    (the bot token's, or the app-level token's), on every answer to a known token."""
+    async with FakeSlack() as slack:
+        _, headers, _ = await api(slack, "auth.test")
+        assert set(headers["x-oauth-scopes"].split(",")) == set(slack.app.scopes)
+        slack.app.scopes.discard("chat:write")
+        _, headers, refused = await api(slack, "chat.postMessage", channel="D0DIRECT01",
+                                        text="hi")
+        assert refused["error"] == "missing_scope" and refused["needed"] == "chat:write"
+        assert "chat:write" not in headers["x-oauth-scopes"].split(",")
+        assert headers["x-accepted-oauth-scopes"] == "chat:write"
+        _, headers, opened = await api(slack, "apps.connections.open", token=slack.app_token)
+        assert opened["ok"] and headers["x-oauth-scopes"] == "connections:write"
+        slack.app.app_scopes.clear()
+        _, _, refused = await api(slack, "apps.connections.open", token=slack.app_token)
+        assert refused["error"] == "missing_scope" and refused["needed"] == "connections:write"
+        _, headers, _ = await api(slack, "auth.test", token="xoxb-0-0-unknown")
+        assert "x-oauth-scopes" not in headers

@@ -70,6 +70,12 @@ log = logging.getLogger("chatkernel.wechat")
 MB = 1024 * 1024
 #: Tencent's client pauses every call of an account this long after ``-14``.
 SESSION_PAUSE_SECONDS = 3600.0
+#: iLink ends a bot's session about this long after its QR login (openclaw/openclaw#90949:
+#: "after roughly 30 days, iLink rotates the token"), or at once when the WeChat account
+#: binds another bot: every call then answers ``-14`` until a new login.
+TOKEN_LIFETIME_SECONDS = 30 * 86400.0
+#: From this age on, ``chatkernel doctor`` warns that the session is near its end.
+TOKEN_WARN_SECONDS = 25 * 86400.0
 #: What an expired session is (followed by WeChatChannel.login_advice).
 SESSION_EXPIRED = "session expired (iLink ret=-14)"
 #: After a ``ret=-2`` the user's sends are held back this long, or until they write.
@@ -126,6 +132,15 @@ def format_age(seconds: float) -> str:
     if seconds < 100 * 60:
         return f"{seconds // 60}m"
     return f"{seconds // 3600}h"
+
+
+def format_days(seconds: float) -> str:
+    """``3 hours``, ``1 day``, ``26 days``."""
+    if seconds < 86400:
+        hours = int(seconds // 3600)
+        return f"{hours} hour{'s' if hours != 1 else ''}"
+    days = int(seconds // 86400)
+    return f"{days} day{'s' if days != 1 else ''}"
 
 
 def refused_cause(peer: Peer, size: int, now: float) -> str:
@@ -572,22 +587,59 @@ dm_policy = "pairing"                 # others get a code: chatkernel pairing ap
     # -- health -------------------------------------------------------------------------------
 
     async def probe(self) -> ProbeResult:
+        """``getconfig`` with the bot token; the token's age (from the login's time) or its
+        expired session as ``extra["findings"]``, for ``chatkernel doctor``."""
         if await self.paused():
-            return ProbeResult(ok=False, detail=self.session_expired, restartable=False)
+            return ProbeResult(ok=False, detail=self.session_expired, restartable=False,
+                               extra={"findings": [await self.token_finding("expired")]})
         owner = self.config.owner_user_id
         try:
             await self.call("getconfig", {"ilink_user_id": owner or ""}, timeout=10.0)
         except ILinkError as exc:
             if exc.session_expired:
-                return ProbeResult(ok=False, detail=self.session_expired, restartable=False)
-            return ProbeResult(ok=False, detail=str(exc))
+                return ProbeResult(ok=False, detail=self.session_expired, restartable=False,
+                                   extra={"findings": [await self.token_finding("expired")]})
+            return ProbeResult(ok=False, detail=str(exc),
+                               extra={"findings": [await self.token_finding()]})
         except PlatformError as exc:
             if exc.status in (401, 403):
                 return ProbeResult(ok=False, restartable=False,
-                                   detail="token rejected: run `chatkernel login wechat`")
-            return ProbeResult(ok=False, detail=str(exc))
+                                   detail="token rejected: run `chatkernel login wechat`",
+                                   extra={"findings": [await self.token_finding("rejected")]})
+            return ProbeResult(ok=False, detail=str(exc),
+                               extra={"findings": [await self.token_finding()]})
         return ProbeResult(ok=True, detail=self.config.bot_id or "logged in",
-                           extra={"bot_id": self.config.bot_id, "owner": owner})
+                           extra={"bot_id": self.config.bot_id, "owner": owner,
+                                  "findings": [await self.token_finding()]})
+
+    async def token_finding(self, refused: str = "") -> dict[str, str]:
+        """Doctor's finding about the bot token: its age since the login that gave it
+        (``chatkernel login`` notes the time; a token set by hand, or by a login older
+        than that, has none), a warning once iLink may end its session soon, a failure
+        when iLink ended it (``refused``: ``"expired"``, ``-14``; ``"rejected"``, 401)."""
+        issued = None
+        if self.context.store is not None:
+            issued = await self.context.credentials_issued_at()
+        age = None if issued is None else max(0.0, time.time() - issued)
+        aged = "age unknown" if age is None else f"{format_days(age)} old"
+        account = "" if self.account.name == "main" else f" --account {self.account.name}"
+        fix = f"chatkernel login wechat{account}, then restart the gateway"
+        ends = f"iLink ends a session about {TOKEN_LIFETIME_SECONDS / 86400:.0f} days " \
+               "after its login"
+        if refused:
+            what = "the session expired (iLink ret=-14)" if refused == "expired" else \
+                "iLink refused the bot token"
+            return {"check": "token", "status": "fail",
+                    "message": f"{what}: the bot token ({aged}) no longer works", "fix": fix}
+        if age is None:
+            return {"check": "token", "status": "ok",
+                    "message": "the bot token's age unknown (set by hand, or by a login "
+                               f"before chatkernel noted its time); {ends}"}
+        if age >= TOKEN_WARN_SECONDS:
+            return {"check": "token", "status": "warn",
+                    "message": f"the bot token is {aged}: {ends}, and then nothing is "
+                               "received or sent until a new login", "fix": fix}
+        return {"check": "token", "status": "ok", "message": f"the bot token is {aged} ({ends})"}
 
     async def aclose(self) -> None:
         if not await self.paused():
