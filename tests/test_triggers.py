@@ -4,9 +4,11 @@ stale, oversized or incomplete one is refused with a 4xx saying why, and nothing
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
+import sqlite3
 import time
 
 import aiohttp
@@ -78,6 +80,12 @@ async def messages(http, base, chat_id, want) -> list[dict]:
     return found
 
 
+def store_rows(db, sql: str) -> list[tuple]:
+    """Rows of the gateway's state database, read beside it (what it has committed)."""
+    with contextlib.closing(sqlite3.connect(db, timeout=5)) as conn:
+        return conn.execute(sql).fetchall()
+
+
 def openssl_style_signature(body: bytes, timestamp: str) -> str:
     """The header as docs/jobs.md's curl example makes it (openssl dgst -sha256 -hmac),
     spelled apart from the gateway's verifier."""
@@ -86,7 +94,9 @@ def openssl_style_signature(body: bytes, timestamp: str) -> str:
 
 
 @pytest.mark.slow
-async def test_a_signed_trigger_delivers_to_two_chats_once_and_refusals_run_nothing(config):
+async def test_a_signed_trigger_delivers_to_two_chats_once_and_refusals_run_nothing(
+        config, tmp_path):
+    db = tmp_path / "state.db"
     body = json.dumps({"status": "green", "repo": "chatkernel"}).encode()
     now = str(int(time.time()))
     signed = {"X-Chatkernel-Timestamp": now,
@@ -131,19 +141,34 @@ async def test_a_signed_trigger_delivers_to_two_chats_once_and_refusals_run_noth
                             headers=status_headers) as r:
             run = await r.json()
         assert run["outcome"] == "sent to webchat:default:ops, webchat:default:dev"
-        # Nothing else ran: one run in the trigger's history.
         async with http.post(f"{base}/hooks/alert", json={"what": "disk"},
                              headers={"Authorization": "Bearer nope"}) as r:
             assert r.status == 401
+        bearer = {"Authorization": "Bearer tok-for-tests"}
+        alerts = []
         for _ in range(2):
             async with http.post(f"{base}/hooks/alert", json={"what": "disk"},
-                                 headers={"Authorization": "Bearer tok-for-tests"}) as r:
+                                 headers=bearer) as r:
                 assert r.status == 202
+                alerts.append((await r.json())["status_url"])
         async with http.post(f"{base}/hooks/alert", json={"what": "disk"},
-                             headers={"Authorization": "Bearer tok-for-tests"}) as r:
+                             headers=bearer) as r:
             assert r.status == 429 and int(r.headers["Retry-After"]) >= 1
+
+        async def settled() -> bool:
+            """Every run taken has ended and the outbox has sent all it was given:
+            nothing is left that could deliver a second time."""
+            for status_url in alerts:
+                async with http.get(f"{base}{status_url}", headers=bearer) as r:
+                    if (await r.json())["status"] != "done":
+                        return False
+            return store_rows(db, "SELECT id FROM outbox"
+                                  " WHERE status IN ('pending', 'sending')") == []
+        await wait_until(settled, timeout=10, what="the alerts' runs and their sends")
+        # Nothing else ran: one run in the ci trigger's history, delivered once to each.
+        assert store_rows(db, "SELECT run_id, status FROM job_runs"
+                              " WHERE job = 'trigger:ci'") == [(taken["run_id"], "done")]
         assert len(await messages(http, base, "ops", 3)) == 3
-        await anyio.sleep(0.2)  # real time: a second delivery of the ci run would show now
         async with http.get(f"{base}/webchat/messages", params={"chat_id": "dev"}) as r:
             assert len((await r.json())["messages"]) == 1
 

@@ -1,7 +1,10 @@
 """Logging set-up: readable lines by default, JSON lines on request, secrets redacted;
 the gateway's log file in ``$CHATKERNEL_HOME/logs/`` (one JSON object a line, rotated by
 size and age, 0600) and its reader (:func:`read_lines`, :func:`follow`), which
-``chatkernel logs`` and the console use."""
+``chatkernel logs`` and the console use.
+
+A log file that cannot be written (a full disk) is said once on stderr, with why, and
+again once it is written again; meanwhile stderr has every line."""
 
 from __future__ import annotations
 
@@ -120,7 +123,7 @@ def configure(fmt: str = "text", level: str = "info", secrets: Iterable[str] = (
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     if file is not None:
         try:
-            root.addHandler(file.handler())
+            root.addHandler(file.handler(stderr=handler))
         except OSError as exc:  # the home cannot be written: its own error comes next
             logging.getLogger("chatkernel.logs").warning(
                 "cannot write the log file %s (%s): logging to stderr only", file.path,
@@ -148,11 +151,13 @@ class LogFile:
         self.path = log_dir(home) / LOG_NAME
         self.max_bytes, self.backups, self.max_age_days = max_bytes, backups, max_age_days
 
-    def handler(self) -> logging.Handler:
-        """The file's handler: JSON lines, secrets redacted as on stderr."""
+    def handler(self, stderr: logging.Handler | None = None) -> logging.Handler:
+        """The file's handler: JSON lines, secrets redacted as on stderr. When the file
+        cannot be written, and when it can again, it says so once through ``stderr``
+        (the stderr handler; None: a plain line on ``sys.stderr``)."""
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         handler = _RotatingFile(self.path, self.max_bytes, self.backups,
-                                self.max_age_days * 86400)
+                                self.max_age_days * 86400, stderr)
         handler.addFilter(secret_filter)
         handler.setFormatter(JsonFormatter())
         return handler
@@ -160,26 +165,75 @@ class LogFile:
 
 class _RotatingFile(logging.handlers.RotatingFileHandler):
     """Rotated by size; a backup older than ``max_age`` seconds is removed at start and
-    at each rotation; every file created 0600 (a log names chats and senders)."""
+    at each rotation; every file created 0600 (a log names chats and senders).
 
-    def __init__(self, path: Path, max_bytes: int, backups: int, max_age: float) -> None:
+    A record that cannot be written (``OSError``: a full disk, the directory gone) is
+    dropped here, not reported as logging reports an error (a traceback on stderr for
+    every record): the first failure is said once through ``stderr`` and the file is
+    opened afresh for the next record, which first writes, and tells stderr, that the
+    file is written again."""
+
+    def __init__(self, path: Path, max_bytes: int, backups: int, max_age: float,
+                 stderr: logging.Handler | None = None) -> None:
         self.max_age = max_age
-        old = os.umask(0o077)
-        try:
-            super().__init__(path, maxBytes=max_bytes, backupCount=max(backups, 1),
-                             encoding="utf-8")
-        finally:
-            os.umask(old)
+        self._stderr = stderr
+        #: Why the file cannot be written, while it cannot (None: it can).
+        self.failing: str | None = None
+        self._failed = False  # the record being emitted was not written
+        super().__init__(path, maxBytes=max_bytes, backupCount=max(backups, 1),
+                         encoding="utf-8")
         os.chmod(path, 0o600)
         self._prune()
 
-    def doRollover(self) -> None:
+    def _open(self) -> Any:
         old = os.umask(0o077)
         try:
-            super().doRollover()
+            return super()._open()
         finally:
             os.umask(old)
+
+    def doRollover(self) -> None:
+        super().doRollover()
         self._prune()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.failing is not None:
+            # First the news that the file is written again: into the file (where its
+            # gap is), then on stderr. Still failing: this record is on stderr only.
+            notice = _record(logging.INFO, "the log file %s is written again (what was "
+                             "logged while it could not be is on stderr only)",
+                             self.baseFilename)
+            self._failed = False
+            super().emit(notice)
+            if self._failed:
+                return
+            self.failing = None
+            self._tell_stderr(notice)
+        super().emit(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        error = sys.exc_info()[1]
+        if not isinstance(error, OSError):
+            super().handleError(record)  # a bug (a bad format string): as logging says it
+            return
+        self._failed = True
+        stream, self.stream = self.stream, None  # opened afresh for the next record
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError:  # its buffer could not be written either: dropped with it
+                pass
+        if self.failing is None:
+            self.failing = error.strerror or str(error)
+            self._tell_stderr(_record(
+                logging.WARNING, "cannot write the log file %s (%s): logging to stderr "
+                "only until it can be written again", self.baseFilename, self.failing))
+
+    def _tell_stderr(self, record: logging.LogRecord) -> None:
+        if self._stderr is not None:
+            self._stderr.handle(record)
+        else:
+            sys.stderr.write(f"chatkernel: {record.getMessage()}\n")
 
     def _prune(self) -> None:
         cutoff = time.time() - self.max_age
@@ -189,6 +243,12 @@ class _RotatingFile(logging.handlers.RotatingFileHandler):
                     path.unlink()
             except FileNotFoundError:
                 pass
+
+
+def _record(level: int, message: str, *args: Any) -> logging.LogRecord:
+    """A record of the log file's own (``chatkernel.logs``), made here: it is not logged
+    through the loggers, whose handlers include the file's."""
+    return logging.LogRecord("chatkernel.logs", level, __file__, 0, message, args, None)
 
 
 def _backups(path: Path) -> list[Path]:

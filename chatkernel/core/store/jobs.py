@@ -6,6 +6,10 @@ for a trigger its request's signature (a replay is the same slot) or its run id.
 :meth:`JobStore.claim_job_run` inserts a run only when its key is new, and returns once
 the row is durable: whoever inserts it runs it, once, whichever process that is and
 however often the scheduler comes back to the slot after a restart.
+
+A job's history is bounded: each claim prunes the job's older runs in the same write
+(:meth:`JobStore.claim_job_run` says which go), so a job that runs every minute does not
+grow the store.
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["JOB_RUN_STATUSES", "JobDefinition", "JobPosition", "JobRun", "JobStore",
-           "slot_key"]
+__all__ = ["FAILURES_KEPT", "JOB_RUN_STATUSES", "JobDefinition", "JobPosition", "JobRun",
+           "JobStore", "RUNS_KEPT", "TRIGGER_RUNS_SECONDS", "prune_before", "slot_key"]
 
 #: ``queued``: journaled, not started (a trigger's request); ``running``: claimed and
 #: started; then ``done`` (ran: sent, or nothing to report), ``failed``, ``skipped``
@@ -23,6 +27,25 @@ __all__ = ["JOB_RUN_STATUSES", "JobDefinition", "JobPosition", "JobRun", "JobSto
 #: (its process ended mid-run: not run again, its turn may have acted already).
 JOB_RUN_STATUSES = ("queued", "running", "done", "failed", "skipped", "interrupted")
 FINISHED = ("done", "failed", "skipped", "interrupted")
+
+#: The runs a job keeps: its newest (by due time) ...
+RUNS_KEPT = 100
+#: ... and, of those older, its newest failed or interrupted ones, so a failure stays in
+#: its history (and ``chatkernel status``) a while after an every-minute job ran past it.
+FAILURES_KEPT = 20
+#: A trigger keeps every run due this recently besides: a signed request's signature is
+#: its run's slot, and a replay is refused only while that slot is remembered. A request
+#: is taken up to five minutes either side of its timestamp (``TOLERANCE_SECONDS`` of
+#: :mod:`chatkernel.core.jobs.triggers`), so its replay can come ten minutes after it.
+TRIGGER_RUNS_SECONDS = 900.0
+
+
+def prune_before(run: JobRun) -> float:
+    """A claim of ``run`` prunes its job's runs due before this time: before ``run``
+    itself (normally its newest), and a trigger's before its recent ones."""
+    if run.job.startswith("trigger:"):
+        return run.due_at - TRIGGER_RUNS_SECONDS
+    return run.due_at
 
 
 def slot_key(due_at: float) -> str:
@@ -111,7 +134,12 @@ class JobStore(abc.ABC):
     @abc.abstractmethod
     async def claim_job_run(self, run: JobRun) -> bool:
         """Record ``run`` unless its job and slot have a run already; True when this
-        call recorded it (the caller runs it). Returns once the row is durable."""
+        call recorded it (the caller runs it). Returns once the row is durable.
+
+        A claim that records prunes the job's history in the same write: of the runs
+        beyond its newest :data:`RUNS_KEPT` (by due time), the finished ones due before
+        :func:`prune_before` go, except the newest :data:`FAILURES_KEPT` of them that
+        failed or were interrupted. A run in progress is never pruned."""
 
     @abc.abstractmethod
     async def start_job_run(self, job: str, slot: str, holder: str, now: float) -> bool:

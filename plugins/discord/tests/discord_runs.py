@@ -1,13 +1,16 @@
 """The runs the plugin's tests share: a kernel with the Discord channel against a fresh
-fake, a channel made by hand, the replies in a chat."""
+fake, the same with its gateway up, a channel made by hand, the replies in a chat."""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from chatkernel.channels import Account
-from chatkernel.testing import open_contract_run
+from chatkernel.testing import ManualClock, open_contract_run
 from chatkernel_discord.channel import DiscordAccount, DiscordChannel
 from chatkernel_discord.contract import DiscordAdapter
 from chatkernel_discord.fake import FakeDiscord
@@ -34,6 +37,43 @@ async def discord_run(tmp_path: Path, *, account=None, channel=None, accounts=No
                                      extra_config=extra, channel_clock=clock,
                                      pacing=pacing) as run:
             yield run
+
+
+@dataclass
+class Up:
+    """A Discord run whose gateway is up: a DM from ``USER`` in :attr:`chat`, carrying
+    the token :attr:`first`, was answered."""
+
+    run: Any
+    chat: str
+    first: str = "up01z"
+
+    @property
+    def adapter(self) -> DiscordAdapter:
+        return self.run.adapter
+
+    @property
+    def discord(self) -> FakeDiscord:
+        return self.run.adapter.discord
+
+    @property
+    def gateway(self) -> Any:
+        """The channel's gateway connection."""
+        return self.run.channel.gateway
+
+
+@contextlib.asynccontextmanager
+async def gateway_up(tmp_path: Path, *, clock: ManualClock | None = None
+                     ) -> AsyncIterator[Up]:
+    """A :func:`discord_run` whose gateway is up: a first DM answered. With ``clock``,
+    the channel's timers and the fake's rate limits run on it."""
+    async with discord_run(tmp_path, clock=clock) as run:
+        if clock is not None:
+            run.adapter.discord.rates.clock = clock.monotonic
+        up = Up(run, run.adapter.direct_chat(1))
+        await up.adapter.inject(up.chat, f"before {up.first}", sender_id=USER)
+        await run.wait_for_tokens(up.chat, [up.first])
+        yield up
 
 
 def make_channel(discord: FakeDiscord, **config) -> DiscordChannel:

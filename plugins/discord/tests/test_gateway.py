@@ -2,7 +2,8 @@
 close codes, against the fake Discord, each of "Discord" in the peers' known failures
 among them (a resume loop that never ends, no reconnect after a 1006, a reconnect racing
 a heartbeat, messages lost in the reconnect window, a dead gateway host feeding the
-loop). Timers run on a ManualClock where the test is about them."""
+loop). Most begin with the gateway up (the ``up`` fixture, conftest.py); timers run on a
+ManualClock (the ``clock`` fixture) where the test is about them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import logging
 import pytest
 
 from chatkernel.testing import ManualClock
-from discord_runs import USER, discord_run, replies
+from discord_runs import USER, discord_run, gateway_up, replies
 
 pytestmark = pytest.mark.anyio
 INTERVAL = 41.25  # the fake's heartbeat interval, seconds
@@ -44,199 +45,153 @@ async def answered_once(run, chat: str, tokens: list[str]) -> None:
         assert sum(token in text for text in run.agent_texts()) == 1, run.agent_texts()
 
 
-async def test_op_7_resumes_on_the_resume_url_and_loses_and_repeats_nothing(tmp_path):
-    async with discord_run(tmp_path) as run:
-        adapter, discord = run.adapter, run.adapter.discord
-        chat = adapter.direct_chat(1)
-        await adapter.inject(chat, "before re01z", sender_id=USER)
-        await run.wait_for_tokens(chat, ["re01z"])
-        discord.reconnect()
-        for n in range(2, 6):  # sent while the bot reconnects: replayed by the RESUME
-            discord.inject_message(chat, f"during re0{n}z", author=USER, dm=True)
-        await answered_once(run, chat, [f"re0{n}z" for n in range(1, 6)])
-        (resume,) = discord.resumes()
-        assert resume.path == "/resume"
-        assert len(discord.identifies()) == 1
-        assert run.channel.gateway.resumes == 1
+async def test_op_7_resumes_on_the_resume_url_and_loses_and_repeats_nothing(up):
+    run, discord, chat = up.run, up.discord, up.chat
+    discord.reconnect()
+    for n in range(2, 6):  # sent while the bot reconnects: replayed by the RESUME
+        discord.inject_message(chat, f"during re0{n}z", author=USER, dm=True)
+    await answered_once(run, chat, [up.first, *(f"re0{n}z" for n in range(2, 6))])
+    (resume,) = discord.resumes()
+    assert resume.path == "/resume"
+    assert len(discord.identifies()) == 1
+    assert up.gateway.resumes == 1
 
 
-async def test_a_withheld_heartbeat_ack_is_a_zombie_resumed_without_loss(tmp_path):
-    clock = ManualClock()
-    async with discord_run(tmp_path, clock=clock) as run:
-        adapter, discord = run.adapter, run.adapter.discord
-        discord.rates.clock = clock.monotonic
-        chat = adapter.direct_chat(1)
-        await adapter.inject(chat, "before zb01z", sender_id=USER)
-        await run.wait_for_tokens(chat, ["zb01z"])
-        discord.zombie()
-        discord.inject_message(chat, "into the void zb02z", author=USER, dm=True)
-        gateway = run.channel.gateway
-        clock.advance(INTERVAL)  # the first beat (jittered) goes out, never acknowledged
-        await run.wait(lambda: gateway.heartbeat.beats == 1, what="the first beat")
-        assert discord.resumes() == []
-        clock.advance(INTERVAL)  # the next is due with no ACK: a zombie
-        await answered_once(run, chat, ["zb01z", "zb02z"])
-        assert len(discord.resumes()) == 1 and len(discord.identifies()) == 1
-        closed = discord.connections[0]
-        assert closed.closed_by_client == 4000  # not 1000/1001, which would end the session
+async def test_a_withheld_heartbeat_ack_is_a_zombie_resumed_without_loss(up, clock):
+    run, discord, chat, gateway = up.run, up.discord, up.chat, up.gateway
+    discord.zombie()
+    discord.inject_message(chat, "into the void zb02z", author=USER, dm=True)
+    clock.advance(INTERVAL)  # the first beat (jittered) goes out, never acknowledged
+    await run.wait(lambda: gateway.heartbeat.beats == 1, what="the first beat")
+    assert discord.resumes() == []
+    clock.advance(INTERVAL)  # the next is due with no ACK: a zombie
+    await answered_once(run, chat, [up.first, "zb02z"])
+    assert len(discord.resumes()) == 1 and len(discord.identifies()) == 1
+    closed = discord.connections[0]
+    assert closed.closed_by_client == 4000  # not 1000/1001, which would end the session
 
 
-async def test_op_9_resumable_resumes_and_loses_nothing(tmp_path):
-    async with discord_run(tmp_path) as run:
-        adapter, discord = run.adapter, run.adapter.discord
-        chat = adapter.direct_chat(1)
-        await adapter.inject(chat, "before iv01z", sender_id=USER)
-        await run.wait_for_tokens(chat, ["iv01z"])
-        discord.invalidate(resumable=True)
-        discord.inject_message(chat, "meanwhile iv02z", author=USER, dm=True)
-        await answered_once(run, chat, ["iv01z", "iv02z"])
-        assert len(discord.resumes()) == 1 and len(discord.identifies()) == 1
+async def test_op_9_resumable_resumes_and_loses_nothing(up):
+    run, discord, chat = up.run, up.discord, up.chat
+    discord.invalidate(resumable=True)
+    discord.inject_message(chat, "meanwhile iv02z", author=USER, dm=True)
+    await answered_once(run, chat, [up.first, "iv02z"])
+    assert len(discord.resumes()) == 1 and len(discord.identifies()) == 1
 
 
-async def test_op_9_not_resumable_identifies_afresh_after_one_to_five_seconds(tmp_path,
-                                                                             caplog):
+@pytest.fixture
+def logged(caplog):
+    """The channel's log, from INFO up (set before the run starts)."""
     caplog.set_level(logging.INFO, logger="chatkernel.discord")
-    clock = ManualClock()
-    async with discord_run(tmp_path, clock=clock) as run:
-        adapter, discord = run.adapter, run.adapter.discord
-        discord.rates.clock = clock.monotonic
-        chat = adapter.direct_chat(1)
-        await adapter.inject(chat, "before is01z", sender_id=USER)
-        await run.wait_for_tokens(chat, ["is01z"])
-        gateway = run.channel.gateway
-        discord.invalidate(resumable=False)
-        await run.wait(lambda: gateway.state == "reconnecting", what="the end of the session")
-        wait = await clock.sleeper(after=clock.now())
-        assert 1.0 <= wait - clock.now() <= 5.0
-        await advance_until(run, clock, lambda: len(discord.identifies()) == 2,
-                            "identified afresh")
-        await adapter.inject(chat, "after is02z", sender_id=USER)
-        await answered_once(run, chat, ["is01z", "is02z"])
-        assert discord.resumes() == []
+    return caplog
+
+
+async def test_op_9_not_resumable_identifies_afresh_after_one_to_five_seconds(logged, up,
+                                                                             clock):
+    run, discord, chat, gateway = up.run, up.discord, up.chat, up.gateway
+    discord.invalidate(resumable=False)
+    await run.wait(lambda: gateway.state == "reconnecting", what="the end of the session")
+    wait = await clock.sleeper(after=clock.now())
+    assert 1.0 <= wait - clock.now() <= 5.0
+    await advance_until(run, clock, lambda: len(discord.identifies()) == 2,
+                        "identified afresh")
+    await up.adapter.inject(chat, "after is02z", sender_id=USER)
+    await answered_once(run, chat, [up.first, "is02z"])
+    assert discord.resumes() == []
     assert any("a new gateway session after the last one was lost" in r.getMessage()
-               and "was not replayed" in r.getMessage() for r in caplog.records)
+               and "was not replayed" in r.getMessage() for r in logged.records)
 
 
-async def test_a_restart_of_the_gateway_resumes_the_session_it_kept(tmp_path):
-    async with discord_run(tmp_path) as run:
-        adapter, discord = run.adapter, run.adapter.discord
-        chat = adapter.direct_chat(1)
-        await adapter.inject(chat, "before rs01z", sender_id=USER)
-        await run.wait_for_tokens(chat, ["rs01z"])
-        await run.stop_loop()
-        discord.inject_message(chat, "while stopped rs02z", author=USER, dm=True)
-        await run.start_loop()
-        await answered_once(run, chat, ["rs01z", "rs02z"])
-        assert len(discord.identifies()) == 1 and len(discord.resumes()) == 1
+async def test_a_restart_of_the_gateway_resumes_the_session_it_kept(up):
+    run, discord, chat = up.run, up.discord, up.chat
+    await run.stop_loop()
+    discord.inject_message(chat, "while stopped rs02z", author=USER, dm=True)
+    await run.start_loop()
+    await answered_once(run, chat, [up.first, "rs02z"])
+    assert len(discord.identifies()) == 1 and len(discord.resumes()) == 1
 
 
 # -- the peers' failures --------------------------------------------------------------------
 
 
-async def test_failed_resumes_back_off_with_jitter_then_identify_afresh(tmp_path, caplog):
+async def test_failed_resumes_back_off_with_jitter_then_identify_afresh(logged, up, clock):
     """openclaw#20668 and others: RESUME retried every second for hours after a 1006,
     never falling back to IDENTIFY, the bot online and deaf."""
-    caplog.set_level(logging.INFO, logger="chatkernel.discord")
-    clock = ManualClock()
-    async with discord_run(tmp_path, clock=clock) as run:
-        adapter, discord = run.adapter, run.adapter.discord
-        discord.rates.clock = clock.monotonic
-        chat = adapter.direct_chat(1)
-        await adapter.inject(chat, "before rl01z", sender_id=USER)
-        await run.wait_for_tokens(chat, ["rl01z"])
-        discord.failing_resumes = 1000  # every RESUME dropped, as a 1006
-        discord.close(None)
-        await advance_until(run, clock, lambda: len(discord.identifies()) == 2,
-                            "identified afresh")
-        waits = [wait for wait, _ in run.channel.gateway.waited]
-        assert len(discord.resumes()) == 3  # a few tries, then a new session
-        # Each wait after the first quick one is jittered and longer than the one before.
-        assert 0.5 <= waits[0] <= 1.0 and 1.0 <= waits[1] <= 2.0 and 2.0 <= waits[2] <= 4.0, \
-            waits
-        # Meanwhile health said so, with the count (reported from the second try on).
-        said = [r.getMessage() for r in caplog.records if "reconnecting (" in r.getMessage()]
-        assert any("reconnecting (2)" in line for line in said), said
-        await adapter.inject(chat, "after rl02z", sender_id=USER)
-        await answered_once(run, chat, ["rl01z", "rl02z"])
+    run, discord, chat = up.run, up.discord, up.chat
+    discord.failing_resumes = 1000  # every RESUME dropped, as a 1006
+    discord.close(None)
+    await advance_until(run, clock, lambda: len(discord.identifies()) == 2,
+                        "identified afresh")
+    waits = [wait for wait, _ in up.gateway.waited]
+    assert len(discord.resumes()) == 3  # a few tries, then a new session
+    # Each wait after the first quick one is jittered and longer than the one before.
+    assert 0.5 <= waits[0] <= 1.0 and 1.0 <= waits[1] <= 2.0 and 2.0 <= waits[2] <= 4.0, \
+        waits
+    # Meanwhile health said so, with the count (reported from the second try on).
+    said = [r.getMessage() for r in logged.records if "reconnecting (" in r.getMessage()]
+    assert any("reconnecting (2)" in line for line in said), said
+    await up.adapter.inject(chat, "after rl02z", sender_id=USER)
+    await answered_once(run, chat, [up.first, "rl02z"])
 
 
-async def test_a_server_side_1006_reconnects_inside_the_channel_and_turns_go_on(tmp_path):
+async def test_a_server_side_1006_reconnects_inside_the_channel_and_turns_go_on(up):
     """openclaw#99681: no reconnect after a 1006 until the whole gateway restarted, killing
     the turns in flight."""
     import anyio
 
-    async with discord_run(tmp_path) as run:
-        adapter, discord = run.adapter, run.adapter.discord
-        chat = adapter.direct_chat(1)
-        run.agent.gate = anyio.Event()
-        await adapter.inject(chat, "a long one ab01z", sender_id=USER)
-        await run.wait(lambda: run.agent.running == 1, what="the turn to start")
-        discord.close(None)  # no close frame: 1006 on the client
-        await run.wait(lambda: len(discord.resumes()) == 1, what="the resume")
-        discord.inject_message(chat, "after the drop ab02z", author=USER, dm=True)
-        run.agent.gate.set()
-        await answered_once(run, chat, ["ab01z", "ab02z"])
-        assert not run.account.runtime.restarts
+    run, discord, chat = up.run, up.discord, up.chat
+    run.agent.gate = anyio.Event()
+    await up.adapter.inject(chat, "a long one ab01z", sender_id=USER)
+    await run.wait(lambda: run.agent.running == 1, what="the turn to start")
+    discord.close(None)  # no close frame: 1006 on the client
+    await run.wait(lambda: len(discord.resumes()) == 1, what="the resume")
+    discord.inject_message(chat, "after the drop ab02z", author=USER, dm=True)
+    run.agent.gate.set()
+    await answered_once(run, chat, [up.first, "ab01z", "ab02z"])
+    assert not run.account.runtime.restarts
 
 
-async def test_op_7_a_missed_ack_and_a_close_at_once_end_the_connection_once(tmp_path):
+async def test_op_7_a_missed_ack_and_a_close_at_once_end_the_connection_once(up, clock):
     """openclaw#18410: a reconnect racing the heartbeat crashed the process ("Attempted
     to reconnect zombie connection"). One owner ends the connection, once."""
-    clock = ManualClock()
-    async with discord_run(tmp_path, clock=clock) as run:
-        adapter, discord = run.adapter, run.adapter.discord
-        discord.rates.clock = clock.monotonic
-        chat = adapter.direct_chat(1)
-        await adapter.inject(chat, "before rc01z", sender_id=USER)
-        await run.wait_for_tokens(chat, ["rc01z"])
-        gateway = run.channel.gateway
-        clock.advance(INTERVAL)
-        await run.wait(lambda: gateway.heartbeat.beats == 1, what="the first beat")
-        discord.zombie()
-        discord.reconnect()
-        discord.close(4000)
-        clock.advance(INTERVAL)  # and the missed ACK, all at once
-        await run.wait(lambda: len(discord.resumes()) == 1, what="the resume")
-        await adapter.inject(chat, "after rc02z", sender_id=USER)
-        await answered_once(run, chat, ["rc01z", "rc02z"])
-        assert len(discord.connections) == 2, [c.path for c in discord.connections]
-        run.check_loop()
+    run, discord, chat, gateway = up.run, up.discord, up.chat, up.gateway
+    clock.advance(INTERVAL)
+    await run.wait(lambda: gateway.heartbeat.beats == 1, what="the first beat")
+    discord.zombie()
+    discord.reconnect()
+    discord.close(4000)
+    clock.advance(INTERVAL)  # and the missed ACK, all at once
+    await run.wait(lambda: len(discord.resumes()) == 1, what="the resume")
+    await up.adapter.inject(chat, "after rc02z", sender_id=USER)
+    await answered_once(run, chat, [up.first, "rc02z"])
+    assert len(discord.connections) == 2, [c.path for c in discord.connections]
+    run.check_loop()
 
 
-async def test_a_gateway_host_that_stopped_answering_is_asked_for_again(tmp_path):
+async def test_a_gateway_host_that_stopped_answering_is_asked_for_again(up, clock):
     """openclaw#13910: DNS failures for the cached gateway host fed the reconnect loop.
     After a few failed connections the channel asks GET /gateway/bot again."""
-    clock = ManualClock()
-    async with discord_run(tmp_path, clock=clock) as run:
-        adapter, discord = run.adapter, run.adapter.discord
-        discord.rates.clock = clock.monotonic
-        chat = adapter.direct_chat(1)
-        await adapter.inject(chat, "before gw01z", sender_id=USER)
-        await run.wait_for_tokens(chat, ["gw01z"])
-        discord.expire_sessions()
-        discord.move_gateway()  # the URL the channel cached now fails
-        discord.close(None)
-        await advance_until(run, clock, lambda: len(discord.identifies()) == 2,
-                            "a new session on the new URL")
-        assert len(discord.calls_to("getGatewayBot")) == 2
-        assert discord.identifies()[-1].path == "/gateway/2"
-        await adapter.inject(chat, "after gw02z", sender_id=USER)
-        await answered_once(run, chat, ["gw01z", "gw02z"])
+    run, discord, chat = up.run, up.discord, up.chat
+    discord.expire_sessions()
+    discord.move_gateway()  # the URL the channel cached now fails
+    discord.close(None)
+    await advance_until(run, clock, lambda: len(discord.identifies()) == 2,
+                        "a new session on the new URL")
+    assert len(discord.calls_to("getGatewayBot")) == 2
+    assert discord.identifies()[-1].path == "/gateway/2"
+    await up.adapter.inject(chat, "after gw02z", sender_id=USER)
+    await answered_once(run, chat, [up.first, "gw02z"])
 
 
 # -- the fatal closes -------------------------------------------------------------------------
 
 
 async def test_4004_turns_the_account_red_naming_the_token_and_does_not_loop(tmp_path,
-                                                                            caplog):
+                                                                            caplog, clock):
     caplog.set_level(logging.DEBUG)
-    clock = ManualClock()
-    async with discord_run(tmp_path, clock=clock) as run:
-        adapter, discord = run.adapter, run.adapter.discord
+    async with gateway_up(tmp_path, clock=clock) as up:
+        run, discord = up.run, up.discord
         token = discord.bot.token
-        chat = adapter.direct_chat(1)
-        await adapter.inject(chat, "before tk01z", sender_id=USER)
-        await run.wait_for_tokens(chat, ["tk01z"])
         discord.reconnect()
         await run.wait(lambda: len(discord.resumes()) == 1, what="the resume")
         discord.revoke()  # the token was reset: the gateway closes 4004, REST answers 401
@@ -262,8 +217,7 @@ async def test_4004_turns_the_account_red_naming_the_token_and_does_not_loop(tmp
         assert token not in text and token.split(".")[2] not in text, record.getMessage()
 
 
-async def test_4014_names_the_message_content_intent_and_where_to_turn_it_on(tmp_path):
-    clock = ManualClock()
+async def test_4014_names_the_message_content_intent_and_where_to_turn_it_on(tmp_path, clock):
     async with discord_run(tmp_path, clock=clock) as run:
         adapter, discord = run.adapter, run.adapter.discord
         discord.bot.privileged = set()  # not turned on in the Developer Portal
@@ -285,8 +239,8 @@ async def test_4014_names_the_message_content_intent_and_where_to_turn_it_on(tmp
 
 @pytest.mark.parametrize(("code", "words"), [
     (4010, "sharding"), (4011, "sharding"), (4012, "API v10"), (4013, "no gateway intent")])
-async def test_the_other_fatal_closes_are_explained_and_not_looped(tmp_path, code, words):
-    clock = ManualClock()
+async def test_the_other_fatal_closes_are_explained_and_not_looped(tmp_path, clock, code,
+                                                                   words):
     async with discord_run(tmp_path, clock=clock) as run:
         discord = run.adapter.discord
         discord.identify_close = code

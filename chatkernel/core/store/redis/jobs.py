@@ -7,28 +7,58 @@ id: the claim), ``run:<id>`` (a hash per run, every field text Python wrote),
 queued and running) and ``jobruns:failed`` (the newest hundred failed or interrupted).
 
 Claiming a slot is one script whose ``HSETNX`` decides: of several gateways that reach
-the same slot, exactly one records it and runs it.
+the same slot, exactly one records it and runs it. The same script prunes the job's older
+runs (:meth:`~chatkernel.core.store.jobs.JobStore.claim_job_run` says which), each from
+every key that names it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from chatkernel.core.store.jobs import JobDefinition, JobPosition, JobRun
+from chatkernel.core.store.jobs import (
+    FAILURES_KEPT,
+    RUNS_KEPT,
+    JobDefinition,
+    JobPosition,
+    JobRun,
+    prune_before,
+)
 from chatkernel.core.store.redis.connection import RedisConnection
-from chatkernel.core.store.redis.keys import _num
+from chatkernel.core.store.redis.keys import _bound, _num
 from chatkernel.sdk.codec import decode_json, encode_json
 
 __all__ = ["RedisJobs"]
 
+# ARGV: prefix, job, slot, run id, due time, open (1/0), the runs kept, the failures kept
+# besides, the due time before which a run may go, then the run's fields.
 _CLAIM = r"""
 local P, job, slot, id = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-if redis.call('HSETNX', P .. 'jobslots:' .. job, slot, id) == 0 then return 0 end
+local slots, runs = P .. 'jobslots:' .. job, P .. 'jobruns:' .. job
+if redis.call('HSETNX', slots, slot, id) == 0 then return 0 end
 local fields = {}
-for i = 7, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 10, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', P .. 'run:' .. id, unpack(fields))
-redis.call('ZADD', P .. 'jobruns:' .. job, ARGV[5], id)
+redis.call('ZADD', runs, ARGV[5], id)
 if ARGV[6] == '1' then redis.call('ZADD', P .. 'jobruns:open', ARGV[5], id) end
+-- Prune: of the runs beyond the newest (by due time) and due before the cut, the
+-- finished ones go, but the newest failures.
+local beyond = redis.call('ZCARD', runs) - tonumber(ARGV[7])
+if beyond <= 0 then return 1 end
+local old = redis.call('ZRANGEBYSCORE', runs, '-inf', '(' .. ARGV[9], 'LIMIT', 0, beyond)
+local failures = tonumber(ARGV[8])
+for i = #old, 1, -1 do  -- newest first: the failures kept are the newest
+  local key = P .. 'run:' .. old[i]
+  local status, old_slot = unpack(redis.call('HMGET', key, 'status', 'slot'))
+  local failed = status == 'failed' or status == 'interrupted'
+  if failed then failures = failures - 1 end
+  if not (status == 'queued' or status == 'running' or (failed and failures >= 0)) then
+    redis.call('DEL', key)
+    if old_slot then redis.call('HDEL', slots, old_slot) end
+    redis.call('ZREM', runs, old[i])
+    redis.call('ZREM', P .. 'jobruns:failed', old[i])
+  end
+end
 return 1
 """
 
@@ -147,7 +177,8 @@ class RedisJobs(RedisConnection):
         open_ = "0" if run.finished else "1"
         return bool(await self._jobs_script(
             "claim", "claim_job_run",
-            [run.job, run.slot, run.run_id, _num(run.due_at), open_, *flat]))
+            [run.job, run.slot, run.run_id, _num(run.due_at), open_, RUNS_KEPT,
+             FAILURES_KEPT, _bound(prune_before(run)), *flat]))
 
     async def start_job_run(self, job: str, slot: str, holder: str, now: float) -> bool:
         self._writable("start_job_run")

@@ -1,12 +1,20 @@
 """What the SQLite store keeps of jobs and triggers (:mod:`chatkernel.core.store.jobs`):
 run-time jobs, schedule positions, runs. One process has the file (``Store.claim``), so a
-run's key is claimed by an ``INSERT ... ON CONFLICT DO NOTHING`` and its commit."""
+run's key is claimed by an ``INSERT ... ON CONFLICT DO NOTHING`` and its commit; the
+``DELETE`` that prunes the job's older runs shares that commit."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from chatkernel.core.store.jobs import JobDefinition, JobPosition, JobRun
+from chatkernel.core.store.jobs import (
+    FAILURES_KEPT,
+    RUNS_KEPT,
+    JobDefinition,
+    JobPosition,
+    JobRun,
+    prune_before,
+)
 from chatkernel.core.store.sqlite.commit import GroupCommit
 from chatkernel.sdk.codec import decode_json, encode_json
 
@@ -14,6 +22,21 @@ __all__ = ["SQLiteJobs"]
 
 _RUN_COLUMNS = ("job, slot, run_id, status, due_at, holder, started_at, finished_at, outcome,"
                 " request")
+
+# The runs beyond a job's newest (OFFSET), each with its place among the failed ones or
+# among the others; of those, the finished ones due before the cut go but the newest
+# failures (see JobStore.claim_job_run).
+_PRUNE = """
+DELETE FROM job_runs WHERE rowid IN (
+  SELECT id FROM (
+    SELECT id, status, due_at, ROW_NUMBER() OVER (
+        PARTITION BY status IN ('failed', 'interrupted') ORDER BY due_at DESC, id DESC
+      ) AS nth
+    FROM (SELECT rowid AS id, status, due_at FROM job_runs WHERE job = ?
+          ORDER BY due_at DESC, rowid DESC LIMIT -1 OFFSET ?))
+  WHERE status NOT IN ('queued', 'running') AND due_at < ?
+    AND NOT (status IN ('failed', 'interrupted') AND nth <= ?))
+"""
 
 
 def _run(row: tuple[Any, ...]) -> JobRun:
@@ -64,6 +87,8 @@ class SQLiteJobs(GroupCommit):
              run.started_at, run.finished_at, run.outcome,
              encode_json(run.request, what="a job run's request")))
         claimed = cursor.rowcount > 0
+        if claimed:
+            self._write(_PRUNE, (run.job, RUNS_KEPT, prune_before(run), FAILURES_KEPT))
         await self._committed()  # durable before the run starts
         return claimed
 
