@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -96,6 +97,26 @@ class Tree:
         return ":".join(str(p) for p in [self.root, *plugins])
 
 
+def tree_metadata(tree: Tree, into: Path) -> Path:
+    """The entry points of ``tree``'s kernel and plugins as the installed distributions
+    would give them (a ``.dist-info`` each, from their pyproject.toml files), in ``into``:
+    first on a run's path, they stand for the venv's, which are this tree's (an earlier
+    commit's store backends, say, were entry points of their own)."""
+    for project in [tree.root, *sorted((tree.root / "plugins").iterdir())]:
+        if not (project / "pyproject.toml").exists():
+            continue
+        meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+        name = re.sub(r"[-_.]+", "_", meta["name"]).lower()
+        info = into / f"{name}-{meta.get('version', '0')}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {meta['name']}\n"
+                                       f"Version: {meta.get('version', '0')}\n")
+        (info / "entry_points.txt").write_text("".join(
+            f"[{group}]\n" + "".join(f"{key} = {value}\n" for key, value in points.items())
+            + "\n" for group, points in meta.get("entry-points", {}).items()))
+    return into
+
+
 @contextlib.contextmanager
 def worktree(ref: str) -> Iterator[Path]:
     """A temporary git worktree of ``ref`` (detached), removed afterwards."""
@@ -120,7 +141,14 @@ def run_once(bench: Bench, tree: Tree, work: Tree, messages: int,
         command += [bench.fake_path_option, work.pythonpath]
     if bench.runs_tree:
         command += ["--tree", str(tree.root), "--alone"]
-    env = {**os.environ, "PYTHONPATH": (work if bench.runs_tree else tree).pythonpath}
+    if bench.runs_tree:  # the bench makes the tree's entry points itself
+        path = work.pythonpath
+    else:
+        metadata = Path(cwd) / "metadata" / tree.label.replace(" ", "-")
+        if not metadata.exists():
+            tree_metadata(tree, metadata)
+        path = f"{metadata}:{tree.pythonpath}"
+    env = {**os.environ, "PYTHONPATH": path}
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     found = bench.line.search(done.stdout)
     if done.returncode != 0 or found is None:

@@ -62,13 +62,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from chatkernel_whatsapp.fake import FakeGraph
-from compare import Tree, worktree
+from compare import Tree, tree_metadata, worktree
 from whatsapp_echo import score
 
 BENCH = Path(__file__).resolve().parent
@@ -127,26 +126,6 @@ def cpu_seconds(pid: int, thread: int | None = None) -> float:
     path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS
-
-
-def tree_metadata(tree: Tree, into: Path) -> Path:
-    """The entry points of ``tree``'s kernel and plugins as the installed distributions
-    would give them (a ``.dist-info`` each, from their pyproject.toml files), in ``into``:
-    first on the gateway's path, they stand for the venv's, which are this tree's (an
-    earlier commit's store backends, say, were entry points of their own)."""
-    for project in [tree.root, *sorted((tree.root / "plugins").iterdir())]:
-        if not (project / "pyproject.toml").exists():
-            continue
-        meta = tomllib.loads((project / "pyproject.toml").read_text())["project"]
-        name = re.sub(r"[-_.]+", "_", meta["name"]).lower()
-        info = into / f"{name}-{meta.get('version', '0')}.dist-info"
-        info.mkdir(parents=True)
-        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {meta['name']}\n"
-                                       f"Version: {meta.get('version', '0')}\n")
-        (info / "entry_points.txt").write_text("".join(
-            f"[{group}]\n" + "".join(f"{key} = {value}\n" for key, value in points.items())
-            + "\n" for group, points in meta.get("entry-points", {}).items()))
-    return into
 
 
 class Gateway:
