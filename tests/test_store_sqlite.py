@@ -484,6 +484,26 @@ async def test_a_lone_writer_is_committed_on_the_next_loop_turn(store, monkeypat
 
 
 @pytest.mark.anyio
+async def test_a_webhook_request_alone_commits_at_once_and_requests_together_share(store):
+    # Alone (nothing under way, the last commit carried one message): committed before
+    # the call returns, without waiting a loop turn for company.
+    assert await store.journal_inbound_shared([msg("alone")]) == [1]
+    assert store.commits == 1 and not store._commit_scheduled
+    # Together (in one turn of the loop): the first commits at once, the others see it
+    # came with company and share one commit.
+    async with anyio.create_task_group() as tg:
+        for name in ("second", "third", "fourth"):
+            tg.start_soon(store.journal_inbound_shared, [msg(name)])
+    assert store.commits == 3
+    # Right after a commit several shared, a request waits for the group commit too.
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(store.journal_inbound_shared, [msg("next")])
+        await wait_until(lambda: store._journal_waiters, timeout=5,
+                         what="the request waiting for the group commit", interval=0.001)
+    assert store.commits == 4
+
+
+@pytest.mark.anyio
 async def test_messages_that_come_together_wait_the_interval_for_more(store, monkeypatch):
     monkeypatch.setattr(sqlite_commit, "COMMIT_INTERVAL", 3600.0)
     async with anyio.create_task_group() as tg:  # two messages share one commit

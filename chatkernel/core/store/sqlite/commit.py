@@ -120,6 +120,8 @@ class GroupCommit:
     _commit_callbacks: list[Callable[[Exception | None], None]]
     _last_commit: float
     _last_shared: bool
+    _journaled: int
+    _committed_now: bool
     _sending_marks: set[int]
     _sent_marks: set[int]
     _done_marks: set[int]
@@ -314,7 +316,8 @@ class GroupCommit:
         loop = asyncio.get_running_loop()  # always called on the loop: a callback or a method
         if scheduled:
             self._last_commit = loop.time()
-            self._last_shared = len(journal_waiters) > 1
+        if self._journaled:  # a commit of the gateway's own writes alone tells nothing
+            self._last_shared, self._journaled = self._journaled > 1, 0
         conn = self._conn
         error = None
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import time
 
 from chatkernel.core.store.base import JOURNAL_STATUSES, JournalEntry
@@ -27,6 +29,7 @@ class SQLiteJournal(GroupCommit):
         " ON CONFLICT (channel, account, message_id) DO NOTHING")
 
     async def journal_inbound(self, message: InboundMessage) -> int | None:
+        self._journaled += 1
         cursor = self._write(self._JOURNAL_INSERT, (
             message.channel, message.account, message.message_id, encode_message(message),
             time.time()))
@@ -40,6 +43,7 @@ class SQLiteJournal(GroupCommit):
         None for a duplicate."""
         now = time.time()
         seqs = []
+        self._journaled += len(messages)
         for message in messages:
             cursor = self._write(self._JOURNAL_INSERT, (
                 message.channel, message.account, message.message_id,
@@ -59,11 +63,25 @@ class SQLiteJournal(GroupCommit):
     async def journal_inbound_shared(self, messages: list[InboundMessage]) -> list[int | None]:
         # Concurrent webhook requests: each batch joins the open transaction and its
         # caller waits for the group commit, so requests that arrive together share
-        # one commit; a failed commit drops the entries and raises here (no 2xx).
+        # one commit; a failed commit drops the entries and raises here (no 2xx). A
+        # request alone commits at once: there is no one to share with, and a loop
+        # turn waited is a loop turn added to its answer. Alone: no commit under way,
+        # the last one carried a single message, and no request committed at once in
+        # this turn of the loop (requests that arrive together are handled in one).
+        alone = not (self._commit_scheduled or self._last_shared or self._committed_now)
         seqs = self._journal_rows(messages)
-        if self._commit_scheduled:  # also for duplicates: their first may be in this commit
+        if alone:
+            error = self._commit()
+            if error is not None:
+                raise error
+            self._committed_now = True
+            asyncio.get_running_loop().call_soon(self._next_turn)
+        elif self._commit_scheduled:  # also for duplicates: their first may be in this one
             await self._journal_waiter()
         return seqs
+
+    def _next_turn(self) -> None:
+        self._committed_now = False
 
     async def set_journal_status(self, seq: int, status: str, *,
                                  message: InboundMessage | None = None) -> None:

@@ -83,6 +83,10 @@ class SQLiteStore(SQLiteJournal, SQLiteFailedSends, SQLiteOutbox, SQLiteState, S
         # Whether the last commit carried several journal entries (then the next one
         # waits out COMMIT_INTERVAL for more company: see commit.py).
         self._last_shared = False
+        self._journaled = 0  # journal rows in the open transaction
+        # A webhook request alone committed at once in this turn of the loop: the
+        # next one in the same turn came with it (journal.py, journal_inbound_shared).
+        self._committed_now = False
         #: Transactions committed since the store opened (the group commit's measure:
         #: writes per commit).
         self.commits = 0
