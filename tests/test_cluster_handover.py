@@ -9,6 +9,8 @@ import logging
 import anyio
 import pytest
 
+from chatkernel.core.runtime import cluster as cluster_module
+from chatkernel.testing.agents import agent_plugin, scripted_agent
 from chatkernel.testing.contract import wait_until
 from chatkernel.testing.memory import KernelHarness
 
@@ -16,6 +18,7 @@ pytestmark = pytest.mark.anyio
 
 KEY = "memory:main"
 LEASE = "account:memory:main"
+WHERE = ("memory", "main")
 
 
 def shared(redis_server: str, prefix: str, lease_seconds: float, **more: object) -> dict:
@@ -69,3 +72,37 @@ async def test_a_reply_in_flight_when_its_owner_died_is_named_delivery_unknown(
         in caplog.text
     assert ("outbox: recovered 0 unsent payload(s), sending them now; 1 were in flight "
             "when the gateway stopped") in caplog.text
+
+
+async def test_a_hand_over_that_does_not_settle_reads_what_came_meanwhile(
+        tmp_path, redis_server, redis_prefix, monkeypatch):
+    """An instance hands an account over only once its work settled, and stops reading
+    the account's inbox meanwhile. When the work does not settle in time it keeps the
+    account: a payload another instance queued for the account in between is in that
+    inbox only, and is sent."""
+    monkeypatch.setattr(cluster_module, "SHED_SECONDS", 0.05)  # the turn outlasts it
+    agent = scripted_agent(gate=True)
+    config = shared(redis_server, redis_prefix, 30, agent={"kind": agent.name})
+    plugins = [("agent", agent_plugin(agent))]
+    async with KernelHarness(tmp_path / "a", config=config, plugins=plugins) as first, \
+            KernelHarness(tmp_path / "b", config=config, plugins=plugins) as second:
+        cluster = first.kernel.cluster
+        assert first.owns(KEY) and not second.owns(KEY)
+        assert await first.channel.receive("a long turn") == "started"
+        await wait_until(lambda: agent.running == 1, what="the turn")
+        async with anyio.create_task_group() as tg:
+            cluster._shedding = True
+            tg.start_soon(cluster._shed, first.account("memory"), cluster._owned[KEY])
+            await wait_until(lambda: WHERE not in cluster._positions,
+                             what="the hand-over to stop reading the inbox")
+            # Queued where the account is not owned: it goes to the owner's inbox.
+            assert await second.send_text("memory", "chat-2", "sent from elsewhere")
+            await wait_until(lambda: WHERE in cluster._positions and not cluster._shedding,
+                             what="the hand-over to give up, the account kept")
+        assert first.owns(KEY)
+        agent.gate.set()
+        await first.channel.wait_for_sent(2, timeout=10)
+        await first.settle()
+        await second.settle()
+        assert sorted(first.channel.texts()) == ["re: a long turn", "sent from elsewhere"]
+        assert second.channel.sent == []
