@@ -72,6 +72,28 @@ def test_a_chat_answered_out_of_the_order_the_gateways_got_it_counts_as_reordere
     assert [(m.seq, after.seq) for m, after in by_platform] == [(1, 2)]
 
 
+def test_a_slack_event_waiting_in_a_stopped_gateways_socket_reaches_the_gateways_as_it_wakes():
+    """Seed 31: Slack gave #1 to the socket of the gateway stopped from 9.9 s to 14.1 s,
+    which acknowledged it on waking; #2 went to the other gateway's socket at once."""
+    from types import SimpleNamespace
+
+    soak = load_soak()
+    platforms = soak.Platforms(["slack"])
+    platforms.fakes["slack"] = SimpleNamespace(
+        first_sent={"Ev1": 12.4, "Ev2": 13.7, "Ev3": 20.0},
+        acked_events={"Ev1": 14.15, "Ev2": 13.71, "Ev3": 20.01})
+    platforms.stops.append((9.9, 14.1))
+
+    def message(seq: int, event: str):
+        return soak.Message(seq, "slack", "D0SOAK00054", seq, at=0.0, sent_at=0.0,
+                            handle=event)
+
+    first, second, third = message(1, "Ev1"), message(2, "Ev2"), message(3, "Ev3")
+    assert [platforms.handed_over(m) for m in (first, second, third)] == [14.1, 13.7, 20.0]
+    platforms.stops[:] = [(15.0, 16.0)]  # stopped later: #1 was handed over when sent
+    assert platforms.handed_over(first) == 12.4
+
+
 def test_a_reply_the_gateway_reports_delivery_unknown_is_told_apart_from_a_loss():
     soak = load_soak()
     message = soak.Message(1838, "whatsapp", "15550100012", 9, at=153.2, text="q31z1838 n9")
