@@ -420,7 +420,8 @@ class Cluster:
         work here settle, give the lease back (the next owner replays what is left)."""
         try:
             tenure.scope.cancel()
-            # The inbox is not read meanwhile: what comes now is the next owner's.
+            # Not read meanwhile: what comes is the next owner's (or, kept, read from
+            # here again: see _restart).
             stopped_at = self._positions.pop((account.channel_name, account.name), None)
             with anyio.move_on_after(SHED_SECONDS):
                 await tenure.ended.wait()
