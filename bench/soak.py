@@ -45,8 +45,17 @@ more for late duplicates. It checks, from the fakes' own records:
                 counted apart ("given up"), never as lost.
     lost        an accepted message with no answer (the gateway's log is searched for a
                 "delivery unknown" or "delivery failed" of its token)
+    unknown     an accepted message with no answer whose reply the gateway reports as
+                "delivery unknown": a kill -9 between the reply's ``sending`` mark and its
+                request leaving (a few milliseconds) loses it by design, as a drop before
+                the platform took it would; shown apart, with the gateway's line, not a
+                loss
     duplicated  a token answered more than once
-    reordered   a chat's answers out of its sequence
+    reordered   a chat's answers out of the order its platform handed the messages to
+                the gateways: their sequence, but for a Slack event Slack gave to the
+                socket of a gateway stopped with SIGSTOP, which reaches the gateways when
+                that one wakes, after the events the other took meanwhile. Those are
+                shown apart, not counted (no gateway can answer what it has not got)
 
 and prints per channel the counts and answer latencies (p50, p90, p99, max: from the
 message's injection to the fake taking its answer), faults by kind, and the totals. The
@@ -76,7 +85,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -282,6 +291,8 @@ class Platforms:
         self.messages: dict[int, Message] = {}
         #: Answers whose token names no message of this run (must stay 0).
         self.strays: list[tuple[str, str]] = []
+        #: When a gateway was stopped with SIGSTOP (monotonic start and end).
+        self.stops: list[tuple[float, float]] = []
 
     @contextlib.asynccontextmanager
     async def running(self, seed: int) -> AsyncIterator[Platforms]:
@@ -347,6 +358,23 @@ class Platforms:
             message.handle = fake.inject_messages([fake.message(message.chat, message.text)])
         else:
             fake.inject_message(message.chat, message.text)
+
+    def handed_over(self, message: Message) -> float:
+        """When the platform handed the message to the gateways (monotonic). Their
+        platforms hand a chat's messages over in the order they were written (a poll's
+        updates in order, the fake WhatsApp's notifications of a user one after
+        another, Slack's events as they happen), but for a Slack event sent to the
+        socket of a gateway stopped with SIGSTOP and acknowledged only after it woke:
+        the gateways had it when it woke."""
+        sent = message.sent_at or 0.0
+        if message.channel == "slack":
+            fake = self.fakes["slack"]
+            sent = fake.first_sent.get(message.handle, sent)
+            acked = fake.acked_events.get(message.handle)
+            for start, end in self.stops:
+                if start <= sent < end and acked is not None and acked >= end:
+                    return end
+        return sent
 
     def state(self, message: Message) -> str:
         """``accepted``, ``pending`` (the platform still tries) or ``given up``."""
@@ -421,7 +449,14 @@ def soak_slack(seed: int) -> Any:
 
         def __init__(self) -> None:
             super().__init__(seed=seed)
-            self.acked_events: set[str] = set()
+            #: Event id -> when an envelope of it was first sent, and first
+            #: acknowledged (monotonic).
+            self.first_sent: dict[str, float] = {}
+            self.acked_events: dict[str, float] = {}
+
+        async def _send_envelope(self, app, delivery, sockets):  # type: ignore[no-untyped-def]
+            self.first_sent.setdefault(delivery.event_id, time.monotonic())
+            await super()._send_envelope(app, delivery, sockets)
 
         async def _api_apps_connections_open(self, app, p):  # type: ignore[no-untyped-def]
             answer = await super()._api_apps_connections_open(app, p)
@@ -436,7 +471,7 @@ def soak_slack(seed: int) -> Any:
             with contextlib.suppress(ValueError, AttributeError):
                 envelope = self._envelopes_by_id.get(json.loads(data).get("envelope_id"))
                 if envelope is not None:
-                    self.acked_events.add(envelope.event_id)
+                    self.acked_events.setdefault(envelope.event_id, time.monotonic())
 
     return SoakSlack()
 
@@ -607,10 +642,12 @@ class Soak:
                 gateway.signal(signal.SIGHUP)
         elif fault.kind == "sigstop":
             target.signal(signal.SIGSTOP)
+            stopped = time.monotonic()
             try:
                 await anyio.sleep(fault.length)
             finally:
                 target.signal(signal.SIGCONT)
+                self.platforms.stops.append((stopped, time.monotonic()))
         elif fault.kind == "disk-full":
             assert self.disk is not None
             taken = await anyio.to_thread.run_sync(self.disk.fill)
@@ -633,13 +670,19 @@ class Soak:
                 await gateway.start()
 
     async def _drain(self, messages: list[Message]) -> float:
-        """Wait (at most ``--drain`` seconds) until every message is answered or given up
-        by its platform; returns how long it took."""
+        """Wait (at most ``--drain`` seconds) until every message is answered, given up
+        by its platform, or reported "delivery unknown" by the gateway (never sent
+        again: no answer is coming); returns how long it took."""
         began = time.monotonic()
         with anyio.move_on_after(self.args.drain):
             while True:
                 open_ = [m for m in messages if not m.answers
                          and self.platforms.state(m) != "given up"]
+                if open_:
+                    unknown = "\n".join(line for gateway in self.gateways
+                                        for line in gateway.log().splitlines()
+                                        if "delivery unknown" in line)
+                    open_ = [m for m in open_ if not reported_unknown(m, unknown)]
                 if not open_:
                     break
                 await anyio.sleep(0.5)
@@ -662,32 +705,42 @@ class Soak:
             unanswered = [m for m in mine if not m.answers
                           and platforms.state(m) != "given up"]
             refused = [m for m in unanswered if refused_by_rule(m, logs)]
-            lost = [m for m in unanswered if m not in refused]
+            unknown = [m for m in unanswered
+                       if m not in refused and reported_unknown(m, logs)]
+            lost = [m for m in unanswered if m not in refused and m not in unknown]
             dup = sum(len(m.answers) - 1 for m in mine if len(m.answers) > 1)
             reordered = 0
             chats: dict[str, list[Message]] = collections.defaultdict(list)
             for m in answered:
                 chats[m.chat].append(m)
             for chat_messages in chats.values():
-                chat_messages.sort(key=lambda m: m.answers[0])
-                highest = 0
-                for m in chat_messages:
-                    if m.seq < highest:
-                        reordered += 1
-                        lost_lines.append(
-                            f"  out of order {channel} chat {m.chat}: #{m.seq} "
-                            f"{m.text.split()[0]!r} (sent at {(m.sent_at or 0) - self.started:.1f}s)"
-                            f" answered at {m.answers[0] - self.started:.1f}s, after #{highest}")
-                    highest = max(highest, m.seq)
+                by_gateway, by_platform = out_of_order(chat_messages, platforms.handed_over)
+                reordered += len(by_gateway)
+                for m, after in by_gateway:
+                    lost_lines.append(
+                        f"  out of order {channel} chat {m.chat}: #{m.seq} "
+                        f"{m.text.split()[0]!r} (sent at {(m.sent_at or 0) - self.started:.1f}s)"
+                        f" answered at {m.answers[0] - self.started:.1f}s, after #{after.seq}")
+                for m, after in by_platform:
+                    lost_lines.append(
+                        f"  handed over out of order by {channel} (not counted) chat {m.chat}:"
+                        f" #{m.seq} {m.text.split()[0]!r} (sent at "
+                        f"{(m.sent_at or 0) - self.started:.1f}s) reached the gateway at "
+                        f"{platforms.handed_over(m) - self.started:.1f}s, after #{after.seq} "
+                        f"at {platforms.handed_over(after) - self.started:.1f}s, and was "
+                        "answered after it")
             latencies = sorted(m.answers[0] - m.sent_at for m in answered
                                if m.sent_at is not None)
             rows.append((channel, len(mine), states["accepted"], states["given up"],
-                         len(answered), len(lost), dup, reordered, len(refused), latencies))
+                         len(answered), len(lost), dup, reordered, len(refused), len(unknown),
+                         latencies))
             problems += len(lost) + dup + reordered
-            for m in lost[:10] + refused[:3]:
+            for m in lost[:10] + unknown[:10] + refused[:3]:
                 token = m.text.split()[0]
                 said = [line for line in logs.splitlines() if token in line]
-                what = "refused" if m in refused else "lost"
+                what = "refused" if m in refused else "unknown" if m in unknown else "lost"
+                if what == "unknown":
+                    said = [line for line in said if "delivery unknown" in line]
                 lost_lines.append(f"  {what} {channel} chat {m.chat} #{m.seq} {token!r} "
                                   f"(sent at {(m.sent_at or 0) - self.started:.1f}s, "
                                   f"{platforms.state(m)})"
@@ -707,19 +760,19 @@ class Soak:
             print(f"  ({self.disk_note})")
         print(f"\n{'channel':<9} {'sent':>6} {'accepted':>8} {'given up':>8} "
               f"{'answered':>8} {'lost':>5} {'dup':>4} {'reord':>5} {'refused':>7} "
-              f"{'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>8} {'max ms':>8}")
+              f"{'unknown':>7} {'p50 ms':>7} {'p90 ms':>7} {'p99 ms':>8} {'max ms':>8}")
         every: list[float] = []
         for (channel, sent, accepted, given_up, answered, lost, dup, reordered, refused_n,
-             latencies) in rows:
+             unknown_n, latencies) in rows:
             every += latencies
             print(f"{channel:<9} {sent:>6,} {accepted:>8,} {given_up:>8,} {answered:>8,} "
-                  f"{lost:>5} {dup:>4} {reordered:>5} {refused_n:>7} "
+                  f"{lost:>5} {dup:>4} {reordered:>5} {refused_n:>7} {unknown_n:>7} "
                   + latency_columns(latencies))
         every.sort()
-        totals = [sum(r[i] for r in rows) for i in range(1, 9)]
+        totals = [sum(r[i] for r in rows) for i in range(1, 10)]
         print(f"{'total':<9} {totals[0]:>6,} {totals[1]:>8,} {totals[2]:>8,} "
               f"{totals[3]:>8,} {totals[4]:>5} {totals[5]:>4} {totals[6]:>5} {totals[7]:>7} "
-              + latency_columns(every))
+              f"{totals[8]:>7} " + latency_columns(every))
         counts = collections.Counter()
         for key, count in self.fault_counts.items():
             counts[key.split(" ", 1)[1]] += count
@@ -751,8 +804,10 @@ class Soak:
         verdict = "PASS" if not problems else "FAIL"
         refusals = (f"; {totals[7]} refused by the platform's own rules"
                     if totals[7] else "")
+        unknowns = (f"; {totals[8]} delivery unknown (in flight at a kill -9)"
+                    if totals[8] else "")
         print(f"\n{verdict}: {totals[4]} lost, {totals[5]} duplicated, {totals[6]} reordered"
-              f"{refusals} (seed {args.seed}; replay: --seed {args.seed})")
+              f"{refusals}{unknowns} (seed {args.seed}; replay: --seed {args.seed})")
         if args.keep and problems:
             for gateway in self.gateways:
                 shutil.copytree(gateway.home, Path(args.keep) / gateway.name,
@@ -775,6 +830,36 @@ def refused_by_rule(message: Message, logs: str) -> bool:
     token = message.text.split()[0]
     return any(token in line and ("WeChat refused" in line or "held back after WeChat "
                                   "refused" in line) for line in logs.splitlines())
+
+
+def reported_unknown(message: Message, logs: str) -> bool:
+    """Whether the gateway reports the message's reply as "delivery unknown": its request
+    may or may not have reached the platform (a kill -9 between its ``sending`` mark
+    and the request; the next owner or start names it), so it is never sent again
+    (docs/outbound.md). Unanswered, it is a loss by design, not the gateway's."""
+    token = message.text.split()[0]
+    return any(token in line and "delivery unknown" in line for line in logs.splitlines())
+
+
+def out_of_order(answered: list[Message], handed_over: Callable[[Message], float]
+                 ) -> tuple[list[tuple[Message, Message]], list[tuple[Message, Message]]]:
+    """A chat's answers out of its sequence, each as (message, the latest message of
+    the chat answered before it), in two lists: those the gateway put out of order, and
+    those its platform handed over in that order (``handed_over(message)``: when the
+    gateway got it), which the gateway answered as it got them."""
+    by_answer = sorted(answered, key=lambda m: m.answers[0])
+    by_gateway: list[tuple[Message, Message]] = []
+    by_platform: list[tuple[Message, Message]] = []
+    for index, message in enumerate(by_answer):
+        later = [m for m in by_answer[:index] if m.seq > message.seq]
+        if not later:
+            continue
+        handed_later = [m for m in later if handed_over(m) > handed_over(message)]
+        if handed_later:
+            by_gateway.append((message, max(handed_later, key=lambda m: m.seq)))
+        else:
+            by_platform.append((message, max(later, key=lambda m: m.seq)))
+    return by_gateway, by_platform
 
 
 def latency_columns(values: list[float]) -> str:

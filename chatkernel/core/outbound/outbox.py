@@ -359,6 +359,14 @@ class Outbox:
                 self._failed_replies.add(entry.reply_id)
                 await self._notify(entry, f"delivery unknown: {self._part(entry)} was being "
                                           "sent when the gateway stopped; it is not resent")
+                # Named, as a failure at run time is: a process killed between the
+                # `sending` mark and its request leaves a reply the platform may never
+                # have got, and the log is where its operator looks for which one.
+                key = f"{entry.channel}:{entry.account}"
+                log.warning("%s: delivery unknown in %s: %s was being sent when the gateway "
+                            "stopped; it is not resent (chatkernel status lists the failed "
+                            "deliveries)", key, entry.session_key, self._part(entry),
+                            extra={"channel": entry.channel, "account": key})
                 deliveries.settled(entry, "unknown", "in flight when the gateway stopped",
                                    why="stopped")
                 unknown += 1

@@ -420,7 +420,9 @@ class Cluster:
         work here settle, give the lease back (the next owner replays what is left)."""
         try:
             tenure.scope.cancel()
-            self._positions.pop((account.channel_name, account.name), None)
+            # Not read meanwhile: what comes is the next owner's (or, kept, read from
+            # here again: see _restart).
+            stopped_at = self._positions.pop((account.channel_name, account.name), None)
             with anyio.move_on_after(SHED_SECONDS):
                 await tenure.ended.wait()
                 while self._account_busy(account.key):
@@ -436,14 +438,23 @@ class Cluster:
                 return
             # Still busy: keep it, and receive again.
             if self._owned.get(account.key) is tenure and self._receiving:
-                await self._restart(account, tenure)
+                await self._restart(account, tenure, stopped_at)
         finally:
             self._shedding = False
 
-    async def _restart(self, account: "Account", tenure: _Tenure) -> None:
+    async def _restart(self, account: "Account", tenure: _Tenure,
+                       stopped_at: str | None) -> None:
+        """Own again an account whose hand-over did not settle in time: its receive loop
+        runs again, and its inbox is read on from ``stopped_at``, where the hand-over
+        stopped reading it, not from its end. What came meanwhile is this instance's
+        to run: a message is in the unfinished journal as well (replayed first; seen
+        both ways, it runs once), but a payload another instance queued for the
+        account is in the inbox only."""
         where = (account.channel_name, account.name)
-        self._positions[where] = await self.shared.inbox_position(*where)
+        if stopped_at is None:
+            stopped_at = await self.shared.inbox_position(*where)
         await self._replay_unfinished(account)
+        self._positions[where] = stopped_at  # (as in _take: behind the replayed ones)
         fresh = self._owned[account.key] = _Tenure(tenure.token, tenure.renewed_at)
         if self._receive_loops:
             self._start_account(account, fresh)
