@@ -82,6 +82,30 @@ async def test_unfinished_messages_are_replayed_on_start(tmp_path):
         assert await h.channel.receive("again", message_id="lost-1") == "duplicate"
 
 
+async def test_a_turn_the_stop_cuts_short_is_replayed_on_the_next_start(tmp_path):
+    # A turn still running when the kernel stops (past the gateway's drain) answered
+    # nothing: its message stays unfinished and the next start answers it, once.
+    agent = scripted_agent(gate=True)
+    async with harness(tmp_path, agent) as h:
+        await h.channel.receive("still thinking", message_id="slow-1")
+        await wait_until(lambda: agent.running, timeout=5, what="the turn", interval=0.005)
+    store = SQLiteStore.at(tmp_path / "state.db")
+    await store.open()
+    try:
+        assert [e.message.message_id for e in await store.unfinished_inbound()] == ["slow-1"]
+        assert await store.read_log("memory:main:chat-1") == []  # logged by the replay
+    finally:
+        await store.close()
+    async with harness(tmp_path) as h:
+        sent = await h.channel.wait_for_sent(1)
+        assert [p.text for p in sent] == ["still thinking"]
+        await h.settle()
+        assert await h.kernel.store.unfinished_inbound() == []
+        log = await h.kernel.store.read_log("memory:main:chat-1")
+        assert [(e.role, e.text) for e in log] == [
+            ("user", "still thinking"), ("assistant", "still thinking")]
+
+
 async def test_malformed_message_is_refused_and_nothing_recorded(tmp_path):
     async with harness(tmp_path) as h:
         with pytest.raises(InvalidMessage, match="sender_id"):

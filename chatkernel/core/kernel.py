@@ -320,7 +320,7 @@ class Kernel:
 
         stack.callback(self._close_queue)  # runs after the task group ended: no worker left
         self._tg = await stack.enter_async_context(anyio.create_task_group())
-        stack.callback(self._tg.cancel_scope.cancel)  # runs first on exit: stop turns
+        stack.callback(self._stop_turns)  # runs first on exit
         # A turn's or a heartbeat's Responder queues its replies through the Replies.
         responder = self._responder
         self._turns = turns = Turns(
@@ -598,6 +598,14 @@ class Kernel:
             log.info("pruned %d finished journal and outbox entries older than %g days",
                      pruned, self.config.store.journal_retention_days)
         return pruned
+
+    def _stop_turns(self) -> None:
+        """Cancel what still runs: the turns cut short leave their messages unfinished,
+        for the next start to replay (Turns.stop)."""
+        if self._turns is not None:
+            self._turns.stop()
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
 
     async def drain(self, timeout: float) -> "Drained":
         """Wait (bounded) for running and queued turns and their sends; what is left

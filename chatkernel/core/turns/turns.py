@@ -81,6 +81,15 @@ class Turns:
         #: The responder and agent of each session's running turn (steered messages
         #: join it).
         self._running: dict[str, tuple[Responder, Agent]] = {}
+        # The kernel is stopping: a turn cancelled now leaves its messages unfinished.
+        self._stopping = False
+
+    def stop(self) -> None:
+        """The kernel stops (its drain is over): the turns cancelled from now on leave
+        the messages no reply carried unfinished in the journal, replayed on the next
+        start, rather than finish them unanswered. (A turn an interrupt cancels still
+        finishes its messages: the newer message answers in their place.)"""
+        self._stopping = True
 
     def running(self, key: str) -> bool:
         """Whether a turn of the session runs now."""
@@ -180,6 +189,7 @@ class Turns:
                 await responder.flush()
         except anyio.get_cancelled_exc_class():
             outcome = "interrupted"
+            lost = self._stopping  # left for the next start, which replays them
             raise
         except LeaseLost:
             # Another instance owns the account now and runs these messages again: their
