@@ -106,3 +106,40 @@ async def test_a_hand_over_that_does_not_settle_reads_what_came_meanwhile(
         await second.settle()
         assert sorted(first.channel.texts()) == ["re: a long turn", "sent from elsewhere"]
         assert second.channel.sent == []
+
+
+async def test_a_send_queued_while_the_account_is_being_taken_goes_out_once(
+        tmp_path, redis_server, redis_prefix):
+    """A take fences the account at once but owns it only once it recovered the
+    account's outbox and journal: a payload queued on the taking instance in between
+    was stored pending, neither sent there nor handed to an inbox, until a next
+    takeover. It now waits for the take and goes out from the new owner, once."""
+    config = shared(redis_server, redis_prefix, 1)
+    async with KernelHarness(tmp_path / "a", config=config) as first, \
+            KernelHarness(tmp_path / "b", config=config) as second:
+        assert first.owns(KEY) and not second.owns(KEY)
+        cluster = second.kernel.cluster
+        recovering, recovered = anyio.Event(), anyio.Event()
+        replay = cluster._replay_unfinished
+
+        async def held_replay(account):  # the take, held between fence and owning
+            recovering.set()
+            await recovered.wait()
+            await replay(account)
+
+        cluster._replay_unfinished = held_replay
+        dies(first)
+        holder, token, _ = (await second.kernel.store.leases())[LEASE]
+        await second.kernel.store.release_lease(LEASE, holder, token)  # it ran out
+        async with anyio.create_task_group() as tg:
+            with anyio.fail_after(10):
+                await recovering.wait()
+            assert not second.owns(KEY)
+            tg.start_soon(second.send_text, "memory", "chat-3", "queued mid-take")
+            await wait_until(lambda: KEY in cluster._taking, what="the take under way")
+            recovered.set()
+        await wait_until(lambda: second.owns(KEY), what="the takeover")
+        await second.channel.wait_for_sent(1, timeout=10)
+        await second.settle()
+        assert second.channel.texts() == ["queued mid-take"]
+        assert first.channel.sent == []

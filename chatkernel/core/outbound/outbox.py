@@ -239,6 +239,8 @@ class Outbox:
                 entry.trace = trace
         cluster = self._cluster()
         if cluster is not None and not cluster.owns(account.key):
+            await cluster.settled(account.key)  # being taken here: owned, or not, after
+        if cluster is not None and not cluster.owns(account.key):
             # Another instance owns the account: it reads these from the account's
             # inbox and sends them (core/runtime/cluster.py).
             await self._store().outbox_add(entries, finish_journal=finish_journal)

@@ -170,6 +170,9 @@ class Cluster:
         self._fenced_off: set[str] = set()
         self._store_down_since: float | None = None
         self._renewed = anyio.Event()  # set after every round of renewals
+        # Accounts being taken over here (fenced, recovering, not yet owned): set once
+        # the take is over either way.
+        self._taking: dict[str, anyio.Event] = {}
 
     # -- what the kernel asks ----------------------------------------------------------
 
@@ -180,6 +183,14 @@ class Cluster:
     def owned(self) -> list[str]:
         """The account keys this process owns, sorted."""
         return sorted(self._owned)
+
+    async def settled(self, account_key: str) -> None:
+        """Return once the account is not being taken over by this process. A take
+        fences the account first and owns it only once it recovered: a payload queued
+        here in between would be neither sent here nor handed to an owner's inbox."""
+        taking = self._taking.get(account_key)
+        if taking is not None:
+            await taking.wait()
 
     async def overview(self) -> dict[str, Any]:
         """Every live instance (holder -> info) and every lease (name -> holder, token,
@@ -381,6 +392,14 @@ class Cluster:
             await self._take(account, token)
 
     async def _take(self, account: "Account", token: int) -> None:
+        taking = self._taking[account.key] = anyio.Event()
+        try:
+            await self._take_over(account, token)
+        finally:
+            del self._taking[account.key]
+            taking.set()
+
+    async def _take_over(self, account: "Account", token: int) -> None:
         self.shared.fence(account.channel_name, account.name, token)
         where = (account.channel_name, account.name)
         # The position first: what is journaled from now on is read from the inbox,
