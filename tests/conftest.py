@@ -190,3 +190,36 @@ def disk(tmp_path):
         yield small
     finally:
         small.unmount()
+
+
+# -- one test on each store backend ---------------------------------------------------------
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def backend(request) -> str:
+    """Each store backend in turn (Redis: the test session's redis-server)."""
+    return request.param
+
+
+@pytest.fixture
+def new_store(backend, tmp_path, request):
+    """Makes unopened stores of the backend, all on the same state (one database file,
+    or one key prefix on the test session's redis-server)."""
+    from chatkernel.core.store.redis import RedisStore
+    from chatkernel.core.store.sqlite import SQLiteStore
+
+    if backend == "sqlite":
+        path = tmp_path / "state" / "state.db"
+        return lambda **options: SQLiteStore.at(path, **options)
+    url = request.getfixturevalue("redis_server")
+    prefix = request.getfixturevalue("redis_prefix")
+    return lambda **options: RedisStore.at(url, prefix=prefix, **options)
+
+
+@pytest.fixture
+async def any_store(new_store):
+    """An opened store of each backend in turn, closed after the test."""
+    store = new_store()
+    await store.open()
+    yield store
+    await store.close()

@@ -32,35 +32,10 @@ from chatkernel.sdk.codec import decode_message, encode_message
 from chatkernel.core.store.redis import RedisStore
 from chatkernel.core.store.sqlite import SQLiteStore
 
-BACKENDS = ["sqlite", "redis"]
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request) -> str:
-    return request.param
-
-
 @pytest.fixture
-def new_store(backend, tmp_path, request):
-    """Makes unopened stores of the backend, all on the same state (one database file,
-    or one key prefix on the test session's redis-server)."""
-    if backend == "sqlite":
-        path = tmp_path / "state" / "state.db"
-        return lambda **options: SQLiteStore.at(path, **options)
-    url = request.getfixturevalue("redis_server")
-    prefix = request.getfixturevalue("redis_prefix")
-    return lambda **options: RedisStore.at(url, prefix=prefix, **options)
-
-
-@pytest.fixture
-async def any_store(new_store):
-    store = new_store()
-    await store.open()
-    yield store
-    await store.close()
-
-
-store = any_store  # the tests below were written against `store`
+def store(any_store):
+    """The test runs on each backend (tests/conftest.py)."""
+    return any_store
 
 
 def msg(message_id: str = "m1", *, channel: str = "telegram", account: str = "main",
@@ -476,7 +451,7 @@ _prefixes = itertools.count()
 
 @pytest.mark.slow
 @pytest.mark.anyio
-@pytest.mark.parametrize("kind", BACKENDS)
+@pytest.mark.parametrize("kind", ["sqlite", "redis"])
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], max_examples=60)
 @given(message=messages)
 async def test_any_message_round_trips_through_the_journal(kind, redis_server, message):

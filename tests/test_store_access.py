@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from chatkernel.core.store.base import PairingRequest
-from chatkernel.core.store.redis import RedisStore
 from chatkernel.core.store.sqlite import SQLiteStore
 from chatkernel.sdk.codec import decode_message
 from chatkernel.sdk.models import InboundMessage
@@ -15,16 +14,10 @@ pytestmark = pytest.mark.anyio
 T0 = 1_705_320_000.25
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-async def store(request, tmp_path):
-    if request.param == "sqlite":
-        made = SQLiteStore.at(tmp_path / "state.db")
-    else:
-        made = RedisStore.at(request.getfixturevalue("redis_server"),
-                             prefix=request.getfixturevalue("redis_prefix"))
-    await made.open()
-    yield made
-    await made.close()
+@pytest.fixture
+def store(any_store):
+    """The test runs on each backend (tests/conftest.py)."""
+    return any_store
 
 
 def ask(sender: str, code: str, now: float = T0, *, channel: str = "telegram",

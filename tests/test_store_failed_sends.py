@@ -9,23 +9,15 @@ import anyio
 import pytest
 
 from chatkernel.core.store.base import OutboxEntry
-from chatkernel.core.store.redis import RedisStore
-from chatkernel.core.store.sqlite import SQLiteStore
 from chatkernel.sdk.models import OutboundPayload, Route
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-async def store(request, tmp_path):
-    if request.param == "sqlite":
-        made = SQLiteStore.at(tmp_path / "state.db")
-    else:
-        made = RedisStore.at(request.getfixturevalue("redis_server"),
-                             prefix=request.getfixturevalue("redis_prefix"))
-    await made.open()
-    yield made
-    await made.close()
+@pytest.fixture
+def store(any_store):
+    """The test runs on each backend (tests/conftest.py)."""
+    return any_store
 
 
 def entry(text: str, reply: str = "r1", index: int = 1, count: int = 1) -> OutboxEntry:

@@ -14,24 +14,16 @@ from chatkernel.core.store.jobs import (
     TRIGGER_RUNS_SECONDS,
     slot_key,
 )
-from chatkernel.core.store.redis import RedisStore
-from chatkernel.core.store.sqlite import SQLiteStore
 
 pytestmark = pytest.mark.anyio
 
 T0 = 1_705_320_000.0
 
 
-@pytest.fixture(params=["sqlite", "redis"])
-async def store(request, tmp_path):
-    if request.param == "sqlite":
-        made = SQLiteStore.at(tmp_path / "state.db")
-    else:
-        made = RedisStore.at(request.getfixturevalue("redis_server"),
-                             prefix=request.getfixturevalue("redis_prefix"))
-    await made.open()
-    yield made
-    await made.close()
+@pytest.fixture
+def store(any_store):
+    """The test runs on each backend (tests/conftest.py)."""
+    return any_store
 
 
 def slot_run(job: str, due_at: float, status: str = "running", slot: str | None = None
