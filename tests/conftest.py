@@ -223,3 +223,42 @@ async def any_store(new_store):
     await store.open()
     yield store
     await store.close()
+
+
+# -- the gateway, run in this process ---------------------------------------------------------
+
+
+class GatewayRun:
+    """One run of the gateway in this process: ``async with GatewayRun(config) as base``,
+    ``base`` its URL once it listens; it stops when the block ends (again for a restart)."""
+
+    def __init__(self, config) -> None:
+        self.config = config
+
+    async def __aenter__(self) -> str:
+        import anyio
+
+        from chatkernel.testing.gateway import run_gateway
+
+        self._tg = await anyio.create_task_group().__aenter__()
+        ready, self.stop, where = anyio.Event(), anyio.Event(), {}
+
+        def on_ready(listening):
+            where["url"] = listening.url
+            ready.set()
+
+        self._tg.start_soon(lambda: run_gateway(self.config, on_ready=on_ready,
+                                                stop=self.stop))
+        with anyio.fail_after(10):
+            await ready.wait()
+        return where["url"]
+
+    async def __aexit__(self, *exc_info) -> None:
+        self.stop.set()
+        await self._tg.__aexit__(*exc_info)
+
+
+@pytest.fixture
+def gateway_run():
+    """:class:`GatewayRun`: ``async with gateway_run(config) as base``."""
+    return GatewayRun

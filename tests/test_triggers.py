@@ -16,7 +16,6 @@ import anyio
 import pytest
 
 from chatkernel.core import config as cfg
-from chatkernel.core.gateway.process import run_gateway
 from chatkernel.core.jobs.triggers import fill_prompt, sign
 from chatkernel.testing.contract import wait_until
 
@@ -39,31 +38,6 @@ def config(tmp_path):
                           "alert": {"token": "tok-for-tests", "prompt": "Alert: {what}",
                                     "deliver_to": ["webchat:default:ops"],
                                     "per_minute": 2}}})
-
-
-class Gateway:
-    """One run of the gateway in this process: ``async with Gateway(config) as base``."""
-
-    def __init__(self, config) -> None:
-        self.config = config
-
-    async def __aenter__(self) -> str:
-        self._tg = await anyio.create_task_group().__aenter__()
-        ready, self.stop, where = anyio.Event(), anyio.Event(), {}
-
-        def on_ready(listening):
-            where["url"] = listening.url
-            ready.set()
-
-        self._tg.start_soon(lambda: run_gateway(self.config, on_ready=on_ready,
-                                                stop=self.stop, handle_signals=False))
-        with anyio.fail_after(10):
-            await ready.wait()
-        return where["url"]
-
-    async def __aexit__(self, *exc_info) -> None:
-        self.stop.set()
-        await self._tg.__aexit__(*exc_info)
 
 
 async def messages(http, base, chat_id, want) -> list[dict]:
@@ -95,14 +69,14 @@ def openssl_style_signature(body: bytes, timestamp: str) -> str:
 
 @pytest.mark.slow
 async def test_a_signed_trigger_delivers_to_two_chats_once_and_refusals_run_nothing(
-        config, tmp_path):
+        config, gateway_run, tmp_path):
     db = tmp_path / "state.db"
     body = json.dumps({"status": "green", "repo": "chatkernel"}).encode()
     now = str(int(time.time()))
     signed = {"X-Chatkernel-Timestamp": now,
               "X-Chatkernel-Signature": openssl_style_signature(body, now),
               "Content-Type": "application/json"}
-    async with aiohttp.ClientSession() as http, Gateway(config) as base:
+    async with aiohttp.ClientSession() as http, gateway_run(config) as base:
         url = f"{base}/hooks/ci"
         async with http.post(url, data=body, headers=signed) as r:
             assert r.status == 202
@@ -174,8 +148,8 @@ async def test_a_signed_trigger_delivers_to_two_chats_once_and_refusals_run_noth
 
 
 @pytest.mark.slow
-async def test_remind_on_the_web_chat(config):
-    async with aiohttp.ClientSession() as http, Gateway(config) as base:
+async def test_remind_on_the_web_chat(config, gateway_run):
+    async with aiohttp.ClientSession() as http, gateway_run(config) as base:
         async with http.post(f"{base}/webchat/messages",
                              json={"chat_id": "kitchen", "user_id": "u1",
                                    "text": "/remind 1s check the oven"}) as r:

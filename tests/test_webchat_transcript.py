@@ -12,7 +12,6 @@ import anyio
 import pytest
 
 from chatkernel.core import config as cfg
-from chatkernel.core.gateway.process import run_gateway
 from chatkernel.testing.contract import wait_until
 
 pytestmark = pytest.mark.anyio
@@ -24,31 +23,6 @@ def config(tmp_path):
                                   "listen": "127.0.0.1:0"},
                       "store": {"path": str(tmp_path / "state.db")},
                       "queue": {"debounce_ms": 0}})
-
-
-class Gateway:
-    """One run of the gateway in this process: ``async with Gateway(config) as base``."""
-
-    def __init__(self, config) -> None:
-        self.config = config
-
-    async def __aenter__(self) -> str:
-        self._tg = await anyio.create_task_group().__aenter__()
-        ready, self.stop, where = anyio.Event(), anyio.Event(), {}
-
-        def on_ready(listening):
-            where["url"] = listening.url
-            ready.set()
-
-        self._tg.start_soon(lambda: run_gateway(self.config, on_ready=on_ready,
-                                                stop=self.stop, handle_signals=False))
-        with anyio.fail_after(10):
-            await ready.wait()
-        return where["url"]
-
-    async def __aexit__(self, *exc_info) -> None:
-        self.stop.set()
-        await self._tg.__aexit__(*exc_info)
 
 
 async def messages(http, base, chat_id, want, after=0):
@@ -73,15 +47,16 @@ async def post(http, base, body):
 
 
 @pytest.mark.slow
-async def test_the_conversation_survives_a_restart_and_ids_keep_growing(config):
+async def test_the_conversation_survives_a_restart_and_ids_keep_growing(
+        config, gateway_run):
     async with aiohttp.ClientSession() as http:
-        async with Gateway(config) as base:
+        async with gateway_run(config) as base:
             await post(http, base, {"chat_id": "c1", "user_id": "u1", "text": "hello",
                                     "client_message_id": "m-1"})
             await messages(http, base, "c1", 2)
             await post(http, base, {"chat_id": "c1", "user_id": "u1", "text": "/whoami"})
             before = await messages(http, base, "c1", 4)
-        async with Gateway(config) as base:
+        async with gateway_run(config) as base:
             # What the page showed, all of it: messages, the echo, a command's answer.
             after_restart = await messages(http, base, "c1", 4)
             assert after_restart == before
@@ -99,12 +74,13 @@ async def test_the_conversation_survives_a_restart_and_ids_keep_growing(config):
             assert len(await messages(http, base, "c1", 6)) == 6
 
 
-async def test_an_event_stream_resumes_after_the_last_event_id_across_a_restart(config):
+async def test_an_event_stream_resumes_after_the_last_event_id_across_a_restart(
+        config, gateway_run):
     async with aiohttp.ClientSession() as http:
-        async with Gateway(config) as base:
+        async with gateway_run(config) as base:
             await post(http, base, {"chat_id": "c2", "user_id": "u", "text": "one"})
             last = (await messages(http, base, "c2", 2))[-1]["id"]
-        async with Gateway(config) as base:
+        async with gateway_run(config) as base:
             async with http.get(f"{base}/webchat/events", params={"chat_id": "c2"},
                                 headers={"Last-Event-ID": str(last)}) as events:
                 await post(http, base, {"chat_id": "c2", "user_id": "u", "text": "two"})
@@ -119,10 +95,11 @@ async def test_an_event_stream_resumes_after_the_last_event_id_across_a_restart(
 
 
 @pytest.mark.slow
-async def test_a_page_closed_mid_stream_is_not_logged_as_an_error(config, caplog):
+async def test_a_page_closed_mid_stream_is_not_logged_as_an_error(
+        config, gateway_run, caplog):
     caplog.set_level(logging.DEBUG)
     async with aiohttp.ClientSession() as http:
-        async with Gateway(config) as base:
+        async with gateway_run(config) as base:
             events = await http.get(f"{base}/webchat/events", params={"chat_id": "c3"})
             assert events.status == 200
             events.close()  # the tab is closed
@@ -160,9 +137,9 @@ async def test_the_stores_transcript(tmp_path):
         assert first.id < other.id < bot.id
 
 
-async def test_two_chats_may_use_the_same_client_message_id(config):
+async def test_two_chats_may_use_the_same_client_message_id(config, gateway_run):
     async with aiohttp.ClientSession() as http:
-        async with Gateway(config) as base:
+        async with gateway_run(config) as base:
             for chat in ("a", "b"):
                 await post(http, base, {"chat_id": chat, "user_id": "u", "text": f"in {chat}",
                                         "client_message_id": "same"})
@@ -173,7 +150,7 @@ async def test_two_chats_may_use_the_same_client_message_id(config):
 
 
 async def test_a_post_that_finds_the_backlog_full_is_refused_before_its_transcript_entry(
-        config, monkeypatch):
+        config, gateway_run, monkeypatch):
     from chatkernel.core.inbound import pipeline
 
     backlog = pipeline.ACCEPT_BACKLOG
@@ -181,7 +158,7 @@ async def test_a_post_that_finds_the_backlog_full_is_refused_before_its_transcri
     monkeypatch.setattr(pipeline, "ACCEPT_BACKLOG", 0)
     monkeypatch.setattr(pipeline, "WEBHOOK_ROOM_SECONDS", 0.2)
     body = {"chat_id": "c1", "user_id": "u1", "text": "hello", "client_message_id": "m-1"}
-    async with aiohttp.ClientSession() as http, Gateway(config) as base:
+    async with aiohttp.ClientSession() as http, gateway_run(config) as base:
         with anyio.fail_after(10):  # answered after its wait, not held
             async with http.post(f"{base}/webchat/messages", json=body) as r:
                 assert r.status == 503
