@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from chatkernel.core.plugins import PluginManager, reset_plugin_manager
-from chatkernel.testing.fakes.disk import DiskUnavailable, SmallDisk
 
 #: Environment variables that change how the kernel loads plugins or finds its
 #: config. A developer's shell must not leak them into the tests.
@@ -179,17 +178,9 @@ def outbox_left_mid_send() -> Callable[[object], object]:
 
 
 @pytest.fixture
-def disk(tmp_path):
-    """A 4 MiB file system of the test's own to fill (skipped where none can be mounted)."""
-    small = SmallDisk(tmp_path / "disk", size_mb=4)
-    try:
-        small.mount()
-    except DiskUnavailable as exc:
-        pytest.skip(f"no small file system to fill here: {exc}")
-    try:
-        yield small
-    finally:
-        small.unmount()
+def disk(small_disk):
+    """A 4 MiB file system of the test's own to fill (the kit's ``small_disk``)."""
+    return small_disk
 
 
 # -- one test on each store backend ---------------------------------------------------------

@@ -6,6 +6,8 @@ entry point wherever chatkernel is installed: a plugin's suite needs no conftest
 - ``anyio_backend``: asyncio (aiohttp needs it);
 - ``chatkernel_kernel``: a running in-process kernel with a MemoryChannel account;
 - ``redis_server`` and ``redis_prefix``: a real redis-server (chatkernel.testing.redis);
+- ``small_disk``: a 4 MiB file system of the test's own to fill (chatkernel.testing.fakes.
+  disk), the test skipped where none can be mounted;
 - the hypothesis profile ``deep`` (chatkernel.testing.fuzz).
 """
 
@@ -45,6 +47,24 @@ async def chatkernel_kernel(tmp_path):
 
     async with KernelHarness(tmp_path) as harness:
         yield harness
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A mounted 4 MiB :class:`~chatkernel.testing.fakes.disk.SmallDisk` at
+    ``tmp_path / "disk"``, unmounted after the test; the test is skipped where no small
+    file system can be mounted (not root, not Linux), saying why."""
+    from chatkernel.testing.fakes.disk import DiskUnavailable, SmallDisk
+
+    disk = SmallDisk(tmp_path / "disk", size_mb=4)
+    try:
+        disk.mount()
+    except DiskUnavailable as exc:
+        pytest.skip(f"no small file system to fill here: {exc}")
+    try:
+        yield disk
+    finally:
+        disk.unmount()
 
 
 class _LateFixtures:

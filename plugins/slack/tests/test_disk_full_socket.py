@@ -6,34 +6,22 @@ from __future__ import annotations
 
 import pytest
 
-from chatkernel.testing import DiskUnavailable, SmallDisk, open_contract_run
+from chatkernel.testing import open_contract_run
 from slack_adapters import SlackSocketAdapter
 
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def disk(tmp_path):
-    small = SmallDisk(tmp_path / "disk", size_mb=4)
-    try:
-        small.mount()
-    except DiskUnavailable as exc:
-        pytest.skip(f"no small file system to fill here: {exc}")
-    try:
-        yield small
-    finally:
-        small.unmount()
-
-
 @pytest.mark.slow
-async def test_a_full_disk_is_waited_out_in_place_and_order_is_kept(disk):
-    async with SlackSocketAdapter() as adapter, open_contract_run(adapter, disk.path) as run:
+async def test_a_full_disk_is_waited_out_in_place_and_order_is_kept(small_disk):
+    async with SlackSocketAdapter() as adapter, \
+            open_contract_run(adapter, small_disk.path) as run:
         chat, user = adapter.direct_chat(1), adapter.user_id(1)
         await adapter.inject(chat, "before df00z", sender_id=user)
         await run.wait_for_tokens(chat, ["df00z"])
         await run.settle()
         store_health = run.harness.health.store
-        disk.fill()
+        small_disk.fill()
         tokens: list[str] = []
         while store_health.failing_since is None:
             # (a commit that fits the WAL's free space goes through: write until the
@@ -54,7 +42,7 @@ async def test_a_full_disk_is_waited_out_in_place_and_order_is_kept(disk):
         await run.wait(lambda: store_health.failures >= failures + 3,
                        what="the store refusing commits a while", state=run.check_loop)
         run.check_loop()  # the receive loop is alive, waiting
-        disk.free()
+        small_disk.free()
         await run.wait_for_tokens(chat, tokens)
         await run.settle()
         assert run.tokens_sent(chat, ["df00z", *tokens]) == ["df00z", *tokens], run.texts(chat)
